@@ -1,0 +1,93 @@
+//! The seam between the FUSE layer and whatever journals its mutations.
+//!
+//! The filesystem calls [`MutationHook::before`] before any mutation reaches
+//! the backing directory and performs the mutation only if the hook returns
+//! `Ok`. It holds the read side of the mount's quiesce lock (see
+//! [`crate::Controller::quiesce`]) from the call to `before` until the
+//! mutation has been applied to the backing directory, so a holder of the
+//! write side sees no mutation half done.
+//!
+//! Paths are raw bytes relative to the backing root: no leading `/`, no `.`
+//! or `..` components, components joined by a single `/`. The root itself is
+//! the empty path. Names are passed through byte for byte (non-UTF-8 names
+//! are legal).
+
+/// One mutation about to be applied to the backing directory.
+///
+/// Each variant names every path whose state (type, content, mode, target)
+/// the mutation can change; the hook decides what to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation<'a> {
+    /// The bytes or size of the regular file at `path` may change: an open
+    /// for writing (`O_WRONLY`, `O_RDWR`, `O_TRUNC`), `setattr` of the size,
+    /// `fallocate`, the destination of `copy_file_range`, or a `write` through
+    /// a handle whose capture epoch is older than [`MutationHook::epoch`].
+    Content {
+        /// The file's path.
+        path: &'a [u8],
+    },
+    /// The metadata of the entry at `path` may change: mode, owner, times,
+    /// extended attributes.
+    Metadata {
+        /// The entry's path.
+        path: &'a [u8],
+    },
+    /// A new entry is about to appear at `path` (create, mknod, mkdir,
+    /// symlink, or the new name of a link).
+    Create {
+        /// The new entry's path.
+        path: &'a [u8],
+    },
+    /// The entry at `path` is about to be removed (unlink, rmdir).
+    Remove {
+        /// The entry's path.
+        path: &'a [u8],
+    },
+    /// The entry at `from` is about to move to `to`. Every path under `from`
+    /// (if it is a directory) moves with it, and whatever `to` held is
+    /// replaced. With `exchange` (`RENAME_EXCHANGE`) the two entries swap.
+    Rename {
+        /// The old path.
+        from: &'a [u8],
+        /// The new path.
+        to: &'a [u8],
+        /// True for `RENAME_EXCHANGE`.
+        exchange: bool,
+    },
+}
+
+/// An errno value (`libc::EIO`, `libc::ENOSPC`, ...).
+pub type Errno = i32;
+
+/// Called by the filesystem before every mutation.
+///
+/// Implementations must not call back into the mounted filesystem (that
+/// would deadlock on the kernel's locks): they work on the backing directory
+/// directly.
+pub trait MutationHook: Send + Sync + 'static {
+    /// Called before `mutation` reaches the backing directory.
+    ///
+    /// Returning `Err(errno)` fails the operation with that errno and leaves
+    /// the backing directory untouched by it (fail closed).
+    fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno>;
+
+    /// The current capture epoch. A file handle opened for writing records the
+    /// epoch at open; a later `write` through it when the epoch has changed
+    /// reports [`Mutation::Content`] again first. The journal bumps the epoch
+    /// at every turn boundary.
+    fn epoch(&self) -> u64;
+}
+
+/// A hook that records nothing: the mount is a plain passthrough.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHook;
+
+impl MutationHook for NoHook {
+    fn before(&self, _mutation: &Mutation<'_>) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    fn epoch(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,2 @@
+//! opfs: reversible workspaces for AI coding agents.
+#![deny(missing_docs)]
