@@ -1,2 +1,15 @@
 //! opfs: reversible workspaces for AI coding agents.
+//!
+//! The FUSE layer (`opfs-fs`) calls the [`journal::Journal`] before every
+//! mutation; the journal records pre-images in the [`store`]; [`rewind`]
+//! restores the project to the start of any turn; [`control`] runs the
+//! daemon and its socket; the `opfs` binary is a thin CLI over them.
 #![deny(missing_docs)]
+
+pub mod backing;
+pub mod journal;
+pub mod paths;
+pub mod preimage;
+pub mod rewind;
+pub mod state;
+pub mod store;

@@ -1,0 +1,386 @@
+//! The journal: turns and capture.
+//!
+//! [`Journal`] implements the FUSE layer's [`MutationHook`]: before any
+//! mutation reaches the project it records the pre-image of every path the
+//! mutation can change, once per turn per path (design §2.1–2.2). A record is
+//! a *path state* (see `docs/design.md`): "path P, when turn T began, was X".
+//! The first record of a path in a turn wins; later mutations of the same
+//! path in the same turn cost one hash-set lookup.
+//!
+//! Capture order: the blob is written and renamed into place, then the
+//! record is committed to the index, then the hook returns and the
+//! mutation runs. A crash at any point leaves either no record (and no
+//! mutation) or a record of the true pre-image.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use opfs_fs::{Errno, Mutation, MutationHook};
+
+use crate::backing::{Backing, Stat};
+use crate::paths;
+use crate::preimage::{PreImage, Special};
+use crate::state::StateDir;
+use crate::store::{BlobError, BlobStore, Index, IndexError, Turn, TurnKind};
+
+/// A failure to record a pre-image. The mutation it guarded must not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// Reading the path's current state from the project failed.
+    #[error("cannot read {path} in the project: {source}")]
+    Read {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Storing its content failed.
+    #[error("cannot store the pre-image of {path}: {source}")]
+    Blob {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: BlobError,
+    },
+    /// Writing the record failed.
+    #[error("cannot record the pre-image of {path}: {source}")]
+    Index {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: IndexError,
+    },
+}
+
+impl CaptureError {
+    /// The errno the guarded FUSE operation fails with: `ENOSPC` when the
+    /// store is full, `EAGAIN` when the index is busy, `EIO` otherwise.
+    pub fn errno(&self) -> Errno {
+        match self {
+            CaptureError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            CaptureError::Blob { source, .. } => source.errno(),
+            CaptureError::Index { source, .. } => source.errno(),
+        }
+    }
+}
+
+/// Errors opening a journal.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The project directory cannot be opened.
+    #[error("cannot open project {path}: {source}")]
+    Project {
+        /// The project path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The state dir cannot be created.
+    #[error("cannot create state dir {path}: {source}")]
+    State {
+        /// The state dir.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The blob store cannot be opened.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    /// The index cannot be opened or read.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+struct Inner {
+    index: Index,
+    turn: u64,
+    captured: HashSet<Vec<u8>>,
+}
+
+/// Turns and capture for one project.
+pub struct Journal {
+    backing: Backing,
+    blobs: BlobStore,
+    state: StateDir,
+    inner: Mutex<Inner>,
+    epoch: AtomicU64,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("project", &self.state.project)
+            .field("turn", &self.epoch.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Reads the state of `path` in the project without storing anything:
+/// `Ok(None)` for absent, else the stat.
+fn stat_of(backing: &Backing, path: &[u8]) -> Result<Option<Stat>, CaptureError> {
+    backing.lstat(path).map_err(|source| CaptureError::Read {
+        path: paths::display(path),
+        source,
+    })
+}
+
+impl Journal {
+    /// Opens the journal of the project at canonical path `project`, whose
+    /// state lives in `state`. Creates the state dir, index and blob store on
+    /// first use and makes sure a turn is open: turn 1 on first use, else the
+    /// newest turn (a later mount continues the numbering).
+    ///
+    /// `sync` makes blobs and index commits durable across power loss.
+    pub fn open(state: &StateDir, sync: bool) -> Result<Journal, OpenError> {
+        let backing = Backing::open(&state.project).map_err(|source| OpenError::Project {
+            path: state.project.clone(),
+            source,
+        })?;
+        state.create().map_err(|source| OpenError::State {
+            path: state.dir.clone(),
+            source,
+        })?;
+        let blobs = BlobStore::open(&state.blobs_dir(), sync)?;
+        blobs.clear_tmp();
+        let mut index = Index::open(&state.index_path(), sync)?;
+        let turn = match index.last_turn()? {
+            Some(t) => t.number,
+            None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
+        };
+        Ok(Journal {
+            backing,
+            blobs,
+            state: state.clone(),
+            inner: Mutex::new(Inner {
+                index,
+                turn,
+                captured: HashSet::new(),
+            }),
+            epoch: AtomicU64::new(turn),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave `Inner` inconsistent in
+        // a way that matters (the set only avoids duplicate work), so a
+        // poisoned lock is taken over.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The project directory.
+    pub fn project(&self) -> &Path {
+        &self.state.project
+    }
+
+    /// The state dir.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// Confined access to the project.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// The open turn's number.
+    pub fn open_turn(&self) -> u64 {
+        self.lock().turn
+    }
+
+    /// Runs `f` with the index (under the journal's lock).
+    pub fn with_index<R>(&self, f: impl FnOnce(&mut Index) -> R) -> R {
+        f(&mut self.lock().index)
+    }
+
+    /// Closes the open turn and opens the next one of `kind`. The caller must
+    /// hold the mount's quiesce guard (no mutation in flight), so every
+    /// mutation falls wholly in one turn.
+    ///
+    /// Returns the new turn's number. After `Ok` the switch is committed;
+    /// after `Err` the old turn stays open.
+    pub fn next_turn(
+        &self,
+        kind: TurnKind,
+        label: Option<&str>,
+        external_id: Option<&str>,
+        rewound_to: Option<u64>,
+    ) -> Result<u64, IndexError> {
+        let mut inner = self.lock();
+        let open = inner.turn;
+        let n = inner
+            .index
+            .next_turn(Some(open), kind, label, external_id, rewound_to)?;
+        inner.turn = n;
+        inner.captured.clear();
+        self.epoch.store(n, Ordering::Release);
+        Ok(n)
+    }
+
+    /// Records the current state of `path` as its pre-image in the open turn,
+    /// unless already recorded in this turn or excluded (`.git/`).
+    pub fn capture(&self, path: &[u8]) -> Result<(), CaptureError> {
+        let mut inner = self.lock();
+        self.capture_locked(&mut inner, path)
+    }
+
+    fn capture_locked(&self, inner: &mut Inner, path: &[u8]) -> Result<(), CaptureError> {
+        if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
+            return Ok(());
+        }
+        let pre = self.read_state(&inner.index, path)?;
+        inner
+            .index
+            .add_preimage(inner.turn, path, &pre)
+            .map_err(|source| CaptureError::Index {
+                path: paths::display(path),
+                source,
+            })?;
+        inner.captured.insert(path.to_vec());
+        Ok(())
+    }
+
+    /// Reads `path`'s current state from the project, storing a regular
+    /// file's bytes as a blob.
+    fn read_state(&self, index: &Index, path: &[u8]) -> Result<PreImage, CaptureError> {
+        let Some(st) = stat_of(&self.backing, path)? else {
+            return Ok(PreImage::Absent);
+        };
+        let read_err = |source| CaptureError::Read {
+            path: paths::display(path),
+            source,
+        };
+        Ok(match st.file_type() {
+            libc::S_IFREG => {
+                let mut f = self
+                    .backing
+                    .open_file(path, libc::O_RDONLY, 0)
+                    .map_err(read_err)?;
+                let (blob, size) =
+                    self.blobs
+                        .put(&mut f, st.size)
+                        .map_err(|source| CaptureError::Blob {
+                            path: paths::display(path),
+                            source,
+                        })?;
+                index
+                    .add_blob(&blob, size)
+                    .map_err(|source| CaptureError::Index {
+                        path: paths::display(path),
+                        source,
+                    })?;
+                PreImage::File {
+                    blob,
+                    size,
+                    perm: st.perm(),
+                }
+            }
+            libc::S_IFDIR => PreImage::Dir { perm: st.perm() },
+            libc::S_IFLNK => PreImage::Symlink {
+                target: self.backing.read_link(path).map_err(read_err)?,
+            },
+            t => PreImage::Special {
+                kind: match t {
+                    libc::S_IFIFO => Special::Fifo,
+                    libc::S_IFSOCK => Special::Socket,
+                    libc::S_IFCHR => Special::Char,
+                    _ => Special::Block,
+                },
+                perm: st.perm(),
+                rdev: st.rdev,
+            },
+        })
+    }
+
+    /// Records what a rename changes: `from` and `to` themselves and, for a
+    /// directory, every path under both names (the subtree's paths under
+    /// `from` disappear, the same relative paths under `to` appear). With
+    /// `exchange` the same holds the other way round.
+    pub fn capture_rename(&self, from: &[u8], to: &[u8], exchange: bool) -> Result<(), CaptureError> {
+        let mut inner = self.lock();
+        self.capture_locked(&mut inner, from)?;
+        self.capture_locked(&mut inner, to)?;
+        self.capture_subtree_move(&mut inner, from, to)?;
+        if exchange {
+            self.capture_subtree_move(&mut inner, to, from)?;
+        }
+        Ok(())
+    }
+
+    /// For every path under directory `src`, records it and its counterpart
+    /// under `dst`. Cost: one stat (and for files one read) per entry.
+    fn capture_subtree_move(
+        &self,
+        inner: &mut Inner,
+        src: &[u8],
+        dst: &[u8],
+    ) -> Result<(), CaptureError> {
+        match stat_of(&self.backing, src)? {
+            Some(st) if st.file_type() == libc::S_IFDIR => {}
+            _ => return Ok(()),
+        }
+        let mut stack = vec![Vec::new()];
+        while let Some(rel) = stack.pop() {
+            let dir = paths::join(src, &rel);
+            let names = self
+                .backing
+                .list_dir(&dir)
+                .map_err(|source| CaptureError::Read {
+                    path: paths::display(&dir),
+                    source,
+                })?;
+            for name in names {
+                let sub = paths::join(&rel, &name);
+                let from_path = paths::join(src, &sub);
+                self.capture_locked(inner, &from_path)?;
+                self.capture_locked(inner, &paths::join(dst, &sub))?;
+                if let Some(st) = stat_of(&self.backing, &from_path)? {
+                    if st.file_type() == libc::S_IFDIR {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest turns (all with `None`), newest first, each with the paths
+    /// recorded in it.
+    pub fn rewind_points(&self, limit: Option<u64>) -> Result<Vec<(Turn, Vec<Vec<u8>>)>, IndexError> {
+        let inner = self.lock();
+        let turns = inner.index.turns(limit)?;
+        let mut out = Vec::with_capacity(turns.len());
+        for t in turns {
+            let p = inner.index.paths_of_turn(t.number)?;
+            out.push((t, p));
+        }
+        Ok(out)
+    }
+}
+
+impl MutationHook for Journal {
+    fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno> {
+        let result = match *mutation {
+            Mutation::Content { path }
+            | Mutation::Metadata { path }
+            | Mutation::Create { path }
+            | Mutation::Remove { path } => self.capture(path),
+            Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
+        };
+        result.map_err(|e| {
+            log::error!("capture failed, refusing the mutation: {e}");
+            e.errno()
+        })
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}

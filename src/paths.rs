@@ -1,0 +1,165 @@
+//! Project-relative paths as raw bytes.
+//!
+//! Every path opfs stores or passes between its layers is relative to the
+//! project root: no leading `/`, no empty, `.` or `..` components. The root
+//! itself is the empty path. Names are bytes, not strings: non-UTF-8 names
+//! round-trip exactly.
+
+use std::fmt::Write as _;
+
+/// Checks that `path` is a well-formed project-relative path.
+///
+/// Returns a description of the first defect found. Used on everything read
+/// back from the index: a malformed path there is corruption, never followed.
+pub fn validate(path: &[u8]) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Ok(());
+    }
+    if path[0] == b'/' {
+        return Err("absolute path");
+    }
+    if path.contains(&0) {
+        return Err("NUL byte in path");
+    }
+    for component in path.split(|&b| b == b'/') {
+        match component {
+            b"" => return Err("empty path component"),
+            b"." | b".." => return Err("`.` or `..` component"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Joins a project-relative directory path and one more component or
+/// relative path.
+pub fn join(base: &[u8], rest: &[u8]) -> Vec<u8> {
+    if base.is_empty() {
+        return rest.to_vec();
+    }
+    if rest.is_empty() {
+        return base.to_vec();
+    }
+    let mut out = Vec::with_capacity(base.len() + 1 + rest.len());
+    out.extend_from_slice(base);
+    out.push(b'/');
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Splits `path` into its parent path and final name. The root has no parent.
+pub fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    if path.is_empty() {
+        return None;
+    }
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => Some((&path[..i], &path[i + 1..])),
+        None => Some((&b""[..], path)),
+    }
+}
+
+/// True when `path` is `.git` at the project root or anything under it: the
+/// project's own repository is served through the mount but never captured
+/// and never restored (design §2.7).
+pub fn is_excluded(path: &[u8]) -> bool {
+    path == b".git" || path.starts_with(b".git/")
+}
+
+/// True when `path` equals `ancestor` or lies under it.
+pub fn is_within(path: &[u8], ancestor: &[u8]) -> bool {
+    ancestor.is_empty()
+        || path == ancestor
+        || (path.len() > ancestor.len()
+            && path.starts_with(ancestor)
+            && path[ancestor.len()] == b'/')
+}
+
+/// Renders a path for people: UTF-8 as is, every other byte as `\xNN`
+/// (and a literal backslash as `\\`), so distinct paths render distinctly.
+pub fn display(path: &[u8]) -> String {
+    let mut out = String::with_capacity(path.len());
+    for chunk in path.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// Inverse of [`display`]: turns `\xNN` and `\\` back into bytes. Other text
+/// is taken as UTF-8.
+pub fn parse_display(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 1 < bytes.len() {
+            if bytes[i + 1] == b'\\' {
+                out.push(b'\\');
+                i += 2;
+                continue;
+            }
+            if bytes[i + 1] == b'x' && i + 3 < bytes.len() {
+                if let Ok(v) = u8::from_str_radix(&text[i + 2..i + 4], 16) {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_rejects_escapes() {
+        assert!(validate(b"a/b").is_ok());
+        assert!(validate(b"").is_ok());
+        assert!(validate(b"/a").is_err());
+        assert!(validate(b"a/../b").is_err());
+        assert!(validate(b"a//b").is_err());
+        assert!(validate(b"a/").is_err());
+        assert!(validate(b"./a").is_err());
+    }
+
+    #[test]
+    fn split_and_join() {
+        assert_eq!(split(b"a/b/c"), Some((&b"a/b"[..], &b"c"[..])));
+        assert_eq!(split(b"c"), Some((&b""[..], &b"c"[..])));
+        assert_eq!(split(b""), None);
+        assert_eq!(join(b"", b"x"), b"x");
+        assert_eq!(join(b"a", b"x/y"), b"a/x/y");
+    }
+
+    #[test]
+    fn excluded_and_within() {
+        assert!(is_excluded(b".git"));
+        assert!(is_excluded(b".git/HEAD"));
+        assert!(!is_excluded(b".github/x"));
+        assert!(!is_excluded(b"sub/.git/x"));
+        assert!(is_within(b"a/b", b"a"));
+        assert!(!is_within(b"ab", b"a"));
+    }
+
+    #[test]
+    fn display_round_trips_non_utf8() {
+        let raw = b"caf\xe9/back\\slash/\xff\xfe".to_vec();
+        let shown = display(&raw);
+        assert_eq!(shown, "caf\\xe9/back\\\\slash/\\xff\\xfe");
+        assert_eq!(parse_display(&shown), raw);
+        assert_eq!(parse_display("plain/ü"), "plain/ü".as_bytes());
+    }
+}

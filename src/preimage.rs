@@ -1,0 +1,93 @@
+//! What one path looked like just before its first mutation in a turn.
+
+/// A BLAKE3 digest (32 bytes) naming a blob.
+pub type Hash = [u8; 32];
+
+/// Renders a hash as 64 lowercase hex digits.
+pub fn hex(hash: &Hash) -> String {
+    blake3::Hash::from_bytes(*hash).to_hex().to_string()
+}
+
+/// The kinds of special file a pre-image can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Special {
+    /// A named pipe.
+    Fifo,
+    /// A Unix domain socket node.
+    Socket,
+    /// A character device.
+    Char,
+    /// A block device.
+    Block,
+}
+
+impl Special {
+    /// The `S_IFMT` bits of this kind.
+    pub fn type_bits(self) -> u32 {
+        match self {
+            Special::Fifo => libc::S_IFIFO,
+            Special::Socket => libc::S_IFSOCK,
+            Special::Char => libc::S_IFCHR,
+            Special::Block => libc::S_IFBLK,
+        }
+    }
+}
+
+/// The state of one path at a rewind point (design §1 "pre-image").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreImage {
+    /// Nothing existed at the path.
+    Absent,
+    /// A regular file: its bytes are the blob `blob` of `size` bytes.
+    File {
+        /// BLAKE3 of the content.
+        blob: Hash,
+        /// Content length in bytes.
+        size: u64,
+        /// Permission bits (`mode & 0o7777`).
+        perm: u32,
+    },
+    /// A directory (its entries are recorded as paths of their own).
+    Dir {
+        /// Permission bits.
+        perm: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// The link target, bytes as stored, never resolved.
+        target: Vec<u8>,
+    },
+    /// A fifo, socket or device node.
+    Special {
+        /// Which kind.
+        kind: Special,
+        /// Permission bits.
+        perm: u32,
+        /// Device number (devices only; 0 otherwise).
+        rdev: u64,
+    },
+}
+
+impl PreImage {
+    /// A short word for the kind: `absent`, `file`, `dir`, `symlink`, `fifo`,
+    /// `socket`, `char`, `block`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            PreImage::Absent => "absent",
+            PreImage::File { .. } => "file",
+            PreImage::Dir { .. } => "dir",
+            PreImage::Symlink { .. } => "symlink",
+            PreImage::Special { kind, .. } => match kind {
+                Special::Fifo => "fifo",
+                Special::Socket => "socket",
+                Special::Char => "char",
+                Special::Block => "block",
+            },
+        }
+    }
+
+    /// True for [`PreImage::Dir`].
+    pub fn is_dir(&self) -> bool {
+        matches!(self, PreImage::Dir { .. })
+    }
+}

@@ -1,0 +1,587 @@
+//! Rewind: plan, check, and restore the project to the start of a turn.
+//!
+//! The plan is computed from path states: for every path recorded in turn N
+//! or later, its earliest record in that range is its state when turn N
+//! began (`Index::states_at`). Each path whose current state differs gets
+//! actions; paths never recorded since N are never touched (design §2.4).
+//!
+//! Execution order (see `docs/design.md`):
+//! 1. record the current state of every planned path in the rewind's own
+//!    turn (so the rewind can itself be rewound);
+//! 2. removals, deepest path first (children before their directory);
+//! 3. creations and rewrites, shallowest first, directories created
+//!    owner-writable;
+//! 4. directory permission bits, deepest first.
+//!
+//! A path whose step fails is reported with the reason; the others go on.
+//! Regular files that exist on both sides are rewritten in place, which keeps
+//! hard links to them intact.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read, Write};
+
+use serde::Serialize;
+
+use crate::backing::{Backing, Stat};
+use crate::journal::Journal;
+use crate::paths;
+use crate::preimage::{hex, PreImage, Special};
+use crate::store::{IndexError, TurnKind};
+
+/// Errors that stop a rewind before it writes anything.
+#[derive(Debug, thiserror::Error)]
+pub enum RewindError {
+    /// The turn does not exist.
+    #[error("turn {turn} does not exist (turns run from 1 to {last})")]
+    UnknownTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The newest turn.
+        last: u64,
+    },
+    /// The index failed or is corrupt.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What the project holds at a path now, as far as the plan cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Current {
+    Absent,
+    File { stat: Stat },
+    Dir { perm: u32 },
+    Symlink { target: Vec<u8> },
+    Special { type_bits: u32, perm: u32, rdev: u64 },
+}
+
+impl Current {
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Current::Absent => "absent",
+            Current::File { .. } => "file",
+            Current::Dir { .. } => "dir",
+            Current::Symlink { .. } => "symlink",
+            Current::Special { .. } => "special",
+        }
+    }
+}
+
+/// One planned step on one path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Remove what is there now (a file, symlink, special file or an empty
+    /// directory).
+    Remove,
+    /// Create the target (after a removal, or where nothing is).
+    Create,
+    /// Rewrite an existing regular file's bytes in place.
+    Rewrite,
+    /// Set the permission bits only.
+    Chmod,
+}
+
+/// The plan for one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathPlan {
+    /// The path, rendered (`\xNN` for bytes that are not UTF-8).
+    pub path: String,
+    /// The path's raw bytes.
+    #[serde(skip)]
+    pub raw: Vec<u8>,
+    /// What is there now: `absent`, `file`, `dir`, `symlink`, `special`.
+    pub current: &'static str,
+    /// What will be there: `absent`, `file`, `dir`, `symlink`, `fifo`, ...
+    pub target: &'static str,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    #[serde(skip)]
+    target_state: PreImage,
+    #[serde(skip)]
+    current_state: Current,
+}
+
+/// A path left unrestored and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Conflict {
+    /// The path, rendered.
+    pub path: String,
+    /// Why it was not restored.
+    pub reason: String,
+}
+
+/// The outcome of a rewind (or of its dry run).
+#[derive(Debug, Clone, Serialize)]
+pub struct RewindReport {
+    /// The turn that records this rewind (`None` for a dry run, or when
+    /// nothing needed restoring and no turn was opened).
+    pub turn: Option<u64>,
+    /// The turn whose start was restored.
+    pub rewound_to: u64,
+    /// True for `--dry-run`: nothing was written.
+    pub dry_run: bool,
+    /// Paths brought back to their state at `rewound_to`'s start.
+    pub restored: Vec<String>,
+    /// Paths left as they are, with the reason.
+    pub conflicts: Vec<Conflict>,
+    /// The plan that was (or would be) executed.
+    pub plan: Vec<PathPlan>,
+    /// The agent turn open after the rewind.
+    pub open_turn: u64,
+    /// Raw bytes of every path the rewind wrote (for cache invalidation).
+    #[serde(skip)]
+    pub touched: Vec<Vec<u8>>,
+}
+
+fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
+    let Some(st) = backing.lstat(path)? else {
+        return Ok(Current::Absent);
+    };
+    Ok(match st.file_type() {
+        libc::S_IFREG => Current::File { stat: st },
+        libc::S_IFDIR => Current::Dir { perm: st.perm() },
+        libc::S_IFLNK => Current::Symlink {
+            target: backing.read_link(path)?,
+        },
+        t => Current::Special {
+            type_bits: t,
+            perm: st.perm(),
+            rdev: st.rdev,
+        },
+    })
+}
+
+fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
+    let mut f = backing.open_file(path, libc::O_RDONLY, 0)?;
+    let mut hasher = blake3::Hasher::new();
+    io::copy(&mut f, &mut hasher)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
+/// Decides the steps that turn `current` into `target`. Empty when they
+/// already match (content compared by hash when the sizes agree).
+fn steps_for(
+    backing: &Backing,
+    path: &[u8],
+    current: &Current,
+    target: &PreImage,
+) -> io::Result<Vec<Step>> {
+    use Step::*;
+    Ok(match (current, target) {
+        (Current::Absent, PreImage::Absent) => vec![],
+        (Current::Absent, _) => vec![Create],
+        (_, PreImage::Absent) => vec![Remove],
+        (Current::File { stat }, PreImage::File { blob, size, perm }) => {
+            let same_bytes = stat.size == *size && hash_file(backing, path)? == *blob;
+            match (same_bytes, stat.perm() == *perm) {
+                (true, true) => vec![],
+                (true, false) => vec![Chmod],
+                (false, _) => vec![Rewrite],
+            }
+        }
+        (Current::Dir { perm: cur }, PreImage::Dir { perm }) => {
+            if cur == perm {
+                vec![]
+            } else {
+                vec![Chmod]
+            }
+        }
+        (Current::Symlink { target: cur }, PreImage::Symlink { target }) => {
+            if cur == target {
+                vec![]
+            } else {
+                vec![Remove, Create]
+            }
+        }
+        (
+            Current::Special {
+                type_bits,
+                perm: cur_perm,
+                rdev: cur_rdev,
+            },
+            PreImage::Special { kind, perm, rdev },
+        ) => {
+            if *type_bits != kind.type_bits() || cur_rdev != rdev {
+                vec![Remove, Create]
+            } else if cur_perm != perm {
+                vec![Chmod]
+            } else {
+                vec![]
+            }
+        }
+        _ => vec![Remove, Create],
+    })
+}
+
+/// Computes the plan for rewinding to the start of `to` from the index and
+/// the project's current state. Writes nothing.
+///
+/// Returns the plan and the paths that cannot even be planned (unreadable).
+pub fn plan(journal: &Journal, to: u64) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
+    plan_until(journal, to, None)
+}
+
+fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
+    let last = journal
+        .with_index(|ix| ix.last_turn())?
+        .map(|t| t.number)
+        .unwrap_or(0);
+    if to == 0 || to > last {
+        return Err(RewindError::UnknownTurn { turn: to, last });
+    }
+    Ok(())
+}
+
+fn plan_until(
+    journal: &Journal,
+    to: u64,
+    until: Option<u64>,
+) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
+    check_turn(journal, to)?;
+    let states = journal.with_index(|ix| ix.states_at(to, until))?;
+    let backing = journal.backing();
+    let mut plan = Vec::new();
+    let mut conflicts = Vec::new();
+    for (path, target) in states {
+        if paths::is_excluded(&path) {
+            continue;
+        }
+        let planned = read_current(backing, &path).and_then(|current| {
+            let steps = steps_for(backing, &path, &current, &target)?;
+            Ok((current, steps))
+        });
+        match planned {
+            Ok((_, steps)) if steps.is_empty() => {}
+            Ok((current, steps)) => plan.push(PathPlan {
+                path: paths::display(&path),
+                current: current.kind_name(),
+                target: target.kind_name(),
+                steps,
+                raw: path,
+                target_state: target,
+                current_state: current,
+            }),
+            Err(e) => conflicts.push(Conflict {
+                path: paths::display(&path),
+                reason: format!("cannot read its current state: {e}"),
+            }),
+        }
+    }
+    preflight(journal, &mut plan, &mut conflicts);
+    Ok((plan, conflicts))
+}
+
+/// Checks, before anything is written, what would make a step fail: a
+/// missing or corrupt blob, a directory to remove that holds entries opfs
+/// did not record. Such paths are moved from the plan to the conflicts.
+fn preflight(journal: &Journal, plan: &mut Vec<PathPlan>, conflicts: &mut Vec<Conflict>) {
+    let removed: BTreeSet<Vec<u8>> = plan
+        .iter()
+        .filter(|p| p.steps.contains(&Step::Remove))
+        .map(|p| p.raw.clone())
+        .collect();
+    let mut bad: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for p in plan.iter() {
+        if let PreImage::File { blob, .. } = &p.target_state {
+            if let Err(e) = journal.blobs().verify(blob) {
+                conflicts.push(Conflict {
+                    path: p.path.clone(),
+                    reason: format!("cannot restore its content: {e}"),
+                });
+                bad.insert(p.raw.clone());
+                continue;
+            }
+        }
+        if p.steps.contains(&Step::Remove) && matches!(p.current_state, Current::Dir { .. }) {
+            match journal.backing().list_dir(&p.raw) {
+                Ok(names) => {
+                    let foreign: Vec<String> = names
+                        .iter()
+                        .map(|n| paths::join(&p.raw, n))
+                        .filter(|child| !removed.contains(child))
+                        .map(|child| paths::display(&child))
+                        .collect();
+                    if !foreign.is_empty() {
+                        conflicts.push(Conflict {
+                            path: p.path.clone(),
+                            reason: format!(
+                                "directory holds entries opfs did not record, left in place: {}",
+                                foreign.join(", ")
+                            ),
+                        });
+                        bad.insert(p.raw.clone());
+                    }
+                }
+                Err(e) => {
+                    conflicts.push(Conflict {
+                        path: p.path.clone(),
+                        reason: format!("cannot list the directory: {e}"),
+                    });
+                    bad.insert(p.raw.clone());
+                }
+            }
+        }
+    }
+    plan.retain(|p| !bad.contains(&p.raw));
+}
+
+fn copy_blob(journal: &Journal, blob: &[u8; 32], out: &mut std::fs::File) -> io::Result<()> {
+    let mut src = journal
+        .blobs()
+        .open_verified(blob)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = src.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+    }
+    Ok(())
+}
+
+fn set_perm(file: &std::fs::File, perm: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: valid fd.
+    if unsafe { libc::fchmod(file.as_raw_fd(), perm as libc::mode_t) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn remove(backing: &Backing, p: &PathPlan) -> io::Result<()> {
+    match p.current_state {
+        Current::Dir { .. } => backing.rmdir(&p.raw),
+        Current::Absent => Ok(()),
+        _ => backing.unlink(&p.raw),
+    }
+}
+
+fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
+    let backing = journal.backing();
+    match &p.target_state {
+        PreImage::Absent => Ok(()),
+        PreImage::File { blob, perm, .. } => {
+            let mut f = backing.open_file(
+                &p.raw,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o600,
+            )?;
+            copy_blob(journal, blob, &mut f)?;
+            set_perm(&f, *perm)
+        }
+        // Created owner-writable; the real bits are set once its children exist.
+        PreImage::Dir { .. } => backing.mkdir(&p.raw, 0o700),
+        PreImage::Symlink { target } => backing.symlink(target, &p.raw),
+        PreImage::Special { kind, perm, rdev } => {
+            let rdev = if matches!(kind, Special::Char | Special::Block) {
+                *rdev
+            } else {
+                0
+            };
+            backing.mknod(&p.raw, kind.type_bits() | perm, rdev)
+        }
+    }
+}
+
+fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
+    let PreImage::File { blob, perm, .. } = &p.target_state else {
+        return Err(io::Error::other("rewrite of a non-file target"));
+    };
+    // Check the blob before truncating anything.
+    journal
+        .blobs()
+        .verify(blob)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut f = journal
+        .backing()
+        .open_file(&p.raw, libc::O_WRONLY | libc::O_TRUNC, 0)?;
+    copy_blob(journal, blob, &mut f)?;
+    set_perm(&f, *perm)
+}
+
+/// Applies the plan's steps; returns the conflicts met.
+fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
+    let backing = journal.backing();
+    let mut failed: BTreeSet<usize> = BTreeSet::new();
+    let mut conflicts = Vec::new();
+    let mut fail = |i: usize, what: &str, e: io::Error, failed: &mut BTreeSet<usize>| {
+        if failed.insert(i) {
+            conflicts.push(Conflict {
+                path: plan[i].path.clone(),
+                reason: format!("{what} failed: {e}"),
+            });
+        }
+    };
+    // Removals, deepest first: in byte order a directory sorts before its
+    // children, so reverse order visits children first.
+    for (i, p) in plan.iter().enumerate().rev() {
+        if p.steps.contains(&Step::Remove) {
+            if let Err(e) = remove(backing, p) {
+                fail(i, "remove", e, &mut failed);
+            }
+        }
+    }
+    for (i, p) in plan.iter().enumerate() {
+        if failed.contains(&i) {
+            continue;
+        }
+        let result = if p.steps.contains(&Step::Create) {
+            create(journal, p)
+        } else if p.steps.contains(&Step::Rewrite) {
+            rewrite(journal, p)
+        } else if p.steps.contains(&Step::Chmod) && !p.target_state.is_dir() {
+            match &p.target_state {
+                PreImage::File { perm, .. } | PreImage::Special { perm, .. } => {
+                    backing.chmod(&p.raw, *perm)
+                }
+                _ => Ok(()),
+            }
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            fail(i, "restore", e, &mut failed);
+        }
+    }
+    for (i, p) in plan.iter().enumerate().rev() {
+        if failed.contains(&i) {
+            continue;
+        }
+        if let PreImage::Dir { perm } = p.target_state {
+            if let Err(e) = backing.chmod(&p.raw, perm) {
+                fail(i, "chmod", e, &mut failed);
+            }
+        }
+    }
+    conflicts
+}
+
+/// Rewinds the project to the start of turn `to`.
+///
+/// With `dry_run`, returns the plan and writes nothing. Otherwise: opens a
+/// rewind turn, records the current state of every planned path in it,
+/// marks the restore as running in the index, executes the plan, marks it
+/// done and opens a new agent turn. The caller must hold the mount's
+/// quiesce guard (if mounted) and invalidate `report.touched` afterwards.
+///
+/// Errors: [`RewindError::UnknownTurn`] for a turn that does not exist,
+/// [`RewindError::Index`] when the index fails; in both cases nothing has
+/// been written to the project. Per-path failures are not errors: they are
+/// listed in `conflicts` and the other paths are restored.
+pub fn rewind(journal: &Journal, to: u64, dry_run: bool) -> Result<RewindReport, RewindError> {
+    let (plan, mut conflicts) = plan(journal, to)?;
+    if dry_run {
+        return Ok(RewindReport {
+            turn: None,
+            rewound_to: to,
+            dry_run,
+            restored: Vec::new(),
+            conflicts,
+            plan,
+            open_turn: journal.open_turn(),
+            touched: Vec::new(),
+        });
+    }
+    let rewind_turn = journal.next_turn(
+        TurnKind::Rewind,
+        Some(&format!("rewind to turn {to}")),
+        None,
+        Some(to),
+    )?;
+    journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
+    let (restored, exec_conflicts) = apply(journal, &plan);
+    conflicts.extend(exec_conflicts);
+    journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    let open_turn = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    Ok(RewindReport {
+        turn: Some(rewind_turn),
+        rewound_to: to,
+        dry_run,
+        restored,
+        conflicts,
+        touched: plan.iter().map(|p| p.raw.clone()).collect(),
+        plan,
+        open_turn,
+    })
+}
+
+/// Records pre-images in the open (rewind) turn, then executes.
+fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
+    let mut conflicts = Vec::new();
+    let mut runnable = Vec::with_capacity(plan.len());
+    for p in plan {
+        match journal.capture(&p.raw) {
+            Ok(()) => runnable.push(p.clone()),
+            Err(e) => conflicts.push(Conflict {
+                path: p.path.clone(),
+                reason: format!("not restored: its current state could not be recorded: {e}"),
+            }),
+        }
+    }
+    let exec = execute(journal, &runnable);
+    let failed: BTreeSet<&str> = exec.iter().map(|c| c.path.as_str()).collect();
+    let restored = runnable
+        .iter()
+        .filter(|p| !failed.contains(p.path.as_str()))
+        .map(|p| p.path.clone())
+        .collect();
+    conflicts.extend(exec);
+    (restored, conflicts)
+}
+
+/// Finishes a restore that a crash interrupted, if there is one: recomputes
+/// the plan from the records before the rewind turn (the rewind's own
+/// records keep the pre-rewind states, so nothing is lost), executes it and
+/// opens a new agent turn. Returns the report, or `None` when nothing was
+/// pending. The caller must hold the quiesce guard if mounted.
+pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
+    let Some((rewind_turn, to)) = journal.with_index(|ix| ix.unfinished_restore())? else {
+        return Ok(None);
+    };
+    let (plan, mut conflicts) = plan_until(journal, to, Some(rewind_turn))?;
+    let (restored, exec_conflicts) = apply(journal, &plan);
+    conflicts.extend(exec_conflicts);
+    journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    let open_turn = if journal.open_turn() == rewind_turn {
+        journal.next_turn(TurnKind::Agent, None, None, None)?
+    } else {
+        journal.open_turn()
+    };
+    Ok(Some(RewindReport {
+        turn: Some(rewind_turn),
+        rewound_to: to,
+        dry_run: false,
+        restored,
+        conflicts,
+        touched: plan.iter().map(|p| p.raw.clone()).collect(),
+        plan,
+        open_turn,
+    }))
+}
+
+/// A human description of one planned path, e.g. `remove dir build` or
+/// `rewrite file src/main.rs (0644)`.
+pub fn describe(p: &PathPlan) -> String {
+    let steps: Vec<&str> = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Remove => "remove",
+            Step::Create => "create",
+            Step::Rewrite => "rewrite",
+            Step::Chmod => "chmod",
+        })
+        .collect();
+    let detail = match &p.target_state {
+        PreImage::File { blob, size, perm } => {
+            format!(" -> file {size} bytes {:o} {}", perm, &hex(blob)[..12])
+        }
+        PreImage::Dir { perm } => format!(" -> dir {perm:o}"),
+        PreImage::Symlink { target } => format!(" -> symlink {}", paths::display(target)),
+        PreImage::Special { perm, .. } => format!(" -> {} {perm:o}", p.target),
+        PreImage::Absent => " -> absent".to_string(),
+    };
+    format!("{} {} ({}){}", steps.join("+"), p.path, p.current, detail)
+}

@@ -1,0 +1,319 @@
+//! The content-addressed blob store.
+//!
+//! A blob is a file's bytes, named by their BLAKE3 digest and stored at
+//! `blobs/<first 2 hex digits>/<remaining 62>`. Each blob is written to a
+//! temporary file in `blobs/tmp/` and renamed into place, so a blob file that
+//! exists under its name is complete (design §3). Identical content is stored
+//! once however many paths and turns refer to it.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::preimage::{hex, Hash};
+
+/// Content of at most this many bytes is hashed in memory before anything is
+/// written, so content already stored costs no write at all.
+const IN_MEMORY_LIMIT: u64 = 8 << 20;
+
+const CHUNK: usize = 1 << 20;
+
+/// Errors from the blob store. Each names the blob or file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// Reading the source or writing the store failed.
+    #[error("blob store {path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error (ENOSPC when the store's disk is full).
+        source: io::Error,
+    },
+    /// The blob is not in the store.
+    #[error("blob {0} is missing from the store")]
+    Missing(String),
+    /// The blob's bytes no longer hash to its name.
+    #[error("blob {hash} is corrupt: its content hashes to {actual}")]
+    Corrupt {
+        /// The blob's name.
+        hash: String,
+        /// What its bytes hash to now.
+        actual: String,
+    },
+}
+
+impl BlobError {
+    /// The errno a FUSE operation should fail with when capture hits this
+    /// error: `ENOSPC` for a full store, `EIO` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            BlobError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                libc::ENOSPC
+            }
+            BlobError::Io { source, .. } if source.raw_os_error() == Some(libc::EDQUOT) => {
+                libc::ENOSPC
+            }
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// The blob directory of one project's state dir.
+#[derive(Debug)]
+pub struct BlobStore {
+    dir: PathBuf,
+    sync: bool,
+    tmp_seq: AtomicU64,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BlobError + '_ {
+    move |source| BlobError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl BlobStore {
+    /// Opens (creating if needed) the blob store at `dir`. With `sync`, every
+    /// blob is fsynced before it is renamed into place and the directory
+    /// after, so blobs survive power loss (design §2.3).
+    pub fn open(dir: &Path, sync: bool) -> Result<BlobStore, BlobError> {
+        let tmp = dir.join("tmp");
+        fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        Ok(BlobStore {
+            dir: dir.to_path_buf(),
+            sync,
+            tmp_seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Where the blob named `hash` lives.
+    pub fn path_of(&self, hash: &Hash) -> PathBuf {
+        let h = hex(hash);
+        self.dir.join(&h[..2]).join(&h[2..])
+    }
+
+    /// True when the blob is present (its content is not checked).
+    pub fn contains(&self, hash: &Hash) -> bool {
+        self.path_of(hash).exists()
+    }
+
+    /// Stores everything `src` yields (`size_hint` bytes expected) and
+    /// returns the digest and the byte count.
+    ///
+    /// After `Ok` the blob is complete under its name (and on stable storage
+    /// when the store was opened with `sync`). After `Err` nothing is stored
+    /// under any name; a temporary file may remain in `tmp/` until the next
+    /// `open` of the state dir clears it.
+    pub fn put(&self, src: &mut dyn Read, size_hint: u64) -> Result<(Hash, u64), BlobError> {
+        if size_hint <= IN_MEMORY_LIMIT {
+            let mut data = Vec::with_capacity(size_hint as usize);
+            src.read_to_end(&mut data).map_err(|source| BlobError::Io {
+                path: PathBuf::from("<source file>"),
+                source,
+            })?;
+            let hash = *blake3::hash(&data).as_bytes();
+            if !self.contains(&hash) {
+                self.write_new(&hash, |f| f.write_all(&data))?;
+            }
+            return Ok((hash, data.len() as u64));
+        }
+        let tmp = self.tmp_path();
+        let result = (|| {
+            let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; CHUNK];
+            let mut total = 0u64;
+            loop {
+                let n = src.read(&mut buf).map_err(|source| BlobError::Io {
+                    path: PathBuf::from("<source file>"),
+                    source,
+                })?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                out.write_all(&buf[..n]).map_err(io_err(&tmp))?;
+                total += n as u64;
+            }
+            let hash = *hasher.finalize().as_bytes();
+            if self.sync {
+                out.sync_all().map_err(io_err(&tmp))?;
+            }
+            Ok((hash, total))
+        })();
+        match result {
+            Ok((hash, total)) => {
+                if self.contains(&hash) {
+                    let _ = fs::remove_file(&tmp);
+                } else {
+                    self.install(&tmp, &hash)?;
+                }
+                Ok((hash, total))
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    fn tmp_path(&self) -> PathBuf {
+        let n = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        self.dir
+            .join("tmp")
+            .join(format!("{}.{}", std::process::id(), n))
+    }
+
+    fn write_new(
+        &self,
+        hash: &Hash,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> Result<(), BlobError> {
+        let tmp = self.tmp_path();
+        let written = (|| {
+            let mut out = File::create(&tmp)?;
+            fill(&mut out)?;
+            if self.sync {
+                out.sync_all()?;
+            }
+            Ok(())
+        })();
+        if let Err(source) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(BlobError::Io { path: tmp, source });
+        }
+        self.install(&tmp, hash)
+    }
+
+    fn install(&self, tmp: &Path, hash: &Hash) -> Result<(), BlobError> {
+        let dest = self.path_of(hash);
+        let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
+        let done = fs::create_dir_all(&parent).and_then(|()| fs::rename(tmp, &dest));
+        if let Err(source) = done {
+            let _ = fs::remove_file(tmp);
+            return Err(BlobError::Io { path: dest, source });
+        }
+        if self.sync {
+            File::open(&parent)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(&parent))?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the blob exists and hashes to its name, reading it once.
+    ///
+    /// Errors: [`BlobError::Missing`], [`BlobError::Corrupt`], or I/O.
+    pub fn verify(&self, hash: &Hash) -> Result<u64, BlobError> {
+        let path = self.path_of(hash);
+        let mut f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(BlobError::Missing(hex(hash)))
+            }
+            Err(source) => return Err(BlobError::Io { path, source }),
+        };
+        let mut hasher = blake3::Hasher::new();
+        let n = io::copy(&mut f, &mut hasher).map_err(io_err(&path))?;
+        let actual = *hasher.finalize().as_bytes();
+        if &actual != hash {
+            return Err(BlobError::Corrupt {
+                hash: hex(hash),
+                actual: hex(&actual),
+            });
+        }
+        Ok(n)
+    }
+
+    /// Opens the blob for reading after checking its content against its
+    /// name, so a caller never copies wrong bytes into the project.
+    pub fn open_verified(&self, hash: &Hash) -> Result<File, BlobError> {
+        self.verify(hash)?;
+        let path = self.path_of(hash);
+        File::open(&path).map_err(io_err(&path))
+    }
+
+    /// Reads the whole blob after checking it.
+    pub fn read(&self, hash: &Hash) -> Result<Vec<u8>, BlobError> {
+        let path = self.path_of(hash);
+        let data = match fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(BlobError::Missing(hex(hash)))
+            }
+            Err(source) => return Err(BlobError::Io { path, source }),
+        };
+        let actual = *blake3::hash(&data).as_bytes();
+        if &actual != hash {
+            return Err(BlobError::Corrupt {
+                hash: hex(hash),
+                actual: hex(&actual),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Total bytes of all blob files (a walk of the blob directory).
+    pub fn disk_usage(&self) -> u64 {
+        let mut total = 0;
+        if let Ok(dirs) = fs::read_dir(&self.dir) {
+            for d in dirs.flatten() {
+                if let Ok(files) = fs::read_dir(d.path()) {
+                    for f in files.flatten() {
+                        total += f.metadata().map(|m| m.len()).unwrap_or(0);
+                    }
+                }
+            }
+        }
+        total
+    }
+
+    /// Removes leftover temporary files (from a crash during `put`).
+    pub fn clear_tmp(&self) {
+        if let Ok(entries) = fs::read_dir(self.dir.join("tmp")) {
+            for e in entries.flatten() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_dedups_and_verifies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BlobStore::open(dir.path(), false).expect("open");
+        let (h1, n1) = store.put(&mut &b"hello"[..], 5).expect("put");
+        let (h2, _) = store.put(&mut &b"hello"[..], 5).expect("put again");
+        assert_eq!(h1, h2);
+        assert_eq!(n1, 5);
+        assert_eq!(store.read(&h1).expect("read"), b"hello");
+        // Corrupt it: reads and verify must refuse.
+        fs::write(store.path_of(&h1), b"HELLO").expect("corrupt");
+        assert!(matches!(store.read(&h1), Err(BlobError::Corrupt { .. })));
+        assert!(matches!(store.verify(&h1), Err(BlobError::Corrupt { .. })));
+        let missing = [7u8; 32];
+        assert!(matches!(store.read(&missing), Err(BlobError::Missing(_))));
+    }
+
+    #[test]
+    fn large_put_streams() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BlobStore::open(dir.path(), true).expect("open");
+        let data: Vec<u8> = (0..(IN_MEMORY_LIMIT as usize + 12345))
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let (h, n) = store
+            .put(&mut &data[..], IN_MEMORY_LIMIT + 1)
+            .expect("put big");
+        assert_eq!(n as usize, data.len());
+        assert_eq!(h, *blake3::hash(&data).as_bytes());
+        assert_eq!(store.verify(&h).expect("verify"), n);
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).expect("tmp").count(), 0);
+    }
+}
