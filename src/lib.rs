@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 
 pub mod backing;
+pub mod control;
+pub mod daemon;
 pub mod journal;
 pub mod paths;
 pub mod preimage;

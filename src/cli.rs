@@ -1,0 +1,595 @@
+//! Argument parsing and output for the `opfs` binary.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use opfs::control::{self, FailureKind, Request, Response, StateLock, Status};
+use opfs::daemon::{self, DaemonOptions};
+use opfs::journal::Journal;
+use opfs::rewind::{self, RewindError};
+use opfs::state::{self, StateDir};
+use opfs::store::{Index, Turn};
+use opfs::{paths, store};
+
+/// Reversible workspaces for AI coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "opfs", version, about)]
+struct Cli {
+    /// Run as if started in PATH (a project, a mountpoint, or inside one).
+    #[arg(short = 'C', global = true, value_name = "PATH")]
+    dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve PROJECT at MOUNTPOINT, recording every change.
+    Mount {
+        /// The project directory.
+        project: PathBuf,
+        /// An empty directory outside the project.
+        mountpoint: PathBuf,
+        /// Stay in the foreground.
+        #[arg(short, long)]
+        foreground: bool,
+        /// fsync every record and blob (survives power loss; slower).
+        #[arg(long)]
+        sync: bool,
+        /// FUSE worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Stop serving MOUNTPOINT, flushing everything.
+    Umount {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+    },
+    /// Show mount state, open turn and store size.
+    Status,
+    /// Close the open turn and open the next; prints its number.
+    Turn {
+        /// A label for the new turn (e.g. the user's message).
+        #[arg(long)]
+        label: Option<String>,
+        /// An external id for the new turn (e.g. the agent's message id).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Without N: list rewind points. With N: restore the start of turn N.
+    Rewind {
+        /// The turn whose start to restore.
+        turn: Option<String>,
+        /// Select the turn by its external id instead.
+        #[arg(long, conflicts_with = "turn")]
+        id: Option<String>,
+        /// List every rewind point, not just the newest 10.
+        #[arg(long)]
+        all: bool,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Restore paths even where they conflict.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// An error with its exit code: 1 failure, 2 bad usage.
+struct Fail {
+    code: i32,
+    message: String,
+}
+
+fn failure(message: impl Into<String>) -> Fail {
+    Fail {
+        code: 1,
+        message: message.into(),
+    }
+}
+
+fn usage(message: impl Into<String>) -> Fail {
+    Fail {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 2,
+            };
+        }
+    };
+    let daemon = matches!(cli.command, Cmd::Mount { foreground: true, .. });
+    let level = match (cli.verbose, daemon) {
+        (0, false) => log::LevelFilter::Warn,
+        (0, true) | (1, _) => log::LevelFilter::Info,
+        (2, _) => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    env_logger::Builder::new()
+        .filter_level(level)
+        .format_timestamp_millis()
+        .init();
+    let mut out = std::io::stdout().lock();
+    match run(&cli, &mut out) {
+        Ok(code) => code,
+        Err(f) => {
+            let _ = out.flush();
+            eprintln!("opfs: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+    let home = state::opfs_home();
+    match &cli.command {
+        Cmd::Mount {
+            project,
+            mountpoint,
+            foreground,
+            sync,
+            threads,
+        } => mount(&home, project, mountpoint, *foreground, *sync, *threads, cli, out),
+        Cmd::Umount { mountpoint } => {
+            let mp = state::absolute(mountpoint);
+            let st = state::resolve(&home, &mp)
+                .ok_or_else(|| failure(format!("{} is not an opfs mountpoint", mp.display())))?;
+            daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
+            Ok(0)
+        }
+        Cmd::Status => {
+            let st = project_state(&home, cli)?;
+            let status = match ask(&st, &Request::Status)? {
+                Some(Response::Status(s)) => s,
+                Some(other) => return Err(unexpected(other)),
+                None => {
+                    let j = open_direct(&st)?;
+                    control::status_of(&j.0, None, None)
+                }
+            };
+            print_status(cli, &status, out);
+            Ok(0)
+        }
+        Cmd::Turn { label, id } => {
+            let st = project_state(&home, cli)?;
+            let req = Request::Turn {
+                label: label.clone(),
+                id: id.clone(),
+            };
+            let turn = match ask(&st, &req)? {
+                Some(Response::Turn { turn }) => turn,
+                Some(Response::Error { kind, message }) => return Err(from_kind(kind, message)),
+                Some(other) => return Err(unexpected(other)),
+                None => {
+                    let (j, _lock) = open_direct(&st)?;
+                    j.next_turn(store::TurnKind::Agent, label.as_deref(), id.as_deref(), None)
+                        .map_err(|e| failure(e.to_string()))?
+                }
+            };
+            if cli.json {
+                let _ = writeln!(out, "{}", serde_json::json!({ "turn": turn }));
+            } else {
+                let _ = writeln!(out, "{turn}");
+            }
+            Ok(0)
+        }
+        Cmd::Rewind {
+            turn,
+            id,
+            all,
+            dry_run,
+            force: _,
+        } => {
+            let st = project_state(&home, cli)?;
+            let target = match (turn, id) {
+                (Some(t), _) => Some(parse_turn(t)?),
+                (None, Some(id)) => {
+                    let ix = open_index(&st)?;
+                    let t = ix
+                        .turn_by_external_id(id)
+                        .map_err(|e| failure(e.to_string()))?
+                        .ok_or_else(|| usage(format!("no turn has the id {id:?}")))?;
+                    Some(t.number)
+                }
+                (None, None) => None,
+            };
+            match target {
+                None => list_rewind_points(&st, *all, cli, out),
+                Some(n) => do_rewind(&st, n, *dry_run, cli, out),
+            }
+        }
+    }
+}
+
+fn parse_turn(text: &str) -> Result<u64, Fail> {
+    match text.parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n as u64),
+        Ok(n) => Err(usage(format!(
+            "turn {n} does not exist: turn numbers start at 1"
+        ))),
+        Err(_) => Err(usage(format!("{text:?} is not a turn number"))),
+    }
+}
+
+fn from_kind(kind: FailureKind, message: String) -> Fail {
+    match kind {
+        FailureKind::Usage => usage(message),
+        FailureKind::Failure => failure(message),
+    }
+}
+
+fn unexpected(r: Response) -> Fail {
+    match r {
+        Response::Error { kind, message } => from_kind(kind, message),
+        other => failure(format!("unexpected answer from the daemon: {other:?}")),
+    }
+}
+
+fn project_state(home: &Path, cli: &Cli) -> Result<StateDir, Fail> {
+    let dir = cli
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
+    if !dir.exists() && !is_enotconn(&dir) {
+        return Err(failure(format!("-C {}: no such directory", dir.display())));
+    }
+    state::resolve(home, &dir).ok_or_else(|| {
+        failure(format!(
+            "{} is not an opfs project or mountpoint (no state for it in {})",
+            state::absolute(&dir).display(),
+            home.display()
+        ))
+    })
+}
+
+fn is_enotconn(p: &Path) -> bool {
+    matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// Asks the running daemon; `None` when no daemon runs for this project.
+fn ask(st: &StateDir, req: &Request) -> Result<Option<Response>, Fail> {
+    match control::request(&st.socket_path(), req) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) => {
+            if StateLock::is_held(st) {
+                Err(failure(format!(
+                    "the daemon for {} does not answer on {}: {e}",
+                    st.project.display(),
+                    st.socket_path().display()
+                )))
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn open_direct(st: &StateDir) -> Result<(Journal, StateLock), Fail> {
+    let lock = StateLock::try_acquire(st)
+        .map_err(|e| failure(format!("cannot lock {}: {e}", st.lock_path().display())))?
+        .ok_or_else(|| {
+            failure(format!(
+                "{} is busy: a daemon holds its lock",
+                st.dir.display()
+            ))
+        })?;
+    let j = Journal::open(st, false).map_err(|e| failure(e.to_string()))?;
+    Ok((j, lock))
+}
+
+fn open_index(st: &StateDir) -> Result<Index, Fail> {
+    Index::open(&st.index_path(), false).map_err(|e| failure(e.to_string()))
+}
+
+fn rfc3339(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn turn_json(t: &Turn, paths_changed: &[Vec<u8>]) -> serde_json::Value {
+    serde_json::json!({
+        "turn": t.number,
+        "kind": t.kind.as_str(),
+        "label": t.label,
+        "external_id": t.external_id,
+        "started_at": rfc3339(t.started_at),
+        "ended_at": t.ended_at.map(rfc3339),
+        "rewound_to": t.rewound_to,
+        "paths": paths_changed.iter().map(|p| paths::display(p)).collect::<Vec<_>>(),
+    })
+}
+
+fn list_rewind_points(st: &StateDir, all: bool, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+    let ix = open_index(st)?;
+    let turns = ix
+        .turns(if all { None } else { Some(10) })
+        .map_err(|e| failure(e.to_string()))?;
+    let mut rows = Vec::new();
+    for t in turns {
+        let p = ix
+            .paths_of_turn(t.number)
+            .map_err(|e| failure(e.to_string()))?;
+        rows.push((t, p));
+    }
+    if cli.json {
+        let v: Vec<_> = rows.iter().map(|(t, p)| turn_json(t, p)).collect();
+        let _ = writeln!(out, "{}", serde_json::Value::Array(v));
+    } else {
+        let _ = writeln!(out, "{:>5}  {:<6}  {:<20}  {:>5}  LABEL", "TURN", "KIND", "STARTED", "PATHS");
+        for (t, p) in &rows {
+            let open = if t.ended_at.is_none() { " (open)" } else { "" };
+            let _ = writeln!(
+                out,
+                "{:>5}  {:<6}  {:<20}  {:>5}  {}{}",
+                t.number,
+                t.kind.as_str(),
+                rfc3339(t.started_at),
+                p.len(),
+                t.label.as_deref().unwrap_or(""),
+                open
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn do_rewind(st: &StateDir, n: u64, dry_run: bool, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+    let req = Request::Rewind { to: n, dry_run };
+    let value = match ask(st, &req)? {
+        Some(Response::Rewind(v)) => v,
+        Some(other) => return Err(unexpected(other)),
+        None => {
+            let (j, _lock) = open_direct(st)?;
+            let report = rewind::rewind(&j, n, dry_run).map_err(|e| match e {
+                RewindError::UnknownTurn { .. } => usage(e.to_string()),
+                other => failure(other.to_string()),
+            })?;
+            serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?
+        }
+    };
+    let report = serde_json_to_report(&value)?;
+    if cli.json {
+        let _ = writeln!(out, "{value}");
+    } else {
+        print_rewind(&report, out);
+    }
+    Ok(if report.conflicts.is_empty() { 0 } else { 3 })
+}
+
+/// The parts of a rewind report the human output needs.
+struct ReportView {
+    turn: Option<u64>,
+    rewound_to: u64,
+    dry_run: bool,
+    restored: Vec<String>,
+    conflicts: Vec<(String, String)>,
+    plan: Vec<String>,
+    open_turn: u64,
+}
+
+fn serde_json_to_report(v: &serde_json::Value) -> Result<ReportView, Fail> {
+    let strs = |key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default()
+    };
+    let conflicts = v["conflicts"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap_or("").to_string(),
+                        c["reason"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let plan = v["plan"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    let steps: Vec<&str> = p["steps"]
+                        .as_array()
+                        .map(|s| s.iter().filter_map(|x| x.as_str()).collect())
+                        .unwrap_or_default();
+                    format!(
+                        "{} {} ({} -> {})",
+                        steps.join("+"),
+                        p["path"].as_str().unwrap_or(""),
+                        p["current"].as_str().unwrap_or(""),
+                        p["target"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ReportView {
+        turn: v["turn"].as_u64(),
+        rewound_to: v["rewound_to"]
+            .as_u64()
+            .ok_or_else(|| failure("malformed rewind report"))?,
+        dry_run: v["dry_run"].as_bool().unwrap_or(false),
+        restored: strs("restored"),
+        conflicts,
+        plan,
+        open_turn: v["open_turn"].as_u64().unwrap_or(0),
+    })
+}
+
+fn print_rewind(r: &ReportView, out: &mut dyn Write) {
+    if r.dry_run {
+        let _ = writeln!(
+            out,
+            "dry run: rewinding to the start of turn {} would change {} paths:",
+            r.rewound_to,
+            r.plan.len()
+        );
+        for line in &r.plan {
+            let _ = writeln!(out, "  {line}");
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "rewound to the start of turn {} (recorded as turn {}); {} paths restored; turn {} is open",
+            r.rewound_to,
+            r.turn.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+            r.restored.len(),
+            r.open_turn
+        );
+    }
+    for (path, reason) in &r.conflicts {
+        eprintln!("opfs: not restored: {path}: {reason}");
+    }
+}
+
+fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
+    if cli.json {
+        let _ = writeln!(out, "{}", serde_json::to_string(s).unwrap_or_default());
+        return;
+    }
+    let _ = writeln!(out, "project:    {}", s.project.display());
+    match &s.mountpoint {
+        Some(m) => {
+            let _ = writeln!(
+                out,
+                "mounted:    {} (daemon pid {})",
+                m.display(),
+                s.pid.unwrap_or(0)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "mounted:    no");
+        }
+    }
+    let _ = writeln!(out, "open turn:  {}", s.turn);
+    let _ = writeln!(
+        out,
+        "store:      {} bytes in blobs, {} pre-image records ({})",
+        s.store_bytes,
+        s.records,
+        s.state_dir.display()
+    );
+    if let Some(r) = &s.recovered {
+        let _ = writeln!(out, "recovered:  {r}");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mount(
+    home: &Path,
+    project: &Path,
+    mountpoint: &Path,
+    foreground: bool,
+    sync: bool,
+    threads: usize,
+    cli: &Cli,
+    out: &mut dyn Write,
+) -> Result<i32, Fail> {
+    let plan = daemon::check(home, project, mountpoint).map_err(|e| failure(e.to_string()))?;
+    let opts = DaemonOptions { sync, threads };
+    if foreground {
+        daemon::run(home, &plan, &opts, || {}).map_err(|e| failure(e.to_string()))?;
+        return Ok(0);
+    }
+    plan.state
+        .create()
+        .map_err(|e| failure(format!("cannot create {}: {e}", plan.state.dir.display())))?;
+    let log_path = plan.state.log_path();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| failure(format!("cannot open {}: {e}", log_path.display())))?;
+    let log_len = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let exe = std::env::current_exe().map_err(|e| failure(format!("cannot find opfs itself: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg("-f")
+        .arg(&plan.state.project)
+        .arg(&plan.mountpoint)
+        .arg("--threads")
+        .arg(threads.to_string())
+        .env("OPFS_HOME", state::absolute(home))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if sync {
+        cmd.arg("--sync");
+    }
+    for _ in 0..cli.verbose {
+        cmd.arg("-v");
+    }
+    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failure(format!("cannot start the daemon: {e}")))?;
+    let mut exited = None;
+    let ready = control::wait_for(Duration::from_secs(30), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            exited = Some(status);
+            return true;
+        }
+        control::is_mount_point(&plan.mountpoint)
+            && matches!(
+                control::request(&plan.state.socket_path(), &Request::Status),
+                Ok(Response::Status(_))
+            )
+    });
+    if let Some(status) = exited {
+        let text = std::fs::read(&log_path).unwrap_or_default();
+        let tail = String::from_utf8_lossy(&text[(log_len as usize).min(text.len())..]).to_string();
+        return Err(failure(format!(
+            "the daemon exited ({status}) before the mount was ready:\n{}",
+            tail.trim_end()
+        )));
+    }
+    if !ready {
+        let _ = child.kill();
+        return Err(failure(format!(
+            "the mount at {} did not become ready within 30 s (log: {})",
+            plan.mountpoint.display(),
+            log_path.display()
+        )));
+    }
+    if cli.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "project": plan.state.project,
+                "mountpoint": plan.mountpoint,
+                "pid": child.id(),
+                "state_dir": plan.state.dir,
+            })
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,354 @@
+//! `opfs mount`: argument checks, the daemon's life, and stopping it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::control::{self, MountOps, Request, Response, StateLock};
+use crate::journal::{Journal, OpenError};
+use crate::rewind;
+use crate::state::{self, StateDir};
+
+/// Why a mount was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The project directory does not exist.
+    #[error("project {0} does not exist")]
+    ProjectMissing(PathBuf),
+    /// The project path is not a directory.
+    #[error("project {0} is not a directory")]
+    ProjectNotDir(PathBuf),
+    /// The mountpoint does not exist.
+    #[error("mountpoint {0} does not exist (create an empty directory first)")]
+    MountpointMissing(PathBuf),
+    /// The mountpoint is not a directory.
+    #[error("mountpoint {0} is not a directory")]
+    MountpointNotDir(PathBuf),
+    /// The mountpoint lies inside the project (or is the project).
+    #[error("mountpoint {mountpoint} is inside the project {project}; choose a directory outside it")]
+    MountpointInsideProject {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// The project lies inside the mountpoint: mounting would hide it.
+    #[error("project {project} is inside the mountpoint {mountpoint}")]
+    ProjectInsideMountpoint {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// Something is already mounted at the mountpoint.
+    #[error("mountpoint {0} is busy: something is already mounted there")]
+    MountpointBusy(PathBuf),
+    /// A daemon already serves this project.
+    #[error("project {project} is already mounted{}", at.as_ref().map(|m| format!(" at {}", m.display())).unwrap_or_default())]
+    AlreadyMounted {
+        /// The project.
+        project: PathBuf,
+        /// Where, if known.
+        at: Option<PathBuf>,
+    },
+    /// The state dir would be inside the project (zero intrusion, design §2.7).
+    #[error("state dir {state} is inside the project {project}; set OPFS_HOME to a directory outside it")]
+    StateInsideProject {
+        /// The state dir.
+        state: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// Opening the journal failed.
+    #[error(transparent)]
+    Journal(#[from] OpenError),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        what: String,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+/// The checked arguments of a mount.
+#[derive(Debug, Clone)]
+pub struct MountPlan {
+    /// The project's state dir (its `project` field is canonical).
+    pub state: StateDir,
+    /// The canonical mountpoint.
+    pub mountpoint: PathBuf,
+}
+
+fn canonical_dir(
+    path: &Path,
+    missing: fn(PathBuf) -> MountError,
+    not_dir: fn(PathBuf) -> MountError,
+) -> Result<PathBuf, MountError> {
+    let c = std::fs::canonicalize(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            missing(path.to_path_buf())
+        } else {
+            MountError::Io {
+                what: format!("cannot resolve {}", path.display()),
+                source: e,
+            }
+        }
+    })?;
+    if !c.is_dir() {
+        return Err(not_dir(path.to_path_buf()));
+    }
+    Ok(c)
+}
+
+/// Checks a mount request: both paths exist and are directories, neither
+/// contains the other, nothing is mounted at the mountpoint, the project is
+/// not already served, and the state dir is outside the project.
+///
+/// A stale opfs mount left by a killed daemon (the mountpoint answers
+/// `ENOTCONN`) is cleaned up with `fusermount3 -uz` instead of refused.
+pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan, MountError> {
+    let project = canonical_dir(project, MountError::ProjectMissing, MountError::ProjectNotDir)?;
+    if let Err(e) = std::fs::metadata(mountpoint) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            let abs = state::absolute(mountpoint);
+            log::warn!("cleaning up a stale mount at {}", abs.display());
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&abs)
+                .status();
+        }
+    }
+    let mountpoint = canonical_dir(
+        mountpoint,
+        MountError::MountpointMissing,
+        MountError::MountpointNotDir,
+    )?;
+    if mountpoint.starts_with(&project) {
+        return Err(MountError::MountpointInsideProject {
+            mountpoint,
+            project,
+        });
+    }
+    if project.starts_with(&mountpoint) {
+        return Err(MountError::ProjectInsideMountpoint {
+            mountpoint,
+            project,
+        });
+    }
+    if control::is_mount_point(&mountpoint) {
+        return Err(MountError::MountpointBusy(mountpoint));
+    }
+    let home_abs = state::absolute(home);
+    if home_abs.starts_with(&project) {
+        return Err(MountError::StateInsideProject {
+            state: home_abs,
+            project,
+        });
+    }
+    let state = StateDir::for_project(&home_abs, &project);
+    if StateLock::is_held(&state) {
+        return Err(MountError::AlreadyMounted {
+            at: control::recorded_mountpoint(&state),
+            project,
+        });
+    }
+    Ok(MountPlan { state, mountpoint })
+}
+
+struct FsMount(opfs_fs::Controller);
+
+impl MountOps for FsMount {
+    fn quiesce(&self) -> Box<dyn std::any::Any> {
+        Box::new(self.0.quiesce())
+    }
+
+    fn invalidate(&self, paths: &[Vec<u8>]) {
+        self.0.invalidate(paths)
+    }
+
+    fn unmount(&self) -> io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+/// Options of the daemon.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// fsync blobs and use `synchronous=FULL` (power-loss safe).
+    pub sync: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            sync: false,
+            threads: 2,
+        }
+    }
+}
+
+/// Runs the daemon in this process until the mount is unmounted (by
+/// `opfs umount`, `fusermount3 -u`, SIGTERM or SIGINT).
+///
+/// `ready` is called once the mount is visible and the control socket
+/// answers. Before mounting, an interrupted rewind is finished (and logged).
+pub fn run(
+    home: &Path,
+    plan: &MountPlan,
+    opts: &DaemonOptions,
+    ready: impl FnOnce(),
+) -> Result<(), MountError> {
+    let state = &plan.state;
+    state.create().map_err(|source| MountError::Io {
+        what: format!("cannot create state dir {}", state.dir.display()),
+        source,
+    })?;
+    let lock = StateLock::try_acquire(state).map_err(|source| MountError::Io {
+        what: format!("cannot lock {}", state.lock_path().display()),
+        source,
+    })?;
+    let Some(_lock) = lock else {
+        return Err(MountError::AlreadyMounted {
+            project: state.project.clone(),
+            at: control::recorded_mountpoint(state),
+        });
+    };
+    let journal = Arc::new(Journal::open(state, opts.sync)?);
+    let recovered = match rewind::resume(&journal) {
+        Ok(Some(r)) => {
+            let msg = format!(
+                "finished an interrupted rewind to turn {} (recorded as turn {}): {} paths restored, {} left unrestored",
+                r.rewound_to,
+                r.turn.unwrap_or(0),
+                r.restored.len(),
+                r.conflicts.len()
+            );
+            log::warn!("{msg}");
+            Some(msg)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            log::error!("cannot finish an interrupted rewind: {e}");
+            Some(format!("an interrupted rewind could not be finished: {e}"))
+        }
+    };
+    let fs_opts = opfs_fs::Options {
+        threads: opts.threads,
+        allow_other: unsafe_is_root(),
+        fsname: format!("opfs:{}", plan.state.project.display()),
+        ..Default::default()
+    };
+    let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
+    let mount = opfs_fs::mount(&state.project, &plan.mountpoint, hook, &fs_opts).map_err(
+        |source| MountError::Io {
+            what: format!(
+                "cannot mount {} at {}",
+                state.project.display(),
+                plan.mountpoint.display()
+            ),
+            source,
+        },
+    )?;
+    let ops: Arc<dyn MountOps> = Arc::new(FsMount(mount.controller()));
+    control::register_mount(home, state, &plan.mountpoint).map_err(|source| MountError::Io {
+        what: format!("cannot register the mount in {}", home.display()),
+        source,
+    })?;
+    let listener = control::bind(&state.socket_path()).map_err(|source| MountError::Io {
+        what: format!("cannot bind {}", state.socket_path().display()),
+        source,
+    })?;
+    {
+        let journal = journal.clone();
+        let ops = ops.clone();
+        let mp = plan.mountpoint.clone();
+        std::thread::spawn(move || control::serve(listener, journal, ops, mp, recovered));
+    }
+    {
+        let ops = ops.clone();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGHUP,
+        ])
+        .map_err(|source| MountError::Io {
+            what: "cannot install signal handlers".into(),
+            source,
+        })?;
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                log::info!("signal {sig}: unmounting");
+                if let Err(e) = ops.unmount() {
+                    log::error!("unmount on signal failed: {e}");
+                }
+            }
+        });
+    }
+    ready();
+    log::info!(
+        "serving {} at {} (turn {})",
+        state.project.display(),
+        plan.mountpoint.display(),
+        journal.open_turn()
+    );
+    let result = mount.run();
+    control::unregister_mount(home, state, &plan.mountpoint);
+    log::info!("unmounted {}", plan.mountpoint.display());
+    result.map_err(|source| MountError::Io {
+        what: format!("serving {} failed", plan.mountpoint.display()),
+        source,
+    })
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Stops the daemon serving `state`'s project: asks it to unmount and waits
+/// (up to `limit`) until it has released the state lock.
+///
+/// Errors name the mountpoint: the daemon refused (busy mountpoint), or it
+/// did not stop in time. A daemon that died and left a stale mount is
+/// cleaned up with `fusermount3 -uz`.
+pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), String> {
+    match control::request(&state.socket_path(), &Request::Unmount) {
+        Ok(Response::Unmounting) => {}
+        Ok(Response::Error { message, .. }) => return Err(message),
+        Ok(other) => return Err(format!("unexpected answer from the daemon: {other:?}")),
+        Err(e) => {
+            if StateLock::is_held(state) {
+                return Err(format!(
+                    "the daemon serving {} does not answer on {}: {e}",
+                    mountpoint.display(),
+                    state.socket_path().display()
+                ));
+            }
+            // No daemon: clean up whatever mount is left.
+            if control::is_mount_point(mountpoint) {
+                let st = std::process::Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(mountpoint)
+                    .status();
+                if !matches!(st, Ok(s) if s.success()) {
+                    return Err(format!("cannot unmount stale mount {}", mountpoint.display()));
+                }
+            }
+            return Ok(());
+        }
+    }
+    if control::wait_for(limit, || !StateLock::is_held(state)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the daemon serving {} did not stop within {} s",
+            mountpoint.display(),
+            limit.as_secs()
+        ))
+    }
+}
