@@ -474,3 +474,37 @@ fn quiesce_holds_mutations_until_released() {
     writer.join().unwrap().unwrap();
     assert_eq!(fs::read(fx.b("f")).unwrap(), b"after");
 }
+
+#[test]
+fn entries_are_created_as_the_calling_user() {
+    use std::os::unix::process::CommandExt;
+    let fx = Fixture::with(Options {
+        allow_other: true,
+        ..Options::default()
+    });
+    // tempdir() makes its directory 0700; let the other user reach the mount.
+    fs::set_permissions(&fx.root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(fx.m("shared")).unwrap();
+    fs::set_permissions(fx.m("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+    let script = "umask 022 && echo x > shared/file && mkdir shared/dir && ln -s file shared/sym \
+                  && mkfifo shared/fifo";
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(&fx.mnt)
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    for name in ["file", "dir", "sym", "fifo"] {
+        let meta = fs::symlink_metadata(fx.b("shared").join(name)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name}");
+    }
+    assert_eq!(fs::metadata(fx.b("shared/file")).unwrap().mode() & 0o777, 0o644);
+    assert_eq!(fs::metadata(fx.b("shared/dir")).unwrap().mode() & 0o777, 0o755);
+    // The daemon went back to root: its own creations are root's again.
+    fs::write(fx.m("shared/root-file"), b"r").unwrap();
+    let meta = fs::metadata(fx.b("shared/root-file")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+}
