@@ -1,20 +1,330 @@
 //! opfs-fs: a passthrough FUSE filesystem over a directory fd that calls a
 //! [`MutationHook`] before every mutation. It knows nothing about turns,
 //! SQLite or blobs.
+//!
+//! [`mount`] serves a backing directory at a mountpoint; the returned
+//! [`Mount`] runs the session ([`Mount::run`]) and hands out a
+//! [`Controller`] that the core uses to quiesce mutations, invalidate the
+//! kernel's caches after changing the backing directory itself, and unmount.
 #![deny(missing_docs)]
 
+mod creds;
+mod errno;
+mod handle;
 mod hook;
+mod inode;
+mod passthrough;
+mod quiesce;
+mod sys;
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 
 pub use hook::{Errno, Mutation, MutationHook, NoHook};
+pub use quiesce::QuiesceGuard;
 
-// The public surface the core relies on (implemented in the modules below):
-//
-// pub struct Options { threads, attr_ttl, entry_ttl, allow_other, fsname }
-// pub fn mount(backing: &Path, mountpoint: &Path, hook: Arc<dyn MutationHook>, opts: &Options)
-//     -> io::Result<Mount>
-// impl Mount { fn controller(&self) -> Controller; fn run(self) -> io::Result<()>; }
-// impl Controller (Clone + Send + Sync) {
-//     fn quiesce(&self) -> QuiesceGuard;            // blocks new mutations, waits for in-flight ones
-//     fn invalidate(&self, paths: &[Vec<u8>]);      // drop kernel caches for these paths (call without the guard)
-//     fn unmount(&self) -> io::Result<()>;
-// }
+use inode::ROOT;
+use passthrough::{Passthrough, Shared};
+
+/// How long [`Controller::invalidate`] waits for the kernel to take its
+/// notifications before giving up on waiting (the notifications still go
+/// out once the kernel is ready).
+const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Mount settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Threads serving FUSE requests (default 2; 0 is treated as 1).
+    pub threads: usize,
+    /// How long the kernel may cache attributes (default 1 s).
+    pub attr_ttl: Duration,
+    /// How long the kernel may cache name → inode lookups (default 1 s).
+    pub entry_ttl: Duration,
+    /// Let users other than the mounting one use the mount (`allow_other`;
+    /// needs root or `user_allow_other` in `/etc/fuse.conf`).
+    pub allow_other: bool,
+    /// The source name shown in the mount table.
+    pub fsname: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 2,
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            allow_other: false,
+            fsname: "opfs".to_string(),
+        }
+    }
+}
+
+/// A mounted filesystem that is not yet (or no longer) served.
+///
+/// Dropping it without calling [`Mount::run`] unmounts.
+pub struct Mount {
+    session: Session<Passthrough>,
+    controller: Controller,
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount")
+            .field("mountpoint", &self.controller.inner.mountpoint)
+            .finish()
+    }
+}
+
+impl Mount {
+    /// A handle for quiescing, invalidating and unmounting; it can be cloned
+    /// and sent to other threads, and stays valid after `run` returns.
+    pub fn controller(&self) -> Controller {
+        self.controller.clone()
+    }
+
+    /// Serves requests until the filesystem is unmounted (by
+    /// [`Controller::unmount`], `umount`, or `fusermount3 -u`).
+    ///
+    /// Returns `Err` if a worker thread failed to start or the FUSE device
+    /// reported an error other than the unmount.
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}
+
+/// Serves `backing` at `mountpoint`, calling `hook` before every mutation.
+///
+/// The mount is established (kernel handshake done) when this returns `Ok`;
+/// requests are answered once [`Mount::run`] is called. Raises the soft
+/// `RLIMIT_NOFILE` to the hard limit, since every cached inode holds an fd.
+///
+/// # Errors
+///
+/// Fails if `backing` is not a directory that can be opened, if `/dev/fuse`
+/// is missing, or if the mount itself fails (not permitted, bad mountpoint).
+/// Nothing is mounted after an `Err`.
+pub fn mount(
+    backing: &Path,
+    mountpoint: &Path,
+    hook: Arc<dyn MutationHook>,
+    opts: &Options,
+) -> io::Result<Mount> {
+    if let Err(err) = sys::raise_nofile_limit() {
+        log::warn!("cannot raise RLIMIT_NOFILE: {err}");
+    }
+    let backing_c = CString::new(backing.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
+    let root_fd = sys::open_dir(&backing_c)?;
+    let st = sys::fstat(root_fd.as_fd())?;
+    let shared = Arc::new(Shared {
+        inodes: inode::Inodes::new(root_fd, (st.st_dev, st.st_ino)),
+        handles: handle::Handles::default(),
+        gate: Arc::default(),
+        hook,
+        attr_ttl: opts.attr_ttl,
+        entry_ttl: opts.entry_ttl,
+    });
+    let fs = Passthrough {
+        shared: Arc::clone(&shared),
+    };
+
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("opfs".to_string()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+
+    let mut session = Session::new(fs, mountpoint, &config)?;
+    let invalidations = spawn_invalidator(session.notifier())?;
+    let controller = Controller {
+        inner: Arc::new(ControlInner {
+            shared,
+            invalidations: Mutex::new(invalidations),
+            unmounter: Mutex::new(Some(session.unmount_callable())),
+            mountpoint: mountpoint
+                .canonicalize()
+                .unwrap_or_else(|_| mountpoint.to_path_buf()),
+        }),
+    };
+    Ok(Mount {
+        session,
+        controller,
+    })
+}
+
+/// One kernel cache invalidation.
+enum Inval {
+    Entry(u64, Vec<u8>),
+    Inode(u64),
+}
+
+struct InvalJob {
+    ops: Vec<Inval>,
+    done: mpsc::Sender<()>,
+}
+
+/// Notifications go out from their own thread: writing one can block while
+/// the kernel holds a lock that an in-flight request also needs, and the
+/// caller must never wait for that forever.
+fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
+    let (tx, rx) = mpsc::channel::<InvalJob>();
+    std::thread::Builder::new()
+        .name("opfs-inval".to_string())
+        .spawn(move || {
+            for job in rx {
+                for op in &job.ops {
+                    let res = match op {
+                        Inval::Entry(parent, name) => {
+                            notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
+                        }
+                        Inval::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                    };
+                    if let Err(err) = res {
+                        log::debug!("invalidation failed: {err}");
+                    }
+                }
+                let _ = job.done.send(());
+            }
+        })?;
+    Ok(tx)
+}
+
+struct ControlInner {
+    shared: Arc<Shared>,
+    invalidations: Mutex<mpsc::Sender<InvalJob>>,
+    unmounter: Mutex<Option<SessionUnmounter>>,
+    mountpoint: PathBuf,
+}
+
+/// Controls a running mount from other threads. Cheap to clone.
+#[derive(Clone)]
+pub struct Controller {
+    inner: Arc<ControlInner>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("mountpoint", &self.inner.mountpoint)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// Stops mutations: returns once no mutating callback is between its
+    /// [`MutationHook::before`] call and the end of its backing mutation,
+    /// and keeps new ones waiting until the guard is dropped. Read-only
+    /// operations continue. Blocks while another guard is alive.
+    pub fn quiesce(&self) -> QuiesceGuard {
+        self.inner.shared.gate.write()
+    }
+
+    /// Makes changes made directly in the backing directory at `paths`
+    /// (relative, as in [`Mutation`]; `""` is the root) visible through the
+    /// mount: drops the kernel's cached name, attributes and pages for each
+    /// path and its parent directory, and forgets the layer's own mapping of
+    /// a name whose backing inode changed, so the next lookup re-reads it.
+    ///
+    /// Costs O(depth) per path. Must be called without holding a
+    /// [`QuiesceGuard`]. Waits at most a few seconds for the kernel; paths
+    /// the kernel never cached are skipped silently.
+    pub fn invalidate(&self, paths: &[Vec<u8>]) {
+        let inodes = &self.inner.shared.inodes;
+        let mut ops = Vec::new();
+        for path in paths {
+            let parts: Vec<&[u8]> = path
+                .split(|&b| b == b'/')
+                .filter(|p| !p.is_empty())
+                .collect();
+            let Some((name, dirs)) = parts.split_last() else {
+                ops.push(Inval::Inode(ROOT));
+                continue;
+            };
+            let mut parent = Some(ROOT);
+            for dir in dirs {
+                parent = parent.and_then(|p| inodes.child(p, dir));
+            }
+            // A directory the kernel never looked up has no cached children.
+            let Some(parent) = parent else { continue };
+            let cached = inodes.child(parent, name);
+            if let Some(ino) = cached {
+                let now = inodes.get(parent).and_then(|dir| {
+                    let cname = sys::cname(name).ok()?;
+                    sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten()
+                });
+                if now.map(|st| (st.st_dev, st.st_ino)) != inodes.key(ino) {
+                    inodes.unlink_if(parent, name, ino);
+                }
+            }
+            ops.push(Inval::Entry(parent, name.to_vec()));
+            if let Some(ino) = cached {
+                ops.push(Inval::Inode(ino));
+            }
+            ops.push(Inval::Inode(parent));
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        let sent = self
+            .inner
+            .invalidations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(InvalJob { ops, done: done_tx });
+        if sent.is_err() {
+            log::warn!("invalidation thread is gone");
+            return;
+        }
+        if done_rx.recv_timeout(INVALIDATE_TIMEOUT).is_err() {
+            log::warn!("kernel did not take invalidations within {INVALIDATE_TIMEOUT:?}");
+        }
+    }
+
+    /// Unmounts, which makes [`Mount::run`] return. Unmounting twice is a
+    /// no-op. If the mount is busy, detaches it lazily instead.
+    ///
+    /// # Errors
+    ///
+    /// Returns the `umount2` error if even the lazy detach fails.
+    pub fn unmount(&self) -> io::Result<()> {
+        let mut guard = self
+            .inner
+            .unmounter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(unmounter) = guard.as_mut() else {
+            return Ok(());
+        };
+        match unmounter.unmount() {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                log::warn!("umount failed ({err}); detaching");
+                let path =
+                    CString::new(self.inner.mountpoint.as_os_str().as_bytes()).map_err(|_| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint")
+                    })?;
+                // SAFETY: valid C string.
+                if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Open file and directory handles.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Epoch of a handle that was not opened for writing: never equal to a real
+/// epoch, so a write through it (which the kernel should not send) is
+/// still reported.
+pub(crate) const NO_EPOCH: u64 = u64::MAX;
+
+/// One open handle.
+pub(crate) struct Handle {
+    /// The real (non-`O_PATH`) fd.
+    pub(crate) fd: OwnedFd,
+    /// The FUSE inode the handle was opened on.
+    pub(crate) ino: u64,
+    /// The hook epoch in which the handle's content was last reported; a
+    /// write compares it with the hook's current epoch (one atomic load).
+    pub(crate) epoch: AtomicU64,
+    /// Serialises seek + getdents on directory handles.
+    pub(crate) dir_lock: Mutex<()>,
+}
+
+impl Handle {
+    pub(crate) fn new(fd: OwnedFd, ino: u64, epoch: u64) -> Handle {
+        Handle {
+            fd,
+            ino,
+            epoch: AtomicU64::new(epoch),
+            dir_lock: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Release);
+    }
+}
+
+/// The handle table: FUSE file handle numbers → handles.
+#[derive(Default)]
+pub(crate) struct Handles {
+    map: RwLock<HashMap<u64, Arc<Handle>>>,
+    next: AtomicU64,
+}
+
+impl Handles {
+    /// Stores `handle`; returns its number (never 0).
+    pub(crate) fn insert(&self, handle: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Arc::new(handle));
+        fh
+    }
+
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .cloned()
+    }
+
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh)
+    }
+}

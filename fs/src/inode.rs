@@ -1,0 +1,305 @@
+//! The inode table: FUSE inode numbers ↔ backing inodes.
+//!
+//! Each node holds an `O_PATH | O_NOFOLLOW` fd on its backing inode, opened
+//! relative to its parent's fd, so every operation is anchored inside the
+//! backing directory and cannot be redirected by a symlink. Nodes are keyed
+//! by the backing `(dev, ino)`, so hard links share one FUSE inode. The
+//! kernel's lookup count decides a node's life: each successful entry reply
+//! adds one, `forget` subtracts; at zero the node and its fd go away. The
+//! root (FUSE inode 1) is never forgotten.
+//!
+//! A node also remembers the names it is known by, as (parent inode, name)
+//! pairs, so its path can be computed for the mutation hook and so a path
+//! can be resolved to a cached inode in O(depth) for invalidation. Names are
+//! learned from lookups and creations and updated on unlink and rename.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// FUSE inode number of the root.
+pub(crate) const ROOT: u64 = 1;
+
+/// Longest parent chain followed when building a path (a cycle would be a
+/// bug; the bound keeps it from hanging a callback).
+const MAX_DEPTH: usize = 4096;
+
+/// The backing identity of an inode: `(st_dev, st_ino)`.
+pub(crate) type Key = (u64, u64);
+
+struct Node {
+    fd: Arc<OwnedFd>,
+    key: Key,
+    /// `st_mode & S_IFMT` at the time the node was created.
+    kind: u32,
+    lookups: u64,
+    /// Known names, the first being the one used for the node's path.
+    names: Vec<(u64, Vec<u8>)>,
+}
+
+#[derive(Default)]
+struct Table {
+    nodes: HashMap<u64, Node>,
+    by_key: HashMap<Key, u64>,
+    by_name: HashMap<(u64, Vec<u8>), u64>,
+    next_ino: u64,
+}
+
+/// The inode table; every method takes the table's lock for a short,
+/// system-call-free critical section.
+pub(crate) struct Inodes {
+    table: Mutex<Table>,
+}
+
+/// What a caller needs to operate on a node without holding the lock.
+#[derive(Clone)]
+pub(crate) struct NodeRef {
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) kind: u32,
+}
+
+impl Table {
+    fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
+        let ino = self.by_name.remove(&(parent, name.to_vec()))?;
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.names
+                .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+        }
+        Some(ino)
+    }
+
+    fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
+        if let Some(old) = self.by_name.insert((parent, name.to_vec()), ino) {
+            if old != ino {
+                if let Some(node) = self.nodes.get_mut(&old) {
+                    node.names
+                        .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+                }
+            }
+        }
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if !node
+                .names
+                .iter()
+                .any(|(p, n)| *p == parent && n.as_slice() == name)
+            {
+                node.names.push((parent, name.to_vec()));
+            }
+        }
+    }
+
+    fn path(&self, ino: u64) -> Option<Vec<u8>> {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            if parts.len() > MAX_DEPTH {
+                return None;
+            }
+            let (parent, name) = self.nodes.get(&cur)?.names.first()?;
+            parts.push(name);
+            cur = *parent;
+        }
+        Some(join(parts.iter().rev().copied()))
+    }
+}
+
+fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for part in parts {
+        if !out.is_empty() {
+            out.push(b'/');
+        }
+        out.extend_from_slice(part);
+    }
+    out
+}
+
+/// `parent_path/name`, or `name` at the root.
+pub(crate) fn child(parent_path: &[u8], name: &[u8]) -> Vec<u8> {
+    join([parent_path, name].into_iter().filter(|p| !p.is_empty()))
+}
+
+impl Inodes {
+    /// A table holding only the root.
+    pub(crate) fn new(root_fd: OwnedFd, root_key: Key) -> Inodes {
+        let mut table = Table {
+            next_ino: ROOT + 1,
+            ..Table::default()
+        };
+        table.nodes.insert(
+            ROOT,
+            Node {
+                fd: Arc::new(root_fd),
+                key: root_key,
+                kind: libc::S_IFDIR,
+                lookups: 1,
+                names: Vec::new(),
+            },
+        );
+        table.by_key.insert(root_key, ROOT);
+        Inodes {
+            table: Mutex::new(table),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // Critical sections make no calls that can panic halfway.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node's fd and type, or `None` if the kernel asked about an inode
+    /// the table no longer has.
+    pub(crate) fn get(&self, ino: u64) -> Option<NodeRef> {
+        let table = self.lock();
+        let node = table.nodes.get(&ino)?;
+        Some(NodeRef {
+            fd: Arc::clone(&node.fd),
+            kind: node.kind,
+        })
+    }
+
+    /// Records a successful lookup of `parent/name`, which resolved to the
+    /// backing inode `key` through `fd`: reuses the node for that inode (a
+    /// hard link, or a repeated lookup; `fd` is then closed) or creates one.
+    /// Adds one to the lookup count and returns the FUSE inode number.
+    pub(crate) fn remember(
+        &self,
+        parent: u64,
+        name: &[u8],
+        fd: OwnedFd,
+        key: Key,
+        kind: u32,
+    ) -> u64 {
+        let mut table = self.lock();
+        let ino = match table.by_key.get(&key).copied() {
+            Some(ino) => {
+                if let Some(node) = table.nodes.get_mut(&ino) {
+                    node.lookups += 1;
+                }
+                ino
+            }
+            None => {
+                let ino = table.next_ino;
+                table.next_ino += 1;
+                table.nodes.insert(
+                    ino,
+                    Node {
+                        fd: Arc::new(fd),
+                        key,
+                        kind,
+                        lookups: 1,
+                        names: Vec::new(),
+                    },
+                );
+                table.by_key.insert(key, ino);
+                ino
+            }
+        };
+        table.link_name(ino, parent, name);
+        ino
+    }
+
+    /// Drops `n` lookups of `ino`; removes the node at zero.
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut table = self.lock();
+        let Some(node) = table.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups > 0 {
+            return;
+        }
+        if let Some(node) = table.nodes.remove(&ino) {
+            if table.by_key.get(&node.key) == Some(&ino) {
+                table.by_key.remove(&node.key);
+            }
+            for (parent, name) in node.names {
+                if table.by_name.get(&(parent, name.clone())) == Some(&ino) {
+                    table.by_name.remove(&(parent, name));
+                }
+            }
+        }
+    }
+
+    /// The path of `ino` relative to the backing root (empty for the root),
+    /// or `None` if the node has no known name (it was unlinked) or a parent
+    /// is missing.
+    pub(crate) fn path(&self, ino: u64) -> Option<Vec<u8>> {
+        self.lock().path(ino)
+    }
+
+    /// Every known path of `ino` (one per known hard link); the root has the
+    /// single path `""`. Empty for an unlinked node.
+    pub(crate) fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        if ino == ROOT {
+            return vec![Vec::new()];
+        }
+        let table = self.lock();
+        let Some(node) = table.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        node.names
+            .iter()
+            .filter_map(|(parent, name)| Some(child(&table.path(*parent)?, name)))
+            .collect()
+    }
+
+    /// Forgets that `parent/name` names anything (after unlink or rmdir, or
+    /// when the backing entry changed behind the layer's back).
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.lock().unlink_name(parent, name)
+    }
+
+    /// Forgets `parent/name` only if it still names `ino`.
+    pub(crate) fn unlink_if(&self, parent: u64, name: &[u8], ino: u64) {
+        let mut table = self.lock();
+        if table.by_name.get(&(parent, name.to_vec())) == Some(&ino) {
+            table.unlink_name(parent, name);
+        }
+    }
+
+    /// Applies a successful rename to the known names.
+    pub(crate) fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        exchange: bool,
+    ) {
+        let mut table = self.lock();
+        let moved = table.unlink_name(parent, name);
+        let replaced = table.unlink_name(new_parent, new_name);
+        if let Some(ino) = moved {
+            table.link_name(ino, new_parent, new_name);
+        }
+        if exchange {
+            if let Some(ino) = replaced {
+                table.link_name(ino, parent, name);
+            }
+        }
+    }
+
+    /// The cached child `parent/name`, if any.
+    pub(crate) fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.lock().by_name.get(&(parent, name.to_vec())).copied()
+    }
+
+    /// The backing identity of `ino`.
+    pub(crate) fn key(&self, ino: u64) -> Option<Key> {
+        self.lock().nodes.get(&ino).map(|n| n.key)
+    }
+
+    /// The parent used for `ino`'s path.
+    pub(crate) fn parent(&self, ino: u64) -> Option<u64> {
+        let table = self.lock();
+        table
+            .nodes
+            .get(&ino)
+            .and_then(|n| n.names.first())
+            .map(|(p, _)| *p)
+    }
+}
