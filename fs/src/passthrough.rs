@@ -773,9 +773,18 @@ impl Filesystem for Passthrough {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let res = self.shared.readdir_entries(ino.0, fh, offset, |ent| {
+        let s = &self.shared;
+        let res = s.readdir_entries(ino.0, fh, offset, |ent| {
             let name = OsStr::from_bytes(ent.name);
-            Ok(reply.add(INodeNo(ent.ino), ent.offset, dtype_kind(ent.kind), name))
+            // Report the FUSE inode number (what stat shows) when the entry
+            // is cached; the backing one otherwise (never 0, which some
+            // programs treat as a deleted entry).
+            let shown = match ent.name {
+                b"." => ino.0,
+                b".." => s.inodes.parent(ino.0).unwrap_or(ROOT),
+                _ => s.inodes.child(ino.0, ent.name).unwrap_or(ent.ino),
+            };
+            Ok(reply.add(INodeNo(shown), ent.offset, dtype_kind(ent.kind), name))
         });
         match res {
             Ok(()) => reply.ok(),
