@@ -21,7 +21,7 @@ use fuser::{
 };
 use log::trace;
 
-use crate::creds::{AsCaller, Caller};
+use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::to_errno;
 use crate::handle::{Handle, Handles, NO_EPOCH};
 use crate::hook::{Mutation, MutationHook};
@@ -227,6 +227,7 @@ impl Shared {
     ) -> Res<FileAttr> {
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(e)?;
+        zero_umask_for_thread().map_err(e)?;
         {
             let _gate = self.gate.read();
             let path = self.child_path(parent, name)?;
@@ -320,6 +321,7 @@ impl Shared {
     ) -> Res<(FileAttr, u64)> {
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(e)?;
+        zero_umask_for_thread().map_err(e)?;
         let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
         let mode = mode & 0o7777 & !umask;
         // A file that appears between the existence check and the open (made

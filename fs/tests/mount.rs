@@ -508,3 +508,21 @@ fn entries_are_created_as_the_calling_user() {
     let meta = fs::metadata(fx.b("shared/root-file")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (0, 0));
 }
+
+#[test]
+fn the_callers_umask_applies_not_the_daemons() {
+    let fx = Fixture::new();
+    let script = "umask 000 && mkdir d0 && : > f0 && umask 027 && mkdir d27 && : > f27";
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(&fx.mnt)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let mode = |name: &str| fs::metadata(fx.b(name)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("d0"), 0o777);
+    assert_eq!(mode("f0"), 0o666);
+    assert_eq!(mode("d27"), 0o750);
+    assert_eq!(mode("f27"), 0o640);
+}
