@@ -561,3 +561,18 @@ fn truncate_xattrs_and_append_are_reported() {
     assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
     assert_eq!(fs::read(fx.m("f")).unwrap(), b"01234567");
 }
+
+#[test]
+fn inode_numbers_are_the_backing_ones_and_stable() {
+    use std::os::unix::fs::DirEntryExt;
+    let fx = Fixture::new();
+    fs::create_dir(fx.b("d")).unwrap();
+    fs::write(fx.b("d/f"), b"x").unwrap();
+    let backing_ino = fs::metadata(fx.b("d/f")).unwrap().ino();
+    assert_eq!(fs::metadata(fx.m("d/f")).unwrap().ino(), backing_ino);
+    let listed: Vec<u64> = fs::read_dir(fx.m("d"))
+        .unwrap()
+        .map(|e| e.unwrap().ino())
+        .collect();
+    assert_eq!(listed, vec![backing_ino]);
+}
