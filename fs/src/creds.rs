@@ -95,3 +95,28 @@ impl Drop for AsCaller {
         }
     }
 }
+
+thread_local! {
+    static OWN_UMASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Gives the calling thread its own umask of 0, once.
+///
+/// The kernel has already applied the caller's umask to the mode it sends
+/// (and the layer applies the `umask` field of the request again), so the
+/// daemon's own umask must not mask the mode a third time. The umask is
+/// shared by every thread of a process; `unshare(CLONE_FS)` detaches this
+/// thread's copy so the rest of the process (the core, a CLI) keeps its own.
+pub(crate) fn zero_umask_for_thread() -> io::Result<()> {
+    if OWN_UMASK.with(|c| c.get()) {
+        return Ok(());
+    }
+    // SAFETY: unshare(CLONE_FS) only changes this thread's fs context.
+    if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0) };
+    OWN_UMASK.with(|c| c.set(true));
+    Ok(())
+}

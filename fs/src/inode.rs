@@ -6,7 +6,8 @@
 //! by the backing `(dev, ino)`, so hard links share one FUSE inode. The
 //! kernel's lookup count decides a node's life: each successful entry reply
 //! adds one, `forget` subtracts; at zero the node and its fd go away. The
-//! root (FUSE inode 1) is never forgotten.
+//! root (FUSE inode 1) is never forgotten. A node's FUSE number is its
+//! backing inode number where that is unambiguous (see `Table::fresh_ino`).
 //!
 //! A node also remembers the names it is known by, as (parent inode, name)
 //! pairs, so its path can be computed for the mutation hook and so a path
@@ -19,6 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// FUSE inode number of the root.
 pub(crate) const ROOT: u64 = 1;
+
+/// First FUSE inode number handed out when a backing inode number cannot be
+/// reused (another device, or already taken).
+const SYNTHETIC_BASE: u64 = 1 << 62;
 
 /// Longest parent chain followed when building a path (a cycle would be a
 /// bug; the bound keeps it from hanging a callback).
@@ -42,7 +47,9 @@ struct Table {
     nodes: HashMap<u64, Node>,
     by_key: HashMap<Key, u64>,
     by_name: HashMap<(u64, Vec<u8>), u64>,
+    /// Next number for inodes that cannot use their backing number.
     next_ino: u64,
+    root_dev: u64,
 }
 
 /// The inode table; every method takes the table's lock for a short,
@@ -88,6 +95,29 @@ impl Table {
         }
     }
 
+    /// The FUSE inode number for a new node of backing inode `key`: the
+    /// backing inode number itself when it lives on the root's device and no
+    /// node uses that number (so `st_ino` through the mount is the backing
+    /// one and stays the same after the kernel forgets the inode), else a
+    /// number from a counter far above any real inode number.
+    fn fresh_ino(&mut self, key: Key) -> u64 {
+        let (dev, ino) = key;
+        if dev == self.root_dev
+            && ino > ROOT
+            && ino < SYNTHETIC_BASE
+            && !self.nodes.contains_key(&ino)
+        {
+            return ino;
+        }
+        loop {
+            let ino = self.next_ino;
+            self.next_ino += 1;
+            if !self.nodes.contains_key(&ino) {
+                return ino;
+            }
+        }
+    }
+
     fn path(&self, ino: u64) -> Option<Vec<u8>> {
         let mut parts: Vec<&[u8]> = Vec::new();
         let mut cur = ino;
@@ -123,7 +153,8 @@ impl Inodes {
     /// A table holding only the root.
     pub(crate) fn new(root_fd: OwnedFd, root_key: Key) -> Inodes {
         let mut table = Table {
-            next_ino: ROOT + 1,
+            next_ino: SYNTHETIC_BASE,
+            root_dev: root_key.0,
             ..Table::default()
         };
         table.nodes.insert(
@@ -179,8 +210,7 @@ impl Inodes {
                 ino
             }
             None => {
-                let ino = table.next_ino;
-                table.next_ino += 1;
+                let ino = table.fresh_ino(key);
                 table.nodes.insert(
                     ino,
                     Node {

@@ -328,3 +328,13 @@ impl Controller {
         }
     }
 }
+
+// The core shares the controller between threads and may hand a quiesce
+// guard to another thread; the mount is moved to the thread that runs it.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Controller>();
+    send_sync::<QuiesceGuard>();
+    send::<Mount>();
+};

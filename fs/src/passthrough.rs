@@ -21,7 +21,7 @@ use fuser::{
 };
 use log::trace;
 
-use crate::creds::{AsCaller, Caller};
+use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::to_errno;
 use crate::handle::{Handle, Handles, NO_EPOCH};
 use crate::hook::{Mutation, MutationHook};
@@ -227,6 +227,7 @@ impl Shared {
     ) -> Res<FileAttr> {
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(e)?;
+        zero_umask_for_thread().map_err(e)?;
         {
             let _gate = self.gate.read();
             let path = self.child_path(parent, name)?;
@@ -320,6 +321,7 @@ impl Shared {
     ) -> Res<(FileAttr, u64)> {
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(e)?;
+        zero_umask_for_thread().map_err(e)?;
         let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
         let mode = mode & 0o7777 & !umask;
         // A file that appears between the existence check and the open (made
@@ -773,9 +775,18 @@ impl Filesystem for Passthrough {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let res = self.shared.readdir_entries(ino.0, fh, offset, |ent| {
+        let s = &self.shared;
+        let res = s.readdir_entries(ino.0, fh, offset, |ent| {
             let name = OsStr::from_bytes(ent.name);
-            Ok(reply.add(INodeNo(ent.ino), ent.offset, dtype_kind(ent.kind), name))
+            // Report the FUSE inode number (what stat shows) when the entry
+            // is cached; the backing one otherwise (never 0, which some
+            // programs treat as a deleted entry).
+            let shown = match ent.name {
+                b"." => ino.0,
+                b".." => s.inodes.parent(ino.0).unwrap_or(ROOT),
+                _ => s.inodes.child(ino.0, ent.name).unwrap_or(ent.ino),
+            };
+            Ok(reply.add(INodeNo(shown), ent.offset, dtype_kind(ent.kind), name))
         });
         match res {
             Ok(()) => reply.ok(),

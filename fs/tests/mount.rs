@@ -501,10 +501,78 @@ fn entries_are_created_as_the_calling_user() {
         let meta = fs::symlink_metadata(fx.b("shared").join(name)).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{name}");
     }
-    assert_eq!(fs::metadata(fx.b("shared/file")).unwrap().mode() & 0o777, 0o644);
-    assert_eq!(fs::metadata(fx.b("shared/dir")).unwrap().mode() & 0o777, 0o755);
+    assert_eq!(
+        fs::metadata(fx.b("shared/file")).unwrap().mode() & 0o777,
+        0o644
+    );
+    assert_eq!(
+        fs::metadata(fx.b("shared/dir")).unwrap().mode() & 0o777,
+        0o755
+    );
     // The daemon went back to root: its own creations are root's again.
     fs::write(fx.m("shared/root-file"), b"r").unwrap();
     let meta = fs::metadata(fx.b("shared/root-file")).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (0, 0));
+}
+
+#[test]
+fn the_callers_umask_applies_not_the_daemons() {
+    let fx = Fixture::new();
+    let script = "umask 000 && mkdir d0 && : > f0 && umask 027 && mkdir d27 && : > f27";
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(&fx.mnt)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let mode = |name: &str| fs::metadata(fx.b(name)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("d0"), 0o777);
+    assert_eq!(mode("f0"), 0o666);
+    assert_eq!(mode("d27"), 0o750);
+    assert_eq!(mode("f27"), 0o640);
+}
+
+#[test]
+fn truncate_xattrs_and_append_are_reported() {
+    let fx = Fixture::new();
+    fs::write(fx.b("f"), b"0123456789").unwrap();
+    fx.hook.take();
+    // truncate(2) without an open handle: setattr(size).
+    let c = cpath(&fx.m("f"));
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 4) }, 0);
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
+    assert_eq!(fs::read(fx.b("f")).unwrap(), b"0123");
+
+    let name = c"user.opfs";
+    let rc = unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let rc = unsafe { libc::removexattr(c.as_ptr(), name.as_ptr()) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(
+        fx.hook.take(),
+        vec![Seen::Metadata(p("f")), Seen::Metadata(p("f"))]
+    );
+
+    let mut f = fs::OpenOptions::new().append(true).open(fx.m("f")).unwrap();
+    f.write_all(b"45").unwrap();
+    f.write_all(b"67").unwrap();
+    drop(f);
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
+    assert_eq!(fs::read(fx.m("f")).unwrap(), b"01234567");
+}
+
+#[test]
+fn inode_numbers_are_the_backing_ones_and_stable() {
+    use std::os::unix::fs::DirEntryExt;
+    let fx = Fixture::new();
+    fs::create_dir(fx.b("d")).unwrap();
+    fs::write(fx.b("d/f"), b"x").unwrap();
+    let backing_ino = fs::metadata(fx.b("d/f")).unwrap().ino();
+    assert_eq!(fs::metadata(fx.m("d/f")).unwrap().ino(), backing_ino);
+    let listed: Vec<u64> = fs::read_dir(fx.m("d"))
+        .unwrap()
+        .map(|e| e.unwrap().ino())
+        .collect();
+    assert_eq!(listed, vec![backing_ino]);
 }
