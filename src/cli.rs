@@ -115,7 +115,13 @@ pub fn main() -> i32 {
             };
         }
     };
-    let daemon = matches!(cli.command, Cmd::Mount { foreground: true, .. });
+    let daemon = matches!(
+        cli.command,
+        Cmd::Mount {
+            foreground: true,
+            ..
+        }
+    );
     let level = match (cli.verbose, daemon) {
         (0, false) => log::LevelFilter::Warn,
         (0, true) | (1, _) => log::LevelFilter::Info,
@@ -146,7 +152,16 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             foreground,
             sync,
             threads,
-        } => mount(&home, project, mountpoint, *foreground, *sync, *threads, cli, out),
+        } => mount(
+            &home,
+            project,
+            mountpoint,
+            *foreground,
+            *sync,
+            *threads,
+            cli,
+            out,
+        ),
         Cmd::Umount { mountpoint } => {
             let mp = state::absolute(mountpoint);
             let st = state::resolve(&home, &mp)
@@ -179,8 +194,13 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 Some(other) => return Err(unexpected(other)),
                 None => {
                     let (j, _lock) = open_direct(&st)?;
-                    j.next_turn(store::TurnKind::Agent, label.as_deref(), id.as_deref(), None)
-                        .map_err(|e| failure(e.to_string()))?
+                    j.next_turn(
+                        store::TurnKind::Agent,
+                        label.as_deref(),
+                        id.as_deref(),
+                        None,
+                    )
+                    .map_err(|e| failure(e.to_string()))?
                 }
             };
             if cli.json {
@@ -316,7 +336,12 @@ fn turn_json(t: &Turn, paths_changed: &[Vec<u8>]) -> serde_json::Value {
     })
 }
 
-fn list_rewind_points(st: &StateDir, all: bool, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+fn list_rewind_points(
+    st: &StateDir,
+    all: bool,
+    cli: &Cli,
+    out: &mut dyn Write,
+) -> Result<i32, Fail> {
     let ix = open_index(st)?;
     let turns = ix
         .turns(if all { None } else { Some(10) })
@@ -332,7 +357,11 @@ fn list_rewind_points(st: &StateDir, all: bool, cli: &Cli, out: &mut dyn Write) 
         let v: Vec<_> = rows.iter().map(|(t, p)| turn_json(t, p)).collect();
         let _ = writeln!(out, "{}", serde_json::Value::Array(v));
     } else {
-        let _ = writeln!(out, "{:>5}  {:<6}  {:<20}  {:>5}  LABEL", "TURN", "KIND", "STARTED", "PATHS");
+        let _ = writeln!(
+            out,
+            "{:>5}  {:<6}  {:<20}  {:>5}  LABEL",
+            "TURN", "KIND", "STARTED", "PATHS"
+        );
         for (t, p) in &rows {
             let open = if t.ended_at.is_none() { " (open)" } else { "" };
             let _ = writeln!(
@@ -350,7 +379,13 @@ fn list_rewind_points(st: &StateDir, all: bool, cli: &Cli, out: &mut dyn Write) 
     Ok(0)
 }
 
-fn do_rewind(st: &StateDir, n: u64, dry_run: bool, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+fn do_rewind(
+    st: &StateDir,
+    n: u64,
+    dry_run: bool,
+    cli: &Cli,
+    out: &mut dyn Write,
+) -> Result<i32, Fail> {
     let req = Request::Rewind { to: n, dry_run };
     let value = match ask(st, &req)? {
         Some(Response::Rewind(v)) => v,
@@ -388,7 +423,11 @@ fn serde_json_to_report(v: &serde_json::Value) -> Result<ReportView, Fail> {
     let strs = |key: &str| -> Vec<String> {
         v[key]
             .as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let conflicts = v["conflicts"]
@@ -522,7 +561,8 @@ fn mount(
         .open(&log_path)
         .map_err(|e| failure(format!("cannot open {}: {e}", log_path.display())))?;
     let log_len = log.metadata().map(|m| m.len()).unwrap_or(0);
-    let exe = std::env::current_exe().map_err(|e| failure(format!("cannot find opfs itself: {e}")))?;
+    let exe =
+        std::env::current_exe().map_err(|e| failure(format!("cannot find opfs itself: {e}")))?;
     let mut cmd = Command::new(exe);
     cmd.arg("mount")
         .arg("-f")

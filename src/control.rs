@@ -103,7 +103,11 @@ pub struct Status {
 }
 
 /// Builds the status of `journal`.
-pub fn status_of(journal: &Journal, mountpoint: Option<&Path>, recovered: Option<String>) -> Status {
+pub fn status_of(
+    journal: &Journal,
+    mountpoint: Option<&Path>,
+    recovered: Option<String>,
+) -> Status {
     let (records, store_bytes) = journal.with_index(|ix| ix.totals()).unwrap_or((0, 0));
     Status {
         mounted: mountpoint.is_some(),
@@ -162,7 +166,9 @@ pub fn handle(
     req: Request,
 ) -> Response {
     match req {
-        Request::Status => Response::Status(status_of(journal, Some(mountpoint), recovered.clone())),
+        Request::Status => {
+            Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
+        }
         Request::Turn { label, id } => {
             let guard = mount.quiesce();
             let r = journal.next_turn(TurnKind::Agent, label.as_deref(), id.as_deref(), None);
@@ -175,23 +181,25 @@ pub fn handle(
                 },
             }
         }
-        Request::Rewind { to, dry_run } => match rewind_mounted(journal, Some(mount), to, dry_run) {
-            Ok(report) => match serde_json::to_value(&report) {
-                Ok(v) => Response::Rewind(v),
+        Request::Rewind { to, dry_run } => {
+            match rewind_mounted(journal, Some(mount), to, dry_run) {
+                Ok(report) => match serde_json::to_value(&report) {
+                    Ok(v) => Response::Rewind(v),
+                    Err(e) => Response::Error {
+                        kind: FailureKind::Failure,
+                        message: e.to_string(),
+                    },
+                },
+                Err(e @ RewindError::UnknownTurn { .. }) => Response::Error {
+                    kind: FailureKind::Usage,
+                    message: e.to_string(),
+                },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),
                 },
-            },
-            Err(e @ RewindError::UnknownTurn { .. }) => Response::Error {
-                kind: FailureKind::Usage,
-                message: e.to_string(),
-            },
-            Err(e) => Response::Error {
-                kind: FailureKind::Failure,
-                message: e.to_string(),
-            },
-        },
+            }
+        }
         Request::Unmount => match mount.unmount() {
             Ok(()) => Response::Unmounting,
             Err(e) => Response::Error {
@@ -341,7 +349,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = u32::from(b[i + 1] - b'0') * 64
                 + u32::from(b[i + 2] - b'0') * 8
                 + u32::from(b[i + 3] - b'0');

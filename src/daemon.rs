@@ -26,7 +26,9 @@ pub enum MountError {
     #[error("mountpoint {0} is not a directory")]
     MountpointNotDir(PathBuf),
     /// The mountpoint lies inside the project (or is the project).
-    #[error("mountpoint {mountpoint} is inside the project {project}; choose a directory outside it")]
+    #[error(
+        "mountpoint {mountpoint} is inside the project {project}; choose a directory outside it"
+    )]
     MountpointInsideProject {
         /// The mountpoint.
         mountpoint: PathBuf,
@@ -110,7 +112,11 @@ fn canonical_dir(
 /// A stale opfs mount left by a killed daemon (the mountpoint answers
 /// `ENOTCONN`) is cleaned up with `fusermount3 -uz` instead of refused.
 pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan, MountError> {
-    let project = canonical_dir(project, MountError::ProjectMissing, MountError::ProjectNotDir)?;
+    let project = canonical_dir(
+        project,
+        MountError::ProjectMissing,
+        MountError::ProjectNotDir,
+    )?;
     if let Err(e) = std::fs::metadata(mountpoint) {
         if e.raw_os_error() == Some(libc::ENOTCONN) {
             let abs = state::absolute(mountpoint);
@@ -244,16 +250,17 @@ pub fn run(
         ..Default::default()
     };
     let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
-    let mount = opfs_fs::mount(&state.project, &plan.mountpoint, hook, &fs_opts).map_err(
-        |source| MountError::Io {
-            what: format!(
-                "cannot mount {} at {}",
-                state.project.display(),
-                plan.mountpoint.display()
-            ),
-            source,
-        },
-    )?;
+    let mount =
+        opfs_fs::mount(&state.project, &plan.mountpoint, hook, &fs_opts).map_err(|source| {
+            MountError::Io {
+                what: format!(
+                    "cannot mount {} at {}",
+                    state.project.display(),
+                    plan.mountpoint.display()
+                ),
+                source,
+            }
+        })?;
     let ops: Arc<dyn MountOps> = Arc::new(FsMount(mount.controller()));
     control::register_mount(home, state, &plan.mountpoint).map_err(|source| MountError::Io {
         what: format!("cannot register the mount in {}", home.display()),
@@ -336,7 +343,10 @@ pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), 
                     .arg(mountpoint)
                     .status();
                 if !matches!(st, Ok(s) if s.success()) {
-                    return Err(format!("cannot unmount stale mount {}", mountpoint.display()));
+                    return Err(format!(
+                        "cannot unmount stale mount {}",
+                        mountpoint.display()
+                    ));
                 }
             }
             return Ok(());

@@ -24,7 +24,7 @@ use crate::backing::{Backing, Stat};
 use crate::paths;
 use crate::preimage::{PreImage, Special};
 use crate::state::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError, Turn, TurnKind};
+use crate::store::{BlobError, BlobStore, Index, IndexError, TurnKind};
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
 #[derive(Debug, thiserror::Error)]
@@ -303,7 +303,12 @@ impl Journal {
     /// directory, every path under both names (the subtree's paths under
     /// `from` disappear, the same relative paths under `to` appear). With
     /// `exchange` the same holds the other way round.
-    pub fn capture_rename(&self, from: &[u8], to: &[u8], exchange: bool) -> Result<(), CaptureError> {
+    pub fn capture_rename(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        exchange: bool,
+    ) -> Result<(), CaptureError> {
         let mut inner = self.lock();
         self.capture_locked(&mut inner, from)?;
         self.capture_locked(&mut inner, to)?;
@@ -349,19 +354,6 @@ impl Journal {
             }
         }
         Ok(())
-    }
-
-    /// The newest turns (all with `None`), newest first, each with the paths
-    /// recorded in it.
-    pub fn rewind_points(&self, limit: Option<u64>) -> Result<Vec<(Turn, Vec<Vec<u8>>)>, IndexError> {
-        let inner = self.lock();
-        let turns = inner.index.turns(limit)?;
-        let mut out = Vec::with_capacity(turns.len());
-        for t in turns {
-            let p = inner.index.paths_of_turn(t.number)?;
-            out.push((t, p));
-        }
-        Ok(out)
     }
 }
 

@@ -48,10 +48,20 @@ pub enum RewindError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Current {
     Absent,
-    File { stat: Stat },
-    Dir { perm: u32 },
-    Symlink { target: Vec<u8> },
-    Special { type_bits: u32, perm: u32, rdev: u64 },
+    File {
+        stat: Stat,
+    },
+    Dir {
+        perm: u32,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    Special {
+        type_bits: u32,
+        perm: u32,
+        rdev: u64,
+    },
 }
 
 impl Current {
@@ -363,11 +373,8 @@ fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
     match &p.target_state {
         PreImage::Absent => Ok(()),
         PreImage::File { blob, perm, .. } => {
-            let mut f = backing.open_file(
-                &p.raw,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                0o600,
-            )?;
+            let mut f =
+                backing.open_file(&p.raw, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?;
             copy_blob(journal, blob, &mut f)?;
             set_perm(&f, *perm)
         }
@@ -663,10 +670,14 @@ mod tests {
         let j = &s.journal;
         let p = &s.project;
         // Modify a file in place.
-        j.before(&Mutation::Content { path: b"src/main.rs" }).expect("hook");
+        j.before(&Mutation::Content {
+            path: b"src/main.rs",
+        })
+        .expect("hook");
         fs::write(p.join("src/main.rs"), b"changed").expect("write");
         // chmod.
-        j.before(&Mutation::Metadata { path: b"run.sh" }).expect("hook");
+        j.before(&Mutation::Metadata { path: b"run.sh" })
+            .expect("hook");
         fs::set_permissions(p.join("run.sh"), fs::Permissions::from_mode(0o600)).expect("chmod");
         // Symlink retargeted.
         j.before(&Mutation::Remove { path: b"link" }).expect("hook");
@@ -674,7 +685,8 @@ mod tests {
         j.before(&Mutation::Create { path: b"link" }).expect("hook");
         symlink("elsewhere", p.join("link")).expect("symlink");
         // Empty dir removed.
-        j.before(&Mutation::Remove { path: b"empty" }).expect("hook");
+        j.before(&Mutation::Remove { path: b"empty" })
+            .expect("hook");
         fs::remove_dir(p.join("empty")).expect("rmdir");
         // Directory renamed.
         j.before(&Mutation::Rename {
@@ -687,7 +699,8 @@ mod tests {
         // New tree.
         j.before(&Mutation::Create { path: b"new" }).expect("hook");
         fs::create_dir(p.join("new")).expect("mkdir");
-        j.before(&Mutation::Create { path: b"new/f" }).expect("hook");
+        j.before(&Mutation::Create { path: b"new/f" })
+            .expect("hook");
         fs::write(p.join("new/f"), b"f").expect("write");
         let after = manifest(p);
         assert_ne!(before, after);
@@ -740,13 +753,21 @@ mod tests {
     fn corrupt_blob_is_a_conflict_and_never_written() {
         let s = setup();
         let j = &s.journal;
-        j.before(&Mutation::Content { path: b"run.sh" }).expect("hook");
+        j.before(&Mutation::Content { path: b"run.sh" })
+            .expect("hook");
         fs::write(s.project.join("run.sh"), b"new content").expect("write");
         let blob = *blake3::hash(b"#!/bin/sh\n").as_bytes();
         fs::write(j.blobs().path_of(&blob), b"garbage!!!").expect("corrupt");
         let report = rewind(j, 1, false).expect("rewind");
         assert_eq!(report.conflicts.len(), 1);
-        assert!(report.conflicts[0].reason.contains("corrupt"), "{:?}", report.conflicts);
-        assert_eq!(fs::read(s.project.join("run.sh")).expect("read"), b"new content");
+        assert!(
+            report.conflicts[0].reason.contains("corrupt"),
+            "{:?}",
+            report.conflicts
+        );
+        assert_eq!(
+            fs::read(s.project.join("run.sh")).expect("read"),
+            b"new content"
+        );
     }
 }

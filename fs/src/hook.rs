@@ -26,8 +26,8 @@ pub enum Mutation<'a> {
         /// The file's path.
         path: &'a [u8],
     },
-    /// The metadata of the entry at `path` may change: mode, owner, times,
-    /// extended attributes.
+    /// The metadata of the entry at `path` may change: mode, owner,
+    /// extended attributes. (A change of timestamps alone is not reported.)
     Metadata {
         /// The entry's path.
         path: &'a [u8],

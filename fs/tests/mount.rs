@@ -576,3 +576,20 @@ fn inode_numbers_are_the_backing_ones_and_stable() {
         .collect();
     assert_eq!(listed, vec![backing_ino]);
 }
+
+#[test]
+fn timestamp_only_setattr_records_nothing() {
+    let fx = Fixture::new();
+    fs::write(fx.b("t"), b"x").unwrap();
+    fx.hook.take();
+    let c = cpath(&fx.m("t"));
+    // utimensat(NULL times) = touch: timestamps are not part of a pre-image.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) },
+        0
+    );
+    assert_eq!(fx.hook.take(), vec![]);
+    // A chmod still is.
+    fs::set_permissions(fx.m("t"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fx.hook.take(), vec![Seen::Metadata(p("t"))]);
+}

@@ -314,6 +314,9 @@ mod tests {
         assert_eq!(n as usize, data.len());
         assert_eq!(h, *blake3::hash(&data).as_bytes());
         assert_eq!(store.verify(&h).expect("verify"), n);
-        assert_eq!(fs::read_dir(dir.path().join("tmp")).expect("tmp").count(), 0);
+        assert_eq!(
+            fs::read_dir(dir.path().join("tmp")).expect("tmp").count(),
+            0
+        );
     }
 }

@@ -153,6 +153,45 @@ pub struct Turn {
     pub rewound_to: Option<u64>,
 }
 
+/// A pre-image as the `preimages` columns kind, perm, blob, size, target, rdev.
+type Columns<'a> = (
+    i64,
+    Option<i64>,
+    Option<&'a [u8]>,
+    Option<i64>,
+    Option<&'a [u8]>,
+    Option<i64>,
+);
+
+fn columns(pre: &PreImage) -> Columns<'_> {
+    match pre {
+        PreImage::Absent => (0, None, None, None, None, None),
+        PreImage::File { blob, size, perm } => (
+            1,
+            Some(*perm as i64),
+            Some(&blob[..]),
+            Some(*size as i64),
+            None,
+            None,
+        ),
+        PreImage::Dir { perm } => (2, Some(*perm as i64), None, None, None, None),
+        PreImage::Symlink { target } => (3, None, None, None, Some(&target[..]), None),
+        PreImage::Special { kind, perm, rdev } => (
+            match kind {
+                Special::Fifo => 4,
+                Special::Socket => 5,
+                Special::Char => 6,
+                Special::Block => 7,
+            },
+            Some(*perm as i64),
+            None,
+            None,
+            None,
+            Some(*rdev as i64),
+        ),
+    }
+}
+
 /// An open index database.
 #[derive(Debug)]
 pub struct Index {
@@ -193,9 +232,11 @@ impl Index {
         index.conn.execute_batch(SCHEMA).map_err(err)?;
         let version: Option<String> = index
             .conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(err)?;
         match version {
@@ -356,10 +397,13 @@ impl Index {
         rewound_to: Option<u64>,
     ) -> Result<u64, IndexError> {
         let now = now_ns();
-        let tx = self.conn.transaction().map_err(|source| IndexError::Sqlite {
-            path: self.path.clone(),
-            source,
-        })?;
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|source| IndexError::Sqlite {
+                path: self.path.clone(),
+                source,
+            })?;
         let number = open.map_or(1, |n| n + 1);
         if let Some(open) = open {
             tx.execute(
@@ -408,45 +452,8 @@ impl Index {
     /// Returns true when this call inserted the record.
     ///
     /// Durable after `Ok` to the level the index was opened with.
-    pub fn add_preimage(
-        &self,
-        turn: u64,
-        path: &[u8],
-        pre: &PreImage,
-    ) -> Result<bool, IndexError> {
-        let (kind, perm, blob, size, target, rdev): (
-            i64,
-            Option<i64>,
-            Option<&[u8]>,
-            Option<i64>,
-            Option<&[u8]>,
-            Option<i64>,
-        ) = match pre {
-            PreImage::Absent => (0, None, None, None, None, None),
-            PreImage::File { blob, size, perm } => (
-                1,
-                Some(*perm as i64),
-                Some(&blob[..]),
-                Some(*size as i64),
-                None,
-                None,
-            ),
-            PreImage::Dir { perm } => (2, Some(*perm as i64), None, None, None, None),
-            PreImage::Symlink { target } => (3, None, None, None, Some(&target[..]), None),
-            PreImage::Special { kind, perm, rdev } => (
-                match kind {
-                    Special::Fifo => 4,
-                    Special::Socket => 5,
-                    Special::Char => 6,
-                    Special::Block => 7,
-                },
-                Some(*perm as i64),
-                None,
-                None,
-                None,
-                Some(*rdev as i64),
-            ),
-        };
+    pub fn add_preimage(&self, turn: u64, path: &[u8], pre: &PreImage) -> Result<bool, IndexError> {
+        let (kind, perm, blob, size, target, rdev) = columns(pre);
         let n = self
             .conn
             .prepare_cached(
@@ -454,7 +461,16 @@ impl Index {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut s| {
-                s.execute(params![turn as i64, path, kind, perm, blob, size, target, rdev])
+                s.execute(params![
+                    turn as i64,
+                    path,
+                    kind,
+                    perm,
+                    blob,
+                    size,
+                    target,
+                    rdev
+                ])
             })
             .map_err(self.err())?;
         Ok(n == 1)
@@ -481,7 +497,9 @@ impl Index {
                     .as_deref()
                     .and_then(|b| b.try_into().ok())
                     .ok_or("file record without a 32-byte blob hash")?;
-                let size = size.filter(|s| *s >= 0).ok_or("file record without a size")?;
+                let size = size
+                    .filter(|s| *s >= 0)
+                    .ok_or("file record without a size")?;
                 PreImage::File {
                     blob,
                     size: size as u64,
@@ -574,9 +592,7 @@ impl Index {
                  WHERE turn = ?1 AND path = ?2",
             )
             .map_err(self.err())?;
-        let mut rows = stmt
-            .query(params![turn as i64, path])
-            .map_err(self.err())?;
+        let mut rows = stmt.query(params![turn as i64, path]).map_err(self.err())?;
         match rows.next().map_err(self.err())? {
             None => Ok(None),
             Some(r) => self
@@ -684,8 +700,14 @@ mod tests {
             .expect("t2");
         ix.add_preimage(t2, b"a", &file(2)).expect("add");
         ix.add_preimage(t2, b"b/c", &PreImage::Absent).expect("add");
-        ix.add_preimage(t2, b"d", &PreImage::Symlink { target: b"\xff".to_vec() })
-            .expect("add");
+        ix.add_preimage(
+            t2,
+            b"d",
+            &PreImage::Symlink {
+                target: b"\xff".to_vec(),
+            },
+        )
+        .expect("add");
         let at1 = ix.states_at(1, None).expect("states");
         assert_eq!(at1[0], (b"a".to_vec(), file(1)));
         assert_eq!(at1.len(), 3);
@@ -693,10 +715,12 @@ mod tests {
         assert_eq!(at2[0], (b"a".to_vec(), file(2)));
         assert_eq!(ix.states_at(1, Some(2)).expect("range").len(), 1);
         assert_eq!(
-            ix.turn_by_external_id("msg-2").expect("by id").map(|t| t.number),
+            ix.turn_by_external_id("msg-2")
+                .expect("by id")
+                .map(|t| t.number),
             Some(2)
         );
-        assert_eq!(ix.turn(1).expect("turn").and_then(|t| t.ended_at).is_some(), true);
+        assert!(ix.turn(1).expect("turn").and_then(|t| t.ended_at).is_some());
         assert_eq!(ix.paths_of_turn(2).expect("paths").len(), 3);
     }
 
