@@ -25,6 +25,18 @@ use serde_json::Value;
 /// Path of the binary under test.
 pub const OPFS: &str = env!("CARGO_BIN_EXE_opfs");
 
+/// The binary the tests drive: `$OPFS_TEST_BIN` if set (to test an installed
+/// or release build), else the one cargo just built.
+pub fn opfs_bin() -> PathBuf {
+    match std::env::var_os("OPFS_TEST_BIN") {
+        Some(bin) => {
+            eprintln!("testing OPFS_TEST_BIN={}", Path::new(&bin).display());
+            PathBuf::from(bin)
+        }
+        None => PathBuf::from(OPFS),
+    }
+}
+
 /// How long any single command may run before the test fails (a hung FUSE
 /// daemon must fail the test, not hang the suite).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
@@ -244,7 +256,7 @@ impl Fixture {
 
     /// An `opfs` command with `OPFS_HOME` set to the fixture's state dir.
     pub fn opfs_command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        let mut cmd = Command::new(OPFS);
+        let mut cmd = Command::new(opfs_bin());
         cmd.args(args)
             .env("OPFS_HOME", &self.home)
             .env_remove("RUST_LOG")
