@@ -1,0 +1,214 @@
+//! The CLI contract: bad usage exits 2 with a message, mount refuses bad
+//! paths naming them, `turn` prints the number alone, `status --json` shape.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+
+use common::*;
+
+fn assert_bad_usage(fx: &Fixture, args: &[&str], mention: Option<&str>) {
+    let run = fx.opfs_c(args);
+    assert_eq!(run.code, Some(2), "expected exit 2 (bad usage): {run}");
+    assert!(
+        !run.stderr.trim().is_empty(),
+        "expected a message on stderr: {run}"
+    );
+    if let Some(m) = mention {
+        assert!(
+            run.stderr.contains(m),
+            "the message should mention {m:?}: {run}"
+        );
+    }
+}
+
+#[test]
+fn rewind_to_turn_0_is_bad_usage() {
+    let fx = Fixture::new();
+    fx.mount();
+    assert_bad_usage(&fx, &["rewind", "0"], None);
+}
+
+#[test]
+fn rewind_to_a_negative_turn_is_bad_usage() {
+    let fx = Fixture::new();
+    fx.mount();
+    assert_bad_usage(&fx, &["rewind", "-1"], None);
+    assert_bad_usage(&fx, &["rewind", "--", "-1"], None);
+}
+
+#[test]
+fn rewind_to_a_non_number_is_bad_usage() {
+    let fx = Fixture::new();
+    fx.mount();
+    assert_bad_usage(&fx, &["rewind", "abc"], Some("abc"));
+}
+
+#[test]
+fn rewind_to_an_unknown_turn_is_bad_usage() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"f\n", 0o644);
+    fx.mount();
+    fx.sh("echo changed > f");
+    let before = manifest(&fx.project);
+    assert_bad_usage(&fx, &["rewind", "999"], Some("999"));
+    assert_bad_usage(&fx, &["rewind", "999", "--json"], Some("999"));
+    assert_manifest_eq(
+        "a refused rewind changes nothing",
+        &before,
+        &manifest(&fx.project),
+    );
+}
+
+fn assert_mount_refused(fx: &Fixture, project: &OsStr, mnt: &OsStr, must_name: &str) {
+    let run = fx.opfs(&[OsStr::new("mount"), project, mnt]);
+    assert!(
+        matches!(run.code, Some(1) | Some(2)),
+        "mount should fail with exit 1 or 2: {run}"
+    );
+    assert!(
+        run.stderr.contains(must_name),
+        "the error should name {must_name}: {run}"
+    );
+}
+
+#[test]
+fn mount_of_a_missing_project_fails_naming_it() {
+    let fx = Fixture::new();
+    let missing = fx.root().join("no-such-project");
+    assert_mount_refused(
+        &fx,
+        missing.as_os_str(),
+        fx.mnt.as_os_str(),
+        &missing.to_string_lossy(),
+    );
+    assert!(!is_mounted(&fx.mnt));
+}
+
+#[test]
+fn mount_on_a_missing_mountpoint_fails_naming_it() {
+    let fx = Fixture::new();
+    let missing = fx.root().join("no-such-mountpoint");
+    assert_mount_refused(
+        &fx,
+        fx.project.as_os_str(),
+        missing.as_os_str(),
+        &missing.to_string_lossy(),
+    );
+    assert!(!missing.exists(), "mount must not create the mountpoint");
+}
+
+#[test]
+fn mount_inside_the_project_fails() {
+    let fx = Fixture::new();
+    let inside = fx.p("sub/mnt");
+    fs::create_dir_all(&inside).expect("mkdir");
+    // The message must name the offending path: the mountpoint (which starts
+    // with the project's path) or the project.
+    assert_mount_refused(
+        &fx,
+        fx.project.as_os_str(),
+        inside.as_os_str(),
+        &fx.project.to_string_lossy(),
+    );
+    assert!(!is_mounted(&inside));
+}
+
+#[test]
+fn mount_on_a_busy_mountpoint_fails_naming_it() {
+    let fx = Fixture::new();
+    fx.mount();
+    let other = fx.root().join("other-project");
+    fs::create_dir(&other).expect("mkdir");
+    assert_mount_refused(
+        &fx,
+        other.as_os_str(),
+        fx.mnt.as_os_str(),
+        &fx.mnt.to_string_lossy(),
+    );
+    // The first mount keeps working.
+    fx.sh("echo still > served");
+    assert_eq!(fs::read(fx.p("served")).expect("read"), b"still\n");
+}
+
+#[test]
+fn turn_prints_only_the_new_number() {
+    let fx = Fixture::new();
+    fx.mount();
+    let run = fx.opfs_c(&["turn", "--label", "x"]).ok();
+    assert_eq!(run.stdout, "2\n", "{run}");
+    let run = fx
+        .opfs_c(&[
+            "turn",
+            "--label",
+            "with spaces and ünïcode",
+            "--id",
+            "msg-42",
+        ])
+        .ok();
+    assert_eq!(parse_turn_number(&run), 3);
+    let run = fx.opfs_c(&["turn"]).ok();
+    assert_eq!(parse_turn_number(&run), 4);
+}
+
+#[test]
+fn status_reports_the_mount() {
+    let fx = Fixture::new();
+    fx.mount();
+    let s = fx.status();
+    assert_eq!(s["mounted"], true, "{s:#}");
+    assert_eq!(s["mountpoint"].as_str(), fx.mnt.to_str(), "{s:#}");
+    assert_eq!(s["project"].as_str(), fx.project.to_str(), "{s:#}");
+    assert_eq!(s["turn"], 1, "{s:#}");
+    assert!(s["store_bytes"].is_u64(), "{s:#}");
+    fx.turn("next");
+    assert_eq!(fx.open_turn(), 2);
+    let human = fx.opfs_c(&["status"]).ok();
+    assert!(human.stdout.contains(&*fx.mnt.to_string_lossy()), "{human}");
+
+    // The project path finds the same daemon (-C takes either).
+    let run = fx
+        .opfs(&[
+            OsStr::new("-C"),
+            fx.project.as_os_str(),
+            OsStr::new("status"),
+            OsStr::new("--json"),
+        ])
+        .ok();
+    assert_eq!(run.json()["turn"], 2, "{run}");
+
+    fx.umount();
+    let run = fx
+        .opfs(&[
+            OsStr::new("-C"),
+            fx.project.as_os_str(),
+            OsStr::new("status"),
+            OsStr::new("--json"),
+        ])
+        .ok();
+    assert_eq!(run.json()["mounted"], false, "{run}");
+}
+
+#[test]
+fn state_lives_in_opfs_home_not_in_the_project() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"f\n", 0o644);
+    let before = manifest(&fx.project);
+    fx.mount();
+    fx.turn("t");
+    fx.sh("cat f > /dev/null");
+    fx.umount();
+    assert_manifest_eq(
+        "opfs wrote into the project",
+        &before,
+        &manifest(&fx.project),
+    );
+    assert!(
+        fs::read_dir(&fx.home)
+            .expect("read OPFS_HOME")
+            .next()
+            .is_some(),
+        "nothing was written to OPFS_HOME"
+    );
+}
