@@ -130,7 +130,8 @@ pub struct RewindReport {
     pub rewound_to: u64,
     /// True for `--dry-run`: nothing was written.
     pub dry_run: bool,
-    /// Paths brought back to their state at `rewound_to`'s start.
+    /// Paths brought back to their state at `rewound_to`'s start (for a dry
+    /// run: the paths that would be).
     pub restored: Vec<String>,
     /// Paths left as they are, with the reason.
     pub conflicts: Vec<Conflict>,
@@ -484,7 +485,8 @@ pub fn rewind(journal: &Journal, to: u64, dry_run: bool) -> Result<RewindReport,
             turn: None,
             rewound_to: to,
             dry_run,
-            restored: Vec::new(),
+            // What the real run would restore if no step fails.
+            restored: plan.iter().map(|p| p.path.clone()).collect(),
             conflicts,
             plan,
             open_turn: journal.open_turn(),
