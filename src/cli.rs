@@ -215,7 +215,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             id,
             all,
             dry_run,
-            force: _,
+            force,
         } => {
             let st = project_state(&home, cli)?;
             let target = match (turn, id) {
@@ -232,7 +232,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             };
             match target {
                 None => list_rewind_points(&st, *all, cli, out),
-                Some(n) => do_rewind(&st, n, *dry_run, cli, out),
+                Some(n) => do_rewind(&st, n, *dry_run, *force, cli, out),
             }
         }
     }
@@ -383,16 +383,21 @@ fn do_rewind(
     st: &StateDir,
     n: u64,
     dry_run: bool,
+    force: bool,
     cli: &Cli,
     out: &mut dyn Write,
 ) -> Result<i32, Fail> {
-    let req = Request::Rewind { to: n, dry_run };
+    let req = Request::Rewind {
+        to: n,
+        dry_run,
+        force,
+    };
     let value = match ask(st, &req)? {
         Some(Response::Rewind(v)) => v,
         Some(other) => return Err(unexpected(other)),
         None => {
             let (j, _lock) = open_direct(st)?;
-            let report = rewind::rewind(&j, n, dry_run).map_err(|e| match e {
+            let report = rewind::rewind(&j, n, dry_run, force).map_err(|e| match e {
                 RewindError::UnknownTurn { .. } => usage(e.to_string()),
                 other => failure(other.to_string()),
             })?;

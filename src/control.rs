@@ -40,6 +40,9 @@ pub enum Request {
         to: u64,
         /// Plan only.
         dry_run: bool,
+        /// Restore paths changed behind the mount's back too.
+        #[serde(default)]
+        force: bool,
     },
     /// Unmount and exit.
     Unmount,
@@ -139,9 +142,10 @@ pub fn rewind_mounted(
     mount: Option<&dyn MountOps>,
     to: u64,
     dry_run: bool,
+    force: bool,
 ) -> Result<RewindReport, RewindError> {
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind(journal, to, dry_run);
+    let report = rewind::rewind(journal, to, dry_run, force);
     drop(guard);
     if let (Some(m), Ok(r)) = (mount, &report) {
         let mut paths = r.touched.clone();
@@ -181,8 +185,8 @@ pub fn handle(
                 },
             }
         }
-        Request::Rewind { to, dry_run } => {
-            match rewind_mounted(journal, Some(mount), to, dry_run) {
+        Request::Rewind { to, dry_run, force } => {
+            match rewind_mounted(journal, Some(mount), to, dry_run, force) {
                 Ok(report) => match serde_json::to_value(&report) {
                     Ok(v) => Response::Rewind(v),
                     Err(e) => Response::Error {

@@ -304,6 +304,9 @@ pub fn run(
         journal.open_turn()
     );
     let result = mount.run();
+    if let Err(e) = journal.flush() {
+        log::error!("cannot store fingerprints at unmount: {e}");
+    }
     control::unregister_mount(home, state, &plan.mountpoint);
     log::info!("unmounted {}", plan.mountpoint.display());
     result.map_err(|source| MountError::Io {

@@ -12,7 +12,7 @@
 //! mutation runs. A crash at any point leaves either no record (and no
 //! mutation) or a record of the true pre-image.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use opfs_fs::{Errno, Mutation, MutationHook};
 
 use crate::backing::{Backing, Stat};
+use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{PreImage, Special};
 use crate::state::StateDir;
@@ -98,6 +99,10 @@ struct Inner {
     index: Index,
     turn: u64,
     captured: HashSet<Vec<u8>>,
+    /// Fingerprints not yet written to the index. `None`: the mount is in
+    /// the middle of changing the path (a write handle is open), so there is
+    /// nothing to compare against.
+    fingerprints: HashMap<Vec<u8>, Option<Fingerprint>>,
 }
 
 /// Turns and capture for one project.
@@ -158,6 +163,7 @@ impl Journal {
                 index,
                 turn,
                 captured: HashSet::new(),
+                fingerprints: HashMap::new(),
             }),
             epoch: AtomicU64::new(turn),
         })
@@ -214,6 +220,7 @@ impl Journal {
         rewound_to: Option<u64>,
     ) -> Result<u64, IndexError> {
         let mut inner = self.lock();
+        Self::flush_locked(&mut inner)?;
         let open = inner.turn;
         let n = inner
             .index
@@ -222,6 +229,77 @@ impl Journal {
         inner.captured.clear();
         self.epoch.store(n, Ordering::Release);
         Ok(n)
+    }
+
+    /// Writes the fingerprints remembered in memory to the index.
+    pub fn flush(&self) -> Result<(), IndexError> {
+        Self::flush_locked(&mut self.lock())
+    }
+
+    fn flush_locked(inner: &mut Inner) -> Result<(), IndexError> {
+        if inner.fingerprints.is_empty() {
+            return Ok(());
+        }
+        let Inner {
+            index,
+            fingerprints,
+            ..
+        } = inner;
+        index.put_fingerprints(fingerprints.iter().map(|(p, f)| (p.as_slice(), f.as_ref())))?;
+        fingerprints.clear();
+        Ok(())
+    }
+
+    /// Remembers what is at `path` now as what the mount (or a rewind) left
+    /// there.
+    pub fn remember(&self, path: &[u8]) {
+        if paths::is_excluded(path) {
+            return;
+        }
+        let fp = self
+            .backing
+            .lstat(path)
+            .ok()
+            .map(|st| Fingerprint::of(st.as_ref()));
+        self.lock().fingerprints.insert(path.to_vec(), fp);
+    }
+
+    /// What the mount last left at `path`, if known.
+    pub fn last_seen(&self, path: &[u8]) -> Result<Option<Fingerprint>, IndexError> {
+        let inner = self.lock();
+        match inner.fingerprints.get(path) {
+            Some(fp) => Ok(*fp),
+            None => inner.index.fingerprint(path),
+        }
+    }
+
+    /// Remembers the paths a finished rename left, under both names and, for
+    /// directories, at every depth.
+    fn remember_rename(&self, from: &[u8], to: &[u8], exchange: bool) {
+        self.remember(from);
+        self.remember(to);
+        let mut roots = vec![(to, from)];
+        if exchange {
+            roots.push((from, to));
+        }
+        for (now, other) in roots {
+            let mut stack = vec![Vec::new()];
+            while let Some(rel) = stack.pop() {
+                let Ok(names) = self.backing.list_dir(&paths::join(now, &rel)) else {
+                    continue;
+                };
+                for name in names {
+                    let sub = paths::join(&rel, &name);
+                    let here = paths::join(now, &sub);
+                    self.remember(&here);
+                    self.remember(&paths::join(other, &sub));
+                    if matches!(self.backing.lstat(&here), Ok(Some(st)) if st.file_type() == libc::S_IFDIR)
+                    {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
     }
 
     /// Records the current state of `path` as its pre-image in the open turn,
@@ -360,16 +438,30 @@ impl Journal {
 impl MutationHook for Journal {
     fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno> {
         let result = match *mutation {
-            Mutation::Content { path }
-            | Mutation::Metadata { path }
-            | Mutation::Create { path }
-            | Mutation::Remove { path } => self.capture(path),
+            Mutation::Content { path } => self.capture(path).map(|()| {
+                if !paths::is_excluded(path) {
+                    self.lock().fingerprints.insert(path.to_vec(), None);
+                }
+            }),
+            Mutation::Metadata { path } | Mutation::Create { path } | Mutation::Remove { path } => {
+                self.capture(path)
+            }
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
         result.map_err(|e| {
             log::error!("capture failed, refusing the mutation: {e}");
             e.errno()
         })
+    }
+
+    fn after(&self, mutation: &Mutation<'_>) {
+        match *mutation {
+            Mutation::Content { path }
+            | Mutation::Metadata { path }
+            | Mutation::Create { path }
+            | Mutation::Remove { path } => self.remember(path),
+            Mutation::Rename { from, to, exchange } => self.remember_rename(from, to, exchange),
+        }
     }
 
     fn epoch(&self) -> u64 {

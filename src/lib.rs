@@ -9,6 +9,7 @@
 pub mod backing;
 pub mod control;
 pub mod daemon;
+pub mod fingerprint;
 pub mod journal;
 pub mod paths;
 pub mod preimage;

@@ -123,8 +123,8 @@ pub struct Conflict {
 /// The outcome of a rewind (or of its dry run).
 #[derive(Debug, Clone, Serialize)]
 pub struct RewindReport {
-    /// The turn that records this rewind (`None` for a dry run, or when
-    /// nothing needed restoring and no turn was opened).
+    /// The turn that records this rewind (for a dry run: the number it would
+    /// get).
     pub turn: Option<u64>,
     /// The turn whose start was restored.
     pub rewound_to: u64,
@@ -228,8 +228,12 @@ fn steps_for(
 /// the project's current state. Writes nothing.
 ///
 /// Returns the plan and the paths that cannot even be planned (unreadable).
-pub fn plan(journal: &Journal, to: u64) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
-    plan_until(journal, to, None)
+pub fn plan(
+    journal: &Journal,
+    to: u64,
+    force: bool,
+) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
+    plan_until(journal, to, None, force)
 }
 
 fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
@@ -247,6 +251,7 @@ fn plan_until(
     journal: &Journal,
     to: u64,
     until: Option<u64>,
+    force: bool,
 ) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
     check_turn(journal, to)?;
     let states = journal.with_index(|ix| ix.states_at(to, until))?;
@@ -278,14 +283,22 @@ fn plan_until(
             }),
         }
     }
-    preflight(journal, &mut plan, &mut conflicts);
+    preflight(journal, &mut plan, &mut conflicts, force);
     Ok((plan, conflicts))
 }
 
-/// Checks, before anything is written, what would make a step fail: a
-/// missing or corrupt blob, a directory to remove that holds entries opfs
-/// did not record. Such paths are moved from the plan to the conflicts.
-fn preflight(journal: &Journal, plan: &mut Vec<PathPlan>, conflicts: &mut Vec<Conflict>) {
+/// Checks, before anything is written, what would make a step fail or
+/// clobber the user's work: a path changed behind the mount's back since
+/// opfs last saw it (unless `force`), a missing or corrupt blob, a directory
+/// to remove that holds entries opfs did not record (even with `force`:
+/// such entries could never be brought back). Such paths are moved from the
+/// plan to the conflicts.
+fn preflight(
+    journal: &Journal,
+    plan: &mut Vec<PathPlan>,
+    conflicts: &mut Vec<Conflict>,
+    force: bool,
+) {
     let removed: BTreeSet<Vec<u8>> = plan
         .iter()
         .filter(|p| p.steps.contains(&Step::Remove))
@@ -293,6 +306,22 @@ fn preflight(journal: &Journal, plan: &mut Vec<PathPlan>, conflicts: &mut Vec<Co
         .collect();
     let mut bad: BTreeSet<Vec<u8>> = BTreeSet::new();
     for p in plan.iter() {
+        if !force {
+            let seen = journal.last_seen(&p.raw);
+            let now = journal.backing().lstat(&p.raw);
+            if let (Ok(Some(fp)), Ok(now)) = (seen, now) {
+                if let Some(what) = fp.differs(now.as_ref()) {
+                    conflicts.push(Conflict {
+                        path: p.path.clone(),
+                        reason: format!(
+                            "changed outside the mount since opfs last saw it ({what}); left as it is (--force restores it anyway)"
+                        ),
+                    });
+                    bad.insert(p.raw.clone());
+                    continue;
+                }
+            }
+        }
         if let PreImage::File { blob, .. } = &p.target_state {
             if let Err(e) = journal.blobs().verify(blob) {
                 conflicts.push(Conflict {
@@ -478,11 +507,16 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
 /// [`RewindError::Index`] when the index fails; in both cases nothing has
 /// been written to the project. Per-path failures are not errors: they are
 /// listed in `conflicts` and the other paths are restored.
-pub fn rewind(journal: &Journal, to: u64, dry_run: bool) -> Result<RewindReport, RewindError> {
-    let (plan, mut conflicts) = plan(journal, to)?;
+pub fn rewind(
+    journal: &Journal,
+    to: u64,
+    dry_run: bool,
+    force: bool,
+) -> Result<RewindReport, RewindError> {
+    let (plan, mut conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
-            turn: None,
+            turn: Some(journal.open_turn() + 1),
             rewound_to: to,
             dry_run,
             // What the real run would restore if no step fails.
@@ -530,6 +564,12 @@ fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
         }
     }
     let exec = execute(journal, &runnable);
+    for p in &runnable {
+        journal.remember(&p.raw);
+    }
+    if let Err(e) = journal.flush() {
+        log::warn!("cannot store fingerprints after the rewind: {e}");
+    }
     let failed: BTreeSet<&str> = exec.iter().map(|c| c.path.as_str()).collect();
     let restored = runnable
         .iter()
@@ -549,7 +589,9 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     let Some((rewind_turn, to)) = journal.with_index(|ix| ix.unfinished_restore())? else {
         return Ok(None);
     };
-    let (plan, mut conflicts) = plan_until(journal, to, Some(rewind_turn))?;
+    // The interrupted run checked fingerprints already; the paths it wrote
+    // before the crash have none yet, so they are not checked again.
+    let (plan, mut conflicts) = plan_until(journal, to, Some(rewind_turn), true)?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
@@ -707,11 +749,11 @@ mod tests {
         let after = manifest(p);
         assert_ne!(before, after);
 
-        let dry = rewind(j, 1, true).expect("dry run");
-        assert!(dry.turn.is_none());
+        let dry = rewind(j, 1, true, false).expect("dry run");
+        assert_eq!(dry.turn, Some(2));
         assert_eq!(manifest(p), after, "a dry run writes nothing");
 
-        let report = rewind(j, 1, false).expect("rewind");
+        let report = rewind(j, 1, false, false).expect("rewind");
         assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
         assert_eq!(report.turn, Some(2));
         assert_eq!(report.open_turn, 3);
@@ -719,12 +761,12 @@ mod tests {
         assert_eq!(manifest(p), before);
 
         // Redo: rewinding to the rewind's own turn restores the state before it.
-        let redo = rewind(j, 2, false).expect("redo");
+        let redo = rewind(j, 2, false, false).expect("redo");
         assert!(redo.conflicts.is_empty(), "{:?}", redo.conflicts);
         assert_eq!(manifest(p), after);
         // And a no-op rewind to the turn just opened changes nothing.
         let open = j.open_turn();
-        let noop = rewind(j, open, false).expect("noop");
+        let noop = rewind(j, open, false, false).expect("noop");
         assert!(noop.restored.is_empty());
         assert_eq!(manifest(p), after);
     }
@@ -737,16 +779,16 @@ mod tests {
         fs::create_dir(s.project.join("made")).expect("mkdir");
         // Created behind opfs's back:
         fs::write(s.project.join("made/user-file"), b"mine").expect("write");
-        let report = rewind(j, 1, false).expect("rewind");
+        let report = rewind(j, 1, false, false).expect("rewind");
         assert_eq!(report.conflicts.len(), 1, "{:?}", report.conflicts);
         assert!(report.conflicts[0].reason.contains("made/user-file"));
         assert!(s.project.join("made/user-file").exists());
         assert!(matches!(
-            rewind(j, 0, false),
+            rewind(j, 0, false, false),
             Err(RewindError::UnknownTurn { .. })
         ));
         assert!(matches!(
-            rewind(j, 99, true),
+            rewind(j, 99, true, false),
             Err(RewindError::UnknownTurn { .. })
         ));
     }
@@ -760,7 +802,7 @@ mod tests {
         fs::write(s.project.join("run.sh"), b"new content").expect("write");
         let blob = *blake3::hash(b"#!/bin/sh\n").as_bytes();
         fs::write(j.blobs().path_of(&blob), b"garbage!!!").expect("corrupt");
-        let report = rewind(j, 1, false).expect("rewind");
+        let report = rewind(j, 1, false, false).expect("rewind");
         assert_eq!(report.conflicts.len(), 1);
         assert!(
             report.conflicts[0].reason.contains("corrupt"),

@@ -71,6 +71,15 @@ pub trait MutationHook: Send + Sync + 'static {
     /// the backing directory untouched by it (fail closed).
     fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno>;
 
+    /// Called after `mutation` has been applied to the backing directory
+    /// (still under the quiesce lock), so the hook can remember what the
+    /// mount left there (its fingerprint). For a file handle opened for
+    /// writing, [`Mutation::Content`] is reported here when the handle is
+    /// released, not after each write. Not called when the mutation failed.
+    fn after(&self, mutation: &Mutation<'_>) {
+        let _ = mutation;
+    }
+
     /// The current capture epoch. A file handle opened for writing records the
     /// epoch at open; a later `write` through it when the epoch has changed
     /// reports [`Mutation::Content`] again first. The journal bumps the epoch

@@ -167,6 +167,17 @@ impl Shared {
         self.hook.before(&mutation).map_err(Errno::from_i32)
     }
 
+    fn after(&self, mutation: Mutation<'_>) {
+        self.hook.after(&mutation);
+    }
+
+    /// Reports `make(path)` after the fact for every known path of `ino`.
+    fn after_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) {
+        for path in self.inodes.paths(ino) {
+            self.after(make(&path));
+        }
+    }
+
     /// Reports `make(path)` for every known path of `ino`. A node with no
     /// known name was unlinked through the mount: its mutation changes no
     /// path, so there is nothing to report.
@@ -237,8 +248,11 @@ impl Shared {
                 return Err(Errno::EEXIST);
             }
             self.before(Mutation::Create { path: &path })?;
-            let _as = AsCaller::switch(caller(req)).map_err(e)?;
-            make(dir.fd.as_fd(), &cname).map_err(e)?;
+            {
+                let _as = AsCaller::switch(caller(req)).map_err(e)?;
+                make(dir.fd.as_fd(), &cname).map_err(e)?;
+            }
+            self.after(Mutation::Create { path: &path });
         }
         self.lookup_entry(parent, name)
     }
@@ -281,6 +295,13 @@ impl Shared {
             }
             if a.atime.is_some() || a.mtime.is_some() {
                 sys::utimens_fd(fd, &[timespec(a.atime), timespec(a.mtime)]).map_err(e)?;
+            }
+            // Reported after the fact even for timestamps alone: the hook's
+            // fingerprint of the path (its times) must follow.
+            if a.size.is_some() {
+                self.after_inode(ino, |path| Mutation::Content { path });
+            } else {
+                self.after_inode(ino, |path| Mutation::Metadata { path });
             }
         }
         self.getattr(ino, a.fh)
@@ -725,7 +746,14 @@ impl Filesystem for Passthrough {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.handles.remove(fh.0);
+        let s = &self.shared;
+        if let Some(h) = s.handles.remove(fh.0) {
+            // Not under the gate: a release is no mutation, and blocking it
+            // while quiesced would tie up a worker thread for nothing.
+            if h.epoch() != NO_EPOCH {
+                s.after_inode(h.ino, |path| Mutation::Content { path });
+            }
+        }
         reply.ok();
     }
 
@@ -905,7 +933,9 @@ impl Filesystem for Passthrough {
             let name = sys::cname_any(name.as_bytes()).map_err(e)?;
             let _gate = s.gate.read();
             s.before_inode(ino.0, |path| Mutation::Metadata { path })?;
-            sys::setxattr(node.fd.as_fd(), &name, value, flags).map_err(e)
+            sys::setxattr(node.fd.as_fd(), &name, value, flags).map_err(e)?;
+            s.after_inode(ino.0, |path| Mutation::Metadata { path });
+            Ok(())
         })();
         match res {
             Ok(()) => reply.ok(),
@@ -953,7 +983,9 @@ impl Filesystem for Passthrough {
             let name = sys::cname_any(name.as_bytes()).map_err(e)?;
             let _gate = s.gate.read();
             s.before_inode(ino.0, |path| Mutation::Metadata { path })?;
-            sys::removexattr(node.fd.as_fd(), &name).map_err(e)
+            sys::removexattr(node.fd.as_fd(), &name).map_err(e)?;
+            s.after_inode(ino.0, |path| Mutation::Metadata { path });
+            Ok(())
         })();
         match res {
             Ok(()) => reply.ok(),
@@ -1083,6 +1115,7 @@ fn remove(s: &Shared, parent: u64, name: &[u8], flags: i32) -> Res<()> {
     s.before(Mutation::Remove { path: &path })?;
     sys::unlinkat(dir.fd.as_fd(), &cname, flags).map_err(e)?;
     s.inodes.unlink(parent, name);
+    s.after(Mutation::Remove { path: &path });
     Ok(())
 }
 
@@ -1117,5 +1150,10 @@ fn rename(
     .map_err(e)?;
     s.inodes
         .rename(parent, name, new_parent, new_name, exchange);
+    s.after(Mutation::Rename {
+        from: &from,
+        to: &to,
+        exchange,
+    });
     Ok(())
 }

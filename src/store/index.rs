@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{Hash, PreImage, Special};
 
@@ -44,6 +45,14 @@ CREATE TABLE IF NOT EXISTS preimages(
     target BLOB,
     rdev   INTEGER,
     PRIMARY KEY (turn, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fingerprints(
+    path     BLOB PRIMARY KEY,
+    ftype    INTEGER NOT NULL,
+    ino      INTEGER NOT NULL,
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    perm     INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS restores(
     rewind_turn INTEGER PRIMARY KEY,
@@ -621,6 +630,67 @@ impl Index {
             out.push(h);
         }
         Ok(out)
+    }
+
+    /// Stores fingerprints in one transaction; `None` deletes the path's
+    /// fingerprint (the mount is changing it; nothing to compare against).
+    pub fn put_fingerprints<'a>(
+        &mut self,
+        entries: impl Iterator<Item = (&'a [u8], Option<&'a Fingerprint>)>,
+    ) -> Result<(), IndexError> {
+        let path = self.path.clone();
+        let err = |source| IndexError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        {
+            let mut put = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO fingerprints(path, ftype, ino, size, mtime_ns, perm)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(err)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM fingerprints WHERE path = ?1")
+                .map_err(err)?;
+            for (p, fp) in entries {
+                match fp {
+                    Some(f) => put.execute(params![
+                        p,
+                        f.file_type as i64,
+                        f.ino as i64,
+                        f.size as i64,
+                        f.mtime_ns,
+                        f.perm as i64
+                    ]),
+                    None => del.execute([p]),
+                }
+                .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// The stored fingerprint of `path`, if any.
+    pub fn fingerprint(&self, path: &[u8]) -> Result<Option<Fingerprint>, IndexError> {
+        self.conn
+            .prepare_cached(
+                "SELECT ftype, ino, size, mtime_ns, perm FROM fingerprints WHERE path = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([path], |r| {
+                    Ok(Fingerprint {
+                        file_type: r.get::<_, i64>(0)? as u32,
+                        ino: r.get::<_, i64>(1)? as u64,
+                        size: r.get::<_, i64>(2)? as u64,
+                        mtime_ns: r.get(3)?,
+                        perm: r.get::<_, i64>(4)? as u32,
+                    })
+                })
+                .optional()
+            })
+            .map_err(self.err())
     }
 
     /// Marks the start of the restore recorded as `rewind_turn`.
