@@ -98,7 +98,12 @@ enum Cmd {
         #[arg(long, value_name = "LABEL")]
         turn: Option<String>,
         /// The command and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
         command: Vec<std::ffi::OsString>,
     },
 }
@@ -295,9 +300,18 @@ fn run_sandboxed(
         bwrap: std::env::var_os("OPFS_BWRAP").map(PathBuf::from),
     };
     let mut start = |project: &Path, mp: &Path| {
-        mount(home, project, mp, false, false, 2, cli, &mut std::io::sink())
-            .map(|_| ())
-            .map_err(|f| f.message)
+        mount(
+            home,
+            project,
+            mp,
+            false,
+            false,
+            2,
+            cli,
+            &mut std::io::sink(),
+        )
+        .map(|_| ())
+        .map_err(|f| f.message)
     };
     match sandbox::run(&opts, &mut start) {
         Ok(outcome) => {

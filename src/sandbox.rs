@@ -58,6 +58,11 @@ pub const CREDENTIAL_PATHS: &[&str] = &[
     ".azure",
 ];
 
+/// Host paths that are unreadable inside whoever the user is: sockets that
+/// hand out more power than the sandbox has (a read-only mount does not stop
+/// `connect(2)` on a Unix socket).
+pub const SYSTEM_HIDDEN: &[&str] = &["/run/docker.sock", "/var/run/docker.sock"];
+
 /// Environment variables removed inside the sandbox (they unlock the
 /// credentials hidden by [`CREDENTIAL_PATHS`]). The configuration's
 /// `secret_env` list adds to them.
@@ -248,7 +253,9 @@ pub type MountFn<'a> = &'a mut dyn FnMut(&Path, &Path) -> Result<(), String>;
 /// command without one.
 pub fn run(opts: &RunOptions, mount: MountFn<'_>) -> Result<RunOutcome, RunError> {
     if opts.command.is_empty() {
-        return Err(RunError::Usage("no command given (opfs run -- CMD...)".into()));
+        return Err(RunError::Usage(
+            "no command given (opfs run -- CMD...)".into(),
+        ));
     }
     let home = state::absolute(&opts.home);
     if opts.mode == Mode::DangerFullAccess {
@@ -300,6 +307,7 @@ pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
         hide.push(h.join(".local/share/opfs"));
         hide.extend(CREDENTIAL_PATHS.iter().map(|p| h.join(p)));
     }
+    hide.extend(SYSTEM_HIDDEN.iter().map(PathBuf::from));
     if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         hide.push(PathBuf::from(x).join("opfs"));
     }
@@ -549,10 +557,7 @@ impl MountGuard {
         }
         st.create()
             .map_err(RunError::io(format!("cannot create {}", st.dir.display())))?;
-        let mp = st
-            .dir
-            .join("run")
-            .join(std::process::id().to_string());
+        let mp = st.dir.join("run").join(std::process::id().to_string());
         std::fs::create_dir_all(&mp)
             .map_err(RunError::io(format!("cannot create {}", mp.display())))?;
         if let Err(e) = mount(&st.project, &mp) {
@@ -659,10 +664,13 @@ fn spawn_and_wait(mut cmd: Command) -> Result<i32, RunError> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds is a valid array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(RunError::io("cannot create a pipe")(io::Error::last_os_error()));
+        return Err(RunError::io("cannot create a pipe")(
+            io::Error::last_os_error(),
+        ));
     }
     // SAFETY: pipe2 returned two fresh descriptors that we now own.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let w = fds[1];
     // SAFETY: only async-signal-safe calls (setpgid, dup2, fcntl) between
     // fork and exec.

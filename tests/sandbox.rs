@@ -181,7 +181,11 @@ fn stdout(o: &Output) -> String {
 fn assert_contained(w: &World, extra: &[&str], script: &str) -> Output {
     let out = w.run(extra, &format!("echo RAN; {script}; exit 0"));
     assert!(out.status.success(), "{}", show(&out));
-    assert!(stdout(&out).contains("RAN"), "command did not run: {}", show(&out));
+    assert!(
+        stdout(&out).contains("RAN"),
+        "command did not run: {}",
+        show(&out)
+    );
     assert!(!stdout(&out).contains("ESCAPED"), "{}", show(&out));
     out
 }
@@ -238,7 +242,11 @@ fn the_ssh_key_of_the_home_is_unreadable() {
         &[],
         r#"cat "$HOME/.ssh/id_ed25519" && echo ESCAPED; ls -A "$HOME/.ssh"; cat "$HOME"/.ssh/* 2>/dev/null"#,
     );
-    assert!(!stdout(&out).contains("SECRET-KEY-MATERIAL"), "{}", show(&out));
+    assert!(
+        !stdout(&out).contains("SECRET-KEY-MATERIAL"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[test]
@@ -263,7 +271,11 @@ fn a_credential_file_and_a_configured_hide_are_unreadable() {
         ),
     );
     assert!(!stdout(&out).contains("NETRC-SECRET"), "{}", show(&out));
-    assert!(!stdout(&out).contains("CONFIGURED-SECRET"), "{}", show(&out));
+    assert!(
+        !stdout(&out).contains("CONFIGURED-SECRET"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[test]
@@ -319,7 +331,13 @@ fn opfs_turn_and_rewind_inside_cannot_rewrite_history() {
     let w = World::new();
     let mp = w.mount();
     // Some history: turn 2 changes a.txt.
-    let t = w.opfs().arg("-C").arg(&mp).args(["turn", "--label", "work"]).output().unwrap();
+    let t = w
+        .opfs()
+        .arg("-C")
+        .arg(&mp)
+        .args(["turn", "--label", "work"])
+        .output()
+        .unwrap();
     assert!(t.status.success(), "{}", show(&t));
     std::fs::write(mp.join("a.txt"), "changed by the user's agent\n").unwrap();
     let before = w.turns();
@@ -337,7 +355,11 @@ exit 0"#,
         ),
     );
     assert!(out.status.success(), "{}", show(&out));
-    assert!(stdout(&out).contains("RAN") && !stdout(&out).contains("ESCAPED"), "{}", show(&out));
+    assert!(
+        stdout(&out).contains("RAN") && !stdout(&out).contains("ESCAPED"),
+        "{}",
+        show(&out)
+    );
     let after = w.turns();
     assert_eq!(before, after, "history changed from inside the sandbox");
     assert_eq!(
@@ -413,7 +435,13 @@ fn secret_environment_variables_are_removed() {
         .env("GH_TOKEN", "gh-secret")
         .env("MY_API_SECRET", "mine")
         .env("HARMLESS", "kept")
-        .args(["run", "--", "sh", "-c", "echo gh=$GH_TOKEN my=$MY_API_SECRET h=$HARMLESS mode=$OPFS_SANDBOX"])
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo gh=$GH_TOKEN my=$MY_API_SECRET h=$HARMLESS mode=$OPFS_SANDBOX",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -429,7 +457,13 @@ fn without_bwrap_the_command_is_refused_not_run() {
         .env("OPFS_BWRAP", w.root.join("no-such-bwrap"))
         .arg("-C")
         .arg(&w.project)
-        .args(["run", "--", "sh", "-c", "echo ran > \"$SIBLING/ran\"; echo ran > ran"])
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > \"$SIBLING/ran\"; echo ran > ran",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
@@ -441,7 +475,13 @@ fn without_bwrap_the_command_is_refused_not_run() {
         .env("PATH", w.root.join("empty-path"))
         .arg("-C")
         .arg(&w.project)
-        .args(["run", "--", "/bin/sh", "-c", "echo ran > \"$SIBLING/ran\"; echo ran > ran"])
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo ran > \"$SIBLING/ran\"; echo ran > ran",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
@@ -454,7 +494,11 @@ fn without_bwrap_the_command_is_refused_not_run() {
 fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
     let w = World::new();
     let fake = w.root.join("fake-bwrap");
-    std::fs::write(&fake, "#!/bin/sh\necho 'bwrap: fake setup failure' >&2\nexit 1\n").unwrap();
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: fake setup failure' >&2\nexit 1\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = w
         .opfs()
@@ -469,7 +513,10 @@ fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
     assert!(err.contains("cannot set up the sandbox"), "{err}");
     assert!(err.contains("fake setup failure"), "{err}");
     assert!(!w.sibling.join("ran").exists());
-    assert!(w.mounts_under_root().is_empty(), "the private mount was left behind");
+    assert!(
+        w.mounts_under_root().is_empty(),
+        "the private mount was left behind"
+    );
 }
 
 // ---------------------------------------------------------------- must work
@@ -488,29 +535,60 @@ sed -i 's/agent/AGENT/' a.txt
 pwd"#,
     );
     assert!(out.status.success(), "{}", show(&out));
-    assert_eq!(stdout(&out).trim(), w.project.to_str().unwrap(), "cwd inside");
+    assert_eq!(
+        stdout(&out).trim(),
+        w.project.to_str().unwrap(),
+        "cwd inside"
+    );
     // The writes landed in the project.
-    assert_eq!(std::fs::read_to_string(w.project.join("a.txt")).unwrap(), "AGENT a\n");
-    assert_eq!(std::fs::read_to_string(w.project.join("b.txt")).unwrap(), "new\n");
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "AGENT a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("b.txt")).unwrap(),
+        "new\n"
+    );
     assert!(!w.project.join("c.txt").exists());
     // The private mount is gone again.
-    assert!(w.mounts_under_root().is_empty(), "{:?}", w.mounts_under_root());
+    assert!(
+        w.mounts_under_root().is_empty(),
+        "{:?}",
+        w.mounts_under_root()
+    );
     // --turn opened a labelled turn that recorded the paths.
     let turns = w.turns();
     let t = turns
         .iter()
         .find(|t| t["label"] == "agent work")
         .unwrap_or_else(|| panic!("no turn labelled 'agent work': {turns:?}"));
-    let paths: Vec<&str> = t["paths"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    let paths: Vec<&str> = t["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
     for p in ["a.txt", "b.txt", "c.txt", "d"] {
         assert!(paths.contains(&p), "{p} not captured: {paths:?}");
     }
     // A rewind from outside undoes them.
     let n = t["turn"].as_u64().unwrap().to_string();
-    let r = w.opfs().arg("-C").arg(&w.project).args(["rewind", &n]).output().unwrap();
+    let r = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["rewind", &n])
+        .output()
+        .unwrap();
     assert!(r.status.success(), "{}", show(&r));
-    assert_eq!(std::fs::read_to_string(w.project.join("a.txt")).unwrap(), "original a\n");
-    assert_eq!(std::fs::read_to_string(w.project.join("c.txt")).unwrap(), "original c\n");
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("c.txt")).unwrap(),
+        "original c\n"
+    );
     assert!(!w.project.join("b.txt").exists());
     assert!(!w.project.join("d").exists());
 }
@@ -524,7 +602,15 @@ fn an_existing_mount_is_used_and_left_running() {
     let out = w
         .opfs()
         .current_dir(mp.join("src/deep"))
-        .args(["run", "--turn", "via mount", "--", "sh", "-c", "pwd; echo hi > here.txt"])
+        .args([
+            "run",
+            "--turn",
+            "via mount",
+            "--",
+            "sh",
+            "-c",
+            "pwd; echo hi > here.txt",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
@@ -539,7 +625,14 @@ fn an_existing_mount_is_used_and_left_running() {
     );
     let turns = w.turns();
     let t = turns.iter().find(|t| t["label"] == "via mount").unwrap();
-    assert!(t["paths"].as_array().unwrap().iter().any(|p| p == "src/deep/here.txt"), "{t}");
+    assert!(
+        t["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "src/deep/here.txt"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -551,7 +644,10 @@ fn writable_dirs_are_writable() {
     std::fs::create_dir_all(&cfg_cache).unwrap();
     std::fs::write(
         &w.config,
-        format!("[sandbox]\nwritable = [\"{}\", \"~/missing-is-skipped\"]\n", cfg_cache.display()),
+        format!(
+            "[sandbox]\nwritable = [\"{}\", \"~/missing-is-skipped\"]\n",
+            cfg_cache.display()
+        ),
     )
     .unwrap();
     let out = w.run(
@@ -572,7 +668,10 @@ fn writable_dirs_are_writable() {
 #[test]
 fn a_writable_root_inside_a_hidden_path_is_refused() {
     let w = World::new();
-    let out = w.run(&["--writable", w.home.join(".ssh").to_str().unwrap()], "echo RAN");
+    let out = w.run(
+        &["--writable", w.home.join(".ssh").to_str().unwrap()],
+        "echo RAN",
+    );
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(!stdout(&out).contains("RAN"));
 }
@@ -590,7 +689,9 @@ fn net_gives_the_network() {
     });
     let out = w.run(
         &["--net"],
-        &format!(r#"bash -c 'echo hello-from-sandbox > /dev/tcp/127.0.0.1/{port}' && echo CONNECTED"#),
+        &format!(
+            r#"bash -c 'echo hello-from-sandbox > /dev/tcp/127.0.0.1/{port}' && echo CONNECTED"#
+        ),
     );
     assert!(out.status.success(), "{}", show(&out));
     assert!(stdout(&out).contains("CONNECTED"), "{}", show(&out));
@@ -633,14 +734,22 @@ fn signals_are_forwarded_to_the_command() {
         .unwrap();
     let start = Instant::now();
     while !w.project.join("ready").exists() {
-        assert!(start.elapsed() < Duration::from_secs(30), "the command never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the command never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert_eq!(status.code(), Some(7), "{err}");
     assert_eq!(
         std::fs::read_to_string(w.project.join("signalled")).unwrap(),
@@ -658,15 +767,25 @@ fn read_only_mode_allows_reading_and_only_tmp_writes() {
     );
     assert!(out.status.success(), "{}", show(&out));
     let s = stdout(&out);
-    assert!(s.contains("original a") && s.contains("TMP_OK") && !s.contains("ESCAPED"), "{}", show(&out));
-    assert_eq!(std::fs::read_to_string(w.project.join("a.txt")).unwrap(), "original a\n");
+    assert!(
+        s.contains("original a") && s.contains("TMP_OK") && !s.contains("ESCAPED"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
     assert!(!w.project.join("new.txt").exists());
 }
 
 #[test]
 fn danger_full_access_runs_unsandboxed_only_when_named() {
     let w = World::new();
-    let out = w.run(&["--sandbox", "danger-full-access"], r#"echo x > "$SIBLING/free"; echo $OPFS_SANDBOX"#);
+    let out = w.run(
+        &["--sandbox", "danger-full-access"],
+        r#"echo x > "$SIBLING/free"; echo $OPFS_SANDBOX"#,
+    );
     assert!(out.status.success(), "{}", show(&out));
     assert!(w.sibling.join("free").exists());
     assert_eq!(stdout(&out).trim(), "danger-full-access");
