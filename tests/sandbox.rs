@@ -816,3 +816,16 @@ fn the_agents_guide_worked_example_runs() {
     assert!(out.status.success(), "{}", show(&out));
     assert!(stdout(&out).contains("example passed"), "{}", show(&out));
 }
+
+#[test]
+fn the_state_dir_is_invisible_with_a_private_mount_too() {
+    let w = World::new();
+    // No `opfs mount`: opfs run mounts under the state dir itself.
+    let out = assert_contained(
+        &w,
+        &[],
+        r#"ls -A "$OPFS_HOME" | grep . && echo ESCAPED; "$OPFS" -C "$PROJECT" turn && echo ESCAPED"#,
+    );
+    assert!(w.mounts_under_root().is_empty(), "{}", show(&out));
+    assert_eq!(w.turns().len(), 1, "a turn was opened from inside");
+}
