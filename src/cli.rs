@@ -82,6 +82,30 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Run CMD in a sandbox with the project (through the mount) at its own path.
+    Run {
+        /// workspace-write (default), read-only, or danger-full-access (no sandbox).
+        #[arg(long, value_name = "MODE", default_value = "workspace-write",
+              value_parser = ["workspace-write", "read-only", "danger-full-access"])]
+        sandbox: String,
+        /// Give the command the network.
+        #[arg(long)]
+        net: bool,
+        /// Make DIR writable inside too (repeatable).
+        #[arg(long, value_name = "DIR")]
+        writable: Vec<PathBuf>,
+        /// Open a turn with this label before the command starts.
+        #[arg(long, value_name = "LABEL")]
+        turn: Option<String>,
+        /// The command and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// An error with its exit code: 1 failure, 2 bad usage.
@@ -235,6 +259,69 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 Some(n) => do_rewind(&st, n, *dry_run, *force, cli, out),
             }
         }
+        Cmd::Run {
+            sandbox,
+            net,
+            writable,
+            turn,
+            command,
+        } => run_sandboxed(&home, sandbox, *net, writable, turn, command, cli),
+    }
+}
+
+fn run_sandboxed(
+    home: &Path,
+    mode: &str,
+    net: bool,
+    writable: &[PathBuf],
+    turn: &Option<String>,
+    command: &[std::ffi::OsString],
+    cli: &Cli,
+) -> Result<i32, Fail> {
+    use opfs::sandbox::{self, RunError, RunOptions};
+    let config = match opfs::config::config_path() {
+        Some(p) => opfs::config::load(&p).map_err(|e| failure(e.to_string()))?,
+        None => Default::default(),
+    };
+    let dir = cli
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
+    let opts = RunOptions {
+        home: home.to_path_buf(),
+        user_home: std::env::var_os("HOME").map(PathBuf::from),
+        dir,
+        mode: mode.parse().map_err(usage)?,
+        net,
+        writable: writable.iter().map(|w| state::absolute(w)).collect(),
+        turn: turn.clone(),
+        command: command.to_vec(),
+        config: config.sandbox,
+        bwrap: std::env::var_os("OPFS_BWRAP").map(PathBuf::from),
+    };
+    let mut start = |project: &Path, mp: &Path| {
+        mount(
+            home,
+            project,
+            mp,
+            false,
+            false,
+            2,
+            cli,
+            &mut std::io::sink(),
+        )
+        .map(|_| ())
+        .map_err(|f| f.message)
+    };
+    match sandbox::run(&opts, &mut start) {
+        Ok(outcome) => {
+            for w in &outcome.warnings {
+                eprintln!("opfs: {w}");
+            }
+            Ok(outcome.code)
+        }
+        Err(e @ RunError::Usage(_)) => Err(usage(e.to_string())),
+        Err(e) => Err(failure(e.to_string())),
     }
 }
 

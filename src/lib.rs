@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod backing;
+pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fingerprint;
@@ -14,5 +15,6 @@ pub mod journal;
 pub mod paths;
 pub mod preimage;
 pub mod rewind;
+pub mod sandbox;
 pub mod state;
 pub mod store;

@@ -1,0 +1,150 @@
+//! The user's configuration file (defaults for `opfs run`).
+//!
+//! Location: `$OPFS_CONFIG` if set, else `$XDG_CONFIG_HOME/opfs/config.toml`,
+//! else `~/.config/opfs/config.toml`. A missing file means "all defaults".
+//! The file is never read from inside a project: the agent can write the
+//! project, so nothing there may widen its own sandbox.
+//!
+//! ```toml
+//! [sandbox]
+//! writable = ["~/.cache/pip"]          # extra writable roots (workspace-write)
+//! hide = ["~/.config/openai"]          # unreadable inside, added to the defaults
+//! secret_env = ["OPENAI_API_KEY"]      # removed from the environment inside
+//! net = false                          # network by default (`--net` turns it on)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why the configuration file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The cause, with line and column.
+        source: toml::de::Error,
+    },
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The `[sandbox]` table.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+/// Defaults for `opfs run` (the `[sandbox]` table).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Extra writable roots in `workspace-write` mode (`~/` is the user's
+    /// home). Roots that do not exist are skipped.
+    #[serde(default)]
+    pub writable: Vec<String>,
+    /// Extra paths made unreadable inside the sandbox, on top of the
+    /// built-in credential list.
+    #[serde(default)]
+    pub hide: Vec<String>,
+    /// Environment variables removed inside the sandbox, on top of the
+    /// built-in list.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+    /// Give the sandbox the network by default.
+    #[serde(default)]
+    pub net: bool,
+}
+
+/// Where the configuration file is, from the environment (see the module
+/// documentation). `None` when no home directory is known either.
+pub fn config_path() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(p) = var("OPFS_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(x) = var("XDG_CONFIG_HOME") {
+        return Some(PathBuf::from(x).join("opfs/config.toml"));
+    }
+    var("HOME").map(|h| PathBuf::from(h).join(".config/opfs/config.toml"))
+}
+
+/// Reads the configuration at `path`; a missing file gives the defaults.
+/// Errors: the file exists but cannot be read, or does not parse (unknown
+/// keys are errors, so a typo does not silently weaken the sandbox).
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `text` with a leading `~/` (or a lone `~`) replaced by `home`.
+pub fn expand_home(text: &str, home: &Path) -> PathBuf {
+    if text == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = text.strip_prefix("~/") {
+        home.join(rest)
+    } else {
+        PathBuf::from(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c: Config = toml::from_str(
+            "[sandbox]\nwritable = [\"~/.cache/pip\"]\nhide = [\"/x\"]\nsecret_env = [\"A\"]\nnet = true\n",
+        )
+        .unwrap();
+        assert_eq!(c.sandbox.writable, vec!["~/.cache/pip"]);
+        assert_eq!(c.sandbox.hide, vec!["/x"]);
+        assert_eq!(c.sandbox.secret_env, vec!["A"]);
+        assert!(c.sandbox.net);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        assert!(toml::from_str::<Config>("[sandbox]\nwritabel = []\n").is_err());
+    }
+
+    #[test]
+    fn missing_file_is_default() {
+        let c = load(Path::new("/nonexistent/opfs/config.toml")).unwrap();
+        assert!(c.sandbox.writable.is_empty() && !c.sandbox.net);
+    }
+
+    #[test]
+    fn tilde_expands_to_home() {
+        let h = Path::new("/home/u");
+        assert_eq!(expand_home("~/.ssh", h), PathBuf::from("/home/u/.ssh"));
+        assert_eq!(expand_home("~", h), PathBuf::from("/home/u"));
+        assert_eq!(expand_home("/etc/x", h), PathBuf::from("/etc/x"));
+    }
+}

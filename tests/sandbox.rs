@@ -1,0 +1,831 @@
+//! `opfs run` against real FUSE mounts and real bubblewrap: every escape
+//! attempt from issue 6 must fail inside, and every "must work" item must
+//! work. Needs /dev/fuse, fusermount3 and bwrap; fails with a clear message
+//! when one is missing.
+//!
+//! Every test has its own temp root under `CARGO_TARGET_TMPDIR` (not under
+//! /tmp, which is private inside the sandbox and would hide the test's
+//! files for the wrong reason), with its own `OPFS_HOME` and `HOME`.
+
+// A failed unwrap is a failed test, with the error in the message.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const OPFS: &str = env!("CARGO_BIN_EXE_opfs");
+
+fn require_tools() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "these tests need /dev/fuse (FUSE support in the kernel and the container)"
+    );
+    let on_path = |name: &str| {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .any(|d| d.join(name).is_file())
+    };
+    assert!(
+        on_path("fusermount3"),
+        "these tests need fusermount3 (apt-get install fuse3)"
+    );
+    assert!(
+        on_path("bwrap"),
+        "these tests need bubblewrap (apt-get install bubblewrap, or scripts/setup-sandbox)"
+    );
+}
+
+/// A test world: a project with a sibling, a user home with an ssh key, an
+/// opfs home, all under one temp root; unmounts whatever is left on drop.
+struct World {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    project: PathBuf,
+    sibling: PathBuf,
+    home: PathBuf,
+    opfs_home: PathBuf,
+    config: PathBuf,
+}
+
+impl World {
+    fn new() -> World {
+        require_tools();
+        let tmp = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let w = World {
+            project: root.join("project"),
+            sibling: root.join("sibling"),
+            home: root.join("home"),
+            opfs_home: root.join("opfs-home"),
+            config: root.join("config.toml"),
+            root,
+            _tmp: tmp,
+        };
+        std::fs::create_dir_all(w.project.join("src")).unwrap();
+        std::fs::create_dir_all(&w.sibling).unwrap();
+        std::fs::create_dir_all(w.home.join(".ssh")).unwrap();
+        std::fs::write(w.home.join(".ssh/id_ed25519"), "SECRET-KEY-MATERIAL\n").unwrap();
+        std::fs::write(w.project.join("a.txt"), "original a\n").unwrap();
+        std::fs::write(w.project.join("c.txt"), "original c\n").unwrap();
+        std::fs::write(w.sibling.join("target.txt"), "sibling original\n").unwrap();
+        w
+    }
+
+    /// `opfs` with this world's environment.
+    fn opfs(&self) -> Command {
+        self.command(OPFS)
+    }
+
+    /// `program` with this world's environment.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env("OPFS_HOME", &self.opfs_home)
+            .env("HOME", &self.home)
+            .env("OPFS_CONFIG", &self.config)
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("OPFS_BWRAP")
+            .env("PROJECT", &self.project)
+            .env("SIBLING", &self.sibling)
+            .env("OPFS", OPFS)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `opfs -C PROJECT run EXTRA... -- sh -c SCRIPT`.
+    fn run(&self, extra: &[&str], script: &str) -> Output {
+        let mut c = self.opfs();
+        c.arg("-C")
+            .arg(&self.project)
+            .arg("run")
+            .args(extra)
+            .args(["--", "sh", "-c", script]);
+        c.output().unwrap()
+    }
+
+    /// Mounts the project at `<root>/mnt` (for tests that want a running
+    /// daemon across runs).
+    fn mount(&self) -> PathBuf {
+        let mp = self.root.join("mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let out = self
+            .opfs()
+            .arg("mount")
+            .arg(&self.project)
+            .arg(&mp)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount failed: {}", show(&out));
+        mp
+    }
+
+    fn mounts_under_root(&self) -> Vec<String> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let root = self.root.to_string_lossy().to_string();
+        info.lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&root))
+            .map(String::from)
+            .collect()
+    }
+
+    /// The rewind points as JSON (`opfs rewind --json`).
+    fn turns(&self) -> Vec<serde_json::Value> {
+        let out = self
+            .opfs()
+            .arg("-C")
+            .arg(&self.project)
+            .args(["rewind", "--all", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rewind list failed: {}", show(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for m in self.mounts_under_root() {
+            let _ = Command::new("fusermount3").arg("-uz").arg(&m).status();
+        }
+    }
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `script` (which prints ESCAPED if an attempt succeeded) and checks
+/// that the sandbox really ran it and nothing escaped.
+fn assert_contained(w: &World, extra: &[&str], script: &str) -> Output {
+    let out = w.run(extra, &format!("echo RAN; {script}; exit 0"));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        stdout(&out).contains("RAN"),
+        "command did not run: {}",
+        show(&out)
+    );
+    assert!(!stdout(&out).contains("ESCAPED"), "{}", show(&out));
+    out
+}
+
+// ---------------------------------------------------------------- escapes
+
+#[test]
+fn writing_to_home_fails() {
+    let w = World::new();
+    assert_contained(
+        &w,
+        &[],
+        r#"echo x > "$HOME/pwned" && echo ESCAPED; mkdir "$HOME/d" && echo ESCAPED"#,
+    );
+    assert!(!w.home.join("pwned").exists());
+    assert!(!w.home.join("d").exists());
+}
+
+#[test]
+fn writing_to_etc_and_usr_fails() {
+    let w = World::new();
+    let name = format!("opfs-sandbox-test-{}", std::process::id());
+    assert_contained(
+        &w,
+        &[],
+        &format!(
+            r#"echo x > /etc/{name} && echo ESCAPED; echo x > /usr/{name} && echo ESCAPED; echo x >> /etc/hostname && echo ESCAPED"#
+        ),
+    );
+    assert!(!Path::new("/etc").join(&name).exists());
+    assert!(!Path::new("/usr").join(&name).exists());
+}
+
+#[test]
+fn writing_to_a_sibling_of_the_project_fails() {
+    let w = World::new();
+    assert_contained(
+        &w,
+        &[],
+        r#"echo x > "$SIBLING/new" && echo ESCAPED; echo x >> "$SIBLING/target.txt" && echo ESCAPED; rm "$SIBLING/target.txt" && echo ESCAPED"#,
+    );
+    assert!(!w.sibling.join("new").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.sibling.join("target.txt")).unwrap(),
+        "sibling original\n"
+    );
+}
+
+#[test]
+fn the_ssh_key_of_the_home_is_unreadable() {
+    let w = World::new();
+    let out = assert_contained(
+        &w,
+        &[],
+        r#"cat "$HOME/.ssh/id_ed25519" && echo ESCAPED; ls -A "$HOME/.ssh"; cat "$HOME"/.ssh/* 2>/dev/null"#,
+    );
+    assert!(
+        !stdout(&out).contains("SECRET-KEY-MATERIAL"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn a_credential_file_and_a_configured_hide_are_unreadable() {
+    let w = World::new();
+    std::fs::write(w.home.join(".netrc"), "machine x password NETRC-SECRET\n").unwrap();
+    std::fs::write(w.root.join("secret.txt"), "CONFIGURED-SECRET\n").unwrap();
+    std::fs::write(
+        &w.config,
+        format!(
+            "[sandbox]\nhide = [\"{}\"]\n",
+            w.root.join("secret.txt").display()
+        ),
+    )
+    .unwrap();
+    let out = assert_contained(
+        &w,
+        &[],
+        &format!(
+            r#"cat "$HOME/.netrc"; cat {}"#,
+            w.root.join("secret.txt").display()
+        ),
+    );
+    assert!(!stdout(&out).contains("NETRC-SECRET"), "{}", show(&out));
+    assert!(
+        !stdout(&out).contains("CONFIGURED-SECRET"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn a_loopback_listener_outside_is_unreachable_without_net() {
+    let w = World::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    assert_contained(
+        &w,
+        &[],
+        &format!(r#"bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' && echo ESCAPED"#),
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the listener outside got a connection from the sandbox"
+    );
+}
+
+#[test]
+fn the_state_dir_and_control_socket_are_invisible() {
+    let w = World::new();
+    let mp = w.mount();
+    let socket = std::fs::read_dir(w.opfs_home.join("projects"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("control.sock");
+    assert!(socket.exists(), "the daemon's socket should exist outside");
+    let out = assert_contained(
+        &w,
+        &[],
+        &format!(
+            r#"test -e {sock} && echo ESCAPED; ls -A "$OPFS_HOME"; ls "$OPFS_HOME/projects" && echo ESCAPED; ls -A {mp}/ >/dev/null && echo MP_READABLE; echo x > {mp}/via-mp && echo ESCAPED"#,
+            sock = socket.display(),
+            mp = mp.display()
+        ),
+    );
+    // Only RAN and possibly MP_READABLE: the state dir lists as empty.
+    let text = stdout(&out);
+    let listed: Vec<&str> = text
+        .lines()
+        .filter(|l| *l != "RAN" && *l != "MP_READABLE")
+        .collect::<Vec<_>>();
+    assert!(listed.is_empty(), "state dir visible: {}", show(&out));
+    assert!(!w.project.join("via-mp").exists());
+}
+
+#[test]
+fn opfs_turn_and_rewind_inside_cannot_rewrite_history() {
+    let w = World::new();
+    let mp = w.mount();
+    // Some history: turn 2 changes a.txt.
+    let t = w
+        .opfs()
+        .arg("-C")
+        .arg(&mp)
+        .args(["turn", "--label", "work"])
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", show(&t));
+    std::fs::write(mp.join("a.txt"), "changed by the user's agent\n").unwrap();
+    let before = w.turns();
+    let out = w.run(
+        &[],
+        &format!(
+            r#"echo RAN
+"$OPFS" -C "$PROJECT" turn --label evil && echo ESCAPED
+"$OPFS" -C "$PROJECT" rewind 1 && echo ESCAPED
+"$OPFS" -C {mp} rewind 1 && echo ESCAPED
+"$OPFS" -C "$PROJECT" rewind && echo ESCAPED
+"$OPFS" umount {mp} && echo ESCAPED
+exit 0"#,
+            mp = mp.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        stdout(&out).contains("RAN") && !stdout(&out).contains("ESCAPED"),
+        "{}",
+        show(&out)
+    );
+    let after = w.turns();
+    assert_eq!(before, after, "history changed from inside the sandbox");
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "changed by the user's agent\n"
+    );
+    assert!(w.mounts_under_root().iter().any(|m| Path::new(m) == mp));
+}
+
+#[test]
+fn a_symlink_in_the_project_pointing_outside_cannot_be_written_through() {
+    let w = World::new();
+    symlink(&w.sibling, w.project.join("out-dir")).unwrap();
+    symlink(w.sibling.join("target.txt"), w.project.join("out-file")).unwrap();
+    symlink("../sibling", w.project.join("out-rel")).unwrap();
+    assert_contained(
+        &w,
+        &[],
+        r#"echo x > out-dir/new && echo ESCAPED; echo x >> out-file && echo ESCAPED; echo x > out-rel/rel && echo ESCAPED; cat out-file >/dev/null && echo READ_OK"#,
+    );
+    assert!(!w.sibling.join("new").exists());
+    assert!(!w.sibling.join("rel").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.sibling.join("target.txt")).unwrap(),
+        "sibling original\n"
+    );
+}
+
+#[test]
+fn dot_dot_from_the_project_bind_cannot_escape() {
+    let w = World::new();
+    assert_contained(
+        &w,
+        &[],
+        r#"echo x > "$PROJECT/../sibling/dd1" && echo ESCAPED
+echo x > "$PROJECT/src/../../sibling/dd2" && echo ESCAPED
+cd "$PROJECT/src" && echo x > ../../dd3 && echo ESCAPED
+cd "$PROJECT/.." && mkdir dd4 && echo ESCAPED
+cd / && echo x > "$PROJECT/../../dd5" && echo ESCAPED"#,
+    );
+    for n in ["sibling/dd1", "sibling/dd2", "dd3", "dd4"] {
+        assert!(!w.root.join(n).exists(), "{n} was created");
+    }
+    assert!(!w.root.parent().unwrap().join("dd5").exists());
+}
+
+#[test]
+fn host_processes_and_capabilities_are_out_of_reach() {
+    let w = World::new();
+    let out = assert_contained(
+        &w,
+        &[],
+        r#"grep CapEff /proc/self/status
+for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -q 'moun[t] -f' && echo ESCAPED
+mount -o remount,rw / 2>/dev/null && echo ESCAPED
+umount "$OPFS_HOME" 2>/dev/null && echo ESCAPED"#,
+    );
+    assert!(
+        stdout(&out).contains("CapEff:\t0000000000000000"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn secret_environment_variables_are_removed() {
+    let w = World::new();
+    std::fs::write(&w.config, "[sandbox]\nsecret_env = [\"MY_API_SECRET\"]\n").unwrap();
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .env("GH_TOKEN", "gh-secret")
+        .env("MY_API_SECRET", "mine")
+        .env("HARMLESS", "kept")
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo gh=$GH_TOKEN my=$MY_API_SECRET h=$HARMLESS mode=$OPFS_SANDBOX",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(stdout(&out).trim(), "gh= my= h=kept mode=workspace-write");
+}
+
+#[test]
+fn without_bwrap_the_command_is_refused_not_run() {
+    let w = World::new();
+    // $OPFS_BWRAP names a missing binary.
+    let out = w
+        .opfs()
+        .env("OPFS_BWRAP", w.root.join("no-such-bwrap"))
+        .arg("-C")
+        .arg(&w.project)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo ran > \"$SIBLING/ran\"; echo ran > ran",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("never runs a command unsandboxed"), "{err}");
+    // bwrap not on $PATH.
+    let out = w
+        .opfs()
+        .env("PATH", w.root.join("empty-path"))
+        .arg("-C")
+        .arg(&w.project)
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo ran > \"$SIBLING/ran\"; echo ran > ran",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!w.sibling.join("ran").exists());
+    assert!(!w.project.join("ran").exists());
+    assert!(w.mounts_under_root().is_empty());
+}
+
+#[test]
+fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
+    let w = World::new();
+    let fake = w.root.join("fake-bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: fake setup failure' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = w
+        .opfs()
+        .env("OPFS_BWRAP", &fake)
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", "echo ran > \"$SIBLING/ran\""])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot set up the sandbox"), "{err}");
+    assert!(err.contains("fake setup failure"), "{err}");
+    assert!(!w.sibling.join("ran").exists());
+    assert!(
+        w.mounts_under_root().is_empty(),
+        "the private mount was left behind"
+    );
+}
+
+// ---------------------------------------------------------------- must work
+
+#[test]
+fn project_writes_land_are_captured_and_a_rewind_undoes_them() {
+    let w = World::new();
+    let out = w.run(
+        &["--turn", "agent work"],
+        r#"set -e
+echo "agent a" > a.txt
+echo new > b.txt
+rm c.txt
+mkdir -p d/e && echo deep > d/e/f.txt
+sed -i 's/agent/AGENT/' a.txt
+pwd"#,
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        w.project.to_str().unwrap(),
+        "cwd inside"
+    );
+    // The writes landed in the project.
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "AGENT a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("b.txt")).unwrap(),
+        "new\n"
+    );
+    assert!(!w.project.join("c.txt").exists());
+    // The private mount is gone again.
+    assert!(
+        w.mounts_under_root().is_empty(),
+        "{:?}",
+        w.mounts_under_root()
+    );
+    // --turn opened a labelled turn that recorded the paths.
+    let turns = w.turns();
+    let t = turns
+        .iter()
+        .find(|t| t["label"] == "agent work")
+        .unwrap_or_else(|| panic!("no turn labelled 'agent work': {turns:?}"));
+    let paths: Vec<&str> = t["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for p in ["a.txt", "b.txt", "c.txt", "d"] {
+        assert!(paths.contains(&p), "{p} not captured: {paths:?}");
+    }
+    // A rewind from outside undoes them.
+    let n = t["turn"].as_u64().unwrap().to_string();
+    let r = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["rewind", &n])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", show(&r));
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("c.txt")).unwrap(),
+        "original c\n"
+    );
+    assert!(!w.project.join("b.txt").exists());
+    assert!(!w.project.join("d").exists());
+}
+
+#[test]
+fn an_existing_mount_is_used_and_left_running() {
+    let w = World::new();
+    let mp = w.mount();
+    std::fs::create_dir_all(mp.join("src/deep")).unwrap();
+    // Started from inside the mountpoint: the cwd maps to the project path.
+    let out = w
+        .opfs()
+        .current_dir(mp.join("src/deep"))
+        .args([
+            "run",
+            "--turn",
+            "via mount",
+            "--",
+            "sh",
+            "-c",
+            "pwd; echo hi > here.txt",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        w.project.join("src/deep").to_str().unwrap()
+    );
+    assert!(w.mounts_under_root().iter().any(|m| Path::new(m) == mp));
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("src/deep/here.txt")).unwrap(),
+        "hi\n"
+    );
+    let turns = w.turns();
+    let t = turns.iter().find(|t| t["label"] == "via mount").unwrap();
+    assert!(
+        t["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "src/deep/here.txt"),
+        "{t}"
+    );
+}
+
+#[test]
+fn writable_dirs_are_writable() {
+    let w = World::new();
+    let cache = w.root.join("cache");
+    let cfg_cache = w.root.join("cfg-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::create_dir_all(&cfg_cache).unwrap();
+    std::fs::write(
+        &w.config,
+        format!(
+            "[sandbox]\nwritable = [\"{}\", \"~/missing-is-skipped\"]\n",
+            cfg_cache.display()
+        ),
+    )
+    .unwrap();
+    let out = w.run(
+        &["--writable", cache.to_str().unwrap()],
+        &format!(
+            r#"echo c > {}/x && echo d > {}/y && echo x > "$SIBLING/no" ; echo tmp > /tmp/t && cat /tmp/t"#,
+            cache.display(),
+            cfg_cache.display()
+        ),
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(cache.join("x")).unwrap(), "c\n");
+    assert_eq!(std::fs::read_to_string(cfg_cache.join("y")).unwrap(), "d\n");
+    assert!(!w.sibling.join("no").exists());
+    assert_eq!(stdout(&out).trim(), "tmp");
+}
+
+#[test]
+fn a_writable_root_inside_a_hidden_path_is_refused() {
+    let w = World::new();
+    let out = w.run(
+        &["--writable", w.home.join(".ssh").to_str().unwrap()],
+        "echo RAN",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"));
+}
+
+#[test]
+fn net_gives_the_network() {
+    let w = World::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    });
+    let out = w.run(
+        &["--net"],
+        &format!(
+            r#"bash -c 'echo hello-from-sandbox > /dev/tcp/127.0.0.1/{port}' && echo CONNECTED"#
+        ),
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("CONNECTED"), "{}", show(&out));
+    assert_eq!(accept.join().unwrap().trim(), "hello-from-sandbox");
+}
+
+#[test]
+fn the_exit_status_comes_back() {
+    let w = World::new();
+    assert_eq!(w.run(&[], "exit 42").status.code(), Some(42));
+    assert_eq!(w.run(&[], "exit 0").status.code(), Some(0));
+    assert_eq!(w.run(&[], "kill -TERM $$").status.code(), Some(128 + 15));
+    let missing = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "no-such-command-xyz"])
+        .output()
+        .unwrap();
+    assert_ne!(missing.status.code(), Some(0), "{}", show(&missing));
+}
+
+#[test]
+fn signals_are_forwarded_to_the_command() {
+    let w = World::new();
+    let mut child = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            r#"trap 'echo got-term > signalled; exit 7' TERM; echo up > ready; while :; do sleep 0.05; done"#,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !w.project.join("ready").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(7), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("signalled")).unwrap(),
+        "got-term\n"
+    );
+    assert!(w.mounts_under_root().is_empty());
+}
+
+#[test]
+fn read_only_mode_allows_reading_and_only_tmp_writes() {
+    let w = World::new();
+    let out = w.run(
+        &["--sandbox", "read-only"],
+        r#"cat a.txt; echo x > a.txt && echo ESCAPED; echo x > new.txt && echo ESCAPED; echo t > /tmp/t && echo TMP_OK"#,
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let s = stdout(&out);
+    assert!(
+        s.contains("original a") && s.contains("TMP_OK") && !s.contains("ESCAPED"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+    assert!(!w.project.join("new.txt").exists());
+}
+
+#[test]
+fn danger_full_access_runs_unsandboxed_only_when_named() {
+    let w = World::new();
+    let out = w.run(
+        &["--sandbox", "danger-full-access"],
+        r#"echo x > "$SIBLING/free"; echo $OPFS_SANDBOX"#,
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(w.sibling.join("free").exists());
+    assert_eq!(stdout(&out).trim(), "danger-full-access");
+    // Any other spelling is a usage error, never a weaker sandbox.
+    let out = w.run(&["--sandbox", "danger"], "echo RAN");
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"));
+}
+
+// ---------------------------------------------------------------- docs/agents.md
+
+#[test]
+fn the_agents_guide_worked_example_runs() {
+    let w = World::new();
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin_dir = Path::new(OPFS).parent().unwrap();
+    let out = w
+        .command("bash")
+        .env(
+            "PATH",
+            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+        )
+        .current_dir(&w.root)
+        .arg(here.join("docs/examples/agent-session.sh"))
+        .arg(&w.project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("example passed"), "{}", show(&out));
+}
+
+#[test]
+fn the_state_dir_is_invisible_with_a_private_mount_too() {
+    let w = World::new();
+    // No `opfs mount`: opfs run mounts under the state dir itself.
+    let out = assert_contained(
+        &w,
+        &[],
+        r#"ls -A "$OPFS_HOME" | grep . && echo ESCAPED; "$OPFS" -C "$PROJECT" turn && echo ESCAPED"#,
+    );
+    assert!(w.mounts_under_root().is_empty(), "{}", show(&out));
+    assert_eq!(w.turns().len(), 1, "a turn was opened from inside");
+}
