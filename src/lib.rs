@@ -9,6 +9,9 @@
 pub mod backing;
 pub mod control;
 pub mod daemon;
+pub mod diff;
+pub mod export;
+pub mod history;
 pub mod journal;
 pub mod paths;
 pub mod preimage;
