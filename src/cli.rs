@@ -288,7 +288,8 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             } else {
                 history_cmd::DiffMode::Patch
             };
-            history_cmd::diff(&st, range, mode, paths, cli.json, out).map_err(|(code, message)| Fail { code, message })
+            history_cmd::diff(&st, range, mode, paths, cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
         }
         Cmd::Show { spec } => {
             let st = project_state(&home, cli)?;
@@ -296,7 +297,8 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         }
         Cmd::Export { git_dir } => {
             let st = project_state(&home, cli)?;
-            history_cmd::export(&st, git_dir.as_deref(), cli.json, out).map_err(|(code, message)| Fail { code, message })
+            history_cmd::export(&st, git_dir.as_deref(), cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
         }
     }
 }

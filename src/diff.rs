@@ -87,7 +87,11 @@ impl FileDiff {
     }
 }
 
-fn side(src: &Sources<'_>, path: &[u8], v: &crate::history::Version) -> Result<Option<Side>, HistoryError> {
+fn side(
+    src: &Sources<'_>,
+    path: &[u8],
+    v: &crate::history::Version,
+) -> Result<Option<Side>, HistoryError> {
     let mode = match &v.state {
         PreImage::File { perm, .. } => git_file_mode(*perm),
         PreImage::Symlink { .. } => 0o120000,

@@ -331,7 +331,10 @@ impl Exporter<'_> {
         Ok(())
     }
 
-    fn write_tree(&mut self, editor: &mut gix::objs::tree::Editor<'_>) -> Result<ObjectId, ExportError> {
+    fn write_tree(
+        &mut self,
+        editor: &mut gix::objs::tree::Editor<'_>,
+    ) -> Result<ObjectId, ExportError> {
         let repo = self.repo;
         let mut n = 0u64;
         let id = editor
@@ -424,7 +427,11 @@ fn turn_message(t: &Turn) -> String {
         m.push_str(rest.join("\n").trim());
         m.push_str("\n\n");
     }
-    m.push_str(&format!("opfs-turn: {}\nopfs-kind: {}\n", t.number, t.kind.as_str()));
+    m.push_str(&format!(
+        "opfs-turn: {}\nopfs-kind: {}\n",
+        t.number,
+        t.kind.as_str()
+    ));
     if let Some(id) = &t.external_id {
         m.push_str(&format!("opfs-id: {}\n", id.replace('\n', " ")));
     }
@@ -591,12 +598,11 @@ pub fn export(
         let mut current: HashMap<Vec<u8>, GitState> = HashMap::new();
         for p in before.paths_in(last + 1, newest) {
             if before.state_at(&p, newest + 1).is_none() && !excluded(&p, false) {
-                let v = history::read_current(&backing, &p).map_err(|source| {
-                    ExportError::Project {
+                let v =
+                    history::read_current(&backing, &p).map_err(|source| ExportError::Project {
                         path: paths::display(&p),
                         source,
-                    }
-                })?;
+                    })?;
                 let g = ex.git_state(&p, &v)?;
                 current.insert(p, g);
             }
@@ -610,10 +616,13 @@ pub fn export(
         for t in &closed {
             for p in by_turn.get(&t.number).map(Vec::as_slice).unwrap_or(&[]) {
                 let g = match timeline.state_at(p, t.number + 1) {
-                    Some(pre) => ex.git_state(p, &Version {
-                        state: pre.clone(),
-                        bytes: None,
-                    })?,
+                    Some(pre) => ex.git_state(
+                        p,
+                        &Version {
+                            state: pre.clone(),
+                            bytes: None,
+                        },
+                    )?,
                     None => match current.get(p) {
                         Some(g) => *g,
                         None => {
@@ -667,10 +676,14 @@ fn baseline(
     let mut entries = 0u64;
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(dir) = stack.pop() {
-        let mut names = ex.src.backing.list_dir(&dir).map_err(|source| ExportError::Project {
-            path: paths::display(&dir),
-            source,
-        })?;
+        let mut names = ex
+            .src
+            .backing
+            .list_dir(&dir)
+            .map_err(|source| ExportError::Project {
+                path: paths::display(&dir),
+                source,
+            })?;
         names.sort();
         for name in names {
             let p = paths::join(&dir, &name);
@@ -726,12 +739,7 @@ fn baseline(
         }
     }
     let tree = ex.write_tree(&mut editor)?;
-    let started = ex
-        .src
-        .index
-        .turn(first)?
-        .map(|t| t.started_at)
-        .unwrap_or(0);
+    let started = ex.src.index.turn(first)?.map(|t| t.started_at).unwrap_or(0);
     let message = format!(
         "Baseline: the project as first seen\n\nThe project when turn {first} began.\n\nopfs-baseline: {first}\n"
     );
@@ -742,11 +750,7 @@ fn baseline(
         change: Change::Update {
             log: LogChange::default(),
             expected: PreviousValue::Any,
-            new: Target::Symbolic(
-                BRANCH
-                    .try_into()
-                    .map_err(git_err(&git_dir, "ref name"))?,
-            ),
+            new: Target::Symbolic(BRANCH.try_into().map_err(git_err(&git_dir, "ref name"))?),
         },
         name: "HEAD".try_into().map_err(git_err(&git_dir, "ref name"))?,
         deref: false,
@@ -808,7 +812,10 @@ mod tests {
 
     #[test]
     fn trailers_round_trip() {
-        assert_eq!(exported_turn(b"Turn 3: x\n\nopfs-turn: 3\nopfs-kind: agent\n"), Some(3));
+        assert_eq!(
+            exported_turn(b"Turn 3: x\n\nopfs-turn: 3\nopfs-kind: agent\n"),
+            Some(3)
+        );
         assert_eq!(exported_turn(b"Baseline\n\nopfs-baseline: 1\n"), Some(0));
         assert_eq!(exported_turn(b"something else"), None);
     }

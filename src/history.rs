@@ -255,13 +255,11 @@ impl Sources<'_> {
     pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
         let last = self.index.last_turn()?.ok_or(HistoryError::NoTurns)?;
         let first = self.index.first_turn()?.unwrap_or(1);
-        self.index
-            .turn(turn)?
-            .ok_or(HistoryError::UnknownTurn {
-                turn,
-                first,
-                last: last.number,
-            })
+        self.index.turn(turn)?.ok_or(HistoryError::UnknownTurn {
+            turn,
+            first,
+            last: last.number,
+        })
     }
 
     /// The bytes of a file or symlink version: a recorded file's blob
@@ -337,12 +335,11 @@ impl Opened {
     /// opened.
     pub fn open(state: &crate::state::StateDir) -> Result<Opened, HistoryError> {
         let index = Index::open_read_only(&state.index_path())?;
-        let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| {
-            HistoryError::Blob {
+        let blobs =
+            BlobStore::open(&state.blobs_dir(), false).map_err(|source| HistoryError::Blob {
                 path: state.blobs_dir().display().to_string(),
                 source,
-            }
-        })?;
+            })?;
         let backing = Backing::open(&state.project).map_err(|source| HistoryError::Project {
             path: state.project.display().to_string(),
             source,
@@ -609,7 +606,9 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
         Some(pre) => Version::recorded(pre),
         None => {
             let v = src.states_at(&timeline, &[path.to_vec()], turn)?;
-            v.into_values().next().unwrap_or(Version::recorded(PreImage::Absent))
+            v.into_values()
+                .next()
+                .unwrap_or(Version::recorded(PreImage::Absent))
         }
     };
     match &v.state {
@@ -650,13 +649,19 @@ mod tests {
             size: 1,
             perm,
         };
-        assert_eq!(classify(&PreImage::Absent, &f(1, 0o644)), Some(ChangeKind::Added));
+        assert_eq!(
+            classify(&PreImage::Absent, &f(1, 0o644)),
+            Some(ChangeKind::Added)
+        );
         assert_eq!(classify(&f(1, 0o644), &f(1, 0o600)), None);
         assert_eq!(
             classify(&f(1, 0o644), &f(1, 0o755)),
             Some(ChangeKind::Modified)
         );
-        assert_eq!(classify(&PreImage::Dir { perm: 0o755 }, &PreImage::Absent), None);
+        assert_eq!(
+            classify(&PreImage::Dir { perm: 0o755 }, &PreImage::Absent),
+            None
+        );
         assert_eq!(
             classify(&f(1, 0o644), &PreImage::Dir { perm: 0o755 }),
             Some(ChangeKind::Deleted)
