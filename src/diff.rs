@@ -195,7 +195,7 @@ pub fn is_binary(data: &[u8]) -> bool {
 pub fn quote_path(prefix: &str, path: &[u8]) -> Vec<u8> {
     let needs = path
         .iter()
-        .any(|&b| b < 0x20 || b >= 0x7f || b == b'"' || b == b'\\');
+        .any(|&b| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\');
     let mut out = Vec::with_capacity(path.len() + prefix.len() + 2);
     if !needs {
         out.extend_from_slice(prefix.as_bytes());
