@@ -456,19 +456,52 @@ fn exported_turn(message: &[u8]) -> Option<u64> {
     None
 }
 
+/// Creates the bare repository at `git_dir` in a temporary sibling and
+/// renames it into place, so two exports starting at once (the daemon's and
+/// a manual one) cannot both initialize it: the loser finds it made.
+fn init_atomically(git_dir: &Path) -> Result<(), ExportError> {
+    let parent = git_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    let name = git_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "export.git".into());
+    let tmp = parent.join(format!(".{name}.opfs-init-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    gix::init_bare(&tmp).map_err(git_err(git_dir, "creating the repository"))?;
+    // rename(2) replaces an empty directory (one the user made for
+    // --git-dir) and fails on a non-empty one (another export won).
+    if let Err(e) = std::fs::rename(&tmp, git_dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !git_dir.join("HEAD").exists() {
+            return Err(io_err(git_dir)(e));
+        }
+    }
+    Ok(())
+}
+
 /// Opens (creating if needed) the bare repository at `git_dir`, marks it as
 /// belonging to `project`, and refuses one made for another project.
-fn open_repo(git_dir: &Path, project: &Path) -> Result<gix::Repository, ExportError> {
-    let abs = crate::state::absolute(git_dir);
-    if abs.starts_with(project) {
+fn open_repo(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, ExportError> {
+    let project = &state.project;
+    // Resolve through the parent, which exists more often than the repo.
+    let abs = match (git_dir.parent(), git_dir.file_name()) {
+        (Some(p), Some(name)) if !p.as_os_str().is_empty() => crate::state::absolute(p).join(name),
+        _ => crate::state::absolute(git_dir),
+    };
+    // Inside the project, or inside the mount (which writes to the project).
+    let mountpoint = crate::control::recorded_mountpoint(state);
+    if abs.starts_with(project) || mountpoint.is_some_and(|m| abs.starts_with(m)) {
         return Err(ExportError::InsideProject {
             git_dir: abs,
             project: project.to_path_buf(),
         });
     }
     if !git_dir.join("HEAD").exists() {
-        std::fs::create_dir_all(git_dir).map_err(io_err(git_dir))?;
-        gix::init_bare(git_dir).map_err(git_err(git_dir, "creating the repository"))?;
+        init_atomically(git_dir)?;
     }
     let marker = git_dir.join("opfs-project");
     match std::fs::read(&marker) {
@@ -510,7 +543,7 @@ pub fn export(
     let git_dir = git_dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_git_dir(state));
-    let repo = open_repo(&git_dir, &state.project)?;
+    let repo = open_repo(state, &git_dir)?;
     let _lock = ExportLock::acquire(&git_dir)?;
     let index = Index::open_read_only(&state.index_path())?;
     let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| ExportError::Blob {

@@ -450,6 +450,9 @@ fn export_matches_the_project_at_the_end_of_every_turn() {
         stderr(&inside)
     );
     assert!(!f.project.join("x.git").exists());
+    let via_mount = f.opfs(&["export", "--git-dir", f.m("y.git").to_str().unwrap()]);
+    assert_eq!(via_mount.status.code(), Some(1), "{}", stderr(&via_mount));
+    assert!(!f.project.join("y.git").exists());
 }
 
 /// Writes `end` into a fresh directory, pipes `opfs ARGS` (a diff) into
