@@ -14,6 +14,8 @@ use opfs::state::{self, StateDir};
 use opfs::store::{Index, Turn};
 use opfs::{paths, store};
 
+use crate::history_cmd;
+
 /// Reversible workspaces for AI coding agents.
 #[derive(Debug, Parser)]
 #[command(name = "opfs", version, about)]
@@ -48,6 +50,9 @@ enum Cmd {
         /// FUSE worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Do not export each closed turn to the shadow git repository.
+        #[arg(long)]
+        no_export: bool,
     },
     /// Stop serving MOUNTPOINT, flushing everything.
     Umount {
@@ -105,6 +110,32 @@ enum Cmd {
             value_name = "CMD"
         )]
         command: Vec<std::ffi::OsString>,
+    },
+    /// List the turns, newest first, with what each changed.
+    Log,
+    /// Show what turn N (or turns N..M) changed, as a patch git can apply.
+    Diff {
+        /// A turn N, or a range N..M (the start of N to the end of M).
+        range: String,
+        /// Show a summary of changed lines per path instead of the patch.
+        #[arg(long)]
+        stat: bool,
+        /// Show the status letter and path of each change instead.
+        #[arg(long, conflicts_with = "stat")]
+        name_status: bool,
+        /// Limit to these paths (relative to the project root).
+        paths: Vec<String>,
+    },
+    /// Print PATH as it was when turn N began (`N:PATH`).
+    Show {
+        /// `N:PATH`.
+        spec: String,
+    },
+    /// Write the history as a shadow git repository (one commit per turn).
+    Export {
+        /// The bare repository to write (default: export.git in the state dir).
+        #[arg(long, value_name = "DIR")]
+        git_dir: Option<PathBuf>,
     },
 }
 
@@ -176,13 +207,17 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             foreground,
             sync,
             threads,
+            no_export,
         } => mount(
             &home,
             project,
             mountpoint,
             *foreground,
-            *sync,
-            *threads,
+            DaemonOptions {
+                sync: *sync,
+                threads: *threads,
+                export: !*no_export,
+            },
             cli,
             out,
         ),
@@ -266,6 +301,36 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             turn,
             command,
         } => run_sandboxed(&home, sandbox, *net, writable, turn, command, cli),
+        Cmd::Log => {
+            let st = project_state(&home, cli)?;
+            history_cmd::log(&st, cli.json, out).map_err(|(code, message)| Fail { code, message })
+        }
+        Cmd::Diff {
+            range,
+            stat,
+            name_status,
+            paths,
+        } => {
+            let st = project_state(&home, cli)?;
+            let mode = if *stat {
+                history_cmd::DiffMode::Stat
+            } else if *name_status {
+                history_cmd::DiffMode::NameStatus
+            } else {
+                history_cmd::DiffMode::Patch
+            };
+            history_cmd::diff(&st, range, mode, paths, cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
+        }
+        Cmd::Show { spec } => {
+            let st = project_state(&home, cli)?;
+            history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
+        }
+        Cmd::Export { git_dir } => {
+            let st = project_state(&home, cli)?;
+            history_cmd::export(&st, git_dir.as_deref(), cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
+        }
     }
 }
 
@@ -305,8 +370,7 @@ fn run_sandboxed(
             project,
             mp,
             false,
-            false,
-            2,
+            DaemonOptions::default(),
             cli,
             &mut std::io::sink(),
         )
@@ -626,19 +690,17 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn mount(
     home: &Path,
     project: &Path,
     mountpoint: &Path,
     foreground: bool,
-    sync: bool,
-    threads: usize,
+    opts: DaemonOptions,
     cli: &Cli,
     out: &mut dyn Write,
 ) -> Result<i32, Fail> {
     let plan = daemon::check(home, project, mountpoint).map_err(|e| failure(e.to_string()))?;
-    let opts = DaemonOptions { sync, threads };
+    let (sync, threads) = (opts.sync, opts.threads);
     if foreground {
         daemon::run(home, &plan, &opts, || {}).map_err(|e| failure(e.to_string()))?;
         return Ok(0);
@@ -668,6 +730,9 @@ fn mount(
         .stderr(log);
     if sync {
         cmd.arg("--sync");
+    }
+    if !opts.export {
+        cmd.arg("--no-export");
     }
     for _ in 0..cli.verbose {
         cmd.arg("-v");

@@ -133,6 +133,9 @@ pub trait MountOps: Send + Sync + 'static {
     fn invalidate(&self, paths: &[Vec<u8>]);
     /// Unmounts, which ends the daemon.
     fn unmount(&self) -> io::Result<()>;
+    /// Called after a request closed one or more turns (a new turn, a
+    /// rewind); must return at once (the background export hangs here).
+    fn turns_closed(&self) {}
 }
 
 /// Runs a rewind with the mount quiesced and invalidates the kernel's caches
@@ -177,6 +180,9 @@ pub fn handle(
             let guard = mount.quiesce();
             let r = journal.next_turn(TurnKind::Agent, label.as_deref(), id.as_deref(), None);
             drop(guard);
+            if r.is_ok() {
+                mount.turns_closed();
+            }
             match r {
                 Ok(turn) => Response::Turn { turn },
                 Err(e) => Response::Error {
@@ -186,7 +192,11 @@ pub fn handle(
             }
         }
         Request::Rewind { to, dry_run, force } => {
-            match rewind_mounted(journal, Some(mount), to, dry_run, force) {
+            let result = rewind_mounted(journal, Some(mount), to, dry_run, force);
+            if result.is_ok() && !dry_run {
+                mount.turns_closed();
+            }
+            match result {
                 Ok(report) => match serde_json::to_value(&report) {
                     Ok(v) => Response::Rewind(v),
                     Err(e) => Response::Error {

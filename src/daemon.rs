@@ -164,7 +164,7 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
     Ok(MountPlan { state, mountpoint })
 }
 
-struct FsMount(opfs_fs::Controller);
+struct FsMount(opfs_fs::Controller, Option<crossbeam_channel::Sender<()>>);
 
 impl MountOps for FsMount {
     fn quiesce(&self) -> Box<dyn std::any::Any> {
@@ -178,6 +178,13 @@ impl MountOps for FsMount {
     fn unmount(&self) -> io::Result<()> {
         self.0.unmount()
     }
+
+    fn turns_closed(&self) {
+        if let Some(tx) = &self.1 {
+            // Full means an export is already queued; it will see this turn.
+            let _ = tx.try_send(());
+        }
+    }
 }
 
 /// Options of the daemon.
@@ -187,6 +194,9 @@ pub struct DaemonOptions {
     pub sync: bool,
     /// FUSE worker threads.
     pub threads: usize,
+    /// Export each closed turn to the shadow git repository in the
+    /// background (`opfs mount --no-export` turns it off).
+    pub export: bool,
 }
 
 impl Default for DaemonOptions {
@@ -194,6 +204,7 @@ impl Default for DaemonOptions {
         DaemonOptions {
             sync: false,
             threads: 2,
+            export: true,
         }
     }
 }
@@ -261,7 +272,16 @@ pub fn run(
                 source,
             }
         })?;
-    let ops: Arc<dyn MountOps> = Arc::new(FsMount(mount.controller()));
+    // Off the request path: a thread of its own, woken through a channel.
+    // The first wake-up writes the baseline while the project is as first
+    // seen, or catches up with turns closed while nothing was mounted.
+    let exporter = opts
+        .export
+        .then(|| crate::export::spawn_background(state.clone()));
+    if let Some(tx) = &exporter {
+        let _ = tx.try_send(());
+    }
+    let ops: Arc<dyn MountOps> = Arc::new(FsMount(mount.controller(), exporter));
     control::register_mount(home, state, &plan.mountpoint).map_err(|source| MountError::Io {
         what: format!("cannot register the mount in {}", home.display()),
         source,

@@ -2,6 +2,7 @@
 //! library.
 
 mod cli;
+mod history_cmd;
 
 fn main() {
     std::process::exit(cli::main());

@@ -576,6 +576,71 @@ impl Index {
         Ok(out)
     }
 
+    /// Every record with `turn >= from`, as `(turn, path, pre-image)`,
+    /// sorted by path bytes and then by turn. One query however many turns
+    /// it spans; history commands build their per-path timelines from it.
+    ///
+    /// Errors: [`IndexError::Corrupt`] when a stored path is not a valid
+    /// project-relative path or a record is malformed.
+    pub fn records_since(&self, from: u64) -> Result<Vec<(u64, Vec<u8>, PreImage)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT turn, path, kind, perm, blob, size, target, rdev FROM preimages
+                 WHERE turn >= ?1 ORDER BY path, turn",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt.query([from as i64]).map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let turn: i64 = r.get(0).map_err(self.err())?;
+            let path: Vec<u8> = r.get(1).map_err(self.err())?;
+            paths::validate(&path).map_err(|what| {
+                self.corrupt(format!("stored path {:?}: {what}", paths::display(&path)))
+            })?;
+            if path.is_empty() {
+                return Err(self.corrupt("a record names the project root".into()));
+            }
+            let pre = self.preimage_from_row(r, 2).map_err(|w| {
+                self.corrupt(format!("record for {:?}: {w}", paths::display(&path)))
+            })?;
+            out.push((turn as u64, path, pre));
+        }
+        Ok(out)
+    }
+
+    /// The earliest record of `path` with `turn >= from`: the path's state
+    /// when turn `from` began. `None` when the path has no such record (it
+    /// did not change since `from` began; its state is the project's).
+    pub fn state_from(&self, path: &[u8], from: u64) -> Result<Option<PreImage>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT kind, perm, blob, size, target, rdev FROM preimages
+                 WHERE path = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt.query(params![path, from as i64]).map_err(self.err())?;
+        match rows.next().map_err(self.err())? {
+            None => Ok(None),
+            Some(r) => self
+                .preimage_from_row(r, 0)
+                .map(Some)
+                .map_err(|w| self.corrupt(w)),
+        }
+    }
+
+    /// The oldest turn still in the index (retention may have dropped
+    /// older ones), if any.
+    pub fn first_turn(&self) -> Result<Option<u64>, IndexError> {
+        self.conn
+            .query_row("SELECT min(number) FROM turns", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .map(|v| v.map(|n| n as u64))
+            .map_err(self.err())
+    }
+
     /// The paths recorded in turn `turn`, sorted.
     pub fn paths_of_turn(&self, turn: u64) -> Result<Vec<Vec<u8>>, IndexError> {
         let mut stmt = self

@@ -1,0 +1,670 @@
+//! History a person can read: the log of turns, what turns changed, and a
+//! path's content as of the start of a turn.
+//!
+//! Everything here is derived from path-state records (see
+//! `docs/design.md`): a record (turn T, path P, X) says "P was X when T
+//! began". The state of P at the start of turn N is its earliest record with
+//! turn >= N, or the project's current state when there is none; the
+//! project at the *end* of turn T is its state at the start of T + 1.
+//!
+//! Reading the project races with a running agent. Every function that reads
+//! a path's current state re-reads the records afterwards: capture commits a
+//! record before the mutation it guards runs, so a path that has no newer
+//! record after the read was read before anything changed it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read};
+
+use serde::Serialize;
+
+use crate::backing::Backing;
+use crate::paths;
+use crate::preimage::{Hash, PreImage, Special};
+use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+
+/// Errors from history commands. Each names the turn or path it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The turn does not exist.
+    #[error("turn {turn} does not exist (turns run from {first} to {last})")]
+    UnknownTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The oldest turn kept.
+        first: u64,
+        /// The newest turn.
+        last: u64,
+    },
+    /// No turn was ever recorded for this project.
+    #[error("no turns are recorded for this project yet")]
+    NoTurns,
+    /// A range `N..M` with `N > M`.
+    #[error("turn range {from}..{to} is empty: the first turn must not come after the last")]
+    EmptyRange {
+        /// First turn.
+        from: u64,
+        /// Last turn.
+        to: u64,
+    },
+    /// `show`: the path did not exist at that point.
+    #[error("{path} did not exist when turn {turn} began")]
+    Absent {
+        /// The path, rendered.
+        path: String,
+        /// The turn.
+        turn: u64,
+    },
+    /// `show`: the path was a directory or special file, which has no bytes.
+    #[error("{path} was a {kind} when turn {turn} began; only files and symlinks have content")]
+    NoContent {
+        /// The path, rendered.
+        path: String,
+        /// The turn.
+        turn: u64,
+        /// What it was.
+        kind: &'static str,
+    },
+    /// The path is excluded from history (`.git` at the root).
+    #[error("{0} is not part of the history: the project's .git is never recorded")]
+    Excluded(String),
+    /// The path given is not a valid project-relative path.
+    #[error("{path:?} is not a path inside the project: {why}")]
+    BadPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Reading the project failed.
+    #[error("cannot read {path} in the project: {source}")]
+    Project {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A pre-image's blob is missing or corrupt.
+    #[error("the recorded content of {path} cannot be read: {source}")]
+    Blob {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: BlobError,
+    },
+    /// The index failed or is corrupt.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+impl HistoryError {
+    /// True when the error is the caller's mistake (unknown turn, bad path,
+    /// empty range): the CLI exits 2 for these, 1 for the rest.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            HistoryError::UnknownTurn { .. }
+                | HistoryError::EmptyRange { .. }
+                | HistoryError::BadPath { .. }
+                | HistoryError::NoTurns
+        )
+    }
+}
+
+/// What history commands read: the index, the blob store and the project.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    /// The project's index.
+    pub index: &'a Index,
+    /// Its blob store.
+    pub blobs: &'a BlobStore,
+    /// Confined access to the project (for states no record covers).
+    pub backing: &'a Backing,
+}
+
+/// One path's state at some point, with the bytes of a regular file when
+/// they were read from the project (files known from records are read from
+/// the blob store on demand).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The state (a file's `blob` is the BLAKE3 of its bytes either way).
+    pub state: PreImage,
+    /// The bytes of a file read from the project; `None` for everything
+    /// else.
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl Version {
+    fn recorded(state: PreImage) -> Version {
+        Version { state, bytes: None }
+    }
+}
+
+/// Reads `path`'s current state in the project. A regular file's bytes are
+/// read and hashed (BLAKE3), so the result compares with recorded states.
+///
+/// Errors: the path cannot be read (permission, I/O). A missing path is
+/// `PreImage::Absent`, not an error.
+pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
+    let Some(st) = backing.lstat(path)? else {
+        return Ok(Version::recorded(PreImage::Absent));
+    };
+    Ok(match st.file_type() {
+        libc::S_IFREG => {
+            // O_NONBLOCK: if the file was replaced by a fifo after the
+            // lstat, opening it must not hang.
+            let mut f = backing.open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+            let mut bytes = Vec::with_capacity(st.size as usize);
+            f.read_to_end(&mut bytes)?;
+            Version {
+                state: PreImage::File {
+                    blob: *blake3::hash(&bytes).as_bytes(),
+                    size: bytes.len() as u64,
+                    perm: st.perm(),
+                },
+                bytes: Some(bytes),
+            }
+        }
+        libc::S_IFDIR => Version::recorded(PreImage::Dir { perm: st.perm() }),
+        libc::S_IFLNK => Version::recorded(PreImage::Symlink {
+            target: backing.read_link(path)?,
+        }),
+        t => Version::recorded(PreImage::Special {
+            kind: match t {
+                libc::S_IFIFO => Special::Fifo,
+                libc::S_IFSOCK => Special::Socket,
+                libc::S_IFCHR => Special::Char,
+                _ => Special::Block,
+            },
+            perm: st.perm(),
+            rdev: st.rdev,
+        }),
+    })
+}
+
+/// Every record from some turn on, grouped by path, each path's records in
+/// turn order.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>>,
+}
+
+impl Timeline {
+    /// Loads every record with turn >= `from` (one query).
+    pub fn load(index: &Index, from: u64) -> Result<Timeline, IndexError> {
+        let mut by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>> = BTreeMap::new();
+        for (turn, path, pre) in index.records_since(from)? {
+            by_path.entry(path).or_default().push((turn, pre));
+        }
+        Ok(Timeline { by_path })
+    }
+
+    /// The state of `path` when turn `turn` began, if a record says so
+    /// (`None`: unchanged since then, so the project's current state).
+    pub fn state_at(&self, path: &[u8], turn: u64) -> Option<&PreImage> {
+        self.by_path
+            .get(path)?
+            .iter()
+            .find(|(t, _)| *t >= turn)
+            .map(|(_, p)| p)
+    }
+
+    /// The record of `path` made in exactly `turn`.
+    pub fn record(&self, path: &[u8], turn: u64) -> Option<&PreImage> {
+        self.by_path
+            .get(path)?
+            .iter()
+            .find(|(t, _)| *t == turn)
+            .map(|(_, p)| p)
+    }
+
+    /// Paths with a record in turns `from..=to`, sorted.
+    pub fn paths_in(&self, from: u64, to: u64) -> Vec<Vec<u8>> {
+        self.by_path
+            .iter()
+            .filter(|(_, recs)| recs.iter().any(|(t, _)| (from..=to).contains(t)))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Records per turn: turn → paths recorded in it, sorted.
+    pub fn by_turn(&self) -> BTreeMap<u64, Vec<Vec<u8>>> {
+        let mut out: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
+        for (path, recs) in &self.by_path {
+            for (t, _) in recs {
+                out.entry(*t).or_default().push(path.clone());
+            }
+        }
+        out
+    }
+
+    /// Every path in the timeline, with its records.
+    pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<(u64, PreImage)>)> {
+        self.by_path.iter()
+    }
+}
+
+impl Sources<'_> {
+    fn project_err(path: &[u8]) -> impl FnOnce(io::Error) -> HistoryError + '_ {
+        move |source| HistoryError::Project {
+            path: paths::display(path),
+            source,
+        }
+    }
+
+    /// Checks that `turn` exists; returns it.
+    pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
+        let last = self.index.last_turn()?.ok_or(HistoryError::NoTurns)?;
+        let first = self.index.first_turn()?.unwrap_or(1);
+        self.index.turn(turn)?.ok_or(HistoryError::UnknownTurn {
+            turn,
+            first,
+            last: last.number,
+        })
+    }
+
+    /// The bytes of a file or symlink version: a recorded file's blob
+    /// (checked against its hash), a file read from the project, or a
+    /// symlink's target. Everything else has no bytes (`None`).
+    pub fn content(&self, path: &[u8], v: &Version) -> Result<Option<Vec<u8>>, HistoryError> {
+        match (&v.state, &v.bytes) {
+            (PreImage::File { .. }, Some(b)) => Ok(Some(b.clone())),
+            (PreImage::File { blob, .. }, None) => {
+                self.blobs
+                    .read(blob)
+                    .map(Some)
+                    .map_err(|source| HistoryError::Blob {
+                        path: paths::display(path),
+                        source,
+                    })
+            }
+            (PreImage::Symlink { target }, _) => Ok(Some(target.clone())),
+            _ => Ok(None),
+        }
+    }
+
+    /// The state of every path in `wanted` at the start of turn `turn`:
+    /// from the timeline (which must hold every record with turn >= `turn`)
+    /// where a record covers it, else read from the project. Paths read
+    /// from the project are checked against records made meanwhile (see the
+    /// module docs), so a concurrent agent cannot leak a later state in.
+    pub fn states_at(
+        &self,
+        timeline: &Timeline,
+        wanted: &[Vec<u8>],
+        turn: u64,
+    ) -> Result<BTreeMap<Vec<u8>, Version>, HistoryError> {
+        let mut out = BTreeMap::new();
+        let mut read = Vec::new();
+        for p in wanted {
+            match timeline.state_at(p, turn) {
+                Some(pre) => {
+                    out.insert(p.clone(), Version::recorded(pre.clone()));
+                }
+                None => {
+                    let v = read_current(self.backing, p).map_err(Self::project_err(p))?;
+                    out.insert(p.clone(), v);
+                    read.push(p.clone());
+                }
+            }
+        }
+        if !read.is_empty() {
+            let newer = Timeline::load(self.index, turn)?;
+            for p in read {
+                if let Some(pre) = newer.state_at(&p, turn) {
+                    out.insert(p, Version::recorded(pre.clone()));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The index, blob store and project of one state dir, opened for reading
+/// (works while a daemon runs: the index is opened read-only).
+#[derive(Debug)]
+pub struct Opened {
+    index: Index,
+    blobs: BlobStore,
+    backing: Backing,
+}
+
+impl Opened {
+    /// Opens `state` for history commands.
+    ///
+    /// Errors: the index, the blob directory or the project cannot be
+    /// opened.
+    pub fn open(state: &crate::state::StateDir) -> Result<Opened, HistoryError> {
+        let index = Index::open_read_only(&state.index_path())?;
+        let blobs =
+            BlobStore::open(&state.blobs_dir(), false).map_err(|source| HistoryError::Blob {
+                path: state.blobs_dir().display().to_string(),
+                source,
+            })?;
+        let backing = Backing::open(&state.project).map_err(|source| HistoryError::Project {
+            path: state.project.display().to_string(),
+            source,
+        })?;
+        Ok(Opened {
+            index,
+            blobs,
+            backing,
+        })
+    }
+
+    /// The sources to pass to history functions.
+    pub fn sources(&self) -> Sources<'_> {
+        Sources {
+            index: &self.index,
+            blobs: &self.blobs,
+            backing: &self.backing,
+        }
+    }
+}
+
+/// One turn as `opfs log` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Turn number.
+    pub turn: u64,
+    /// `agent`, `rewind` or `merge`.
+    pub kind: &'static str,
+    /// The label, if any.
+    pub label: Option<String>,
+    /// The external id, if any.
+    pub external_id: Option<String>,
+    /// Start, ns since the Unix epoch.
+    pub started_at: i64,
+    /// End, ns since the Unix epoch; `None` for the open turn.
+    pub ended_at: Option<i64>,
+    /// For rewind turns: the turn whose start was restored.
+    pub rewound_to: Option<u64>,
+    /// Files and symlinks that did not exist when the turn began and did at
+    /// its end.
+    pub added: u64,
+    /// Files and symlinks that existed at both ends with different content,
+    /// permission bits or type.
+    pub modified: u64,
+    /// Files and symlinks that existed when the turn began and not at its end.
+    pub deleted: u64,
+    /// Paths recorded in the turn (including directories and paths whose
+    /// content ended up unchanged).
+    pub paths: u64,
+    /// Bytes of the distinct pre-image blobs the turn's records refer to.
+    pub bytes_stored: u64,
+}
+
+/// How a path changed between two versions, as far as git can see it
+/// (files and symlinks; directories and special files are invisible).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Did not exist (or was invisible) before, exists after.
+    Added,
+    /// Existed on both sides, different content, mode or type.
+    Modified,
+    /// Existed before, not after.
+    Deleted,
+}
+
+/// The git-visible identity of a state: mode and content identity.
+fn visible(state: &PreImage) -> Option<(u32, &[u8])> {
+    match state {
+        PreImage::File { blob, perm, .. } => Some((git_file_mode(*perm), &blob[..])),
+        PreImage::Symlink { target } => Some((0o120000, &target[..])),
+        _ => None,
+    }
+}
+
+/// The git mode of a regular file with permission bits `perm`: 100755 when
+/// any execute bit is set, else 100644 (git keeps nothing finer).
+pub fn git_file_mode(perm: u32) -> u32 {
+    if perm & 0o111 != 0 {
+        0o100755
+    } else {
+        0o100644
+    }
+}
+
+/// Classifies the change from `old` to `new`; `None` when git sees none.
+pub fn classify(old: &PreImage, new: &PreImage) -> Option<ChangeKind> {
+    match (visible(old), visible(new)) {
+        (None, None) => None,
+        (None, Some(_)) => Some(ChangeKind::Added),
+        (Some(_), None) => Some(ChangeKind::Deleted),
+        (Some(a), Some(b)) if a == b => None,
+        (Some(_), Some(_)) => Some(ChangeKind::Modified),
+    }
+}
+
+/// `opfs log`: one entry per turn, newest first.
+///
+/// The end state of the newest turns is read from the project (once per
+/// path). Errors: the index or the project cannot be read.
+pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
+    let turns = src.index.turns(None)?;
+    let Some(first) = turns.last().map(|t| t.number) else {
+        return Ok(Vec::new());
+    };
+    let timeline = Timeline::load(src.index, first)?;
+    // Paths whose newest record is their last word need the project's
+    // current state; read each once.
+    let need_current: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
+    let mut current_cache: BTreeMap<Vec<u8>, PreImage> = BTreeMap::new();
+    let newest = turns.first().map(|t| t.number).unwrap_or(first);
+    let at_end = src.states_at(&timeline, &need_current, newest + 1)?;
+    for (p, v) in at_end {
+        current_cache.insert(p, v.state);
+    }
+    let by_turn = timeline.by_turn();
+    let mut out = Vec::with_capacity(turns.len());
+    for t in &turns {
+        let mut e = LogEntry {
+            turn: t.number,
+            kind: t.kind.as_str(),
+            label: t.label.clone(),
+            external_id: t.external_id.clone(),
+            started_at: t.started_at,
+            ended_at: t.ended_at,
+            rewound_to: t.rewound_to,
+            added: 0,
+            modified: 0,
+            deleted: 0,
+            paths: 0,
+            bytes_stored: 0,
+        };
+        let mut blobs: BTreeSet<Hash> = BTreeSet::new();
+        for p in by_turn.get(&t.number).map(Vec::as_slice).unwrap_or(&[]) {
+            e.paths += 1;
+            let Some(before) = timeline.record(p, t.number) else {
+                continue;
+            };
+            if let PreImage::File { blob, size, .. } = before {
+                if blobs.insert(*blob) {
+                    e.bytes_stored += size;
+                }
+            }
+            let after = match timeline.state_at(p, t.number + 1) {
+                Some(a) => a,
+                None => match current_cache.get(p) {
+                    Some(a) => a,
+                    None => continue,
+                },
+            };
+            match classify(before, after) {
+                Some(ChangeKind::Added) => e.added += 1,
+                Some(ChangeKind::Modified) => e.modified += 1,
+                Some(ChangeKind::Deleted) => e.deleted += 1,
+                None => {}
+            }
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// One path that differs between two points in history.
+#[derive(Debug, Clone)]
+pub struct PathChange {
+    /// The path.
+    pub path: Vec<u8>,
+    /// Its state at the start of the range.
+    pub old: Version,
+    /// Its state at the end of the range.
+    pub new: Version,
+}
+
+/// Parses `N` or `N..M` into an inclusive turn range.
+pub fn parse_range(text: &str) -> Option<(u64, u64)> {
+    let num = |s: &str| s.trim().parse::<u64>().ok().filter(|n| *n >= 1);
+    match text.split_once("..") {
+        Some((a, b)) => Some((num(a)?, num(b)?)),
+        None => num(text).map(|n| (n, n)),
+    }
+}
+
+/// Turns a path as the user typed it (`\xNN` escapes allowed, a leading
+/// `./` and trailing `/` ignored) into project-relative bytes.
+pub fn parse_path(text: &str) -> Result<Vec<u8>, HistoryError> {
+    let mut raw = paths::parse_display(text);
+    while raw.starts_with(b"./") {
+        raw.drain(..2);
+    }
+    while raw.len() > 1 && raw.ends_with(b"/") {
+        raw.pop();
+    }
+    if raw == b"." {
+        raw.clear();
+    }
+    paths::validate(&raw).map_err(|why| HistoryError::BadPath {
+        path: text.to_string(),
+        why,
+    })?;
+    Ok(raw)
+}
+
+/// What turns `from..=to` changed: every path recorded in those turns
+/// whose state at the start of `from` differs (as git sees it) from its
+/// state at the end of `to`, limited to paths within one of `filter` (all
+/// when empty). Sorted by path. The end of the open turn is the project as
+/// it is now.
+///
+/// Errors: an unknown turn or empty range (usage), the index, a blob, or
+/// the project cannot be read.
+pub fn changes(
+    src: &Sources<'_>,
+    from: u64,
+    to: u64,
+    filter: &[Vec<u8>],
+) -> Result<Vec<PathChange>, HistoryError> {
+    if from > to {
+        return Err(HistoryError::EmptyRange { from, to });
+    }
+    src.turn(from)?;
+    src.turn(to)?;
+    let timeline = Timeline::load(src.index, from)?;
+    let wanted: Vec<Vec<u8>> = timeline
+        .paths_in(from, to)
+        .into_iter()
+        .filter(|p| filter.is_empty() || filter.iter().any(|f| paths::is_within(p, f)))
+        .collect();
+    let end = src.states_at(&timeline, &wanted, to + 1)?;
+    let mut out = Vec::new();
+    for (path, new) in end {
+        let Some(old) = timeline.state_at(&path, from) else {
+            continue;
+        };
+        if classify(old, &new.state).is_some() {
+            out.push(PathChange {
+                old: Version::recorded(old.clone()),
+                new,
+                path,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `opfs show N:PATH`: the bytes of `path` when turn `turn` began (a
+/// symlink's target for a symlink).
+///
+/// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
+/// not exist then; [`HistoryError::NoContent`] for a directory or special
+/// file; the blob or project cannot be read.
+pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+    src.turn(turn)?;
+    if path.is_empty() {
+        return Err(HistoryError::NoContent {
+            path: ".".into(),
+            turn,
+            kind: "dir",
+        });
+    }
+    if paths::is_excluded(path) {
+        return Err(HistoryError::Excluded(paths::display(path)));
+    }
+    let timeline = Timeline::default();
+    let v = match src.index.state_from(path, turn)? {
+        Some(pre) => Version::recorded(pre),
+        None => {
+            let v = src.states_at(&timeline, &[path.to_vec()], turn)?;
+            v.into_values()
+                .next()
+                .unwrap_or(Version::recorded(PreImage::Absent))
+        }
+    };
+    match &v.state {
+        PreImage::Absent => Err(HistoryError::Absent {
+            path: paths::display(path),
+            turn,
+        }),
+        PreImage::File { .. } | PreImage::Symlink { .. } => {
+            Ok(src.content(path, &v)?.unwrap_or_default())
+        }
+        other => Err(HistoryError::NoContent {
+            path: paths::display(path),
+            turn,
+            kind: other.kind_name(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_paths_parse() {
+        assert_eq!(parse_range("3"), Some((3, 3)));
+        assert_eq!(parse_range("2..5"), Some((2, 5)));
+        assert_eq!(parse_range("0"), None);
+        assert_eq!(parse_range("x..2"), None);
+        assert_eq!(parse_path("./a/b/").expect("ok"), b"a/b");
+        assert_eq!(parse_path("caf\\xe9").expect("ok"), b"caf\xe9");
+        assert!(parse_path("../x").is_err());
+    }
+
+    #[test]
+    fn classify_sees_what_git_sees() {
+        let f = |b: u8, perm| PreImage::File {
+            blob: [b; 32],
+            size: 1,
+            perm,
+        };
+        assert_eq!(
+            classify(&PreImage::Absent, &f(1, 0o644)),
+            Some(ChangeKind::Added)
+        );
+        assert_eq!(classify(&f(1, 0o644), &f(1, 0o600)), None);
+        assert_eq!(
+            classify(&f(1, 0o644), &f(1, 0o755)),
+            Some(ChangeKind::Modified)
+        );
+        assert_eq!(
+            classify(&PreImage::Dir { perm: 0o755 }, &PreImage::Absent),
+            None
+        );
+        assert_eq!(
+            classify(&f(1, 0o644), &PreImage::Dir { perm: 0o755 }),
+            Some(ChangeKind::Deleted)
+        );
+    }
+}
