@@ -36,7 +36,7 @@ fn require_tools() {
     );
     assert!(
         on_path("bwrap"),
-        "these tests need bubblewrap (apt-get install bubblewrap, or scripts/setup-sandbox)"
+        "these tests need bubblewrap (apt-get install bubblewrap, or scripts/setup)"
     );
 }
 
