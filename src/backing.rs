@@ -298,6 +298,17 @@ impl Backing {
         check(unsafe { libc::chmod(proc.as_ptr(), perm as libc::mode_t) }).map(drop)
     }
 
+    /// True when the project directory this backing holds was removed
+    /// (its link count dropped to 0): every path beneath it is gone and
+    /// nothing can be created there any more.
+    pub fn is_deleted(&self) -> bool {
+        // SAFETY: zeroed stat is a valid out-parameter; the fd is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and out pointer.
+        let r = unsafe { libc::fstat(self.root.as_raw_fd(), &mut st) };
+        r == 0 && st.st_nlink == 0
+    }
+
     /// Flushes the filesystem holding the project to stable storage
     /// (`syncfs`).
     pub fn syncfs(&self) -> io::Result<()> {

@@ -131,6 +131,8 @@ enum Cmd {
         /// `N:PATH`.
         spec: String,
     },
+    /// Check the store against the index; exit 1 if anything is wrong.
+    Verify,
     /// Write the history as a shadow git repository (one commit per turn).
     Export {
         /// The bare repository to write (default: export.git in the state dir).
@@ -223,8 +225,13 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         ),
         Cmd::Umount { mountpoint } => {
             let mp = state::absolute(mountpoint);
-            let st = state::resolve(&home, &mp)
-                .ok_or_else(|| failure(format!("{} is not an opfs mountpoint", mp.display())))?;
+            let st = state::resolve(&home, &mp).ok_or_else(|| {
+                failure(format!(
+                    "{} is not an opfs mountpoint (no opfs daemon serves it{})",
+                    mp.display(),
+                    if mp.exists() { "" } else { "; it does not exist" }
+                ))
+            })?;
             daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
             Ok(0)
         }
@@ -326,12 +333,40 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             let st = project_state(&home, cli)?;
             history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
         }
+        Cmd::Verify => {
+            let st = project_state(&home, cli)?;
+            verify(&st, cli, out)
+        }
         Cmd::Export { git_dir } => {
             let st = project_state(&home, cli)?;
             history_cmd::export(&st, git_dir.as_deref(), cli.json, out)
                 .map_err(|(code, message)| Fail { code, message })
         }
     }
+}
+
+fn verify(st: &StateDir, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+    let report = opfs::verify::verify(st).map_err(|e| failure(e.to_string()))?;
+    if cli.json {
+        let mut v = serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?;
+        v["ok"] = serde_json::Value::Bool(report.ok());
+        let _ = writeln!(out, "{v}");
+    } else {
+        for p in &report.problems {
+            let _ = writeln!(out, "{}: {}", p.area, p.message);
+        }
+        let _ = writeln!(
+            out,
+            "{}: {} turns, {} records, {} blobs checked ({} unreferenced); {} problem(s)",
+            if report.ok() { "ok" } else { "FAILED" },
+            report.turns,
+            report.records,
+            report.blobs,
+            report.unreferenced_blobs,
+            report.problems.len()
+        );
+    }
+    Ok(if report.ok() { 0 } else { 1 })
 }
 
 fn run_sandboxed(
@@ -685,6 +720,12 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
         s.records,
         s.state_dir.display()
     );
+    if s.project_deleted {
+        let _ = writeln!(
+            out,
+            "warning:    the project directory was deleted while mounted; changes through the mount fail and rewinds are refused (unmount it)"
+        );
+    }
     if let Some(r) = &s.recovered {
         let _ = writeln!(out, "recovered:  {r}");
     }

@@ -21,3 +21,4 @@ pub mod rewind;
 pub mod sandbox;
 pub mod state;
 pub mod store;
+pub mod verify;

@@ -42,6 +42,9 @@ pub enum RewindError {
     /// The index failed or is corrupt.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The project directory was deleted while the daemon served it.
+    #[error("project {0} was deleted while it was mounted; nothing was restored (unmount, recreate the directory, mount it again, then rewind)")]
+    ProjectDeleted(std::path::PathBuf),
 }
 
 /// What the project holds at a path now, as far as the plan cares.
@@ -237,6 +240,9 @@ pub fn plan(
 }
 
 fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
+    if journal.backing().is_deleted() {
+        return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
+    }
     let last = journal
         .with_index(|ix| ix.last_turn())?
         .map(|t| t.number)
