@@ -119,10 +119,11 @@ impl Backing {
     /// reading, refusing symlinks anywhere on the way (`ELOOP`).
     pub fn open_dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         let target = if rel.is_empty() { &b"."[..] } else { rel };
-        self.openat2(
-            target,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        )
+        // No O_NOFOLLOW: RESOLVE_NO_SYMLINKS already refuses a symlink in
+        // every position, and reports it as ELOOP. With O_NOFOLLOW a final
+        // symlink would be ENOTDIR, which `lstat` reads as "absent": a
+        // directory swapped for a symlink would look like a deleted one.
+        self.openat2(target, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
     }
 
     fn openat2(&self, rel: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {

@@ -229,7 +229,11 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 failure(format!(
                     "{} is not an opfs mountpoint (no opfs daemon serves it{})",
                     mp.display(),
-                    if mp.exists() { "" } else { "; it does not exist" }
+                    if mp.exists() {
+                        ""
+                    } else {
+                        "; it does not exist"
+                    }
                 ))
             })?;
             daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;

@@ -233,7 +233,9 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
 
     // Records.
     let mut stmt = conn
-        .prepare("SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path")
+        .prepare(
+            "SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path",
+        )
         .map_err(&err)?;
     let records: Vec<RawRecord> = stmt
         .query_map([], |r| {
@@ -316,9 +318,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
     }
 
     // Blobs: the blobs table, then the files.
-    let mut stmt = conn
-        .prepare("SELECT hash, size FROM blobs")
-        .map_err(&err)?;
+    let mut stmt = conn.prepare("SELECT hash, size FROM blobs").map_err(&err)?;
     let listed: BTreeMap<Vec<u8>, i64> = stmt
         .query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?)))
         .map_err(&err)?
@@ -360,7 +360,10 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             if dname == "tmp" {
                 continue;
             }
-            let is_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            let is_hex = |s: &str| {
+                s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            };
             if dname.len() != 2 || !is_hex(&dname) || !d.path().is_dir() {
                 c.add(
                     "store",

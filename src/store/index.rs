@@ -793,6 +793,15 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// Copies the WAL into the database file and empties it, so the file
+    /// alone holds everything (done at a clean unmount). Errors are those
+    /// of SQLite; the WAL stays valid if it fails.
+    pub fn checkpoint(&self) -> Result<(), IndexError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(self.err())
+    }
+
     /// Marks the start of the restore recorded as `rewind_turn`.
     pub fn begin_restore(&self, rewind_turn: u64, rewound_to: u64) -> Result<(), IndexError> {
         self.conn
