@@ -133,6 +133,19 @@ enum Cmd {
     },
     /// Check the store against the index; exit 1 if anything is wrong.
     Verify,
+    /// Apply retention: drop the oldest turns and the blobs only they use.
+    Gc {
+        /// Keep the newest N turns.
+        #[arg(long, value_name = "N", default_value_t = opfs::gc::DEFAULT_KEEP,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        keep: u64,
+        /// Also drop old turns until the kept blobs take at most BYTES.
+        #[arg(long, value_name = "BYTES")]
+        max_bytes: Option<u64>,
+        /// Report what would be removed and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Write the history as a shadow git repository (one commit per turn).
     Export {
         /// The bare repository to write (default: export.git in the state dir).
@@ -340,6 +353,47 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         Cmd::Verify => {
             let st = project_state(&home, cli)?;
             verify(&st, cli, out)
+        }
+        Cmd::Gc {
+            keep,
+            max_bytes,
+            dry_run,
+        } => {
+            let st = project_state(&home, cli)?;
+            let _lock = StateLock::try_acquire(&st)
+                .map_err(|e| failure(format!("cannot lock {}: {e}", st.lock_path().display())))?
+                .ok_or_else(|| {
+                    failure(format!(
+                        "{} is mounted: unmount it before `opfs gc` (a running daemon may be storing a blob its index does not name yet)",
+                        st.project.display()
+                    ))
+                })?;
+            let retention = opfs::gc::Retention {
+                keep: *keep,
+                max_bytes: *max_bytes,
+            };
+            let r = opfs::gc::gc(&st, retention, *dry_run).map_err(|e| failure(e.to_string()))?;
+            if cli.json {
+                let v = serde_json::to_value(&r).map_err(|e| failure(e.to_string()))?;
+                let _ = writeln!(out, "{v}");
+            } else {
+                let dropped = match r.dropped_turns {
+                    Some((a, b)) => format!("turns {a} to {b}"),
+                    None => "no turns".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{}{dropped} dropped ({} records), {} blobs removed ({} bytes)",
+                    if r.dry_run { "dry run: " } else { "" },
+                    r.records_deleted,
+                    r.blobs_removed,
+                    r.bytes_freed
+                );
+                if let Some(n) = &r.note {
+                    let _ = writeln!(out, "{n}");
+                }
+            }
+            Ok(0)
         }
         Cmd::Export { git_dir } => {
             let st = project_state(&home, cli)?;
@@ -588,7 +642,9 @@ fn do_rewind(
         None => {
             let (j, _lock) = open_direct(st)?;
             let report = rewind::rewind(&j, n, dry_run, force).map_err(|e| match e {
-                RewindError::UnknownTurn { .. } => usage(e.to_string()),
+                RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. } => {
+                    usage(e.to_string())
+                }
                 other => failure(other.to_string()),
             })?;
             serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod diff;
 pub mod export;
 pub mod fingerprint;
+pub mod gc;
 pub mod history;
 pub mod journal;
 pub mod paths;

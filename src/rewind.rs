@@ -39,6 +39,14 @@ pub enum RewindError {
         /// The newest turn.
         last: u64,
     },
+    /// The turn was dropped by retention (`opfs gc`).
+    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
+    DroppedTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The oldest turn still in the index.
+        first: u64,
+    },
     /// The index failed or is corrupt.
     #[error(transparent)]
     Index(#[from] IndexError),
@@ -249,6 +257,10 @@ fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
         .unwrap_or(0);
     if to == 0 || to > last {
         return Err(RewindError::UnknownTurn { turn: to, last });
+    }
+    let first = journal.with_index(|ix| ix.first_turn())?.unwrap_or(1);
+    if to < first {
+        return Err(RewindError::DroppedTurn { turn: to, first });
     }
     Ok(())
 }

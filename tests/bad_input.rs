@@ -734,3 +734,68 @@ fn long_and_odd_names_capture_list_and_rewind() {
     fx.assert_tree("turn 2 start", &at_start);
     fx.umount();
 }
+
+// ---------------------------------------------------------------------------
+// opfs gc (retention)
+
+#[test]
+fn gc_keeps_the_newest_turns_exact_and_never_what_a_restore_needs() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    let mut starts = vec![(1u64, manifest(&fx.project))];
+    fx.sh("echo v1 > f");
+    for i in 2..=6u64 {
+        let t = fx.turn(&format!("t{i}"));
+        starts.push((t, manifest(&fx.project)));
+        fx.sh(&format!("echo v{i} > f && echo {i} > g{i}"));
+    }
+    // Refused while mounted.
+    let run = fx.opfs_c(&["gc"]);
+    assert_code(&run, 1, "unmount");
+    fx.umount();
+    let v0 = blob_file(&fx, b"v0\n");
+    assert!(v0.exists());
+
+    // Dry run changes nothing.
+    let dry = opfs_p(&fx, &["gc", "--keep", "3", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(dry["dropped_turns"], serde_json::json!([1, 3]), "{dry:#}");
+    assert!(v0.exists());
+    assert_code(&opfs_p(&fx, &["gc", "--keep", "0"]), 2, "0");
+
+    // An unfinished restore to turn 2 keeps turns from 2 on.
+    let db = state_dir(&fx).join("index.db");
+    let conn = rusqlite::Connection::open(&db).expect("open index");
+    conn.execute(
+        "INSERT INTO restores(rewind_turn, rewound_to, state) VALUES (99, 2, 'running')",
+        [],
+    )
+    .expect("fake a running restore");
+    let r = opfs_p(&fx, &["gc", "--keep", "1", "--json"]).ok().json();
+    assert_eq!(r["dropped_turns"], serde_json::json!([1, 1]), "{r:#}");
+    assert!(
+        r["note"].as_str().unwrap_or("").contains("unfinished"),
+        "{r:#}"
+    );
+    assert!(!v0.exists(), "turn 1's only blob should be collected");
+    conn.execute("DELETE FROM restores WHERE rewind_turn = 99", [])
+        .expect("clear it");
+    drop(conn);
+
+    let r = opfs_p(&fx, &["gc", "--keep", "3", "--json"]).ok().json();
+    assert_eq!(r["dropped_turns"], serde_json::json!([2, 3]), "{r:#}");
+    assert!(r["blobs_removed"].as_u64().unwrap_or(0) >= 1, "{r:#}");
+    opfs_p(&fx, &["verify"]).ok();
+    // Dropped turns are unknown now; kept ones rewind exactly.
+    assert_code(&opfs_p(&fx, &["rewind", "2"]), 2, "2");
+    let listed = opfs_p(&fx, &["rewind", "--all", "--json"]).ok().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed:#}");
+    for (t, m) in starts.iter().rev().take(3) {
+        let run = opfs_p(&fx, &["rewind", &t.to_string(), "--json"]);
+        assert_eq!(run.code, Some(0), "{run}");
+        assert_manifest_eq(&format!("turn {t} after gc"), m, &manifest(&fx.project));
+    }
+    opfs_p(&fx, &["verify"]).ok();
+}
