@@ -119,10 +119,11 @@ impl Backing {
     /// reading, refusing symlinks anywhere on the way (`ELOOP`).
     pub fn open_dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         let target = if rel.is_empty() { &b"."[..] } else { rel };
-        self.openat2(
-            target,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        )
+        // No O_NOFOLLOW: RESOLVE_NO_SYMLINKS already refuses a symlink in
+        // every position, and reports it as ELOOP. With O_NOFOLLOW a final
+        // symlink would be ENOTDIR, which `lstat` reads as "absent": a
+        // directory swapped for a symlink would look like a deleted one.
+        self.openat2(target, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
     }
 
     fn openat2(&self, rel: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
@@ -296,6 +297,17 @@ impl Backing {
         let proc = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
         // SAFETY: valid path string.
         check(unsafe { libc::chmod(proc.as_ptr(), perm as libc::mode_t) }).map(drop)
+    }
+
+    /// True when the project directory this backing holds was removed
+    /// (its link count dropped to 0): every path beneath it is gone and
+    /// nothing can be created there any more.
+    pub fn is_deleted(&self) -> bool {
+        // SAFETY: zeroed stat is a valid out-parameter; the fd is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and out pointer.
+        let r = unsafe { libc::fstat(self.root.as_raw_fd(), &mut st) };
+        r == 0 && st.st_nlink == 0
     }
 
     /// Flushes the filesystem holding the project to stable storage

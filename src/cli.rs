@@ -131,6 +131,21 @@ enum Cmd {
         /// `N:PATH`.
         spec: String,
     },
+    /// Check the store against the index; exit 1 if anything is wrong.
+    Verify,
+    /// Apply retention: drop the oldest turns and the blobs only they use.
+    Gc {
+        /// Keep the newest N turns.
+        #[arg(long, value_name = "N", default_value_t = opfs::gc::DEFAULT_KEEP,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        keep: u64,
+        /// Also drop old turns until the kept blobs take at most BYTES.
+        #[arg(long, value_name = "BYTES")]
+        max_bytes: Option<u64>,
+        /// Report what would be removed and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Write the history as a shadow git repository (one commit per turn).
     Export {
         /// The bare repository to write (default: export.git in the state dir).
@@ -223,8 +238,17 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         ),
         Cmd::Umount { mountpoint } => {
             let mp = state::absolute(mountpoint);
-            let st = state::resolve(&home, &mp)
-                .ok_or_else(|| failure(format!("{} is not an opfs mountpoint", mp.display())))?;
+            let st = state::resolve(&home, &mp).ok_or_else(|| {
+                failure(format!(
+                    "{} is not an opfs mountpoint (no opfs daemon serves it{})",
+                    mp.display(),
+                    if mp.exists() {
+                        ""
+                    } else {
+                        "; it does not exist"
+                    }
+                ))
+            })?;
             daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
             Ok(0)
         }
@@ -326,12 +350,81 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             let st = project_state(&home, cli)?;
             history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
         }
+        Cmd::Verify => {
+            let st = project_state(&home, cli)?;
+            verify(&st, cli, out)
+        }
+        Cmd::Gc {
+            keep,
+            max_bytes,
+            dry_run,
+        } => {
+            let st = project_state(&home, cli)?;
+            let _lock = StateLock::try_acquire(&st)
+                .map_err(|e| failure(format!("cannot lock {}: {e}", st.lock_path().display())))?
+                .ok_or_else(|| {
+                    failure(format!(
+                        "{} is mounted: unmount it before `opfs gc` (a running daemon may be storing a blob its index does not name yet)",
+                        st.project.display()
+                    ))
+                })?;
+            let retention = opfs::gc::Retention {
+                keep: *keep,
+                max_bytes: *max_bytes,
+            };
+            let r = opfs::gc::gc(&st, retention, *dry_run).map_err(|e| failure(e.to_string()))?;
+            if cli.json {
+                let v = serde_json::to_value(&r).map_err(|e| failure(e.to_string()))?;
+                let _ = writeln!(out, "{v}");
+            } else {
+                let dropped = match r.dropped_turns {
+                    Some((a, b)) => format!("turns {a} to {b}"),
+                    None => "no turns".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{}{dropped} dropped ({} records), {} blobs removed ({} bytes)",
+                    if r.dry_run { "dry run: " } else { "" },
+                    r.records_deleted,
+                    r.blobs_removed,
+                    r.bytes_freed
+                );
+                if let Some(n) = &r.note {
+                    let _ = writeln!(out, "{n}");
+                }
+            }
+            Ok(0)
+        }
         Cmd::Export { git_dir } => {
             let st = project_state(&home, cli)?;
             history_cmd::export(&st, git_dir.as_deref(), cli.json, out)
                 .map_err(|(code, message)| Fail { code, message })
         }
     }
+}
+
+fn verify(st: &StateDir, cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
+    let report = opfs::verify::verify(st).map_err(|e| failure(e.to_string()))?;
+    if cli.json {
+        let mut v = serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?;
+        v["ok"] = serde_json::Value::Bool(report.ok());
+        let _ = writeln!(out, "{v}");
+    } else {
+        for p in &report.problems {
+            let _ = writeln!(out, "{}: {}", p.area, p.message);
+        }
+        let _ = writeln!(
+            out,
+            "{}: {} turns, {} records, {} blobs checked ({} unreferenced); {} problem(s)",
+            if report.ok() { "ok" } else { "FAILED" },
+            report.turns,
+            report.records,
+            report.blobs,
+            report.unreferenced_blobs,
+            report.problems.len()
+        );
+    }
+    Ok(if report.ok() { 0 } else { 1 })
 }
 
 fn run_sandboxed(
@@ -549,7 +642,9 @@ fn do_rewind(
         None => {
             let (j, _lock) = open_direct(st)?;
             let report = rewind::rewind(&j, n, dry_run, force).map_err(|e| match e {
-                RewindError::UnknownTurn { .. } => usage(e.to_string()),
+                RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. } => {
+                    usage(e.to_string())
+                }
                 other => failure(other.to_string()),
             })?;
             serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?
@@ -685,6 +780,12 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
         s.records,
         s.state_dir.display()
     );
+    if s.project_deleted {
+        let _ = writeln!(
+            out,
+            "warning:    the project directory was deleted while mounted; changes through the mount fail and rewinds are refused (unmount it)"
+        );
+    }
     if let Some(r) = &s.recovered {
         let _ = writeln!(out, "recovered:  {r}");
     }

@@ -103,6 +103,10 @@ pub struct Status {
     pub pid: Option<u32>,
     /// What the daemon recovered at start (an interrupted rewind), if anything.
     pub recovered: Option<String>,
+    /// True when the project directory was deleted while mounted: every
+    /// mutation through the mount fails (`ENOENT`) and rewinds are refused.
+    #[serde(default)]
+    pub project_deleted: bool,
 }
 
 /// Builds the status of `journal`.
@@ -122,6 +126,7 @@ pub fn status_of(
         records,
         pid: mountpoint.map(|_| std::process::id()),
         recovered,
+        project_deleted: journal.backing().is_deleted(),
     }
 }
 
@@ -204,10 +209,12 @@ pub fn handle(
                         message: e.to_string(),
                     },
                 },
-                Err(e @ RewindError::UnknownTurn { .. }) => Response::Error {
-                    kind: FailureKind::Usage,
-                    message: e.to_string(),
-                },
+                Err(e @ (RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. })) => {
+                    Response::Error {
+                        kind: FailureKind::Usage,
+                        message: e.to_string(),
+                    }
+                }
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),

@@ -327,6 +327,9 @@ pub fn run(
     if let Err(e) = journal.flush() {
         log::error!("cannot store fingerprints at unmount: {e}");
     }
+    if let Err(e) = journal.with_index(|ix| ix.checkpoint()) {
+        log::warn!("cannot checkpoint the index at unmount: {e}");
+    }
     control::unregister_mount(home, state, &plan.mountpoint);
     log::info!("unmounted {}", plan.mountpoint.display());
     result.map_err(|source| MountError::Io {

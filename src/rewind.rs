@@ -39,9 +39,20 @@ pub enum RewindError {
         /// The newest turn.
         last: u64,
     },
+    /// The turn was dropped by retention (`opfs gc`).
+    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
+    DroppedTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The oldest turn still in the index.
+        first: u64,
+    },
     /// The index failed or is corrupt.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The project directory was deleted while the daemon served it.
+    #[error("project {0} was deleted while it was mounted; nothing was restored (unmount, recreate the directory, mount it again, then rewind)")]
+    ProjectDeleted(std::path::PathBuf),
 }
 
 /// What the project holds at a path now, as far as the plan cares.
@@ -237,12 +248,19 @@ pub fn plan(
 }
 
 fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
+    if journal.backing().is_deleted() {
+        return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
+    }
     let last = journal
         .with_index(|ix| ix.last_turn())?
         .map(|t| t.number)
         .unwrap_or(0);
     if to == 0 || to > last {
         return Err(RewindError::UnknownTurn { turn: to, last });
+    }
+    let first = journal.with_index(|ix| ix.first_turn())?.unwrap_or(1);
+    if to < first {
+        return Err(RewindError::DroppedTurn { turn: to, first });
     }
     Ok(())
 }

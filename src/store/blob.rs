@@ -88,6 +88,16 @@ impl BlobStore {
         })
     }
 
+    /// The blob store at `dir` as it is, creating nothing (for read-only
+    /// checks such as `opfs verify`).
+    pub fn open_existing(dir: &Path) -> BlobStore {
+        BlobStore {
+            dir: dir.to_path_buf(),
+            sync: false,
+            tmp_seq: AtomicU64::new(0),
+        }
+    }
+
     /// Where the blob named `hash` lives.
     pub fn path_of(&self, hash: &Hash) -> PathBuf {
         let h = hex(hash);

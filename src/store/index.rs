@@ -216,6 +216,40 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// Refuses to start a fresh index where one existed: SQLite treats a
+/// missing or zero-length file as an empty database and would silently
+/// begin a new history. A fresh state dir has no blob yet (blobs are only
+/// written after the index exists), so a missing or empty `index.db` next
+/// to stored blobs means the index was deleted or truncated.
+fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(_) => return Ok(()), // Connection::open reports it with its cause.
+    };
+    if len > 0 {
+        return Ok(());
+    }
+    let Some(blobs) = path.parent().map(|d| d.join("blobs")) else {
+        return Ok(());
+    };
+    let has_blobs = std::fs::read_dir(&blobs)
+        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != "tmp")))
+        .unwrap_or(false);
+    if has_blobs {
+        return Err(IndexError::Corrupt {
+            path: path.to_path_buf(),
+            what: format!(
+                "the file is missing or empty but {} holds recorded content: \
+                 the index was deleted or truncated (restore it from a backup, \
+                 or move the state dir away to start a new history)",
+                blobs.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl Index {
     /// Opens (creating if needed) the index at `path`. `sync` selects
     /// `synchronous=FULL` (power-loss safe) instead of `NORMAL`.
@@ -227,6 +261,7 @@ impl Index {
             path: path.to_path_buf(),
             source,
         };
+        refuse_lost_index(path)?;
         let conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(err)?;
@@ -755,6 +790,15 @@ impl Index {
                 })
                 .optional()
             })
+            .map_err(self.err())
+    }
+
+    /// Copies the WAL into the database file and empties it, so the file
+    /// alone holds everything (done at a clean unmount). Errors are those
+    /// of SQLite; the WAL stays valid if it fails.
+    pub fn checkpoint(&self) -> Result<(), IndexError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(self.err())
     }
 

@@ -1,0 +1,428 @@
+//! `opfs verify`: checks a project's store against its index.
+//!
+//! Reads only: the index is opened read-only (so it can run next to a
+//! daemon, WAL readers do not block the writer) and every blob a record
+//! refers to is read and hashed once. Each problem found is reported on its
+//! own; nothing is repaired.
+//!
+//! What is checked:
+//! - the SQLite file itself (`PRAGMA quick_check`) and its schema version;
+//! - turns: numbers contiguous from the oldest kept turn to the newest,
+//!   exactly one open turn and it is the newest, known kinds, end not
+//!   before start, a rewind turn names an earlier existing-or-dropped turn;
+//! - records: a turn that exists, a valid project-relative path (design §3),
+//!   a known kind with the columns that kind needs;
+//! - blobs: every referenced blob present, hashing to its name, of the
+//!   size the record says, and listed in the `blobs` table;
+//! - restores: none left `running` (an interrupted rewind the next daemon
+//!   start would finish);
+//! - the blob directory: files whose names are not blob names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use serde::Serialize;
+
+use crate::paths;
+use crate::preimage::{hex, Hash};
+use crate::state::StateDir;
+use crate::store::index::SCHEMA_VERSION;
+use crate::store::{BlobError, BlobStore};
+
+/// A failure that stops verification before it can check anything.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// There is no index for this project.
+    #[error("index {0} does not exist: nothing has been recorded for this project")]
+    NoIndex(PathBuf),
+    /// The index cannot be opened or read at all (not a database, damaged
+    /// header, permission).
+    #[error("index {path}: {source}")]
+    Index {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+}
+
+/// One problem found.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    /// The area: `index`, `turn`, `record`, `blob`, `restore`, `store`.
+    pub area: &'static str,
+    /// What is wrong, naming the turn, path, blob or file.
+    pub message: String,
+}
+
+/// The outcome of [`verify`].
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// The state dir checked.
+    pub state_dir: PathBuf,
+    /// Turns in the index.
+    pub turns: u64,
+    /// Pre-image records in the index.
+    pub records: u64,
+    /// Distinct blobs referenced and checked.
+    pub blobs: u64,
+    /// Blob files no record refers to (not a problem: `opfs gc` removes them).
+    pub unreferenced_blobs: u64,
+    /// Everything found wrong; empty when the store is consistent.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// True when no problem was found.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn add(&mut self, area: &'static str, message: String) {
+        self.problems.push(Problem { area, message });
+    }
+}
+
+fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> VerifyError + '_ {
+    move |source| VerifyError::Index {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One `preimages` row as stored.
+struct RawRecord {
+    turn: i64,
+    path: Vec<u8>,
+    kind: i64,
+    perm: Option<i64>,
+    blob: Option<Vec<u8>>,
+    size: Option<i64>,
+    target: Option<Vec<u8>>,
+}
+
+/// Checks the store of `state` against its index. Reads only.
+///
+/// Returns the report (problems listed in it); `Err` only when the index
+/// cannot be opened or queried at all.
+pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
+    let db = state.index_path();
+    if !db.exists() {
+        return Err(VerifyError::NoIndex(db));
+    }
+    let err = sql_err(&db);
+    let conn = Connection::open_with_flags(
+        &db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(&err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(&err)?;
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+    let where_ = db.display().to_string();
+
+    // The file itself. quick_check reads every page once.
+    let mut stmt = conn.prepare("PRAGMA quick_check").map_err(&err)?;
+    let lines: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    drop(stmt);
+    if lines != ["ok"] {
+        for l in lines.iter().take(20) {
+            c.add("index", format!("{where_}: {l}"));
+        }
+    }
+    let version: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(&err)?;
+    if version.as_deref() != Some(&SCHEMA_VERSION.to_string()) {
+        c.add(
+            "index",
+            format!(
+                "{where_}: schema_version is {version:?}; this opfs reads version {SCHEMA_VERSION}"
+            ),
+        );
+    }
+
+    // Turns.
+    let mut stmt = conn
+        .prepare("SELECT number, kind, started_at, ended_at, rewound_to FROM turns ORDER BY number")
+        .map_err(&err)?;
+    type TurnRow = (i64, String, i64, Option<i64>, Option<i64>);
+    let turns: Vec<TurnRow> = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    drop(stmt);
+    let numbers: BTreeSet<i64> = turns.iter().map(|t| t.0).collect();
+    if turns.is_empty() {
+        c.add("turn", "the index holds no turn".into());
+    }
+    let first = turns.first().map(|t| t.0).unwrap_or(1);
+    let last = turns.last().map(|t| t.0).unwrap_or(0);
+    if first < 1 {
+        c.add("turn", format!("turn {first}: turn numbers start at 1"));
+    }
+    for (i, (n, kind, started, ended, rewound_to)) in turns.iter().enumerate() {
+        if i > 0 && turns[i - 1].0 + 1 != *n {
+            c.add(
+                "turn",
+                format!(
+                    "turns {} to {} are missing (only the oldest turns may be dropped)",
+                    turns[i - 1].0 + 1,
+                    n - 1
+                ),
+            );
+        }
+        if !matches!(kind.as_str(), "agent" | "rewind" | "merge") {
+            c.add("turn", format!("turn {n}: unknown kind {kind:?}"));
+        }
+        match ended {
+            None if *n != last => c.add(
+                "turn",
+                format!("turn {n} is open but turn {last} is newer (only the newest may be open)"),
+            ),
+            Some(e) if e < started => c.add("turn", format!("turn {n} ends before it starts")),
+            _ => {}
+        }
+        if i > 0 && *started < turns[i - 1].2 {
+            c.add(
+                "turn",
+                format!("turn {n} starts before turn {}", turns[i - 1].0),
+            );
+        }
+        match (kind.as_str(), rewound_to) {
+            ("rewind", None) => c.add(
+                "turn",
+                format!("rewind turn {n} does not say which turn it restored"),
+            ),
+            ("rewind", Some(t)) if *t < 1 || *t > *n => c.add(
+                "turn",
+                format!("rewind turn {n} restored turn {t}, which is not an earlier turn"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(t) = turns.last() {
+        if t.3.is_some() {
+            c.add(
+                "turn",
+                format!("no turn is open (the newest, {}, has ended)", t.0),
+            );
+        }
+    }
+
+    // Records.
+    let mut stmt = conn
+        .prepare(
+            "SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path",
+        )
+        .map_err(&err)?;
+    let records: Vec<RawRecord> = stmt
+        .query_map([], |r| {
+            Ok(RawRecord {
+                turn: r.get(0)?,
+                path: r.get(1)?,
+                kind: r.get(2)?,
+                perm: r.get(3)?,
+                blob: r.get(4)?,
+                size: r.get(5)?,
+                target: r.get(6)?,
+            })
+        })
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    drop(stmt);
+    // blob hash -> (size the records say, first path and turn naming it)
+    let mut wanted: BTreeMap<Hash, (i64, String)> = BTreeMap::new();
+    for r in &records {
+        let shown = paths::display(&r.path);
+        let at = format!("turn {} path {shown:?}", r.turn);
+        if !numbers.contains(&r.turn) {
+            c.add("record", format!("{at}: the turn does not exist"));
+        }
+        if let Err(what) = paths::validate(&r.path) {
+            c.add("record", format!("{at}: invalid path ({what})"));
+        } else if r.path.is_empty() {
+            c.add("record", format!("{at}: names the project root"));
+        } else if paths::is_excluded(&r.path) {
+            c.add("record", format!("{at}: .git is never recorded"));
+        }
+        let perm_ok = matches!(r.perm, Some(p) if (0..=0o7777).contains(&p));
+        match r.kind {
+            0 => {}
+            1 => {
+                if !perm_ok {
+                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
+                }
+                let size = match r.size {
+                    Some(s) if s >= 0 => s,
+                    other => {
+                        c.add("record", format!("{at}: file record with size {other:?}"));
+                        -1
+                    }
+                };
+                match r.blob.as_deref().map(<Hash>::try_from) {
+                    Some(Ok(h)) => {
+                        let e = wanted.entry(h).or_insert((size, at.clone()));
+                        if e.0 != size && size >= 0 && e.0 >= 0 {
+                            c.add(
+                                "record",
+                                format!(
+                                    "{at}: blob {} has size {size} here but {} at {}",
+                                    hex(&h),
+                                    e.0,
+                                    e.1
+                                ),
+                            );
+                        }
+                    }
+                    _ => c.add(
+                        "record",
+                        format!("{at}: file record without a 32-byte blob hash"),
+                    ),
+                }
+            }
+            2 | 4..=7 => {
+                if !perm_ok {
+                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
+                }
+            }
+            3 => {
+                if r.target.as_ref().is_none_or(|t| t.is_empty()) {
+                    c.add("record", format!("{at}: symlink record without a target"));
+                }
+            }
+            k => c.add("record", format!("{at}: unknown pre-image kind {k}")),
+        }
+    }
+
+    // Blobs: the blobs table, then the files.
+    let mut stmt = conn.prepare("SELECT hash, size FROM blobs").map_err(&err)?;
+    let listed: BTreeMap<Vec<u8>, i64> = stmt
+        .query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?)))
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    drop(stmt);
+    let store = BlobStore::open_existing(&state.blobs_dir());
+    for (hash, (size, at)) in &wanted {
+        let name = hex(hash);
+        match listed.get(&hash[..]) {
+            None => c.add(
+                "blob",
+                format!("blob {name} (used by {at}) is not in the blobs table"),
+            ),
+            Some(s) if *size >= 0 && s != size => c.add(
+                "blob",
+                format!("blob {name} (used by {at}) has size {s} in the blobs table, {size} in the record"),
+            ),
+            _ => {}
+        }
+        match store.verify(hash) {
+            Ok(n) if *size >= 0 && n != *size as u64 => c.add(
+                "blob",
+                format!("blob {name} (used by {at}) holds {n} bytes, the record says {size}"),
+            ),
+            Ok(_) => {}
+            Err(e @ (BlobError::Missing(_) | BlobError::Corrupt { .. })) => {
+                c.add("blob", format!("{e} (used by {at})"))
+            }
+            Err(e) => c.add("blob", format!("{e} (used by {at})")),
+        }
+    }
+    let mut unreferenced = 0u64;
+    let blobs_dir = state.blobs_dir();
+    if let Ok(dirs) = std::fs::read_dir(&blobs_dir) {
+        for d in dirs.flatten() {
+            let dname = d.file_name();
+            let dname = dname.to_string_lossy();
+            if dname == "tmp" {
+                continue;
+            }
+            let is_hex = |s: &str| {
+                s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            };
+            if dname.len() != 2 || !is_hex(&dname) || !d.path().is_dir() {
+                c.add(
+                    "store",
+                    format!("{} is not a blob directory", d.path().display()),
+                );
+                continue;
+            }
+            let Ok(files) = std::fs::read_dir(d.path()) else {
+                c.add("store", format!("cannot list {}", d.path().display()));
+                continue;
+            };
+            for f in files.flatten() {
+                let fname = f.file_name();
+                let fname = fname.to_string_lossy();
+                let full = format!("{dname}{fname}");
+                let parsed = (fname.len() == 62 && is_hex(&fname))
+                    .then(|| blake3::Hash::from_hex(&full).ok())
+                    .flatten();
+                match parsed {
+                    None => c.add(
+                        "store",
+                        format!("{} is not named like a blob", f.path().display()),
+                    ),
+                    Some(h) if !wanted.contains_key(h.as_bytes()) => unreferenced += 1,
+                    Some(_) => {}
+                }
+            }
+        }
+    } else if !wanted.is_empty() {
+        c.add(
+            "store",
+            format!("blob directory {} cannot be read", blobs_dir.display()),
+        );
+    }
+
+    // Restores.
+    let mut stmt = conn
+        .prepare("SELECT rewind_turn, rewound_to, state FROM restores WHERE state != 'done'")
+        .map_err(&err)?;
+    let running: Vec<(i64, i64, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)?;
+    for (turn, to, st) in running {
+        c.add(
+            "restore",
+            format!(
+                "the rewind to turn {to} (recorded as turn {turn}) is {st:?}, not finished: the next mount finishes it"
+            ),
+        );
+    }
+
+    Ok(VerifyReport {
+        state_dir: state.dir.clone(),
+        turns: turns.len() as u64,
+        records: records.len() as u64,
+        blobs: wanted.len() as u64,
+        unreferenced_blobs: unreferenced,
+        problems: c.problems,
+    })
+}
