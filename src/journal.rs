@@ -321,6 +321,7 @@ impl Journal {
                 path: paths::display(path),
                 source,
             })?;
+        crate::rewind::failpoint("capture-after-record");
         inner.captured.insert(path.to_vec());
         Ok(())
     }
@@ -348,6 +349,7 @@ impl Journal {
                             path: paths::display(path),
                             source,
                         })?;
+                crate::rewind::failpoint("capture-after-blob");
                 index
                     .add_blob(&blob, size)
                     .map_err(|source| CaptureError::Index {

@@ -169,6 +169,44 @@ fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
     Ok(*hasher.finalize().as_bytes())
 }
 
+/// Crash injection for the crash tests (see `docs/crash-model.md`).
+///
+/// With `OPFS_FAILPOINT=NAME:N` in the daemon's environment, the N-th time
+/// (counting from 1) the process passes the failpoint `NAME` it sends
+/// itself SIGKILL, exactly as a crash at that instant would end it: no
+/// destructor, no flush. Without the variable (the normal case) a
+/// failpoint costs one atomic load after the first call.
+///
+/// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
+/// marked running), `rewind-after-capture` (after each path's current state
+/// is recorded), `rewind-after-step` (after each path operation of the
+/// executor), `rewind-before-done` (all steps done, restore still running),
+/// `rewind-after-done` (restore done, no new agent turn yet), and in the
+/// journal `capture-after-blob` (a pre-image's bytes are stored, its record
+/// is not) and `capture-after-record` (the record is committed, the
+/// mutation has not run).
+pub(crate) fn failpoint(name: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let v = std::env::var("OPFS_FAILPOINT").ok()?;
+        let (n, count) = v.rsplit_once(':').unwrap_or((v.as_str(), "1"));
+        Some((n.to_string(), count.parse().ok()?))
+    });
+    let Some((armed_name, at)) = armed else {
+        return;
+    };
+    if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
+        log::error!("failpoint {name}:{at} reached: killing this process");
+        // SAFETY: kill and getpid have no preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
 /// Decides the steps that turn `current` into `target`. Empty when they
 /// already match (content compared by hash when the sizes agree).
 fn steps_for(
@@ -458,6 +496,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             if let Err(e) = remove(backing, p) {
                 fail(i, "remove", e, &mut failed);
             }
+            failpoint("rewind-after-step");
         }
     }
     for (i, p) in plan.iter().enumerate() {
@@ -481,6 +520,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
         if let Err(e) = result {
             fail(i, "restore", e, &mut failed);
         }
+        failpoint("rewind-after-step");
     }
     for (i, p) in plan.iter().enumerate().rev() {
         if failed.contains(&i) {
@@ -490,6 +530,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             if let Err(e) = backing.chmod(&p.raw, perm) {
                 fail(i, "chmod", e, &mut failed);
             }
+            failpoint("rewind-after-step");
         }
     }
     conflicts
@@ -513,6 +554,18 @@ pub fn rewind(
     dry_run: bool,
     force: bool,
 ) -> Result<RewindReport, RewindError> {
+    if !dry_run {
+        // Only reachable without a daemon (a daemon resumes at start): finish
+        // a rewind a crash interrupted before starting another, so that
+        // one's plan can never be replayed over this one's result later.
+        if let Some(r) = resume(journal)? {
+            log::warn!(
+                "finished an interrupted rewind to turn {} (recorded as turn {}) first",
+                r.rewound_to,
+                r.turn.unwrap_or(0)
+            );
+        }
+    }
     let (plan, mut conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
@@ -533,10 +586,13 @@ pub fn rewind(
         None,
         Some(to),
     )?;
+    failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
+    failpoint("rewind-before-done");
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    failpoint("rewind-after-done");
     let open_turn = journal.next_turn(TurnKind::Agent, None, None, None)?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
@@ -555,7 +611,9 @@ fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
     for p in plan {
-        match journal.capture(&p.raw) {
+        let captured = journal.capture(&p.raw);
+        failpoint("rewind-after-capture");
+        match captured {
             Ok(()) => runnable.push(p.clone()),
             Err(e) => conflicts.push(Conflict {
                 path: p.path.clone(),
@@ -594,6 +652,16 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     let (plan, mut conflicts) = plan_until(journal, to, Some(rewind_turn), true)?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
+    // Paths the interrupted run already restored are not in this plan (they
+    // need nothing), but the crash lost what it remembered of them: without
+    // this, their old fingerprints would report them as changed behind the
+    // mount's back on the next rewind.
+    for path in journal.with_index(|ix| ix.paths_of_turn(rewind_turn))? {
+        journal.remember(&path);
+    }
+    if let Err(e) = journal.flush() {
+        log::warn!("cannot store fingerprints after finishing the rewind: {e}");
+    }
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     let open_turn = if journal.open_turn() == rewind_turn {
         journal.next_turn(TurnKind::Agent, None, None, None)?
@@ -609,6 +677,36 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,
         open_turn,
+    }))
+}
+
+/// Closes a rewind turn that a crash left open without a running restore,
+/// and opens a new agent turn, so agent work never lands in a rewind turn.
+/// Call after [`resume`] returned `None`.
+///
+/// Two crash points leave this: before the restore was marked running (the
+/// rewind wrote nothing: the project is as it was before it, i.e. rolled
+/// back) and after it was marked done (the rewind is complete; only the next
+/// agent turn was missing). Returns a description of what was found, or
+/// `None` when the open turn is not a rewind turn.
+pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>, RewindError> {
+    let open = journal.open_turn();
+    let Some(turn) = journal.with_index(|ix| ix.turn(open))? else {
+        return Ok(None);
+    };
+    if turn.kind != TurnKind::Rewind {
+        return Ok(None);
+    }
+    let to = turn.rewound_to.unwrap_or(0);
+    let started = journal.with_index(|ix| ix.restore_started(open))?;
+    let next = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    Ok(Some(if started {
+        format!("a finished rewind to turn {to} (turn {open}) had not opened the next turn; opened turn {next}")
+    } else {
+        format!(
+            "a rewind to turn {to} (turn {open}) was interrupted before it changed anything: \
+             the project is as it was before that rewind (rolled back); opened turn {next}"
+        )
     }))
 }
 
