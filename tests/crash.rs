@@ -26,7 +26,6 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -456,11 +455,10 @@ fn sigkill_at_capture_failpoints() {
     let f = Fixture::new();
     write_file(&f.p("a"), b"a0\n", 0o644);
     write_file(&f.p("d/b"), &[1u8; 70000], 0o644);
-    let mut n = 1;
     for point in [
         "capture-after-blob:1",
         "capture-after-record:1",
-        "capture-after-blob:3",
+        "capture-after-blob:2",
         "capture-after-record:4",
     ] {
         let pid = mount(&f, &[], &[("OPFS_FAILPOINT", point)]);
@@ -489,11 +487,6 @@ fn sigkill_at_capture_failpoints() {
         mount(&f, &[], &[]);
         rewind_ok(&f, start_turn, point);
         assert_both(&f, point, &start);
-        // The mutation that was refused by the kill may or may not have
-        // reached the project; the rewind restored its pre-image either way.
-        n += 1;
         f.umount();
     }
-    assert_eq!(n, 5);
-    let _ = Path::new("");
 }
