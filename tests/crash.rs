@@ -35,7 +35,7 @@ use common::*;
 
 /// Rounds of the SIGKILL test in a plain `cargo test` (the whole file stays
 /// well under two minutes on two cores).
-const CI_ROUNDS: usize = 12;
+const CI_ROUNDS: usize = 20;
 
 fn env_usize(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -233,13 +233,24 @@ fn sigkill_under_workload_loses_no_preimage() {
             assert_eq!(open, 1);
         }
         // The kill comes at a random moment within roughly the first few
-        // workload segments and turn switches.
+        // workload segments and turn switches; in one round of four it is
+        // aimed at an `opfs turn` in flight instead.
+        let aim_at_turn = rng.below(4) == 0;
         let delay = Duration::from_millis(20 + rng.below(900) as u64);
+        let turn_delay = Duration::from_micros(rng.below(15_000) as u64);
         let in_turn = Arc::new(AtomicBool::new(false));
         let killer = {
             let in_turn = in_turn.clone();
             std::thread::spawn(move || {
-                std::thread::sleep(delay);
+                if aim_at_turn {
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while !in_turn.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    std::thread::sleep(turn_delay);
+                } else {
+                    std::thread::sleep(delay);
+                }
                 let during_turn = in_turn.load(Ordering::SeqCst);
                 sigkill(pid);
                 during_turn
@@ -368,8 +379,19 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
     ];
     // Steps: removals, then creations/rewrites, then directory modes; at most
     // two per path in the first two phases plus one per directory.
-    for k in [1, 2, 3, planned / 2, planned, planned + planned / 2] {
+    // `OPFS_CRASH_ALL_STEPS=1` (scripts/crash) kills after every single step
+    // and capture instead of a sample.
+    let all = std::env::var_os("OPFS_CRASH_ALL_STEPS").is_some();
+    let steps: Vec<usize> = if all {
+        (1..=planned * 2 + 2).collect()
+    } else {
+        vec![1, 2, 3, planned / 2, planned, planned + planned / 2]
+    };
+    for k in steps {
         points.push(format!("rewind-after-step:{k}"));
+    }
+    if all {
+        points.extend((2..=planned).map(|k| format!("rewind-after-capture:{k}")));
     }
     let mut mixes = 0;
     for (i, point) in points.iter().enumerate() {
