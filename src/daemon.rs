@@ -285,7 +285,9 @@ pub fn run(
             }
             Err(e) => {
                 log::error!("cannot close an interrupted rewind turn: {e}");
-                Some(format!("an interrupted rewind turn could not be closed: {e}"))
+                Some(format!(
+                    "an interrupted rewind turn could not be closed: {e}"
+                ))
             }
         },
         Err(e) => {

@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use serde::Serialize;
 
 use crate::backing::{Backing, Stat};
-use crate::journal::Journal;
+use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::preimage::{hex, PreImage, Special};
 use crate::store::{IndexError, TurnKind};
@@ -296,25 +296,53 @@ fn plan_until(
     let backing = journal.backing();
     let mut plan = Vec::new();
     let mut conflicts = Vec::new();
+    // Symlinks this plan removes. States come sorted by path, so an
+    // ancestor is planned before anything under it.
+    let mut removed_links: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (path, target) in states {
         if paths::is_excluded(&path) {
             continue;
         }
-        let planned = read_current(backing, &path).and_then(|current| {
+        let current = match read_current(backing, &path) {
+            // An ancestor is a symlink now; if this plan removes it (to put
+            // the directory back), the name will be free once removals ran.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP)
+                    && removed_links
+                        .iter()
+                        .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/')) =>
+            {
+                Ok(Current::Absent)
+            }
+            other => other,
+        };
+        let planned = current.and_then(|current| {
             let steps = steps_for(backing, &path, &current, &target)?;
             Ok((current, steps))
         });
         match planned {
             Ok((_, steps)) if steps.is_empty() => {}
-            Ok((current, steps)) => plan.push(PathPlan {
-                path: paths::display(&path),
-                current: current.kind_name(),
-                target: target.kind_name(),
-                steps,
-                raw: path,
-                target_state: target,
-                current_state: current,
-            }),
+            // An ancestor is a symlink now (the agent replaced a directory by
+            // one through the mount), so this name is not in the tree at all,
+            // and the target is "absent": nothing to write, nothing to check.
+            // (When the target is not absent, ELOOP stays a conflict: opfs
+            // never writes through a symlink.)
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP) && matches!(target, PreImage::Absent) => {}
+            Ok((current, steps)) => {
+                if matches!(current, Current::Symlink { .. }) && steps.contains(&Step::Remove) {
+                    removed_links.insert(path.clone());
+                }
+                plan.push(PathPlan {
+                    path: paths::display(&path),
+                    current: current.kind_name(),
+                    target: target.kind_name(),
+                    steps,
+                    raw: path,
+                    target_state: target,
+                    current_state: current,
+                })
+            }
             Err(e) => conflicts.push(Conflict {
                 path: paths::display(&path),
                 reason: format!("cannot read its current state: {e}"),
@@ -590,6 +618,7 @@ pub fn rewind(
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
+    sync_project(journal);
     failpoint("rewind-before-done");
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     failpoint("rewind-after-done");
@@ -606,12 +635,53 @@ pub fn rewind(
     })
 }
 
+/// With `--sync`, makes the executor's writes to the project durable
+/// before the restore is marked done: otherwise a power loss could keep the
+/// `done` mark and lose restored bytes, a half-restored project nobody
+/// would be told about. Without `--sync` (process crashes only) the page
+/// cache already holds them. A failure is logged: the restore stays correct
+/// for process crashes.
+fn sync_project(journal: &Journal) {
+    if !journal.blobs().is_sync() {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    let synced = std::fs::File::open(journal.project()).and_then(|dir| {
+        // SAFETY: a valid open fd.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = synced {
+        log::warn!("cannot sync the project after a rewind: {e}");
+    }
+}
+
 /// Records pre-images in the open (rewind) turn, then executes.
 fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
     for p in plan {
-        let captured = journal.capture(&p.raw);
+        let captured = match journal.capture(&p.raw) {
+            // Under a symlink this plan removes (see `plan_until`): the name
+            // is not in the tree, its current state is "absent".
+            Err(CaptureError::Read { source, .. })
+                if source.raw_os_error() == Some(libc::ELOOP)
+                    && p.current_state == Current::Absent =>
+            {
+                let turn = journal.open_turn();
+                journal
+                    .with_index(|ix| ix.add_preimage(turn, &p.raw, &PreImage::Absent))
+                    .map(drop)
+                    .map_err(|source| CaptureError::Index {
+                        path: p.path.clone(),
+                        source,
+                    })
+            }
+            other => other,
+        };
         failpoint("rewind-after-capture");
         match captured {
             Ok(()) => runnable.push(p.clone()),
@@ -662,6 +732,7 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     if let Err(e) = journal.flush() {
         log::warn!("cannot store fingerprints after finishing the rewind: {e}");
     }
+    sync_project(journal);
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     let open_turn = if journal.open_turn() == rewind_turn {
         journal.next_turn(TurnKind::Agent, None, None, None)?
