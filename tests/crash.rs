@@ -212,7 +212,7 @@ fn run_workload(f: &Fixture, seed: u64, ops: usize) {
 
 #[test]
 fn sigkill_under_workload_loses_no_preimage() {
-    let (mut rng, _seed) = Rng::from_env("OPFS_CRASH_SEED", 0xC4A5_11);
+    let (mut rng, _seed) = Rng::from_env("OPFS_CRASH_SEED", 0x00C4_A511);
     let rounds = env_usize("OPFS_CRASH_ROUNDS", CI_ROUNDS);
     let f = Fixture::new();
     // Something to start with, made directly in the project before the first
