@@ -203,11 +203,16 @@ fn run_workload(f: &Fixture, seed: u64, ops: usize) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status()
-        .expect("run the workload");
-    // A workload whose cwd died with the mount may exit non-zero; either
-    // way it has stopped mutating.
-    let _ = status;
+        .status();
+    // A workload whose cwd died with the mount may exit non-zero, or not
+    // start at all (chdir fails with ENOTCONN); either way it has stopped
+    // mutating, and the caller sees the daemon is dead.
+    if let Err(e) = status {
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)),
+            "cannot start the workload: {e}"
+        );
+    }
 }
 
 #[test]
@@ -412,6 +417,9 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
             // Put the tree back for the next failpoint.
             assert_both(&f, &format!("{ctx}: not reached"), &start);
             let rw = rewind_turn(&run.json());
+            // The redo must not run under the still-armed failpoint.
+            f.umount();
+            mount(&f, sync, &[]);
             rewind_ok(&f, rw, &format!("{ctx}: not reached, redo"));
             f.umount();
             continue;
