@@ -527,10 +527,25 @@ fn is_enotconn(p: &Path) -> bool {
     matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
+fn is_cut_off(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+}
+
 /// Asks the running daemon; `None` when no daemon runs for this project.
 fn ask(st: &StateDir, req: &Request) -> Result<Option<Response>, Fail> {
     match control::request(&st.socket_path(), req) {
         Ok(r) => Ok(Some(r)),
+        // Connected and sent, but no answer: the daemon died while handling
+        // the request. Running it again directly could repeat half of it;
+        // the next `opfs mount` finishes an interrupted rewind instead.
+        Err(e) if is_cut_off(&e) => Err(failure(format!(
+            "the daemon for {} died while handling the request ({e}); \
+             run `opfs mount` again: it cleans up the dead mount and finishes \
+             an interrupted rewind (see {})",
+            st.project.display(),
+            st.log_path().display()
+        ))),
         Err(e) => {
             if StateLock::is_held(st) {
                 Err(failure(format!(

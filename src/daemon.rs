@@ -117,15 +117,13 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
         MountError::ProjectMissing,
         MountError::ProjectNotDir,
     )?;
-    if let Err(e) = std::fs::metadata(mountpoint) {
-        if e.raw_os_error() == Some(libc::ENOTCONN) {
-            let abs = state::absolute(mountpoint);
-            log::warn!("cleaning up a stale mount at {}", abs.display());
-            let _ = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&abs)
-                .status();
-        }
+    if is_dead_mount(mountpoint) {
+        let abs = state::absolute(mountpoint);
+        log::warn!("cleaning up a stale mount at {}", abs.display());
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&abs)
+            .status();
     }
     let mountpoint = canonical_dir(
         mountpoint,
@@ -162,6 +160,36 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
         });
     }
     Ok(MountPlan { state, mountpoint })
+}
+
+/// True when `path` is a FUSE mount whose daemon is gone (`ENOTCONN`, or
+/// `ECONNABORTED`, which some kernels return for a connection whose daemon
+/// died).
+///
+/// `stat` alone is not enough: for up to the attribute timeout after the
+/// daemon died the kernel answers `stat` of the mount's root from its cache,
+/// so the dead mount looks alive and a remount right after a crash would be
+/// refused as busy. `statfs` always asks the daemon, so it sees the dead
+/// connection at once.
+fn is_dead_mount(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if let Err(e) = std::fs::metadata(path) {
+        return is_dead_errno(&e);
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path; `buf` is a plain struct
+    // the kernel fills in.
+    let rc = unsafe {
+        let mut buf: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut buf)
+    };
+    rc < 0 && is_dead_errno(&io::Error::last_os_error())
+}
+
+fn is_dead_errno(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
 }
 
 struct FsMount(opfs_fs::Controller, Option<crossbeam_channel::Sender<()>>);
@@ -248,7 +276,20 @@ pub fn run(
             log::warn!("{msg}");
             Some(msg)
         }
-        Ok(None) => None,
+        Ok(None) => match rewind::close_interrupted_rewind_turn(&journal) {
+            Ok(msg) => {
+                if let Some(m) = &msg {
+                    log::warn!("{m}");
+                }
+                msg
+            }
+            Err(e) => {
+                log::error!("cannot close an interrupted rewind turn: {e}");
+                Some(format!(
+                    "an interrupted rewind turn could not be closed: {e}"
+                ))
+            }
+        },
         Err(e) => {
             log::error!("cannot finish an interrupted rewind: {e}");
             Some(format!("an interrupted rewind could not be finished: {e}"))

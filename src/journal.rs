@@ -321,6 +321,29 @@ impl Journal {
                 path: paths::display(path),
                 source,
             })?;
+        crate::rewind::failpoint("capture-after-record");
+        // The stored fingerprint (written at the last turn switch, rewind or
+        // unmount) describes the path before the mutation about to run; the
+        // new one lives in memory until the next flush. Forget the stored
+        // one now, so that a crash before that flush leaves "not known" (no
+        // check) instead of a false "changed behind the mount's back".
+        let stale = inner
+            .index
+            .fingerprint(path)
+            .map(|fp| fp.is_some())
+            .and_then(|stale| match stale {
+                true => inner
+                    .index
+                    .put_fingerprints(std::iter::once((path, None)))
+                    .map(|()| true),
+                false => Ok(false),
+            });
+        if let Err(source) = stale {
+            return Err(CaptureError::Index {
+                path: paths::display(path),
+                source,
+            });
+        }
         inner.captured.insert(path.to_vec());
         Ok(())
     }
@@ -348,6 +371,7 @@ impl Journal {
                             path: paths::display(path),
                             source,
                         })?;
+                crate::rewind::failpoint("capture-after-blob");
                 index
                     .add_blob(&blob, size)
                     .map_err(|source| CaptureError::Index {

@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use serde::Serialize;
 
 use crate::backing::{Backing, Stat};
-use crate::journal::Journal;
+use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::preimage::{hex, PreImage, Special};
 use crate::store::{IndexError, TurnKind};
@@ -180,6 +180,44 @@ fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
     Ok(*hasher.finalize().as_bytes())
 }
 
+/// Crash injection for the crash tests (see `docs/crash-model.md`).
+///
+/// With `OPFS_FAILPOINT=NAME:N` in the daemon's environment, the N-th time
+/// (counting from 1) the process passes the failpoint `NAME` it sends
+/// itself SIGKILL, exactly as a crash at that instant would end it: no
+/// destructor, no flush. Without the variable (the normal case) a
+/// failpoint costs one atomic load after the first call.
+///
+/// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
+/// marked running), `rewind-after-capture` (after each path's current state
+/// is recorded), `rewind-after-step` (after each path operation of the
+/// executor), `rewind-before-done` (all steps done, restore still running),
+/// `rewind-after-done` (restore done, no new agent turn yet), and in the
+/// journal `capture-after-blob` (a pre-image's bytes are stored, its record
+/// is not) and `capture-after-record` (the record is committed, the
+/// mutation has not run).
+pub(crate) fn failpoint(name: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let v = std::env::var("OPFS_FAILPOINT").ok()?;
+        let (n, count) = v.rsplit_once(':').unwrap_or((v.as_str(), "1"));
+        Some((n.to_string(), count.parse().ok()?))
+    });
+    let Some((armed_name, at)) = armed else {
+        return;
+    };
+    if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
+        log::error!("failpoint {name}:{at} reached: killing this process");
+        // SAFETY: kill and getpid have no preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
 /// Decides the steps that turn `current` into `target`. Empty when they
 /// already match (content compared by hash when the sizes agree).
 fn steps_for(
@@ -276,25 +314,53 @@ fn plan_until(
     let backing = journal.backing();
     let mut plan = Vec::new();
     let mut conflicts = Vec::new();
+    // Symlinks this plan removes. States come sorted by path, so an
+    // ancestor is planned before anything under it.
+    let mut removed_links: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (path, target) in states {
         if paths::is_excluded(&path) {
             continue;
         }
-        let planned = read_current(backing, &path).and_then(|current| {
+        let current = match read_current(backing, &path) {
+            // An ancestor is a symlink now; if this plan removes it (to put
+            // the directory back), the name will be free once removals ran.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP)
+                    && removed_links
+                        .iter()
+                        .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/')) =>
+            {
+                Ok(Current::Absent)
+            }
+            other => other,
+        };
+        let planned = current.and_then(|current| {
             let steps = steps_for(backing, &path, &current, &target)?;
             Ok((current, steps))
         });
         match planned {
             Ok((_, steps)) if steps.is_empty() => {}
-            Ok((current, steps)) => plan.push(PathPlan {
-                path: paths::display(&path),
-                current: current.kind_name(),
-                target: target.kind_name(),
-                steps,
-                raw: path,
-                target_state: target,
-                current_state: current,
-            }),
+            // An ancestor is a symlink now (the agent replaced a directory by
+            // one through the mount), so this name is not in the tree at all,
+            // and the target is "absent": nothing to write, nothing to check.
+            // (When the target is not absent, ELOOP stays a conflict: opfs
+            // never writes through a symlink.)
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP) && matches!(target, PreImage::Absent) => {}
+            Ok((current, steps)) => {
+                if matches!(current, Current::Symlink { .. }) && steps.contains(&Step::Remove) {
+                    removed_links.insert(path.clone());
+                }
+                plan.push(PathPlan {
+                    path: paths::display(&path),
+                    current: current.kind_name(),
+                    target: target.kind_name(),
+                    steps,
+                    raw: path,
+                    target_state: target,
+                    current_state: current,
+                })
+            }
             Err(e) => conflicts.push(Conflict {
                 path: paths::display(&path),
                 reason: format!("cannot read its current state: {e}"),
@@ -476,6 +542,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             if let Err(e) = remove(backing, p) {
                 fail(i, "remove", e, &mut failed);
             }
+            failpoint("rewind-after-step");
         }
     }
     for (i, p) in plan.iter().enumerate() {
@@ -499,6 +566,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
         if let Err(e) = result {
             fail(i, "restore", e, &mut failed);
         }
+        failpoint("rewind-after-step");
     }
     for (i, p) in plan.iter().enumerate().rev() {
         if failed.contains(&i) {
@@ -508,6 +576,7 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             if let Err(e) = backing.chmod(&p.raw, perm) {
                 fail(i, "chmod", e, &mut failed);
             }
+            failpoint("rewind-after-step");
         }
     }
     conflicts
@@ -531,6 +600,18 @@ pub fn rewind(
     dry_run: bool,
     force: bool,
 ) -> Result<RewindReport, RewindError> {
+    if !dry_run {
+        // Only reachable without a daemon (a daemon resumes at start): finish
+        // a rewind a crash interrupted before starting another, so that
+        // one's plan can never be replayed over this one's result later.
+        if let Some(r) = resume(journal)? {
+            log::warn!(
+                "finished an interrupted rewind to turn {} (recorded as turn {}) first",
+                r.rewound_to,
+                r.turn.unwrap_or(0)
+            );
+        }
+    }
     let (plan, mut conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
@@ -551,10 +632,14 @@ pub fn rewind(
         None,
         Some(to),
     )?;
+    failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
+    sync_project(journal);
+    failpoint("rewind-before-done");
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    failpoint("rewind-after-done");
     let open_turn = journal.next_turn(TurnKind::Agent, None, None, None)?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
@@ -568,12 +653,55 @@ pub fn rewind(
     })
 }
 
+/// With `--sync`, makes the executor's writes to the project durable
+/// before the restore is marked done: otherwise a power loss could keep the
+/// `done` mark and lose restored bytes, a half-restored project nobody
+/// would be told about. Without `--sync` (process crashes only) the page
+/// cache already holds them. A failure is logged: the restore stays correct
+/// for process crashes.
+fn sync_project(journal: &Journal) {
+    if !journal.blobs().is_sync() {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    let synced = std::fs::File::open(journal.project()).and_then(|dir| {
+        // SAFETY: a valid open fd.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = synced {
+        log::warn!("cannot sync the project after a rewind: {e}");
+    }
+}
+
 /// Records pre-images in the open (rewind) turn, then executes.
 fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
     for p in plan {
-        match journal.capture(&p.raw) {
+        let captured = match journal.capture(&p.raw) {
+            // Under a symlink this plan removes (see `plan_until`): the name
+            // is not in the tree, its current state is "absent".
+            Err(CaptureError::Read { source, .. })
+                if source.raw_os_error() == Some(libc::ELOOP)
+                    && p.current_state == Current::Absent =>
+            {
+                let turn = journal.open_turn();
+                journal
+                    .with_index(|ix| ix.add_preimage(turn, &p.raw, &PreImage::Absent))
+                    .map(drop)
+                    .map_err(|source| CaptureError::Index {
+                        path: p.path.clone(),
+                        source,
+                    })
+            }
+            other => other,
+        };
+        failpoint("rewind-after-capture");
+        match captured {
             Ok(()) => runnable.push(p.clone()),
             Err(e) => conflicts.push(Conflict {
                 path: p.path.clone(),
@@ -612,6 +740,17 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     let (plan, mut conflicts) = plan_until(journal, to, Some(rewind_turn), true)?;
     let (restored, exec_conflicts) = apply(journal, &plan);
     conflicts.extend(exec_conflicts);
+    // Paths the interrupted run already restored are not in this plan (they
+    // need nothing), but the crash lost what it remembered of them: without
+    // this, their old fingerprints would report them as changed behind the
+    // mount's back on the next rewind.
+    for path in journal.with_index(|ix| ix.paths_of_turn(rewind_turn))? {
+        journal.remember(&path);
+    }
+    if let Err(e) = journal.flush() {
+        log::warn!("cannot store fingerprints after finishing the rewind: {e}");
+    }
+    sync_project(journal);
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     let open_turn = if journal.open_turn() == rewind_turn {
         journal.next_turn(TurnKind::Agent, None, None, None)?
@@ -627,6 +766,36 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,
         open_turn,
+    }))
+}
+
+/// Closes a rewind turn that a crash left open without a running restore,
+/// and opens a new agent turn, so agent work never lands in a rewind turn.
+/// Call after [`resume`] returned `None`.
+///
+/// Two crash points leave this: before the restore was marked running (the
+/// rewind wrote nothing: the project is as it was before it, i.e. rolled
+/// back) and after it was marked done (the rewind is complete; only the next
+/// agent turn was missing). Returns a description of what was found, or
+/// `None` when the open turn is not a rewind turn.
+pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>, RewindError> {
+    let open = journal.open_turn();
+    let Some(turn) = journal.with_index(|ix| ix.turn(open))? else {
+        return Ok(None);
+    };
+    if turn.kind != TurnKind::Rewind {
+        return Ok(None);
+    }
+    let to = turn.rewound_to.unwrap_or(0);
+    let started = journal.with_index(|ix| ix.restore_started(open))?;
+    let next = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    Ok(Some(if started {
+        format!("a finished rewind to turn {to} (turn {open}) had not opened the next turn; opened turn {next}")
+    } else {
+        format!(
+            "a rewind to turn {to} (turn {open}) was interrupted before it changed anything: \
+             the project is as it was before that rewind (rolled back); opened turn {next}"
+        )
     }))
 }
 

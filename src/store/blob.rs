@@ -200,6 +200,7 @@ impl BlobStore {
     fn install(&self, tmp: &Path, hash: &Hash) -> Result<(), BlobError> {
         let dest = self.path_of(hash);
         let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
+        let new_parent = !parent.is_dir();
         let done = fs::create_dir_all(&parent).and_then(|()| fs::rename(tmp, &dest));
         if let Err(source) = done {
             let _ = fs::remove_file(tmp);
@@ -209,8 +210,22 @@ impl BlobStore {
             File::open(&parent)
                 .and_then(|d| d.sync_all())
                 .map_err(io_err(&parent))?;
+            // A fan-out directory made just now is itself an entry of the
+            // blob directory: without this its blobs could vanish with it.
+            if new_parent {
+                File::open(&self.dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io_err(&self.dir))?;
+            }
         }
         Ok(())
+    }
+
+    /// True when the store was opened with `sync` (`opfs mount --sync`):
+    /// callers that must order their own writes before an index commit
+    /// (the rewind executor) make them durable too.
+    pub fn is_sync(&self) -> bool {
+        self.sync
     }
 
     /// Checks that the blob exists and hashes to its name, reading it once.

@@ -824,6 +824,20 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// Whether a restore was ever marked running for `rewind_turn` (it may
+    /// since have been marked done).
+    pub fn restore_started(&self, rewind_turn: u64) -> Result<bool, IndexError> {
+        self.conn
+            .query_row(
+                "SELECT 1 FROM restores WHERE rewind_turn = ?1",
+                [rewind_turn as i64],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(self.err())
+    }
+
     /// A restore that started and did not finish (the process died during
     /// it): `(rewind turn, rewound-to turn)`.
     pub fn unfinished_restore(&self) -> Result<Option<(u64, u64)>, IndexError> {
