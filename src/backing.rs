@@ -156,7 +156,8 @@ impl Backing {
     }
 
     /// `lstat` of `rel`. `Ok(None)` when the path does not exist (missing
-    /// name, or a parent that is not a directory).
+    /// name, or a parent that is not a directory, a symlink included: no
+    /// path of the tree lies below a symlink).
     pub fn lstat(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
         // SAFETY: zeroed stat is a valid out-parameter.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -166,7 +167,13 @@ impl Backing {
         } else {
             let (dir, name) = match self.parent(rel) {
                 Ok(p) => p,
-                Err(e) if is_not_found(&e) => return Ok(None),
+                // A symlink as the parent gives ENOTDIR (O_DIRECTORY |
+                // O_NOFOLLOW), one further up ELOOP (RESOLVE_NO_SYMLINKS):
+                // both mean the path is not in the tree. Writes below it
+                // still fail with ELOOP.
+                Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Ok(None)
+                }
                 Err(e) => return Err(e),
             };
             // SAFETY: valid fd, name and out pointer.
