@@ -193,6 +193,16 @@ impl Backing {
         }
     }
 
+    /// True when a directory on the way to `rel` is a symlink (resolving its
+    /// parent fails with `ELOOP`): nothing can be at `rel` in the tree, and
+    /// nothing may be written there.
+    pub fn parent_is_symlink(&self, rel: &[u8]) -> bool {
+        let Some((parent, _)) = paths::split(rel) else {
+            return false;
+        };
+        matches!(self.open_dir(parent), Err(e) if e.raw_os_error() == Some(libc::ELOOP))
+    }
+
     /// Opens the regular file at `rel` with `flags` (`O_NOFOLLOW` and
     /// `O_CLOEXEC` are added). `mode` is used when `flags` has `O_CREAT`.
     pub fn open_file(&self, rel: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {

@@ -539,6 +539,15 @@ fn ask(st: &StateDir, req: &Request) -> Result<Option<Response>, Fail> {
         // Connected and sent, but no answer: the daemon died while handling
         // the request. Running it again directly could repeat half of it;
         // the next `opfs mount` finishes an interrupted rewind instead.
+        // A status needs no answer from a dying daemon: once it is gone
+        // the state dir answers.
+        Err(e)
+            if is_cut_off(&e)
+                && matches!(req, Request::Status)
+                && control::wait_for(Duration::from_secs(5), || !StateLock::is_held(st)) =>
+        {
+            Ok(None)
+        }
         Err(e) if is_cut_off(&e) => Err(failure(format!(
             "the daemon for {} died while handling the request ({e}); \
              run `opfs mount` again: it cleans up the dead mount and finishes \

@@ -338,8 +338,24 @@ fn plan_until(
             let steps = steps_for(backing, &path, &current, &target)?;
             Ok((current, steps))
         });
+        let under_removed_link = |path: &[u8]| {
+            removed_links
+                .iter()
+                .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/'))
+        };
         match planned {
             Ok((_, steps)) if steps.is_empty() => {}
+            // Something must be created under a directory that is a symlink
+            // now (made so behind the mount's back; the plan does not remove
+            // it): opfs never writes through a symlink.
+            Ok((Current::Absent, _))
+                if backing.parent_is_symlink(&path) && !under_removed_link(&path) =>
+            {
+                conflicts.push(Conflict {
+                    path: paths::display(&path),
+                    reason: "a directory on its path is a symbolic link now; opfs never writes through one, so it is left as it is".into(),
+                })
+            }
             // An ancestor is a symlink now (the agent replaced a directory by
             // one through the mount), so this name is not in the tree at all,
             // and the target is "absent": nothing to write, nothing to check.

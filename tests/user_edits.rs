@@ -34,7 +34,7 @@ fn a_same_size_edit_right_after_the_mount_wrote_is_a_conflict() {
         .write(true)
         .open(fx.p("f.txt"))
         .expect("open in project");
-    f.write_all(b"USER-1\n").expect("write behind the mount");
+    f.write_all(b"USER-01\n").expect("write behind the mount");
     drop(f);
 
     let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
@@ -44,7 +44,7 @@ fn a_same_size_edit_right_after_the_mount_wrote_is_a_conflict() {
     let run = fx.opfs_c(&["rewind", "2", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     assert_eq!(conflicts(&run.json()), vec!["f.txt".to_string()]);
-    assert_eq!(fs::read(fx.p("f.txt")).expect("read"), b"USER-1\n");
+    assert_eq!(fs::read(fx.p("f.txt")).expect("read"), b"USER-01\n");
 
     let forced = fx.opfs_c(&["rewind", "2", "--force", "--json"]);
     assert_eq!(forced.code, Some(0), "{forced}");

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Epoch of a handle that was not opened for writing: never equal to a real
@@ -21,6 +21,9 @@ pub(crate) struct Handle {
     pub(crate) epoch: AtomicU64,
     /// Serialises seek + getdents on directory handles.
     pub(crate) dir_lock: Mutex<()>,
+    /// The handle changed the file since the hook last heard about it
+    /// (`after`): set by opening for writing and by every write.
+    dirty: AtomicBool,
 }
 
 impl Handle {
@@ -30,7 +33,18 @@ impl Handle {
             ino,
             epoch: AtomicU64::new(epoch),
             dir_lock: Mutex::new(()),
+            dirty: AtomicBool::new(epoch != NO_EPOCH),
         }
+    }
+
+    /// Notes that the handle changed the file.
+    pub(crate) fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// True (once) when the handle changed the file since the last call.
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
     }
 
     pub(crate) fn epoch(&self) -> u64 {

@@ -74,8 +74,9 @@ pub trait MutationHook: Send + Sync + 'static {
     /// Called after `mutation` has been applied to the backing directory
     /// (still under the quiesce lock), so the hook can remember what the
     /// mount left there (its fingerprint). For a file handle opened for
-    /// writing, [`Mutation::Content`] is reported here when the handle is
-    /// released, not after each write. Not called when the mutation failed.
+    /// writing, [`Mutation::Content`] is reported here at each `flush`
+    /// (every close of a descriptor) and when the handle is released, not
+    /// after each write. Not called when the mutation failed.
     fn after(&self, mutation: &Mutation<'_>) {
         let _ = mutation;
     }

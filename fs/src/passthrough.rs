@@ -396,6 +396,7 @@ impl Shared {
     }
 
     fn write_check(&self, h: &Handle) -> Res<()> {
+        h.mark_dirty();
         let epoch = self.hook.epoch();
         if h.epoch() != epoch {
             self.before_inode(h.ino, |path| Mutation::Content { path })?;
@@ -726,10 +727,17 @@ impl Filesystem for Passthrough {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let res = self
-            .shared
-            .handle(fh)
-            .and_then(|h| sys::close_dup(h.fd.as_fd()).map_err(e));
+        let s = &self.shared;
+        let res = s.handle(fh).and_then(|h| {
+            sys::close_dup(h.fd.as_fd()).map_err(e)?;
+            // close(2) waits for FLUSH (RELEASE comes later, asynchronously),
+            // so the hook learns what a writer left before close returns:
+            // a change made right after it is someone else's.
+            if h.epoch() != NO_EPOCH && h.take_dirty() {
+                s.after_inode(h.ino, |path| Mutation::Content { path });
+            }
+            Ok(())
+        });
         match res {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(err),
@@ -749,8 +757,11 @@ impl Filesystem for Passthrough {
         let s = &self.shared;
         if let Some(h) = s.handles.remove(fh.0) {
             // Not under the gate: a release is no mutation, and blocking it
-            // while quiesced would tie up a worker thread for nothing.
-            if h.epoch() != NO_EPOCH {
+            // while quiesced would tie up a worker thread for nothing. Only
+            // if something (an mmap writeback) wrote since the last flush:
+            // RELEASE arrives after close(2) returned, and a stat now could
+            // take someone else's later change for the mount's.
+            if h.epoch() != NO_EPOCH && h.take_dirty() {
                 s.after_inode(h.ino, |path| Mutation::Content { path });
             }
         }
