@@ -365,6 +365,27 @@ pub fn is_mount_point(path: &Path) -> bool {
     })
 }
 
+/// The mountpoints of every opfs mount on this machine (in
+/// `/proc/self/mountinfo`: type `fuse.opfs`, or a FUSE mount whose source is
+/// `opfs:<project>`, the name the daemon gives its mounts).
+pub fn opfs_mountpoints() -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mut fields = right.split(' ');
+            let (fstype, source) = (fields.next()?, fields.next()?);
+            if fstype != "fuse.opfs" && !(fstype.starts_with("fuse") && source.starts_with("opfs:"))
+            {
+                return None;
+            }
+            Some(PathBuf::from(unescape_mountinfo(left.split(' ').nth(4)?)))
+        })
+        .collect()
+}
+
 fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());

@@ -25,6 +25,20 @@ pub enum MountError {
     /// The mountpoint is not a directory.
     #[error("mountpoint {0} is not a directory")]
     MountpointNotDir(PathBuf),
+    /// The mountpoint has entries (the mount would hide them).
+    #[error(
+        "mountpoint {0} is not empty: the mount would hide what is in it; use an empty directory"
+    )]
+    MountpointNotEmpty(PathBuf),
+    /// The project is served by opfs itself (it is, or lies inside, an opfs
+    /// mountpoint): its history would be kept under the wrong name.
+    #[error("project {project} is inside the opfs mountpoint {mountpoint}; mount the real project directory instead")]
+    ProjectIsAMount {
+        /// The project given.
+        project: PathBuf,
+        /// The opfs mountpoint it lies in.
+        mountpoint: PathBuf,
+    },
     /// The mountpoint lies inside the project (or is the project).
     #[error(
         "mountpoint {mountpoint} is inside the project {project}; choose a directory outside it"
@@ -145,6 +159,18 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
     if control::is_mount_point(&mountpoint) {
         return Err(MountError::MountpointBusy(mountpoint));
     }
+    if let Some(mp) = control::opfs_mountpoints()
+        .into_iter()
+        .find(|m| project.starts_with(m))
+    {
+        return Err(MountError::ProjectIsAMount {
+            project,
+            mountpoint: mp,
+        });
+    }
+    if std::fs::read_dir(&mountpoint).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(MountError::MountpointNotEmpty(mountpoint));
+    }
     let home_abs = state::absolute(home);
     if home_abs.starts_with(&project) {
         return Err(MountError::StateInsideProject {
@@ -204,7 +230,7 @@ impl MountOps for FsMount {
     }
 
     fn unmount(&self) -> io::Result<()> {
-        self.0.unmount()
+        self.0.unmount_if_idle()
     }
 
     fn turns_closed(&self) {
@@ -338,7 +364,9 @@ pub fn run(
         std::thread::spawn(move || control::serve(listener, journal, ops, mp, recovered));
     }
     {
-        let ops = ops.clone();
+        // On a signal the daemon must go even if the mount is in use: the
+        // mount is detached and disappears once its last user leaves.
+        let ctl = mount.controller();
         let mut signals = signal_hook::iterator::Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGINT,
@@ -351,7 +379,7 @@ pub fn run(
         std::thread::spawn(move || {
             for sig in signals.forever() {
                 log::info!("signal {sig}: unmounting");
-                if let Err(e) = ops.unmount() {
+                if let Err(e) = ctl.unmount() {
                     log::error!("unmount on signal failed: {e}");
                 }
             }

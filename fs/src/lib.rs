@@ -296,6 +296,53 @@ impl Controller {
         }
     }
 
+    /// Unmounts only if nothing uses the mount: no detaching. As root with
+    /// `umount2(2)`, otherwise with `fusermount3 -u`. On success `run`
+    /// returns.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` (with the mountpoint in the message) when a process has its
+    /// working directory or an open file in the mount; the mount keeps
+    /// serving.
+    pub fn unmount_if_idle(&self) -> io::Result<()> {
+        let mp = &self.inner.mountpoint;
+        // SAFETY: geteuid has no preconditions.
+        let busy = if unsafe { libc::geteuid() } == 0 {
+            let path = CString::new(mp.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint"))?;
+            // SAFETY: valid C string.
+            if unsafe { libc::umount2(path.as_ptr(), 0) } < 0 {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EBUSY) {
+                    return Err(err);
+                }
+                true
+            } else {
+                false
+            }
+        } else {
+            let status = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(mp)
+                .stderr(std::process::Stdio::null())
+                .status()?;
+            !status.success()
+        };
+        if busy {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "{} is busy: a process has its working directory or an open file in it \
+                     (leave it, or see `fuser -vm {}`), then retry",
+                    mp.display(),
+                    mp.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Unmounts, which makes [`Mount::run`] return. Unmounting twice is a
     /// no-op. If the mount is busy, detaches it lazily instead.
     ///
