@@ -160,6 +160,7 @@ pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
                     blob: *blake3::hash(&bytes).as_bytes(),
                     size: bytes.len() as u64,
                     perm: st.perm(),
+                    ino: st.ino,
                 },
                 bytes: Some(bytes),
             }
@@ -648,6 +649,7 @@ mod tests {
             blob: [b; 32],
             size: 1,
             perm,
+            ino: 0,
         };
         assert_eq!(
             classify(&PreImage::Absent, &f(1, 0o644)),

@@ -99,6 +99,11 @@ struct Inner {
     index: Index,
     turn: u64,
     captured: HashSet<Vec<u8>>,
+    /// Files with several hard links whose content was recorded in the open
+    /// turn, by backing `(dev, ino)`: another name of the same inode
+    /// recorded later in the turn (after a write through the first name)
+    /// gets this turn-start content, not the bytes written since.
+    linked: HashMap<(u64, u64), (crate::preimage::Hash, u64)>,
     /// Fingerprints not yet written to the index. `None`: the mount is in
     /// the middle of changing the path (a write handle is open), so there is
     /// nothing to compare against.
@@ -163,6 +168,7 @@ impl Journal {
                 index,
                 turn,
                 captured: HashSet::new(),
+                linked: HashMap::new(),
                 fingerprints: HashMap::new(),
             }),
             epoch: AtomicU64::new(turn),
@@ -227,6 +233,7 @@ impl Journal {
             .next_turn(Some(open), kind, label, external_id, rewound_to)?;
         inner.turn = n;
         inner.captured.clear();
+        inner.linked.clear();
         self.epoch.store(n, Ordering::Release);
         Ok(n)
     }
@@ -313,7 +320,7 @@ impl Journal {
         if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
             return Ok(());
         }
-        let pre = self.read_state(&inner.index, path)?;
+        let pre = self.read_state(inner, path)?;
         inner
             .index
             .add_preimage(inner.turn, path, &pre)
@@ -350,7 +357,8 @@ impl Journal {
 
     /// Reads `path`'s current state from the project, storing a regular
     /// file's bytes as a blob.
-    fn read_state(&self, index: &Index, path: &[u8]) -> Result<PreImage, CaptureError> {
+    fn read_state(&self, inner: &mut Inner, path: &[u8]) -> Result<PreImage, CaptureError> {
+        let index = &inner.index;
         let Some(st) = stat_of(&self.backing, path)? else {
             return Ok(PreImage::Absent);
         };
@@ -359,6 +367,15 @@ impl Journal {
             source,
         };
         Ok(match st.file_type() {
+            libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&(st.dev, st.ino)) => {
+                let (blob, size) = inner.linked[&(st.dev, st.ino)];
+                PreImage::File {
+                    blob,
+                    size,
+                    perm: st.perm(),
+                    ino: st.ino,
+                }
+            }
             libc::S_IFREG => {
                 let mut f = self
                     .backing
@@ -378,10 +395,14 @@ impl Journal {
                         path: paths::display(path),
                         source,
                     })?;
+                if st.nlink > 1 {
+                    inner.linked.insert((st.dev, st.ino), (blob, size));
+                }
                 PreImage::File {
                     blob,
                     size,
                     perm: st.perm(),
+                    ino: st.ino,
                 }
             }
             libc::S_IFDIR => PreImage::Dir { perm: st.perm() },

@@ -46,6 +46,11 @@ pub enum PreImage {
         size: u64,
         /// Permission bits (`mode & 0o7777`).
         perm: u32,
+        /// The inode number the path had when recorded (0: unknown). A
+        /// rewind rewrites a file in place only while the path still names
+        /// that inode, so a hard link made since can never carry the
+        /// restore into another path's file.
+        ino: u64,
     },
     /// A directory (its entries are recorded as paths of their own).
     Dir {

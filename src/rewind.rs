@@ -231,7 +231,20 @@ fn steps_for(
         (Current::Absent, PreImage::Absent) => vec![],
         (Current::Absent, _) => vec![Create],
         (_, PreImage::Absent) => vec![Remove],
-        (Current::File { stat }, PreImage::File { blob, size, perm }) => {
+        // The path is now another name of a file with other links, and was
+        // not that file when recorded (a hard link made since): writing in
+        // place would change the other names too. Replace it instead.
+        (Current::File { stat }, PreImage::File { ino, .. })
+            if stat.nlink > 1 && *ino != 0 && stat.ino != *ino =>
+        {
+            vec![Remove, Create]
+        }
+        (
+            Current::File { stat },
+            PreImage::File {
+                blob, size, perm, ..
+            },
+        ) => {
             let same_bytes = stat.size == *size && hash_file(backing, path)? == *blob;
             match (same_bytes, stat.perm() == *perm) {
                 (true, true) => vec![],
@@ -829,7 +842,9 @@ pub fn describe(p: &PathPlan) -> String {
         })
         .collect();
     let detail = match &p.target_state {
-        PreImage::File { blob, size, perm } => {
+        PreImage::File {
+            blob, size, perm, ..
+        } => {
             format!(" -> file {size} bytes {:o} {}", perm, &hex(blob)[..12])
         }
         PreImage::Dir { perm } => format!(" -> dir {perm:o}"),

@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS preimages(
     size   INTEGER,
     target BLOB,
     rdev   INTEGER,
+    ino    INTEGER,
     PRIMARY KEY (turn, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fingerprints(
@@ -175,7 +176,9 @@ type Columns<'a> = (
 fn columns(pre: &PreImage) -> Columns<'_> {
     match pre {
         PreImage::Absent => (0, None, None, None, None, None),
-        PreImage::File { blob, size, perm } => (
+        PreImage::File {
+            blob, size, perm, ..
+        } => (
             1,
             Some(*perm as i64),
             Some(&blob[..]),
@@ -498,11 +501,15 @@ impl Index {
     /// Durable after `Ok` to the level the index was opened with.
     pub fn add_preimage(&self, turn: u64, path: &[u8], pre: &PreImage) -> Result<bool, IndexError> {
         let (kind, perm, blob, size, target, rdev) = columns(pre);
+        let ino = match pre {
+            PreImage::File { ino, .. } if *ino != 0 => Some(*ino as i64),
+            _ => None,
+        };
         let n = self
             .conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -513,7 +520,8 @@ impl Index {
                     blob,
                     size,
                     target,
-                    rdev
+                    rdev,
+                    ino
                 ])
             })
             .map_err(self.err())?;
@@ -528,6 +536,7 @@ impl Index {
         let size: Option<i64> = r.get(first + 3).map_err(get_err)?;
         let target: Option<Vec<u8>> = r.get(first + 4).map_err(get_err)?;
         let rdev: Option<i64> = r.get(first + 5).map_err(get_err)?;
+        let ino: Option<i64> = r.get(first + 6).map_err(get_err)?;
         let perm = || -> Result<u32, String> {
             match perm {
                 Some(p) if (0..=0o7777).contains(&p) => Ok(p as u32),
@@ -548,6 +557,7 @@ impl Index {
                     blob,
                     size: size as u64,
                     perm: perm()?,
+                    ino: ino.unwrap_or(0) as u64,
                 }
             }
             2 => PreImage::Dir { perm: perm()? },
@@ -583,7 +593,7 @@ impl Index {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT p.path, p.kind, p.perm, p.blob, p.size, p.target, p.rdev
+                "SELECT p.path, p.kind, p.perm, p.blob, p.size, p.target, p.rdev, p.ino
                  FROM preimages p
                  JOIN (SELECT path, MIN(turn) AS t FROM preimages
                        WHERE turn >= ?1 AND turn < ?2 GROUP BY path) m
@@ -621,7 +631,7 @@ impl Index {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT turn, path, kind, perm, blob, size, target, rdev FROM preimages
+                "SELECT turn, path, kind, perm, blob, size, target, rdev, ino FROM preimages
                  WHERE turn >= ?1 ORDER BY path, turn",
             )
             .map_err(self.err())?;
@@ -651,7 +661,7 @@ impl Index {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT kind, perm, blob, size, target, rdev FROM preimages
+                "SELECT kind, perm, blob, size, target, rdev, ino FROM preimages
                  WHERE path = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1",
             )
             .map_err(self.err())?;
@@ -697,7 +707,7 @@ impl Index {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT kind, perm, blob, size, target, rdev FROM preimages
+                "SELECT kind, perm, blob, size, target, rdev, ino FROM preimages
                  WHERE turn = ?1 AND path = ?2",
             )
             .map_err(self.err())?;
@@ -875,6 +885,7 @@ mod tests {
             blob: [n; 32],
             size: n as u64,
             perm: 0o644,
+            ino: n as u64,
         }
     }
 
