@@ -277,6 +277,19 @@ impl Index {
             path: path.to_path_buf(),
         };
         index.conn.execute_batch(SCHEMA).map_err(err)?;
+        // Indexes written before file records carried their inode lack the
+        // column; it is optional (NULL: unknown), so it is added in place.
+        let has_ino = index
+            .conn
+            .prepare("SELECT 1 FROM pragma_table_info('preimages') WHERE name = 'ino'")
+            .and_then(|mut s| s.exists([]))
+            .map_err(err)?;
+        if !has_ino {
+            index
+                .conn
+                .execute_batch("ALTER TABLE preimages ADD COLUMN ino INTEGER")
+                .map_err(err)?;
+        }
         let version: Option<String> = index
             .conn
             .query_row(
