@@ -69,6 +69,12 @@ class Suite:
         self.opfs = args.opfs
         self.results = {}
         self.n = 0
+        # Extra opfs columns: "opfs[NAME]" mounts with extra environment
+        # (the daemon's tuning knobs), to compare levers within one run.
+        self.variants = {}
+        for v in args.variant:
+            name, _, kvs = v.partition(":")
+            self.variants[f"opfs[{name}]"] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
         os.makedirs(self.work, exist_ok=True)
 
     # ---- layers -------------------------------------------------------
@@ -86,11 +92,13 @@ class Suite:
             return backing, None
         mp = self.fresh("mnt")
         h = {"layer": layer, "mp": mp, "extra": []}
-        if layer == "opfs":
+        if layer.startswith("opfs"):
             home = self.fresh("home")
             h["home"] = home
-            h["env"] = dict(os.environ, OPFS_HOME=home)
-            cmd = [self.opfs, "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
+            extra = dict(self.variants.get(layer, {}))
+            h["bin"] = extra.pop("OPFS_BIN", self.opfs)
+            h["env"] = dict(os.environ, OPFS_HOME=home, **extra)
+            cmd = [h["bin"], "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
             sh(cmd, env=h["env"])
         elif layer == "bindfs":
             sh(["bindfs", backing, mp])
@@ -109,11 +117,11 @@ class Suite:
         if h is None:
             return
         mp = h["mp"]
-        if h["layer"] == "opfs":
-            sh([self.opfs, "umount", mp], env=h["env"], check=False)
+        if h["layer"].startswith("opfs"):
+            sh([h["bin"], "umount", mp], env=h["env"], check=False)
         deadline = time.time() + 20
         while os.path.ismount(mp):
-            if h["layer"] != "opfs" or time.time() > deadline - 15:
+            if not h["layer"].startswith("opfs") or time.time() > deadline - 15:
                 sh(["umount", mp], check=False)
             if time.time() > deadline:
                 sh(["umount", "-l", mp], check=False)
@@ -123,7 +131,7 @@ class Suite:
             rmtree(d)
 
     def opfs_cli(self, h, *args):
-        return out([self.opfs, "-C", h["mp"], *args], env=h["env"]).strip()
+        return out([h["bin"], "-C", h["mp"], *args], env=h["env"]).strip()
 
     def record(self, workload, layer, times, **extra):
         entry = {"times_s": [round(t, 4) for t in times],
@@ -133,7 +141,7 @@ class Suite:
         log(f"  {workload:<28} {layer:<14} median {entry['median_s']:.3f} s  runs {entry['times_s']}")
 
     def layers(self):
-        return [l for l in LAYERS if l in self.args.layers]
+        return [l for l in LAYERS if l in self.args.layers] + list(self.variants)
 
     # ---- inputs -------------------------------------------------------
 
@@ -205,7 +213,7 @@ class Suite:
             setup(backing)
             path, h = self.mount(layer, backing, export)
             try:
-                if h and h["layer"] == "opfs":
+                if h and h["layer"].startswith("opfs"):
                     self.opfs_cli(h, "turn", "--label", "bench")
                 times.append(timed(lambda: work(path, h)))
                 if after:
@@ -515,6 +523,10 @@ def main():
     ap.add_argument("--large-mib", type=int)
     ap.add_argument("--tree-sizes")
     ap.add_argument("--no-export-row", action="store_true")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:K=V,... an extra opfs column mounted with these environment "
+                         "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
+                         "mounts with another opfs binary (e.g. the build before a change)")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     q = a.quick

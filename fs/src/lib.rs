@@ -52,6 +52,10 @@ pub struct Options {
     pub allow_other: bool,
     /// The source name shown in the mount table.
     pub fsname: String,
+    /// Let the kernel keep a file's page cache across opens when the
+    /// backing file did not change in between (`FOPEN_KEEP_CACHE`; default
+    /// on). Off: every open drops the file's cached pages.
+    pub keep_cache: bool,
 }
 
 impl Default for Options {
@@ -62,6 +66,7 @@ impl Default for Options {
             entry_ttl: Duration::from_secs(1),
             allow_other: false,
             fsname: "opfs".to_string(),
+            keep_cache: true,
         }
     }
 }
@@ -130,6 +135,7 @@ pub fn mount(
         hook,
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
+        keep_cache: opts.keep_cache,
     });
     let fs = Passthrough {
         shared: Arc::clone(&shared),

@@ -25,7 +25,7 @@ use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::to_errno;
 use crate::handle::{Handle, Handles, NO_EPOCH};
 use crate::hook::{Mutation, MutationHook};
-use crate::inode::{child, Inodes, NodeRef, ROOT};
+use crate::inode::{child, stamp, Inodes, NodeRef, ROOT};
 use crate::quiesce::Gate;
 use crate::sys;
 
@@ -43,6 +43,9 @@ pub(crate) struct Shared {
     pub(crate) hook: Arc<dyn MutationHook>,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
+    /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
+    /// its previous open.
+    pub(crate) keep_cache: bool,
 }
 
 /// The `fuser::Filesystem` implementation.
@@ -307,7 +310,9 @@ impl Shared {
         self.getattr(ino, a.fh)
     }
 
-    fn open(&self, ino: u64, flags: i32) -> Res<u64> {
+    /// Opens `ino`; returns the handle and whether the kernel may keep its
+    /// page cache of the file.
+    fn open(&self, ino: u64, flags: i32) -> Res<(u64, bool)> {
         let node = self.node(ino)?;
         if node.kind == libc::S_IFLNK {
             return Err(Errno::ELOOP);
@@ -316,17 +321,28 @@ impl Shared {
         // itself, so O_NOFOLLOW has nothing left to do, and creation flags
         // belong to `create`.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        if !writes(flags) {
-            let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-            return Ok(self.handles.insert(Handle::new(fd, ino, NO_EPOCH)));
-        }
-        // Read the epoch first: if a turn boundary slips in between, the
-        // next write sees a newer epoch and reports again.
-        let epoch = self.hook.epoch();
-        let _gate = self.gate.read();
-        self.before_inode(ino, |path| Mutation::Content { path })?;
-        let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-        Ok(self.handles.insert(Handle::new(fd, ino, epoch)))
+        let (fd, epoch) = if !writes(flags) {
+            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, NO_EPOCH)
+        } else {
+            // Read the epoch first: if a turn boundary slips in between, the
+            // next write sees a newer epoch and reports again.
+            let epoch = self.hook.epoch();
+            let _gate = self.gate.read();
+            self.before_inode(ino, |path| Mutation::Content { path })?;
+            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, epoch)
+        };
+        // The kernel's page cache of the file is exact if nothing changed
+        // the backing file since the previous open: writes through the mount
+        // go through that cache, and any other change (behind the mount's
+        // back, a rewind, O_TRUNC above) moves the ctime. The stamp is taken
+        // after the open, so a change racing with it only costs a cache drop
+        // at the next open.
+        let keep = self.keep_cache
+            && match sys::fstat(fd.as_fd()) {
+                Ok(st) => self.inodes.opened(ino, stamp(&st)),
+                Err(_) => false,
+            };
+        Ok((self.handles.insert(Handle::new(fd, ino, epoch)), keep))
     }
 
     fn create(
@@ -664,7 +680,14 @@ impl Filesystem for Passthrough {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         trace!("open {ino:?} {:#x}", flags.0);
         match self.shared.open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, keep)) => reply.opened(
+                FileHandle(fh),
+                if keep {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                },
+            ),
             Err(err) => reply.error(err),
         }
     }
