@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,6 +56,47 @@ def timed(fn):
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def daemon_pid(mp):
+    """The pid of the FUSE daemon serving `mp` (its command line names it)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if mp.encode() in args and not any(a.endswith(b"umount") for a in args):
+            return int(pid)
+    return None
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) used so far by process `pid` and its
+    threads."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measured(fn, pid):
+    """(wall seconds, CPU seconds of the workload's processes plus the FUSE
+    daemon). CPU time is the steadier figure on a shared, noisy machine."""
+    c0, d0 = children_cpu(), proc_cpu(pid)
+    wall = timed(fn)
+    return wall, children_cpu() - c0 + proc_cpu(pid) - d0
 
 
 def rmtree(path):
@@ -111,6 +153,7 @@ class Suite:
             if time.time() > deadline:
                 raise RuntimeError(f"{layer} did not mount at {mp}")
             time.sleep(0.02)
+        h["pid"] = daemon_pid(mp)
         return mp, h
 
     def umount(self, h):
@@ -133,12 +176,16 @@ class Suite:
     def opfs_cli(self, h, *args):
         return out([h["bin"], "-C", h["mp"], *args], env=h["env"]).strip()
 
-    def record(self, workload, layer, times, **extra):
+    def record(self, workload, layer, runs, **extra):
+        times = [w for w, _ in runs]
+        cpus = [c for _, c in runs]
         entry = {"times_s": [round(t, 4) for t in times],
-                 "median_s": round(statistics.median(times), 4)}
+                 "median_s": round(statistics.median(times), 4),
+                 "cpu_s": [round(c, 4) for c in cpus],
+                 "median_cpu_s": round(statistics.median(cpus), 4)}
         entry.update(extra)
         self.results.setdefault(workload, {})[layer] = entry
-        log(f"  {workload:<28} {layer:<14} median {entry['median_s']:.3f} s  runs {entry['times_s']}")
+        log(f"  {workload:<28} {layer:<14} median {entry['median_s']:.3f} s  cpu {entry['median_cpu_s']:.3f} s  runs {entry['times_s']}")
 
     def layers(self):
         return [l for l in LAYERS if l in self.args.layers] + list(self.variants)
@@ -215,7 +262,7 @@ class Suite:
             try:
                 if h and h["layer"].startswith("opfs"):
                     self.opfs_cli(h, "turn", "--label", "bench")
-                times.append(timed(lambda: work(path, h)))
+                times.append(measured(lambda: work(path, h), h and h["pid"]))
                 if after:
                     after(path, h)
             finally:
@@ -267,7 +314,7 @@ class Suite:
                        cwd=path, check=False)
                 for name, fn in (("2 git status+diff", git), ("3 grep -r", grep)):
                     fn()
-                    self.record(name, layer, [timed(fn) for _ in range(self.args.runs)])
+                    self.record(name, layer, [measured(fn, h and h["pid"]) for _ in range(self.args.runs)])
             finally:
                 self.umount(h)
                 rmtree(backing)
@@ -292,7 +339,7 @@ class Suite:
         objs = [f[:-2] + ".o" for f in files if f.endswith(".c") and f != "example.c"]
         flags = {"blake3_sse2.o": "-msse2", "blake3_sse41.o": "-msse4.1",
                  "blake3_avx2.o": "-mavx2", "blake3_avx512.o": "-mavx512f -mavx512vl"}
-        mk = ["CFLAGS = -O1 -g", "all: example", "example: example.o " + " ".join(objs),
+        mk = ["CFLAGS = " + ("-O0" if self.args.quick else "-O1 -g"), "all: example", "example: example.o " + " ".join(objs),
               "\t$(CC) -o $@ $^ -lpthread -ldl -lm"]
         for o in objs + ["example.o"]:
             mk.append(f"{o}: {o[:-2]}.c\n\t$(CC) $(CFLAGS) {flags.get(o, '')} -c -o $@ $<")
@@ -414,7 +461,19 @@ class Suite:
         rng = random.Random(1)
 
         def store_bytes():
-            return int(out(["du", "-sb", h["home"]]).split()[0])
+            """(blob bytes, index bytes incl. SQLite WAL) in the state dir."""
+            blobs = other = 0
+            for dirpath, _, files in os.walk(h["home"]):
+                for f in files:
+                    try:
+                        size = os.lstat(os.path.join(dirpath, f)).st_size
+                    except OSError:
+                        continue
+                    if "/blobs" in dirpath:
+                        blobs += size
+                    else:
+                        other += size
+            return blobs, other
         try:
             self.opfs_cli(h, "turn")
             names = [os.path.join(f"d{i // 100:05d}", f"f{i:06d}.txt") for i in range(n)]
@@ -445,10 +504,12 @@ class Suite:
                         f.seek(12345)
                         f.write(b"Y")
                 self.opfs_cli(h, "turn")
-                grown = store_bytes() - before
+                after = store_bytes()
                 rows.append({"turn": label, "bytes of files touched": changed,
-                             "store growth bytes": grown})
-                log(f"  10 {label}: touched {changed} B, store +{grown} B")
+                             "blob growth bytes": after[0] - before[0],
+                             "index growth bytes": after[1] - before[1]})
+                log(f"  10 {label}: touched {changed} B, blobs +{after[0] - before[0]} B, "
+                    f"index +{after[1] - before[1]} B")
         finally:
             self.umount(h)
             rmtree(backing)
@@ -457,7 +518,12 @@ class Suite:
     # ---- report ---------------------------------------------------------
 
     def table(self):
-        lines = []
+        return (self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
+                + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
+                + self.table_89_10())
+
+    def table_of(self, key, title):
+        lines = [f"**{title}**", ""]
         layers = self.layers()
         export = any("opfs+export" in by for by in self.results.values())
         cols = layers + (["opfs+export"] if export else [])
@@ -466,16 +532,20 @@ class Suite:
         for wl, by in self.results.items():
             if wl.startswith(("8", "9", "10")):
                 continue
-            plain = by.get("plain", {}).get("median_s")
             cells = []
             for l in cols:
                 if l not in by:
                     cells.append("")
                     continue
-                m = by[l]["median_s"]
-                ratio = f" ({m / plain:.2f}×)" if plain and l != "plain" else ""
+                m = by[l][key]
+                base = by.get("plain", {}).get(key)
+                ratio = f" ({m / base:.2f}×)" if base and l != "plain" else ""
                 cells.append(f"{m:.3f} s{ratio}")
             lines.append(f"| {wl} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def table_89_10(self):
+        lines = []
         for key, cols in (("8 turn boundary (10 changed)", ["opfs turn", "git add -A && write-tree", "stat scan (find)"]),
                           ("9 rewind 100 files", ["opfs rewind", "git read-tree -u"])):
             if key not in self.results:
@@ -485,9 +555,10 @@ class Suite:
             for n, r in self.results[key].items():
                 lines.append(f"| {n} | " + " | ".join("" if r[c] is None else f"{r[c]:.3f}" for c in cols) + " |")
         if "10 store growth" in self.results:
-            lines += ["", "**10 store growth**", "", "| turn | bytes of files touched | store growth |", "| --- | --- | --- |"]
+            lines += ["", "**10 store growth** (bytes; index = SQLite file + WAL)", "",
+                      "| turn | bytes of files touched | blobs growth | index growth |", "| --- | --- | --- | --- |"]
             for r in self.results["10 store growth"]:
-                lines.append(f"| {r['turn']} | {r['bytes of files touched']} | {r['store growth bytes']} |")
+                lines.append(f"| {r['turn']} | {r['bytes of files touched']} | {r['blob growth bytes']} | {r['index growth bytes']} |")
         return "\n".join(lines) + "\n"
 
 

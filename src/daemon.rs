@@ -211,7 +211,8 @@ impl Default for DaemonOptions {
 
 /// Applies the FUSE cache knobs that `scripts/bench` uses to measure each
 /// performance lever on one build (docs/benchmarks.md): `OPFS_ATTR_TTL_MS`,
-/// `OPFS_ENTRY_TTL_MS` (milliseconds) and `OPFS_KEEP_CACHE` (0 or 1).
+/// `OPFS_ENTRY_TTL_MS` (milliseconds), `OPFS_KEEP_CACHE`, `OPFS_CACHE_DIR` and
+/// `OPFS_NO_FLUSH` (0 or 1).
 /// Unset or unparsable values keep the defaults.
 fn tune_from_env(mut o: opfs_fs::Options) -> opfs_fs::Options {
     let ms = |k: &str| {
@@ -226,8 +227,15 @@ fn tune_from_env(mut o: opfs_fs::Options) -> opfs_fs::Options {
     if let Some(d) = ms("OPFS_ENTRY_TTL_MS") {
         o.entry_ttl = d;
     }
-    if let Ok(v) = std::env::var("OPFS_KEEP_CACHE") {
-        o.keep_cache = v != "0";
+    let flag = |k: &str| std::env::var(k).ok().map(|v| v != "0");
+    if let Some(v) = flag("OPFS_KEEP_CACHE") {
+        o.keep_cache = v;
+    }
+    if let Some(v) = flag("OPFS_CACHE_DIR") {
+        o.cache_dir = v;
+    }
+    if let Some(v) = flag("OPFS_NO_FLUSH") {
+        o.no_flush = v;
     }
     o
 }

@@ -56,6 +56,12 @@ pub struct Options {
     /// backing file did not change in between (`FOPEN_KEEP_CACHE`; default
     /// on). Off: every open drops the file's cached pages.
     pub keep_cache: bool,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`) and keep
+    /// them across opens while the directory is unchanged (default on).
+    pub cache_dir: bool,
+    /// Skip the `flush` round trip when a read-only handle is closed
+    /// (`FOPEN_NOFLUSH`; default on).
+    pub no_flush: bool,
 }
 
 impl Default for Options {
@@ -67,6 +73,8 @@ impl Default for Options {
             allow_other: false,
             fsname: "opfs".to_string(),
             keep_cache: true,
+            cache_dir: true,
+            no_flush: true,
         }
     }
 }
@@ -136,6 +144,8 @@ pub fn mount(
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
         keep_cache: opts.keep_cache,
+        cache_dir: opts.cache_dir,
+        no_flush: opts.no_flush,
     });
     let fs = Passthrough {
         shared: Arc::clone(&shared),

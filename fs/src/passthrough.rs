@@ -46,6 +46,11 @@ pub(crate) struct Shared {
     /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
     /// its previous open.
     pub(crate) keep_cache: bool,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`), kept
+    /// across opens while the directory is unchanged.
+    pub(crate) cache_dir: bool,
+    /// Tell the kernel not to send `flush` when a read-only handle closes.
+    pub(crate) no_flush: bool,
 }
 
 /// The `fuser::Filesystem` implementation.
@@ -312,7 +317,32 @@ impl Shared {
 
     /// Opens `ino`; returns the handle and whether the kernel may keep its
     /// page cache of the file.
-    fn open(&self, ino: u64, flags: i32) -> Res<(u64, bool)> {
+    /// Whether the kernel's cached pages (or listing) of `ino`, opened as
+    /// `fd`, are still exact: nothing changed the backing inode since its
+    /// previous open. Writes through the mount go through that cache, and
+    /// any other change (behind the mount's back, a rewind, O_TRUNC) moves
+    /// the ctime. The stamp is taken after the open, so a change racing with
+    /// it only costs a cache drop at the next open.
+    fn unchanged_since_last_open(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match sys::fstat(fd) {
+            Ok(st) => self.inodes.opened(ino, stamp(&st)),
+            Err(_) => false,
+        }
+    }
+
+    /// The `FOPEN_*` flags for a file handle of `ino` opened as `fd`.
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
+        let mut flags = FopenFlags::empty();
+        if self.keep_cache && self.unchanged_since_last_open(ino, fd) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if self.no_flush && !writable {
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
+    }
+
+    fn open(&self, ino: u64, flags: i32) -> Res<(u64, FopenFlags)> {
         let node = self.node(ino)?;
         if node.kind == libc::S_IFLNK {
             return Err(Errno::ELOOP);
@@ -331,18 +361,8 @@ impl Shared {
             self.before_inode(ino, |path| Mutation::Content { path })?;
             (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, epoch)
         };
-        // The kernel's page cache of the file is exact if nothing changed
-        // the backing file since the previous open: writes through the mount
-        // go through that cache, and any other change (behind the mount's
-        // back, a rewind, O_TRUNC above) moves the ctime. The stamp is taken
-        // after the open, so a change racing with it only costs a cache drop
-        // at the next open.
-        let keep = self.keep_cache
-            && match sys::fstat(fd.as_fd()) {
-                Ok(st) => self.inodes.opened(ino, stamp(&st)),
-                Err(_) => false,
-            };
-        Ok((self.handles.insert(Handle::new(fd, ino, epoch)), keep))
+        let fopen = self.open_flags(ino, fd.as_fd(), writes(flags));
+        Ok((self.handles.insert(Handle::new(fd, ino, epoch)), fopen))
     }
 
     fn create(
@@ -680,14 +700,7 @@ impl Filesystem for Passthrough {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         trace!("open {ino:?} {:#x}", flags.0);
         match self.shared.open(ino.0, flags.0) {
-            Ok((fh, keep)) => reply.opened(
-                FileHandle(fh),
-                if keep {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                },
-            ),
+            Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(err) => reply.error(err),
         }
     }
@@ -808,10 +821,20 @@ impl Filesystem for Passthrough {
                 0,
             )
             .map_err(e)?;
-            Ok(s.handles.insert(Handle::new(fd, ino.0, NO_EPOCH)))
+            // A directory's ctime moves with every entry added, removed or
+            // renamed, so an unchanged stamp means the kernel's cached
+            // listing is still exact.
+            let mut fopen = FopenFlags::empty();
+            if s.cache_dir {
+                fopen |= FopenFlags::FOPEN_CACHE_DIR;
+                if s.unchanged_since_last_open(ino.0, fd.as_fd()) {
+                    fopen |= FopenFlags::FOPEN_KEEP_CACHE;
+                }
+            }
+            Ok((s.handles.insert(Handle::new(fd, ino.0, NO_EPOCH)), fopen))
         });
         match res {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(err) => reply.error(err),
         }
     }
