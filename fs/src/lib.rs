@@ -60,7 +60,7 @@ pub struct Options {
     /// them across opens while the directory is unchanged (default on).
     pub cache_dir: bool,
     /// Skip the `flush` round trip when a read-only handle is closed
-    /// (`FOPEN_NOFLUSH`; default on).
+    /// (`FOPEN_NOFLUSH`; default off: no measurable gain, docs/benchmarks.md).
     pub no_flush: bool,
 }
 
@@ -74,7 +74,7 @@ impl Default for Options {
             fsname: "opfs".to_string(),
             keep_cache: true,
             cache_dir: true,
-            no_flush: true,
+            no_flush: false,
         }
     }
 }
