@@ -621,7 +621,10 @@ fn kept_caches_follow_changes_behind_the_mounts_back() {
     fs::write(fx.b("g.txt"), b"new").unwrap();
     assert_eq!(
         names(&fx.mnt),
-        vec![OsStr::new("f.txt").to_owned(), OsStr::new("g.txt").to_owned()]
+        vec![
+            OsStr::new("f.txt").to_owned(),
+            OsStr::new("g.txt").to_owned()
+        ]
     );
     // Writes through the mount stay visible through the kept cache.
     fs::write(fx.m("f.txt"), b"cccc").unwrap();
