@@ -263,6 +263,37 @@ impl Default for DaemonOptions {
     }
 }
 
+/// Applies the FUSE cache knobs that `scripts/bench` uses to measure each
+/// performance lever on one build (docs/benchmarks.md): `OPFS_ATTR_TTL_MS`,
+/// `OPFS_ENTRY_TTL_MS` (milliseconds), `OPFS_KEEP_CACHE`, `OPFS_CACHE_DIR` and
+/// `OPFS_NO_FLUSH` (0 or 1).
+/// Unset or unparsable values keep the defaults.
+fn tune_from_env(mut o: opfs_fs::Options) -> opfs_fs::Options {
+    let ms = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis)
+    };
+    if let Some(d) = ms("OPFS_ATTR_TTL_MS") {
+        o.attr_ttl = d;
+    }
+    if let Some(d) = ms("OPFS_ENTRY_TTL_MS") {
+        o.entry_ttl = d;
+    }
+    let flag = |k: &str| std::env::var(k).ok().map(|v| v != "0");
+    if let Some(v) = flag("OPFS_KEEP_CACHE") {
+        o.keep_cache = v;
+    }
+    if let Some(v) = flag("OPFS_CACHE_DIR") {
+        o.cache_dir = v;
+    }
+    if let Some(v) = flag("OPFS_NO_FLUSH") {
+        o.no_flush = v;
+    }
+    o
+}
+
 /// Runs the daemon in this process until the mount is unmounted (by
 /// `opfs umount`, `fusermount3 -u`, SIGTERM or SIGINT).
 ///
@@ -321,12 +352,12 @@ pub fn run(
             Some(format!("an interrupted rewind could not be finished: {e}"))
         }
     };
-    let fs_opts = opfs_fs::Options {
+    let fs_opts = tune_from_env(opfs_fs::Options {
         threads: opts.threads,
         allow_other: unsafe_is_root(),
         fsname: format!("opfs:{}", plan.state.project.display()),
         ..Default::default()
-    };
+    });
     let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
     let mount =
         opfs_fs::mount(&state.project, &plan.mountpoint, hook, &fs_opts).map_err(|source| {

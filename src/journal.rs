@@ -317,10 +317,26 @@ impl Journal {
     }
 
     fn capture_locked(&self, inner: &mut Inner, path: &[u8]) -> Result<(), CaptureError> {
+        self.capture_known(inner, path, None)
+    }
+
+    /// Records `path`'s pre-image: `known` when the caller already knows
+    /// it (a `Create` is reported only after the FUSE layer checked, under
+    /// the quiesce gate, that the name is absent), else read from the
+    /// project.
+    fn capture_known(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        known: Option<PreImage>,
+    ) -> Result<(), CaptureError> {
         if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
             return Ok(());
         }
-        let pre = self.read_state(inner, path)?;
+        let pre = match known {
+            Some(pre) => pre,
+            None => self.read_state(inner, path)?,
+        };
         inner
             .index
             .add_preimage(inner.turn, path, &pre)
@@ -488,9 +504,12 @@ impl MutationHook for Journal {
                     self.lock().fingerprints.insert(path.to_vec(), None);
                 }
             }),
-            Mutation::Metadata { path } | Mutation::Create { path } | Mutation::Remove { path } => {
-                self.capture(path)
+            // The layer reports Create only for a name it found absent under
+            // the gate, so no second stat of the project is needed.
+            Mutation::Create { path } => {
+                self.capture_known(&mut self.lock(), path, Some(PreImage::Absent))
             }
+            Mutation::Metadata { path } | Mutation::Remove { path } => self.capture(path),
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
         result.map_err(|e| {

@@ -40,6 +40,26 @@ struct Node {
     lookups: u64,
     /// Known names, the first being the one used for the node's path.
     names: Vec<(u64, Vec<u8>)>,
+    /// What the backing inode looked like when it was last opened through
+    /// the mount (see [`Stamp`]).
+    opened: Option<Stamp>,
+}
+
+/// The backing inode's change stamp: `(ctime s, ctime ns, mtime s, mtime
+/// ns, size)`. Every change to the content, by anyone, moves the ctime, so
+/// an equal stamp at two opens means the kernel's page cache of the first
+/// is still exact.
+pub(crate) type Stamp = (i64, i64, i64, i64, i64);
+
+/// The stamp of `st`.
+pub(crate) fn stamp(st: &libc::stat) -> Stamp {
+    (
+        st.st_ctime,
+        st.st_ctime_nsec,
+        st.st_mtime,
+        st.st_mtime_nsec,
+        st.st_size,
+    )
 }
 
 #[derive(Default)]
@@ -165,6 +185,7 @@ impl Inodes {
                 kind: libc::S_IFDIR,
                 lookups: 1,
                 names: Vec::new(),
+                opened: None,
             },
         );
         table.by_key.insert(root_key, ROOT);
@@ -219,6 +240,7 @@ impl Inodes {
                         kind,
                         lookups: 1,
                         names: Vec::new(),
+                        opened: None,
                     },
                 );
                 table.by_key.insert(key, ino);
@@ -311,6 +333,17 @@ impl Inodes {
                 table.link_name(ino, parent, name);
             }
         }
+    }
+
+    /// Records that `ino` was opened with the backing inode at `now`;
+    /// returns true if the previous open saw the same stamp (nothing changed
+    /// the content in between, through the mount or behind its back).
+    pub(crate) fn opened(&self, ino: u64, now: Stamp) -> bool {
+        let mut table = self.lock();
+        let Some(node) = table.nodes.get_mut(&ino) else {
+            return false;
+        };
+        node.opened.replace(now) == Some(now)
     }
 
     /// The cached child `parent/name`, if any.

@@ -52,6 +52,16 @@ pub struct Options {
     pub allow_other: bool,
     /// The source name shown in the mount table.
     pub fsname: String,
+    /// Let the kernel keep a file's page cache across opens when the
+    /// backing file did not change in between (`FOPEN_KEEP_CACHE`; default
+    /// on). Off: every open drops the file's cached pages.
+    pub keep_cache: bool,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`) and keep
+    /// them across opens while the directory is unchanged (default on).
+    pub cache_dir: bool,
+    /// Skip the `flush` round trip when a read-only handle is closed
+    /// (`FOPEN_NOFLUSH`; default off: no measurable gain, docs/benchmarks.md).
+    pub no_flush: bool,
 }
 
 impl Default for Options {
@@ -62,6 +72,9 @@ impl Default for Options {
             entry_ttl: Duration::from_secs(1),
             allow_other: false,
             fsname: "opfs".to_string(),
+            keep_cache: true,
+            cache_dir: true,
+            no_flush: false,
         }
     }
 }
@@ -130,6 +143,9 @@ pub fn mount(
         hook,
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
+        keep_cache: opts.keep_cache,
+        cache_dir: opts.cache_dir,
+        no_flush: opts.no_flush,
     });
     let fs = Passthrough {
         shared: Arc::clone(&shared),

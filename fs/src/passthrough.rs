@@ -25,7 +25,7 @@ use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::to_errno;
 use crate::handle::{Handle, Handles, NO_EPOCH};
 use crate::hook::{Mutation, MutationHook};
-use crate::inode::{child, Inodes, NodeRef, ROOT};
+use crate::inode::{child, stamp, Inodes, NodeRef, ROOT};
 use crate::quiesce::Gate;
 use crate::sys;
 
@@ -43,6 +43,14 @@ pub(crate) struct Shared {
     pub(crate) hook: Arc<dyn MutationHook>,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
+    /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
+    /// its previous open.
+    pub(crate) keep_cache: bool,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`), kept
+    /// across opens while the directory is unchanged.
+    pub(crate) cache_dir: bool,
+    /// Tell the kernel not to send `flush` when a read-only handle closes.
+    pub(crate) no_flush: bool,
 }
 
 /// The `fuser::Filesystem` implementation.
@@ -307,7 +315,34 @@ impl Shared {
         self.getattr(ino, a.fh)
     }
 
-    fn open(&self, ino: u64, flags: i32) -> Res<u64> {
+    /// Opens `ino`; returns the handle and whether the kernel may keep its
+    /// page cache of the file.
+    /// Whether the kernel's cached pages (or listing) of `ino`, opened as
+    /// `fd`, are still exact: nothing changed the backing inode since its
+    /// previous open. Writes through the mount go through that cache, and
+    /// any other change (behind the mount's back, a rewind, O_TRUNC) moves
+    /// the ctime. The stamp is taken after the open, so a change racing with
+    /// it only costs a cache drop at the next open.
+    fn unchanged_since_last_open(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match sys::fstat(fd) {
+            Ok(st) => self.inodes.opened(ino, stamp(&st)),
+            Err(_) => false,
+        }
+    }
+
+    /// The `FOPEN_*` flags for a file handle of `ino` opened as `fd`.
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
+        let mut flags = FopenFlags::empty();
+        if self.keep_cache && self.unchanged_since_last_open(ino, fd) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if self.no_flush && !writable {
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
+    }
+
+    fn open(&self, ino: u64, flags: i32) -> Res<(u64, FopenFlags)> {
         let node = self.node(ino)?;
         if node.kind == libc::S_IFLNK {
             return Err(Errno::ELOOP);
@@ -316,17 +351,18 @@ impl Shared {
         // itself, so O_NOFOLLOW has nothing left to do, and creation flags
         // belong to `create`.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        if !writes(flags) {
-            let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-            return Ok(self.handles.insert(Handle::new(fd, ino, NO_EPOCH)));
-        }
-        // Read the epoch first: if a turn boundary slips in between, the
-        // next write sees a newer epoch and reports again.
-        let epoch = self.hook.epoch();
-        let _gate = self.gate.read();
-        self.before_inode(ino, |path| Mutation::Content { path })?;
-        let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-        Ok(self.handles.insert(Handle::new(fd, ino, epoch)))
+        let (fd, epoch) = if !writes(flags) {
+            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, NO_EPOCH)
+        } else {
+            // Read the epoch first: if a turn boundary slips in between, the
+            // next write sees a newer epoch and reports again.
+            let epoch = self.hook.epoch();
+            let _gate = self.gate.read();
+            self.before_inode(ino, |path| Mutation::Content { path })?;
+            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, epoch)
+        };
+        let fopen = self.open_flags(ino, fd.as_fd(), writes(flags));
+        Ok((self.handles.insert(Handle::new(fd, ino, epoch)), fopen))
     }
 
     fn create(
@@ -665,7 +701,7 @@ impl Filesystem for Passthrough {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         trace!("open {ino:?} {:#x}", flags.0);
         match self.shared.open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(err) => reply.error(err),
         }
     }
@@ -796,10 +832,20 @@ impl Filesystem for Passthrough {
                 0,
             )
             .map_err(e)?;
-            Ok(s.handles.insert(Handle::new(fd, ino.0, NO_EPOCH)))
+            // A directory's ctime moves with every entry added, removed or
+            // renamed, so an unchanged stamp means the kernel's cached
+            // listing is still exact.
+            let mut fopen = FopenFlags::empty();
+            if s.cache_dir {
+                fopen |= FopenFlags::FOPEN_CACHE_DIR;
+                if s.unchanged_since_last_open(ino.0, fd.as_fd()) {
+                    fopen |= FopenFlags::FOPEN_KEEP_CACHE;
+                }
+            }
+            Ok((s.handles.insert(Handle::new(fd, ino.0, NO_EPOCH)), fopen))
         });
         match res {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, fopen)) => reply.opened(FileHandle(fh), fopen),
             Err(err) => reply.error(err),
         }
     }

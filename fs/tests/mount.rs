@@ -593,3 +593,41 @@ fn timestamp_only_setattr_records_nothing() {
     fs::set_permissions(fx.m("t"), fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(fx.hook.take(), vec![Seen::Metadata(p("t"))]);
 }
+
+/// `FOPEN_KEEP_CACHE` and `FOPEN_CACHE_DIR` are only answered while the
+/// backing inode is unchanged since its previous open: a same-size rewrite
+/// and a new entry made behind the mount's back must show at the next open.
+#[test]
+fn kept_caches_follow_changes_behind_the_mounts_back() {
+    let fx = Fixture::new();
+    fs::write(fx.b("f.txt"), b"aaaa").unwrap();
+    for _ in 0..3 {
+        assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"aaaa");
+    }
+    fs::write(fx.b("f.txt"), b"bbbb").unwrap();
+    assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"bbbb");
+    assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"bbbb");
+
+    let names = |dir: &Path| {
+        let mut v: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&fx.mnt), vec![OsStr::new("f.txt").to_owned()]);
+    assert_eq!(names(&fx.mnt), vec![OsStr::new("f.txt").to_owned()]);
+    fs::write(fx.b("g.txt"), b"new").unwrap();
+    assert_eq!(
+        names(&fx.mnt),
+        vec![
+            OsStr::new("f.txt").to_owned(),
+            OsStr::new("g.txt").to_owned()
+        ]
+    );
+    // Writes through the mount stay visible through the kept cache.
+    fs::write(fx.m("f.txt"), b"cccc").unwrap();
+    assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"cccc");
+    assert_eq!(fs::read(fx.b("f.txt")).unwrap(), b"cccc");
+}

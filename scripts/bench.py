@@ -1,0 +1,652 @@
+#!/usr/bin/env python3
+"""The opfs benchmark suite (issue 4). Run it through `scripts/bench`.
+
+Each workload runs on the plain directory (the physical limit), the opfs
+mount (`--no-export`), and the peers bindfs and fuse-overlayfs (no capture),
+several times; the report gives medians and the ratio to the plain
+directory. Workloads 8-10 compare opfs with the approaches used without a
+filesystem layer (a shadow git repository, a stat scan) and measure the
+store. Results go to OUT/results.json and OUT/table.md.
+
+Conventions:
+- Destructive workloads get a fresh backing directory and a fresh mount
+  (and, for opfs, a fresh state dir) per run; setup is not timed.
+- Read workloads (git status/diff, grep) run once untimed on each mount to
+  warm it, then N timed runs on the same mount: they measure the steady
+  state an agent sees when it runs the same command again.
+- fuse-overlayfs runs with the backing directory as its lower layer and an
+  empty upper layer (how an overlay sandbox sits over a project).
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS = ["plain", "opfs", "bindfs", "overlay"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sh(cmd, cwd=None, env=None, check=True, quiet=True):
+    out = subprocess.DEVNULL if quiet else None
+    r = subprocess.run(cmd, cwd=cwd, env=env, shell=isinstance(cmd, str),
+                       stdout=out, stderr=subprocess.PIPE)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{cmd!r} failed ({r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}")
+    return r
+
+
+def out(cmd, cwd=None, env=None):
+    return subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True).stdout.decode()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def daemon_pid(mp):
+    """The pid of the FUSE daemon serving `mp` (its command line names it)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if mp.encode() in args and not any(a.endswith(b"umount") for a in args):
+            return int(pid)
+    return None
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) used so far by process `pid` and its
+    threads."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measured(fn, pid):
+    """(wall seconds, CPU seconds of the workload's processes plus the FUSE
+    daemon). CPU time is the steadier figure on a shared, noisy machine."""
+    c0, d0 = children_cpu(), proc_cpu(pid)
+    wall = timed(fn)
+    return wall, children_cpu() - c0 + proc_cpu(pid) - d0
+
+
+def rmtree(path):
+    if os.path.lexists(path):
+        sh(["rm", "-rf", path])
+
+
+class Suite:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.opfs = args.opfs
+        self.results = {}
+        self.n = 0
+        # Extra opfs columns: "opfs[NAME]" mounts with extra environment
+        # (the daemon's tuning knobs), to compare levers within one run.
+        self.variants = {}
+        for v in args.variant:
+            name, _, kvs = v.partition(":")
+            self.variants[f"opfs[{name}]"] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
+        os.makedirs(self.work, exist_ok=True)
+
+    # ---- layers -------------------------------------------------------
+
+    def fresh(self, name):
+        self.n += 1
+        d = os.path.join(self.work, f"{name}-{self.n}")
+        rmtree(d)
+        os.makedirs(d)
+        return d
+
+    def mount(self, layer, backing, export=False):
+        """Serves `backing` through `layer`; returns (path, handle)."""
+        if layer == "plain":
+            return backing, None
+        mp = self.fresh("mnt")
+        h = {"layer": layer, "mp": mp, "extra": []}
+        if layer.startswith("opfs"):
+            home = self.fresh("home")
+            h["home"] = home
+            extra = dict(self.variants.get(layer, {}))
+            h["bin"] = extra.pop("OPFS_BIN", self.opfs)
+            h["env"] = dict(os.environ, OPFS_HOME=home, **extra)
+            cmd = [h["bin"], "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
+            sh(cmd, env=h["env"])
+        elif layer == "bindfs":
+            sh(["bindfs", backing, mp])
+        elif layer == "overlay":
+            upper, wd = self.fresh("upper"), self.fresh("ovwork")
+            h["extra"] = [upper, wd]
+            sh(["fuse-overlayfs", "-o", f"lowerdir={backing},upperdir={upper},workdir={wd}", mp])
+        deadline = time.time() + 20
+        while not os.path.ismount(mp):
+            if time.time() > deadline:
+                raise RuntimeError(f"{layer} did not mount at {mp}")
+            time.sleep(0.02)
+        h["pid"] = daemon_pid(mp)
+        return mp, h
+
+    def umount(self, h):
+        if h is None:
+            return
+        mp = h["mp"]
+        if h["layer"].startswith("opfs"):
+            sh([h["bin"], "umount", mp], env=h["env"], check=False)
+        deadline = time.time() + 20
+        while os.path.ismount(mp):
+            if not h["layer"].startswith("opfs") or time.time() > deadline - 15:
+                sh(["umount", mp], check=False)
+            if time.time() > deadline:
+                sh(["umount", "-l", mp], check=False)
+                break
+            time.sleep(0.05)
+        for d in [mp] + h["extra"] + ([h["home"]] if "home" in h else []):
+            rmtree(d)
+
+    def opfs_cli(self, h, *args):
+        return out([h["bin"], "-C", h["mp"], *args], env=h["env"]).strip()
+
+    def record(self, workload, layer, runs, **extra):
+        times = [w for w, _ in runs]
+        cpus = [c for _, c in runs]
+        entry = {"times_s": [round(t, 4) for t in times],
+                 "median_s": round(statistics.median(times), 4),
+                 "cpu_s": [round(c, 4) for c in cpus],
+                 "median_cpu_s": round(statistics.median(cpus), 4)}
+        entry.update(extra)
+        self.results.setdefault(workload, {})[layer] = entry
+        log(f"  {workload:<28} {layer:<14} median {entry['median_s']:.3f} s  cpu {entry['median_cpu_s']:.3f} s  runs {entry['times_s']}")
+
+    def layers(self):
+        return [l for l in LAYERS if l in self.args.layers] + list(self.variants)
+
+    # ---- inputs -------------------------------------------------------
+
+    def registry_files(self, limit):
+        """Up to `limit` (path, relpath) pairs of real source files from
+        cargo's registry, in a stable order."""
+        roots = sorted(os.path.join(os.path.expanduser("~/.cargo/registry/src"), d)
+                       for d in os.listdir(os.path.expanduser("~/.cargo/registry/src")))
+        files = []
+        for root in roots:
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames.sort()
+                for f in sorted(filenames):
+                    p = os.path.join(dirpath, f)
+                    if os.path.islink(p) or not os.path.isfile(p):
+                        continue
+                    files.append((p, os.path.relpath(p, root)))
+                    if len(files) >= limit:
+                        return files
+        return files
+
+    def source_tree(self, dest, limit):
+        """Copies `limit` real source files into `dest`."""
+        for src, rel in self.registry_files(limit):
+            d = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            shutil.copyfile(src, d)
+
+    def archive(self):
+        path = os.path.join(self.work, f"src-{self.args.untar_files}.tar.gz")
+        if not os.path.exists(path):
+            with tarfile.open(path, "w:gz") as t:
+                for src, rel in self.registry_files(self.args.untar_files):
+                    t.add(src, arcname="src/" + rel)
+        return path
+
+    def git_template(self):
+        path = os.path.join(self.work, f"repo-{self.args.git_files}")
+        if not os.path.exists(path):
+            tmp = path + ".tmp"
+            rmtree(tmp)
+            os.makedirs(tmp)
+            self.source_tree(tmp, self.args.git_files)
+            env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
+                       GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+            sh(["git", "init", "-q"], cwd=tmp)
+            sh(["git", "add", "-A"], cwd=tmp)
+            sh(["git", "commit", "-q", "-m", "base"], cwd=tmp, env=env)
+            os.rename(tmp, path)
+        return path
+
+    @staticmethod
+    def gen_tree(root, n, size=200):
+        """n small files, 100 per directory."""
+        for i in range(n):
+            d = os.path.join(root, f"d{i // 100:05d}")
+            if i % 100 == 0:
+                os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
+                f.write((b"line %d of a small file\n" % i) * (size // 24 + 1))
+
+    # ---- workloads 1-7 --------------------------------------------------
+
+    def per_run(self, name, layer, setup, work, export=False, after=None):
+        """Fresh backing + mount per run; `work(path, handle)` is timed."""
+        times = []
+        for _ in range(self.args.runs):
+            backing = self.fresh("b")
+            setup(backing)
+            path, h = self.mount(layer, backing, export)
+            try:
+                if h and h["layer"].startswith("opfs"):
+                    self.opfs_cli(h, "turn", "--label", "bench")
+                times.append(measured(lambda: work(path, h), h and h["pid"]))
+                if after:
+                    after(path, h)
+            finally:
+                self.umount(h)
+                rmtree(backing)
+        return times
+
+    def w1_untar(self):
+        arc = self.archive()
+        for layer in self.layers():
+            t = self.per_run("untar", layer, lambda b: None,
+                             lambda p, h: sh(["tar", "xzf", arc, "-C", p]))
+            self.record("1 untar", layer, t)
+        if "opfs" in self.layers() and not self.args.no_export_row:
+            # The export's cost: the same untar, then the turn boundary and a
+            # foreground export of that turn (waits for the background one).
+            for export in (False, True):
+                def work(p, h):
+                    sh(["tar", "xzf", arc, "-C", p])
+                    self.opfs_cli(h, "turn")
+                    if export:
+                        self.opfs_cli(h, "export")
+                t = self.per_run("untar", "opfs", lambda b: None, work, export=export)
+                self.record("1b untar+turn(+export)", "opfs+export" if export else "opfs", t)
+
+    def w23_git_grep(self):
+        tmpl = self.git_template()
+        for layer in self.layers():
+            backing = self.fresh("b")
+            sh(["cp", "-a", tmpl + "/.", backing])
+            # 20 changed files for status/diff to find.
+            changed = 0
+            for dirpath, _, files in os.walk(backing):
+                if "/.git" in dirpath:
+                    continue
+                for f in files:
+                    if f.endswith(".rs") and changed < 20:
+                        with open(os.path.join(dirpath, f), "a") as fh:
+                            fh.write("\n// changed\n")
+                        changed += 1
+            path, h = self.mount(layer, backing)
+            try:
+                def git():
+                    sh(["git", "status", "--porcelain"], cwd=path)
+                    sh(["git", "--no-pager", "diff"], cwd=path)
+
+                def grep():
+                    sh(["grep", "-r", "--exclude-dir=.git", "-c", "XYZZY_NOT_THERE", "."],
+                       cwd=path, check=False)
+                for name, fn in (("2 git status+diff", git), ("3 grep -r", grep)):
+                    fn()
+                    self.record(name, layer, [measured(fn, h and h["pid"]) for _ in range(self.args.runs)])
+            finally:
+                self.umount(h)
+                rmtree(backing)
+
+    def build_sources(self):
+        reg = os.path.expanduser("~/.cargo/registry/src")
+        reg = os.path.join(reg, sorted(os.listdir(reg))[0])
+        files = {}
+        b3 = os.path.join(reg, "blake3-1.8.7", "c")
+        for f in ["blake3.c", "blake3_dispatch.c", "blake3_portable.c", "blake3_sse2.c",
+                  "blake3_sse41.c", "blake3_avx2.c", "blake3_avx512.c", "blake3.h",
+                  "blake3_impl.h", "example.c"]:
+            files[f] = os.path.join(b3, f)
+        if not self.args.quick:
+            sq = os.path.join(reg, "libsqlite3-sys-0.30.1", "sqlite3")
+            for f in ["sqlite3.c", "sqlite3.h"]:
+                files[f] = os.path.join(sq, f)
+        return files
+
+    def w4_build(self):
+        files = self.build_sources()
+        objs = [f[:-2] + ".o" for f in files if f.endswith(".c") and f != "example.c"]
+        flags = {"blake3_sse2.o": "-msse2", "blake3_sse41.o": "-msse4.1",
+                 "blake3_avx2.o": "-mavx2", "blake3_avx512.o": "-mavx512f -mavx512vl"}
+        mk = ["CFLAGS = " + ("-O0" if self.args.quick else "-O1 -g"), "all: example", "example: example.o " + " ".join(objs),
+              "\t$(CC) -o $@ $^ -lpthread -ldl -lm"]
+        for o in objs + ["example.o"]:
+            mk.append(f"{o}: {o[:-2]}.c\n\t$(CC) $(CFLAGS) {flags.get(o, '')} -c -o $@ $<")
+        mk.append("clean:\n\trm -f *.o example")
+
+        def setup(b):
+            for name, src in files.items():
+                shutil.copyfile(src, os.path.join(b, name))
+            with open(os.path.join(b, "Makefile"), "w") as f:
+                f.write("\n".join(mk) + "\n")
+        for layer in self.layers():
+            t = self.per_run("build", layer, setup,
+                             lambda p, h: sh(["make", "-s", "-j2"], cwd=p))
+            self.record("4 make -j2 (C)", layer, t)
+
+    def w5_rm(self):
+        n = self.args.rm_files
+        for layer in self.layers():
+            t = self.per_run("rm", layer, lambda b: self.gen_tree(os.path.join(b, "t"), n),
+                             lambda p, h: sh(["rm", "-rf", os.path.join(p, "t")]))
+            self.record(f"5 rm -rf {n} files", layer, t)
+
+    def w6_meta(self):
+        n = self.args.meta_files
+        script = os.path.join(HERE, "scripts", "bench_meta.py")
+        for layer in self.layers():
+            t = self.per_run("meta", layer, lambda b: None,
+                             lambda p, h: sh([sys.executable, script, p, str(n)]))
+            self.record(f"6 metadata storm {n}", layer, t)
+
+    def w7_large(self):
+        mib = self.args.large_mib
+        script = os.path.join(HERE, "scripts", "bench_meta.py")
+        for layer in self.layers():
+            t = self.per_run("seq", layer, lambda b: None,
+                             lambda p, h: sh(["dd", "if=/dev/zero", f"of={p}/big", "bs=1M",
+                                              f"count={mib}"]))
+            self.record(f"7a write {mib} MiB seq", layer, t)
+
+        def setup(b):
+            sh(["dd", "if=/dev/urandom", f"of={b}/big", "bs=1M", f"count={mib}"])
+        for layer in self.layers():
+            t = self.per_run("rand", layer, setup,
+                             lambda p, h: sh([sys.executable, script, "--random-writes",
+                                              f"{p}/big", "1000"]))
+            self.record(f"7b 1000x4KiB into {mib} MiB", layer, t)
+
+    # ---- workloads 8-10 -------------------------------------------------
+
+    def w89_turn_rewind(self):
+        genv = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
+                    GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+        res8, res9 = {}, {}
+        for n in self.args.tree_sizes:
+            backing = self.fresh("b")
+            self.gen_tree(backing, n)
+            shadow = self.fresh("shadow")
+            genv2 = dict(genv, GIT_DIR=shadow, GIT_WORK_TREE=backing)
+            sh(["git", "init", "-q", "--bare", shadow])
+            sh(["git", "add", "-A"], cwd=backing, env=genv2)
+            base = out(["git", "write-tree"], cwd=backing, env=genv2).strip()
+            step = max(1, n // 100)
+            targets = [os.path.join(f"d{i // 100:05d}", f"f{i:06d}.txt") for i in range(0, n, step)][:100]
+
+            def touch(root, k, tag):
+                for rel in targets[:k]:
+                    with open(os.path.join(root, rel), "a") as f:
+                        f.write(f"changed {tag}\n")
+            g, sc, rt = [], [], []
+            for r in range(self.args.runs):
+                touch(backing, 10, f"g{r}")
+
+                def gitsnap():
+                    sh(["git", "add", "-A"], cwd=backing, env=genv2)
+                    sh(["git", "write-tree"], cwd=backing, env=genv2)
+                g.append(timed(gitsnap))
+                sc.append(timed(lambda: sh(["find", backing, "-printf", "%s %T@\n"])))
+            # Rewind: restore the base tree after 100 changes.
+            sh(["git", "read-tree", "--reset", "-u", base], cwd=backing, env=genv2)
+            for r in range(self.args.runs):
+                touch(backing, 100, f"r{r}")
+                sh(["git", "add", "-A"], cwd=backing, env=genv2)
+                rt.append(timed(lambda: sh(["git", "read-tree", "--reset", "-u", base],
+                                           cwd=backing, env=genv2)))
+            ot, orw = [], []
+            if "opfs" in self.layers():
+                path, h = self.mount("opfs", backing)
+                try:
+                    for r in range(self.args.runs):
+                        touch(path, 10, f"o{r}")
+                        ot.append(timed(lambda: self.opfs_cli(h, "turn")))
+                    for r in range(self.args.runs):
+                        start = self.opfs_cli(h, "turn")
+                        touch(path, 100, f"w{r}")
+                        orw.append(timed(lambda: self.opfs_cli(h, "rewind", start)))
+                finally:
+                    self.umount(h)
+            rmtree(backing)
+            rmtree(shadow)
+            med = lambda xs: round(statistics.median(xs), 4) if xs else None
+            res8[n] = {"opfs turn": med(ot), "git add -A && write-tree": med(g), "stat scan (find)": med(sc),
+                       "runs": {"opfs": ot, "git": g, "scan": sc}}
+            res9[n] = {"opfs rewind": med(orw), "git read-tree -u": med(rt),
+                       "runs": {"opfs": orw, "git": rt}}
+            log(f"  8/9 n={n}: {res8[n]} {res9[n]}")
+        self.results["8 turn boundary (10 changed)"] = res8
+        self.results["9 rewind 100 files"] = res9
+
+    def w10_store(self):
+        if "opfs" not in self.layers():
+            return
+        n = self.args.git_files
+        backing = self.fresh("b")
+        self.gen_tree(backing, n, size=1000)
+        with open(os.path.join(backing, "big.bin"), "wb") as f:
+            f.write(os.urandom(16 << 20))
+        path, h = self.mount("opfs", backing)
+        rows = []
+        rng = random.Random(1)
+
+        def store_bytes():
+            """(blob bytes, index bytes incl. SQLite WAL) in the state dir."""
+            blobs = other = 0
+            for dirpath, _, files in os.walk(h["home"]):
+                for f in files:
+                    try:
+                        size = os.lstat(os.path.join(dirpath, f)).st_size
+                    except OSError:
+                        continue
+                    if "/blobs" in dirpath:
+                        blobs += size
+                    else:
+                        other += size
+            return blobs, other
+        try:
+            self.opfs_cli(h, "turn")
+            names = [os.path.join(f"d{i // 100:05d}", f"f{i:06d}.txt") for i in range(n)]
+            plans = [("edit 100 files", 100, 0, False), ("delete 100 files", 0, 100, False),
+                     ("edit 1 B of a 16 MiB file", 0, 0, True),
+                     ("edit the same 100 files again", 100, 0, False),
+                     ("edit 1000 files", 1000, 0, False)]
+            edited = rng.sample(names[: n // 2], 1000 if n >= 2000 else n // 4)
+            deletable = names[n // 2:]
+            for label, k_edit, k_del, big in plans:
+                before = store_bytes()
+                changed = 0
+                for rel in edited[:k_edit]:
+                    p = os.path.join(path, rel)
+                    changed += os.path.getsize(p)
+                    with open(p, "r+b") as f:
+                        f.seek(0)
+                        f.write(b"X")
+                for rel in deletable[:k_del]:
+                    p = os.path.join(path, rel)
+                    changed += os.path.getsize(p)
+                    os.unlink(p)
+                deletable = deletable[k_del:]
+                if big:
+                    p = os.path.join(path, "big.bin")
+                    changed += os.path.getsize(p)
+                    with open(p, "r+b") as f:
+                        f.seek(12345)
+                        f.write(b"Y")
+                self.opfs_cli(h, "turn")
+                after = store_bytes()
+                rows.append({"turn": label, "bytes of files touched": changed,
+                             "blob growth bytes": after[0] - before[0],
+                             "index growth bytes": after[1] - before[1]})
+                log(f"  10 {label}: touched {changed} B, blobs +{after[0] - before[0]} B, "
+                    f"index +{after[1] - before[1]} B")
+        finally:
+            self.umount(h)
+            rmtree(backing)
+        self.results["10 store growth"] = rows
+
+    # ---- report ---------------------------------------------------------
+
+    def table(self):
+        return (self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
+                + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
+                + self.table_89_10())
+
+    def table_of(self, key, title):
+        lines = [f"**{title}**", ""]
+        layers = self.layers()
+        export = any("opfs+export" in by for by in self.results.values())
+        cols = layers + (["opfs+export"] if export else [])
+        lines.append("| workload | " + " | ".join(cols) + " |")
+        lines.append("| --- |" + " --- |" * len(cols))
+        for wl, by in self.results.items():
+            if wl.startswith(("8", "9", "10")):
+                continue
+            cells = []
+            for l in cols:
+                if l not in by:
+                    cells.append("")
+                    continue
+                m = by[l][key]
+                base = by.get("plain", {}).get(key)
+                ratio = f" ({m / base:.2f}×)" if base and l != "plain" else ""
+                cells.append(f"{m:.3f} s{ratio}")
+            lines.append(f"| {wl} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def table_89_10(self):
+        lines = []
+        for key, cols in (("8 turn boundary (10 changed)", ["opfs turn", "git add -A && write-tree", "stat scan (find)"]),
+                          ("9 rewind 100 files", ["opfs rewind", "git read-tree -u"])):
+            if key not in self.results:
+                continue
+            lines += ["", f"**{key}** (median seconds)", "",
+                      "| files | " + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
+            for n, r in self.results[key].items():
+                lines.append(f"| {n} | " + " | ".join("" if r[c] is None else f"{r[c]:.3f}" for c in cols) + " |")
+        if "10 store growth" in self.results:
+            lines += ["", "**10 store growth** (bytes; index = SQLite file + WAL)", "",
+                      "| turn | bytes of files touched | blobs growth | index growth |", "| --- | --- | --- | --- |"]
+            for r in self.results["10 store growth"]:
+                lines.append(f"| {r['turn']} | {r['bytes of files touched']} | {r['blob growth bytes']} | {r['index growth bytes']} |")
+        return "\n".join(lines) + "\n"
+
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30
+    fs = out(["stat", "-f", "-c", "%T", "/work"]).strip() if os.path.exists("/work") else ""
+    return {"kernel": platform.release(), "cpu": cpu, "cores": os.cpu_count(), "mem_gib": mem,
+            "fs": fs}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, 2 runs (~3 minutes)")
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/tmp/opfs-bench"))
+    ap.add_argument("--out", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), "bench"))
+    ap.add_argument("--opfs", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), "release", "opfs"))
+    ap.add_argument("--layers", default=",".join(LAYERS))
+    ap.add_argument("--only", default="", help="comma-separated workload numbers, e.g. 1,5,6")
+    ap.add_argument("--untar-files", type=int)
+    ap.add_argument("--git-files", type=int)
+    ap.add_argument("--rm-files", type=int)
+    ap.add_argument("--meta-files", type=int)
+    ap.add_argument("--large-mib", type=int)
+    ap.add_argument("--tree-sizes")
+    ap.add_argument("--no-export-row", action="store_true")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:K=V,... an extra opfs column mounted with these environment "
+                         "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
+                         "mounts with another opfs binary (e.g. the build before a change)")
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    q = a.quick
+    a.runs = a.runs or (2 if q else 3)
+    a.untar_files = a.untar_files or (2000 if q else 5000)
+    a.git_files = a.git_files or (3000 if q else 10000)
+    a.rm_files = a.rm_files or (5000 if q else 20000)
+    a.meta_files = a.meta_files or (3000 if q else 10000)
+    a.large_mib = a.large_mib or (256 if q else 1024)
+    a.tree_sizes = [int(x) for x in (a.tree_sizes or ("1000,10000" if q else "1000,10000,100000")).split(",")]
+    a.layers = a.layers.split(",")
+    only = set(a.only.split(",")) if a.only else None
+    for tool in ["bindfs", "fuse-overlayfs"]:
+        if shutil.which(tool) is None:
+            sys.exit(f"bench: {tool} is missing (apt-get install bindfs fuse-overlayfs)")
+    if not os.access(a.opfs, os.X_OK):
+        sys.exit(f"bench: {a.opfs} is missing (cargo build --release)")
+    s = Suite(a)
+    t0 = time.time()
+    steps = [("1", s.w1_untar), ("2", s.w23_git_grep), ("4", s.w4_build), ("5", s.w5_rm),
+             ("6", s.w6_meta), ("7", s.w7_large), ("8", s.w89_turn_rewind), ("10", s.w10_store)]
+    try:
+        for key, fn in steps:
+            if only and key not in only and not (key == "2" and "3" in only) and not (key == "8" and "9" in only):
+                continue
+            log(f"workload {key}")
+            fn()
+    finally:
+        for d in os.listdir(s.work):
+            p = os.path.join(s.work, d)
+            if os.path.ismount(p):
+                sh(["umount", "-l", p], check=False)
+    elapsed = time.time() - t0
+    os.makedirs(a.out, exist_ok=True)
+    cmd = "scripts/bench " + " ".join(sys.argv[1:])
+    doc = {"command": cmd.strip(), "label": a.label, "machine": machine(),
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "elapsed_s": round(elapsed, 1),
+           "opfs_commit": out(["git", "-C", HERE, "rev-parse", "--short", "HEAD"]).strip(),
+           "config": {k: v for k, v in vars(a).items() if k not in ("opfs", "out", "work")},
+           "results": s.results}
+    tag = f"-{a.label}" if a.label else ""
+    with open(os.path.join(a.out, f"results{tag}.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    table = s.table()
+    with open(os.path.join(a.out, f"table{tag}.md"), "w") as f:
+        f.write(table)
+    print(table)
+    log(f"{elapsed:.0f} s; results in {a.out}")
+
+
+if __name__ == "__main__":
+    main()
