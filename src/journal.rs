@@ -337,6 +337,9 @@ impl Journal {
             Some(pre) => pre,
             None => self.read_state(inner, path)?,
         };
+        if let PreImage::File { ino, .. } = pre {
+            self.backfill_other_names(inner, path, ino)?;
+        }
         inner
             .index
             .add_preimage(inner.turn, path, &pre)
@@ -368,6 +371,54 @@ impl Journal {
             });
         }
         inner.captured.insert(path.to_vec());
+        Ok(())
+    }
+
+    /// A file with several hard links may have changed in earlier turns
+    /// through another name while this name was unknown to the mount (a link
+    /// made before it). Wherever the same inode was recorded under another
+    /// name that still names it, this name had the same content then: record
+    /// that for this name too, in that turn. Only for a name the mount never
+    /// recorded before this turn (one it recorded has a history of its own,
+    /// which already says what it was). Cost: two queries, and only for
+    /// multiply-linked files.
+    fn backfill_other_names(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        ino: u64,
+    ) -> Result<(), CaptureError> {
+        let index_err = |source| CaptureError::Index {
+            path: paths::display(path),
+            source,
+        };
+        match stat_of(&self.backing, path)? {
+            Some(st) if st.nlink > 1 && st.ino == ino => {}
+            _ => return Ok(()),
+        }
+        if inner
+            .index
+            .recorded_before(path, inner.turn)
+            .map_err(index_err)?
+        {
+            return Ok(());
+        }
+        let earlier = inner
+            .index
+            .records_of_inode(ino, inner.turn, path)
+            .map_err(index_err)?;
+        let mut same_inode: HashMap<Vec<u8>, bool> = HashMap::new();
+        for (turn, other, pre) in earlier {
+            let still = *same_inode.entry(other.clone()).or_insert_with(
+                || matches!(self.backing.lstat(&other), Ok(Some(st)) if st.ino == ino),
+            );
+            if still {
+                inner
+                    .index
+                    .add_preimage(turn, path, &pre)
+                    .map_err(index_err)?;
+            }
+        }
         Ok(())
     }
 

@@ -552,8 +552,52 @@ fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
 }
 
 /// Applies the plan's steps; returns the conflicts met.
+/// A file the turn moved away (renamed to a path this plan removes) may
+/// have names opfs never saw: hard links made before the mount and never
+/// looked up through it. Before the removal, the turn-start bytes are put
+/// back into that inode through the name it has now, so those unseen names
+/// are restored too; the recorded path is then created as usual. Only for
+/// an inode the recorded path named at the turn's start (same inode number)
+/// that still has other names.
+fn restore_moved_inodes(journal: &Journal, plan: &[PathPlan]) {
+    let mut removed: std::collections::HashMap<u64, &PathPlan> = Default::default();
+    for q in plan {
+        if let Current::File { stat } = &q.current_state {
+            if stat.nlink > 1 && q.steps.contains(&Step::Remove) {
+                removed.insert(stat.ino, q);
+            }
+        }
+    }
+    if removed.is_empty() {
+        return;
+    }
+    for p in plan {
+        let PreImage::File { blob, ino, .. } = &p.target_state else {
+            continue;
+        };
+        if *ino == 0 || !p.steps.contains(&Step::Create) {
+            continue;
+        }
+        let Some(q) = removed.get(ino) else {
+            continue;
+        };
+        let written = journal
+            .backing()
+            .open_file(&q.raw, libc::O_WRONLY | libc::O_TRUNC, 0)
+            .and_then(|mut f| copy_blob(journal, blob, &mut f));
+        if let Err(e) = written {
+            log::warn!(
+                "cannot restore the other names of {} through {}: {e}",
+                p.path,
+                q.path
+            );
+        }
+    }
+}
+
 fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
     let backing = journal.backing();
+    restore_moved_inodes(journal, plan);
     let mut failed: BTreeSet<usize> = BTreeSet::new();
     let mut conflicts = Vec::new();
     let mut fail = |i: usize, what: &str, e: io::Error, failed: &mut BTreeSet<usize>| {

@@ -183,9 +183,9 @@ impl Op<Sel> {
 /// The two bugs behind `unknown_hard_link_written_then_unlinked` and
 /// `file_replaced_by_a_hard_link_of_another` are fixed (pre-images carry
 /// the inode; another name of an inode recorded in the turn reuses its
-/// turn-start content), but one case stays open (docs/testing.md): a file
-/// with a second name the mount never saw, written and then moved away,
-/// comes back as a new file and the unseen name keeps the new bytes.
+/// turn-start content, ...), but one case stays open (docs/testing.md): the
+/// redo of a rewind that restored an inode through a moved name leaves the
+/// inode's names the mount never saw with the restored bytes.
 fn hard_links() -> bool {
     std::env::var("MODEL_HARD_LINKS").is_ok_and(|v| v == "1")
 }

@@ -290,6 +290,12 @@ impl Index {
                 .execute_batch("ALTER TABLE preimages ADD COLUMN ino INTEGER")
                 .map_err(err)?;
         }
+        index
+            .conn
+            .execute_batch(
+                "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL",
+            )
+            .map_err(err)?;
         let version: Option<String> = index
             .conn
             .query_row(
@@ -638,6 +644,42 @@ impl Index {
     /// sorted by path bytes and then by turn. One query however many turns
     /// it spans; history commands build their per-path timelines from it.
     ///
+    /// True when `path` has a record in some turn before `before`.
+    pub fn recorded_before(&self, path: &[u8], before: u64) -> Result<bool, IndexError> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM preimages WHERE path = ?1 AND turn < ?2 LIMIT 1")
+            .and_then(|mut s| s.exists(params![path, before as i64]))
+            .map_err(self.err())
+    }
+
+    /// File records of inode `ino` in turns before `before`, except those of
+    /// `path`: `(turn, path, pre-image)`, oldest first.
+    pub fn records_of_inode(
+        &self,
+        ino: u64,
+        before: u64,
+        path: &[u8],
+    ) -> Result<Vec<(u64, Vec<u8>, PreImage)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, path, kind, perm, blob, size, target, rdev, ino FROM preimages
+                 WHERE ino = ?1 AND kind = 1 AND turn < ?2 AND path != ?3 ORDER BY turn",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt
+            .query(params![ino as i64, before as i64, path])
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let turn: i64 = r.get(0).map_err(self.err())?;
+            let p: Vec<u8> = r.get(1).map_err(self.err())?;
+            let pre = self.preimage_from_row(r, 2).map_err(|w| self.corrupt(w))?;
+            out.push((turn as u64, p, pre));
+        }
+        Ok(out)
+    }
+
     /// Errors: [`IndexError::Corrupt`] when a stored path is not a valid
     /// project-relative path or a record is malformed.
     pub fn records_since(&self, from: u64) -> Result<Vec<(u64, Vec<u8>, PreImage)>, IndexError> {
