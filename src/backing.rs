@@ -252,6 +252,43 @@ impl Backing {
         Ok(names)
     }
 
+    /// Makes `dest` (an absolute path outside the project, on the same
+    /// filesystem) another name of the file at `rel` (`linkat`, not
+    /// following a final symlink).
+    pub fn link_out(&self, rel: &[u8], dest: &Path) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        let d = cstr(dest.as_os_str().as_bytes())?;
+        // SAFETY: valid fds and strings.
+        check(unsafe {
+            libc::linkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_FDCWD,
+                d.as_ptr(),
+                0,
+            )
+        })
+        .map(drop)
+    }
+
+    /// Makes `rel` another name of the file at `src` (an absolute path
+    /// outside the project, on the same filesystem).
+    pub fn link_in(&self, src: &Path, rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        let s = cstr(src.as_os_str().as_bytes())?;
+        // SAFETY: valid fds and strings.
+        check(unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                s.as_ptr(),
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                0,
+            )
+        })
+        .map(drop)
+    }
+
     /// Removes the non-directory at `rel`.
     pub fn unlink(&self, rel: &[u8]) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;

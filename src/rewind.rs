@@ -552,52 +552,43 @@ fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
 }
 
 /// Applies the plan's steps; returns the conflicts met.
-/// A file the turn moved away (renamed to a path this plan removes) may
-/// have names opfs never saw: hard links made before the mount and never
-/// looked up through it. Before the removal, the turn-start bytes are put
-/// back into that inode through the name it has now, so those unseen names
-/// are restored too; the recorded path is then created as usual. Only for
-/// an inode the recorded path named at the turn's start (same inode number)
-/// that still has other names.
-fn restore_moved_inodes(journal: &Journal, plan: &[PathPlan]) {
-    let mut removed: std::collections::HashMap<u64, &PathPlan> = Default::default();
-    for q in plan {
+/// Pairs of plan entries `(q, p)`: `q` is a path this plan removes whose
+/// file has other names, `p` a path this plan creates as a regular file
+/// that named that same inode when it was recorded. The turn moved the
+/// file from `p` to `q`; it may have names opfs never saw (hard links made
+/// before the mount). Instead of a fresh file at `p`, the executor moves the
+/// inode back: it parks a link to it in the state dir before removing `q`,
+/// links it in at `p` and rewrites it in place, so every name of the inode
+/// gets the turn-start bytes and a later redo moves it back again.
+fn moved_inode_pairs(plan: &[PathPlan]) -> Vec<(usize, usize)> {
+    let mut removed: std::collections::HashMap<u64, usize> = Default::default();
+    for (i, q) in plan.iter().enumerate() {
         if let Current::File { stat } = &q.current_state {
             if stat.nlink > 1 && q.steps.contains(&Step::Remove) {
-                removed.insert(stat.ino, q);
+                removed.insert(stat.ino, i);
             }
         }
     }
-    if removed.is_empty() {
-        return;
-    }
-    for p in plan {
-        let PreImage::File { blob, ino, .. } = &p.target_state else {
-            continue;
-        };
-        if *ino == 0 || !p.steps.contains(&Step::Create) {
-            continue;
-        }
-        let Some(q) = removed.get(ino) else {
-            continue;
-        };
-        let written = journal
-            .backing()
-            .open_file(&q.raw, libc::O_WRONLY | libc::O_TRUNC, 0)
-            .and_then(|mut f| copy_blob(journal, blob, &mut f));
-        if let Err(e) = written {
-            log::warn!(
-                "cannot restore the other names of {} through {}: {e}",
-                p.path,
-                q.path
-            );
+    let mut pairs = Vec::new();
+    for (i, p) in plan.iter().enumerate() {
+        if let PreImage::File { ino, .. } = &p.target_state {
+            if *ino != 0 && p.steps.contains(&Step::Create) {
+                if let Some(&q) = removed.get(ino) {
+                    if q != i {
+                        pairs.push((q, i));
+                    }
+                }
+            }
         }
     }
+    pairs
 }
 
 fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
     let backing = journal.backing();
-    restore_moved_inodes(journal, plan);
+    let pairs = moved_inode_pairs(plan);
+    // p index -> parked link to the inode that moves back to p.
+    let mut parked: std::collections::HashMap<usize, std::path::PathBuf> = Default::default();
     let mut failed: BTreeSet<usize> = BTreeSet::new();
     let mut conflicts = Vec::new();
     let mut fail = |i: usize, what: &str, e: io::Error, failed: &mut BTreeSet<usize>| {
@@ -612,6 +603,29 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
     // children, so reverse order visits children first.
     for (i, p) in plan.iter().enumerate().rev() {
         if p.steps.contains(&Step::Remove) {
+            for &(q, target) in pairs.iter().filter(|(q, _)| *q == i) {
+                let park = journal.state().blobs_dir().join("tmp").join(format!(
+                    "park-{}-{}",
+                    std::process::id(),
+                    target
+                ));
+                let _ = std::fs::remove_file(&park);
+                match backing.link_out(&plan[q].raw, &park) {
+                    Ok(()) => {
+                        parked.insert(target, park);
+                    }
+                    // Another filesystem: put the turn-start bytes into the
+                    // inode through this name before it goes, so its other
+                    // names are restored (the new file at p is separate).
+                    Err(_) => {
+                        if let PreImage::File { blob, .. } = &plan[target].target_state {
+                            let _ = backing
+                                .open_file(&plan[q].raw, libc::O_WRONLY | libc::O_TRUNC, 0)
+                                .and_then(|mut f| copy_blob(journal, blob, &mut f));
+                        }
+                    }
+                }
+            }
             if let Err(e) = remove(backing, p) {
                 fail(i, "remove", e, &mut failed);
             }
@@ -622,7 +636,28 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
         if failed.contains(&i) {
             continue;
         }
-        let result = if p.steps.contains(&Step::Create) {
+        let result = if let Some(park) = parked.remove(&i) {
+            let moved_back = backing
+                .link_in(&park, &p.raw)
+                .and_then(|()| rewrite(journal, p));
+            let result = match moved_back {
+                Ok(()) => Ok(()),
+                Err(_) => {
+                    // Restore the inode's other names through the parked
+                    // link, then give p a file of its own.
+                    if let PreImage::File { blob, .. } = &p.target_state {
+                        let _ = std::fs::OpenOptions::new()
+                            .write(true)
+                            .truncate(true)
+                            .open(&park)
+                            .and_then(|mut f| copy_blob(journal, blob, &mut f));
+                    }
+                    create(journal, p)
+                }
+            };
+            let _ = std::fs::remove_file(&park);
+            result
+        } else if p.steps.contains(&Step::Create) {
             create(journal, p)
         } else if p.steps.contains(&Step::Rewrite) {
             rewrite(journal, p)
