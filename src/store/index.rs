@@ -547,6 +547,26 @@ impl Index {
         Ok(n == 1)
     }
 
+    /// A record's path (column `col`, checked: a malformed path is
+    /// corruption, never followed) and its pre-image (the columns after it).
+    fn record_from_row(
+        &self,
+        r: &rusqlite::Row<'_>,
+        col: usize,
+    ) -> Result<(Vec<u8>, PreImage), IndexError> {
+        let path: Vec<u8> = r.get(col).map_err(self.err())?;
+        paths::validate(&path).map_err(|what| {
+            self.corrupt(format!("stored path {:?}: {what}", paths::display(&path)))
+        })?;
+        if path.is_empty() {
+            return Err(self.corrupt("a record names the project root".into()));
+        }
+        let pre = self
+            .preimage_from_row(r, col + 1)
+            .map_err(|w| self.corrupt(format!("record for {:?}: {w}", paths::display(&path))))?;
+        Ok((path, pre))
+    }
+
     fn preimage_from_row(&self, r: &rusqlite::Row<'_>, first: usize) -> Result<PreImage, String> {
         let get_err = |e: rusqlite::Error| e.to_string();
         let kind: i64 = r.get(first).map_err(get_err)?;
@@ -625,17 +645,7 @@ impl Index {
             .map_err(self.err())?;
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(self.err())? {
-            let path: Vec<u8> = r.get(0).map_err(self.err())?;
-            paths::validate(&path).map_err(|what| {
-                self.corrupt(format!("stored path {:?}: {what}", paths::display(&path)))
-            })?;
-            if path.is_empty() {
-                return Err(self.corrupt("a record names the project root".into()));
-            }
-            let pre = self.preimage_from_row(r, 1).map_err(|w| {
-                self.corrupt(format!("record for {:?}: {w}", paths::display(&path)))
-            })?;
-            out.push((path, pre));
+            out.push(self.record_from_row(r, 0)?);
         }
         Ok(out)
     }
@@ -673,9 +683,8 @@ impl Index {
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(self.err())? {
             let turn: i64 = r.get(0).map_err(self.err())?;
-            let p: Vec<u8> = r.get(1).map_err(self.err())?;
-            let pre = self.preimage_from_row(r, 2).map_err(|w| self.corrupt(w))?;
-            out.push((turn as u64, p, pre));
+            let (path, pre) = self.record_from_row(r, 1)?;
+            out.push((turn as u64, path, pre));
         }
         Ok(out)
     }
@@ -694,16 +703,7 @@ impl Index {
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(self.err())? {
             let turn: i64 = r.get(0).map_err(self.err())?;
-            let path: Vec<u8> = r.get(1).map_err(self.err())?;
-            paths::validate(&path).map_err(|what| {
-                self.corrupt(format!("stored path {:?}: {what}", paths::display(&path)))
-            })?;
-            if path.is_empty() {
-                return Err(self.corrupt("a record names the project root".into()));
-            }
-            let pre = self.preimage_from_row(r, 2).map_err(|w| {
-                self.corrupt(format!("record for {:?}: {w}", paths::display(&path)))
-            })?;
+            let (path, pre) = self.record_from_row(r, 1)?;
             out.push((turn as u64, path, pre));
         }
         Ok(out)
