@@ -170,12 +170,7 @@ pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
             target: backing.read_link(path)?,
         }),
         t => Version::recorded(PreImage::Special {
-            kind: match t {
-                libc::S_IFIFO => Special::Fifo,
-                libc::S_IFSOCK => Special::Socket,
-                libc::S_IFCHR => Special::Char,
-                _ => Special::Block,
-            },
+            kind: Special::from_type_bits(t).unwrap_or(Special::Block),
             perm: st.perm(),
             rdev: st.rdev,
         }),

@@ -477,12 +477,7 @@ impl Journal {
                 target: self.backing.read_link(path).map_err(read_err)?,
             },
             t => PreImage::Special {
-                kind: match t {
-                    libc::S_IFIFO => Special::Fifo,
-                    libc::S_IFSOCK => Special::Socket,
-                    libc::S_IFCHR => Special::Char,
-                    _ => Special::Block,
-                },
+                kind: Special::from_type_bits(t).unwrap_or(Special::Block),
                 perm: st.perm(),
                 rdev: st.rdev,
             },

@@ -22,6 +22,18 @@ pub enum Special {
 }
 
 impl Special {
+    /// The kind whose `S_IFMT` bits are `bits`; `None` for regular files,
+    /// directories and symlinks.
+    pub fn from_type_bits(bits: u32) -> Option<Special> {
+        match bits {
+            libc::S_IFIFO => Some(Special::Fifo),
+            libc::S_IFSOCK => Some(Special::Socket),
+            libc::S_IFCHR => Some(Special::Char),
+            libc::S_IFBLK => Some(Special::Block),
+            _ => None,
+        }
+    }
+
     /// The `S_IFMT` bits of this kind.
     pub fn type_bits(self) -> u32 {
         match self {
