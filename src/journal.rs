@@ -545,11 +545,16 @@ impl Journal {
 impl MutationHook for Journal {
     fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno> {
         let result = match *mutation {
-            Mutation::Content { path } => self.capture(path).map(|()| {
-                if !paths::is_excluded(path) {
-                    self.lock().fingerprints.insert(path.to_vec(), None);
-                }
-            }),
+            Mutation::Content { path } => {
+                // One lock for both: record the pre-image, then mark the
+                // fingerprint unknown while the mount changes the file.
+                let mut inner = self.lock();
+                self.capture_locked(&mut inner, path).map(|()| {
+                    if !paths::is_excluded(path) {
+                        inner.fingerprints.insert(path.to_vec(), None);
+                    }
+                })
+            }
             // The layer reports Create only for a name it found absent under
             // the gate, so no second stat of the project is needed.
             Mutation::Create { path } => {

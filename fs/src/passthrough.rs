@@ -431,6 +431,12 @@ impl Shared {
         Err(Errno::EAGAIN)
     }
 
+    /// `fsync`/`fdatasync` of an open file or directory handle.
+    fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
+        let h = self.handle(fh)?;
+        sys::fsync(h.fd.as_fd(), datasync).map_err(e)
+    }
+
     fn write_check(&self, h: &Handle) -> Res<()> {
         h.mark_dirty();
         let epoch = self.hook.epoch();
@@ -812,11 +818,7 @@ impl Filesystem for Passthrough {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = self
-            .shared
-            .handle(fh)
-            .and_then(|h| sys::fsync(h.fd.as_fd(), datasync).map_err(e));
-        match res {
+        match self.shared.fsync(fh, datasync) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(err),
         }
@@ -943,11 +945,7 @@ impl Filesystem for Passthrough {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = self
-            .shared
-            .handle(fh)
-            .and_then(|h| sys::fsync(h.fd.as_fd(), datasync).map_err(e));
-        match res {
+        match self.shared.fsync(fh, datasync) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(err),
         }
