@@ -327,6 +327,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         } => run_sandboxed(&home, sandbox, *net, writable, turn, command, cli),
         Cmd::Log => {
             let st = project_state(&home, cli)?;
+            commit_pending(&st)?;
             history_cmd::log(&st, cli.json, out).map_err(|(code, message)| Fail { code, message })
         }
         Cmd::Diff {
@@ -336,6 +337,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             paths,
         } => {
             let st = project_state(&home, cli)?;
+            commit_pending(&st)?;
             let mode = if *stat {
                 history_cmd::DiffMode::Stat
             } else if *name_status {
@@ -348,10 +350,13 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         }
         Cmd::Show { spec } => {
             let st = project_state(&home, cli)?;
+            commit_pending(&st)?;
             history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
         }
         Cmd::Verify => {
             let st = project_state(&home, cli)?;
+            // A damaged capture log is one of the problems verify reports.
+            let _ = commit_pending(&st);
             verify(&st, cli, out)
         }
         Cmd::Gc {
@@ -397,6 +402,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         }
         Cmd::Export { git_dir } => {
             let st = project_state(&home, cli)?;
+            commit_pending(&st)?;
             history_cmd::export(&st, git_dir.as_deref(), cli.json, out)
                 .map_err(|(code, message)| Fail { code, message })
         }
@@ -569,6 +575,39 @@ fn ask(st: &StateDir, req: &Request) -> Result<Option<Response>, Fail> {
     }
 }
 
+/// Makes every capture so far visible to the index readers (history,
+/// export, verify): a running daemon commits the records pending in its
+/// capture log; with none running, records a crash left there are moved
+/// into the index (under the state lock, as a mount would).
+fn commit_pending(st: &StateDir) -> Result<(), Fail> {
+    if !st.exists() {
+        return Ok(());
+    }
+    match ask(st, &Request::Commit)? {
+        Some(Response::Committed) => return Ok(()),
+        Some(Response::Error { message, .. }) => return Err(failure(message)),
+        Some(other) => {
+            return Err(failure(format!(
+                "unexpected answer from the daemon: {other:?}"
+            )))
+        }
+        None => {}
+    }
+    let log = st.capture_log_path();
+    if std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Ok(());
+    }
+    let Some(_lock) = StateLock::try_acquire(st)
+        .map_err(|e| failure(format!("cannot lock {}: {e}", st.lock_path().display())))?
+    else {
+        return Ok(()); // a daemon started meanwhile; it replays the log
+    };
+    let mut index = open_index(st)?;
+    opfs::store::replay_capture_log(&mut index, &log, false)
+        .map(drop)
+        .map_err(|e| failure(e.to_string()))
+}
+
 fn open_direct(st: &StateDir) -> Result<(Journal, StateLock), Fail> {
     let lock = StateLock::try_acquire(st)
         .map_err(|e| failure(format!("cannot lock {}: {e}", st.lock_path().display())))?
@@ -610,6 +649,7 @@ fn list_rewind_points(
     cli: &Cli,
     out: &mut dyn Write,
 ) -> Result<i32, Fail> {
+    commit_pending(st)?;
     let ix = open_index(st)?;
     let turns = ix
         .turns(if all { None } else { Some(10) })

@@ -46,6 +46,10 @@ pub enum Request {
     },
     /// Unmount and exit.
     Unmount,
+    /// Commit the capture records pending in the capture log to the index,
+    /// so a reader in another process (history, export) sees every capture
+    /// made so far. Answered with [`Response::Committed`].
+    Commit,
 }
 
 /// How a failed request failed.
@@ -73,6 +77,8 @@ pub enum Response {
     Rewind(serde_json::Value),
     /// The daemon is unmounting.
     Unmounting,
+    /// The pending capture records are in the index.
+    Committed,
     /// The request failed.
     Error {
         /// Usage or failure.
@@ -178,6 +184,13 @@ pub fn handle(
     req: Request,
 ) -> Response {
     match req {
+        Request::Commit => match journal.apply_pending() {
+            Ok(()) => Response::Committed,
+            Err(e) => Response::Error {
+                kind: FailureKind::Failure,
+                message: e.to_string(),
+            },
+        },
         Request::Status => {
             Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
         }

@@ -10,6 +10,11 @@ use crate::journal::{Journal, OpenError};
 use crate::rewind;
 use crate::state::{self, StateDir};
 
+/// How long a captured record may wait in the capture log before the
+/// daemon commits it to the index (when fewer than
+/// [`crate::journal::GROUP_MAX`] are pending).
+pub const GROUP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Why a mount was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -373,9 +378,17 @@ pub fn run(
     // Off the request path: a thread of its own, woken through a channel.
     // The first wake-up writes the baseline while the project is as first
     // seen, or catches up with turns closed while nothing was mounted.
-    let exporter = opts
-        .export
-        .then(|| crate::export::spawn_background(state.clone()));
+    let exporter = opts.export.then(|| {
+        let journal = journal.clone();
+        crate::export::spawn_background(
+            state.clone(),
+            Box::new(move || {
+                if let Err(e) = journal.apply_pending() {
+                    log::warn!("group commit before the export deferred: {e}");
+                }
+            }),
+        )
+    });
     if let Some(tx) = &exporter {
         let _ = tx.try_send(());
     }
@@ -416,6 +429,22 @@ pub fn run(
             }
         });
     }
+    // Group commits of the capture log happen on the capturing thread when
+    // enough records are pending; this timer commits the rest, so history
+    // commands in other processes see a capture within GROUP_INTERVAL.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let committer = {
+        let journal = journal.clone();
+        std::thread::spawn(move || {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(GROUP_INTERVAL)
+            {
+                if let Err(e) = journal.apply_pending() {
+                    log::warn!("group commit deferred: {e}");
+                }
+            }
+        })
+    };
     ready();
     log::info!(
         "serving {} at {} (turn {})",
@@ -424,6 +453,8 @@ pub fn run(
         journal.open_turn()
     );
     let result = mount.run();
+    drop(stop_tx);
+    let _ = committer.join();
     if let Err(e) = journal.flush() {
         log::error!("cannot store fingerprints at unmount: {e}");
     }

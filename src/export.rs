@@ -277,14 +277,11 @@ impl Exporter<'_> {
                     (Some(bytes), _) => self.write_blob(bytes)?,
                     (None, Some(id)) => *id,
                     (None, None) => {
-                        let data =
-                            self.src
-                                .blobs
-                                .read(blob)
-                                .map_err(|source| ExportError::Blob {
-                                    path: paths::display(path),
-                                    source,
-                                })?;
+                        let data = crate::store::read_blob(self.src.index, self.src.blobs, blob)
+                            .map_err(|source| ExportError::Blob {
+                                path: paths::display(path),
+                                source,
+                            })?;
                         self.write_blob(&data)?
                     }
                 };
@@ -801,13 +798,20 @@ fn baseline(
 /// merged into one more run). Failures are logged, never returned: the
 /// export must not slow down or fail the request that closed the turn.
 ///
+/// `before_each` runs before every export: the daemon passes a group
+/// commit of its capture log, so the export reads every record so far.
+///
 /// The thread ends when every sender is dropped.
-pub fn spawn_background(state: StateDir) -> crossbeam_channel::Sender<()> {
+pub fn spawn_background(
+    state: StateDir,
+    before_each: Box<dyn Fn() + Send>,
+) -> crossbeam_channel::Sender<()> {
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("opfs-export".into())
         .spawn(move || {
             for () in rx {
+                before_each();
                 match export(&state, None, &mut |_| {}) {
                     Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
                         "exported {} turn(s){} to {} in {} ms",

@@ -61,6 +61,9 @@ pub enum GcError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// The capture log could not be moved into the index first.
+    #[error(transparent)]
+    Replay(#[from] crate::store::ReplayError),
 }
 
 /// What gc did (or, with `dry_run`, would do).
@@ -72,9 +75,9 @@ pub struct GcReport {
     pub oldest_kept: Option<u64>,
     /// Pre-image records deleted.
     pub records_deleted: u64,
-    /// Blob files removed.
+    /// Blobs removed: files, and inline blobs deleted with their rows.
     pub blobs_removed: u64,
-    /// Bytes of blob files removed.
+    /// Bytes of the blobs removed.
     pub bytes_freed: u64,
     /// True when nothing was changed.
     pub dry_run: bool,
@@ -95,6 +98,25 @@ fn blob_bytes_from(conn: &Connection, from: i64) -> rusqlite::Result<u64> {
 /// Applies `retention` to the state dir. The caller holds the state lock.
 pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcReport, GcError> {
     let db = state.index_path();
+    // Records still in the capture log (a crash) name blobs and turns; they
+    // go into the index first so the decisions below see them. A dry run
+    // writes nothing, so it keeps every blob the log names instead.
+    let mut logged = BTreeSet::new();
+    // Opening the index upgrades an older schema in place.
+    let mut index =
+        crate::store::Index::open(&db, false).map_err(crate::store::ReplayError::from)?;
+    if dry_run {
+        let entries = crate::store::log::read(&state.capture_log_path())
+            .map_err(crate::store::ReplayError::from)?;
+        for e in entries {
+            if let crate::preimage::PreImage::File { blob, .. } = e.pre {
+                logged.insert(blob.to_vec());
+            }
+        }
+    } else {
+        crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
+    }
+    drop(index);
     let err = |source| GcError::Index {
         path: db.clone(),
         source,
@@ -158,6 +180,16 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         rows.collect()
     };
     let kept = keep_blobs(&conn).map_err(err)?;
+    // Inline blobs (small files) go with their rows.
+    let (inline_removed, inline_bytes): (i64, i64) = conn
+        .query_row(
+            "SELECT count(*), coalesce(sum(size), 0) FROM blobs
+             WHERE data IS NOT NULL AND hash NOT IN
+               (SELECT DISTINCT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL)",
+            [cut],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(err)?;
     if !dry_run && cut > first {
         let tx = conn.transaction().map_err(err)?;
         tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])
@@ -180,8 +212,8 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     // Blob files no kept record names (including leftovers of earlier runs
     // and of failed captures).
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let mut blobs_removed = 0;
-    let mut bytes_freed = 0;
+    let mut blobs_removed = inline_removed as u64;
+    let mut bytes_freed = inline_bytes as u64;
     if let Ok(dirs) = std::fs::read_dir(state.blobs_dir()) {
         for d in dirs.flatten() {
             let dname = d.file_name().to_string_lossy().into_owned();
@@ -197,7 +229,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
                     continue; // not a blob: verify reports it, gc leaves it
                 };
                 let hash: Hash = *h.as_bytes();
-                if kept.contains(&hash[..]) {
+                if kept.contains(&hash[..]) || logged.contains(&hash[..]) {
                     continue;
                 }
                 let path = store.path_of(&hash);

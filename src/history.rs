@@ -265,8 +265,7 @@ impl Sources<'_> {
         match (&v.state, &v.bytes) {
             (PreImage::File { .. }, Some(b)) => Ok(Some(b.clone())),
             (PreImage::File { blob, .. }, None) => {
-                self.blobs
-                    .read(blob)
+                crate::store::read_blob(self.index, self.blobs, blob)
                     .map(Some)
                     .map_err(|source| HistoryError::Blob {
                         path: paths::display(path),

@@ -7,13 +7,18 @@
 //! The first record of a path in a turn wins; later mutations of the same
 //! path in the same turn cost one hash-set lookup.
 //!
-//! Capture order: the blob is written and renamed into place, then the
-//! record is committed to the index, then the hook returns and the
-//! mutation runs. A crash at any point leaves either no record (and no
-//! mutation) or a record of the true pre-image.
+//! Capture order: a large file's blob is written and renamed into place,
+//! then the record (with a small file's bytes inline) is appended to the
+//! capture log (`store::log`), then the hook returns and the mutation
+//! runs. A crash at any point leaves either no record (and no mutation) or
+//! a record of the true pre-image. Records move from the log into the index
+//! in groups ("group commit"): when [`GROUP_MAX`] records or
+//! [`GROUP_MAX_BYTES`] bytes are pending, before anything reads the index
+//! through the journal, at every turn switch, and when the daemon's timer
+//! calls [`Journal::apply_pending`].
 
 use std::collections::{HashMap, HashSet};
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -25,7 +30,18 @@ use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{PreImage, Special};
 use crate::state::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError, TurnKind};
+use crate::store::{
+    BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, TurnKind,
+    INLINE_MAX,
+};
+
+/// Pending records that trigger a group commit on the capturing thread.
+pub const GROUP_MAX: usize = 4096;
+/// Pending inline bytes that trigger a group commit.
+pub const GROUP_MAX_BYTES: usize = 8 << 20;
+/// With this many records pending and the index refusing them, captures
+/// fail (the log would otherwise grow without bound).
+const PENDING_HARD_MAX: usize = 1 << 20;
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +62,14 @@ pub enum CaptureError {
         /// The cause.
         source: BlobError,
     },
+    /// Appending the record to the capture log failed.
+    #[error("cannot record the pre-image of {path}: {source}")]
+    Log {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: LogError,
+    },
     /// Writing the record failed.
     #[error("cannot record the pre-image of {path}: {source}")]
     Index {
@@ -63,6 +87,7 @@ impl CaptureError {
         match self {
             CaptureError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             CaptureError::Blob { source, .. } => source.errno(),
+            CaptureError::Log { source, .. } => source.errno(),
             CaptureError::Index { source, .. } => source.errno(),
         }
     }
@@ -93,10 +118,18 @@ pub enum OpenError {
     /// The index cannot be opened or read.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The capture log cannot be read, replayed or opened.
+    #[error(transparent)]
+    Log(#[from] LogError),
 }
 
 struct Inner {
     index: Index,
+    /// Records appended to `log` and not yet committed to `index`, in log
+    /// order.
+    log: CaptureLog,
+    pending: Vec<Entry>,
+    pending_bytes: usize,
     turn: u64,
     captured: HashSet<Vec<u8>>,
     /// Files with several hard links whose content was recorded in the open
@@ -128,6 +161,13 @@ impl std::fmt::Debug for Journal {
     }
 }
 
+fn index_as_blob_error(e: IndexError) -> BlobError {
+    BlobError::Io {
+        path: e.path().to_path_buf(),
+        source: io::Error::other(e.to_string()),
+    }
+}
+
 /// Reads the state of `path` in the project without storing anything:
 /// `Ok(None)` for absent, else the stat.
 fn stat_of(backing: &Backing, path: &[u8]) -> Result<Option<Stat>, CaptureError> {
@@ -156,6 +196,15 @@ impl Journal {
         let blobs = BlobStore::open(&state.blobs_dir(), sync)?;
         blobs.clear_tmp();
         let mut index = Index::open(&state.index_path(), sync)?;
+        // Records a crash left in the capture log go into the index before
+        // anything reads it; applying one twice changes nothing.
+        let capture_log =
+            crate::store::replay_capture_log(&mut index, &state.capture_log_path(), sync).map_err(
+                |e| match e {
+                    ReplayError::Log(e) => OpenError::Log(e),
+                    ReplayError::Index(e) => OpenError::Index(e),
+                },
+            )?;
         let turn = match index.last_turn()? {
             Some(t) => t.number,
             None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
@@ -166,6 +215,9 @@ impl Journal {
             state: state.clone(),
             inner: Mutex::new(Inner {
                 index,
+                log: capture_log,
+                pending: Vec::new(),
+                pending_bytes: 0,
                 turn,
                 captured: HashSet::new(),
                 linked: HashMap::new(),
@@ -202,14 +254,97 @@ impl Journal {
         &self.blobs
     }
 
+    /// Checks that blob `hash` is stored (inline or as a file) and hashes
+    /// to its name; returns its length. Errors as [`crate::store::verify_blob`].
+    pub fn verify_blob(&self, hash: &crate::preimage::Hash) -> Result<u64, BlobError> {
+        let mut inner = self.lock();
+        Self::apply_locked(&mut inner).map_err(index_as_blob_error)?;
+        crate::store::verify_blob(&inner.index, &self.blobs, hash)
+    }
+
+    /// The content of blob `hash` when it is stored inline (checked), else
+    /// `None` (read the blob file). Errors as [`crate::store::read_blob`].
+    pub fn inline_blob(&self, hash: &crate::preimage::Hash) -> Result<Option<Vec<u8>>, BlobError> {
+        let mut inner = self.lock();
+        Self::apply_locked(&mut inner).map_err(index_as_blob_error)?;
+        match inner.index.inline_blob(hash).map_err(index_as_blob_error)? {
+            Some(_) => crate::store::read_blob(&inner.index, &self.blobs, hash).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The open turn's number.
     pub fn open_turn(&self) -> u64 {
         self.lock().turn
     }
 
-    /// Runs `f` with the index (under the journal's lock).
-    pub fn with_index<R>(&self, f: impl FnOnce(&mut Index) -> R) -> R {
-        f(&mut self.lock().index)
+    /// Runs `f` with the index (under the journal's lock), after committing
+    /// the pending records so `f` sees every capture so far.
+    ///
+    /// Errors: committing the pending records failed (they stay pending
+    /// and in the log), or `f`'s own.
+    pub fn with_index<R>(
+        &self,
+        f: impl FnOnce(&mut Index) -> Result<R, IndexError>,
+    ) -> Result<R, IndexError> {
+        let mut inner = self.lock();
+        Self::apply_locked(&mut inner)?;
+        f(&mut inner.index)
+    }
+
+    /// Commits the records pending in the capture log to the index in one
+    /// transaction (a group commit), then empties the log. The daemon calls
+    /// this on a timer so other processes reading the index (history,
+    /// export) see captures within a fraction of a second.
+    ///
+    /// Errors: the index refused the transaction; the records stay pending
+    /// and in the log, and the next call retries.
+    pub fn apply_pending(&self) -> Result<(), IndexError> {
+        Self::apply_locked(&mut self.lock())
+    }
+
+    fn apply_locked(inner: &mut Inner) -> Result<(), IndexError> {
+        if inner.pending.is_empty() {
+            return Ok(());
+        }
+        inner.index.apply(&inner.pending)?;
+        inner.pending.clear();
+        inner.pending_bytes = 0;
+        // If the truncation fails the log keeps records the index already
+        // holds; replaying them changes nothing. The next group retries.
+        if let Err(e) = inner.log.truncate() {
+            log::warn!("{e}");
+        }
+        Ok(())
+    }
+
+    /// Appends `entry` to the capture log (durable when this returns) and
+    /// queues it for the next group commit.
+    fn append(&self, inner: &mut Inner, entry: Entry) -> Result<(), CaptureError> {
+        let path_err = |e: &Entry| paths::display(&e.path);
+        if inner.pending.len() >= PENDING_HARD_MAX {
+            Self::apply_locked(inner).map_err(|source| CaptureError::Index {
+                path: path_err(&entry),
+                source,
+            })?;
+        }
+        inner
+            .log
+            .append(&entry)
+            .map_err(|source| CaptureError::Log {
+                path: path_err(&entry),
+                source,
+            })?;
+        inner.pending_bytes += entry.path.len() + entry.data.as_ref().map_or(0, Vec::len);
+        inner.pending.push(entry);
+        if inner.pending.len() >= GROUP_MAX || inner.pending_bytes >= GROUP_MAX_BYTES {
+            // The records are durable in the log; a failed commit only
+            // leaves them pending.
+            if let Err(e) = Self::apply_locked(inner) {
+                log::warn!("group commit deferred: {e}");
+            }
+        }
+        Ok(())
     }
 
     /// Closes the open turn and opens the next one of `kind`. The caller must
@@ -244,6 +379,9 @@ impl Journal {
     }
 
     fn flush_locked(inner: &mut Inner) -> Result<(), IndexError> {
+        // Pending records forget stored fingerprints; they must land before
+        // the fresh fingerprints below, never after.
+        Self::apply_locked(inner)?;
         if inner.fingerprints.is_empty() {
             return Ok(());
         }
@@ -273,10 +411,13 @@ impl Journal {
 
     /// What the mount last left at `path`, if known.
     pub fn last_seen(&self, path: &[u8]) -> Result<Option<Fingerprint>, IndexError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         match inner.fingerprints.get(path) {
             Some(fp) => Ok(*fp),
-            None => inner.index.fingerprint(path),
+            None => {
+                Self::apply_locked(&mut inner)?;
+                inner.index.fingerprint(path)
+            }
         }
     }
 
@@ -333,43 +474,30 @@ impl Journal {
         if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
             return Ok(());
         }
-        let pre = match known {
-            Some(pre) => pre,
+        let (pre, data) = match known {
+            Some(pre) => (pre, None),
             None => self.read_state(inner, path)?,
         };
         if let PreImage::File { ino, .. } = pre {
             self.backfill_other_names(inner, path, ino)?;
         }
-        inner
-            .index
-            .add_preimage(inner.turn, path, &pre)
-            .map_err(|source| CaptureError::Index {
-                path: paths::display(path),
-                source,
-            })?;
+        // The entry also forgets the stored fingerprint (written at the
+        // last turn switch, rewind or unmount): it describes the path
+        // before the mutation about to run, and the new one lives in memory
+        // until the next flush, so a crash before that flush leaves "not
+        // known" (no check) instead of a false "changed behind the mount's
+        // back".
+        let turn = inner.turn;
+        self.append(
+            inner,
+            Entry {
+                turn,
+                path: path.to_vec(),
+                pre,
+                data,
+            },
+        )?;
         crate::rewind::failpoint("capture-after-record");
-        // The stored fingerprint (written at the last turn switch, rewind or
-        // unmount) describes the path before the mutation about to run; the
-        // new one lives in memory until the next flush. Forget the stored
-        // one now, so that a crash before that flush leaves "not known" (no
-        // check) instead of a false "changed behind the mount's back".
-        let stale = inner
-            .index
-            .fingerprint(path)
-            .map(|fp| fp.is_some())
-            .and_then(|stale| match stale {
-                true => inner
-                    .index
-                    .put_fingerprints(std::iter::once((path, None)))
-                    .map(|()| true),
-                false => Ok(false),
-            });
-        if let Err(source) = stale {
-            return Err(CaptureError::Index {
-                path: paths::display(path),
-                source,
-            });
-        }
         inner.captured.insert(path.to_vec());
         Ok(())
     }
@@ -396,6 +524,7 @@ impl Journal {
             Some(st) if st.nlink > 1 && st.ino == ino => {}
             _ => return Ok(()),
         }
+        Self::apply_locked(inner).map_err(index_err)?;
         if inner
             .index
             .recorded_before(path, inner.turn)
@@ -422,65 +551,88 @@ impl Journal {
         Ok(())
     }
 
-    /// Reads `path`'s current state from the project, storing a regular
-    /// file's bytes as a blob.
-    fn read_state(&self, inner: &mut Inner, path: &[u8]) -> Result<PreImage, CaptureError> {
-        let index = &inner.index;
+    /// Reads `path`'s current state from the project. A regular file's
+    /// bytes are returned for an inline record when they fit in
+    /// [`INLINE_MAX`], else stored as a blob file first.
+    fn read_state(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+    ) -> Result<(PreImage, Option<Vec<u8>>), CaptureError> {
         let Some(st) = stat_of(&self.backing, path)? else {
-            return Ok(PreImage::Absent);
+            return Ok((PreImage::Absent, None));
         };
         let read_err = |source| CaptureError::Read {
             path: paths::display(path),
             source,
         };
+        let key = (st.dev, st.ino);
         Ok(match st.file_type() {
-            libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&(st.dev, st.ino)) => {
-                let (blob, size) = inner.linked[&(st.dev, st.ino)];
-                PreImage::File {
+            libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&key) => {
+                let (blob, size) = inner.linked[&key];
+                let pre = PreImage::File {
                     blob,
                     size,
                     perm: st.perm(),
                     ino: st.ino,
-                }
+                };
+                (pre, None)
             }
             libc::S_IFREG => {
                 let mut f = self
                     .backing
                     .open_file(path, libc::O_RDONLY, 0)
                     .map_err(read_err)?;
-                let (blob, size) =
-                    self.blobs
-                        .put(&mut f, st.size)
-                        .map_err(|source| CaptureError::Blob {
-                            path: paths::display(path),
-                            source,
-                        })?;
-                crate::rewind::failpoint("capture-after-blob");
-                index
-                    .add_blob(&blob, size)
-                    .map_err(|source| CaptureError::Index {
-                        path: paths::display(path),
-                        source,
-                    })?;
-                if st.nlink > 1 {
-                    inner.linked.insert((st.dev, st.ino), (blob, size));
+                let blob_err = |source| CaptureError::Blob {
+                    path: paths::display(path),
+                    source,
+                };
+                let mut head = Vec::new();
+                if st.size <= INLINE_MAX {
+                    (&mut f)
+                        .take(INLINE_MAX + 1)
+                        .read_to_end(&mut head)
+                        .map_err(read_err)?;
                 }
-                PreImage::File {
+                let (blob, size, data) = if st.size <= INLINE_MAX && head.len() as u64 <= INLINE_MAX
+                {
+                    let blob = *blake3::hash(&head).as_bytes();
+                    (blob, head.len() as u64, Some(head))
+                } else {
+                    // Large, or grew past the limit since the stat: a blob
+                    // file, written (and renamed into place) before the
+                    // record that names it.
+                    let mut src = io::Cursor::new(head).chain(f);
+                    let (blob, size) = self.blobs.put(&mut src, st.size).map_err(blob_err)?;
+                    (blob, size, None)
+                };
+                crate::rewind::failpoint("capture-after-blob");
+                if st.nlink > 1 {
+                    inner.linked.insert(key, (blob, size));
+                }
+                let pre = PreImage::File {
                     blob,
                     size,
                     perm: st.perm(),
                     ino: st.ino,
-                }
+                };
+                (pre, data)
             }
-            libc::S_IFDIR => PreImage::Dir { perm: st.perm() },
-            libc::S_IFLNK => PreImage::Symlink {
-                target: self.backing.read_link(path).map_err(read_err)?,
-            },
-            t => PreImage::Special {
-                kind: Special::from_type_bits(t).unwrap_or(Special::Block),
-                perm: st.perm(),
-                rdev: st.rdev,
-            },
+            libc::S_IFDIR => (PreImage::Dir { perm: st.perm() }, None),
+            libc::S_IFLNK => (
+                PreImage::Symlink {
+                    target: self.backing.read_link(path).map_err(read_err)?,
+                },
+                None,
+            ),
+            t => (
+                PreImage::Special {
+                    kind: Special::from_type_bits(t).unwrap_or(Special::Block),
+                    perm: st.perm(),
+                    rdev: st.rdev,
+                },
+                None,
+            ),
         })
     }
 

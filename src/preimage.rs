@@ -34,6 +34,18 @@ impl Special {
         }
     }
 
+    /// The kind stored under record kind code `code` (4-7, see
+    /// [`PreImage::code`]).
+    pub fn from_code(code: u8) -> Option<Special> {
+        match code {
+            4 => Some(Special::Fifo),
+            5 => Some(Special::Socket),
+            6 => Some(Special::Char),
+            7 => Some(Special::Block),
+            _ => None,
+        }
+    }
+
     /// The `S_IFMT` bits of this kind.
     pub fn type_bits(self) -> u32 {
         match self {
@@ -99,6 +111,23 @@ impl PreImage {
                 Special::Socket => "socket",
                 Special::Char => "char",
                 Special::Block => "block",
+            },
+        }
+    }
+
+    /// The kind's code in the index and the capture log (`docs/format.md`):
+    /// 0 absent, 1 file, 2 dir, 3 symlink, 4 fifo, 5 socket, 6 char, 7 block.
+    pub fn code(&self) -> u8 {
+        match self {
+            PreImage::Absent => 0,
+            PreImage::File { .. } => 1,
+            PreImage::Dir { .. } => 2,
+            PreImage::Symlink { .. } => 3,
+            PreImage::Special { kind, .. } => match kind {
+                Special::Fifo => 4,
+                Special::Socket => 5,
+                Special::Char => 6,
+                Special::Block => 7,
             },
         }
     }

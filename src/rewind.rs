@@ -436,7 +436,7 @@ fn preflight(
             }
         }
         if let PreImage::File { blob, .. } = &p.target_state {
-            if let Err(e) = journal.blobs().verify(blob) {
+            if let Err(e) = journal.verify_blob(blob) {
                 conflicts.push(Conflict {
                     path: p.path.clone(),
                     reason: format!("cannot restore its content: {e}"),
@@ -479,10 +479,11 @@ fn preflight(
 }
 
 fn copy_blob(journal: &Journal, blob: &[u8; 32], out: &mut std::fs::File) -> io::Result<()> {
-    let mut src = journal
-        .blobs()
-        .open_verified(blob)
-        .map_err(|e| io::Error::other(e.to_string()))?;
+    let blob_err = |e: crate::store::BlobError| io::Error::other(e.to_string());
+    if let Some(data) = journal.inline_blob(blob).map_err(blob_err)? {
+        return out.write_all(&data);
+    }
+    let mut src = journal.blobs().open_verified(blob).map_err(blob_err)?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = src.read(&mut buf)?;
@@ -541,8 +542,7 @@ fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
     };
     // Check the blob before truncating anything.
     journal
-        .blobs()
-        .verify(blob)
+        .verify_blob(blob)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let mut f = journal
         .backing()
@@ -1094,21 +1094,33 @@ mod tests {
     fn corrupt_blob_is_a_conflict_and_never_written() {
         let s = setup();
         let j = &s.journal;
+        let big = vec![b'#'; crate::store::INLINE_MAX as usize + 1];
+        fs::write(s.project.join("big"), &big).expect("write");
         j.before(&Mutation::Content { path: b"run.sh" })
             .expect("hook");
+        j.before(&Mutation::Content { path: b"big" }).expect("hook");
         fs::write(s.project.join("run.sh"), b"new content").expect("write");
-        let blob = *blake3::hash(b"#!/bin/sh\n").as_bytes();
+        fs::write(s.project.join("big"), b"new content").expect("write");
+        // A blob file with other bytes, and inline content with other bytes.
+        let blob = *blake3::hash(&big).as_bytes();
         fs::write(j.blobs().path_of(&blob), b"garbage!!!").expect("corrupt");
+        j.apply_pending().expect("commit");
+        let small = *blake3::hash(b"#!/bin/sh\n").as_bytes();
+        let conn = rusqlite::Connection::open(j.state().index_path()).expect("db");
+        let n = conn
+            .execute(
+                "UPDATE blobs SET data = X'00' WHERE hash = ?1",
+                [&small[..]],
+            )
+            .expect("corrupt inline");
+        assert_eq!(n, 1, "the small pre-image is stored inline");
         let report = rewind(j, 1, false, false).expect("rewind");
-        assert_eq!(report.conflicts.len(), 1);
-        assert!(
-            report.conflicts[0].reason.contains("corrupt"),
-            "{:?}",
-            report.conflicts
-        );
-        assert_eq!(
-            fs::read(s.project.join("run.sh")).expect("read"),
-            b"new content"
-        );
+        assert_eq!(report.conflicts.len(), 2, "{:?}", report.conflicts);
+        for c in &report.conflicts {
+            assert!(c.reason.contains("corrupt"), "{:?}", report.conflicts);
+        }
+        for f in ["run.sh", "big"] {
+            assert_eq!(fs::read(s.project.join(f)).expect("read"), b"new content");
+        }
     }
 }

@@ -68,6 +68,12 @@ impl StateDir {
         self.dir.join("index.db")
     }
 
+    /// The capture log: pre-image records not yet in the index (see
+    /// `store::log`).
+    pub fn capture_log_path(&self) -> PathBuf {
+        self.dir.join("capture.log")
+    }
+
     /// The blob directory.
     pub fn blobs_dir(&self) -> PathBuf {
         self.dir.join("blobs")

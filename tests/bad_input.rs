@@ -36,6 +36,23 @@ fn blob_file(fx: &Fixture, content: &[u8]) -> PathBuf {
     state_dir(fx).join("blobs").join(&h[..2]).join(&h[2..])
 }
 
+/// True when the blob holding `content` is stored: as a file, or inline in
+/// the index.
+fn blob_stored(fx: &Fixture, content: &[u8]) -> bool {
+    if blob_file(fx, content).exists() {
+        return true;
+    }
+    let db = state_dir(fx).join("index.db");
+    let conn = rusqlite::Connection::open(&db).expect("open index");
+    conn.query_row(
+        "SELECT count(*) FROM blobs WHERE hash = ?1 AND data IS NOT NULL",
+        [blake3::hash(content).as_bytes().to_vec()],
+        |r| r.get::<_, i64>(0),
+    )
+    .expect("query")
+        == 1
+}
+
 /// `opfs -C PROJECT ARGS...` (works without a daemon, unlike the mountpoint).
 fn opfs_p(fx: &Fixture, args: &[&str]) -> Run {
     let mut all: Vec<OsString> = vec!["-C".into(), fx.project.clone().into_os_string()];
@@ -369,21 +386,42 @@ fn truncated_index_fails_naming_the_file_and_writes_nothing() {
 #[test]
 fn missing_and_altered_blobs_are_conflicts_never_wrong_bytes() {
     let fx = Fixture::new();
-    write_file(&fx.p("altered"), b"altered original\n", 0o644);
-    write_file(&fx.p("missing"), b"missing original\n", 0o644);
+    // Large pre-images are blob files; small ones are inline in the index.
+    let big = |tag: &str| format!("{tag} original\n").repeat(2000).into_bytes();
+    write_file(&fx.p("altered"), &big("altered"), 0o644);
+    write_file(&fx.p("missing"), &big("missing"), 0o644);
+    write_file(&fx.p("altered_small"), b"altered small\n", 0o644);
+    write_file(&fx.p("missing_small"), b"missing small\n", 0o644);
     write_file(&fx.p("fine"), b"fine original\n", 0o644);
     write_file(&fx.p("gone"), b"gone original\n", 0o600);
     fx.mount();
     fx.turn("t2");
-    fx.sh("echo agent > altered && echo agent > missing && echo agent > fine && rm gone");
-    fs::write(
-        blob_file(&fx, b"altered original\n"),
-        b"tampered bytes!!!\n",
-    )
-    .expect("alter");
-    fs::remove_file(blob_file(&fx, b"missing original\n")).expect("delete");
+    fx.sh(
+        "for f in altered missing altered_small missing_small fine; do echo agent > $f; done; rm gone",
+    );
+    // The records are committed (a history command asks the daemon to).
+    fx.opfs_c(&["log"]).ok();
+    fs::write(blob_file(&fx, &big("altered")), b"tampered bytes!!!\n").expect("alter");
+    fs::remove_file(blob_file(&fx, &big("missing"))).expect("delete");
+    let conn = rusqlite::Connection::open(state_dir(&fx).join("index.db")).expect("open index");
+    let hash = |c: &[u8]| blake3::hash(c).as_bytes().to_vec();
+    let n = conn
+        .execute(
+            "UPDATE blobs SET data = CAST('tampered' AS BLOB) WHERE hash = ?1",
+            [hash(b"altered small\n")],
+        )
+        .expect("alter inline");
+    assert_eq!(n, 1, "the small pre-image is inline");
+    let n = conn
+        .execute(
+            "DELETE FROM blobs WHERE hash = ?1",
+            [hash(b"missing small\n")],
+        )
+        .expect("delete inline");
+    assert_eq!(n, 1, "the small pre-image is inline");
+    drop(conn);
 
-    // verify lists both, naming the blob and the path using it.
+    // verify lists each, naming the blob and the path using it.
     let run = fx.opfs_c(&["verify", "--json"]);
     assert_eq!(run.code, Some(1), "{run}");
     let v = run.json();
@@ -391,26 +429,34 @@ fn missing_and_altered_blobs_are_conflicts_never_wrong_bytes() {
     let problems = v["problems"].to_string();
     assert!(problems.contains("corrupt"), "{v:#}");
     assert!(problems.contains("missing"), "{v:#}");
-    assert!(problems.contains("\\\"altered\\\""), "{v:#}");
-    assert!(problems.contains("\\\"missing\\\""), "{v:#}");
+    for p in ["altered", "missing", "altered_small"] {
+        assert!(problems.contains(&format!("\\\"{p}\\\"")), "{p}: {v:#}");
+    }
+    assert!(problems.contains("not in the blobs table"), "{v:#}");
 
     // The dry run shows the same plan the real run executes.
+    let damaged = ["altered", "altered_small", "missing", "missing_small"];
     let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
     let run = fx.opfs_c(&["rewind", "2", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let v = run.json();
     check_rewind_result(&v, 2, false);
-    assert_eq!(conflict_paths(&v), ["altered", "missing"], "{v:#}");
-    assert_eq!(conflict_paths(&dry.json()), ["altered", "missing"]);
-    assert!(reason_of(&v, "altered").contains("corrupt"), "{v:#}");
-    assert!(reason_of(&v, "missing").contains("missing"), "{v:#}");
+    assert_eq!(conflict_paths(&v), damaged, "{v:#}");
+    assert_eq!(conflict_paths(&dry.json()), damaged);
+    for p in ["altered", "altered_small"] {
+        assert!(reason_of(&v, p).contains("corrupt"), "{v:#}");
+    }
+    for p in ["missing", "missing_small"] {
+        assert!(reason_of(&v, p).contains("missing"), "{v:#}");
+    }
     let mut r = restored(&v);
     r.sort();
     assert_eq!(r, ["fine", "gone"], "{v:#}");
     // The damaged paths keep what they hold; the others are restored.
-    assert_eq!(fs::read(fx.p("altered")).expect("read"), b"agent\n");
-    assert_eq!(fs::read(fx.p("missing")).expect("read"), b"agent\n");
+    for p in damaged {
+        assert_eq!(fs::read(fx.p(p)).expect("read"), b"agent\n", "{p}");
+    }
     assert_eq!(fs::read(fx.p("fine")).expect("read"), b"fine original\n");
     assert_eq!(fs::read(fx.m("gone")).expect("read"), b"gone original\n");
     fx.umount();
@@ -753,15 +799,14 @@ fn gc_keeps_the_newest_turns_exact_and_never_what_a_restore_needs() {
     let run = fx.opfs_c(&["gc"]);
     assert_code(&run, 1, "unmount");
     fx.umount();
-    let v0 = blob_file(&fx, b"v0\n");
-    assert!(v0.exists());
+    assert!(blob_stored(&fx, b"v0\n"));
 
     // Dry run changes nothing.
     let dry = opfs_p(&fx, &["gc", "--keep", "3", "--dry-run", "--json"])
         .ok()
         .json();
     assert_eq!(dry["dropped_turns"], serde_json::json!([1, 3]), "{dry:#}");
-    assert!(v0.exists());
+    assert!(blob_stored(&fx, b"v0\n"));
     assert_code(&opfs_p(&fx, &["gc", "--keep", "0"]), 2, "0");
 
     // An unfinished restore to turn 2 keeps turns from 2 on.
@@ -778,7 +823,10 @@ fn gc_keeps_the_newest_turns_exact_and_never_what_a_restore_needs() {
         r["note"].as_str().unwrap_or("").contains("unfinished"),
         "{r:#}"
     );
-    assert!(!v0.exists(), "turn 1's only blob should be collected");
+    assert!(
+        !blob_stored(&fx, b"v0\n"),
+        "turn 1's only blob should be collected"
+    );
     conn.execute("DELETE FROM restores WHERE rewind_turn = 99", [])
         .expect("clear it");
     drop(conn);

@@ -12,9 +12,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{Hash, PreImage, Special};
+use crate::store::log::Entry;
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS turns(
 CREATE INDEX IF NOT EXISTS turns_by_external_id ON turns(external_id);
 CREATE TABLE IF NOT EXISTS blobs(
     hash BLOB PRIMARY KEY,
-    size INTEGER NOT NULL
+    size INTEGER NOT NULL,
+    data BLOB
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS preimages(
     turn   INTEGER NOT NULL,
@@ -92,6 +94,15 @@ pub enum IndexError {
 }
 
 impl IndexError {
+    /// The database file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            IndexError::Sqlite { path, .. }
+            | IndexError::Corrupt { path, .. }
+            | IndexError::Version { path, .. } => path,
+        }
+    }
+
     /// The errno a FUSE operation fails with when capture hits this error:
     /// `ENOSPC` when the disk is full, `EAGAIN` when the database is busy,
     /// `EIO` otherwise.
@@ -188,13 +199,8 @@ fn columns(pre: &PreImage) -> Columns<'_> {
         ),
         PreImage::Dir { perm } => (2, Some(*perm as i64), None, None, None, None),
         PreImage::Symlink { target } => (3, None, None, None, Some(&target[..]), None),
-        PreImage::Special { kind, perm, rdev } => (
-            match kind {
-                Special::Fifo => 4,
-                Special::Socket => 5,
-                Special::Char => 6,
-                Special::Block => 7,
-            },
+        PreImage::Special { perm, rdev, .. } => (
+            pre.code() as i64,
             Some(*perm as i64),
             None,
             None,
@@ -209,6 +215,9 @@ fn columns(pre: &PreImage) -> Columns<'_> {
 pub struct Index {
     conn: Connection,
     path: PathBuf,
+    /// The `blobs.data` column exists (false only for a version-1 file
+    /// opened read-only).
+    inline_column: bool,
 }
 
 /// Current time in ns since the Unix epoch.
@@ -221,9 +230,10 @@ pub fn now_ns() -> i64 {
 
 /// Refuses to start a fresh index where one existed: SQLite treats a
 /// missing or zero-length file as an empty database and would silently
-/// begin a new history. A fresh state dir has no blob yet (blobs are only
-/// written after the index exists), so a missing or empty `index.db` next
-/// to stored blobs means the index was deleted or truncated.
+/// begin a new history. A fresh state dir has no blob and no capture log
+/// yet (both are only created after the index exists), so a missing or
+/// empty `index.db` next to either means the index was deleted or
+/// truncated.
 fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     let len = match std::fs::metadata(path) {
         Ok(m) => m.len(),
@@ -233,24 +243,28 @@ fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     if len > 0 {
         return Ok(());
     }
-    let Some(blobs) = path.parent().map(|d| d.join("blobs")) else {
+    let Some(dir) = path.parent() else {
         return Ok(());
     };
+    let blobs = dir.join("blobs");
     let has_blobs = std::fs::read_dir(&blobs)
         .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != "tmp")))
         .unwrap_or(false);
-    if has_blobs {
-        return Err(IndexError::Corrupt {
-            path: path.to_path_buf(),
-            what: format!(
-                "the file is missing or empty but {} holds recorded content: \
-                 the index was deleted or truncated (restore it from a backup, \
-                 or move the state dir away to start a new history)",
-                blobs.display()
-            ),
-        });
-    }
-    Ok(())
+    let witness = if has_blobs {
+        format!("{} holds recorded content", blobs.display())
+    } else if dir.join("capture.log").exists() {
+        format!("{} exists", dir.join("capture.log").display())
+    } else {
+        return Ok(());
+    };
+    Err(IndexError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!(
+            "the file is missing or empty but {witness}: the index was deleted or \
+             truncated (restore it from a backup, or move the state dir away to \
+             start a new history)"
+        ),
+    })
 }
 
 impl Index {
@@ -275,20 +289,18 @@ impl Index {
         let index = Index {
             conn,
             path: path.to_path_buf(),
+            inline_column: true,
         };
         index.conn.execute_batch(SCHEMA).map_err(err)?;
-        // Indexes written before file records carried their inode lack the
-        // column; it is optional (NULL: unknown), so it is added in place.
-        let has_ino = index
-            .conn
-            .prepare("SELECT 1 FROM pragma_table_info('preimages') WHERE name = 'ino'")
-            .and_then(|mut s| s.exists([]))
-            .map_err(err)?;
-        if !has_ino {
-            index
-                .conn
-                .execute_batch("ALTER TABLE preimages ADD COLUMN ino INTEGER")
-                .map_err(err)?;
+        // Columns added since the first release are optional (NULL: unknown
+        // inode, content in a blob file), so older files gain them in place.
+        for (table, column, ty) in [("preimages", "ino", "INTEGER"), ("blobs", "data", "BLOB")] {
+            if !index.has_column(table, column)? {
+                index
+                    .conn
+                    .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))
+                    .map_err(err)?;
+            }
         }
         index
             .conn
@@ -320,7 +332,16 @@ impl Index {
                     path: path.to_path_buf(),
                     what: format!("schema_version {v:?} is not a number"),
                 })?;
-                if found != SCHEMA_VERSION {
+                // Version 1 lacks only the columns added above.
+                if found == 1 {
+                    index
+                        .conn
+                        .execute(
+                            "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                            [SCHEMA_VERSION.to_string()],
+                        )
+                        .map_err(err)?;
+                } else if found != SCHEMA_VERSION {
                     return Err(IndexError::Version {
                         path: path.to_path_buf(),
                         found,
@@ -344,15 +365,17 @@ impl Index {
         .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(err)?;
-        let index = Index {
+        let mut index = Index {
             conn,
             path: path.to_path_buf(),
+            inline_column: false,
         };
         // Touch the schema so a garbage file fails here, with its name.
         index
             .conn
             .query_row("SELECT count(*) FROM turns", [], |r| r.get::<_, i64>(0))
             .map_err(err)?;
+        index.inline_column = index.has_column("blobs", "data")?;
         Ok(index)
     }
 
@@ -504,6 +527,85 @@ impl Index {
         Ok(number)
     }
 
+    fn has_column(&self, table: &str, column: &str) -> Result<bool, IndexError> {
+        self.conn
+            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+            .and_then(|mut s| s.exists([table, column]))
+            .map_err(self.err())
+    }
+
+    /// Commits the capture log's `entries` in one transaction: each blob
+    /// row (with the inline content of a small file), each record (the
+    /// first of a (turn, path) wins, so applying an entry twice changes
+    /// nothing), and the removal of each recorded path's stored fingerprint
+    /// (the mount is about to change it; see `Journal`).
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing of it is.
+    pub fn apply(&mut self, entries: &[Entry]) -> Result<(), IndexError> {
+        let path = self.path.clone();
+        let err = |source| IndexError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        {
+            let mut blob = tx
+                .prepare_cached("INSERT OR IGNORE INTO blobs(hash, size, data) VALUES (?1, ?2, ?3)")
+                .map_err(err)?;
+            let mut record = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )
+                .map_err(err)?;
+            let mut forget = tx
+                .prepare_cached("DELETE FROM fingerprints WHERE path = ?1")
+                .map_err(err)?;
+            for e in entries {
+                if let PreImage::File {
+                    blob: hash, size, ..
+                } = &e.pre
+                {
+                    blob.execute(params![&hash[..], *size as i64, e.data.as_deref()])
+                        .map_err(err)?;
+                }
+                let (kind, perm, hash, size, target, rdev) = columns(&e.pre);
+                let ino = match e.pre {
+                    PreImage::File { ino, .. } if ino != 0 => Some(ino as i64),
+                    _ => None,
+                };
+                record
+                    .execute(params![
+                        e.turn as i64,
+                        &e.path,
+                        kind,
+                        perm,
+                        hash,
+                        size,
+                        target,
+                        rdev,
+                        ino
+                    ])
+                    .map_err(err)?;
+                forget.execute([&e.path]).map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// The content of blob `hash` when it is stored inline (a small file,
+    /// see `store::log`); `None` when it is a blob file or unknown.
+    pub fn inline_blob(&self, hash: &Hash) -> Result<Option<Vec<u8>>, IndexError> {
+        if !self.inline_column {
+            return Ok(None); // a version-1 file opened read-only
+        }
+        self.conn
+            .prepare_cached("SELECT data FROM blobs WHERE hash = ?1 AND data IS NOT NULL")
+            .and_then(|mut s| s.query_row([&hash[..]], |r| r.get(0)).optional())
+            .map_err(self.err())
+    }
+
     /// Records that blob `hash` of `size` bytes is stored.
     pub fn add_blob(&self, hash: &Hash, size: u64) -> Result<(), IndexError> {
         self.conn
@@ -604,12 +706,7 @@ impl Index {
                 target: target.ok_or("symlink record without a target")?,
             },
             4..=7 => PreImage::Special {
-                kind: match kind {
-                    4 => Special::Fifo,
-                    5 => Special::Socket,
-                    6 => Special::Char,
-                    _ => Special::Block,
-                },
+                kind: Special::from_code(kind as u8).unwrap_or(Special::Block),
                 perm: perm()?,
                 rdev: rdev.unwrap_or(0) as u64,
             },

@@ -1,7 +1,89 @@
-//! The store: the blob directory and the SQLite index of one project.
+//! The store: the blob directory, the SQLite index and the capture log of
+//! one project.
 
 pub mod blob;
 pub mod index;
+pub mod log;
 
 pub use blob::{BlobError, BlobStore};
 pub use index::{Index, IndexError, Turn, TurnKind};
+pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
+
+use std::path::Path;
+
+use crate::preimage::{hex, Hash};
+
+/// Moves the records of the capture log at `log_path` into `index` (one
+/// transaction) and empties the log; returns the log open for appending.
+///
+/// Durable after `Ok`: the records are committed (to the level `index` was
+/// opened with) before the log is emptied. After `Err` the log is
+/// untouched.
+///
+/// Errors: the log cannot be read or is damaged ([`LogError`]); the index
+/// refused the records ([`IndexError`]).
+pub fn replay_capture_log(
+    index: &mut Index,
+    log_path: &Path,
+    sync: bool,
+) -> Result<CaptureLog, ReplayError> {
+    let entries = log::read(log_path)?;
+    if !entries.is_empty() {
+        index.apply(&entries)?;
+    }
+    let mut capture_log = CaptureLog::open(log_path, sync)?;
+    capture_log.truncate()?;
+    Ok(capture_log)
+}
+
+/// Errors of [`replay_capture_log`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The capture log cannot be read, is damaged or cannot be emptied.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The index refused the records.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// The content of blob `hash`, checked against its name: inline in the
+/// index for a small file, else the blob file.
+///
+/// Errors: [`BlobError::Missing`] when neither holds it,
+/// [`BlobError::Corrupt`] when the bytes do not hash to `hash`,
+/// [`BlobError::Io`] when the index or the file cannot be read (the error
+/// names which).
+pub fn read_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<Vec<u8>, BlobError> {
+    match inline(index, hash)? {
+        Some(data) => Ok(data),
+        None => blobs.read(hash),
+    }
+}
+
+/// Checks that blob `hash` is present and hashes to its name; returns its
+/// length in bytes. Errors as [`read_blob`].
+pub fn verify_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<u64, BlobError> {
+    match inline(index, hash)? {
+        Some(data) => Ok(data.len() as u64),
+        None => blobs.verify(hash),
+    }
+}
+
+/// The inline content of `hash`, checked.
+fn inline(index: &Index, hash: &Hash) -> Result<Option<Vec<u8>>, BlobError> {
+    let data = index.inline_blob(hash).map_err(|e| BlobError::Io {
+        path: index.path().to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    if let Some(d) = &data {
+        let actual = *blake3::hash(d).as_bytes();
+        if &actual != hash {
+            return Err(BlobError::Corrupt {
+                hash: hex(hash),
+                actual: hex(&actual),
+            });
+        }
+    }
+    Ok(data)
+}
