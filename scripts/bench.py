@@ -111,6 +111,7 @@ class Suite:
         self.opfs = args.opfs
         self.results = {}
         self.n = 0
+        self.scratch = None
         # Extra opfs columns: "opfs[NAME]" mounts with extra environment
         # (the daemon's tuning knobs), to compare levers within one run.
         self.variants = {}
@@ -135,7 +136,7 @@ class Suite:
         mp = self.fresh("mnt")
         h = {"layer": layer, "mp": mp, "extra": []}
         if layer.startswith("opfs"):
-            home = self.fresh("home")
+            home = self.side("home")
             h["home"] = home
             extra = dict(self.variants.get(layer, {}))
             h["bin"] = extra.pop("OPFS_BIN", self.opfs)
@@ -145,7 +146,7 @@ class Suite:
         elif layer == "bindfs":
             sh(["bindfs", backing, mp])
         elif layer == "overlay":
-            upper, wd = self.fresh("upper"), self.fresh("ovwork")
+            upper, wd = self.side("upper"), self.side("ovwork")
             h["extra"] = [upper, wd]
             sh(["fuse-overlayfs", "-o", f"lowerdir={backing},upperdir={upper},workdir={wd}", mp])
         deadline = time.time() + 20
@@ -252,11 +253,53 @@ class Suite:
 
     # ---- workloads 1-7 --------------------------------------------------
 
+    def side(self, name):
+        """A directory a layer writes besides the backing directory (opfs's
+        state dir, fuse-overlayfs's upper and work dirs): on the run's fresh
+        filesystem when there is one, like a state dir on the same disk."""
+        if self.scratch is None:
+            return self.fresh(name)
+        self.n += 1
+        d = os.path.join(self.scratch, f"{name}-{self.n}")
+        os.makedirs(d)
+        return d
+
+    def fresh_backing(self):
+        """A fresh, empty backing directory; with --fresh-fs (the default)
+        the root of a new ext4 filesystem (a loop-mounted image on the same
+        disk). ext4 makes file creation slower while many inodes were freed
+        in the last ~30 s (it skips "recently deleted" inodes), so without a
+        fresh filesystem every layer would pay for the deletions of the
+        layers measured before it."""
+        d = self.fresh("b")
+        if not self.args.fresh_fs:
+            return d, None
+        img = d + ".img"
+        sh(["truncate", "-s", self.args.fs_size, img])
+        sh(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", img])
+        sh(["mount", "-o", "loop", img, d])
+        p = os.path.join(d, "p")
+        os.mkdir(p)
+        self.scratch = d
+        return p, (d, img)
+
+    def drop_backing(self, backing, fs):
+        self.scratch = None
+        if fs is None:
+            rmtree(backing)
+            return
+        d, img = fs
+        sh(["umount", d], check=False)
+        if os.path.ismount(d):
+            sh(["umount", "-l", d], check=False)
+        rmtree(d)
+        os.unlink(img)
+
     def per_run(self, name, layer, setup, work, export=False, after=None):
         """Fresh backing + mount per run; `work(path, handle)` is timed."""
         times = []
         for _ in range(self.args.runs):
-            backing = self.fresh("b")
+            backing, fs = self.fresh_backing()
             setup(backing)
             path, h = self.mount(layer, backing, export)
             try:
@@ -267,7 +310,7 @@ class Suite:
                     after(path, h)
             finally:
                 self.umount(h)
-                rmtree(backing)
+                self.drop_backing(backing, fs)
         return times
 
     def w1_untar(self):
@@ -599,6 +642,10 @@ def main():
                          "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
                          "mounts with another opfs binary (e.g. the build before a change)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--no-fresh-fs", dest="fresh_fs", action="store_false",
+                    help="destructive workloads run in a plain subdirectory of --work instead of "
+                         "on a fresh loop-mounted ext4 filesystem per run")
+    ap.add_argument("--fs-size", default="4G", help="size of each fresh filesystem image (sparse)")
     a = ap.parse_args()
     q = a.quick
     a.runs = a.runs or (2 if q else 3)

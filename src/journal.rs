@@ -474,12 +474,14 @@ impl Journal {
         if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
             return Ok(());
         }
-        let (pre, data) = match known {
-            Some(pre) => (pre, None),
+        let (pre, data, nlink) = match known {
+            Some(pre) => (pre, None, 0),
             None => self.read_state(inner, path)?,
         };
         if let PreImage::File { ino, .. } = pre {
-            self.backfill_other_names(inner, path, ino)?;
+            if nlink > 1 {
+                self.backfill_other_names(inner, path, ino)?;
+            }
         }
         // The entry also forgets the stored fingerprint (written at the
         // last turn switch, rewind or unmount): it describes the path
@@ -509,7 +511,7 @@ impl Journal {
     /// that for this name too, in that turn. Only for a name the mount never
     /// recorded before this turn (one it recorded has a history of its own,
     /// which already says what it was). Cost: two queries, and only for
-    /// multiply-linked files.
+    /// multiply-linked files (the caller checks the link count).
     fn backfill_other_names(
         &self,
         inner: &mut Inner,
@@ -520,10 +522,6 @@ impl Journal {
             path: paths::display(path),
             source,
         };
-        match stat_of(&self.backing, path)? {
-            Some(st) if st.nlink > 1 && st.ino == ino => {}
-            _ => return Ok(()),
-        }
         Self::apply_locked(inner).map_err(index_err)?;
         if inner
             .index
@@ -553,21 +551,23 @@ impl Journal {
 
     /// Reads `path`'s current state from the project. A regular file's
     /// bytes are returned for an inline record when they fit in
-    /// [`INLINE_MAX`], else stored as a blob file first.
+    /// [`INLINE_MAX`], else stored as a blob file first. Also returns the
+    /// link count (0 when absent).
     fn read_state(
         &self,
         inner: &mut Inner,
         path: &[u8],
-    ) -> Result<(PreImage, Option<Vec<u8>>), CaptureError> {
+    ) -> Result<(PreImage, Option<Vec<u8>>, u64), CaptureError> {
         let Some(st) = stat_of(&self.backing, path)? else {
-            return Ok((PreImage::Absent, None));
+            return Ok((PreImage::Absent, None, 0));
         };
+        let nlink = st.nlink;
         let read_err = |source| CaptureError::Read {
             path: paths::display(path),
             source,
         };
         let key = (st.dev, st.ino);
-        Ok(match st.file_type() {
+        let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&key) => {
                 let (blob, size) = inner.linked[&key];
                 let pre = PreImage::File {
@@ -633,7 +633,8 @@ impl Journal {
                 },
                 None,
             ),
-        })
+        };
+        Ok((pre, data, nlink))
     }
 
     /// Records what a rename changes: `from` and `to` themselves and, for a
@@ -725,8 +726,16 @@ impl MutationHook for Journal {
         match *mutation {
             Mutation::Content { path }
             | Mutation::Metadata { path }
-            | Mutation::Create { path }
-            | Mutation::Remove { path } => self.remember(path),
+            | Mutation::Create { path } => self.remember(path),
+            // The layer reports a removal only once it succeeded: the path
+            // is absent now, no stat needed.
+            Mutation::Remove { path } => {
+                if !paths::is_excluded(path) {
+                    self.lock()
+                        .fingerprints
+                        .insert(path.to_vec(), Some(Fingerprint::of(None)));
+                }
+            }
             Mutation::Rename { from, to, exchange } => self.remember_rename(from, to, exchange),
         }
     }
