@@ -39,7 +39,8 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn from_raw(st: &libc::stat) -> Stat {
+    /// The fields of a `stat(2)` result.
+    pub fn from_raw(st: &libc::stat) -> Stat {
         Stat {
             mode: st.st_mode,
             size: st.st_size as u64,

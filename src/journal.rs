@@ -398,15 +398,19 @@ impl Journal {
     /// Remembers what is at `path` now as what the mount (or a rewind) left
     /// there.
     pub fn remember(&self, path: &[u8]) {
+        self.remember_is_dir(path);
+    }
+
+    /// [`Journal::remember`]; true when a directory is there now.
+    fn remember_is_dir(&self, path: &[u8]) -> bool {
         if paths::is_excluded(path) {
-            return;
+            return false;
         }
-        let fp = self
-            .backing
-            .lstat(path)
-            .ok()
-            .map(|st| Fingerprint::of(st.as_ref()));
+        let st = self.backing.lstat(path).ok();
+        let is_dir = matches!(&st, Some(Some(s)) if s.file_type() == libc::S_IFDIR);
+        let fp = st.map(|st| Fingerprint::of(st.as_ref()));
         self.lock().fingerprints.insert(path.to_vec(), fp);
+        is_dir
     }
 
     /// What the mount last left at `path`, if known.
@@ -424,10 +428,13 @@ impl Journal {
     /// Remembers the paths a finished rename left, under both names and, for
     /// directories, at every depth.
     fn remember_rename(&self, from: &[u8], to: &[u8], exchange: bool) {
-        self.remember(from);
-        self.remember(to);
-        let mut roots = vec![(to, from)];
-        if exchange {
+        let from_is_dir = self.remember_is_dir(from);
+        let to_is_dir = self.remember_is_dir(to);
+        let mut roots = Vec::new();
+        if to_is_dir {
+            roots.push((to, from));
+        }
+        if exchange && from_is_dir {
             roots.push((from, to));
         }
         for (now, other) in roots {
@@ -722,11 +729,20 @@ impl MutationHook for Journal {
         })
     }
 
-    fn after(&self, mutation: &Mutation<'_>) {
+    fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
         match *mutation {
             Mutation::Content { path }
             | Mutation::Metadata { path }
-            | Mutation::Create { path } => self.remember(path),
+            | Mutation::Create { path } => match now {
+                // The layer's stat of the inode it holds for the path.
+                Some(st) => {
+                    if !paths::is_excluded(path) {
+                        let fp = Fingerprint::of(Some(&Stat::from_raw(st)));
+                        self.lock().fingerprints.insert(path.to_vec(), Some(fp));
+                    }
+                }
+                None => self.remember(path),
+            },
             // The layer reports a removal only once it succeeded: the path
             // is absent now, no stat needed.
             Mutation::Remove { path } => {

@@ -77,8 +77,14 @@ pub trait MutationHook: Send + Sync + 'static {
     /// writing, [`Mutation::Content`] is reported here at each `flush`
     /// (every close of a descriptor) and when the handle is released, not
     /// after each write. Not called when the mutation failed.
-    fn after(&self, mutation: &Mutation<'_>) {
-        let _ = mutation;
+    ///
+    /// `now` is what the layer read right after the mutation (an `fstat` of
+    /// the inode it holds for the path, or an `fstatat` of a new entry) for
+    /// [`Mutation::Content`], [`Mutation::Metadata`] and
+    /// [`Mutation::Create`], so the hook need not stat the path again;
+    /// `None` when the layer could not read it and for removals and renames.
+    fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
+        let _ = (mutation, now);
     }
 
     /// The current capture epoch. A file handle opened for writing records the

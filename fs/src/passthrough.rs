@@ -175,14 +175,23 @@ impl Shared {
         self.hook.before(&mutation).map_err(Errno::from_i32)
     }
 
-    fn after(&self, mutation: Mutation<'_>) {
-        self.hook.after(&mutation);
+    fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
+        self.hook.after(&mutation, now);
     }
 
-    /// Reports `make(path)` after the fact for every known path of `ino`.
+    /// Reports `make(path)` after the fact for every known path of `ino`,
+    /// with the inode's attributes as they are now.
     fn after_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) {
-        for path in self.inodes.paths(ino) {
-            self.after(make(&path));
+        let paths = self.inodes.paths(ino);
+        if paths.is_empty() {
+            return;
+        }
+        let now = self
+            .node(ino)
+            .ok()
+            .and_then(|n| sys::fstat(n.fd.as_fd()).ok());
+        for path in paths {
+            self.after(make(&path), now.as_ref());
         }
     }
 
@@ -260,7 +269,8 @@ impl Shared {
                 let _as = AsCaller::switch(caller(req)).map_err(e)?;
                 make(dir.fd.as_fd(), &cname).map_err(e)?;
             }
-            self.after(Mutation::Create { path: &path });
+            let now = sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten();
+            self.after(Mutation::Create { path: &path }, now.as_ref());
         }
         self.lookup_entry(parent, name)
     }
@@ -1170,7 +1180,7 @@ fn remove(s: &Shared, parent: u64, name: &[u8], flags: i32) -> Res<()> {
     s.before(Mutation::Remove { path: &path })?;
     sys::unlinkat(dir.fd.as_fd(), &cname, flags).map_err(e)?;
     s.inodes.unlink(parent, name);
-    s.after(Mutation::Remove { path: &path });
+    s.after(Mutation::Remove { path: &path }, None);
     Ok(())
 }
 
@@ -1205,10 +1215,13 @@ fn rename(
     .map_err(e)?;
     s.inodes
         .rename(parent, name, new_parent, new_name, exchange);
-    s.after(Mutation::Rename {
-        from: &from,
-        to: &to,
-        exchange,
-    });
+    s.after(
+        Mutation::Rename {
+            from: &from,
+            to: &to,
+            exchange,
+        },
+        None,
+    );
     Ok(())
 }
