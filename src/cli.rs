@@ -47,8 +47,8 @@ enum Cmd {
         /// fsync every record and blob (survives power loss; slower).
         #[arg(long)]
         sync: bool,
-        /// FUSE worker threads.
-        #[arg(long, default_value_t = 2)]
+        /// FUSE worker threads (default: half the CPUs, at least 1).
+        #[arg(long, default_value_t = opfs::daemon::default_threads())]
         threads: usize,
         /// Do not export each closed turn to the shadow git repository.
         #[arg(long)]

@@ -262,10 +262,20 @@ impl Default for DaemonOptions {
     fn default() -> Self {
         DaemonOptions {
             sync: false,
-            threads: 2,
+            threads: default_threads(),
             export: true,
         }
     }
+}
+
+/// The default number of FUSE worker threads: half the CPUs, at least 1.
+/// The daemon shares the CPUs with the programs using the mount; on a
+/// 2-CPU machine one worker costs less CPU than two for every workload of
+/// the benchmark suite, `make -j2` included (`docs/benchmarks.md`).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| (n.get() / 2).max(1))
+        .unwrap_or(1)
 }
 
 /// Applies the FUSE cache knobs that `scripts/bench` uses to measure each
@@ -295,6 +305,13 @@ fn tune_from_env(mut o: opfs_fs::Options) -> opfs_fs::Options {
     }
     if let Some(v) = flag("OPFS_NO_FLUSH") {
         o.no_flush = v;
+    }
+    if let Some(n) = std::env::var("OPFS_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        o.threads = n;
     }
     o
 }
