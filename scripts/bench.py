@@ -236,8 +236,13 @@ class Suite:
             env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
                        GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
             sh(["git", "init", "-q"], cwd=tmp)
+            # No automatic gc: a detached `git gc --auto` would still be
+            # repacking the template while the runs copy it. Packed once,
+            # in the foreground, like a repository that has seen a gc.
+            sh(["git", "config", "gc.auto", "0"], cwd=tmp)
             sh(["git", "add", "-A"], cwd=tmp)
             sh(["git", "commit", "-q", "-m", "base"], cwd=tmp, env=env)
+            sh(["git", "gc", "-q"], cwd=tmp)
             os.rename(tmp, path)
         return path
 

@@ -194,6 +194,65 @@ impl Backing {
         }
     }
 
+    /// [`Backing::lstat`], and for a regular file also the file opened
+    /// read-only, resolving the parent once (what a capture needs). The
+    /// stat returned for a file is that of the opened descriptor, so it
+    /// describes the bytes read from it even if the name was replaced in
+    /// between.
+    pub fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>> {
+        if rel.is_empty() {
+            return Ok(self.lstat(rel)?.map(|st| (st, None)));
+        }
+        let (dir, name) = match self.parent(rel) {
+            Ok(p) => p,
+            Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // SAFETY: zeroed stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd, name and out pointer.
+        let res = check(unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        });
+        match res {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(Some((Stat::from_raw(&st), None)));
+        }
+        // SAFETY: valid fd and name.
+        let fd = match check(unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC
+                    | libc::O_NONBLOCK
+                    | libc::O_NOCTTY,
+            )
+        }) {
+            Ok(fd) => fd,
+            // Replaced or removed since the stat: report what is there now.
+            Err(_) => return Ok(self.lstat(rel)?.map(|st| (st, None))),
+        };
+        // SAFETY: new fd owned by the File.
+        let file = unsafe { File::from_raw_fd(fd) };
+        // SAFETY: valid fd and out pointer.
+        check(unsafe { libc::fstat(file.as_raw_fd(), &mut st) })?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(Some((Stat::from_raw(&st), None)));
+        }
+        Ok(Some((Stat::from_raw(&st), Some(file))))
+    }
+
     /// True when a directory on the way to `rel` is a symlink (resolving its
     /// parent fails with `ELOOP`): nothing can be at `rel` in the tree, and
     /// nothing may be written there.

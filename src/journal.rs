@@ -427,9 +427,28 @@ impl Journal {
 
     /// Remembers the paths a finished rename left, under both names and, for
     /// directories, at every depth.
-    fn remember_rename(&self, from: &[u8], to: &[u8], exchange: bool) {
-        let from_is_dir = self.remember_is_dir(from);
-        let to_is_dir = self.remember_is_dir(to);
+    /// `now`: the layer's stat of the entry at `to` (a plain rename only;
+    /// `from` is then absent).
+    fn remember_rename(&self, from: &[u8], to: &[u8], exchange: bool, now: Option<&libc::stat>) {
+        let (from_is_dir, to_is_dir) = match now {
+            Some(st) if !exchange => {
+                let st = Stat::from_raw(st);
+                let mut inner = self.lock();
+                for (path, fp) in [
+                    (from, Fingerprint::of(None)),
+                    (to, Fingerprint::of(Some(&st))),
+                ] {
+                    if !paths::is_excluded(path) {
+                        inner.fingerprints.insert(path.to_vec(), Some(fp));
+                    }
+                }
+                (
+                    false,
+                    st.file_type() == libc::S_IFDIR && !paths::is_excluded(to),
+                )
+            }
+            _ => (self.remember_is_dir(from), self.remember_is_dir(to)),
+        };
         let mut roots = Vec::new();
         if to_is_dir {
             roots.push((to, from));
@@ -565,14 +584,14 @@ impl Journal {
         inner: &mut Inner,
         path: &[u8],
     ) -> Result<(PreImage, Option<Vec<u8>>, u64), CaptureError> {
-        let Some(st) = stat_of(&self.backing, path)? else {
-            return Ok((PreImage::Absent, None, 0));
-        };
-        let nlink = st.nlink;
         let read_err = |source| CaptureError::Read {
             path: paths::display(path),
             source,
         };
+        let Some((st, file)) = self.backing.lstat_open(path).map_err(read_err)? else {
+            return Ok((PreImage::Absent, None, 0));
+        };
+        let nlink = st.nlink;
         let key = (st.dev, st.ino);
         let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&key) => {
@@ -586,10 +605,11 @@ impl Journal {
                 (pre, None)
             }
             libc::S_IFREG => {
-                let mut f = self
-                    .backing
-                    .open_file(path, libc::O_RDONLY, 0)
-                    .map_err(read_err)?;
+                let Some(mut f) = file else {
+                    return Err(read_err(io::Error::other(
+                        "regular file without a descriptor",
+                    )));
+                };
                 let blob_err = |source| CaptureError::Blob {
                     path: paths::display(path),
                     source,
@@ -752,7 +772,9 @@ impl MutationHook for Journal {
                         .insert(path.to_vec(), Some(Fingerprint::of(None)));
                 }
             }
-            Mutation::Rename { from, to, exchange } => self.remember_rename(from, to, exchange),
+            Mutation::Rename { from, to, exchange } => {
+                self.remember_rename(from, to, exchange, now)
+            }
         }
     }
 

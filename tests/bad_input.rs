@@ -380,6 +380,57 @@ fn truncated_index_fails_naming_the_file_and_writes_nothing() {
     opfs_p(&fx, &["verify"]).ok();
 }
 
+#[test]
+fn damaged_capture_log_fails_naming_the_file_and_writes_nothing() {
+    let fx = Fixture::new();
+    let project = history_then_unmount(&fx);
+    let log = state_dir(&fx).join("capture.log");
+    assert_eq!(
+        fs::metadata(&log).expect("capture.log exists").len(),
+        0,
+        "a clean unmount leaves every record in the index"
+    );
+    let db = state_dir(&fx).join("index.db");
+    let index_before = fs::read(&db).expect("read index");
+    // Not a capture log at all, then a record damaged in the middle (a
+    // torn last record is dropped silently: that is what a crash leaves).
+    let mut middle = b"opfsLOG1".to_vec();
+    for _ in 0..2 {
+        middle.extend_from_slice(&4u32.to_le_bytes());
+        middle.extend_from_slice(&[0xAB; 8]); // wrong checksum
+        middle.extend_from_slice(b"junk");
+    }
+    for (what, bytes) in [
+        ("bad magic", b"garbage!garbage!".to_vec()),
+        ("bad record", middle),
+    ] {
+        fs::write(&log, &bytes).expect("damage the log");
+        for args in [&["log"][..], &["rewind", "1", "--dry-run"], &["turn"]] {
+            let run = opfs_p(&fx, args);
+            assert_code(&run, 1, "capture.log");
+            assert!(!run.stderr.contains("panicked"), "{what}: {args:?}: {run}");
+        }
+        let run = fx.opfs(&[
+            OsStr::new("mount"),
+            fx.project.as_os_str(),
+            fx.mnt.as_os_str(),
+        ]);
+        assert_code(&run, 1, "capture.log");
+        assert!(!is_mounted(&fx.mnt), "{what}: mounted with a damaged log");
+        let v = opfs_p(&fx, &["verify", "--json"]);
+        assert_eq!(v.code, Some(1), "{what}: {v}");
+        assert!(v.stdout.contains("capture.log"), "{what}: {v}");
+        assert_eq!(fs::read(&log).expect("read log"), bytes, "{what}: log kept");
+        assert_eq!(fs::read(&db).expect("read index"), index_before, "{what}");
+        assert_manifest_eq(what, &project, &manifest(&fx.project));
+    }
+    // Moving the damaged log away (as the message says) lets everything run.
+    fs::remove_file(&log).expect("remove");
+    opfs_p(&fx, &["verify"]).ok();
+    let v = opfs_p(&fx, &["rewind", "1", "--json"]).ok().json();
+    check_rewind_result(&v, 1, false);
+}
+
 // ---------------------------------------------------------------------------
 // Missing and altered blobs; opfs verify
 

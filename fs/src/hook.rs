@@ -81,8 +81,10 @@ pub trait MutationHook: Send + Sync + 'static {
     /// `now` is what the layer read right after the mutation (an `fstat` of
     /// the inode it holds for the path, or an `fstatat` of a new entry) for
     /// [`Mutation::Content`], [`Mutation::Metadata`] and
-    /// [`Mutation::Create`], so the hook need not stat the path again;
-    /// `None` when the layer could not read it and for removals and renames.
+    /// [`Mutation::Create`], and of the entry now at `to` for a
+    /// [`Mutation::Rename`] without `exchange` (`from` is then absent), so
+    /// the hook need not stat the path again; `None` when the layer could
+    /// not read it, for removals and for exchanges.
     fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
         let _ = (mutation, now);
     }

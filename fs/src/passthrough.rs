@@ -1215,13 +1215,17 @@ fn rename(
     .map_err(e)?;
     s.inodes
         .rename(parent, name, new_parent, new_name, exchange);
+    let now = match exchange {
+        true => None,
+        false => sys::stat_at(new_dir.fd.as_fd(), &new_cname).ok().flatten(),
+    };
     s.after(
         Mutation::Rename {
             from: &from,
             to: &to,
             exchange,
         },
-        None,
+        now.as_ref(),
     );
     Ok(())
 }
