@@ -531,10 +531,15 @@ fn open_repo(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, Export
 /// After `Ok`, refs point at complete commits. After `Err`, the refs name
 /// the last turn fully exported; objects written for a later turn may
 /// remain unreferenced (a rerun writes the same ids and moves the refs).
+///
+/// `commit` makes every capture so far visible in the index; it is called
+/// before records are re-read after reading the project (see `history`).
+/// Outside the daemon pass [`crate::history::commit_through_daemon`].
 pub fn export(
     state: &StateDir,
     git_dir: Option<&Path>,
     progress: &mut dyn FnMut(Progress),
+    commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
@@ -555,6 +560,7 @@ pub fn export(
         index: &index,
         blobs: &blobs,
         backing: &backing,
+        commit,
     };
     let mut ex = Exporter {
         repo: &repo,
@@ -637,6 +643,7 @@ pub fn export(
                 current.insert(p, g);
             }
         }
+        (src.commit)();
         let timeline = Timeline::load(&index, last + 1)?;
         let by_turn = timeline.by_turn();
         let mut editor = repo
@@ -755,6 +762,7 @@ fn baseline(
         }
     }
     progress(Progress::Baseline { entries });
+    (ex.src.commit)();
     let after = Timeline::load(ex.src.index, first)?;
     for (p, _) in after.iter() {
         if let Some(pre) = after.state_at(p, first) {
@@ -798,21 +806,21 @@ fn baseline(
 /// merged into one more run). Failures are logged, never returned: the
 /// export must not slow down or fail the request that closed the turn.
 ///
-/// `before_each` runs before every export: the daemon passes a group
-/// commit of its capture log, so the export reads every record so far.
+/// `commit` is the daemon's group commit of its capture log: it runs
+/// before every export and wherever the export re-reads records.
 ///
 /// The thread ends when every sender is dropped.
 pub fn spawn_background(
     state: StateDir,
-    before_each: Box<dyn Fn() + Send>,
+    commit: Box<dyn Fn() + Send>,
 ) -> crossbeam_channel::Sender<()> {
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("opfs-export".into())
         .spawn(move || {
             for () in rx {
-                before_each();
-                match export(&state, None, &mut |_| {}) {
+                commit();
+                match export(&state, None, &mut |_| {}, &*commit) {
                     Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
                         "exported {} turn(s){} to {} in {} ms",
                         r.turns.len(),

@@ -8,9 +8,11 @@
 //! project at the *end* of turn T is its state at the start of T + 1.
 //!
 //! Reading the project races with a running agent. Every function that reads
-//! a path's current state re-reads the records afterwards: capture commits a
-//! record before the mutation it guards runs, so a path that has no newer
-//! record after the read was read before anything changed it.
+//! a path's current state re-reads the records afterwards, after asking the
+//! daemon to commit the records pending in its capture log ([`Sources::
+//! commit`]): capture appends a record before the mutation it guards runs,
+//! so a path that has no newer record after the read was read before
+//! anything changed it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
@@ -111,7 +113,7 @@ impl HistoryError {
 }
 
 /// What history commands read: the index, the blob store and the project.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Sources<'a> {
     /// The project's index.
     pub index: &'a Index,
@@ -119,6 +121,26 @@ pub struct Sources<'a> {
     pub blobs: &'a BlobStore,
     /// Confined access to the project (for states no record covers).
     pub backing: &'a Backing,
+    /// Makes every capture so far visible in `index` (a running daemon
+    /// commits its pending records); called before records are re-read
+    /// after reading the project.
+    pub commit: &'a dyn Fn(),
+}
+
+impl std::fmt::Debug for Sources<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("index", &self.index.path())
+            .field("backing", &self.backing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Asks the daemon serving `state`, if one runs, to commit the records
+/// pending in its capture log. Without a daemon nothing is pending that a
+/// reader could race with, so errors (no socket) are ignored.
+pub fn commit_through_daemon(state: &crate::state::StateDir) {
+    let _ = crate::control::request(&state.socket_path(), &crate::control::Request::Commit);
 }
 
 /// One path's state at some point, with the bytes of a regular file when
@@ -303,6 +325,7 @@ impl Sources<'_> {
             }
         }
         if !read.is_empty() {
+            (self.commit)();
             let newer = Timeline::load(self.index, turn)?;
             for p in read {
                 if let Some(pre) = newer.state_at(&p, turn) {
@@ -316,11 +339,19 @@ impl Sources<'_> {
 
 /// The index, blob store and project of one state dir, opened for reading
 /// (works while a daemon runs: the index is opened read-only).
-#[derive(Debug)]
 pub struct Opened {
     index: Index,
     blobs: BlobStore,
     backing: Backing,
+    commit: Box<dyn Fn()>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("index", &self.index.path())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Opened {
@@ -339,10 +370,12 @@ impl Opened {
             path: state.project.display().to_string(),
             source,
         })?;
+        let state = state.clone();
         Ok(Opened {
             index,
             blobs,
             backing,
+            commit: Box::new(move || commit_through_daemon(&state)),
         })
     }
 
@@ -352,6 +385,7 @@ impl Opened {
             index: &self.index,
             blobs: &self.blobs,
             backing: &self.backing,
+            commit: &self.commit,
         }
     }
 }

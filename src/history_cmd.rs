@@ -183,7 +183,9 @@ pub fn export(st: &StateDir, git_dir: Option<&Path>, json: bool, out: &mut dyn W
             Progress::Turn { .. } => {}
         }
     };
-    let report = export::export(st, git_dir, &mut progress).map_err(|e| (1, e.to_string()))?;
+    let commit = || history::commit_through_daemon(st);
+    let report =
+        export::export(st, git_dir, &mut progress, &commit).map_err(|e| (1, e.to_string()))?;
     if json {
         return io_done(writeln!(
             out,
