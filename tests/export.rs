@@ -707,3 +707,46 @@ fn export_of_10000_files_then_one_turn_writes_only_that_turn() {
         first_time, first["objects"], second_time, second["objects"]
     );
 }
+
+/// The baseline is the project when turn 1 began, even when the agent keeps
+/// changing files while the export walks the project: a file read after the
+/// agent changed it is replaced by its record, which the export sees only
+/// once the daemon committed its pending captures (the capture log).
+#[test]
+fn baseline_while_the_agent_writes_is_the_turn_start() {
+    let f = Fixture::new(
+        |p| {
+            for d in 0..20 {
+                fs::create_dir_all(p.join(format!("d{d}"))).unwrap();
+                for i in 0..100 {
+                    fs::write(p.join(format!("d{d}/f{i}")), format!("orig {d} {i}\n")).unwrap();
+                }
+            }
+        },
+        &["--no-export"],
+    );
+    let start = manifest(&f.project);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let mp = f.mp.clone();
+        std::thread::spawn(move || {
+            let mut round = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for d in 0..20 {
+                    let i = (round * 7 + d * 13) % 100;
+                    fs::write(mp.join(format!("d{d}/f{i}")), format!("agent {round}\n")).unwrap();
+                }
+                round += 1;
+            }
+            round
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    f.ok(&["export"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(rounds > 0, "the writer never ran");
+    let git_dir = f.state_dir().join("export.git");
+    assert_tree(&git_dir, "refs/opfs/baseline", &start);
+}
