@@ -18,7 +18,7 @@
 //! hard links to them intact.
 
 use std::collections::BTreeSet;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 
 use serde::Serialize;
 
@@ -544,10 +544,13 @@ fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
     journal
         .verify_blob(blob)
         .map_err(|e| io::Error::other(e.to_string()))?;
-    let mut f = journal
-        .backing()
-        .open_file(&p.raw, libc::O_WRONLY | libc::O_TRUNC, 0)?;
+    // Overwritten in place, then the tail cut: truncating to zero first
+    // would free every block only to allocate it again (and on a filesystem
+    // mounted with `discard`, wait for one synchronous discard per file).
+    let mut f = journal.backing().open_file(&p.raw, libc::O_WRONLY, 0)?;
     copy_blob(journal, blob, &mut f)?;
+    let len = f.stream_position()?;
+    f.set_len(len)?;
     set_perm(&f, *perm)
 }
 
