@@ -160,49 +160,22 @@ impl Backing {
     /// name, or a parent that is not a directory, a symlink included: no
     /// path of the tree lies below a symlink).
     pub fn lstat(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
-        // SAFETY: zeroed stat is a valid out-parameter.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let res = if rel.is_empty() {
+        if rel.is_empty() {
+            // SAFETY: zeroed stat is a valid out-parameter.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
             // SAFETY: valid fd and out pointer.
-            check(unsafe { libc::fstat(self.root.as_raw_fd(), &mut st) })
-        } else {
-            let (dir, name) = match self.parent(rel) {
-                Ok(p) => p,
-                // A symlink as the parent gives ENOTDIR (O_DIRECTORY |
-                // O_NOFOLLOW), one further up ELOOP (RESOLVE_NO_SYMLINKS):
-                // both mean the path is not in the tree. Writes below it
-                // still fail with ELOOP.
-                Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => {
-                    return Ok(None)
-                }
-                Err(e) => return Err(e),
-            };
-            // SAFETY: valid fd, name and out pointer.
-            check(unsafe {
-                libc::fstatat(
-                    dir.as_raw_fd(),
-                    name.as_ptr(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })
-        };
-        match res {
-            Ok(_) => Ok(Some(Stat::from_raw(&st))),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(e),
+            check(unsafe { libc::fstat(self.root.as_raw_fd(), &mut st) })?;
+            return Ok(Some(Stat::from_raw(&st)));
         }
+        Ok(self.entry(rel)?.map(|(_, _, st)| Stat::from_raw(&st)))
     }
 
-    /// [`Backing::lstat`], and for a regular file also the file opened
-    /// read-only, resolving the parent once (what a capture needs). The
-    /// stat returned for a file is that of the opened descriptor, so it
-    /// describes the bytes read from it even if the name was replaced in
-    /// between.
-    pub fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>> {
-        if rel.is_empty() {
-            return Ok(self.lstat(rel)?.map(|st| (st, None)));
-        }
+    /// The parent directory of `rel` (not empty), its name there and its
+    /// `lstat`; `None` when the path does not exist. A symlink as the parent
+    /// gives ENOTDIR (O_DIRECTORY | O_NOFOLLOW), one further up ELOOP
+    /// (RESOLVE_NO_SYMLINKS): both mean the path is not in the tree. Writes
+    /// below it still fail with ELOOP.
+    fn entry(&self, rel: &[u8]) -> io::Result<Option<(OwnedFd, CString, libc::stat)>> {
         let (dir, name) = match self.parent(rel) {
             Ok(p) => p,
             Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
@@ -220,10 +193,24 @@ impl Backing {
             )
         });
         match res {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(e),
+            Ok(_) => Ok(Some((dir, name, st))),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// [`Backing::lstat`], and for a regular file also the file opened
+    /// read-only, resolving the parent once (what a capture needs). The
+    /// stat returned for a file is that of the opened descriptor, so it
+    /// describes the bytes read from it even if the name was replaced in
+    /// between.
+    pub fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>> {
+        if rel.is_empty() {
+            return Ok(self.lstat(rel)?.map(|st| (st, None)));
+        }
+        let Some((dir, name, mut st)) = self.entry(rel)? else {
+            return Ok(None);
+        };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Ok(Some((Stat::from_raw(&st), None)));
         }

@@ -210,6 +210,37 @@ fn columns(pre: &PreImage) -> Columns<'_> {
     }
 }
 
+/// Inserts a record unless its (turn, path) has one: the first record of a
+/// turn is the pre-image.
+const INSERT_PREIMAGE: &str =
+    "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// Runs [`INSERT_PREIMAGE`] for one record; returns the rows inserted (0 or 1).
+fn insert_preimage(
+    stmt: &mut rusqlite::Statement<'_>,
+    turn: u64,
+    path: &[u8],
+    pre: &PreImage,
+) -> rusqlite::Result<usize> {
+    let (kind, perm, blob, size, target, rdev) = columns(pre);
+    let ino = match pre {
+        PreImage::File { ino, .. } if *ino != 0 => Some(*ino as i64),
+        _ => None,
+    };
+    stmt.execute(params![
+        turn as i64,
+        path,
+        kind,
+        perm,
+        blob,
+        size,
+        target,
+        rdev,
+        ino
+    ])
+}
+
 /// An open index database.
 #[derive(Debug)]
 pub struct Index {
@@ -553,12 +584,7 @@ impl Index {
             let mut blob = tx
                 .prepare_cached("INSERT OR IGNORE INTO blobs(hash, size, data) VALUES (?1, ?2, ?3)")
                 .map_err(err)?;
-            let mut record = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )
-                .map_err(err)?;
+            let mut record = tx.prepare_cached(INSERT_PREIMAGE).map_err(err)?;
             let mut forget = tx
                 .prepare_cached("DELETE FROM fingerprints WHERE path = ?1")
                 .map_err(err)?;
@@ -570,24 +596,7 @@ impl Index {
                     blob.execute(params![&hash[..], *size as i64, e.data.as_deref()])
                         .map_err(err)?;
                 }
-                let (kind, perm, hash, size, target, rdev) = columns(&e.pre);
-                let ino = match e.pre {
-                    PreImage::File { ino, .. } if ino != 0 => Some(ino as i64),
-                    _ => None,
-                };
-                record
-                    .execute(params![
-                        e.turn as i64,
-                        &e.path,
-                        kind,
-                        perm,
-                        hash,
-                        size,
-                        target,
-                        rdev,
-                        ino
-                    ])
-                    .map_err(err)?;
+                insert_preimage(&mut record, e.turn, &e.path, &e.pre).map_err(err)?;
                 forget.execute([&e.path]).map_err(err)?;
             }
         }
@@ -621,30 +630,10 @@ impl Index {
     ///
     /// Durable after `Ok` to the level the index was opened with.
     pub fn add_preimage(&self, turn: u64, path: &[u8], pre: &PreImage) -> Result<bool, IndexError> {
-        let (kind, perm, blob, size, target, rdev) = columns(pre);
-        let ino = match pre {
-            PreImage::File { ino, .. } if *ino != 0 => Some(*ino as i64),
-            _ => None,
-        };
         let n = self
             .conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    turn as i64,
-                    path,
-                    kind,
-                    perm,
-                    blob,
-                    size,
-                    target,
-                    rdev,
-                    ino
-                ])
-            })
+            .prepare_cached(INSERT_PREIMAGE)
+            .and_then(|mut s| insert_preimage(&mut s, turn, path, pre))
             .map_err(self.err())?;
         Ok(n == 1)
     }
