@@ -517,45 +517,28 @@ impl Index {
         rewound_to: Option<u64>,
     ) -> Result<u64, IndexError> {
         let now = now_ns();
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(|source| IndexError::Sqlite {
-                path: self.path.clone(),
-                source,
-            })?;
         let number = open.map_or(1, |n| n + 1);
-        if let Some(open) = open {
+        self.in_transaction(|tx| {
+            if let Some(open) = open {
+                tx.execute(
+                    "UPDATE turns SET ended_at = ?1 WHERE number = ?2",
+                    params![now, open as i64],
+                )?;
+            }
             tx.execute(
-                "UPDATE turns SET ended_at = ?1 WHERE number = ?2",
-                params![now, open as i64],
-            )
-            .map_err(|source| IndexError::Sqlite {
-                path: self.path.clone(),
-                source,
-            })?;
-        }
-        tx.execute(
-            "INSERT INTO turns(number, kind, label, external_id, started_at, rewound_to)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                number as i64,
-                kind.as_str(),
-                label,
-                external_id,
-                now,
-                rewound_to.map(|v| v as i64)
-            ],
-        )
-        .map_err(|source| IndexError::Sqlite {
-            path: self.path.clone(),
-            source,
-        })?;
-        tx.commit().map_err(|source| IndexError::Sqlite {
-            path: self.path.clone(),
-            source,
-        })?;
-        Ok(number)
+                "INSERT INTO turns(number, kind, label, external_id, started_at, rewound_to)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    number as i64,
+                    kind.as_str(),
+                    label,
+                    external_id,
+                    now,
+                    rewound_to.map(|v| v as i64)
+                ],
+            )?;
+            Ok(number)
+        })
     }
 
     fn has_column(&self, table: &str, column: &str) -> Result<bool, IndexError> {
@@ -574,33 +557,41 @@ impl Index {
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing of it is.
     pub fn apply(&mut self, entries: &[Entry]) -> Result<(), IndexError> {
-        let path = self.path.clone();
-        let err = |source| IndexError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self.conn.transaction().map_err(err)?;
-        {
-            let mut blob = tx
-                .prepare_cached("INSERT OR IGNORE INTO blobs(hash, size, data) VALUES (?1, ?2, ?3)")
-                .map_err(err)?;
-            let mut record = tx.prepare_cached(INSERT_PREIMAGE).map_err(err)?;
-            let mut forget = tx
-                .prepare_cached("DELETE FROM fingerprints WHERE path = ?1")
-                .map_err(err)?;
+        self.in_transaction(|tx| {
+            let mut blob = tx.prepare_cached(
+                "INSERT OR IGNORE INTO blobs(hash, size, data) VALUES (?1, ?2, ?3)",
+            )?;
+            let mut record = tx.prepare_cached(INSERT_PREIMAGE)?;
+            let mut forget = tx.prepare_cached("DELETE FROM fingerprints WHERE path = ?1")?;
             for e in entries {
                 if let PreImage::File {
                     blob: hash, size, ..
                 } = &e.pre
                 {
-                    blob.execute(params![&hash[..], *size as i64, e.data.as_deref()])
-                        .map_err(err)?;
+                    blob.execute(params![&hash[..], *size as i64, e.data.as_deref()])?;
                 }
-                insert_preimage(&mut record, e.turn, &e.path, &e.pre).map_err(err)?;
-                forget.execute([&e.path]).map_err(err)?;
+                insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                forget.execute([&e.path])?;
             }
-        }
-        tx.commit().map_err(err)
+            Ok(())
+        })
+    }
+
+    /// Runs `f` in one transaction and commits it; nothing of it is kept
+    /// when `f` or the commit fails. Errors name the database file.
+    fn in_transaction<R>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<R>,
+    ) -> Result<R, IndexError> {
+        let path = self.path.clone();
+        let err = |source| IndexError::Sqlite { path, source };
+        (|| {
+            let tx = self.conn.transaction()?;
+            let r = f(&tx)?;
+            tx.commit()?;
+            Ok(r)
+        })()
+        .map_err(err)
     }
 
     /// The content of blob `hash` when it is stored inline (a small file,
@@ -889,22 +880,12 @@ impl Index {
         &mut self,
         entries: impl Iterator<Item = (&'a [u8], Option<&'a Fingerprint>)>,
     ) -> Result<(), IndexError> {
-        let path = self.path.clone();
-        let err = |source| IndexError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self.conn.transaction().map_err(err)?;
-        {
-            let mut put = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO fingerprints(path, ftype, ino, size, mtime_ns, perm)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(err)?;
-            let mut del = tx
-                .prepare_cached("DELETE FROM fingerprints WHERE path = ?1")
-                .map_err(err)?;
+        self.in_transaction(|tx| {
+            let mut put = tx.prepare_cached(
+                "INSERT OR REPLACE INTO fingerprints(path, ftype, ino, size, mtime_ns, perm)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            let mut del = tx.prepare_cached("DELETE FROM fingerprints WHERE path = ?1")?;
             for (p, fp) in entries {
                 match fp {
                     Some(f) => put.execute(params![
@@ -916,11 +897,10 @@ impl Index {
                         f.perm as i64
                     ]),
                     None => del.execute([p]),
-                }
-                .map_err(err)?;
+                }?;
             }
-        }
-        tx.commit().map_err(err)
+            Ok(())
+        })
     }
 
     /// The stored fingerprint of `path`, if any.
