@@ -232,6 +232,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 sync: *sync,
                 threads: *threads,
                 export: !*no_export,
+                range_min: daemon::default_range_min(),
             },
             cli,
             out,

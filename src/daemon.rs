@@ -256,6 +256,11 @@ pub struct DaemonOptions {
     /// Export each closed turn to the shadow git repository in the
     /// background (`opfs mount --no-export` turns it off).
     pub export: bool,
+    /// Files of at least this many bytes (with one link) written in place
+    /// are captured as ranges (`docs/ranges.md`); `u64::MAX` turns range
+    /// capture off. Default [`crate::journal::DEFAULT_RANGE_MIN`], or the
+    /// `OPFS_RANGE_MIN` environment variable (bytes; `off`).
+    pub range_min: u64,
 }
 
 impl Default for DaemonOptions {
@@ -264,7 +269,22 @@ impl Default for DaemonOptions {
             sync: false,
             threads: default_threads(),
             export: true,
+            range_min: default_range_min(),
         }
+    }
+}
+
+/// [`DaemonOptions::range_min`] from `OPFS_RANGE_MIN` (bytes, or `off`),
+/// else [`crate::journal::DEFAULT_RANGE_MIN`].
+pub fn default_range_min() -> u64 {
+    match std::env::var("OPFS_RANGE_MIN")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some("off") => u64::MAX,
+        Some(v) => v.parse().unwrap_or(crate::journal::DEFAULT_RANGE_MIN),
+        None => crate::journal::DEFAULT_RANGE_MIN,
     }
 }
 
@@ -342,7 +362,9 @@ pub fn run(
             at: control::recorded_mountpoint(state),
         });
     };
-    let journal = Arc::new(Journal::open(state, opts.sync)?);
+    let mut journal = Journal::open(state, opts.sync)?;
+    journal.set_range_min(opts.range_min);
+    let journal = Arc::new(journal);
     let recovered = match rewind::resume(&journal) {
         Ok(Some(r)) => {
             let msg = format!(

@@ -104,6 +104,10 @@ pub enum ExportError {
     /// The index failed.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Reading a turn's states failed (a file kept as ranges could not be
+    /// put together, or a file it is laid over could not be read).
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
 }
 
 /// Progress of a running export, for the caller to show.
@@ -262,6 +266,15 @@ impl Exporter<'_> {
     fn git_state(&mut self, path: &[u8], v: &Version) -> Result<GitState, ExportError> {
         Ok(match &v.state {
             PreImage::Absent | PreImage::Special { .. } => GitState::Absent,
+            // Put together by `Sources::timeline` before it gets here.
+            PreImage::Ranged { .. } => {
+                return Err(ExportError::Blob {
+                    path: paths::display(path),
+                    source: crate::store::BlobError::Missing(
+                        "a file kept as ranges was not put together".into(),
+                    ),
+                })
+            }
             PreImage::Dir { .. } => GitState::Dir,
             PreImage::Symlink { target } => {
                 let id = self.write_blob(target)?;
@@ -277,11 +290,10 @@ impl Exporter<'_> {
                     (Some(bytes), _) => self.write_blob(bytes)?,
                     (None, Some(id)) => *id,
                     (None, None) => {
-                        let data = crate::store::read_blob(self.src.index, self.src.blobs, blob)
-                            .map_err(|source| ExportError::Blob {
-                                path: paths::display(path),
-                                source,
-                            })?;
+                        let data = self.src.blob(blob).map_err(|source| ExportError::Blob {
+                            path: paths::display(path),
+                            source,
+                        })?;
                         self.write_blob(&data)?
                     }
                 };
@@ -556,11 +568,13 @@ pub fn export(
         path: state.project.display().to_string(),
         source,
     })?;
+    let resolved = history::Resolved::default();
     let src = Sources {
         index: &index,
         blobs: &blobs,
         backing: &backing,
         commit,
+        resolved: &resolved,
     };
     let mut ex = Exporter {
         repo: &repo,
@@ -644,7 +658,7 @@ pub fn export(
             }
         }
         (src.commit)();
-        let timeline = Timeline::load(&index, last + 1)?;
+        let timeline = src.timeline(last + 1)?;
         let by_turn = timeline.by_turn();
         let mut editor = repo
             .edit_tree(tree)
@@ -763,7 +777,7 @@ fn baseline(
     }
     progress(Progress::Baseline { entries });
     (ex.src.commit)();
-    let after = Timeline::load(ex.src.index, first)?;
+    let after = ex.src.timeline(first)?;
     for (p, _) in after.iter() {
         if let Some(pre) = after.state_at(p, first) {
             let g = ex.git_state(

@@ -85,10 +85,13 @@ pub struct GcReport {
     pub note: Option<String>,
 }
 
+/// The blobs that records and saved ranges of turns `>= ?1` name.
+const KEPT_BLOBS: &str = "SELECT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL
+     UNION SELECT blob FROM ranges WHERE turn >= ?1";
+
 fn blob_bytes_from(conn: &Connection, from: i64) -> rusqlite::Result<u64> {
     conn.query_row(
-        "SELECT coalesce(sum(b.size), 0) FROM blobs b
-         WHERE b.hash IN (SELECT DISTINCT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL)",
+        &format!("SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.hash IN ({KEPT_BLOBS})"),
         [from],
         |r| r.get::<_, i64>(0),
     )
@@ -174,8 +177,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         )
         .map_err(err)?;
     let keep_blobs = |conn: &Connection| -> rusqlite::Result<BTreeSet<Vec<u8>>> {
-        let mut stmt = conn
-            .prepare("SELECT DISTINCT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL")?;
+        let mut stmt = conn.prepare(KEPT_BLOBS)?;
         let rows = stmt.query_map([cut], |r| r.get::<_, Vec<u8>>(0))?;
         rows.collect()
     };
@@ -183,9 +185,10 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     // Inline blobs (small files) go with their rows.
     let (inline_removed, inline_bytes): (i64, i64) = conn
         .query_row(
-            "SELECT count(*), coalesce(sum(size), 0) FROM blobs
-             WHERE data IS NOT NULL AND hash NOT IN
-               (SELECT DISTINCT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL)",
+            &format!(
+                "SELECT count(*), coalesce(sum(size), 0) FROM blobs
+                 WHERE data IS NOT NULL AND hash NOT IN ({KEPT_BLOBS})"
+            ),
             [cut],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -193,6 +196,8 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     if !dry_run && cut > first {
         let tx = conn.transaction().map_err(err)?;
         tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])
+            .map_err(err)?;
+        tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])
             .map_err(err)?;
         tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])
             .map_err(err)?;
@@ -202,9 +207,8 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         )
         .map_err(err)?;
         tx.execute(
-            "DELETE FROM blobs WHERE hash NOT IN
-               (SELECT DISTINCT blob FROM preimages WHERE blob IS NOT NULL)",
-            [],
+            &format!("DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})"),
+            [cut],
         )
         .map_err(err)?;
         tx.commit().map_err(err)?;

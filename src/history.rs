@@ -85,6 +85,17 @@ pub enum HistoryError {
         /// The cause.
         source: io::Error,
     },
+    /// A file's turn-start content, kept as ranges over its later content,
+    /// cannot be put together (see `crate::ranges`).
+    #[error(
+        "the recorded content of {path} cannot be put together from its saved ranges: {reason}"
+    )]
+    Ranges {
+        /// The path, rendered.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// A pre-image's blob is missing or corrupt.
     #[error("the recorded content of {path} cannot be read: {source}")]
     Blob {
@@ -125,7 +136,13 @@ pub struct Sources<'a> {
     /// commits its pending records); called before records are re-read
     /// after reading the project.
     pub commit: &'a dyn Fn(),
+    /// Contents put together from ranged records (see
+    /// [`Sources::timeline`]), by BLAKE3: they are in no store.
+    pub resolved: &'a Resolved,
 }
+
+/// Contents put together from ranged records, by BLAKE3.
+pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
 
 impl std::fmt::Debug for Sources<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,19 +218,23 @@ pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
 
 /// Every record from some turn on, grouped by path, each path's records in
 /// turn order.
+///
+/// Loaded raw ([`Timeline::load`]) it may hold [`PreImage::Ranged`]
+/// records; [`Sources::timeline`] puts them together into file records.
 #[derive(Debug, Default)]
 pub struct Timeline {
     by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>>,
+    from: u64,
 }
 
 impl Timeline {
-    /// Loads every record with turn >= `from` (one query).
+    /// Loads every record with turn >= `from` (one query), as stored.
     pub fn load(index: &Index, from: u64) -> Result<Timeline, IndexError> {
         let mut by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>> = BTreeMap::new();
         for (turn, path, pre) in index.records_since(from)? {
             by_path.entry(path).or_default().push((turn, pre));
         }
-        Ok(Timeline { by_path })
+        Ok(Timeline { by_path, from })
     }
 
     /// The state of `path` when turn `turn` began, if a record says so
@@ -280,6 +301,133 @@ impl Sources<'_> {
         })
     }
 
+    /// The bytes of blob `hash`: put together from ranges earlier, or from
+    /// the store (checked against the hash).
+    ///
+    /// Errors: as [`crate::store::read_blob`].
+    pub fn blob(&self, hash: &Hash) -> Result<Vec<u8>, BlobError> {
+        if let Some(b) = self.resolved.borrow().get(hash) {
+            return Ok(b.clone());
+        }
+        crate::store::read_blob(self.index, self.blobs, hash)
+    }
+
+    /// Loads every record with turn >= `from` and puts each ranged record
+    /// together into a file record (its bytes kept in
+    /// [`Sources::resolved`]). A ranged record that is its path's newest is
+    /// laid over the project's file: that file is read first, then the
+    /// daemon commits and the path's records are read again, so bytes the
+    /// agent overwrote meanwhile come from their saved ranges (see the
+    /// module docs).
+    ///
+    /// Errors: the index, a blob or the project cannot be read;
+    /// [`HistoryError::Ranges`] when a ranged record cannot be put together.
+    pub fn timeline(&self, from: u64) -> Result<Timeline, HistoryError> {
+        let mut timeline = Timeline::load(self.index, from)?;
+        self.resolve(&mut timeline, None)?;
+        Ok(timeline)
+    }
+
+    /// [`Sources::timeline`] for a timeline already loaded; only for `only`
+    /// when given.
+    pub fn resolve(
+        &self,
+        timeline: &mut Timeline,
+        only: Option<&[u8]>,
+    ) -> Result<(), HistoryError> {
+        let from = timeline.from;
+        let ranged: Vec<Vec<u8>> = timeline
+            .by_path
+            .iter()
+            .filter(|(p, _)| only.is_none_or(|o| o == p.as_slice()))
+            .filter(|(_, recs)| {
+                recs.iter()
+                    .any(|(_, p)| matches!(p, PreImage::Ranged { .. }))
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in ranged {
+            let last_ranged = matches!(
+                timeline.by_path.get(&path).and_then(|r| r.last()),
+                Some((_, PreImage::Ranged { .. }))
+            );
+            let current = if last_ranged {
+                let v = read_current(self.backing, &path).map_err(Self::project_err(&path))?;
+                (self.commit)();
+                let recs = self.index.records_of_path(&path, from)?;
+                timeline.by_path.insert(path.clone(), recs);
+                v.bytes
+            } else {
+                None
+            };
+            let mut recs = timeline.by_path.remove(&path).unwrap_or_default();
+            self.resolve_path(&path, &mut recs, current.as_deref())?;
+            timeline.by_path.insert(path, recs);
+        }
+        Ok(())
+    }
+
+    /// Replaces each ranged record in `recs` (one path's records, oldest
+    /// first) by the file record it stands for, newest first: each is laid
+    /// over the content of the record after it, or over `current` (the
+    /// project's file, read before the records were) for the newest.
+    fn resolve_path(
+        &self,
+        path: &[u8],
+        recs: &mut [(u64, PreImage)],
+        current: Option<&[u8]>,
+    ) -> Result<(), HistoryError> {
+        let fail = |reason: String| HistoryError::Ranges {
+            path: paths::display(path),
+            reason,
+        };
+        let mut above: Option<Vec<u8>> = None;
+        for i in (0..recs.len()).rev() {
+            let (turn, pre) = &recs[i];
+            let PreImage::Ranged { size, perm, ino } = *pre else {
+                above = None;
+                continue;
+            };
+            let turn = *turn;
+            let base = match (&above, recs.get(i + 1)) {
+                (Some(b), _) => b.clone(),
+                (None, Some((_, PreImage::File { blob, .. }))) => {
+                    self.blob(blob).map_err(|source| HistoryError::Blob {
+                        path: paths::display(path),
+                        source,
+                    })?
+                }
+                (None, Some((t, other))) => {
+                    return Err(fail(format!(
+                        "its record in turn {t} is a {} where a file was expected",
+                        other.kind_name()
+                    )))
+                }
+                (None, None) => match current {
+                    Some(c) => c.to_vec(),
+                    None => {
+                        return Err(fail(
+                            "the project holds no regular file at that path".into(),
+                        ))
+                    }
+                },
+            };
+            let bytes =
+                crate::ranges::patch_in_memory(self.index, self.blobs, turn, path, size, &base)
+                    .map_err(|e| fail(e.to_string()))?;
+            let blob = *blake3::hash(&bytes).as_bytes();
+            recs[i].1 = PreImage::File {
+                blob,
+                size,
+                perm,
+                ino,
+            };
+            self.resolved.borrow_mut().insert(blob, bytes.clone());
+            above = Some(bytes);
+        }
+        Ok(())
+    }
+
     /// The bytes of a file or symlink version: a recorded file's blob
     /// (checked against its hash), a file read from the project, or a
     /// symlink's target. Everything else has no bytes (`None`).
@@ -287,7 +435,7 @@ impl Sources<'_> {
         match (&v.state, &v.bytes) {
             (PreImage::File { .. }, Some(b)) => Ok(Some(b.clone())),
             (PreImage::File { blob, .. }, None) => {
-                crate::store::read_blob(self.index, self.blobs, blob)
+                self.blob(blob)
                     .map(Some)
                     .map_err(|source| HistoryError::Blob {
                         path: paths::display(path),
@@ -328,7 +476,15 @@ impl Sources<'_> {
             (self.commit)();
             let newer = Timeline::load(self.index, turn)?;
             for p in read {
-                if let Some(pre) = newer.state_at(&p, turn) {
+                let Some(recs) = newer.by_path.get(&p) else {
+                    continue;
+                };
+                // A ranged record made meanwhile is laid over the bytes
+                // read above (its saved ranges hold what was overwritten).
+                let mut recs = recs.clone();
+                let current = out.get(&p).and_then(|v| v.bytes.clone());
+                self.resolve_path(&p, &mut recs, current.as_deref())?;
+                if let Some((_, pre)) = recs.iter().find(|(t, _)| *t >= turn) {
                     out.insert(p, Version::recorded(pre.clone()));
                 }
             }
@@ -344,6 +500,7 @@ pub struct Opened {
     blobs: BlobStore,
     backing: Backing,
     commit: Box<dyn Fn()>,
+    resolved: Resolved,
 }
 
 impl std::fmt::Debug for Opened {
@@ -376,6 +533,7 @@ impl Opened {
             blobs,
             backing,
             commit: Box::new(move || commit_through_daemon(&state)),
+            resolved: Resolved::default(),
         })
     }
 
@@ -386,6 +544,7 @@ impl Opened {
             blobs: &self.blobs,
             backing: &self.backing,
             commit: &self.commit,
+            resolved: &self.resolved,
         }
     }
 }
@@ -473,7 +632,18 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
     let Some(first) = turns.last().map(|t| t.number) else {
         return Ok(Vec::new());
     };
-    let timeline = Timeline::load(src.index, first)?;
+    let mut timeline = Timeline::load(src.index, first)?;
+    // A ranged record stores its saved ranges, not the file.
+    let mut ranged_stored: BTreeMap<(u64, Vec<u8>), u64> = BTreeMap::new();
+    for (path, recs) in timeline.iter() {
+        for (t, pre) in recs {
+            if let PreImage::Ranged { .. } = pre {
+                let pieces = src.index.ranges_of(*t, path)?;
+                ranged_stored.insert((*t, path.clone()), pieces.iter().map(|p| p.len).sum());
+            }
+        }
+    }
+    src.resolve(&mut timeline, None)?;
     // Paths whose newest record is their last word need the project's
     // current state; read each once.
     let need_current: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
@@ -506,7 +676,9 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
             let Some(before) = timeline.record(p, t.number) else {
                 continue;
             };
-            if let PreImage::File { blob, size, .. } = before {
+            if let Some(n) = ranged_stored.get(&(t.number, p.clone())) {
+                e.bytes_stored += n;
+            } else if let PreImage::File { blob, size, .. } = before {
                 if blobs.insert(*blob) {
                     e.bytes_stored += size;
                 }
@@ -589,7 +761,7 @@ pub fn changes(
     }
     src.turn(from)?;
     src.turn(to)?;
-    let timeline = Timeline::load(src.index, from)?;
+    let timeline = src.timeline(from)?;
     let wanted: Vec<Vec<u8>> = timeline
         .paths_in(from, to)
         .into_iter()
@@ -632,6 +804,12 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
     }
     let timeline = Timeline::default();
     let v = match src.index.state_from(path, turn)? {
+        Some(PreImage::Ranged { .. }) => {
+            let mut timeline = Timeline::load(src.index, turn)?;
+            src.resolve(&mut timeline, Some(path))?;
+            let pre = timeline.state_at(path, turn).cloned();
+            Version::recorded(pre.unwrap_or(PreImage::Absent))
+        }
         Some(pre) => Version::recorded(pre),
         None => {
             let v = src.states_at(&timeline, &[path.to_vec()], turn)?;

@@ -30,6 +30,7 @@ use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{PreImage, Special};
 use crate::state::StateDir;
+use crate::store::log::Op;
 use crate::store::{
     BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, TurnKind,
     INLINE_MAX,
@@ -42,6 +43,25 @@ pub const GROUP_MAX_BYTES: usize = 8 << 20;
 /// With this many records pending and the index refusing them, captures
 /// fail (the log would otherwise grow without bound).
 const PENDING_HARD_MAX: usize = 1 << 20;
+/// Files of at least this many bytes (and one link) are captured as ranges
+/// when written in place, unless the daemon is told otherwise
+/// (`OPFS_RANGE_MIN`). See `docs/ranges.md`.
+pub const DEFAULT_RANGE_MIN: u64 = 1 << 20;
+/// A saved range is stored in pieces of at most this many bytes, so
+/// putting a file back together never holds more than one piece in memory.
+const PIECE_MAX: u64 = 4 << 20;
+
+/// What the open turn knows of a file it captures as ranges.
+struct RangeState {
+    /// The file, opened at its first capture (`None` after a restart until
+    /// the next write needs it).
+    file: Option<std::fs::File>,
+    /// Its length when the turn began.
+    size: u64,
+    /// Byte ranges below `size` whose turn-start bytes are saved: disjoint,
+    /// sorted.
+    covered: Vec<(u64, u64)>,
+}
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +157,9 @@ struct Inner {
     /// recorded later in the turn (after a write through the first name)
     /// gets this turn-start content, not the bytes written since.
     linked: HashMap<(u64, u64), (crate::preimage::Hash, u64)>,
+    /// Files captured as ranges in the open turn (a `Ranged` record is
+    /// their pre-image; `captured` does not hold them).
+    ranged: HashMap<Vec<u8>, RangeState>,
     /// Fingerprints not yet written to the index. `None`: the mount is in
     /// the middle of changing the path (a write handle is open), so there is
     /// nothing to compare against.
@@ -150,6 +173,7 @@ pub struct Journal {
     state: StateDir,
     inner: Mutex<Inner>,
     epoch: AtomicU64,
+    range_min: u64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -209,6 +233,36 @@ impl Journal {
             Some(t) => t.number,
             None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
         };
+        // What the open turn recorded before a restart: those records are
+        // its pre-images already (a second capture would be ignored), and a
+        // ranged file goes on saving ranges where it left off.
+        let mut captured = HashSet::new();
+        let mut ranged = HashMap::new();
+        for (path, pre) in index.records_of_turn(turn)? {
+            match pre {
+                PreImage::Ranged { size, .. } => {
+                    let mut covered = Vec::new();
+                    for p in index.ranges_of(turn, &path)? {
+                        crate::ranges::insert(
+                            &mut covered,
+                            p.offset,
+                            p.offset.saturating_add(p.len),
+                        );
+                    }
+                    ranged.insert(
+                        path,
+                        RangeState {
+                            file: None,
+                            size,
+                            covered,
+                        },
+                    );
+                }
+                _ => {
+                    captured.insert(path);
+                }
+            }
+        }
         Ok(Journal {
             backing,
             blobs,
@@ -219,12 +273,21 @@ impl Journal {
                 pending: Vec::new(),
                 pending_bytes: 0,
                 turn,
-                captured: HashSet::new(),
+                captured,
                 linked: HashMap::new(),
+                ranged,
                 fingerprints: HashMap::new(),
             }),
             epoch: AtomicU64::new(turn),
+            range_min: DEFAULT_RANGE_MIN,
         })
+    }
+
+    /// Sets the size (bytes) from which a file written in place is
+    /// captured as ranges instead of whole ([`DEFAULT_RANGE_MIN`] unless
+    /// set; `u64::MAX`: never).
+    pub fn set_range_min(&mut self, bytes: u64) {
+        self.range_min = bytes;
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -369,6 +432,7 @@ impl Journal {
         inner.turn = n;
         inner.captured.clear();
         inner.linked.clear();
+        inner.ranged.clear();
         self.epoch.store(n, Ordering::Release);
         Ok(n)
     }
@@ -500,6 +564,9 @@ impl Journal {
         if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
             return Ok(());
         }
+        if inner.ranged.contains_key(path) {
+            return self.materialize(inner, path);
+        }
         let (pre, data, nlink) = match known {
             Some(pre) => (pre, None, 0),
             None => self.read_state(inner, path)?,
@@ -516,6 +583,242 @@ impl Journal {
         // known" (no check) instead of a false "changed behind the mount's
         // back".
         let turn = inner.turn;
+        self.append(inner, Entry::record(turn, path.to_vec(), pre, data))?;
+        crate::rewind::failpoint("capture-after-record");
+        inner.captured.insert(path.to_vec());
+        Ok(())
+    }
+
+    /// Saves the turn-start bytes of `[offset, offset + len)` of the file at
+    /// `path` that the open turn has not saved yet, before the mount
+    /// overwrites them (`len` may run past the end of the file: a
+    /// truncation). At the file's first range in the turn, records it as
+    /// [`PreImage::Ranged`] when it is a regular file of at least the range
+    /// threshold with one link; anything else is captured whole. Cost: one
+    /// read and one log record per piece of new bytes; nothing for bytes
+    /// already saved or past the turn-start length.
+    fn capture_range(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+    ) -> Result<(), CaptureError> {
+        if path.is_empty() || paths::is_excluded(path) || inner.captured.contains(path) {
+            return Ok(());
+        }
+        let read_err = |source| CaptureError::Read {
+            path: paths::display(path),
+            source,
+        };
+        let turn = inner.turn;
+        let mut state = match inner.ranged.remove(path) {
+            Some(state) => state,
+            None => {
+                let Some((st, file)) = self.backing.lstat_open(path).map_err(read_err)? else {
+                    return self.capture_known(inner, path, Some(PreImage::Absent));
+                };
+                match file {
+                    Some(file)
+                        if st.file_type() == libc::S_IFREG
+                            && st.nlink == 1
+                            && st.size >= self.range_min =>
+                    {
+                        let pre = PreImage::Ranged {
+                            size: st.size,
+                            perm: st.perm(),
+                            ino: st.ino,
+                        };
+                        self.append(inner, Entry::record(turn, path.to_vec(), pre, None))?;
+                        RangeState {
+                            file: Some(file),
+                            size: st.size,
+                            covered: Vec::new(),
+                        }
+                    }
+                    _ => return self.capture_known(inner, path, None),
+                }
+            }
+        };
+        let saved = self.save_ranges(inner, path, &mut state, offset, len);
+        inner.ranged.insert(path.to_vec(), state);
+        saved
+    }
+
+    /// The part of [`Journal::capture_range`] after the record: reads and
+    /// logs the unsaved bytes in pieces of at most [`PIECE_MAX`].
+    fn save_ranges(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        state: &mut RangeState,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), CaptureError> {
+        let read_err = |source| CaptureError::Read {
+            path: paths::display(path),
+            source,
+        };
+        let end = offset.saturating_add(len).min(state.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let gaps = crate::ranges::gaps(&state.covered, offset, end);
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        if state.file.is_none() {
+            // After a restart: the file the turn's record was made over.
+            match self.backing.lstat_open(path).map_err(read_err)? {
+                Some((st, Some(f))) if st.file_type() == libc::S_IFREG => state.file = Some(f),
+                _ => {
+                    return Err(read_err(io::Error::other(
+                        "the file captured as ranges in this turn is no longer a regular file",
+                    )))
+                }
+            }
+        }
+        let turn = inner.turn;
+        for (a, b) in gaps {
+            let mut at = a;
+            while at < b {
+                let n = (b - at).min(PIECE_MAX);
+                let mut buf = vec![0u8; n as usize];
+                if let Some(f) = &state.file {
+                    use std::os::unix::fs::FileExt;
+                    f.read_exact_at(&mut buf, at).map_err(|e| {
+                        read_err(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "reading the {n} bytes at {at} before they are overwritten: {e}"
+                            ),
+                        ))
+                    })?;
+                }
+                let blob = *blake3::hash(&buf).as_bytes();
+                let data = if n <= INLINE_MAX {
+                    Some(buf)
+                } else {
+                    self.blobs.put(&mut buf.as_slice(), n).map_err(|source| {
+                        CaptureError::Blob {
+                            path: paths::display(path),
+                            source,
+                        }
+                    })?;
+                    None
+                };
+                crate::rewind::failpoint("capture-after-blob");
+                let piece = PreImage::File {
+                    blob,
+                    size: n,
+                    perm: 0,
+                    ino: 0,
+                };
+                self.append(
+                    inner,
+                    Entry {
+                        turn,
+                        path: path.to_vec(),
+                        pre: piece,
+                        data,
+                        op: Op::Range { offset: at },
+                    },
+                )?;
+                crate::rewind::failpoint("capture-after-record");
+                crate::ranges::insert(&mut state.covered, at, at + n);
+                at += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the open turn's ranged record of `path` by a whole one: its
+    /// turn-start bytes put together from the file and the saved ranges,
+    /// before a mutation (rename, removal, truncating open) that would take
+    /// the file the ranges are laid over away. Cost: one read of the file.
+    fn materialize(&self, inner: &mut Inner, path: &[u8]) -> Result<(), CaptureError> {
+        let Some(state) = inner.ranged.remove(path) else {
+            return Ok(());
+        };
+        match self.materialize_state(inner, path, &state) {
+            Ok(()) => {
+                inner.captured.insert(path.to_vec());
+                Ok(())
+            }
+            Err(e) => {
+                inner.ranged.insert(path.to_vec(), state);
+                Err(e)
+            }
+        }
+    }
+
+    fn materialize_state(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        state: &RangeState,
+    ) -> Result<(), CaptureError> {
+        let index_err = |source| CaptureError::Index {
+            path: paths::display(path),
+            source,
+        };
+        let read_err = |source| CaptureError::Read {
+            path: paths::display(path),
+            source,
+        };
+        let blob_err = |source| CaptureError::Blob {
+            path: paths::display(path),
+            source,
+        };
+        // The pieces are read back from the index.
+        Self::apply_locked(inner).map_err(index_err)?;
+        let turn = inner.turn;
+        let Some(PreImage::Ranged { size, perm, ino }) =
+            inner.index.preimage(turn, path).map_err(index_err)?
+        else {
+            // Another record came first (before a restart): it is the
+            // pre-image, and the ranges were never needed.
+            return Ok(());
+        };
+        let reopened;
+        let file = match &state.file {
+            Some(f) => f,
+            None => match self.backing.lstat_open(path).map_err(read_err)? {
+                Some((st, Some(f))) if st.file_type() == libc::S_IFREG => {
+                    reopened = f;
+                    &reopened
+                }
+                _ => {
+                    return Err(read_err(io::Error::other(
+                        "the file captured as ranges in this turn is no longer a regular file",
+                    )))
+                }
+            },
+        };
+        let pieces = inner.index.ranges_of(turn, path).map_err(index_err)?;
+        let (blob, data) = {
+            let mut src = crate::ranges::Patched::new(
+                crate::ranges::file_base(file),
+                &inner.index,
+                &self.blobs,
+                &pieces,
+                size,
+            );
+            if size <= INLINE_MAX {
+                let mut bytes = Vec::new();
+                src.read_to_end(&mut bytes).map_err(read_err)?;
+                (*blake3::hash(&bytes).as_bytes(), Some(bytes))
+            } else {
+                let (blob, _) = self.blobs.put(&mut src, size).map_err(blob_err)?;
+                (blob, None)
+            }
+        };
+        let pre = PreImage::File {
+            blob,
+            size,
+            perm,
+            ino,
+        };
         self.append(
             inner,
             Entry {
@@ -523,11 +826,9 @@ impl Journal {
                 path: path.to_vec(),
                 pre,
                 data,
+                op: Op::Replace,
             },
-        )?;
-        crate::rewind::failpoint("capture-after-record");
-        inner.captured.insert(path.to_vec());
-        Ok(())
+        )
     }
 
     /// A file with several hard links may have changed in earlier turns
@@ -735,6 +1036,16 @@ impl MutationHook for Journal {
                     }
                 })
             }
+            Mutation::Range { path, offset, len } => {
+                let mut inner = self.lock();
+                self.capture_range(&mut inner, path, offset, len).map(|()| {
+                    if !paths::is_excluded(path) {
+                        inner.fingerprints.insert(path.to_vec(), None);
+                    }
+                })
+            }
+            // A ranged record holds the turn-start permission bits already.
+            Mutation::Metadata { path } if self.lock().ranged.contains_key(path) => Ok(()),
             // The layer reports Create only for a name it found absent under
             // the gate, so no second stat of the project is needed.
             Mutation::Create { path } => {
@@ -752,6 +1063,7 @@ impl MutationHook for Journal {
     fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
         match *mutation {
             Mutation::Content { path }
+            | Mutation::Range { path, .. }
             | Mutation::Metadata { path }
             | Mutation::Create { path } => match now {
                 // The layer's stat of the inode it holds for the path.
@@ -780,5 +1092,9 @@ impl MutationHook for Journal {
 
     fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+
+    fn range_min(&self) -> u64 {
+        self.range_min
     }
 }

@@ -18,6 +18,7 @@ pub mod history;
 pub mod journal;
 pub mod paths;
 pub mod preimage;
+pub mod ranges;
 pub mod rewind;
 pub mod sandbox;
 pub mod state;

@@ -86,6 +86,20 @@ pub enum PreImage {
         /// The link target, bytes as stored, never resolved.
         target: Vec<u8>,
     },
+    /// A regular file of `size` bytes captured as ranges (a large file
+    /// written in place, see `docs/ranges.md`): its bytes are those of the
+    /// path's next recorded state (or, with none, of the project's file as
+    /// the mount left it), except where the turn saved the old bytes of a
+    /// range before overwriting it (`Index::ranges_of`), cut or zero-extended
+    /// to `size`.
+    Ranged {
+        /// Content length in bytes when the turn began.
+        size: u64,
+        /// Permission bits.
+        perm: u32,
+        /// The inode number the path had when recorded.
+        ino: u64,
+    },
     /// A fifo, socket or device node.
     Special {
         /// Which kind.
@@ -103,7 +117,7 @@ impl PreImage {
     pub fn kind_name(&self) -> &'static str {
         match self {
             PreImage::Absent => "absent",
-            PreImage::File { .. } => "file",
+            PreImage::File { .. } | PreImage::Ranged { .. } => "file",
             PreImage::Dir { .. } => "dir",
             PreImage::Symlink { .. } => "symlink",
             PreImage::Special { kind, .. } => match kind {
@@ -116,9 +130,11 @@ impl PreImage {
     }
 
     /// The kind's code in the index and the capture log (`docs/format.md`):
-    /// 0 absent, 1 file, 2 dir, 3 symlink, 4 fifo, 5 socket, 6 char, 7 block.
+    /// 0 absent, 1 file, 2 dir, 3 symlink, 4 fifo, 5 socket, 6 char, 7 block,
+    /// 8 file captured as ranges.
     pub fn code(&self) -> u8 {
         match self {
+            PreImage::Ranged { .. } => 8,
             PreImage::Absent => 0,
             PreImage::File { .. } => 1,
             PreImage::Dir { .. } => 2,

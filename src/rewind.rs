@@ -334,6 +334,19 @@ fn plan_until(
         if paths::is_excluded(&path) {
             continue;
         }
+        let target = match target {
+            PreImage::Ranged { .. } => match resolve_ranged(journal, &path, to) {
+                Ok(t) => t,
+                Err(reason) => {
+                    conflicts.push(Conflict {
+                        path: paths::display(&path),
+                        reason: format!("cannot restore its content: {reason}"),
+                    });
+                    continue;
+                }
+            },
+            t => t,
+        };
         let current = match read_current(backing, &path) {
             // An ancestor is a symlink now; if this plan removes it (to put
             // the directory back), the name will be free once removals ran.
@@ -398,6 +411,105 @@ fn plan_until(
     }
     preflight(journal, &mut plan, &mut conflicts, force);
     Ok((plan, conflicts))
+}
+
+/// Puts together the content `path` had when turn `to` began from a chain
+/// of ranged records (see `crate::ranges`): the path's records from `to`
+/// on are ranged up to the first whole file record, or up to the project's
+/// file when none follows. Stores it as a blob and returns the file state.
+///
+/// Errors (a reason, for a conflict): a record in the chain is not a file,
+/// a saved range or blob is missing or corrupt, the base is shorter than
+/// the ranges need, or the chain ends at the project's file and that file
+/// changed outside the mount (even with `--force`: the ranges only make
+/// sense over the bytes the mount left).
+fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<PreImage, String> {
+    let mut chain = Vec::new();
+    let mut at = to;
+    let base = loop {
+        match journal
+            .with_index(|ix| ix.record_from(path, at))
+            .map_err(|e| e.to_string())?
+        {
+            Some((t, PreImage::Ranged { size, perm, ino })) => {
+                chain.push((t, size, perm, ino));
+                at = t + 1;
+            }
+            Some((_, PreImage::File { blob, .. })) => break Some(blob),
+            Some((t, other)) => {
+                return Err(format!(
+                    "its record in turn {t} is a {} where the file its ranges are laid over was expected",
+                    other.kind_name()
+                ))
+            }
+            None => break None,
+        }
+    };
+    if base.is_none() {
+        let seen = journal.last_seen(path);
+        let now = journal.backing().lstat(path);
+        if let (Ok(Some(fp)), Ok(now)) = (seen, now) {
+            if let Some(what) = fp.differs(now.as_ref()) {
+                return Err(format!(
+                    "its turn-start bytes are kept as ranges over the file, which changed outside the mount ({what}), so they cannot be put back"
+                ));
+            }
+        }
+    }
+    let mut below = base;
+    let mut out = None;
+    for &(turn, size, perm, ino) in chain.iter().rev() {
+        let blob = journal
+            .with_index(|ix| Ok(build_ranged(journal, ix, path, turn, size, below.as_ref())))
+            .map_err(|e| e.to_string())??;
+        below = Some(blob);
+        out = Some(PreImage::File {
+            blob,
+            size,
+            perm,
+            ino,
+        });
+    }
+    out.ok_or_else(|| "no ranged record".to_string())
+}
+
+/// One step of [`resolve_ranged`]: the content under `path`'s ranged record
+/// of `size` bytes in `turn`, laid over blob `below` (or the project's file
+/// when `None`), stored as a blob.
+fn build_ranged(
+    journal: &Journal,
+    ix: &crate::store::Index,
+    path: &[u8],
+    turn: u64,
+    size: u64,
+    below: Option<&[u8; 32]>,
+) -> Result<[u8; 32], String> {
+    let pieces = ix.ranges_of(turn, path).map_err(|e| e.to_string())?;
+    let blobs = journal.blobs();
+    let bytes;
+    let file;
+    let base = match below {
+        Some(h) => match ix.inline_blob(h).map_err(|e| e.to_string())? {
+            Some(_) => {
+                bytes = crate::store::read_blob(ix, blobs, h).map_err(|e| e.to_string())?;
+                crate::ranges::bytes_base(&bytes)
+            }
+            None => {
+                file = blobs.open_verified(h).map_err(|e| e.to_string())?;
+                crate::ranges::file_base(&file)
+            }
+        },
+        None => {
+            file = journal
+                .backing()
+                .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                .map_err(|e| format!("cannot read the file: {e}"))?;
+            crate::ranges::file_base(&file)
+        }
+    };
+    let mut src = crate::ranges::Patched::new(base, ix, blobs, &pieces, size);
+    let (blob, _) = blobs.put(&mut src, size).map_err(|e| e.to_string())?;
+    Ok(blob)
 }
 
 /// Checks, before anything is written, what would make a step fail or
@@ -522,6 +634,9 @@ fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
             copy_blob(journal, blob, &mut f)?;
             set_perm(&f, *perm)
         }
+        PreImage::Ranged { .. } => Err(io::Error::other(
+            "a file kept as ranges must be put together before it is restored",
+        )),
         // Created owner-writable; the real bits are set once its children exist.
         PreImage::Dir { .. } => backing.mkdir(&p.raw, 0o700),
         PreImage::Symlink { target } => backing.symlink(target, &p.raw),
@@ -929,6 +1044,7 @@ pub fn describe(p: &PathPlan) -> String {
         } => {
             format!(" -> file {size} bytes {:o} {}", perm, &hex(blob)[..12])
         }
+        PreImage::Ranged { size, perm, .. } => format!(" -> file {size} bytes {perm:o} (ranges)"),
         PreImage::Dir { perm } => format!(" -> dir {perm:o}"),
         PreImage::Symlink { target } => format!(" -> symlink {}", paths::display(target)),
         PreImage::Special { perm, .. } => format!(" -> {} {perm:o}", p.target),

@@ -151,8 +151,10 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
         )
         .optional()
         .map_err(&err)?;
-    // Version 1 is upgraded in place by the next mount.
-    if version.as_deref() != Some(&SCHEMA_VERSION.to_string()) && version.as_deref() != Some("1") {
+    // Versions 1 and 2 are upgraded in place by the next mount.
+    if version.as_deref() != Some(&SCHEMA_VERSION.to_string())
+        && !matches!(version.as_deref(), Some("1" | "2"))
+    {
         c.add(
             "index",
             format!(
@@ -309,12 +311,60 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
                     c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
                 }
             }
+            8 => {
+                if !perm_ok {
+                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
+                }
+                if !matches!(r.size, Some(s) if s >= 0) {
+                    c.add(
+                        "record",
+                        format!("{at}: ranged file record with size {:?}", r.size),
+                    );
+                }
+            }
             3 => {
                 if r.target.as_ref().is_none_or(|t| t.is_empty()) {
                     c.add("record", format!("{at}: symlink record without a target"));
                 }
             }
             k => c.add("record", format!("{at}: unknown pre-image kind {k}")),
+        }
+    }
+
+    // Saved ranges of ranged records (version 3).
+    let has_ranges = conn
+        .prepare("SELECT 1 FROM pragma_table_info('ranges') WHERE name = 'offset'")
+        .and_then(|mut s| s.exists([]))
+        .map_err(&err)?;
+    if has_ranges {
+        let mut stmt = conn
+            .prepare("SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset")
+            .map_err(&err)?;
+        let pieces: Vec<(i64, Vec<u8>, i64, i64, Vec<u8>)> = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .map_err(&err)?
+            .collect::<Result<_, _>>()
+            .map_err(&err)?;
+        drop(stmt);
+        for (turn, path, offset, len, blob) in pieces {
+            let at = format!(
+                "turn {turn} path {:?} saved range at byte {offset}",
+                paths::display(&path)
+            );
+            if !numbers.contains(&turn) {
+                c.add("record", format!("{at}: the turn does not exist"));
+            }
+            if offset < 0 || len <= 0 {
+                c.add("record", format!("{at}: bad offset or length {len}"));
+            }
+            match <Hash>::try_from(blob.as_slice()) {
+                Ok(h) => {
+                    wanted.entry(h).or_insert((len, at));
+                }
+                Err(_) => c.add("record", format!("{at}: blob hash is not 32 bytes")),
+            }
         }
     }
 

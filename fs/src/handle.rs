@@ -19,6 +19,9 @@ pub(crate) struct Handle {
     /// The hook epoch in which the handle's content was last reported; a
     /// write compares it with the hook's current epoch (one atomic load).
     pub(crate) epoch: AtomicU64,
+    /// Opened as ranged (see `MutationHook::range_min`): each write reports
+    /// the range it overwrites instead of relying on the epoch.
+    pub(crate) ranged: bool,
     /// Serialises seek + getdents on directory handles.
     pub(crate) dir_lock: Mutex<()>,
     /// The handle changed the file since the hook last heard about it
@@ -32,8 +35,17 @@ impl Handle {
             fd,
             ino,
             epoch: AtomicU64::new(epoch),
+            ranged: false,
             dir_lock: Mutex::new(()),
             dirty: AtomicBool::new(epoch != NO_EPOCH),
+        }
+    }
+
+    /// A handle opened as ranged (see `MutationHook::range_min`).
+    pub(crate) fn new_ranged(fd: OwnedFd, ino: u64, epoch: u64) -> Handle {
+        Handle {
+            ranged: true,
+            ..Handle::new(fd, ino, epoch)
         }
     }
 

@@ -26,6 +26,22 @@ pub enum Mutation<'a> {
         /// The file's path.
         path: &'a [u8],
     },
+    /// Only the bytes `[offset, offset + len)` of the regular file at `path`
+    /// may change (and its length may grow past them); every other byte
+    /// stays. Reported instead of [`Mutation::Content`] before each `write`,
+    /// `copy_file_range` and `fallocate` through a handle the layer opened
+    /// as ranged (see [`MutationHook::range_min`]), and for a truncation
+    /// (`setattr` of the size) of such a file, as the range from the new
+    /// size to `u64::MAX`. Offsets and lengths are in bytes; `offset + len`
+    /// may exceed the file's length.
+    Range {
+        /// The file's path.
+        path: &'a [u8],
+        /// First byte that may change.
+        offset: u64,
+        /// Number of bytes that may change.
+        len: u64,
+    },
     /// The metadata of the entry at `path` may change: mode, owner,
     /// extended attributes. (A change of timestamps alone is not reported.)
     Metadata {
@@ -94,6 +110,15 @@ pub trait MutationHook: Send + Sync + 'static {
     /// reports [`Mutation::Content`] again first. The journal bumps the epoch
     /// at every turn boundary.
     fn epoch(&self) -> u64;
+
+    /// Regular files with at least this many bytes and a single link are
+    /// opened for writing (without `O_TRUNC`) as *ranged* handles: no
+    /// [`Mutation::Content`] at open, a [`Mutation::Range`] before each
+    /// write instead, so a small write into a huge file costs the bytes it
+    /// overwrites, not the file. `u64::MAX` (the default) turns this off.
+    fn range_min(&self) -> u64 {
+        u64::MAX
+    }
 }
 
 /// A hook that records nothing: the mount is a plain passthrough.

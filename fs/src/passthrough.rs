@@ -205,6 +205,27 @@ impl Shared {
         Ok(())
     }
 
+    /// Reports [`Mutation::Range`] of `[offset, offset + len)` for every
+    /// known path of `ino`.
+    fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
+        for path in self.inodes.paths(ino) {
+            self.before(Mutation::Range {
+                path: &path,
+                offset,
+                len,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// True when a file with this stat is written as ranges (see
+    /// `MutationHook::range_min`).
+    fn ranged(&self, st: &libc::stat) -> bool {
+        st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && st.st_nlink == 1
+            && st.st_size as u64 >= self.hook.range_min()
+    }
+
     /// The path of `parent/name`. A parent without a known path (a deleted
     /// directory) fails the mutation: it could not be recorded.
     fn child_path(&self, parent: u64, name: &[u8]) -> Res<Vec<u8>> {
@@ -280,8 +301,13 @@ impl Shared {
         let handle = a.fh.and_then(|fh| self.handles.get(fh.0));
         {
             let _gate = self.gate.read();
-            if a.size.is_some() {
-                self.before_inode(ino, |path| Mutation::Content { path })?;
+            if let Some(size) = a.size {
+                // A large file cut or grown: only the bytes past the new
+                // size can be lost.
+                match sys::fstat(node.fd.as_fd()) {
+                    Ok(st) if self.ranged(&st) => self.before_range(ino, size, u64::MAX - size)?,
+                    _ => self.before_inode(ino, |path| Mutation::Content { path })?,
+                }
             }
             // Timestamps alone are not part of a pre-image (a rewind gives
             // restored files the time of the rewind), so `utimens` by itself
@@ -361,18 +387,33 @@ impl Shared {
         // itself, so O_NOFOLLOW has nothing left to do, and creation flags
         // belong to `create`.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        let (fd, epoch) = if !writes(flags) {
-            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, NO_EPOCH)
+        let handle = if !writes(flags) {
+            Handle::new(
+                sys::reopen(node.fd.as_fd(), flags).map_err(e)?,
+                ino,
+                NO_EPOCH,
+            )
         } else {
             // Read the epoch first: if a turn boundary slips in between, the
             // next write sees a newer epoch and reports again.
             let epoch = self.hook.epoch();
             let _gate = self.gate.read();
-            self.before_inode(ino, |path| Mutation::Content { path })?;
-            (sys::reopen(node.fd.as_fd(), flags).map_err(e)?, epoch)
+            match sys::fstat(node.fd.as_fd()) {
+                // Nothing changes at the open itself; each write reports
+                // its range.
+                Ok(st) if flags & libc::O_TRUNC == 0 && self.ranged(&st) => {
+                    let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
+                    Handle::new_ranged(fd, ino, epoch)
+                }
+                _ => {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                    let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
+                    Handle::new(fd, ino, epoch)
+                }
+            }
         };
-        let fopen = self.open_flags(ino, fd.as_fd(), writes(flags));
-        Ok((self.handles.insert(Handle::new(fd, ino, epoch)), fopen))
+        let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
+        Ok((self.handles.insert(handle), fopen))
     }
 
     fn create(
@@ -447,8 +488,12 @@ impl Shared {
         sys::fsync(h.fd.as_fd(), datasync).map_err(e)
     }
 
-    fn write_check(&self, h: &Handle) -> Res<()> {
+    /// Called before `[offset, offset + len)` of `h`'s file changes.
+    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
         h.mark_dirty();
+        if h.ranged {
+            return self.before_range(h.ino, offset, len);
+        }
         let epoch = self.hook.epoch();
         if h.epoch() != epoch {
             self.before_inode(h.ino, |path| Mutation::Content { path })?;
@@ -762,7 +807,7 @@ impl Filesystem for Passthrough {
         let s = &self.shared;
         let res = s.handle(fh).and_then(|h| {
             let _gate = s.gate.read();
-            s.write_check(&h)?;
+            s.write_check(&h, offset, data.len() as u64)?;
             sys::pwrite(h.fd.as_fd(), data, offset).map_err(e)
         });
         match res {
@@ -1108,7 +1153,15 @@ impl Filesystem for Passthrough {
         let s = &self.shared;
         let res = s.handle(fh).and_then(|h| {
             let _gate = s.gate.read();
-            s.write_check(&h)?;
+            if h.ranged
+                && mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0
+            {
+                // Moves bytes around the whole tail: not a range.
+                h.mark_dirty();
+                s.before_inode(h.ino, |path| Mutation::Content { path })?;
+            } else {
+                s.write_check(&h, offset, length)?;
+            }
             sys::fallocate(h.fd.as_fd(), mode, offset, length).map_err(e)
         });
         match res {
@@ -1154,7 +1207,7 @@ impl Filesystem for Passthrough {
             let h_in = s.handle(fh_in)?;
             let h_out = s.handle(fh_out)?;
             let _gate = s.gate.read();
-            s.write_check(&h_out)?;
+            s.write_check(&h_out, offset_out, len)?;
             sys::copy_file_range(
                 h_in.fd.as_fd(),
                 offset_in,

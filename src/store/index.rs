@@ -12,10 +12,22 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::fingerprint::Fingerprint;
 use crate::paths;
 use crate::preimage::{Hash, PreImage, Special};
-use crate::store::log::Entry;
+use crate::store::log::{Entry, Op};
+
+/// One saved range of a [`PreImage::Ranged`] record: `len` bytes at
+/// `offset` when the turn began, stored as blob `blob`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Length in bytes (at least 1).
+    pub len: u64,
+    /// BLAKE3 of the bytes.
+    pub blob: Hash,
+}
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(
@@ -49,6 +61,14 @@ CREATE TABLE IF NOT EXISTS preimages(
     ino    INTEGER,
     PRIMARY KEY (turn, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ranges(
+    turn   INTEGER NOT NULL,
+    path   BLOB NOT NULL,
+    offset INTEGER NOT NULL,
+    len    INTEGER NOT NULL,
+    blob   BLOB NOT NULL,
+    UNIQUE (turn, path, offset, blob)
+);
 CREATE TABLE IF NOT EXISTS fingerprints(
     path     BLOB PRIMARY KEY,
     ftype    INTEGER NOT NULL,
@@ -197,6 +217,9 @@ fn columns(pre: &PreImage) -> Columns<'_> {
             None,
             None,
         ),
+        PreImage::Ranged { size, perm, .. } => {
+            (8, Some(*perm as i64), None, Some(*size as i64), None, None)
+        }
         PreImage::Dir { perm } => (2, Some(*perm as i64), None, None, None, None),
         PreImage::Symlink { target } => (3, None, None, None, Some(&target[..]), None),
         PreImage::Special { perm, rdev, .. } => (
@@ -225,7 +248,7 @@ fn insert_preimage(
 ) -> rusqlite::Result<usize> {
     let (kind, perm, blob, size, target, rdev) = columns(pre);
     let ino = match pre {
-        PreImage::File { ino, .. } if *ino != 0 => Some(*ino as i64),
+        PreImage::File { ino, .. } | PreImage::Ranged { ino, .. } if *ino != 0 => Some(*ino as i64),
         _ => None,
     };
     stmt.execute(params![
@@ -249,6 +272,9 @@ pub struct Index {
     /// The `blobs.data` column exists (false only for a version-1 file
     /// opened read-only).
     inline_column: bool,
+    /// The `ranges` table exists (false only for a version-1 or -2 file
+    /// opened read-only, which has no ranged records).
+    ranges_table: bool,
 }
 
 /// Current time in ns since the Unix epoch.
@@ -321,6 +347,7 @@ impl Index {
             conn,
             path: path.to_path_buf(),
             inline_column: true,
+            ranges_table: true,
         };
         index.conn.execute_batch(SCHEMA).map_err(err)?;
         // Columns added since the first release are optional (NULL: unknown
@@ -363,8 +390,9 @@ impl Index {
                     path: path.to_path_buf(),
                     what: format!("schema_version {v:?} is not a number"),
                 })?;
-                // Version 1 lacks only the columns added above.
-                if found == 1 {
+                // Versions 1 and 2 lack only the columns and the table
+                // added above.
+                if found == 1 || found == 2 {
                     index
                         .conn
                         .execute(
@@ -400,6 +428,7 @@ impl Index {
             conn,
             path: path.to_path_buf(),
             inline_column: false,
+            ranges_table: false,
         };
         // Touch the schema so a garbage file fails here, with its name.
         index
@@ -407,6 +436,7 @@ impl Index {
             .query_row("SELECT count(*) FROM turns", [], |r| r.get::<_, i64>(0))
             .map_err(err)?;
         index.inline_column = index.has_column("blobs", "data")?;
+        index.ranges_table = index.has_column("ranges", "offset")?;
         Ok(index)
     }
 
@@ -563,6 +593,15 @@ impl Index {
             )?;
             let mut record = tx.prepare_cached(INSERT_PREIMAGE)?;
             let mut forget = tx.prepare_cached("DELETE FROM fingerprints WHERE path = ?1")?;
+            let mut piece = tx.prepare_cached(
+                "INSERT OR IGNORE INTO ranges(turn, path, offset, len, blob)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut drop_ranged = tx.prepare_cached(
+                "DELETE FROM preimages WHERE turn = ?1 AND path = ?2 AND kind = 8",
+            )?;
+            let mut drop_pieces =
+                tx.prepare_cached("DELETE FROM ranges WHERE turn = ?1 AND path = ?2")?;
             for e in entries {
                 if let PreImage::File {
                     blob: hash, size, ..
@@ -570,7 +609,33 @@ impl Index {
                 {
                     blob.execute(params![&hash[..], *size as i64, e.data.as_deref()])?;
                 }
-                insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                match e.op {
+                    Op::Record => {
+                        insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                    }
+                    Op::Replace => {
+                        // Only a ranged record is replaced: any other first
+                        // record of the turn stays the pre-image.
+                        if drop_ranged.execute(params![e.turn as i64, &e.path])? > 0 {
+                            drop_pieces.execute(params![e.turn as i64, &e.path])?;
+                        }
+                        insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                    }
+                    Op::Range { offset } => {
+                        if let PreImage::File {
+                            blob: hash, size, ..
+                        } = &e.pre
+                        {
+                            piece.execute(params![
+                                e.turn as i64,
+                                &e.path,
+                                offset as i64,
+                                *size as i64,
+                                &hash[..]
+                            ])?;
+                        }
+                    }
+                }
                 forget.execute([&e.path])?;
             }
             Ok(())
@@ -681,6 +746,13 @@ impl Index {
                     ino: ino.unwrap_or(0) as u64,
                 }
             }
+            8 => PreImage::Ranged {
+                size: size
+                    .filter(|s| *s >= 0)
+                    .ok_or("ranged file record without a size")? as u64,
+                perm: perm()?,
+                ino: ino.unwrap_or(0) as u64,
+            },
             2 => PreImage::Dir { perm: perm()? },
             3 => PreImage::Symlink {
                 target: target.ok_or("symlink record without a target")?,
@@ -818,6 +890,74 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// Every record of turn `turn`, as `(path, pre-image)`, sorted by path.
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed record.
+    pub fn records_of_turn(&self, turn: u64) -> Result<Vec<(Vec<u8>, PreImage)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT path, kind, perm, blob, size, target, rdev, ino FROM preimages
+                 WHERE turn = ?1 ORDER BY path",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt.query([turn as i64]).map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            out.push(self.record_from_row(r, 0)?);
+        }
+        Ok(out)
+    }
+
+    /// Every record of `path` with `turn >= from`, oldest first.
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed record.
+    pub fn records_of_path(
+        &self,
+        path: &[u8],
+        from: u64,
+    ) -> Result<Vec<(u64, PreImage)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, kind, perm, blob, size, target, rdev, ino FROM preimages
+                 WHERE path = ?1 AND turn >= ?2 ORDER BY turn",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt.query(params![path, from as i64]).map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let turn: i64 = r.get(0).map_err(self.err())?;
+            let pre = self.preimage_from_row(r, 1).map_err(|w| self.corrupt(w))?;
+            out.push((turn as u64, pre));
+        }
+        Ok(out)
+    }
+
+    /// The earliest record of `path` with `turn >= from`, with its turn.
+    pub fn record_from(
+        &self,
+        path: &[u8],
+        from: u64,
+    ) -> Result<Option<(u64, PreImage)>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, kind, perm, blob, size, target, rdev, ino FROM preimages
+                 WHERE path = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1",
+            )
+            .map_err(self.err())?;
+        let mut rows = stmt.query(params![path, from as i64]).map_err(self.err())?;
+        match rows.next().map_err(self.err())? {
+            None => Ok(None),
+            Some(r) => {
+                let turn: i64 = r.get(0).map_err(self.err())?;
+                let pre = self.preimage_from_row(r, 1).map_err(|w| self.corrupt(w))?;
+                Ok(Some((turn as u64, pre)))
+            }
+        }
+    }
+
     /// The paths recorded in turn `turn`, sorted.
     pub fn paths_of_turn(&self, turn: u64) -> Result<Vec<Vec<u8>>, IndexError> {
         let mut stmt = self
@@ -853,12 +993,54 @@ impl Index {
         }
     }
 
-    /// Every blob hash some record refers to.
-    pub fn referenced_blobs(&self) -> Result<Vec<Hash>, IndexError> {
+    /// The saved ranges of `path`'s [`PreImage::Ranged`] record in `turn`,
+    /// in the order they were saved (earliest first: where two overlap,
+    /// the earlier holds the turn-start bytes).
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed row.
+    pub fn ranges_of(&self, turn: u64, path: &[u8]) -> Result<Vec<Piece>, IndexError> {
+        if !self.ranges_table {
+            return Ok(Vec::new());
+        }
         let mut stmt = self
             .conn
-            .prepare("SELECT DISTINCT blob FROM preimages WHERE blob IS NOT NULL")
+            .prepare_cached(
+                "SELECT offset, len, blob FROM ranges WHERE turn = ?1 AND path = ?2 ORDER BY rowid",
+            )
             .map_err(self.err())?;
+        let mut rows = stmt.query(params![turn as i64, path]).map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let offset: i64 = r.get(0).map_err(self.err())?;
+            let len: i64 = r.get(1).map_err(self.err())?;
+            let blob: Vec<u8> = r.get(2).map_err(self.err())?;
+            let bad = || {
+                self.corrupt(format!(
+                    "saved range of {:?} in turn {turn} at {offset}+{len}",
+                    paths::display(path)
+                ))
+            };
+            let blob: Hash = blob.as_slice().try_into().map_err(|_| bad())?;
+            if offset < 0 || len <= 0 || offset.checked_add(len).is_none() {
+                return Err(bad());
+            }
+            out.push(Piece {
+                offset: offset as u64,
+                len: len as u64,
+                blob,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every blob hash some record or saved range refers to.
+    pub fn referenced_blobs(&self) -> Result<Vec<Hash>, IndexError> {
+        let sql = if self.ranges_table {
+            "SELECT blob FROM preimages WHERE blob IS NOT NULL UNION SELECT blob FROM ranges"
+        } else {
+            "SELECT DISTINCT blob FROM preimages WHERE blob IS NOT NULL"
+        };
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
         let rows = stmt
             .query_map([], |r| r.get::<_, Vec<u8>>(0))
             .map_err(self.err())?;

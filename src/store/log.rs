@@ -32,11 +32,38 @@ use crate::preimage::{Hash, PreImage, Special};
 /// instead of as a blob file.
 pub const INLINE_MAX: u64 = 16 * 1024;
 
+/// The kind byte of an [`Op::Range`] entry.
+const RANGE_CODE: u8 = 9;
+/// The kind byte of an [`Op::Replace`] entry is this plus the pre-image's code.
+const REPLACE_BASE: u8 = 16;
+
 /// The magic and version of the file: the first 8 bytes.
 const MAGIC: &[u8; 8] = b"opfsLOG1";
 
-/// One record: `path`'s pre-image in `turn`, with the content of a small
-/// file.
+/// What an [`Entry`] does to the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `pre` is `path`'s pre-image in `turn` unless the path already has
+    /// one there (the first record of a turn wins).
+    Record,
+    /// `pre` replaces `path`'s [`PreImage::Ranged`] record in `turn`, whose
+    /// saved ranges are dropped: the file's turn-start bytes were put
+    /// together into one blob before a rename or removal took the file
+    /// away (see `docs/ranges.md`).
+    Replace,
+    /// The bytes of `path` at `offset` when `turn` began, saved before the
+    /// mount overwrote them: `pre` is a [`PreImage::File`] naming their blob
+    /// and length (`perm` and `ino` 0). Belongs to the path's
+    /// [`PreImage::Ranged`] record in `turn`; where two saved ranges
+    /// overlap, the earlier one holds the turn-start bytes.
+    Range {
+        /// Byte offset in the file.
+        offset: u64,
+    },
+}
+
+/// One record: `path`'s pre-image in `turn` (or one saved range of it),
+/// with the content of a small file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The turn the pre-image belongs to.
@@ -49,6 +76,21 @@ pub struct Entry {
     /// (their BLAKE3 is the pre-image's blob). `None`: the blob is a file
     /// in the blob store, written before the record.
     pub data: Option<Vec<u8>>,
+    /// What the entry does.
+    pub op: Op,
+}
+
+impl Entry {
+    /// A plain record ([`Op::Record`]).
+    pub fn record(turn: u64, path: Vec<u8>, pre: PreImage, data: Option<Vec<u8>>) -> Entry {
+        Entry {
+            turn,
+            path,
+            pre,
+            data,
+            op: Op::Record,
+        }
+    }
 }
 
 /// Errors of the capture log. Each names the file.
@@ -260,8 +302,12 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 /// Payload: turn u64, path (u32 length + bytes), kind u8, perm u32,
 /// size u64, rdev u64, ino u64, blob [32], target (u32 length + bytes),
 /// data flag u8 (1: u32 length + bytes follow). Integers little-endian.
+/// The kind byte is the pre-image's code ([`PreImage::code`]) for
+/// [`Op::Record`], 16 + that code for [`Op::Replace`], and
+/// [`RANGE_CODE`] for [`Op::Range`], whose offset travels in the rdev slot.
 fn encode(e: &Entry, out: &mut Vec<u8>) {
     let (perm, size, rdev, ino, blob, target): (u32, u64, u64, u64, Hash, &[u8]) = match &e.pre {
+        PreImage::Ranged { size, perm, ino } => (*perm, *size, 0, *ino, [0; 32], &[]),
         PreImage::Absent => (0, 0, 0, 0, [0; 32], &[]),
         PreImage::File {
             blob,
@@ -273,9 +319,14 @@ fn encode(e: &Entry, out: &mut Vec<u8>) {
         PreImage::Symlink { target } => (0, 0, 0, 0, [0; 32], target),
         PreImage::Special { perm, rdev, .. } => (*perm, 0, *rdev, 0, [0; 32], &[]),
     };
+    let (code, rdev) = match e.op {
+        Op::Record => (e.pre.code(), rdev),
+        Op::Replace => (REPLACE_BASE + e.pre.code(), rdev),
+        Op::Range { offset } => (RANGE_CODE, offset),
+    };
     out.extend_from_slice(&e.turn.to_le_bytes());
     put_bytes(out, &e.path);
-    out.push(e.pre.code());
+    out.push(code);
     out.extend_from_slice(&perm.to_le_bytes());
     out.extend_from_slice(&size.to_le_bytes());
     out.extend_from_slice(&rdev.to_le_bytes());
@@ -329,7 +380,12 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
     if path.is_empty() {
         return Err("a record names the project root".into());
     }
-    let code = c.u8()?;
+    let raw_code = c.u8()?;
+    let (op, code) = match raw_code {
+        RANGE_CODE => (Op::Range { offset: 0 }, 1),
+        c if c >= REPLACE_BASE => (Op::Replace, c - REPLACE_BASE),
+        c => (Op::Record, c),
+    };
     let perm = c.u32()?;
     let size = c.u64()?;
     let rdev = c.u64()?;
@@ -362,7 +418,17 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
             perm,
             rdev,
         },
-        k => return Err(format!("unknown pre-image kind {k}")),
+        8 => PreImage::Ranged { size, perm, ino },
+        _ => return Err(format!("unknown record kind {raw_code}")),
+    };
+    let op = match op {
+        Op::Range { .. } => {
+            if size == 0 {
+                return Err("empty saved range".into());
+            }
+            Op::Range { offset: rdev }
+        }
+        op => op,
     };
     if let Some(d) = &data {
         let ok = matches!(&pre, PreImage::File { blob, size, .. }
@@ -376,6 +442,7 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
         path,
         pre,
         data,
+        op,
     })
 }
 
@@ -396,6 +463,7 @@ mod tests {
                     ino: 77,
                 },
                 data: Some(data),
+                op: Op::Record,
             },
             Entry {
                 turn: 3,
@@ -404,12 +472,49 @@ mod tests {
                     target: b"../x\xff".to_vec(),
                 },
                 data: None,
+                op: Op::Record,
             },
             Entry {
                 turn: 4,
                 path: b"d".to_vec(),
                 pre: PreImage::Absent,
                 data: None,
+                op: Op::Record,
+            },
+            Entry {
+                turn: 5,
+                path: b"big".to_vec(),
+                pre: PreImage::Ranged {
+                    size: 1 << 30,
+                    perm: 0o600,
+                    ino: 9,
+                },
+                data: None,
+                op: Op::Record,
+            },
+            Entry {
+                turn: 5,
+                path: b"big".to_vec(),
+                pre: PreImage::File {
+                    blob: *blake3::hash(b"old").as_bytes(),
+                    size: 3,
+                    perm: 0,
+                    ino: 0,
+                },
+                data: Some(b"old".to_vec()),
+                op: Op::Range { offset: 4096 },
+            },
+            Entry {
+                turn: 5,
+                path: b"big".to_vec(),
+                pre: PreImage::File {
+                    blob: [7; 32],
+                    size: 1 << 30,
+                    perm: 0o600,
+                    ino: 9,
+                },
+                data: None,
+                op: Op::Replace,
             },
         ]
     }
@@ -440,7 +545,11 @@ mod tests {
         let full = std::fs::read(&p).expect("read");
         for cut in 1..30 {
             std::fs::write(&p, &full[..full.len() - cut]).expect("write");
-            assert_eq!(read(&p).expect("torn tail").len(), 2, "cut {cut}");
+            assert_eq!(
+                read(&p).expect("torn tail").len(),
+                entries().len() - 1,
+                "cut {cut}"
+            );
         }
         let mut bad = full.clone();
         bad[MAGIC.len() + 14] ^= 0xff; // inside the first record's payload

@@ -210,6 +210,8 @@ pub struct Fixture {
     pub home: PathBuf,
     scratch: PathBuf,
     mounted: Cell<bool>,
+    /// Extra environment for every `opfs` command (and so the daemon).
+    env: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 impl Fixture {
@@ -236,7 +238,16 @@ impl Fixture {
             home,
             scratch,
             mounted: Cell::new(false),
+            env: Default::default(),
         }
+    }
+
+    /// Sets `key=value` in the environment of every later `opfs` command
+    /// (a daemon started by `mount` inherits it), e.g. `OPFS_RANGE_MIN`.
+    pub fn set_env(&self, key: &str, value: &str) {
+        self.env
+            .borrow_mut()
+            .push((key.to_string(), value.to_string()));
     }
 
     /// The fixture's root temp dir (parent of project, mnt and home).
@@ -261,6 +272,9 @@ impl Fixture {
             .env("OPFS_HOME", &self.home)
             .env_remove("RUST_LOG")
             .current_dir(self.root());
+        for (k, v) in self.env.borrow().iter() {
+            cmd.env(k, v);
+        }
         cmd
     }
 

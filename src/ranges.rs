@@ -1,0 +1,321 @@
+//! Range pre-images: putting a large file's turn-start bytes back together
+//! from the ranges a turn saved and the file's later content.
+//!
+//! A [`PreImage::Ranged`] record of path P in turn T says: when T began, P
+//! was a regular file of `size` bytes; during T the mount saved the old
+//! bytes of every range it was about to overwrite (the [`Piece`]s); every
+//! other byte below `size` did not change during T. So P's content at the
+//! start of T is its content at the start of P's *next* recorded state (the
+//! next record of P in a later turn, or, with none, the project's file as
+//! the mount left it), with the saved pieces laid over it and the length
+//! set to `size`. Where two pieces overlap (a daemon restarted within the
+//! turn), the earlier one holds the turn-start bytes. The design and its
+//! limits are in `docs/ranges.md`.
+//!
+//! Costs: capture is proportional to the bytes overwritten; reading a
+//! ranged pre-image back (rewind, diff, export) is proportional to the file.
+
+use std::io::{self, Read};
+
+use crate::preimage::Hash;
+use crate::store::index::Piece;
+use crate::store::{BlobError, BlobStore, Index};
+
+/// One run of turn-start bytes taken from a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    /// Offset in the file.
+    offset: u64,
+    /// Length in bytes.
+    len: u64,
+    /// The piece's blob.
+    blob: Hash,
+    /// Where the run starts inside the piece.
+    skip: u64,
+}
+
+/// The disjoint runs the pieces contribute below `size`, sorted by offset;
+/// where pieces overlap the earlier one (first in `pieces`) wins.
+fn layout(pieces: &[Piece], size: u64) -> Vec<Segment> {
+    // Covered intervals so far, disjoint, sorted.
+    let mut covered: Vec<(u64, u64)> = Vec::new();
+    let mut out = Vec::new();
+    for p in pieces {
+        let start = p.offset.min(size);
+        let end = p.offset.saturating_add(p.len).min(size);
+        for (a, b) in gaps(&covered, start, end) {
+            out.push(Segment {
+                offset: a,
+                len: b - a,
+                blob: p.blob,
+                skip: a - p.offset,
+            });
+        }
+        insert(&mut covered, start, end);
+    }
+    out.sort_by_key(|s| s.offset);
+    out
+}
+
+/// The parts of `[start, end)` not in `covered` (disjoint, sorted).
+pub(crate) fn gaps(covered: &[(u64, u64)], start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    for &(a, b) in covered {
+        if at >= end {
+            break;
+        }
+        if b <= at {
+            continue;
+        }
+        if a > at {
+            out.push((at, a.min(end)));
+        }
+        at = at.max(b);
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
+/// Adds `[start, end)` to `covered`, keeping it disjoint and sorted.
+pub(crate) fn insert(covered: &mut Vec<(u64, u64)>, start: u64, end: u64) {
+    if start >= end {
+        return;
+    }
+    let (mut a, mut b) = (start, end);
+    covered.retain(|&(x, y)| {
+        if y < a || x > b {
+            true
+        } else {
+            a = a.min(x);
+            b = b.max(y);
+            false
+        }
+    });
+    let at = covered.partition_point(|&(x, _)| x < a);
+    covered.insert(at, (a, b));
+}
+
+/// Reads `buf.len()` bytes (or fewer at its end) of the base at an offset.
+pub type ReadAt<'a> = dyn FnMut(u64, &mut [u8]) -> io::Result<usize> + 'a;
+
+/// The content under a ranged record, as a stream: the base's bytes with
+/// the pieces laid over them, `size` bytes long. Piece blobs are loaded
+/// (and checked against their hash) one at a time as the stream reaches
+/// them.
+pub struct Patched<'a> {
+    base: Box<ReadAt<'a>>,
+    index: &'a Index,
+    blobs: &'a BlobStore,
+    segments: Vec<Segment>,
+    next: usize,
+    pos: u64,
+    size: u64,
+    loaded: Option<(Hash, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Patched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Patched")
+            .field("pos", &self.pos)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Patched<'a> {
+    /// The turn-start content of a ranged record of `size` bytes whose
+    /// saved ranges are `pieces` (in saving order), over `base`.
+    pub fn new(
+        base: Box<ReadAt<'a>>,
+        index: &'a Index,
+        blobs: &'a BlobStore,
+        pieces: &[Piece],
+        size: u64,
+    ) -> Patched<'a> {
+        Patched {
+            base,
+            index,
+            blobs,
+            segments: layout(pieces, size),
+            next: 0,
+            pos: 0,
+            size,
+            loaded: None,
+        }
+    }
+
+    fn piece(&mut self, blob: &Hash) -> io::Result<&[u8]> {
+        if self.loaded.as_ref().map(|(h, _)| h) != Some(blob) {
+            let data = crate::store::read_blob(self.index, self.blobs, blob)
+                .map_err(|e: BlobError| io::Error::other(format!("a saved range: {e}")))?;
+            self.loaded = Some((*blob, data));
+        }
+        Ok(self
+            .loaded
+            .as_ref()
+            .map(|(_, d)| d.as_slice())
+            .unwrap_or(&[]))
+    }
+}
+
+impl Read for Patched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.size || buf.is_empty() {
+            return Ok(0);
+        }
+        while self.next < self.segments.len() {
+            let s = self.segments[self.next];
+            if s.offset + s.len <= self.pos {
+                self.next += 1;
+            } else {
+                break;
+            }
+        }
+        let seg = self.segments.get(self.next).copied();
+        let n = match seg {
+            Some(s) if s.offset <= self.pos => {
+                let from = (s.skip + (self.pos - s.offset)) as usize;
+                let want = ((s.offset + s.len - self.pos) as usize).min(buf.len());
+                let data = self.piece(&s.blob)?;
+                let src = data.get(from..from + want).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a saved range is shorter than its record",
+                    )
+                })?;
+                buf[..want].copy_from_slice(src);
+                want
+            }
+            other => {
+                let bound = other.map_or(self.size, |s| s.offset);
+                let want = ((bound - self.pos) as usize).min(buf.len());
+                let n = (self.base)(self.pos, &mut buf[..want])?;
+                if n == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "the later content ends at byte {} but the turn-start file had {} bytes there and no saved range covers them",
+                            self.pos, self.size
+                        ),
+                    ));
+                }
+                n
+            }
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// A base read from memory.
+pub fn bytes_base(bytes: &[u8]) -> Box<ReadAt<'_>> {
+    Box::new(move |at, buf| {
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        let Some(rest) = bytes.get(at..) else {
+            return Ok(0);
+        };
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    })
+}
+
+/// A base read from an open file with `pread(2)`.
+pub fn file_base(file: &std::fs::File) -> Box<ReadAt<'_>> {
+    use std::os::unix::fs::FileExt;
+    Box::new(move |at, buf| loop {
+        match file.read_at(buf, at) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    })
+}
+
+/// Puts the turn-start content of `path`'s ranged record of `size` bytes in
+/// `turn` together in memory over `base`.
+///
+/// Errors: a piece is missing or corrupt, or the base is shorter than the
+/// uncovered bytes need (it is not the content the record was made over).
+pub fn patch_in_memory(
+    index: &Index,
+    blobs: &BlobStore,
+    turn: u64,
+    path: &[u8],
+    size: u64,
+    base: &[u8],
+) -> io::Result<Vec<u8>> {
+    let pieces = index
+        .ranges_of(turn, path)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut out = Vec::with_capacity(size as usize);
+    Patched::new(bytes_base(base), index, blobs, &pieces, size).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(offset: u64, bytes: &[u8]) -> (Piece, Vec<u8>) {
+        (
+            Piece {
+                offset,
+                len: bytes.len() as u64,
+                blob: *blake3::hash(bytes).as_bytes(),
+            },
+            bytes.to_vec(),
+        )
+    }
+
+    #[test]
+    fn gaps_and_insert_keep_intervals_disjoint() {
+        let mut c = Vec::new();
+        insert(&mut c, 10, 20);
+        insert(&mut c, 30, 40);
+        assert_eq!(gaps(&c, 0, 50), vec![(0, 10), (20, 30), (40, 50)]);
+        assert_eq!(gaps(&c, 12, 18), vec![]);
+        assert_eq!(gaps(&c, 15, 35), vec![(20, 30)]);
+        insert(&mut c, 20, 30);
+        assert_eq!(c, vec![(10, 40)]);
+        insert(&mut c, 0, 5);
+        insert(&mut c, 45, 50);
+        insert(&mut c, 4, 46);
+        assert_eq!(c, vec![(0, 50)]);
+    }
+
+    #[test]
+    fn earlier_piece_wins_and_size_cuts_or_extends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = Index::open(&dir.path().join("index.sqlite"), false).expect("index");
+        let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+        let pieces = [piece(2, b"AAAA"), piece(4, b"bbbbbb"), piece(12, b"ZZ")];
+        let mut entries = Vec::new();
+        for (p, data) in &pieces {
+            entries.push(crate::store::Entry {
+                turn: 1,
+                path: b"f".to_vec(),
+                pre: crate::preimage::PreImage::File {
+                    blob: p.blob,
+                    size: p.len,
+                    perm: 0,
+                    ino: 0,
+                },
+                data: Some(data.clone()),
+                op: crate::store::log::Op::Range { offset: p.offset },
+            });
+        }
+        let mut index = index;
+        index.apply(&entries).expect("apply");
+        let got = patch_in_memory(&index, &blobs, 1, b"f", 14, b"0123456789").expect("patch");
+        assert_eq!(got, b"01AAAAbbbb89ZZ");
+        let got = patch_in_memory(&index, &blobs, 1, b"f", 5, b"0123456789").expect("cut");
+        assert_eq!(got, b"01AAA");
+        // Bytes neither saved nor in the base: the base is not what the
+        // record was made over.
+        let err = patch_in_memory(&index, &blobs, 1, b"f", 14, b"0123").expect_err("short");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}
