@@ -1,0 +1,297 @@
+//! Range pre-images through a real mount (`docs/ranges.md`): a large file
+//! written in place stores the bytes each write overwrites, not the file,
+//! and every reader (rewind, redo, show, diff, export) gets the exact
+//! turn-start bytes back. Needs `/dev/fuse` and `fusermount3`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Range capture from 1 MiB, whatever the environment says.
+const RANGE_MIN: &str = "1048576";
+
+fn fixture() -> Fixture {
+    let f = Fixture::new();
+    f.set_env("OPFS_RANGE_MIN", RANGE_MIN);
+    f
+}
+
+/// Writes `n` pseudo-random bytes (seeded) to `path` in the project.
+fn big_file(f: &Fixture, rel: &str, n: usize, seed: u64) {
+    let mut rng = Rng::new(seed);
+    write_file(&f.p(rel), &rng.bytes(n), 0o644);
+}
+
+/// Bytes of blob files and the index in the state dir.
+fn store_bytes(f: &Fixture) -> u64 {
+    fn walk(p: &std::path::Path) -> u64 {
+        let Ok(rd) = std::fs::read_dir(p) else {
+            return 0;
+        };
+        rd.flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => walk(&e.path()),
+                _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+            })
+            .sum()
+    }
+    let projects = f.home.join("projects");
+    let mut total = 0;
+    for d in std::fs::read_dir(&projects).expect("state dir").flatten() {
+        total += walk(&d.path().join("blobs"));
+    }
+    total
+}
+
+fn log_entry(f: &Fixture, turn: u64) -> serde_json::Value {
+    let v = f.opfs_c(&["log", "--json"]).ok().json();
+    v.as_array()
+        .expect("log --json is an array")
+        .iter()
+        .find(|e| e["turn"].as_u64() == Some(turn))
+        .unwrap_or_else(|| panic!("turn {turn} not in the log: {v:#}"))
+        .clone()
+}
+
+#[test]
+fn small_writes_into_a_large_file_store_only_what_they_overwrite() {
+    let f = fixture();
+    big_file(&f, "big", 8 << 20, 1);
+    f.mount();
+    let t = f.turn("writes");
+    let start = hash_file(&f.m("big"));
+    let before = store_bytes(&f);
+    // 64 writes of 4 KiB at scattered offsets, some overlapping, one past
+    // the end (the file grows).
+    let mut script = String::new();
+    for i in 0..64u64 {
+        let block = (i * 7919) % 2048;
+        script += &format!(
+            "head -c 4096 /dev/urandom | dd of=big bs=4096 seek={block} conv=notrunc status=none\n"
+        );
+    }
+    script += "head -c 100 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=9000000 conv=notrunc status=none\n";
+    f.sh(&script);
+    let end = hash_file(&f.m("big"));
+    let end_turn = f.turn("after");
+    let grown = store_bytes(&f) - before;
+    assert!(
+        grown < 1 << 20,
+        "64 writes of 4 KiB into an 8 MiB file grew the blob store by {grown} bytes"
+    );
+    let e = log_entry(&f, t);
+    let stored = e["bytes_stored"].as_u64().expect("bytes_stored");
+    assert!(
+        stored <= 64 * 4096,
+        "turn {t} stored {stored} bytes for 64 writes of 4 KiB: {e:#}"
+    );
+    assert_eq!(e["modified"].as_u64(), Some(1), "{e:#}");
+
+    // show and export give the turn-start bytes.
+    let shown = f
+        .opfs_command(&[
+            "-C",
+            f.mnt.to_str().expect("utf-8"),
+            "show",
+            &format!("{t}:big"),
+        ])
+        .output()
+        .expect("opfs show");
+    assert!(shown.status.success(), "show: {shown:?}");
+    assert_eq!(
+        blake3::hash(&shown.stdout).to_hex().to_string(),
+        start,
+        "show {t}:big"
+    );
+    let git_dir = f.root().join("export.git");
+    f.opfs_c(&["export", "--git-dir", git_dir.to_str().expect("utf-8")])
+        .ok();
+    for (turn, want) in [(t - 1, &start), (t, &end)] {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(["show", &format!("refs/opfs/turns/{turn}:big")])
+            .output()
+            .expect("git show");
+        assert!(out.status.success(), "git show turn {turn}: {out:?}");
+        assert_eq!(
+            &blake3::hash(&out.stdout).to_hex().to_string(),
+            want,
+            "exported big at the end of turn {turn}"
+        );
+    }
+
+    f.rewind(t);
+    assert_eq!(hash_file(&f.m("big")), start, "rewind to turn {t}");
+    assert_eq!(hash_file(&f.p("big")), start, "project after rewind");
+    f.rewind(end_turn);
+    assert_eq!(hash_file(&f.m("big")), end, "redo to turn {end_turn}");
+    f.umount();
+}
+
+#[test]
+fn truncate_extend_punch_hole_and_mmap_are_ranges() {
+    let f = fixture();
+    big_file(&f, "big", 3 << 20, 2);
+    f.mount();
+    let t = f.turn("edits");
+    let start = hash_file(&f.m("big"));
+    f.sh(
+        "truncate -s 1500000 big
+         truncate -s 4000000 big
+         head -c 5000 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=1499000 conv=notrunc status=none
+         fallocate --punch-hole --offset 102400 --length 65536 big
+         python3 -c \"
+import mmap, os
+fd = os.open('big', os.O_RDWR)
+m = mmap.mmap(fd, 0)
+m[200000:200010] = b'0123456789'
+m[3999990:4000000] = b'abcdefghij'
+m.flush(); m.close(); os.close(fd)
+\"
+         head -c 777 /dev/urandom >> big",
+    );
+    let end = hash_file(&f.m("big"));
+    let end_turn = f.turn("after");
+    let e = log_entry(&f, t);
+    let stored = e["bytes_stored"].as_u64().expect("bytes_stored");
+    // The cut from 3 MiB to 1.5 MB saves the tail; nothing else beyond
+    // the bytes overwritten below the turn-start length.
+    assert!(
+        stored < (3 << 20) - 1_400_000,
+        "turn {t} stored {stored} bytes: {e:#}"
+    );
+    f.rewind(t);
+    assert_eq!(hash_file(&f.m("big")), start, "rewind to turn {t}");
+    f.rewind(end_turn);
+    assert_eq!(hash_file(&f.m("big")), end, "redo");
+    f.umount();
+}
+
+#[test]
+fn rename_and_removal_of_a_file_written_as_ranges() {
+    let f = fixture();
+    big_file(&f, "a", 2 << 20, 3);
+    big_file(&f, "b", 2 << 20, 4);
+    big_file(&f, "c", 2 << 20, 5);
+    f.mount();
+    let t = f.turn("moves");
+    let start = f.tree();
+    f.sh(
+        "printf 'AAAA' | dd of=a bs=65536 oflag=seek_bytes seek=1000 conv=notrunc status=none
+         mv a moved
+         printf 'MORE' | dd of=moved bs=65536 oflag=seek_bytes seek=2000 conv=notrunc status=none
+         printf 'BBBB' | dd of=b bs=65536 oflag=seek_bytes seek=3000 conv=notrunc status=none
+         rm b
+         printf 'CCCC' | dd of=c bs=65536 oflag=seek_bytes seek=4000 conv=notrunc status=none
+         cp moved c.tmp && mv c.tmp c",
+    );
+    let end = f.tree();
+    let end_turn = f.turn("after");
+    f.rewind(t);
+    f.assert_tree("rewind to the start of the turn", &start);
+    f.rewind(end_turn);
+    f.assert_tree("redo", &end);
+    f.umount();
+}
+
+#[test]
+fn several_turns_of_ranges_chain_back_to_each_start() {
+    let f = fixture();
+    big_file(&f, "big", 2 << 20, 6);
+    f.mount();
+    let mut starts = Vec::new();
+    let mut rng = Rng::new(7);
+    for round in 0..5 {
+        let t = f.turn(&format!("round {round}"));
+        starts.push((t, hash_file(&f.m("big"))));
+        let mut script = String::new();
+        for _ in 0..4 {
+            let at = rng.below(2_200_000);
+            let n = 1 + rng.below(20_000);
+            script += &format!(
+                "head -c {n} /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek={at} conv=notrunc status=none\n"
+            );
+        }
+        if round == 2 {
+            script += "truncate -s 1800000 big\n";
+        }
+        f.sh(&script);
+    }
+    let last = f.turn("end");
+    starts.push((last, hash_file(&f.m("big"))));
+    let mut order: Vec<usize> = (0..starts.len()).collect();
+    rng.shuffle(&mut order);
+    for i in order {
+        let (t, want) = &starts[i];
+        f.rewind(*t);
+        assert_eq!(&hash_file(&f.m("big")), want, "rewind to turn {t}");
+    }
+    f.umount();
+}
+
+#[test]
+fn ranges_survive_a_daemon_killed_in_the_middle_of_the_turn() {
+    let f = fixture();
+    big_file(&f, "big", 2 << 20, 8);
+    f.mount();
+    let t = f.turn("before the kill");
+    let start = hash_file(&f.m("big"));
+    f.sh("head -c 50000 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=100000 conv=notrunc status=none");
+    let pid = f.status()["pid"].as_u64().expect("pid") as i32;
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f.mount();
+    assert_eq!(f.open_turn(), t, "the turn goes on after the restart");
+    // Overlaps the range saved before the kill: its bytes must not be
+    // saved again (they are not the turn-start bytes any more).
+    f.sh(
+        "head -c 80000 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=90000 conv=notrunc status=none
+         truncate -s 1000000 big",
+    );
+    f.turn("after");
+    f.rewind(t);
+    assert_eq!(hash_file(&f.m("big")), start, "rewind to turn {t}");
+    let v = f.opfs_c(&["verify"]);
+    assert_eq!(v.code, Some(0), "verify: {v}");
+    f.umount();
+}
+
+#[test]
+fn a_ranged_file_changed_behind_the_mount_is_never_guessed() {
+    let f = fixture();
+    big_file(&f, "big", 2 << 20, 9);
+    f.mount();
+    let t = f.turn("writes");
+    f.sh("printf 'mount' | dd of=big bs=65536 oflag=seek_bytes seek=10 conv=notrunc status=none");
+    f.turn("after");
+    // Behind the mount's back, in the project itself.
+    f.sh_in(
+        &f.project,
+        "printf 'user!' | dd of=big bs=65536 oflag=seek_bytes seek=500000 conv=notrunc status=none",
+    );
+    let theirs = hash_file(&f.p("big"));
+    for args in [
+        vec!["rewind", "2", "--json"],
+        vec!["rewind", "2", "--json", "--force"],
+    ] {
+        let mut args = args;
+        let turn = t.to_string();
+        args[1] = &turn;
+        let run = f.opfs_c(&args);
+        assert_eq!(run.code, Some(3), "{args:?} must report a conflict: {run}");
+        let v = run.json();
+        let reasons = v["conflicts"].to_string();
+        assert!(reasons.contains("big"), "{args:?}: {v:#}");
+        assert_eq!(hash_file(&f.p("big")), theirs, "{args:?} wrote the file");
+    }
+    f.umount();
+}
