@@ -97,6 +97,9 @@ fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> VerifyError + '_ {
     }
 }
 
+/// One `ranges` row as stored: turn, path, offset, length, blob.
+type RawPiece = (i64, Vec<u8>, i64, i64, Vec<u8>);
+
 /// One `preimages` row as stored.
 struct RawRecord {
     turn: i64,
@@ -340,7 +343,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
         let mut stmt = conn
             .prepare("SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset")
             .map_err(&err)?;
-        let pieces: Vec<(i64, Vec<u8>, i64, i64, Vec<u8>)> = stmt
+        let pieces: Vec<RawPiece> = stmt
             .query_map([], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })

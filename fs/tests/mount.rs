@@ -20,6 +20,7 @@ use opfs_fs::{Controller, Errno, Mutation, MutationHook, Options};
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
     Content(Vec<u8>),
+    Range(Vec<u8>, u64, u64),
     Metadata(Vec<u8>),
     Create(Vec<u8>),
     Remove(Vec<u8>),
@@ -37,6 +38,7 @@ struct Recorder {
     snapshots: Mutex<Vec<Snapshot>>,
     fail: Mutex<Option<Errno>>,
     epoch: AtomicU64,
+    range_min: AtomicU64,
 }
 
 impl MutationHook for Recorder {
@@ -49,6 +51,11 @@ impl MutationHook for Recorder {
                 let bytes = fs::read(self.backing.join(OsStr::from_bytes(path))).ok();
                 self.snapshots.lock().unwrap().push((path.to_vec(), bytes));
                 Seen::Content(path.to_vec())
+            }
+            Mutation::Range { path, offset, len } => {
+                let bytes = fs::read(self.backing.join(OsStr::from_bytes(path))).ok();
+                self.snapshots.lock().unwrap().push((path.to_vec(), bytes));
+                Seen::Range(path.to_vec(), offset, len)
             }
             Mutation::Metadata { path } => Seen::Metadata(path.to_vec()),
             Mutation::Create { path } => Seen::Create(path.to_vec()),
@@ -63,6 +70,10 @@ impl MutationHook for Recorder {
 
     fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
+    }
+
+    fn range_min(&self) -> u64 {
+        self.range_min.load(Ordering::SeqCst)
     }
 }
 
@@ -124,6 +135,7 @@ impl Fixture {
             snapshots: Mutex::default(),
             fail: Mutex::default(),
             epoch: AtomicU64::new(1),
+            range_min: AtomicU64::new(u64::MAX),
         });
         let mount = opfs_fs::mount(&backing, &mnt, hook.clone(), &opts)
             .unwrap_or_else(|e| panic!("mount failed: {e} (is fusermount3 installed?)"));
@@ -334,6 +346,65 @@ fn a_failing_hook_fails_the_operation_and_leaves_backing_unchanged() {
         0o600
     );
     assert_eq!(fx.hook.take(), vec![]);
+}
+
+#[test]
+fn large_files_report_each_write_as_a_range_before_it_runs() {
+    use std::os::unix::fs::FileExt;
+    let fx = Fixture::new();
+    fx.hook.range_min.store(1000, Ordering::SeqCst);
+    fs::write(fx.b("big"), vec![b'a'; 4000]).unwrap();
+    fs::write(fx.b("small"), b"tiny").unwrap();
+    fx.hook.take();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fx.m("big"))
+        .unwrap();
+    assert_eq!(fx.hook.take(), vec![], "a ranged open reports nothing");
+    f.write_all_at(b"XYZ", 100).unwrap();
+    f.write_all_at(b"Q", 5000).unwrap();
+    assert_eq!(
+        fx.hook.take(),
+        vec![
+            Seen::Range(p("big"), 100, 3),
+            Seen::Range(p("big"), 5000, 1)
+        ]
+    );
+    // The hook saw the bytes before each write.
+    let snaps = fx.hook.snapshots.lock().unwrap().clone();
+    assert_eq!(snaps[0].1.as_deref(), Some(&[b'a'; 4000][..]));
+    f.set_len(50).unwrap();
+    assert_eq!(
+        fx.hook.take(),
+        vec![Seen::Range(p("big"), 50, u64::MAX - 50)]
+    );
+    drop(f);
+    // Below the threshold, and O_TRUNC of a large file: Content at open.
+    fs::write(fx.b("big"), vec![b'b'; 4000]).unwrap();
+    fx.hook.take();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fx.m("small"))
+        .unwrap()
+        .write_all(b"x")
+        .unwrap();
+    fs::write(fx.m("big"), b"cut").unwrap();
+    assert_eq!(
+        fx.hook.take(),
+        vec![Seen::Content(p("small")), Seen::Content(p("big"))]
+    );
+    // A hard-linked large file is captured whole.
+    fs::write(fx.b("linked"), vec![b'c'; 4000]).unwrap();
+    fs::hard_link(fx.b("linked"), fx.b("linked2")).unwrap();
+    fx.hook.take();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fx.m("linked"))
+        .unwrap()
+        .write_all_at(b"z", 1)
+        .unwrap();
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("linked"))]);
 }
 
 #[test]
