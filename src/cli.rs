@@ -53,6 +53,12 @@ enum Cmd {
         /// Do not export each closed turn to the shadow git repository.
         #[arg(long)]
         no_export: bool,
+        /// Files of at least BYTES written in place save only the bytes
+        /// each write overwrites (docs/ranges.md); `off` saves whole files.
+        /// Default: $OPFS_RANGE_MIN, else 1048576.
+        #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min,
+              default_value_t = daemon::default_range_min())]
+        range_min: u64,
     },
     /// Stop serving MOUNTPOINT, flushing everything.
     Umount {
@@ -223,6 +229,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
             sync,
             threads,
             no_export,
+            range_min,
         } => mount(
             &home,
             project,
@@ -232,7 +239,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 sync: *sync,
                 threads: *threads,
                 export: !*no_export,
-                range_min: daemon::default_range_min(),
+                range_min: *range_min,
             },
             cli,
             out,
@@ -856,6 +863,16 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
     }
 }
 
+/// `--range-min`: a number of bytes, or `off`.
+fn parse_range_min(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "off" => Ok(u64::MAX),
+        v => v
+            .parse()
+            .map_err(|_| format!("{s:?} is neither a number of bytes nor `off`")),
+    }
+}
+
 fn mount(
     home: &Path,
     project: &Path,
@@ -890,6 +907,11 @@ fn mount(
         .arg(&plan.mountpoint)
         .arg("--threads")
         .arg(threads.to_string())
+        .arg("--range-min")
+        .arg(match opts.range_min {
+            u64::MAX => "off".to_string(),
+            n => n.to_string(),
+        })
         .env("OPFS_HOME", state::absolute(home))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -258,8 +258,8 @@ pub struct DaemonOptions {
     pub export: bool,
     /// Files of at least this many bytes (with one link) written in place
     /// are captured as ranges (`docs/ranges.md`); `u64::MAX` turns range
-    /// capture off. Default [`crate::journal::DEFAULT_RANGE_MIN`], or the
-    /// `OPFS_RANGE_MIN` environment variable (bytes; `off`).
+    /// capture off. Default [`default_range_min`]; `opfs mount
+    /// --range-min` sets it.
     pub range_min: u64,
 }
 

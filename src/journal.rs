@@ -611,6 +611,14 @@ impl Journal {
             path: paths::display(path),
             source,
         };
+        // The common case of a file written again and again: nothing new
+        // to save, no allocation.
+        if let Some(state) = inner.ranged.get(path) {
+            let end = offset.saturating_add(len).min(state.size);
+            if offset >= end || crate::ranges::gaps(&state.covered, offset, end).is_empty() {
+                return Ok(());
+            }
+        }
         let turn = inner.turn;
         let mut state = match inner.ranged.remove(path) {
             Some(state) => state,
@@ -1039,7 +1047,9 @@ impl MutationHook for Journal {
             Mutation::Range { path, offset, len } => {
                 let mut inner = self.lock();
                 self.capture_range(&mut inner, path, offset, len).map(|()| {
-                    if !paths::is_excluded(path) {
+                    if !paths::is_excluded(path)
+                        && !matches!(inner.fingerprints.get(path), Some(None))
+                    {
                         inner.fingerprints.insert(path.to_vec(), None);
                     }
                 })

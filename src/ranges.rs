@@ -309,8 +309,8 @@ mod tests {
         }
         let mut index = index;
         index.apply(&entries).expect("apply");
-        let got = patch_in_memory(&index, &blobs, 1, b"f", 14, b"0123456789").expect("patch");
-        assert_eq!(got, b"01AAAAbbbb89ZZ");
+        let got = patch_in_memory(&index, &blobs, 1, b"f", 14, b"0123456789xy").expect("patch");
+        assert_eq!(got, b"01AAAAbbbbxyZZ");
         let got = patch_in_memory(&index, &blobs, 1, b"f", 5, b"0123456789").expect("cut");
         assert_eq!(got, b"01AAA");
         // Bytes neither saved nor in the base: the base is not what the
