@@ -973,6 +973,18 @@ impl Journal {
         Ok((pre, data, nlink))
     }
 
+    /// Records the current bytes of `ranges` (`(offset, len)`) of the file at
+    /// `path` before a rewind writes them back in place: as ranges of the
+    /// open turn when the file qualifies, else its whole state (see
+    /// [`Journal::capture_range`]).
+    pub fn capture_ranges(&self, path: &[u8], ranges: &[(u64, u64)]) -> Result<(), CaptureError> {
+        let mut inner = self.lock();
+        for &(offset, len) in ranges {
+            self.capture_range(&mut inner, path, offset, len)?;
+        }
+        Ok(())
+    }
+
     /// Records what a rename changes: `from` and `to` themselves and, for a
     /// directory, every path under both names (the subtree's paths under
     /// `from` disappear, the same relative paths under `to` appear). With

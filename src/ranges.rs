@@ -23,15 +23,39 @@ use crate::store::{BlobError, BlobStore, Index};
 
 /// One run of turn-start bytes taken from a piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Segment {
+pub struct Segment {
     /// Offset in the file.
-    offset: u64,
+    pub offset: u64,
     /// Length in bytes.
-    len: u64,
+    pub len: u64,
     /// The piece's blob.
-    blob: Hash,
+    pub blob: Hash,
     /// Where the run starts inside the piece.
-    skip: u64,
+    pub skip: u64,
+}
+
+/// The runs a chain of ranged records lays over the file below them, for
+/// an in-place restore: `records` oldest first, each with its turn-start
+/// length and its pieces in saving order. A byte takes the value of the
+/// oldest record that saved it (a later record's pieces only count below
+/// its own length); bytes no record saved keep the file's value. Cut to
+/// the oldest record's length.
+pub fn layout_chain(records: &[(u64, Vec<Piece>)]) -> Vec<Segment> {
+    let Some((target, _)) = records.first() else {
+        return Vec::new();
+    };
+    let mut all = Vec::new();
+    for (size, pieces) in records {
+        for p in pieces {
+            if p.offset < *size {
+                all.push(Piece {
+                    len: p.len.min(size - p.offset),
+                    ..*p
+                });
+            }
+        }
+    }
+    layout(&all, *target)
 }
 
 /// The disjoint runs the pieces contribute below `size`, sorted by offset;

@@ -120,6 +120,10 @@ pub struct PathPlan {
     target_state: PreImage,
     #[serde(skip)]
     current_state: Current,
+    /// For a file kept as ranges over the project's file: the runs to
+    /// write back in place (the target is then `PreImage::Ranged`).
+    #[serde(skip)]
+    patch: Option<Vec<crate::ranges::Segment>>,
 }
 
 /// A path left unrestored and why.
@@ -229,6 +233,9 @@ fn steps_for(
     use Step::*;
     Ok(match (current, target) {
         (Current::Absent, PreImage::Absent) => vec![],
+        // Only planned over the file its ranges are laid over (see
+        // `resolve_ranged`): written back in place.
+        (Current::File { .. }, PreImage::Ranged { .. }) => vec![Rewrite],
         (Current::Absent, _) => vec![Create],
         (_, PreImage::Absent) => vec![Remove],
         // The path is now another name of a file with other links, and was
@@ -334,9 +341,14 @@ fn plan_until(
         if paths::is_excluded(&path) {
             continue;
         }
+        let mut patch = None;
         let target = match target {
             PreImage::Ranged { .. } => match resolve_ranged(journal, &path, to) {
-                Ok(t) => t,
+                Ok(Resolved::Blob(t)) => t,
+                Ok(Resolved::InPlace(t, segments)) => {
+                    patch = Some(segments);
+                    t
+                }
                 Err(reason) => {
                     conflicts.push(Conflict {
                         path: paths::display(&path),
@@ -361,7 +373,20 @@ fn plan_until(
             other => other,
         };
         let planned = current.and_then(|current| {
-            let steps = steps_for(backing, &path, &current, &target)?;
+            let mut steps = steps_for(backing, &path, &current, &target)?;
+            // Nothing saved and the same length: the bytes are the
+            // turn-start bytes already.
+            if let (Some(segments), Current::File { stat }, PreImage::Ranged { size, perm, .. }) =
+                (&patch, &current, &target)
+            {
+                if segments.is_empty() && stat.size == *size {
+                    steps = if stat.perm() == *perm {
+                        vec![]
+                    } else {
+                        vec![Step::Chmod]
+                    };
+                }
+            }
             Ok((current, steps))
         });
         let under_removed_link = |path: &[u8]| {
@@ -401,6 +426,7 @@ fn plan_until(
                     raw: path,
                     target_state: target,
                     current_state: current,
+                    patch: patch.take(),
                 })
             }
             Err(e) => conflicts.push(Conflict {
@@ -413,17 +439,33 @@ fn plan_until(
     Ok((plan, conflicts))
 }
 
-/// Puts together the content `path` had when turn `to` began from a chain
-/// of ranged records (see `crate::ranges`): the path's records from `to`
-/// on are ranged up to the first whole file record, or up to the project's
-/// file when none follows. Stores it as a blob and returns the file state.
+/// How a ranged target is restored.
+enum Resolved {
+    /// Put together into a blob: restored like any file pre-image.
+    Blob(PreImage),
+    /// Laid over the project's file, which is still the file the mount
+    /// left: the target (`PreImage::Ranged`) and the runs to write back in
+    /// place.
+    InPlace(PreImage, Vec<crate::ranges::Segment>),
+}
+
+/// Decides how to restore the content `path` had when turn `to` began from
+/// a chain of ranged records (see `crate::ranges`): the path's records from
+/// `to` on are ranged up to the first whole file record, or up to the
+/// project's file when none follows.
+///
+/// Over the project's file (a regular file with one link, the inode the
+/// newest record names), only the saved runs are written back and the
+/// length set ([`Resolved::InPlace`]): the cost is the bytes the turns
+/// overwrote. Otherwise the content is put together into a blob
+/// ([`Resolved::Blob`]).
 ///
 /// Errors (a reason, for a conflict): a record in the chain is not a file,
 /// a saved range or blob is missing or corrupt, the base is shorter than
 /// the ranges need, or the chain ends at the project's file and that file
 /// changed outside the mount (even with `--force`: the ranges only make
 /// sense over the bytes the mount left).
-fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<PreImage, String> {
+fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<Resolved, String> {
     let mut chain = Vec::new();
     let mut at = to;
     let base = loop {
@@ -445,15 +487,58 @@ fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<PreImage, S
             None => break None,
         }
     };
+    let (Some(&(_, size, perm, ino)), Some(&(_, _, _, newest_ino))) = (chain.first(), chain.last())
+    else {
+        return Err("no ranged record".into());
+    };
     if base.is_none() {
         let seen = journal.last_seen(path);
-        let now = journal.backing().lstat(path);
-        if let (Ok(Some(fp)), Ok(now)) = (seen, now) {
+        let now = journal
+            .backing()
+            .lstat(path)
+            .map_err(|e| format!("cannot read the file its ranges are laid over: {e}"))?;
+        if let Ok(Some(fp)) = seen {
             if let Some(what) = fp.differs(now.as_ref()) {
                 return Err(format!(
                     "its turn-start bytes are kept as ranges over the file, which changed outside the mount ({what}), so they cannot be put back"
                 ));
             }
+        }
+        let Some(st) = now.filter(|st| st.file_type() == libc::S_IFREG) else {
+            return Err(
+                "its turn-start bytes are kept as ranges over a file that is no longer there"
+                    .into(),
+            );
+        };
+        if newest_ino != 0 && st.ino != newest_ino {
+            return Err(
+                "its turn-start bytes are kept as ranges over a file that was replaced outside the mount"
+                    .into(),
+            );
+        }
+        if st.nlink == 1 {
+            let mut records = Vec::new();
+            for &(t, sz, _, _) in &chain {
+                let pieces = journal
+                    .with_index(|ix| ix.ranges_of(t, path))
+                    .map_err(|e| e.to_string())?;
+                records.push((sz, pieces));
+            }
+            let segments = crate::ranges::layout_chain(&records);
+            // Bytes no record saved come from the file: it must hold them.
+            let mut covered = Vec::new();
+            for s in &segments {
+                crate::ranges::insert(&mut covered, s.offset, s.offset + s.len);
+            }
+            if let Some(&(a, _)) = crate::ranges::gaps(&covered, st.size.min(size), size).first() {
+                return Err(format!(
+                    "the file its ranges are laid over ends at byte {a}, before bytes no saved range holds"
+                ));
+            }
+            return Ok(Resolved::InPlace(
+                PreImage::Ranged { size, perm, ino },
+                segments,
+            ));
         }
     }
     let mut below = base;
@@ -470,7 +555,8 @@ fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<PreImage, S
             ino,
         });
     }
-    out.ok_or_else(|| "no ranged record".to_string())
+    out.map(Resolved::Blob)
+        .ok_or_else(|| "no ranged record".to_string())
 }
 
 /// One step of [`resolve_ranged`]: the content under `path`'s ranged record
@@ -552,6 +638,17 @@ fn preflight(
                 conflicts.push(Conflict {
                     path: p.path.clone(),
                     reason: format!("cannot restore its content: {e}"),
+                });
+                bad.insert(p.raw.clone());
+                continue;
+            }
+        }
+        if let Some(segments) = &p.patch {
+            let blobs: BTreeSet<[u8; 32]> = segments.iter().map(|s| s.blob).collect();
+            if let Some(e) = blobs.iter().find_map(|b| journal.verify_blob(b).err()) {
+                conflicts.push(Conflict {
+                    path: p.path.clone(),
+                    reason: format!("cannot restore its content: a saved range: {e}"),
                 });
                 bad.insert(p.raw.clone());
                 continue;
@@ -651,7 +748,44 @@ fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
     }
 }
 
+/// Writes a ranged target back in place: each saved run at its offset,
+/// then the turn-start length and permission bits.
+fn patch_in_place(
+    journal: &Journal,
+    p: &PathPlan,
+    segments: &[crate::ranges::Segment],
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let PreImage::Ranged { size, perm, .. } = &p.target_state else {
+        return Err(io::Error::other(
+            "in-place restore of a target not kept as ranges",
+        ));
+    };
+    let f = journal.backing().open_file(&p.raw, libc::O_WRONLY, 0)?;
+    let blob_err = |e: crate::store::BlobError| io::Error::other(e.to_string());
+    let mut loaded: Option<([u8; 32], Vec<u8>)> = None;
+    for s in segments {
+        if loaded.as_ref().map(|(h, _)| h) != Some(&s.blob) {
+            let data = match journal.inline_blob(&s.blob).map_err(blob_err)? {
+                Some(d) => d,
+                None => journal.blobs().read(&s.blob).map_err(blob_err)?,
+            };
+            loaded = Some((s.blob, data));
+        }
+        let data = loaded.as_ref().map(|(_, d)| d.as_slice()).unwrap_or(&[]);
+        let run = data
+            .get(s.skip as usize..(s.skip + s.len) as usize)
+            .ok_or_else(|| io::Error::other("a saved range is shorter than its record"))?;
+        f.write_all_at(run, s.offset)?;
+    }
+    f.set_len(*size)?;
+    set_perm(&f, *perm)
+}
+
 fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
+    if let Some(segments) = &p.patch {
+        return patch_in_place(journal, p, segments);
+    }
     let PreImage::File { blob, perm, .. } = &p.target_state else {
         return Err(io::Error::other("rewrite of a non-file target"));
     };
@@ -781,9 +915,9 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             rewrite(journal, p)
         } else if p.steps.contains(&Step::Chmod) && !p.target_state.is_dir() {
             match &p.target_state {
-                PreImage::File { perm, .. } | PreImage::Special { perm, .. } => {
-                    backing.chmod(&p.raw, *perm)
-                }
+                PreImage::File { perm, .. }
+                | PreImage::Ranged { perm, .. }
+                | PreImage::Special { perm, .. } => backing.chmod(&p.raw, *perm),
                 _ => Ok(()),
             }
         } else {
@@ -908,7 +1042,17 @@ fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
     for p in plan {
-        let captured = match journal.capture(&p.raw) {
+        let capture = match (&p.patch, &p.target_state) {
+            // Only what the restore overwrites, as ranges of the rewind turn.
+            (Some(segments), PreImage::Ranged { size, .. }) => {
+                let mut ranges: Vec<(u64, u64)> =
+                    segments.iter().map(|s| (s.offset, s.len)).collect();
+                ranges.push((*size, u64::MAX - size));
+                journal.capture_ranges(&p.raw, &ranges)
+            }
+            _ => journal.capture(&p.raw),
+        };
+        let captured = match capture {
             // Under a symlink this plan removes (see `plan_until`): the name
             // is not in the tree, its current state is "absent".
             Err(CaptureError::Read { source, .. })
