@@ -196,7 +196,9 @@ fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
 /// marked running), `rewind-after-capture` (after each path's current state
 /// is recorded), `rewind-after-step` (after each path operation of the
 /// executor), `rewind-before-done` (all steps done, restore still running),
-/// `rewind-after-done` (restore done, no new agent turn yet), and in the
+/// `rewind-after-done` (restore done, no new agent turn yet),
+/// `rewind-patch-run` (after each run an in-place restore of a file kept
+/// as ranges wrote back), and in the
 /// journal `capture-after-blob` (a pre-image's bytes are stored, its record
 /// is not) and `capture-after-record` (the record is committed, the
 /// mutation has not run).
@@ -777,6 +779,7 @@ fn patch_in_place(
             .get(s.skip as usize..(s.skip + s.len) as usize)
             .ok_or_else(|| io::Error::other("a saved range is shorter than its record"))?;
         f.write_all_at(run, s.offset)?;
+        failpoint("rewind-patch-run");
     }
     f.set_len(*size)?;
     set_perm(&f, *perm)

@@ -170,7 +170,7 @@ n=(a b c d e f)
 d=(. d1 d2 d1/x d2/y)
 p() {{ echo "${{d[RANDOM%5]}}/${{n[RANDOM%6]}}"; }}
 for ((i = 0; i < {ops}; i++)); do
-  case $((RANDOM % 16)) in
+  case $((RANDOM % 18)) in
     0|1) printf 'write %d %d\n' $i $RANDOM > "$(p)" ;;
     2) printf 'append %d\n' $i >> "$(p)" ;;
     3) head -c $((RANDOM % 40000)) /dev/urandom > "$(p)" ;;
@@ -185,6 +185,8 @@ for ((i = 0; i < {ops}; i++)); do
     13) mkdir -p "$(p)" ;;
     14) cp -r d1 d2/y 2>/dev/null ;;
     15) sed -i "s/[0-9]/N/" "$(p)" ;;
+    16|17) head -c $((RANDOM % 9000)) /dev/urandom |
+        dd of="$(p)" bs=4096 oflag=seek_bytes seek=$((RANDOM % 30000)) conv=notrunc status=none ;;
   esac 2>/dev/null
 done
 exit 0
@@ -233,7 +235,16 @@ fn sigkill_under_workload_loses_no_preimage() {
     for round in 0..rounds {
         let sync = rng.below(3) == 0;
         let extra: &[&str] = if sync { &["--sync"] } else { &[] };
-        let pid = mount(&f, extra, &[]);
+        // Half the mounts capture every file written in place as ranges
+        // (docs/ranges.md), chosen again for the mount after the kill.
+        let ranges = |rng: &mut Rng| -> &'static [(&'static str, &'static str)] {
+            if rng.below(2) == 0 {
+                &[("OPFS_RANGE_MIN", "0")]
+            } else {
+                &[]
+            }
+        };
+        let pid = mount(&f, extra, ranges(&mut rng));
         // The turn open at mount started where the project is now (the
         // previous round ended with a verified rewind, or this is turn 1).
         let open = f.open_turn();
@@ -296,7 +307,7 @@ fn sigkill_under_workload_loses_no_preimage() {
         assert_stale(&f);
 
         // The next mount cleans up the dead one and starts again.
-        let _pid = mount(&f, extra, &[]);
+        let _pid = mount(&f, extra, ranges(&mut rng));
         let st = f.status();
         assert!(
             st["recovered"].is_null(),

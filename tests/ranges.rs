@@ -303,3 +303,83 @@ fn a_ranged_file_changed_behind_the_mount_is_never_guessed() {
     }
     f.umount();
 }
+
+/// Mounts with `env` added for this daemon only; returns its pid.
+fn mount_with(f: &Fixture, env: &[(&str, &str)]) -> i32 {
+    let mut cmd = f.opfs_command(&[
+        std::ffi::OsStr::new("mount"),
+        f.project.as_os_str(),
+        f.mnt.as_os_str(),
+        std::ffi::OsStr::new("--no-export"),
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let run = run_command(cmd, &f.root().join("scratch"), COMMAND_TIMEOUT).expect("opfs mount");
+    assert_eq!(run.code, Some(0), "opfs mount failed: {run}");
+    assert!(wait_mount_state(&f.mnt, true, MOUNT_TIMEOUT), "not mounted");
+    f.status()["pid"].as_u64().expect("pid") as i32
+}
+
+fn wait_gone(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return,
+            Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    panic!("daemon {pid} still alive");
+}
+
+#[test]
+fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
+    let f = fixture();
+    big_file(&f, "big", 3 << 20, 10);
+    f.mount();
+    let t = f.turn("writes");
+    let start = hash_file(&f.m("big"));
+    // Runs far apart, so the restore writes several of them back.
+    let mut script = String::new();
+    for i in 0..12u64 {
+        script += &format!(
+            "head -c 3000 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek={} conv=notrunc status=none\n",
+            i * 250_000 + 17
+        );
+    }
+    script += "truncate -s 2000000 big\n";
+    f.sh(&script);
+    let after = hash_file(&f.m("big"));
+    f.turn("after");
+    f.umount();
+    for point in [
+        "rewind-after-capture:1",
+        "rewind-patch-run:1",
+        "rewind-patch-run:7",
+        "rewind-after-step:1",
+        "rewind-before-done:1",
+    ] {
+        let pid = mount_with(
+            &f,
+            &[("OPFS_FAILPOINT", point), ("OPFS_RANGE_MIN", RANGE_MIN)],
+        );
+        assert_eq!(hash_file(&f.m("big")), after, "{point}: before");
+        let run = f.opfs_c(&["rewind", &t.to_string(), "--json"]);
+        assert_ne!(
+            run.code,
+            Some(0),
+            "{point}: the daemon should have died: {run}"
+        );
+        wait_gone(pid);
+        // The next start finishes the restore from the records.
+        f.mount();
+        assert_eq!(hash_file(&f.m("big")), start, "{point}: finished restore");
+        assert_eq!(hash_file(&f.p("big")), start, "{point}: project");
+        // Redo, for the next failpoint.
+        let rewind_turn = f.open_turn() - 1;
+        f.rewind(rewind_turn);
+        assert_eq!(hash_file(&f.m("big")), after, "{point}: redo");
+        f.umount();
+    }
+}
