@@ -383,3 +383,320 @@ fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
         f.umount();
     }
 }
+/// The state dir of the fixture's one project.
+fn state_dir(f: &Fixture) -> std::path::PathBuf {
+    let mut dirs: Vec<_> = std::fs::read_dir(f.home.join("projects"))
+        .expect("state dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "one state dir: {dirs:?}");
+    dirs.pop().expect("one")
+}
+
+/// `opfs -C PROJECT ARGS...` (for commands that run unmounted).
+fn opfs_p(f: &Fixture, args: &[&str]) -> Run {
+    let mut all = vec!["-C", f.project.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    f.opfs(&all)
+}
+
+/// Saved ranges are read back earliest first: where two overlap (a range
+/// saved again after a restart holds bytes the turn already changed), the
+/// earlier one holds the turn-start bytes; the record's size cuts the
+/// result or asks the base for bytes past the pieces. Library level: the
+/// index as `apply` writes it, read back through `ranges_of` and `Patched`.
+#[test]
+fn overlapping_saved_ranges_read_back_earliest_first() {
+    use opfs::preimage::PreImage;
+    use opfs::store::log::Op;
+    use opfs::store::{BlobStore, Entry, Index};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut index = Index::open(&dir.path().join("index.sqlite"), false).expect("index");
+    let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+    // Saved in this order: [2, 6) "AAAA", then [4, 10) overlapping it,
+    // then [12, 14) past the base.
+    let pieces: [(u64, &[u8]); 3] = [(2, b"AAAA"), (4, b"bbbbbb"), (12, b"ZZ")];
+    let entries: Vec<Entry> = pieces
+        .iter()
+        .map(|(offset, bytes)| Entry {
+            turn: 1,
+            path: b"f".to_vec(),
+            pre: PreImage::File {
+                blob: *blake3::hash(bytes).as_bytes(),
+                size: bytes.len() as u64,
+                perm: 0,
+                ino: 0,
+            },
+            data: Some(bytes.to_vec()),
+            op: Op::Range { offset: *offset },
+        })
+        .collect();
+    index.apply(&entries).expect("apply");
+    let patch =
+        |size: u64, base: &[u8]| opfs::ranges::patch_in_memory(&index, &blobs, 1, b"f", size, base);
+    assert_eq!(
+        patch(14, b"0123456789xy").expect("patch"),
+        b"01AAAAbbbbxyZZ",
+        "earlier piece wins where two overlap"
+    );
+    assert_eq!(
+        patch(5, b"0123456789xy").expect("cut"),
+        b"01AAA",
+        "size cuts"
+    );
+    assert_eq!(
+        patch(16, b"0123456789xyzwvu").expect("tail from the base"),
+        b"01AAAAbbbbxyZZvu"
+    );
+    // Bytes neither saved nor in the base: the base is not what the record
+    // was made over.
+    let err = patch(14, b"0123").expect_err("short base");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+}
+
+/// `gc` (keeping every turn) keeps the blobs of saved ranges, `verify`
+/// counts them as referenced and reports one that is missing, and the turn
+/// still rewinds exactly afterwards.
+#[test]
+fn gc_and_verify_know_the_blobs_of_saved_ranges() {
+    let f = fixture();
+    let orig = Rng::new(10).bytes(2 << 20);
+    write_file(&f.p("big"), &orig, 0o644);
+    f.mount();
+    let t = f.turn("writes");
+    // One range above the inline limit (a blob file), one inline.
+    f.sh(
+        "head -c 65536 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=409600 conv=notrunc status=none
+         printf 'tiny' | dd of=big bs=65536 oflag=seek_bytes seek=1000000 conv=notrunc status=none",
+    );
+    let end_turn = f.turn("after");
+    f.umount();
+
+    let state = state_dir(&f);
+    let conn = rusqlite::Connection::open(state.join("index.db")).expect("open index");
+    let files: Vec<std::path::PathBuf> = {
+        let mut stmt = conn
+            .prepare("SELECT blob FROM ranges")
+            .expect("ranges table");
+        let rows = stmt
+            .query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .expect("query");
+        rows.map(|h| {
+            let h = blake3::Hash::from_bytes(h.expect("row").try_into().expect("32 bytes"));
+            let h = h.to_hex().to_string();
+            state.join("blobs").join(&h[..2]).join(&h[2..])
+        })
+        .filter(|p| p.exists())
+        .collect()
+    };
+    drop(conn);
+    assert!(!files.is_empty(), "no saved range is a blob file");
+
+    let v = opfs_p(&f, &["verify", "--json"]);
+    assert_eq!(v.code, Some(0), "verify: {v}");
+    assert_eq!(
+        v.json()["unreferenced_blobs"].as_u64(),
+        Some(0),
+        "the blob of a saved range counts as referenced: {v}"
+    );
+    // A saved range's blob gone: verify says so.
+    let held = std::fs::read(&files[0]).expect("read blob");
+    std::fs::remove_file(&files[0]).expect("remove blob");
+    let v = opfs_p(&f, &["verify"]);
+    assert_eq!(v.code, Some(1), "verify with a saved range missing: {v}");
+    write_file(&files[0], &held, 0o444);
+    opfs_p(&f, &["verify"]).ok();
+
+    // gc keeps every turn here, so it keeps every saved range.
+    opfs_p(&f, &["gc", "--keep", "100", "--json"]).ok();
+    for p in &files {
+        assert!(p.exists(), "gc removed the saved range {}", p.display());
+    }
+    opfs_p(&f, &["verify"]).ok();
+    f.mount();
+    let end = hash_file(&f.m("big"));
+    f.rewind(t);
+    assert_eq!(
+        hash_file(&f.m("big")),
+        blake3::hash(&orig).to_hex().to_string(),
+        "rewind to turn {t} after gc"
+    );
+    f.rewind(end_turn);
+    assert_eq!(hash_file(&f.m("big")), end, "redo");
+    f.umount();
+}
+
+/// A mode change of a file the turn writes as ranges stores nothing more:
+/// the ranged record holds the turn-start permission bits already.
+#[test]
+fn chmod_of_a_file_written_as_ranges_stores_nothing_more() {
+    let f = fixture();
+    big_file(&f, "big", 4 << 20, 11);
+    f.mount();
+    let t = f.turn("writes and chmod");
+    let start = hash_file(&f.m("big"));
+    f.sh(
+        "printf 'before' | dd of=big bs=65536 oflag=seek_bytes seek=1000 conv=notrunc status=none
+         chmod 600 big
+         printf 'after' | dd of=big bs=65536 oflag=seek_bytes seek=3000000 conv=notrunc status=none",
+    );
+    let end = hash_file(&f.m("big"));
+    let end_turn = f.turn("after");
+    let e = log_entry(&f, t);
+    let stored = e["bytes_stored"].as_u64().expect("bytes_stored");
+    assert!(
+        stored < 64 * 1024,
+        "turn {t} stored {stored} bytes for two small writes and a chmod: {e:#}"
+    );
+    f.rewind(t);
+    assert_eq!(hash_file(&f.m("big")), start, "rewind to turn {t}");
+    let mode = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777
+    };
+    assert_eq!(mode(&f.p("big")), 0o644, "turn-start mode");
+    f.rewind(end_turn);
+    assert_eq!(hash_file(&f.m("big")), end, "redo");
+    assert_eq!(mode(&f.p("big")), 0o600, "mode after the turn");
+    f.umount();
+}
+
+/// Opening a large file with `O_TRUNC` (`> file`) is not a range: the whole
+/// file goes. Before any write of the turn it is captured whole; after
+/// ranges were saved, the ranged record is put together first.
+#[test]
+fn truncating_open_of_a_large_file_keeps_its_turn_start_bytes() {
+    let f = fixture();
+    big_file(&f, "a", 2 << 20, 12);
+    big_file(&f, "b", 2 << 20, 13);
+    f.mount();
+    let t = f.turn("truncating opens");
+    let start = f.tree();
+    f.sh("printf 'new a' > a
+         printf 'BBBB' | dd of=b bs=65536 oflag=seek_bytes seek=5000 conv=notrunc status=none
+         printf 'new b' > b
+         printf 'more' >> b");
+    let end = f.tree();
+    let end_turn = f.turn("after");
+    f.rewind(t);
+    f.assert_tree("rewind to the start of the turn", &start);
+    f.rewind(end_turn);
+    f.assert_tree("redo", &end);
+    f.umount();
+}
+
+/// Ranged records on both sides of a whole-file record of the same path
+/// (the file replaced by a rename in between): each ranged record is laid
+/// over the content at the start of the turn after it, for show, export and
+/// rewind alike.
+#[test]
+fn ranged_records_around_a_whole_record_read_back_through_history() {
+    let f = fixture();
+    big_file(&f, "big", 2 << 20, 14);
+    f.mount();
+    let mut starts = Vec::new();
+    let t = f.turn("ranges");
+    starts.push((t, hash_file(&f.m("big"))));
+    f.sh("printf 'one' | dd of=big bs=65536 oflag=seek_bytes seek=1000 conv=notrunc status=none");
+    let t = f.turn("replaced");
+    starts.push((t, hash_file(&f.m("big"))));
+    f.sh("cp big big.tmp
+         printf 'two' | dd of=big.tmp bs=65536 oflag=seek_bytes seek=2000 conv=notrunc status=none
+         mv big.tmp big");
+    let t = f.turn("ranges again");
+    starts.push((t, hash_file(&f.m("big"))));
+    f.sh("printf 'three' | dd of=big bs=65536 oflag=seek_bytes seek=3000 conv=notrunc status=none");
+    let last = f.turn("end");
+    starts.push((last, hash_file(&f.m("big"))));
+
+    for (t, want) in &starts {
+        let shown = f
+            .opfs_command(&[
+                "-C",
+                f.mnt.to_str().expect("utf-8"),
+                "show",
+                &format!("{t}:big"),
+            ])
+            .output()
+            .expect("opfs show");
+        assert!(shown.status.success(), "show {t}:big: {shown:?}");
+        assert_eq!(
+            &blake3::hash(&shown.stdout).to_hex().to_string(),
+            want,
+            "show {t}:big"
+        );
+    }
+    let git_dir = f.root().join("export.git");
+    f.opfs_c(&["export", "--git-dir", git_dir.to_str().expect("utf-8")])
+        .ok();
+    // The export's turn N holds the tree at the end of N: the start of N+1.
+    for w in starts.windows(2) {
+        let (t, want) = (w[0].0, &w[1].1);
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(["show", &format!("refs/opfs/turns/{t}:big")])
+            .output()
+            .expect("git show");
+        assert!(out.status.success(), "git show turn {t}: {out:?}");
+        assert_eq!(
+            &blake3::hash(&out.stdout).to_hex().to_string(),
+            want,
+            "exported big at the end of turn {t}"
+        );
+    }
+    // Oldest first: the first rewind goes from the end straight to the
+    // first turn, across the whole record.
+    for (t, want) in &starts {
+        f.rewind(*t);
+        assert_eq!(&hash_file(&f.m("big")), want, "rewind to turn {t}");
+    }
+    f.umount();
+}
+
+/// SIGKILLs the fixture's daemon and waits until it is gone.
+fn kill_daemon(f: &Fixture) {
+    let pid = f.status()["pid"].as_u64().expect("pid") as i32;
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// After a restart in the middle of a turn, a file the turn already saved
+/// ranges of is still known as ranged: removing or renaming it puts its
+/// turn-start bytes together first, and a write after it was cut below the
+/// range threshold (so it is no longer opened as ranges) does too.
+#[test]
+fn a_restarted_daemon_still_knows_which_files_are_ranged() {
+    let f = fixture();
+    big_file(&f, "gone", 2 << 20, 15);
+    big_file(&f, "moved", 2 << 20, 16);
+    big_file(&f, "cut", 2 << 20, 17);
+    f.mount();
+    let t = f.turn("before the kill");
+    let start = f.tree();
+    f.sh("for n in gone moved cut; do
+           printf 'ranged' | dd of=$n bs=65536 oflag=seek_bytes seek=100000 conv=notrunc status=none
+         done
+         truncate -s 500000 cut");
+    kill_daemon(&f);
+    f.mount();
+    assert_eq!(f.open_turn(), t, "the turn goes on after the restart");
+    f.sh(
+        "rm gone
+         mv moved elsewhere
+         printf 'small now' | dd of=cut bs=65536 oflag=seek_bytes seek=10 conv=notrunc status=none",
+    );
+    let end = f.tree();
+    let end_turn = f.turn("after");
+    f.rewind(t);
+    f.assert_tree("rewind to the start of the turn", &start);
+    f.rewind(end_turn);
+    f.assert_tree("redo", &end);
+    f.umount();
+}
