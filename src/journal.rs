@@ -58,9 +58,8 @@ struct RangeState {
     file: Option<std::fs::File>,
     /// Its length when the turn began.
     size: u64,
-    /// Byte ranges below `size` whose turn-start bytes are saved: disjoint,
-    /// sorted.
-    covered: Vec<(u64, u64)>,
+    /// Byte ranges below `size` whose turn-start bytes are saved.
+    covered: crate::ranges::Intervals,
 }
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
@@ -241,13 +240,9 @@ impl Journal {
         for (path, pre) in index.records_of_turn(turn)? {
             match pre {
                 PreImage::Ranged { size, .. } => {
-                    let mut covered = Vec::new();
+                    let mut covered = crate::ranges::Intervals::new();
                     for p in index.ranges_of(turn, &path)? {
-                        crate::ranges::insert(
-                            &mut covered,
-                            p.offset,
-                            p.offset.saturating_add(p.len),
-                        );
+                        covered.insert(p.offset, p.offset.saturating_add(p.len));
                     }
                     ranged.insert(
                         path,
@@ -615,7 +610,7 @@ impl Journal {
         // to save, no allocation.
         if let Some(state) = inner.ranged.get(path) {
             let end = offset.saturating_add(len).min(state.size);
-            if offset >= end || crate::ranges::gaps(&state.covered, offset, end).is_empty() {
+            if state.covered.covers(offset, end) {
                 return Ok(());
             }
         }
@@ -641,7 +636,7 @@ impl Journal {
                         RangeState {
                             file: Some(file),
                             size: st.size,
-                            covered: Vec::new(),
+                            covered: crate::ranges::Intervals::new(),
                         }
                     }
                     _ => return self.capture_known(inner, path, None),
@@ -671,7 +666,7 @@ impl Journal {
         if offset >= end {
             return Ok(());
         }
-        let gaps = crate::ranges::gaps(&state.covered, offset, end);
+        let gaps = state.covered.gaps(offset, end);
         if gaps.is_empty() {
             return Ok(());
         }
@@ -733,7 +728,7 @@ impl Journal {
                     },
                 )?;
                 crate::rewind::failpoint("capture-after-record");
-                crate::ranges::insert(&mut state.covered, at, at + n);
+                state.covered.insert(at, at + n);
                 at += n;
             }
         }

@@ -528,11 +528,11 @@ fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<Resolved, S
             }
             let segments = crate::ranges::layout_chain(&records);
             // Bytes no record saved come from the file: it must hold them.
-            let mut covered = Vec::new();
+            let mut covered = crate::ranges::Intervals::new();
             for s in &segments {
-                crate::ranges::insert(&mut covered, s.offset, s.offset + s.len);
+                covered.insert(s.offset, s.offset + s.len);
             }
-            if let Some(&(a, _)) = crate::ranges::gaps(&covered, st.size.min(size), size).first() {
+            if let Some(&(a, _)) = covered.gaps(st.size.min(size), size).first() {
                 return Err(format!(
                     "the file its ranges are laid over ends at byte {a}, before bytes no saved range holds"
                 ));
