@@ -1061,14 +1061,23 @@ impl MutationHook for Journal {
                     }
                 })
             }
-            // A ranged record holds the turn-start permission bits already.
-            Mutation::Metadata { path } if self.lock().ranged.contains_key(path) => Ok(()),
+
             // The layer reports Create only for a name it found absent under
             // the gate, so no second stat of the project is needed.
             Mutation::Create { path } => {
                 self.capture_known(&mut self.lock(), path, Some(PreImage::Absent))
             }
-            Mutation::Metadata { path } | Mutation::Remove { path } => self.capture(path),
+            Mutation::Metadata { path } => {
+                let mut inner = self.lock();
+                // A ranged record holds the turn-start permission bits
+                // already.
+                if inner.ranged.contains_key(path) {
+                    Ok(())
+                } else {
+                    self.capture_locked(&mut inner, path)
+                }
+            }
+            Mutation::Remove { path } => self.capture(path),
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
         result.map_err(|e| {

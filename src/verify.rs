@@ -97,6 +97,12 @@ fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> VerifyError + '_ {
     }
 }
 
+/// True when `table` has `column` (older schema versions lack some).
+fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    conn.prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+        .and_then(|mut s| s.exists([table, column]))
+}
+
 /// One `ranges` row as stored: turn, path, offset, length, blob.
 type RawPiece = (i64, Vec<u8>, i64, i64, Vec<u8>);
 
@@ -335,10 +341,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
     }
 
     // Saved ranges of ranged records (version 3).
-    let has_ranges = conn
-        .prepare("SELECT 1 FROM pragma_table_info('ranges') WHERE name = 'offset'")
-        .and_then(|mut s| s.exists([]))
-        .map_err(&err)?;
+    let has_ranges = has_column(&conn, "ranges", "offset").map_err(&err)?;
     if has_ranges {
         let mut stmt = conn
             .prepare("SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset")
@@ -380,10 +383,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
         .map_err(&err)?;
     drop(stmt);
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let has_inline = conn
-        .prepare("SELECT 1 FROM pragma_table_info('blobs') WHERE name = 'data'")
-        .and_then(|mut s| s.exists([]))
-        .map_err(&err)?;
+    let has_inline = has_column(&conn, "blobs", "data").map_err(&err)?;
     let inline = |hash: &[u8]| -> rusqlite::Result<Option<Vec<u8>>> {
         if !has_inline {
             return Ok(None);

@@ -218,12 +218,17 @@ impl Shared {
         Ok(())
     }
 
-    /// True when a file with this stat is written as ranges (see
-    /// `MutationHook::range_min`).
-    fn ranged(&self, st: &libc::stat) -> bool {
-        st.st_mode & libc::S_IFMT == libc::S_IFREG
-            && st.st_nlink == 1
-            && st.st_size as u64 >= self.hook.range_min()
+    /// True when the file behind `fd` is written as ranges (see
+    /// `MutationHook::range_min`). Costs an `fstat` only when range capture
+    /// is on.
+    fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
+        let min = self.hook.range_min();
+        min != u64::MAX
+            && sys::fstat(fd).is_ok_and(|st| {
+                st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_nlink == 1
+                    && st.st_size as u64 >= min
+            })
     }
 
     /// The path of `parent/name`. A parent without a known path (a deleted
@@ -304,9 +309,10 @@ impl Shared {
             if let Some(size) = a.size {
                 // A large file cut or grown: only the bytes past the new
                 // size can be lost.
-                match sys::fstat(node.fd.as_fd()) {
-                    Ok(st) if self.ranged(&st) => self.before_range(ino, size, u64::MAX - size)?,
-                    _ => self.before_inode(ino, |path| Mutation::Content { path })?,
+                if self.ranged(node.fd.as_fd()) {
+                    self.before_range(ino, size, u64::MAX - size)?
+                } else {
+                    self.before_inode(ino, |path| Mutation::Content { path })?
                 }
             }
             // Timestamps alone are not part of a pre-image (a rewind gives
@@ -398,18 +404,15 @@ impl Shared {
             // next write sees a newer epoch and reports again.
             let epoch = self.hook.epoch();
             let _gate = self.gate.read();
-            match sys::fstat(node.fd.as_fd()) {
+            if flags & libc::O_TRUNC == 0 && self.ranged(node.fd.as_fd()) {
                 // Nothing changes at the open itself; each write reports
                 // its range.
-                Ok(st) if flags & libc::O_TRUNC == 0 && self.ranged(&st) => {
-                    let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-                    Handle::new_ranged(fd, ino, epoch)
-                }
-                _ => {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                    let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
-                    Handle::new(fd, ino, epoch)
-                }
+                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
+                Handle::new_ranged(fd, ino, epoch)
+            } else {
+                self.before_inode(ino, |path| Mutation::Content { path })?;
+                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(e)?;
+                Handle::new(fd, ino, epoch)
             }
         };
         let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
