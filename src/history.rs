@@ -324,16 +324,20 @@ impl Sources<'_> {
     /// [`HistoryError::Ranges`] when a ranged record cannot be put together.
     pub fn timeline(&self, from: u64) -> Result<Timeline, HistoryError> {
         let mut timeline = Timeline::load(self.index, from)?;
-        self.resolve(&mut timeline, None)?;
+        self.resolve(&mut timeline, None, true)?;
         Ok(timeline)
     }
 
     /// [`Sources::timeline`] for a timeline already loaded; only for `only`
-    /// when given.
+    /// when given. With `keep_bytes` false only the file records (their
+    /// hashes) are kept, not the bytes: for a caller that compares states
+    /// and never reads content (`opfs log`), so many turns of a huge file
+    /// never sit in memory at once.
     pub fn resolve(
         &self,
         timeline: &mut Timeline,
         only: Option<&[u8]>,
+        keep_bytes: bool,
     ) -> Result<(), HistoryError> {
         let from = timeline.from;
         let ranged: Vec<Vec<u8>> = timeline
@@ -361,7 +365,7 @@ impl Sources<'_> {
                 None
             };
             let mut recs = timeline.by_path.remove(&path).unwrap_or_default();
-            self.resolve_path(&path, &mut recs, current.as_deref())?;
+            self.resolve_path(&path, &mut recs, current.as_deref(), keep_bytes)?;
             timeline.by_path.insert(path, recs);
         }
         Ok(())
@@ -371,11 +375,13 @@ impl Sources<'_> {
     /// first) by the file record it stands for, newest first: each is laid
     /// over the content of the record after it, or over `current` (the
     /// project's file, read before the records were) for the newest.
+    /// `keep_bytes`: keep each version's bytes in [`Sources::resolved`].
     fn resolve_path(
         &self,
         path: &[u8],
         recs: &mut [(u64, PreImage)],
         current: Option<&[u8]>,
+        keep_bytes: bool,
     ) -> Result<(), HistoryError> {
         let fail = |reason: String| HistoryError::Ranges {
             path: paths::display(path),
@@ -422,7 +428,9 @@ impl Sources<'_> {
                 perm,
                 ino,
             };
-            self.resolved.borrow_mut().insert(blob, bytes.clone());
+            if keep_bytes {
+                self.resolved.borrow_mut().insert(blob, bytes.clone());
+            }
             above = Some(bytes);
         }
         Ok(())
@@ -483,7 +491,7 @@ impl Sources<'_> {
                 // read above (its saved ranges hold what was overwritten).
                 let mut recs = recs.clone();
                 let current = out.get(&p).and_then(|v| v.bytes.clone());
-                self.resolve_path(&p, &mut recs, current.as_deref())?;
+                self.resolve_path(&p, &mut recs, current.as_deref(), true)?;
                 if let Some((_, pre)) = recs.iter().find(|(t, _)| *t >= turn) {
                     out.insert(p, Version::recorded(pre.clone()));
                 }
@@ -643,7 +651,7 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
             }
         }
     }
-    src.resolve(&mut timeline, None)?;
+    src.resolve(&mut timeline, None, false)?;
     // Paths whose newest record is their last word need the project's
     // current state; read each once.
     let need_current: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
@@ -806,7 +814,7 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
     let v = match src.index.state_from(path, turn)? {
         Some(PreImage::Ranged { .. }) => {
             let mut timeline = Timeline::load(src.index, turn)?;
-            src.resolve(&mut timeline, Some(path))?;
+            src.resolve(&mut timeline, Some(path), true)?;
             let pre = timeline.state_at(path, turn).cloned();
             Version::recorded(pre.unwrap_or(PreImage::Absent))
         }
