@@ -37,12 +37,7 @@ fn store_bytes(f: &Fixture) -> u64 {
             })
             .sum()
     }
-    let projects = f.home.join("projects");
-    let mut total = 0;
-    for d in std::fs::read_dir(&projects).expect("state dir").flatten() {
-        total += walk(&d.path().join("blobs"));
-    }
-    total
+    walk(&state_dir(f).join("blobs"))
 }
 
 fn log_entry(f: &Fixture, turn: u64) -> serde_json::Value {
@@ -53,6 +48,17 @@ fn log_entry(f: &Fixture, turn: u64) -> serde_json::Value {
         .find(|e| e["turn"].as_u64() == Some(turn))
         .unwrap_or_else(|| panic!("turn {turn} not in the log: {v:#}"))
         .clone()
+}
+
+/// Closes the open turn, rewinds to the start of turn `t` (the project must
+/// be `start` again), then redoes (the project must be what the turn left).
+fn close_turn_rewind_and_redo(f: &Fixture, t: u64, start: &Manifest) {
+    let end = f.tree();
+    let end_turn = f.turn("after");
+    f.rewind(t);
+    f.assert_tree("rewind to the start of the turn", start);
+    f.rewind(end_turn);
+    f.assert_tree("redo", &end);
 }
 
 #[test]
@@ -196,12 +202,7 @@ fn rename_and_removal_of_a_file_written_as_ranges() {
          printf 'CCCC' | dd of=c bs=65536 oflag=seek_bytes seek=4000 conv=notrunc status=none
          cp moved c.tmp && mv c.tmp c",
     );
-    let end = f.tree();
-    let end_turn = f.turn("after");
-    f.rewind(t);
-    f.assert_tree("rewind to the start of the turn", &start);
-    f.rewind(end_turn);
-    f.assert_tree("redo", &end);
+    close_turn_rewind_and_redo(&f, t, &start);
     f.umount();
 }
 
@@ -248,15 +249,7 @@ fn ranges_survive_a_daemon_killed_in_the_middle_of_the_turn() {
     let t = f.turn("before the kill");
     let start = hash_file(&f.m("big"));
     f.sh("head -c 50000 /dev/urandom | dd of=big bs=65536 oflag=seek_bytes seek=100000 conv=notrunc status=none");
-    let pid = f.status()["pid"].as_u64().expect("pid") as i32;
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    kill_daemon(&f);
     f.mount();
     assert_eq!(f.open_turn(), t, "the turn goes on after the restart");
     // Overlaps the range saved before the kill: its bytes must not be
@@ -576,12 +569,7 @@ fn truncating_open_of_a_large_file_keeps_its_turn_start_bytes() {
          printf 'BBBB' | dd of=b bs=65536 oflag=seek_bytes seek=5000 conv=notrunc status=none
          printf 'new b' > b
          printf 'more' >> b");
-    let end = f.tree();
-    let end_turn = f.turn("after");
-    f.rewind(t);
-    f.assert_tree("rewind to the start of the turn", &start);
-    f.rewind(end_turn);
-    f.assert_tree("redo", &end);
+    close_turn_rewind_and_redo(&f, t, &start);
     f.umount();
 }
 
@@ -661,10 +649,7 @@ fn kill_daemon(f: &Fixture) {
     unsafe {
         libc::kill(pid, libc::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_gone(pid);
 }
 
 /// After a restart in the middle of a turn, a file the turn already saved
@@ -692,11 +677,6 @@ fn a_restarted_daemon_still_knows_which_files_are_ranged() {
          mv moved elsewhere
          printf 'small now' | dd of=cut bs=65536 oflag=seek_bytes seek=10 conv=notrunc status=none",
     );
-    let end = f.tree();
-    let end_turn = f.turn("after");
-    f.rewind(t);
-    f.assert_tree("rewind to the start of the turn", &start);
-    f.rewind(end_turn);
-    f.assert_tree("redo", &end);
+    close_turn_rewind_and_redo(&f, t, &start);
     f.umount();
 }
