@@ -133,6 +133,38 @@ fn mount_on_a_busy_mountpoint_fails_naming_it() {
 }
 
 #[test]
+fn umount_of_a_busy_mount_fails_naming_it_and_keeps_serving() {
+    let fx = Fixture::new();
+    fx.mount();
+    fs::write(fx.mnt.join("held"), b"x").expect("write");
+    let held = fs::File::open(fx.mnt.join("held")).expect("open");
+    let run = fx.opfs(&[OsStr::new("umount"), fx.mnt.as_os_str()]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("busy"), "{run}");
+    assert!(run.stderr.contains(&*fx.mnt.to_string_lossy()), "{run}");
+    assert!(is_mounted(&fx.mnt), "a refused umount detached the mount");
+    fx.sh("echo still > served");
+    assert_eq!(fs::read(fx.p("served")).expect("read"), b"still\n");
+    drop(held);
+    fx.umount();
+}
+
+#[test]
+fn umount_waits_for_a_process_that_leaves_the_mount_at_once() {
+    let fx = Fixture::new();
+    fx.mount();
+    // A process whose working directory is the mount, gone well within the
+    // unmount grace (2 s).
+    let mut child = std::process::Command::new("sleep")
+        .arg("0.3")
+        .current_dir(&fx.mnt)
+        .spawn()
+        .expect("spawn sleep");
+    fx.umount();
+    child.wait().expect("wait sleep");
+}
+
+#[test]
 fn turn_prints_only_the_new_number() {
     let fx = Fixture::new();
     fx.mount();

@@ -23,7 +23,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 
@@ -37,6 +37,12 @@ use passthrough::{Passthrough, Shared};
 /// notifications before giving up on waiting (the notifications still go
 /// out once the kernel is ready).
 const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long [`Controller::unmount_if_idle`] keeps retrying a busy mount.
+pub const UNMOUNT_GRACE: Duration = Duration::from_secs(2);
+
+/// The pause between two unmount attempts of a busy mount.
+pub const UNMOUNT_POLL: Duration = Duration::from_millis(50);
 
 /// Mount settings.
 #[derive(Debug, Clone)]
@@ -313,18 +319,42 @@ impl Controller {
     }
 
     /// Unmounts only if nothing uses the mount: no detaching. As root with
-    /// `umount2(2)`, otherwise with `fusermount3 -u`. On success `run`
-    /// returns.
+    /// `umount2(2)`, otherwise with `fusermount3 -u`. While the mount is
+    /// busy it retries every [`UNMOUNT_POLL`] for up to [`UNMOUNT_GRACE`]:
+    /// a process that is exiting, or a just-forked child that has not yet
+    /// reached `exec` (and still holds copies of its parent's descriptors),
+    /// keeps the mount busy for a moment. On success `run` returns.
     ///
     /// # Errors
     ///
-    /// `EBUSY` (with the mountpoint in the message) when a process has its
-    /// working directory or an open file in the mount; the mount keeps
-    /// serving.
+    /// `EBUSY` (with the mountpoint in the message) when a process still has
+    /// its working directory or an open file in the mount after the grace;
+    /// the mount keeps serving. Any other `umount2` error as it is.
     pub fn unmount_if_idle(&self) -> io::Result<()> {
         let mp = &self.inner.mountpoint;
+        let deadline = Instant::now() + UNMOUNT_GRACE;
+        while self.try_unmount()? {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "{} is busy: a process has its working directory or an open file in it \
+                         (leave it, or see `fuser -vm {}`), then retry",
+                        mp.display(),
+                        mp.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(UNMOUNT_POLL);
+        }
+        Ok(())
+    }
+
+    /// One unmount attempt without detaching; `Ok(true)` means busy.
+    fn try_unmount(&self) -> io::Result<bool> {
+        let mp = &self.inner.mountpoint;
         // SAFETY: geteuid has no preconditions.
-        let busy = if unsafe { libc::geteuid() } == 0 {
+        if unsafe { libc::geteuid() } == 0 {
             let path = CString::new(mp.as_os_str().as_bytes())
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint"))?;
             // SAFETY: valid C string.
@@ -333,30 +363,17 @@ impl Controller {
                 if err.raw_os_error() != Some(libc::EBUSY) {
                     return Err(err);
                 }
-                true
-            } else {
-                false
+                return Ok(true);
             }
+            Ok(false)
         } else {
             let status = std::process::Command::new("fusermount3")
                 .arg("-u")
                 .arg(mp)
                 .stderr(std::process::Stdio::null())
                 .status()?;
-            !status.success()
-        };
-        if busy {
-            return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!(
-                    "{} is busy: a process has its working directory or an open file in it \
-                     (leave it, or see `fuser -vm {}`), then retry",
-                    mp.display(),
-                    mp.display()
-                ),
-            ));
+            Ok(!status.success())
         }
-        Ok(())
     }
 
     /// Unmounts, which makes [`Mount::run`] return. Unmounting twice is a
