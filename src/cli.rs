@@ -187,7 +187,15 @@ pub fn main() -> i32 {
             let _ = e.print();
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                _ => 2,
+                _ => {
+                    if json_requested(std::env::args_os()) {
+                        let first = e.to_string();
+                        let first = first.lines().next().unwrap_or("bad usage");
+                        let first = first.strip_prefix("error: ").unwrap_or(first);
+                        print_json_error(&mut std::io::stdout().lock(), &usage(first));
+                    }
+                    2
+                }
             };
         }
     };
@@ -212,11 +220,34 @@ pub fn main() -> i32 {
     match run(&cli, &mut out) {
         Ok(code) => code,
         Err(f) => {
+            if cli.json {
+                print_json_error(&mut out, &f);
+            }
             let _ = out.flush();
             eprintln!("opfs: {}", f.message);
             f.code
         }
     }
+}
+
+/// Whether `--json` appears among the arguments before a `--` (after it,
+/// the arguments belong to `opfs run`'s command). Used only when clap
+/// refused the arguments, so the parsed flag is not available.
+fn json_requested(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// With `--json`, a failed command still prints one JSON value on stdout:
+/// `{"error": {"code": 1|2, "kind": "failure"|"usage", "message": "..."}}`
+/// (the same message also goes to stderr).
+fn print_json_error(out: &mut dyn Write, f: &Fail) {
+    let kind = if f.code == 2 { "usage" } else { "failure" };
+    let v = serde_json::json!({
+        "error": { "code": f.code, "kind": kind, "message": f.message }
+    });
+    let _ = writeln!(out, "{v}");
 }
 
 fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {

@@ -164,6 +164,58 @@ fn umount_waits_for_a_process_that_leaves_the_mount_at_once() {
     child.wait().expect("wait sleep");
 }
 
+/// Parses stdout as one JSON value and returns its `error` object.
+fn json_error(run: &Run) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}): {run}"));
+    v.get("error")
+        .cloned()
+        .unwrap_or_else(|| panic!("no `error` object: {run}"))
+}
+
+#[test]
+fn with_json_errors_are_json_on_stdout_too() {
+    let fx = Fixture::new();
+    fx.mount();
+    // A failure (exit 1): an unknown -C path.
+    let missing = fx.root().join("no-such-dir");
+    let run = fx.opfs(&[
+        OsStr::new("--json"),
+        OsStr::new("-C"),
+        missing.as_os_str(),
+        OsStr::new("status"),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let e = json_error(&run);
+    assert_eq!(e["code"], 1, "{run}");
+    assert_eq!(e["kind"], "failure", "{run}");
+    let msg = e["message"].as_str().expect("message");
+    assert!(msg.contains("no-such-dir"), "{run}");
+    assert!(run.stderr.contains(msg), "stderr keeps the message: {run}");
+    // Bad usage found by opfs (exit 2): an unknown turn.
+    let run = fx.opfs_c(&["rewind", "99", "--json"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    let e = json_error(&run);
+    assert_eq!(e["kind"], "usage", "{run}");
+    assert!(
+        e["message"].as_str().expect("message").contains("99"),
+        "{run}"
+    );
+    // Bad usage found by the argument parser (exit 2).
+    let run = fx.opfs_c(&["status", "--json", "--bogus"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    let e = json_error(&run);
+    assert_eq!(e["kind"], "usage", "{run}");
+    assert!(
+        e["message"].as_str().expect("message").contains("--bogus"),
+        "{run}"
+    );
+    // Without --json, stdout stays empty.
+    let run = fx.opfs_c(&["rewind", "99"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert_eq!(run.stdout, "", "{run}");
+}
+
 #[test]
 fn turn_prints_only_the_new_number() {
     let fx = Fixture::new();
