@@ -47,6 +47,20 @@ pub fn join(base: &[u8], rest: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The proper ancestors of a project-relative path, nearest first
+/// (`a/b/c` gives `a/b`, then `a`); none for a top-level name.
+pub fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = path;
+    std::iter::from_fn(move || {
+        let (parent, _) = split(rest)?;
+        if parent.is_empty() {
+            return None;
+        }
+        rest = parent;
+        Some(parent)
+    })
+}
+
 /// Splits `path` into its parent path and final name. The root has no parent.
 pub fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
     if path.is_empty() {

@@ -17,7 +17,7 @@
 //! Regular files that exist on both sides are rewritten in place, which keeps
 //! hard links to them intact.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Seek, Write};
 
 use serde::Serialize;
@@ -339,8 +339,30 @@ fn plan_until(
     // Symlinks this plan removes. States come sorted by path, so an
     // ancestor is planned before anything under it.
     let mut removed_links: BTreeSet<Vec<u8>> = BTreeSet::new();
+    // Paths whose target is not a directory (absent, a file, ...): nothing
+    // can be restored beneath them. A record beneath one can only come from
+    // a change made outside the mount (say, a file created directly in the
+    // project inside a directory the agent then removed through the mount).
+    let mut not_dirs: BTreeMap<Vec<u8>, &'static str> = BTreeMap::new();
     for (path, target) in states {
         if paths::is_excluded(&path) {
+            continue;
+        }
+        let under_not_dir = paths::ancestors(&path)
+            .find_map(|a| not_dirs.get(a).map(|kind| (a.to_vec(), *kind)));
+        if !target.is_dir() {
+            not_dirs.insert(path.clone(), target.kind_name());
+        }
+        if let (Some((parent, kind)), false) = (&under_not_dir, matches!(target, PreImage::Absent))
+        {
+            conflicts.push(Conflict {
+                path: paths::display(&path),
+                reason: format!(
+                    "its record says it existed when turn {to} began, but {} was then {}: it was made outside the mount, so its state then is unknown; left as it is",
+                    paths::display(parent),
+                    if *kind == "absent" { "absent".to_string() } else { format!("a {kind}") },
+                ),
+            });
             continue;
         }
         let mut patch = None;

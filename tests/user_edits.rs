@@ -99,3 +99,40 @@ fn the_mount_serves_a_file_changed_behind_its_back() {
     fs::write(fx.p("grow.txt"), b"tiny").expect("shrink behind");
     assert_eq!(fs::read(fx.m("grow.txt")).expect("read via mount"), b"tiny");
 }
+
+/// A file made directly in the project inside a directory the agent made
+/// through the mount, then removed with it through the mount: its record
+/// says it existed, but its directory did not exist when the turn began.
+/// The dry run and the real run report the same conflict and create
+/// nothing beneath the absent directory, even with `--force`.
+#[test]
+fn a_record_beneath_a_directory_absent_at_the_target_is_a_conflict_not_a_creation() {
+    let fx = Fixture::new();
+    fs::write(fx.p("f"), b"a\n").expect("write");
+    fx.mount();
+    fs::write(fx.m("f"), b"b\n").expect("write via mount");
+    assert_eq!(fx.turn("work"), 2);
+    fs::create_dir(fx.m("d")).expect("mkdir via mount");
+    fs::write(fx.p("d/x"), b"direct\n").expect("write in the project");
+    assert_eq!(fx.turn("more"), 3);
+    fs::remove_dir_all(fx.m("d")).expect("rm -rf via mount");
+
+    let dry = fx.opfs_c(&["rewind", "1", "--dry-run", "--json"]);
+    assert_eq!(dry.code, Some(3), "{dry}");
+    assert_eq!(conflicts(&dry.json()), vec!["d/x".to_string()], "{dry}");
+    let report = dry.json();
+    let planned: Vec<&str> = report["plan"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(planned.contains(&"f"), "the dry run does not plan f: {dry}");
+    assert!(!planned.contains(&"d/x"), "the dry run plans d/x: {dry}");
+
+    for args in [&["rewind", "1", "--json"][..], &["rewind", "1", "--force", "--json"][..]] {
+        let run = fx.opfs_c(args);
+        assert_eq!(run.code, Some(3), "{run}");
+        assert_eq!(conflicts(&run.json()), vec!["d/x".to_string()], "{run}");
+        assert_eq!(fs::read(fx.p("f")).expect("read"), b"a\n");
+        assert!(!fx.p("d").exists(), "d was created: {run}");
+    }
+}
