@@ -240,6 +240,71 @@ impl Backing {
         Ok(Some((Stat::from_raw(&st), Some(file))))
     }
 
+    /// When the inode at `rel` was born (created), ns since the Unix epoch,
+    /// from `statx(2)` with `STATX_BTIME`; `file`, when given, is that
+    /// inode already open (no path walk). `Ok(None)` when the path is gone
+    /// or the filesystem does not report birth times (ext4, xfs, btrfs and
+    /// tmpfs do). Timestamps come from the kernel's coarse clock, so the
+    /// value may lie a few ms before the true instant.
+    pub fn born_ns(&self, rel: &[u8], file: Option<&File>) -> io::Result<Option<i64>> {
+        // SAFETY: zeroed statx is a valid out-parameter.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        let empty = c"";
+        let res = match file {
+            // SAFETY: valid fd, empty C string and out pointer.
+            Some(f) => unsafe {
+                libc::statx(
+                    f.as_raw_fd(),
+                    empty.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                    libc::STATX_BTIME,
+                    &mut stx,
+                )
+            },
+            None if rel.is_empty() => {
+                // SAFETY: valid fd, empty C string and out pointer.
+                unsafe {
+                    libc::statx(
+                        self.root.as_raw_fd(),
+                        empty.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                        libc::STATX_BTIME,
+                        &mut stx,
+                    )
+                }
+            }
+            None => {
+                let (dir, name) = match self.parent(rel) {
+                    Ok(p) => p,
+                    Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => {
+                        return Ok(None)
+                    }
+                    Err(e) => return Err(e),
+                };
+                // SAFETY: valid fd, C string and out pointer.
+                unsafe {
+                    libc::statx(
+                        dir.as_raw_fd(),
+                        name.as_ptr(),
+                        libc::AT_SYMLINK_NOFOLLOW,
+                        libc::STATX_BTIME,
+                        &mut stx,
+                    )
+                }
+            }
+        };
+        if res < 0 {
+            let e = io::Error::last_os_error();
+            return if is_not_found(&e) { Ok(None) } else { Err(e) };
+        }
+        if stx.stx_mask & libc::STATX_BTIME == 0 {
+            return Ok(None);
+        }
+        Ok(Some(
+            stx.stx_btime.tv_sec * 1_000_000_000 + i64::from(stx.stx_btime.tv_nsec),
+        ))
+    }
+
     /// True when a directory on the way to `rel` is a symlink (resolving its
     /// parent fails with `ELOOP`): nothing can be at `rel` in the tree, and
     /// nothing may be written there.

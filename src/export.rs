@@ -265,7 +265,10 @@ impl Exporter<'_> {
     /// The git state of a version (recorded or read from the project).
     fn git_state(&mut self, path: &[u8], v: &Version) -> Result<GitState, ExportError> {
         Ok(match &v.state {
-            PreImage::Absent | PreImage::Special { .. } => GitState::Absent,
+            // Unknown: created outside the mount during the next turn; the
+            // commit before it shows the path as absent, the next one shows
+            // what the mount found.
+            PreImage::Absent | PreImage::Unknown | PreImage::Special { .. } => GitState::Absent,
             // Put together by `Sources::timeline` before it gets here.
             PreImage::Ranged { .. } => {
                 return Err(ExportError::Blob {

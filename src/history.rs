@@ -66,6 +66,16 @@ pub enum HistoryError {
         /// What it was.
         kind: &'static str,
     },
+    /// `show`: what the path held then is not known: it was created or
+    /// replaced outside the mount after the turn began, before the mount
+    /// first recorded it ([`PreImage::Unknown`]).
+    #[error("what {path} held when turn {turn} began is unknown: it was created or replaced outside the mount after that")]
+    Unknown {
+        /// The path, rendered.
+        path: String,
+        /// The turn.
+        turn: u64,
+    },
     /// The path is excluded from history (`.git` at the root).
     #[error("{0} is not part of the history: the project's .git is never recorded")]
     Excluded(String),
@@ -796,8 +806,9 @@ pub fn changes(
 /// symlink's target for a symlink).
 ///
 /// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
-/// not exist then; [`HistoryError::NoContent`] for a directory or special
-/// file; the blob or project cannot be read.
+/// not exist then; [`HistoryError::Unknown`] when what it held then is not
+/// known; [`HistoryError::NoContent`] for a directory or special file; the
+/// blob or project cannot be read.
 pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
     src.turn(turn)?;
     if path.is_empty() {
@@ -834,6 +845,10 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
         PreImage::File { .. } | PreImage::Symlink { .. } => {
             Ok(src.content(path, &v)?.unwrap_or_default())
         }
+        PreImage::Unknown => Err(HistoryError::Unknown {
+            path: paths::display(path),
+            turn,
+        }),
         other => Err(HistoryError::NoContent {
             path: paths::display(path),
             turn,

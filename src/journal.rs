@@ -163,6 +163,9 @@ struct Inner {
     /// the middle of changing the path (a write handle is open), so there is
     /// nothing to compare against.
     fingerprints: HashMap<Vec<u8>, Option<Fingerprint>>,
+    /// `(number, started_at)` of every turn, oldest first: which turn was
+    /// open when an inode was born (see [`Journal::birth`]).
+    starts: Vec<(u64, i64)>,
 }
 
 /// Turns and capture for one project.
@@ -232,6 +235,12 @@ impl Journal {
             Some(t) => t.number,
             None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
         };
+        let mut starts: Vec<(u64, i64)> = index
+            .turns(None)?
+            .into_iter()
+            .map(|t| (t.number, t.started_at))
+            .collect();
+        starts.reverse();
         // What the open turn recorded before a restart: those records are
         // its pre-images already (a second capture would be ignored), and a
         // ranged file goes on saving ranges where it left off.
@@ -272,6 +281,7 @@ impl Journal {
                 linked: HashMap::new(),
                 ranged,
                 fingerprints: HashMap::new(),
+                starts,
             }),
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
@@ -424,6 +434,12 @@ impl Journal {
         let n = inner
             .index
             .next_turn(Some(open), kind, label, external_id, rewound_to)?;
+        let started = inner
+            .index
+            .turn(n)?
+            .map(|t| t.started_at)
+            .unwrap_or_else(crate::store::index::now_ns);
+        inner.starts.push((n, started));
         inner.turn = n;
         inner.captured.clear();
         inner.linked.clear();
@@ -621,6 +637,9 @@ impl Journal {
                 let Some((st, file)) = self.backing.lstat_open(path).map_err(read_err)? else {
                     return self.capture_known(inner, path, Some(PreImage::Absent));
                 };
+                if self.note_birth(inner, path, file.as_ref())? {
+                    return self.capture_known(inner, path, Some(PreImage::Unknown));
+                }
                 match file {
                     Some(file)
                         if st.file_type() == libc::S_IFREG
@@ -879,6 +898,70 @@ impl Journal {
         Ok(())
     }
 
+    /// Checks when the inode now at `path` was born, before the mount
+    /// records the path in the open turn K (`docs/design.md`, "What
+    /// fingerprints cannot see"). Say it was born while turn J was open:
+    ///
+    /// - J is before the first turn kept, or the path has a record in some
+    ///   turn from J to K-1: nothing to do. The mount saw the path after
+    ///   the inode arrived, or no rewind can reach back that far.
+    /// - Otherwise the inode reached the path outside the mount. What the
+    ///   path held when J began is unknown: a [`PreImage::Unknown`] record
+    ///   goes into turn J. Turns J+1..K began after the inode arrived.
+    /// - J is K itself: what the path held when K began is unknown. Returns
+    ///   `true`, and the caller records [`PreImage::Unknown`] in K instead
+    ///   of the content.
+    ///
+    /// Cost: one `statx`. For an inode born after the first kept turn began,
+    /// also one indexed query. Nothing when the filesystem does not report
+    /// birth times: those paths keep the old rule, with no check.
+    fn note_birth(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        file: Option<&std::fs::File>,
+    ) -> Result<bool, CaptureError> {
+        let Some(born) = self
+            .backing
+            .born_ns(path, file)
+            .map_err(|source| CaptureError::Read {
+                path: paths::display(path),
+                source,
+            })?
+        else {
+            return Ok(false);
+        };
+        let at = inner
+            .starts
+            .partition_point(|&(_, started)| started <= born);
+        let Some(&(j, _)) = at.checked_sub(1).and_then(|i| inner.starts.get(i)) else {
+            return Ok(false);
+        };
+        let k = inner.turn;
+        if j >= k {
+            return Ok(true);
+        }
+        let index_err = |source| CaptureError::Index {
+            path: paths::display(path),
+            source,
+        };
+        // Records of turns before K are all in the index: a turn switch
+        // commits the pending ones first.
+        if inner
+            .index
+            .recorded_between(path, j, k)
+            .map_err(index_err)?
+            || inner.index.turn(j).map_err(index_err)?.is_none()
+        {
+            return Ok(false);
+        }
+        self.append(
+            inner,
+            Entry::record(j, path.to_vec(), PreImage::Unknown, None),
+        )?;
+        Ok(false)
+    }
+
     /// Reads `path`'s current state from the project. A regular file's
     /// bytes are returned for an inline record when they fit in
     /// [`INLINE_MAX`], else stored as a blob file first. Also returns the
@@ -896,6 +979,9 @@ impl Journal {
             return Ok((PreImage::Absent, None, 0));
         };
         let nlink = st.nlink;
+        if self.note_birth(inner, path, file.as_ref())? {
+            return Ok((PreImage::Unknown, None, nlink));
+        }
         let key = (st.dev, st.ino);
         let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.linked.contains_key(&key) => {

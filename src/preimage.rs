@@ -100,6 +100,13 @@ pub enum PreImage {
         /// The inode number the path had when recorded.
         ino: u64,
     },
+    /// Not known: the inode at the path was created (or put there) outside
+    /// the mount after this turn began, and the mount has no record of the
+    /// path between then and its capture, so what the path held when the
+    /// turn began cannot be told (`docs/design.md`, "What fingerprints
+    /// cannot see"). A rewind to a turn whose target this is leaves the path
+    /// alone and reports it, even with `--force`.
+    Unknown,
     /// A fifo, socket or device node.
     Special {
         /// Which kind.
@@ -113,10 +120,11 @@ pub enum PreImage {
 
 impl PreImage {
     /// A short word for the kind: `absent`, `file`, `dir`, `symlink`, `fifo`,
-    /// `socket`, `char`, `block`.
+    /// `socket`, `char`, `block`, `unknown`.
     pub fn kind_name(&self) -> &'static str {
         match self {
             PreImage::Absent => "absent",
+            PreImage::Unknown => "unknown",
             PreImage::File { .. } | PreImage::Ranged { .. } => "file",
             PreImage::Dir { .. } => "dir",
             PreImage::Symlink { .. } => "symlink",
@@ -131,10 +139,11 @@ impl PreImage {
 
     /// The kind's code in the index and the capture log (`docs/format.md`):
     /// 0 absent, 1 file, 2 dir, 3 symlink, 4 fifo, 5 socket, 6 char, 7 block,
-    /// 8 file captured as ranges.
+    /// 8 file captured as ranges, 10 unknown.
     pub fn code(&self) -> u8 {
         match self {
             PreImage::Ranged { .. } => 8,
+            PreImage::Unknown => 10,
             PreImage::Absent => 0,
             PreImage::File { .. } => 1,
             PreImage::Dir { .. } => 2,

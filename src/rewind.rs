@@ -348,19 +348,32 @@ fn plan_until(
         if paths::is_excluded(&path) {
             continue;
         }
-        let under_not_dir = paths::ancestors(&path)
-            .find_map(|a| not_dirs.get(a).map(|kind| (a.to_vec(), *kind)));
+        let under_not_dir =
+            paths::ancestors(&path).find_map(|a| not_dirs.get(a).map(|kind| (a.to_vec(), *kind)));
         if !target.is_dir() {
             not_dirs.insert(path.clone(), target.kind_name());
         }
-        if let (Some((parent, kind)), false) = (&under_not_dir, matches!(target, PreImage::Absent))
-        {
+        if matches!(target, PreImage::Unknown) {
             conflicts.push(Conflict {
                 path: paths::display(&path),
                 reason: format!(
-                    "its record says it existed when turn {to} began, but {} was then {}: it was made outside the mount, so its state then is unknown; left as it is",
+                    "it was created or replaced outside the mount after turn {to} began, so its state then is unknown; left as it is"
+                ),
+            });
+            continue;
+        }
+        if let (Some((parent, kind)), false) = (&under_not_dir, matches!(target, PreImage::Absent))
+        {
+            let then = match *kind {
+                "absent" => "absent".to_string(),
+                "unknown" => "of unknown state".to_string(),
+                k => format!("a {k}"),
+            };
+            conflicts.push(Conflict {
+                path: paths::display(&path),
+                reason: format!(
+                    "its record says it existed when turn {to} began, but {} was then {then}: it was made outside the mount, so its state then is unknown; left as it is",
                     paths::display(parent),
-                    if *kind == "absent" { "absent".to_string() } else { format!("a {kind}") },
                 ),
             });
             continue;
@@ -757,6 +770,9 @@ fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
         }
         PreImage::Ranged { .. } => Err(io::Error::other(
             "a file kept as ranges must be put together before it is restored",
+        )),
+        PreImage::Unknown => Err(io::Error::other(
+            "its state when the turn began is unknown (the planner never plans it)",
         )),
         // Created owner-writable; the real bits are set once its children exist.
         PreImage::Dir { .. } => backing.mkdir(&p.raw, 0o700),
@@ -1218,6 +1234,7 @@ pub fn describe(p: &PathPlan) -> String {
         PreImage::Symlink { target } => format!(" -> symlink {}", paths::display(target)),
         PreImage::Special { perm, .. } => format!(" -> {} {perm:o}", p.target),
         PreImage::Absent => " -> absent".to_string(),
+        PreImage::Unknown => " -> unknown".to_string(),
     };
     format!("{} {} ({}){}", steps.join("+"), p.path, p.current, detail)
 }

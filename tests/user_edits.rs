@@ -128,11 +128,89 @@ fn a_record_beneath_a_directory_absent_at_the_target_is_a_conflict_not_a_creatio
     assert!(planned.contains(&"f"), "the dry run does not plan f: {dry}");
     assert!(!planned.contains(&"d/x"), "the dry run plans d/x: {dry}");
 
-    for args in [&["rewind", "1", "--json"][..], &["rewind", "1", "--force", "--json"][..]] {
+    for args in [
+        &["rewind", "1", "--json"][..],
+        &["rewind", "1", "--force", "--json"][..],
+    ] {
         let run = fx.opfs_c(args);
         assert_eq!(run.code, Some(3), "{run}");
         assert_eq!(conflicts(&run.json()), vec!["d/x".to_string()], "{run}");
         assert_eq!(fs::read(fx.p("f")).expect("read"), b"a\n");
         assert!(!fx.p("d").exists(), "d was created: {run}");
     }
+}
+
+/// Files and a directory created directly in the project in turn 2, then
+/// removed through the mount in turn 3: the mount's only records of them
+/// are in turn 3. A rewind to turn 1 or 2 must not bring them back (they
+/// were not there when those turns began, or what was there is unknown):
+/// each is a conflict, even with `--force`, and `show` says so. A rewind to
+/// turn 3, when they existed, restores them.
+#[test]
+fn files_created_outside_the_mount_then_removed_through_it_are_not_put_back_into_earlier_turns() {
+    let fx = Fixture::new();
+    fs::write(fx.p("f"), b"a\n").expect("write");
+    fx.mount();
+    fs::write(fx.m("f"), b"b\n").expect("write via mount");
+    assert_eq!(fx.turn("work"), 2);
+    fs::create_dir(fx.p("d2")).expect("mkdir in the project");
+    fs::write(fx.p("d2/x"), b"direct x\n").expect("write in the project");
+    fs::write(fx.p("y"), b"direct y\n").expect("write in the project");
+    // Created through the mount in turn 2: its history is known.
+    fs::write(fx.m("g"), b"g\n").expect("write via mount");
+    assert_eq!(fx.turn("more"), 3);
+    fs::remove_dir_all(fx.m("d2")).expect("rm -rf via mount");
+    fs::remove_file(fx.m("y")).expect("rm via mount");
+    fs::write(fx.m("g"), b"g2\n").expect("write via mount");
+
+    let unknown = vec!["d2".to_string(), "d2/x".to_string(), "y".to_string()];
+    for turn in ["1", "2"] {
+        let dry = fx.opfs_c(&["rewind", turn, "--dry-run", "--json"]);
+        assert_eq!(dry.code, Some(3), "{dry}");
+        assert_eq!(conflicts(&dry.json()), unknown, "{dry}");
+        let show = fx.opfs_c(&["show", &format!("{turn}:y")]);
+        assert_eq!(show.code, Some(1), "{show}");
+        assert!(show.stderr.contains("unknown"), "{show}");
+    }
+    let run = fx.opfs_c(&["rewind", "1", "--force", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    assert_eq!(conflicts(&run.json()), unknown, "{run}");
+    assert_eq!(fs::read(fx.p("f")).expect("read"), b"a\n");
+    assert!(
+        !fx.p("g").exists(),
+        "g was created in turn 2 through the mount"
+    );
+    assert!(!fx.p("y").exists(), "y was put back into turn 1");
+    assert!(!fx.p("d2").exists(), "d2 was put back into turn 1");
+
+    let run = fx.opfs_c(&["rewind", "3", "--json"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("y")).expect("read"), b"direct y\n");
+    assert_eq!(fs::read(fx.p("d2/x")).expect("read"), b"direct x\n");
+    assert_eq!(fs::read(fx.p("g")).expect("read"), b"g\n");
+    let show = fx.opfs_c(&["show", "3:y"]).ok();
+    assert_eq!(show.stdout, "direct y\n");
+}
+
+/// A file the user replaced in turn 2 the way editors save (a new file
+/// renamed over the old one), then edited through the mount in turn 3: a
+/// rewind to turn 3 restores the user's version; a rewind to turn 2 does
+/// not pass the user's version off as the turn-2 state.
+#[test]
+fn a_file_replaced_outside_the_mount_is_unknown_before_the_replacement() {
+    let fx = Fixture::new();
+    fs::write(fx.p("doc"), b"v1\n").expect("write");
+    fx.mount();
+    assert_eq!(fx.turn("work"), 2);
+    fs::write(fx.p(".doc.tmp"), b"user v2\n").expect("write in the project");
+    fs::rename(fx.p(".doc.tmp"), fx.p("doc")).expect("rename in the project");
+    assert_eq!(fx.turn("more"), 3);
+    fs::write(fx.m("doc"), b"agent v3\n").expect("write via mount");
+
+    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
+    assert_eq!(dry.code, Some(3), "{dry}");
+    assert_eq!(conflicts(&dry.json()), vec!["doc".to_string()], "{dry}");
+    let run = fx.opfs_c(&["rewind", "3", "--json"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("doc")).expect("read"), b"user v2\n");
 }

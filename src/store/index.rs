@@ -27,7 +27,7 @@ pub struct Piece {
 }
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(
@@ -207,6 +207,7 @@ type Columns<'a> = (
 fn columns(pre: &PreImage) -> Columns<'_> {
     match pre {
         PreImage::Absent => (0, None, None, None, None, None),
+        PreImage::Unknown => (10, None, None, None, None, None),
         PreImage::File {
             blob, size, perm, ..
         } => (
@@ -363,7 +364,8 @@ impl Index {
         index
             .conn
             .execute_batch(
-                "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL",
+                "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
+                 CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);",
             )
             .map_err(err)?;
         let version: Option<String> = index
@@ -390,9 +392,10 @@ impl Index {
                     path: path.to_path_buf(),
                     what: format!("schema_version {v:?} is not a number"),
                 })?;
-                // Versions 1 and 2 lack only the columns and the table
-                // added above.
-                if found == 1 || found == 2 {
+                // Versions 1 to 3 lack only the columns, the table and the
+                // indexes added above (version 4 also allows the record
+                // kind 10, unknown, which older builds refuse).
+                if (1..SCHEMA_VERSION).contains(&found) {
                     index
                         .conn
                         .execute(
@@ -754,6 +757,7 @@ impl Index {
                 ino: ino.unwrap_or(0) as u64,
             },
             2 => PreImage::Dir { perm: perm()? },
+            10 => PreImage::Unknown,
             3 => PreImage::Symlink {
                 target: target.ok_or("symlink record without a target")?,
             },
@@ -808,6 +812,17 @@ impl Index {
         self.conn
             .prepare_cached("SELECT 1 FROM preimages WHERE path = ?1 AND turn < ?2 LIMIT 1")
             .and_then(|mut s| s.exists(params![path, before as i64]))
+            .map_err(self.err())
+    }
+
+    /// True when `path` has a record in some turn in `from..until`
+    /// (`until` exclusive). One lookup in the `(path, turn)` index.
+    pub fn recorded_between(&self, path: &[u8], from: u64, until: u64) -> Result<bool, IndexError> {
+        self.conn
+            .prepare_cached(
+                "SELECT 1 FROM preimages WHERE path = ?1 AND turn >= ?2 AND turn < ?3 LIMIT 1",
+            )
+            .and_then(|mut s| s.exists(params![path, from as i64, until as i64]))
             .map_err(self.err())
     }
 

@@ -308,7 +308,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 fn encode(e: &Entry, out: &mut Vec<u8>) {
     let (perm, size, rdev, ino, blob, target): (u32, u64, u64, u64, Hash, &[u8]) = match &e.pre {
         PreImage::Ranged { size, perm, ino } => (*perm, *size, 0, *ino, [0; 32], &[]),
-        PreImage::Absent => (0, 0, 0, 0, [0; 32], &[]),
+        PreImage::Absent | PreImage::Unknown => (0, 0, 0, 0, [0; 32], &[]),
         PreImage::File {
             blob,
             size,
@@ -419,6 +419,7 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
             rdev,
         },
         8 => PreImage::Ranged { size, perm, ino },
+        10 => PreImage::Unknown,
         _ => return Err(format!("unknown record kind {raw_code}")),
     };
     let op = match op {
