@@ -160,9 +160,9 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
         )
         .optional()
         .map_err(&err)?;
-    // Versions 1 and 2 are upgraded in place by the next mount.
+    // Versions 1 to 3 are upgraded in place by the next mount.
     if version.as_deref() != Some(&SCHEMA_VERSION.to_string())
-        && !matches!(version.as_deref(), Some("1" | "2"))
+        && !matches!(version.as_deref(), Some("1" | "2" | "3"))
     {
         c.add(
             "index",

@@ -1247,6 +1247,51 @@ mod tests {
     }
 
     #[test]
+    fn a_version_3_index_is_upgraded_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("index.db");
+        {
+            let mut ix = Index::open(&path, false).expect("open");
+            ix.next_turn(None, TurnKind::Agent, None, None, None)
+                .expect("t1");
+            ix.add_preimage(1, b"a", &file(1)).expect("add");
+            // What a version 3 file looks like: no (path, turn) index.
+            ix.conn
+                .execute_batch(
+                    "DROP INDEX preimages_by_path;
+                     UPDATE meta SET value = '3' WHERE key = 'schema_version';",
+                )
+                .expect("downgrade");
+        }
+        {
+            let ix = Index::open(&path, false).expect("upgrade");
+            let version: String = ix
+                .conn
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'schema_version'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("version");
+            assert_eq!(version, SCHEMA_VERSION.to_string());
+            assert!(ix.recorded_between(b"a", 1, 2).expect("lookup"));
+            assert!(!ix.recorded_between(b"a", 2, 5).expect("lookup"));
+            assert!(ix.add_preimage(1, b"u", &PreImage::Unknown).expect("add"));
+            assert_eq!(ix.preimage(1, b"u").expect("read"), Some(PreImage::Unknown));
+            ix.conn
+                .execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                    [(SCHEMA_VERSION + 1).to_string()],
+                )
+                .expect("from the future");
+        }
+        assert!(matches!(
+            Index::open(&path, false),
+            Err(IndexError::Version { found, .. }) if found == SCHEMA_VERSION + 1
+        ));
+    }
+
+    #[test]
     fn corrupt_path_is_rejected() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");
