@@ -37,6 +37,15 @@ pub enum HistoryError {
         /// The newest turn.
         last: u64,
     },
+    /// The turn was dropped by retention (`opfs gc`); the same message as
+    /// `opfs rewind` gives.
+    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
+    DroppedTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The oldest turn kept.
+        first: u64,
+    },
     /// No turn was ever recorded for this project.
     #[error("no turns are recorded for this project yet")]
     NoTurns,
@@ -116,6 +125,7 @@ impl HistoryError {
         matches!(
             self,
             HistoryError::UnknownTurn { .. }
+                | HistoryError::DroppedTurn { .. }
                 | HistoryError::EmptyRange { .. }
                 | HistoryError::BadPath { .. }
                 | HistoryError::NoTurns
@@ -291,9 +301,16 @@ impl Sources<'_> {
     }
 
     /// Checks that `turn` exists; returns it.
+    ///
+    /// Errors: [`HistoryError::DroppedTurn`] for a turn older than the
+    /// oldest kept (retention dropped it), [`HistoryError::UnknownTurn`]
+    /// for any other missing turn.
     pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
         let last = self.index.last_turn()?.ok_or(HistoryError::NoTurns)?;
         let first = self.index.first_turn()?.unwrap_or(1);
+        if turn >= 1 && turn < first {
+            return Err(HistoryError::DroppedTurn { turn, first });
+        }
         self.index.turn(turn)?.ok_or(HistoryError::UnknownTurn {
             turn,
             first,

@@ -296,3 +296,42 @@ fn state_lives_in_opfs_home_not_in_the_project() {
         "nothing was written to OPFS_HOME"
     );
 }
+
+/// `opfs -C PROJECT ARGS...` (works unmounted too).
+fn opfs_p(fx: &Fixture, args: &[&str]) -> Run {
+    let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), fx.project.clone().into_os_string()];
+    all.extend(args.iter().map(std::ffi::OsString::from));
+    fx.opfs(&all)
+}
+
+#[test]
+fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    fx.sh("echo v1 > f");
+    for i in 2..=4 {
+        fx.turn(&format!("t{i}"));
+        fx.sh(&format!("echo v{i} > f"));
+    }
+    fx.umount();
+    opfs_p(&fx, &["gc", "--keep", "2"]).ok();
+    let want = "turn 1 was dropped by retention (opfs gc); the oldest turn kept is 3";
+    for args in [
+        &["rewind", "1"][..],
+        &["show", "1:f"][..],
+        &["diff", "1"][..],
+        &["diff", "1..4"][..],
+    ] {
+        let run = opfs_p(&fx, args);
+        assert_eq!(run.code, Some(2), "{args:?}: {run}");
+        assert!(run.stderr.contains(want), "{args:?}: {run}");
+    }
+    // A turn that never existed keeps its own message.
+    let run = opfs_p(&fx, &["show", "9:f"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("turn 9 does not exist"), "{run}");
+    // Kept turns still show.
+    let run = opfs_p(&fx, &["show", "3:f"]).ok();
+    assert_eq!(run.stdout, "v2\n", "{run}");
+}
