@@ -56,9 +56,8 @@ enum Cmd {
         /// Files of at least BYTES written in place save only the bytes
         /// each write overwrites (docs/ranges.md); `off` saves whole files.
         /// Default: $OPFS_RANGE_MIN, else 1048576.
-        #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min,
-              default_value_t = daemon::default_range_min())]
-        range_min: u64,
+        #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min)]
+        range_min: Option<u64>,
     },
     /// Stop serving MOUNTPOINT, flushing everything.
     Umount {
@@ -270,7 +269,10 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 sync: *sync,
                 threads: *threads,
                 export: !*no_export,
-                range_min: *range_min,
+                range_min: match range_min {
+                    Some(n) => *n,
+                    None => range_min_from_env()?,
+                },
             },
             cli,
             out,
@@ -482,6 +484,7 @@ fn run_sandboxed(
     cli: &Cli,
 ) -> Result<i32, Fail> {
     use opfs::sandbox::{self, RunError, RunOptions};
+    let range_min = range_min_from_env()?;
     let config = match opfs::config::config_path() {
         Some(p) => opfs::config::load(&p).map_err(|e| failure(e.to_string()))?,
         None => Default::default(),
@@ -508,7 +511,10 @@ fn run_sandboxed(
             project,
             mp,
             false,
-            DaemonOptions::default(),
+            DaemonOptions {
+                range_min,
+                ..DaemonOptions::default()
+            },
             cli,
             &mut std::io::sink(),
         )
@@ -896,12 +902,14 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
 
 /// `--range-min`: a number of bytes, or `off`.
 fn parse_range_min(s: &str) -> Result<u64, String> {
-    match s.trim() {
-        "off" => Ok(u64::MAX),
-        v => v
-            .parse()
-            .map_err(|_| format!("{s:?} is neither a number of bytes nor `off`")),
-    }
+    daemon::parse_range_min(s).map_err(|e| e.to_string())
+}
+
+/// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,
+/// else the default. A bad value is bad usage, as it is for the option.
+fn range_min_from_env() -> Result<u64, Fail> {
+    daemon::default_range_min()
+        .map_err(|e| usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
 }
 
 fn mount(

@@ -335,3 +335,39 @@ fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
     let run = opfs_p(&fx, &["show", "3:f"]).ok();
     assert_eq!(run.stdout, "v2\n", "{run}");
 }
+
+#[test]
+fn a_bad_opfs_range_min_is_bad_usage_naming_it() {
+    let fx = Fixture::new();
+    fx.set_env("OPFS_RANGE_MIN", "garbage");
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+    ]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("OPFS_RANGE_MIN"), "{run}");
+    assert!(run.stderr.contains("garbage"), "{run}");
+    assert!(!is_mounted(&fx.mnt), "{run}");
+    // The same with --json: one error object.
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert_eq!(json_error(&run)["kind"], "usage", "{run}");
+    assert!(!is_mounted(&fx.mnt), "{run}");
+    // --range-min given: the variable is not consulted.
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--range-min"),
+        OsStr::new("off"),
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT));
+    fx.umount();
+}
