@@ -724,7 +724,7 @@ fn list_rewind_points(
                 t.kind.as_str(),
                 rfc3339(t.started_at),
                 p.len(),
-                t.label.as_deref().unwrap_or(""),
+                history_cmd::printable(t.label.as_deref().unwrap_or("")),
                 open
             );
         }

@@ -32,6 +32,27 @@ fn rfc3339(ns: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// `text` (a label or an external id) for a terminal: control characters
+/// are escaped (`\n`, `\r`, `\t`, `\x1b`; `\u{9b}` beyond ASCII), so a
+/// label cannot split a row or send escape sequences. JSON output keeps the
+/// text exact.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && c.is_ascii() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `opfs log`.
 pub fn log(st: &StateDir, json: bool, out: &mut dyn Write) -> CmdResult {
     let opened = Opened::open(st).map_err(hist_err)?;
@@ -73,10 +94,10 @@ pub fn log(st: &StateDir, json: bool, out: &mut dyn Write) -> CmdResult {
                 if e.ended_at.is_none() { " (open)" } else { "" }
             )?;
             if let Some(l) = &e.label {
-                writeln!(out, "    label:   {l}")?;
+                writeln!(out, "    label:   {}", printable(l))?;
             }
             if let Some(id) = &e.external_id {
-                writeln!(out, "    id:      {id}")?;
+                writeln!(out, "    id:      {}", printable(id))?;
             }
             writeln!(
                 out,

@@ -371,3 +371,42 @@ fn a_bad_opfs_range_min_is_bad_usage_naming_it() {
     assert!(wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT));
     fx.umount();
 }
+
+#[test]
+fn labels_with_control_characters_print_escaped_and_json_keeps_them() {
+    let fx = Fixture::new();
+    fx.mount();
+    let label = "multi\nline\x1b[31mRED\r\t\u{9b}end";
+    let shown = "multi\\nline\\x1b[31mRED\\r\\t\\u{9b}end";
+    let t = fx.turn(label);
+    fx.opfs_c(&["turn", "--label", "plain", "--id", "id\x1b[0m"])
+        .ok();
+    // The rewind list: one header line and one line per turn.
+    let run = fx.opfs_c(&["rewind"]).ok();
+    assert_eq!(run.stdout.lines().count(), 1 + 3, "{run}");
+    assert!(!run.stdout.contains('\x1b'), "{run}");
+    assert!(!run.stdout.contains('\u{9b}'), "{run}");
+    assert!(run.stdout.contains(shown), "{run}");
+    // The log.
+    let run = fx.opfs_c(&["log"]).ok();
+    assert!(!run.stdout.contains('\x1b'), "{run}");
+    assert!(!run.stdout.contains('\r'), "{run}");
+    assert!(
+        run.stdout.contains(&format!("    label:   {shown}\n")),
+        "{run}"
+    );
+    assert!(run.stdout.contains("    id:      id\\x1b[0m\n"), "{run}");
+    // JSON keeps the label exactly.
+    let points = fx.points(true);
+    let p = points.iter().find(|p| p["turn"] == t).expect("the turn");
+    assert_eq!(p["label"], label, "{p:#}");
+    let log = fx.opfs_c(&["log", "--json"]).ok().json();
+    let e = log
+        .as_array()
+        .expect("log array")
+        .iter()
+        .find(|e| e["turn"] == t)
+        .expect("the turn")
+        .clone();
+    assert_eq!(e["label"], label, "{e:#}");
+}
