@@ -291,6 +291,9 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 ))
             })?;
             daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
+            if cli.json {
+                let _ = writeln!(out, "{}", serde_json::json!({ "unmounted": mp }));
+            }
             Ok(0)
         }
         Cmd::Status => {
@@ -924,7 +927,14 @@ fn mount(
     let plan = daemon::check(home, project, mountpoint).map_err(|e| failure(e.to_string()))?;
     let (sync, threads) = (opts.sync, opts.threads);
     if foreground {
-        daemon::run(home, &plan, &opts, || {}).map_err(|e| failure(e.to_string()))?;
+        // With --json, the same object as a background mount, once ready.
+        let ready = || {
+            if cli.json {
+                let _ = writeln!(out, "{}", mounted_json(&plan, std::process::id()));
+                let _ = out.flush();
+            }
+        };
+        daemon::run(home, &plan, &opts, ready).map_err(|e| failure(e.to_string()))?;
         return Ok(0);
     }
     plan.state
@@ -1004,16 +1014,17 @@ fn mount(
         )));
     }
     if cli.json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "project": plan.state.project,
-                "mountpoint": plan.mountpoint,
-                "pid": child.id(),
-                "state_dir": plan.state.dir,
-            })
-        );
+        let _ = writeln!(out, "{}", mounted_json(&plan, child.id()));
     }
     Ok(0)
+}
+
+/// What `opfs mount --json` prints once the mount is ready.
+fn mounted_json(plan: &daemon::MountPlan, pid: u32) -> serde_json::Value {
+    serde_json::json!({
+        "project": plan.state.project,
+        "mountpoint": plan.mountpoint,
+        "pid": pid,
+        "state_dir": plan.state.dir,
+    })
 }

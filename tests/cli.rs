@@ -410,3 +410,103 @@ fn labels_with_control_characters_print_escaped_and_json_keeps_them() {
         .clone();
     assert_eq!(e["label"], label, "{e:#}");
 }
+
+/// Asserts `run` exited 0 with exactly one JSON value on stdout; returns it.
+fn one_json(run: Run) -> serde_json::Value {
+    let run = run.ok();
+    let mut values =
+        serde_json::Deserializer::from_str(&run.stdout).into_iter::<serde_json::Value>();
+    let first = match values.next() {
+        Some(Ok(v)) => v,
+        other => panic!("stdout is not a JSON value ({other:?}): {run}"),
+    };
+    assert!(values.next().is_none(), "more than one JSON value: {run}");
+    first
+}
+
+#[test]
+fn with_json_every_command_prints_one_json_value_on_success() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    let v = one_json(fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]));
+    assert_eq!(v["mountpoint"].as_str(), fx.mnt.to_str(), "{v:#}");
+    assert!(wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT));
+    fx.sh("echo v1 > f");
+    let v = one_json(fx.opfs_c(&["turn", "--label", "t", "--json"]));
+    assert_eq!(v["turn"], 2, "{v:#}");
+    fx.sh("echo v2 > f");
+    for args in [
+        &["status"][..],
+        &["rewind"][..],
+        &["log"][..],
+        &["diff", "1"][..],
+        &["diff", "1..2", "--stat"][..],
+        &["verify"][..],
+        &["export"][..],
+        &["rewind", "1", "--dry-run"][..],
+        &["rewind", "1"][..],
+    ] {
+        let mut with = args.to_vec();
+        with.push("--json");
+        one_json(fx.opfs_c(&with));
+    }
+    let v = one_json(fx.opfs(&[
+        OsStr::new("umount"),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]));
+    assert_eq!(v["unmounted"].as_str(), fx.mnt.to_str(), "{v:#}");
+    assert!(wait_mount_state(&fx.mnt, false, MOUNT_TIMEOUT));
+    one_json(opfs_p(&fx, &["gc", "--keep", "1", "--json"]));
+    one_json(opfs_p(&fx, &["status", "--json"]));
+}
+
+#[test]
+fn mount_in_the_foreground_with_json_prints_one_value_when_ready() {
+    use std::io::BufRead;
+    let fx = Fixture::new();
+    let mut cmd = fx.opfs_command(&[
+        OsStr::new("mount"),
+        OsStr::new("-f"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn opfs mount -f");
+    // Read on a thread, so a mount that never prints fails the test
+    // instead of hanging it (dropping the fixture unmounts, which ends the
+    // daemon).
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        rest
+    });
+    let line = rx
+        .recv_timeout(MOUNT_TIMEOUT)
+        .expect("no line on stdout once mounted");
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    assert!(
+        is_mounted(&fx.mnt),
+        "printed before the mount was ready: {v:#}"
+    );
+    assert_eq!(v["pid"], child.id(), "{v:#}");
+    assert_eq!(v["mountpoint"].as_str(), fx.mnt.to_str(), "{v:#}");
+    fx.umount();
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    let rest = reader.join().expect("reader thread");
+    assert_eq!(rest, "", "more output after the ready line");
+}
