@@ -395,7 +395,8 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         Cmd::Show { spec } => {
             let st = project_state(&home, cli)?;
             commit_pending(&st)?;
-            history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
+            history_cmd::show(&st, spec, cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
         }
         Cmd::Verify => {
             let st = project_state(&home, cli)?;

@@ -809,13 +809,41 @@ pub fn changes(
     Ok(out)
 }
 
+/// What [`show_entry`] found at a path when a turn began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// A regular file.
+    File {
+        /// Its bytes.
+        bytes: Vec<u8>,
+        /// Its permission bits (`mode & 0o7777`).
+        perm: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its target, bytes as stored.
+        target: Vec<u8>,
+    },
+}
+
 /// `opfs show N:PATH`: the bytes of `path` when turn `turn` began (a
 /// symlink's target for a symlink).
+///
+/// Errors: as [`show_entry`].
+pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+    Ok(match show_entry(src, turn, path)? {
+        Shown::File { bytes, .. } => bytes,
+        Shown::Symlink { target } => target,
+    })
+}
+
+/// `opfs show N:PATH --json`: the file (bytes and permission bits) or
+/// symlink at `path` when turn `turn` began.
 ///
 /// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
 /// not exist then; [`HistoryError::NoContent`] for a directory or special
 /// file; the blob or project cannot be read.
-pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, HistoryError> {
     src.turn(turn)?;
     if path.is_empty() {
         return Err(HistoryError::NoContent {
@@ -848,9 +876,13 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
             path: paths::display(path),
             turn,
         }),
-        PreImage::File { .. } | PreImage::Symlink { .. } => {
-            Ok(src.content(path, &v)?.unwrap_or_default())
-        }
+        PreImage::File { perm, .. } => Ok(Shown::File {
+            bytes: src.content(path, &v)?.unwrap_or_default(),
+            perm: *perm,
+        }),
+        PreImage::Symlink { target } => Ok(Shown::Symlink {
+            target: target.clone(),
+        }),
         other => Err(HistoryError::NoContent {
             path: paths::display(path),
             turn,

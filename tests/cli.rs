@@ -510,3 +510,53 @@ fn mount_in_the_foreground_with_json_prints_one_value_when_ready() {
     let rest = reader.join().expect("reader thread");
     assert_eq!(rest, "", "more output after the ready line");
 }
+
+#[test]
+fn show_with_json_prints_one_object_with_the_content_in_base64() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    write_file(&fx.p("bin"), b"\x00\xff\n", 0o600);
+    write_file(&fx.p("run.sh"), b"#!/bin/sh\n", 0o755);
+    std::os::unix::fs::symlink("f", fx.p("link")).expect("symlink");
+    fx.mount();
+    fx.turn("t");
+    fx.sh("echo v1 > f && rm bin run.sh link && ln -s run.sh link && mkdir d");
+
+    let v = one_json(fx.opfs_c(&["show", "1:f", "--json"]));
+    assert_eq!(
+        v,
+        serde_json::json!({"turn": 1, "path": "f", "kind": "file", "perm": "0644",
+                           "size": 3, "content_base64": "djAK"}),
+        "{v:#}"
+    );
+    let v = one_json(fx.opfs_c(&["show", "1:bin", "--json"]));
+    assert_eq!(v["content_base64"], "AP8K", "{v:#}");
+    assert_eq!(v["perm"], "0600", "{v:#}");
+    let v = one_json(fx.opfs_c(&["show", "1:run.sh", "--json"]));
+    assert_eq!(v["content_base64"], "IyEvYmluL3NoCg==", "{v:#}");
+    assert_eq!(v["perm"], "0755", "{v:#}");
+    let v = one_json(fx.opfs_c(&["show", "1:link", "--json"]));
+    assert_eq!(
+        v,
+        serde_json::json!({"turn": 1, "path": "link", "kind": "symlink",
+                           "target": "f", "target_base64": "Zg=="}),
+        "{v:#}"
+    );
+    // The open turn's start, read from the project.
+    fx.turn("t3");
+    let v = one_json(fx.opfs_c(&["show", "3:f", "--json"]));
+    assert_eq!(v["content_base64"], "djEK", "{v:#}");
+    // Without --json, the raw bytes as before.
+    let run = fx.opfs_c(&["show", "1:f"]).ok();
+    assert_eq!(run.stdout, "v0\n", "{run}");
+    // Errors stay errors, as one JSON error object.
+    let run = fx.opfs_c(&["show", "1:d", "--json"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(json_error(&run)["message"]
+        .as_str()
+        .expect("message")
+        .contains("did not exist"));
+    let run = fx.opfs_c(&["show", "3:d", "--json"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(json_error(&run)["kind"], "failure", "{run}");
+}
