@@ -56,9 +56,8 @@ enum Cmd {
         /// Files of at least BYTES written in place save only the bytes
         /// each write overwrites (docs/ranges.md); `off` saves whole files.
         /// Default: $OPFS_RANGE_MIN, else 1048576.
-        #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min,
-              default_value_t = daemon::default_range_min())]
-        range_min: u64,
+        #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min)]
+        range_min: Option<u64>,
     },
     /// Stop serving MOUNTPOINT, flushing everything.
     Umount {
@@ -270,7 +269,10 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 sync: *sync,
                 threads: *threads,
                 export: !*no_export,
-                range_min: *range_min,
+                range_min: match range_min {
+                    Some(n) => *n,
+                    None => range_min_from_env()?,
+                },
             },
             cli,
             out,
@@ -289,6 +291,9 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 ))
             })?;
             daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
+            if cli.json {
+                let _ = writeln!(out, "{}", serde_json::json!({ "unmounted": mp }));
+            }
             Ok(0)
         }
         Cmd::Status => {
@@ -390,7 +395,8 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
         Cmd::Show { spec } => {
             let st = project_state(&home, cli)?;
             commit_pending(&st)?;
-            history_cmd::show(&st, spec, out).map_err(|(code, message)| Fail { code, message })
+            history_cmd::show(&st, spec, cli.json, out)
+                .map_err(|(code, message)| Fail { code, message })
         }
         Cmd::Verify => {
             let st = project_state(&home, cli)?;
@@ -482,6 +488,7 @@ fn run_sandboxed(
     cli: &Cli,
 ) -> Result<i32, Fail> {
     use opfs::sandbox::{self, RunError, RunOptions};
+    let range_min = range_min_from_env()?;
     let config = match opfs::config::config_path() {
         Some(p) => opfs::config::load(&p).map_err(|e| failure(e.to_string()))?,
         None => Default::default(),
@@ -508,7 +515,10 @@ fn run_sandboxed(
             project,
             mp,
             false,
-            DaemonOptions::default(),
+            DaemonOptions {
+                range_min,
+                ..DaemonOptions::default()
+            },
             cli,
             &mut std::io::sink(),
         )
@@ -718,7 +728,7 @@ fn list_rewind_points(
                 t.kind.as_str(),
                 rfc3339(t.started_at),
                 p.len(),
-                t.label.as_deref().unwrap_or(""),
+                history_cmd::printable(t.label.as_deref().unwrap_or("")),
                 open
             );
         }
@@ -896,12 +906,14 @@ fn print_status(cli: &Cli, s: &Status, out: &mut dyn Write) {
 
 /// `--range-min`: a number of bytes, or `off`.
 fn parse_range_min(s: &str) -> Result<u64, String> {
-    match s.trim() {
-        "off" => Ok(u64::MAX),
-        v => v
-            .parse()
-            .map_err(|_| format!("{s:?} is neither a number of bytes nor `off`")),
-    }
+    daemon::parse_range_min(s).map_err(|e| e.to_string())
+}
+
+/// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,
+/// else the default. A bad value is bad usage, as it is for the option.
+fn range_min_from_env() -> Result<u64, Fail> {
+    daemon::default_range_min()
+        .map_err(|e| usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
 }
 
 fn mount(
@@ -916,7 +928,14 @@ fn mount(
     let plan = daemon::check(home, project, mountpoint).map_err(|e| failure(e.to_string()))?;
     let (sync, threads) = (opts.sync, opts.threads);
     if foreground {
-        daemon::run(home, &plan, &opts, || {}).map_err(|e| failure(e.to_string()))?;
+        // With --json, the same object as a background mount, once ready.
+        let ready = || {
+            if cli.json {
+                let _ = writeln!(out, "{}", mounted_json(&plan, std::process::id()));
+                let _ = out.flush();
+            }
+        };
+        daemon::run(home, &plan, &opts, ready).map_err(|e| failure(e.to_string()))?;
         return Ok(0);
     }
     plan.state
@@ -996,16 +1015,17 @@ fn mount(
         )));
     }
     if cli.json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "project": plan.state.project,
-                "mountpoint": plan.mountpoint,
-                "pid": child.id(),
-                "state_dir": plan.state.dir,
-            })
-        );
+        let _ = writeln!(out, "{}", mounted_json(&plan, child.id()));
     }
     Ok(0)
+}
+
+/// What `opfs mount --json` prints once the mount is ready.
+fn mounted_json(plan: &daemon::MountPlan, pid: u32) -> serde_json::Value {
+    serde_json::json!({
+        "project": plan.state.project,
+        "mountpoint": plan.mountpoint,
+        "pid": pid,
+        "state_dir": plan.state.dir,
+    })
 }

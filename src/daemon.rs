@@ -258,8 +258,8 @@ pub struct DaemonOptions {
     pub export: bool,
     /// Files of at least this many bytes (with one link) written in place
     /// are captured as ranges (`docs/ranges.md`); `u64::MAX` turns range
-    /// capture off. Default [`default_range_min`]; `opfs mount
-    /// --range-min` sets it.
+    /// capture off. Default [`crate::journal::DEFAULT_RANGE_MIN`]; the CLI
+    /// sets it from `opfs mount --range-min`, else [`default_range_min`].
     pub range_min: u64,
 }
 
@@ -269,22 +269,44 @@ impl Default for DaemonOptions {
             sync: false,
             threads: default_threads(),
             export: true,
-            range_min: default_range_min(),
+            range_min: crate::journal::DEFAULT_RANGE_MIN,
         }
+    }
+}
+
+/// A `--range-min` or `OPFS_RANGE_MIN` value that is neither a number of
+/// bytes nor `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("{value:?} is neither a number of bytes nor `off`")]
+pub struct BadRangeMin {
+    /// The value as given.
+    pub value: String,
+}
+
+/// Parses a range minimum: a number of bytes, or `off` (`u64::MAX`: range
+/// capture off). Surrounding whitespace is ignored.
+pub fn parse_range_min(text: &str) -> Result<u64, BadRangeMin> {
+    match text.trim() {
+        "off" => Ok(u64::MAX),
+        v => v.parse().map_err(|_| BadRangeMin {
+            value: text.to_string(),
+        }),
     }
 }
 
 /// [`DaemonOptions::range_min`] from `OPFS_RANGE_MIN` (bytes, or `off`),
 /// else [`crate::journal::DEFAULT_RANGE_MIN`].
-pub fn default_range_min() -> u64 {
-    match std::env::var("OPFS_RANGE_MIN")
-        .ok()
-        .as_deref()
-        .map(str::trim)
-    {
-        Some("off") => u64::MAX,
-        Some(v) => v.parse().unwrap_or(crate::journal::DEFAULT_RANGE_MIN),
-        None => crate::journal::DEFAULT_RANGE_MIN,
+///
+/// Errors: the variable is set to anything else (or is not UTF-8).
+pub fn default_range_min() -> Result<u64, BadRangeMin> {
+    match std::env::var_os("OPFS_RANGE_MIN") {
+        None => Ok(crate::journal::DEFAULT_RANGE_MIN),
+        Some(v) => match v.to_str() {
+            Some(text) => parse_range_min(text),
+            None => Err(BadRangeMin {
+                value: v.to_string_lossy().into_owned(),
+            }),
+        },
     }
 }
 

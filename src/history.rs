@@ -37,6 +37,15 @@ pub enum HistoryError {
         /// The newest turn.
         last: u64,
     },
+    /// The turn was dropped by retention (`opfs gc`); the same message as
+    /// `opfs rewind` gives.
+    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
+    DroppedTurn {
+        /// The turn asked for.
+        turn: u64,
+        /// The oldest turn kept.
+        first: u64,
+    },
     /// No turn was ever recorded for this project.
     #[error("no turns are recorded for this project yet")]
     NoTurns,
@@ -126,6 +135,7 @@ impl HistoryError {
         matches!(
             self,
             HistoryError::UnknownTurn { .. }
+                | HistoryError::DroppedTurn { .. }
                 | HistoryError::EmptyRange { .. }
                 | HistoryError::BadPath { .. }
                 | HistoryError::NoTurns
@@ -301,9 +311,16 @@ impl Sources<'_> {
     }
 
     /// Checks that `turn` exists; returns it.
+    ///
+    /// Errors: [`HistoryError::DroppedTurn`] for a turn older than the
+    /// oldest kept (retention dropped it), [`HistoryError::UnknownTurn`]
+    /// for any other missing turn.
     pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
         let last = self.index.last_turn()?.ok_or(HistoryError::NoTurns)?;
         let first = self.index.first_turn()?.unwrap_or(1);
+        if turn >= 1 && turn < first {
+            return Err(HistoryError::DroppedTurn { turn, first });
+        }
         self.index.turn(turn)?.ok_or(HistoryError::UnknownTurn {
             turn,
             first,
@@ -802,14 +819,42 @@ pub fn changes(
     Ok(out)
 }
 
+/// What [`show_entry`] found at a path when a turn began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// A regular file.
+    File {
+        /// Its bytes.
+        bytes: Vec<u8>,
+        /// Its permission bits (`mode & 0o7777`).
+        perm: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its target, bytes as stored.
+        target: Vec<u8>,
+    },
+}
+
 /// `opfs show N:PATH`: the bytes of `path` when turn `turn` began (a
 /// symlink's target for a symlink).
+///
+/// Errors: as [`show_entry`].
+pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+    Ok(match show_entry(src, turn, path)? {
+        Shown::File { bytes, .. } => bytes,
+        Shown::Symlink { target } => target,
+    })
+}
+
+/// `opfs show N:PATH --json`: the file (bytes and permission bits) or
+/// symlink at `path` when turn `turn` began.
 ///
 /// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
 /// not exist then; [`HistoryError::Unknown`] when what it held then is not
 /// known; [`HistoryError::NoContent`] for a directory or special file; the
 /// blob or project cannot be read.
-pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, HistoryError> {
     src.turn(turn)?;
     if path.is_empty() {
         return Err(HistoryError::NoContent {
@@ -842,12 +887,16 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
             path: paths::display(path),
             turn,
         }),
-        PreImage::File { .. } | PreImage::Symlink { .. } => {
-            Ok(src.content(path, &v)?.unwrap_or_default())
-        }
         PreImage::Unknown => Err(HistoryError::Unknown {
             path: paths::display(path),
             turn,
+        }),
+        PreImage::File { perm, .. } => Ok(Shown::File {
+            bytes: src.content(path, &v)?.unwrap_or_default(),
+            perm: *perm,
+        }),
+        PreImage::Symlink { target } => Ok(Shown::Symlink {
+            target: target.clone(),
         }),
         other => Err(HistoryError::NoContent {
             path: paths::display(path),

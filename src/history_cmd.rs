@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use opfs::diff as patch;
 use opfs::export::{self, Progress};
-use opfs::history::{self, HistoryError, Opened};
+use opfs::history::{self, HistoryError, Opened, Shown};
+use opfs::paths;
 use opfs::state::StateDir;
 
 type CmdResult = Result<i32, (i32, String)>;
@@ -30,6 +31,27 @@ fn io_done(r: io::Result<()>) -> CmdResult {
 fn rfc3339(ns: i64) -> String {
     let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `text` (a label or an external id) for a terminal: control characters
+/// are escaped (`\n`, `\r`, `\t`, `\x1b`; `\u{9b}` beyond ASCII), so a
+/// label cannot split a row or send escape sequences. JSON output keeps the
+/// text exact.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && c.is_ascii() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `opfs log`.
@@ -73,10 +95,10 @@ pub fn log(st: &StateDir, json: bool, out: &mut dyn Write) -> CmdResult {
                 if e.ended_at.is_none() { " (open)" } else { "" }
             )?;
             if let Some(l) = &e.label {
-                writeln!(out, "    label:   {l}")?;
+                writeln!(out, "    label:   {}", printable(l))?;
             }
             if let Some(id) = &e.external_id {
-                writeln!(out, "    id:      {id}")?;
+                writeln!(out, "    id:      {}", printable(id))?;
             }
             writeln!(
                 out,
@@ -151,8 +173,9 @@ pub fn diff(
     })
 }
 
-/// `opfs show N:PATH`.
-pub fn show(st: &StateDir, spec: &str, out: &mut dyn Write) -> CmdResult {
+/// `opfs show N:PATH`: the raw bytes; with `--json` one object
+/// (`docs/export.md`).
+pub fn show(st: &StateDir, spec: &str, json: bool, out: &mut dyn Write) -> CmdResult {
     let (n, path) = spec
         .split_once(':')
         .ok_or_else(|| (2, format!("{spec:?} is not N:PATH")))?;
@@ -162,8 +185,51 @@ pub fn show(st: &StateDir, spec: &str, out: &mut dyn Write) -> CmdResult {
     };
     let path = history::parse_path(path).map_err(hist_err)?;
     let opened = Opened::open(st).map_err(hist_err)?;
-    let bytes = history::show(&opened.sources(), turn, &path).map_err(hist_err)?;
-    io_done(out.write_all(&bytes))
+    let shown = history::show_entry(&opened.sources(), turn, &path).map_err(hist_err)?;
+    if !json {
+        let bytes = match &shown {
+            Shown::File { bytes, .. } => bytes,
+            Shown::Symlink { target } => target,
+        };
+        return io_done(out.write_all(bytes));
+    }
+    let mut v = serde_json::json!({ "turn": turn, "path": paths::display(&path) });
+    match &shown {
+        Shown::File { bytes, perm } => {
+            v["kind"] = "file".into();
+            v["perm"] = format!("{perm:04o}").into();
+            v["size"] = bytes.len().into();
+            v["content_base64"] = base64(bytes).into();
+        }
+        Shown::Symlink { target } => {
+            v["kind"] = "symlink".into();
+            v["target"] = paths::display(target).into();
+            v["target_base64"] = base64(target).into();
+        }
+    }
+    io_done(writeln!(out, "{v}"))
+}
+
+/// Standard base64 (RFC 4648, with `=` padding).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// `opfs export [--git-dir DIR]`. Progress goes to stderr.
@@ -222,4 +288,25 @@ pub fn export(st: &StateDir, git_dir: Option<&Path>, json: bool, out: &mut dyn W
             report.git_dir.display()
         )
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648() {
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), encoded, "{plain:?}");
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
 }

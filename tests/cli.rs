@@ -296,3 +296,267 @@ fn state_lives_in_opfs_home_not_in_the_project() {
         "nothing was written to OPFS_HOME"
     );
 }
+
+/// `opfs -C PROJECT ARGS...` (works unmounted too).
+fn opfs_p(fx: &Fixture, args: &[&str]) -> Run {
+    let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), fx.project.clone().into_os_string()];
+    all.extend(args.iter().map(std::ffi::OsString::from));
+    fx.opfs(&all)
+}
+
+#[test]
+fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    fx.sh("echo v1 > f");
+    for i in 2..=4 {
+        fx.turn(&format!("t{i}"));
+        fx.sh(&format!("echo v{i} > f"));
+    }
+    fx.umount();
+    opfs_p(&fx, &["gc", "--keep", "2"]).ok();
+    let want = "turn 1 was dropped by retention (opfs gc); the oldest turn kept is 3";
+    for args in [
+        &["rewind", "1"][..],
+        &["show", "1:f"][..],
+        &["diff", "1"][..],
+        &["diff", "1..4"][..],
+    ] {
+        let run = opfs_p(&fx, args);
+        assert_eq!(run.code, Some(2), "{args:?}: {run}");
+        assert!(run.stderr.contains(want), "{args:?}: {run}");
+    }
+    // A turn that never existed keeps its own message.
+    let run = opfs_p(&fx, &["show", "9:f"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("turn 9 does not exist"), "{run}");
+    // Kept turns still show.
+    let run = opfs_p(&fx, &["show", "3:f"]).ok();
+    assert_eq!(run.stdout, "v2\n", "{run}");
+}
+
+#[test]
+fn a_bad_opfs_range_min_is_bad_usage_naming_it() {
+    let fx = Fixture::new();
+    fx.set_env("OPFS_RANGE_MIN", "garbage");
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+    ]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("OPFS_RANGE_MIN"), "{run}");
+    assert!(run.stderr.contains("garbage"), "{run}");
+    assert!(!is_mounted(&fx.mnt), "{run}");
+    // The same with --json: one error object.
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert_eq!(json_error(&run)["kind"], "usage", "{run}");
+    assert!(!is_mounted(&fx.mnt), "{run}");
+    // --range-min given: the variable is not consulted.
+    let run = fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--range-min"),
+        OsStr::new("off"),
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT));
+    fx.umount();
+}
+
+#[test]
+fn labels_with_control_characters_print_escaped_and_json_keeps_them() {
+    let fx = Fixture::new();
+    fx.mount();
+    let label = "multi\nline\x1b[31mRED\r\t\u{9b}end";
+    let shown = "multi\\nline\\x1b[31mRED\\r\\t\\u{9b}end";
+    let t = fx.turn(label);
+    fx.opfs_c(&["turn", "--label", "plain", "--id", "id\x1b[0m"])
+        .ok();
+    // The rewind list: one header line and one line per turn.
+    let run = fx.opfs_c(&["rewind"]).ok();
+    assert_eq!(run.stdout.lines().count(), 1 + 3, "{run}");
+    assert!(!run.stdout.contains('\x1b'), "{run}");
+    assert!(!run.stdout.contains('\u{9b}'), "{run}");
+    assert!(run.stdout.contains(shown), "{run}");
+    // The log.
+    let run = fx.opfs_c(&["log"]).ok();
+    assert!(!run.stdout.contains('\x1b'), "{run}");
+    assert!(!run.stdout.contains('\r'), "{run}");
+    assert!(
+        run.stdout.contains(&format!("    label:   {shown}\n")),
+        "{run}"
+    );
+    assert!(run.stdout.contains("    id:      id\\x1b[0m\n"), "{run}");
+    // JSON keeps the label exactly.
+    let points = fx.points(true);
+    let p = points.iter().find(|p| p["turn"] == t).expect("the turn");
+    assert_eq!(p["label"], label, "{p:#}");
+    let log = fx.opfs_c(&["log", "--json"]).ok().json();
+    let e = log
+        .as_array()
+        .expect("log array")
+        .iter()
+        .find(|e| e["turn"] == t)
+        .expect("the turn")
+        .clone();
+    assert_eq!(e["label"], label, "{e:#}");
+}
+
+/// Asserts `run` exited 0 with exactly one JSON value on stdout; returns it.
+fn one_json(run: Run) -> serde_json::Value {
+    let run = run.ok();
+    let mut values =
+        serde_json::Deserializer::from_str(&run.stdout).into_iter::<serde_json::Value>();
+    let first = match values.next() {
+        Some(Ok(v)) => v,
+        other => panic!("stdout is not a JSON value ({other:?}): {run}"),
+    };
+    assert!(values.next().is_none(), "more than one JSON value: {run}");
+    first
+}
+
+#[test]
+fn with_json_every_command_prints_one_json_value_on_success() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    let v = one_json(fx.opfs(&[
+        OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]));
+    assert_eq!(v["mountpoint"].as_str(), fx.mnt.to_str(), "{v:#}");
+    assert!(wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT));
+    fx.sh("echo v1 > f");
+    let v = one_json(fx.opfs_c(&["turn", "--label", "t", "--json"]));
+    assert_eq!(v["turn"], 2, "{v:#}");
+    fx.sh("echo v2 > f");
+    for args in [
+        &["status"][..],
+        &["rewind"][..],
+        &["log"][..],
+        &["diff", "1"][..],
+        &["diff", "1..2", "--stat"][..],
+        &["verify"][..],
+        &["export"][..],
+        &["rewind", "1", "--dry-run"][..],
+        &["rewind", "1"][..],
+    ] {
+        let mut with = args.to_vec();
+        with.push("--json");
+        one_json(fx.opfs_c(&with));
+    }
+    let v = one_json(fx.opfs(&[
+        OsStr::new("umount"),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]));
+    assert_eq!(v["unmounted"].as_str(), fx.mnt.to_str(), "{v:#}");
+    assert!(wait_mount_state(&fx.mnt, false, MOUNT_TIMEOUT));
+    one_json(opfs_p(&fx, &["gc", "--keep", "1", "--json"]));
+    one_json(opfs_p(&fx, &["status", "--json"]));
+}
+
+#[test]
+fn mount_in_the_foreground_with_json_prints_one_value_when_ready() {
+    use std::io::BufRead;
+    let fx = Fixture::new();
+    let mut cmd = fx.opfs_command(&[
+        OsStr::new("mount"),
+        OsStr::new("-f"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn opfs mount -f");
+    // Read on a thread, so a mount that never prints fails the test
+    // instead of hanging it (dropping the fixture unmounts, which ends the
+    // daemon).
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        rest
+    });
+    let line = rx
+        .recv_timeout(MOUNT_TIMEOUT)
+        .expect("no line on stdout once mounted");
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    assert!(
+        is_mounted(&fx.mnt),
+        "printed before the mount was ready: {v:#}"
+    );
+    assert_eq!(v["pid"], child.id(), "{v:#}");
+    assert_eq!(v["mountpoint"].as_str(), fx.mnt.to_str(), "{v:#}");
+    fx.umount();
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    let rest = reader.join().expect("reader thread");
+    assert_eq!(rest, "", "more output after the ready line");
+}
+
+#[test]
+fn show_with_json_prints_one_object_with_the_content_in_base64() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    write_file(&fx.p("bin"), b"\x00\xff\n", 0o600);
+    write_file(&fx.p("run.sh"), b"#!/bin/sh\n", 0o755);
+    std::os::unix::fs::symlink("f", fx.p("link")).expect("symlink");
+    fx.mount();
+    fx.turn("t");
+    fx.sh("echo v1 > f && rm bin run.sh link && ln -s run.sh link && mkdir d");
+
+    let v = one_json(fx.opfs_c(&["show", "1:f", "--json"]));
+    assert_eq!(
+        v,
+        serde_json::json!({"turn": 1, "path": "f", "kind": "file", "perm": "0644",
+                           "size": 3, "content_base64": "djAK"}),
+        "{v:#}"
+    );
+    let v = one_json(fx.opfs_c(&["show", "1:bin", "--json"]));
+    assert_eq!(v["content_base64"], "AP8K", "{v:#}");
+    assert_eq!(v["perm"], "0600", "{v:#}");
+    let v = one_json(fx.opfs_c(&["show", "1:run.sh", "--json"]));
+    assert_eq!(v["content_base64"], "IyEvYmluL3NoCg==", "{v:#}");
+    assert_eq!(v["perm"], "0755", "{v:#}");
+    let v = one_json(fx.opfs_c(&["show", "1:link", "--json"]));
+    assert_eq!(
+        v,
+        serde_json::json!({"turn": 1, "path": "link", "kind": "symlink",
+                           "target": "f", "target_base64": "Zg=="}),
+        "{v:#}"
+    );
+    // The open turn's start, read from the project.
+    fx.turn("t3");
+    let v = one_json(fx.opfs_c(&["show", "3:f", "--json"]));
+    assert_eq!(v["content_base64"], "djEK", "{v:#}");
+    // Without --json, the raw bytes as before.
+    let run = fx.opfs_c(&["show", "1:f"]).ok();
+    assert_eq!(run.stdout, "v0\n", "{run}");
+    // Errors stay errors, as one JSON error object.
+    let run = fx.opfs_c(&["show", "1:d", "--json"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(json_error(&run)["message"]
+        .as_str()
+        .expect("message")
+        .contains("did not exist"));
+    let run = fx.opfs_c(&["show", "3:d", "--json"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(json_error(&run)["kind"], "failure", "{run}");
+}
