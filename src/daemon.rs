@@ -355,6 +355,12 @@ fn tune_from_env(mut o: opfs_fs::Options) -> opfs_fs::Options {
     {
         o.threads = n;
     }
+    if let Some(n) = std::env::var("OPFS_INODE_FDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        o.inode_fds = Some(n);
+    }
     o
 }
 

@@ -9,13 +9,20 @@
 //! root (FUSE inode 1) is never forgotten. A node's FUSE number is its
 //! backing inode number where that is unambiguous (see `Table::fresh_ino`).
 //!
+//! The fds are bounded: past a budget (set from `RLIMIT_NOFILE`, see
+//! [`Inodes::new`]) the table closes the fds of nodes it can find again by
+//! name, and [`Inodes::get`] reopens such a node from its parent's fd and
+//! its first name, checking that the name still leads to the same backing
+//! inode. So the kernel may keep any number of inodes cached without the
+//! daemon running out of descriptors.
+//!
 //! A node also remembers the names it is known by, as (parent inode, name)
 //! pairs, so its path can be computed for the mutation hook and so a path
 //! can be resolved to a cached inode in O(depth) for invalidation. Names are
 //! learned from lookups and creations and updated on unlink and rename.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// FUSE inode number of the root.
@@ -25,6 +32,10 @@ pub(crate) const ROOT: u64 = 1;
 /// reused (another device, or already taken).
 const SYNTHETIC_BASE: u64 = 1 << 62;
 
+/// The smallest fd budget (enough for any path's chain of directories to be
+/// reopened one step at a time).
+pub(crate) const MIN_FD_BUDGET: usize = 16;
+
 /// Longest parent chain followed when building a path (a cycle would be a
 /// bug; the bound keeps it from hanging a callback).
 const MAX_DEPTH: usize = 4096;
@@ -33,7 +44,8 @@ const MAX_DEPTH: usize = 4096;
 pub(crate) type Key = (u64, u64);
 
 struct Node {
-    fd: Arc<OwnedFd>,
+    /// `None`: closed to stay within the budget; reopened by name.
+    fd: Option<Arc<OwnedFd>>,
     key: Key,
     /// `st_mode & S_IFMT` at the time the node was created.
     kind: u32,
@@ -70,6 +82,10 @@ struct Table {
     /// Next number for inodes that cannot use their backing number.
     next_ino: u64,
     root_dev: u64,
+    /// Nodes holding an fd now.
+    fds: usize,
+    /// Most fds the nodes may hold before some are closed.
+    fd_budget: usize,
 }
 
 /// The inode table; every method takes the table's lock for a short,
@@ -86,6 +102,31 @@ pub(crate) struct NodeRef {
 }
 
 impl Table {
+    /// Over the budget, closes the fds of nodes that can be reopened by name
+    /// (any but the root, `keep`, and nodes without a name) until a quarter
+    /// of the budget is free. Returns the fds to close once the lock is
+    /// released (an fd still in use by a request stays open until it ends).
+    fn trim(&mut self, keep: u64) -> Vec<Arc<OwnedFd>> {
+        let mut closed = Vec::new();
+        if self.fds <= self.fd_budget {
+            return closed;
+        }
+        let target = self.fd_budget - self.fd_budget / 4;
+        for (ino, node) in self.nodes.iter_mut() {
+            if self.fds <= target {
+                break;
+            }
+            if *ino == ROOT || *ino == keep || node.names.is_empty() {
+                continue;
+            }
+            if let Some(fd) = node.fd.take() {
+                closed.push(fd);
+                self.fds -= 1;
+            }
+        }
+        closed
+    }
+
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
         let ino = self.by_name.remove(&(parent, name.to_vec()))?;
         if let Some(node) = self.nodes.get_mut(&ino) {
@@ -170,17 +211,20 @@ pub(crate) fn child(parent_path: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 impl Inodes {
-    /// A table holding only the root.
-    pub(crate) fn new(root_fd: OwnedFd, root_key: Key) -> Inodes {
+    /// A table holding only the root, whose nodes hold at most about
+    /// `fd_budget` fds (at least [`MIN_FD_BUDGET`]).
+    pub(crate) fn new(root_fd: OwnedFd, root_key: Key, fd_budget: usize) -> Inodes {
         let mut table = Table {
             next_ino: SYNTHETIC_BASE,
             root_dev: root_key.0,
+            fds: 1,
+            fd_budget: fd_budget.max(MIN_FD_BUDGET),
             ..Table::default()
         };
         table.nodes.insert(
             ROOT,
             Node {
-                fd: Arc::new(root_fd),
+                fd: Some(Arc::new(root_fd)),
                 key: root_key,
                 kind: libc::S_IFDIR,
                 lookups: 1,
@@ -200,14 +244,54 @@ impl Inodes {
     }
 
     /// The node's fd and type, or `None` if the kernel asked about an inode
-    /// the table no longer has.
+    /// the table no longer has. A node whose fd was closed (see the module
+    /// docs) is reopened from its parent and first name, outside the lock;
+    /// `None` too when that name no longer leads to the same backing inode
+    /// (changed behind the mount's back, or the node has no name left): the
+    /// caller answers `ESTALE` and the kernel looks the name up again.
     pub(crate) fn get(&self, ino: u64) -> Option<NodeRef> {
-        let table = self.lock();
-        let node = table.nodes.get(&ino)?;
-        Some(NodeRef {
-            fd: Arc::clone(&node.fd),
-            kind: node.kind,
-        })
+        self.get_at(ino, 0)
+    }
+
+    fn get_at(&self, ino: u64, depth: usize) -> Option<NodeRef> {
+        let (parent, name, key, kind) = {
+            let table = self.lock();
+            let node = table.nodes.get(&ino)?;
+            if let Some(fd) = &node.fd {
+                return Some(NodeRef {
+                    fd: Arc::clone(fd),
+                    kind: node.kind,
+                });
+            }
+            let (parent, name) = node.names.first()?.clone();
+            (parent, name, node.key, node.kind)
+        };
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let dir = self.get_at(parent, depth + 1)?;
+        let fd = crate::sys::open_path(dir.fd.as_fd(), &crate::sys::cname(&name).ok()?).ok()?;
+        let st = crate::sys::fstat(fd.as_fd()).ok()?;
+        if (st.st_dev, st.st_ino) != key {
+            return None;
+        }
+        let (fd, closed) = {
+            let mut table = self.lock();
+            let t = &mut *table;
+            let node = t.nodes.get_mut(&ino)?;
+            let fd = match &node.fd {
+                Some(existing) => Arc::clone(existing),
+                None => {
+                    let fd = Arc::new(fd);
+                    node.fd = Some(Arc::clone(&fd));
+                    t.fds += 1;
+                    fd
+                }
+            };
+            (fd, t.trim(ino))
+        };
+        drop(closed);
+        Some(NodeRef { fd, kind })
     }
 
     /// Records a successful lookup of `parent/name`, which resolved to the
@@ -223,19 +307,28 @@ impl Inodes {
         kind: u32,
     ) -> u64 {
         let mut table = self.lock();
+        let mut spare = None;
         let ino = match table.by_key.get(&key).copied() {
             Some(ino) => {
-                if let Some(node) = table.nodes.get_mut(&ino) {
+                let t = &mut *table;
+                if let Some(node) = t.nodes.get_mut(&ino) {
                     node.lookups += 1;
+                    if node.fd.is_none() {
+                        node.fd = Some(Arc::new(fd));
+                        t.fds += 1;
+                    } else {
+                        spare = Some(fd);
+                    }
                 }
                 ino
             }
             None => {
                 let ino = table.fresh_ino(key);
+                table.fds += 1;
                 table.nodes.insert(
                     ino,
                     Node {
-                        fd: Arc::new(fd),
+                        fd: Some(Arc::new(fd)),
                         key,
                         kind,
                         lookups: 1,
@@ -248,6 +341,11 @@ impl Inodes {
             }
         };
         table.link_name(ino, parent, name);
+        let closed = table.trim(ino);
+        drop(table);
+        // Closed outside the lock.
+        drop(closed);
+        drop(spare);
         ino
     }
 
@@ -265,6 +363,9 @@ impl Inodes {
             return;
         }
         if let Some(node) = table.nodes.remove(&ino) {
+            if node.fd.is_some() {
+                table.fds -= 1;
+            }
             if table.by_key.get(&node.key) == Some(&ino) {
                 table.by_key.remove(&node.key);
             }

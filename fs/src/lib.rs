@@ -68,6 +68,13 @@ pub struct Options {
     /// Skip the `flush` round trip when a read-only handle is closed
     /// (`FOPEN_NOFLUSH`; default off: no measurable gain, docs/benchmarks.md).
     pub no_flush: bool,
+    /// Most fds the inode table keeps open (one per inode the kernel has
+    /// cached) before it closes some and reopens them by name when needed.
+    /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
+    /// hard limit, minus an eighth of it (at least 256) kept for the rest of
+    /// the process (open files, the index, the capture log, the control
+    /// socket).
+    pub inode_fds: Option<usize>,
 }
 
 impl Default for Options {
@@ -81,6 +88,7 @@ impl Default for Options {
             keep_cache: true,
             cache_dir: true,
             no_flush: false,
+            inode_fds: None,
         }
     }
 }
@@ -122,7 +130,8 @@ impl Mount {
 ///
 /// The mount is established (kernel handshake done) when this returns `Ok`;
 /// requests are answered once [`Mount::run`] is called. Raises the soft
-/// `RLIMIT_NOFILE` to the hard limit, since every cached inode holds an fd.
+/// `RLIMIT_NOFILE` to the hard limit: cached inodes hold fds, up to
+/// [`Options::inode_fds`].
 ///
 /// # Errors
 ///
@@ -135,15 +144,24 @@ pub fn mount(
     hook: Arc<dyn MutationHook>,
     opts: &Options,
 ) -> io::Result<Mount> {
-    if let Err(err) = sys::raise_nofile_limit() {
-        log::warn!("cannot raise RLIMIT_NOFILE: {err}");
-    }
+    let nofile = match sys::raise_nofile_limit() {
+        Ok(n) => n,
+        Err(err) => {
+            log::warn!("cannot raise RLIMIT_NOFILE: {err}");
+            1024
+        }
+    };
+    let inode_fds = opts.inode_fds.unwrap_or_else(|| {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX);
+        n.saturating_sub((n / 8).max(256))
+    });
+    log::info!("inode table: at most {inode_fds} fds (RLIMIT_NOFILE {nofile})");
     let backing_c = CString::new(backing.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
     let root_fd = sys::open_dir(&backing_c)?;
     let st = sys::fstat(root_fd.as_fd())?;
     let shared = Arc::new(Shared {
-        inodes: inode::Inodes::new(root_fd, (st.st_dev, st.st_ino)),
+        inodes: inode::Inodes::new(root_fd, (st.st_dev, st.st_ino), inode_fds),
         handles: handle::Handles::default(),
         gate: Arc::default(),
         hook,

@@ -476,9 +476,9 @@ pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &CString) -> io::Result<()> 
     Ok(())
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (each cached inode
-/// holds an fd).
-pub(crate) fn raise_nofile_limit() -> io::Result<()> {
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (cached inodes hold
+/// fds) and returns the soft limit now in force.
+pub(crate) fn raise_nofile_limit() -> io::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -490,5 +490,5 @@ pub(crate) fn raise_nofile_limit() -> io::Result<()> {
         // SAFETY: valid struct.
         cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
     }
-    Ok(())
+    Ok(lim.rlim_cur)
 }

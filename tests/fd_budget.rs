@@ -1,0 +1,134 @@
+//! The inode table keeps at most a budget of fds (`OPFS_INODE_FDS`, by
+//! default derived from `RLIMIT_NOFILE`): past it, nodes are closed and
+//! reopened by name. Thousands of cached inodes must work with a budget of
+//! 64: create, read back, chmod, rename, hard link, remove, turn and rewind,
+//! and the daemon's open fds stay near the budget.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+
+const BUDGET: usize = 64;
+/// The daemon's other fds: the index and its WAL, the capture log, the
+/// control socket, `/dev/fuse`, open file handles of requests in flight.
+const OTHERS: usize = 64;
+
+fn daemon_fds(fx: &Fixture) -> usize {
+    let status = fx.opfs_c(&["status", "--json"]).ok();
+    let pid = status.json()["pid"].as_u64().expect("daemon pid");
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read the daemon's fds")
+        .count()
+}
+
+fn tree(root: &std::path::Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).expect("read_dir") {
+            let e = e.expect("entry");
+            let meta = fs::symlink_metadata(e.path()).expect("stat");
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .expect("rel")
+                .to_string_lossy()
+                .into_owned();
+            if meta.is_dir() {
+                out.insert(rel, (Vec::new(), meta.permissions().mode() & 0o7777));
+                stack.push(e.path());
+            } else {
+                let bytes = fs::read(e.path()).expect("read");
+                out.insert(rel, (bytes, meta.permissions().mode() & 0o7777));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
+    let fx = Fixture::new();
+    fx.set_env("OPFS_INODE_FDS", &BUDGET.to_string());
+    fs::create_dir(fx.p("old")).expect("mkdir");
+    for i in 0..200 {
+        fs::write(fx.p(&format!("old/f{i}")), format!("old {i}\n")).expect("write");
+    }
+    fx.mount();
+    let start = tree(&fx.project);
+
+    // Turn 1: 2,000 new files in 40 directories, all cached by the kernel.
+    for d in 0..40 {
+        fs::create_dir(fx.m(&format!("d{d}"))).expect("mkdir via mount");
+        for i in 0..50 {
+            fs::write(
+                fx.m(&format!("d{d}/f{i}")),
+                format!("{d}/{i}\n").repeat(i + 1),
+            )
+            .expect("write via mount");
+        }
+    }
+    // Old files are looked up (and cached) and edited.
+    for i in 0..200 {
+        let p = fx.m(&format!("old/f{i}"));
+        assert_eq!(
+            fs::read(&p).expect("read"),
+            format!("old {i}\n").into_bytes()
+        );
+        fs::write(&p, format!("new {i}\n")).expect("rewrite");
+    }
+    assert!(
+        daemon_fds(&fx) <= BUDGET + OTHERS,
+        "the daemon holds {} fds with a budget of {BUDGET}",
+        daemon_fds(&fx)
+    );
+    let after_1 = tree(&fx.mnt);
+    assert_eq!(after_1.len(), 1 + 200 + 40 + 2000);
+
+    // Turn 2: every cached inode used again, most of them reopened by name.
+    assert_eq!(fx.turn("more"), 2);
+    for d in 0..40 {
+        for i in 0..50 {
+            let p = fx.m(&format!("d{d}/f{i}"));
+            assert_eq!(
+                fs::read(&p).expect("read back"),
+                format!("{d}/{i}\n").repeat(i + 1).into_bytes()
+            );
+            match i % 5 {
+                0 => fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).expect("chmod"),
+                1 => fs::rename(&p, fx.m(&format!("d{d}/r{i}"))).expect("rename"),
+                2 => fs::hard_link(&p, fx.m(&format!("d{d}/l{i}"))).expect("link"),
+                3 => fs::remove_file(&p).expect("unlink"),
+                _ => fs::write(&p, b"overwritten\n").expect("overwrite"),
+            }
+        }
+    }
+    fs::remove_dir_all(fx.m("old")).expect("rm -rf via mount");
+    assert!(
+        daemon_fds(&fx) <= BUDGET + OTHERS,
+        "the daemon holds {} fds with a budget of {BUDGET}",
+        daemon_fds(&fx)
+    );
+
+    // Both turn starts come back exactly.
+    let run = fx.opfs_c(&["rewind", "2", "--json"]).ok();
+    assert_eq!(
+        run.json()["conflicts"].as_array().map(Vec::len),
+        Some(0),
+        "{run}"
+    );
+    assert_eq!(tree(&fx.mnt), after_1);
+    let run = fx.opfs_c(&["rewind", "1", "--json"]).ok();
+    assert_eq!(
+        run.json()["conflicts"].as_array().map(Vec::len),
+        Some(0),
+        "{run}"
+    );
+    assert_eq!(tree(&fx.mnt), start);
+    assert_eq!(tree(&fx.project), start);
+    fx.umount();
+}
