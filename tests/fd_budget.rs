@@ -56,17 +56,17 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
     fx.set_env("OPFS_INODE_FDS", &BUDGET.to_string());
     fs::create_dir(fx.p("old")).expect("mkdir");
     for i in 0..200 {
-        fs::write(fx.p(&format!("old/f{i}")), format!("old {i}\n")).expect("write");
+        fs::write(fx.p(format!("old/f{i}")), format!("old {i}\n")).expect("write");
     }
     fx.mount();
     let start = tree(&fx.project);
 
     // Turn 1: 2,000 new files in 40 directories, all cached by the kernel.
     for d in 0..40 {
-        fs::create_dir(fx.m(&format!("d{d}"))).expect("mkdir via mount");
+        fs::create_dir(fx.m(format!("d{d}"))).expect("mkdir via mount");
         for i in 0..50 {
             fs::write(
-                fx.m(&format!("d{d}/f{i}")),
+                fx.m(format!("d{d}/f{i}")),
                 format!("{d}/{i}\n").repeat(i + 1),
             )
             .expect("write via mount");
@@ -74,7 +74,7 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
     }
     // Old files are looked up (and cached) and edited.
     for i in 0..200 {
-        let p = fx.m(&format!("old/f{i}"));
+        let p = fx.m(format!("old/f{i}"));
         assert_eq!(
             fs::read(&p).expect("read"),
             format!("old {i}\n").into_bytes()
@@ -93,15 +93,15 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
     assert_eq!(fx.turn("more"), 2);
     for d in 0..40 {
         for i in 0..50 {
-            let p = fx.m(&format!("d{d}/f{i}"));
+            let p = fx.m(format!("d{d}/f{i}"));
             assert_eq!(
                 fs::read(&p).expect("read back"),
                 format!("{d}/{i}\n").repeat(i + 1).into_bytes()
             );
             match i % 5 {
                 0 => fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).expect("chmod"),
-                1 => fs::rename(&p, fx.m(&format!("d{d}/r{i}"))).expect("rename"),
-                2 => fs::hard_link(&p, fx.m(&format!("d{d}/l{i}"))).expect("link"),
+                1 => fs::rename(&p, fx.m(format!("d{d}/r{i}"))).expect("rename"),
+                2 => fs::hard_link(&p, fx.m(format!("d{d}/l{i}"))).expect("link"),
                 3 => fs::remove_file(&p).expect("unlink"),
                 _ => fs::write(&p, b"overwritten\n").expect("overwrite"),
             }
