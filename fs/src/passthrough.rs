@@ -166,6 +166,16 @@ impl Shared {
         self.inodes.get(ino).ok_or(Errno::ESTALE)
     }
 
+    /// Makes sure the node cached for `parent/name`, if any, holds its fd
+    /// before the name goes away (an unlink, or a rename over it): a node
+    /// without a name cannot be reopened once the fd budget closed its fd,
+    /// and the kernel may still use it (an open file).
+    fn hold_fd_of(&self, parent: u64, name: &[u8]) {
+        if let Some(ino) = self.inodes.child(parent, name) {
+            let _ = self.inodes.get(ino);
+        }
+    }
+
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
         self.handles.get(fh.0).ok_or(Errno::EBADF)
     }
@@ -1234,6 +1244,7 @@ fn remove(s: &Shared, parent: u64, name: &[u8], flags: i32) -> Res<()> {
     let _gate = s.gate.read();
     let path = s.child_path(parent, name)?;
     s.before(Mutation::Remove { path: &path })?;
+    s.hold_fd_of(parent, name);
     sys::unlinkat(dir.fd.as_fd(), &cname, flags).map_err(e)?;
     s.inodes.unlink(parent, name);
     s.after(Mutation::Remove { path: &path }, None);
@@ -1261,6 +1272,9 @@ fn rename(
         to: &to,
         exchange,
     })?;
+    if !exchange {
+        s.hold_fd_of(new_parent, new_name);
+    }
     sys::renameat2(
         dir.fd.as_fd(),
         &cname,
