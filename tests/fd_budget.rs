@@ -132,3 +132,47 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
     assert_eq!(tree(&fx.project), start);
     fx.umount();
 }
+
+/// A file still open when it is unlinked through the mount, after the
+/// budget closed its node's fd: requests on the inode that carry no file
+/// handle (here `fgetxattr`) still work, because the node is reopened
+/// before the unlink takes its last name.
+#[test]
+fn an_open_file_unlinked_past_the_budget_stays_usable() {
+    use std::os::fd::AsRawFd;
+    let fx = Fixture::new();
+    fx.set_env("OPFS_INODE_FDS", "16");
+    fx.mount();
+    let keep = fx.m("keep");
+    fs::write(&keep, b"kept\n").expect("write");
+    let name = std::ffi::CString::new("user.opfs-test").expect("name");
+    let path = std::ffi::CString::new(keep.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: valid C strings and buffer.
+    let set = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"v1".as_ptr().cast(), 2, 0) };
+    assert_eq!(set, 0, "setxattr: {}", std::io::Error::last_os_error());
+    let file = fs::File::open(&keep).expect("open");
+    // Many more cached inodes than the budget: most nodes lose their fds.
+    for i in 0..300 {
+        fs::write(fx.m(format!("f{i}")), b"x").expect("write");
+    }
+    fs::remove_file(&keep).expect("unlink while open");
+    let mut buf = [0u8; 16];
+    // SAFETY: valid fd, C string and buffer.
+    let n = unsafe {
+        libc::fgetxattr(
+            file.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert_eq!(
+        n,
+        2,
+        "fgetxattr after unlink: {}",
+        std::io::Error::last_os_error()
+    );
+    assert_eq!(&buf[..2], b"v1");
+    drop(file);
+    fx.umount();
+}
