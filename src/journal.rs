@@ -164,9 +164,17 @@ struct Inner {
     /// nothing to compare against.
     fingerprints: HashMap<Vec<u8>, Option<Fingerprint>>,
     /// `(number, started_at)` of every turn, oldest first: which turn was
-    /// open when an inode was born (see [`Journal::birth`]).
+    /// open when an inode was born (see [`Journal::note_birth`]).
     starts: Vec<(u64, i64)>,
+    /// Paths recorded in the closed turns since this process opened the
+    /// journal, with the newest such turn: answers most of
+    /// [`Journal::note_birth`]'s questions without a query. Emptied when it
+    /// holds [`RECENT_MAX`] paths.
+    recent: HashMap<Vec<u8>, u64>,
 }
+
+/// Most paths [`Inner::recent`] holds (about 100 MiB of paths at worst).
+const RECENT_MAX: usize = 1 << 20;
 
 /// Turns and capture for one project.
 pub struct Journal {
@@ -282,6 +290,7 @@ impl Journal {
                 ranged,
                 fingerprints: HashMap::new(),
                 starts,
+                recent: HashMap::new(),
             }),
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
@@ -440,8 +449,19 @@ impl Journal {
             .map(|t| t.started_at)
             .unwrap_or_else(crate::store::index::now_ns);
         inner.starts.push((n, started));
+        if inner.recent.len() + inner.captured.len() > RECENT_MAX {
+            inner.recent.clear();
+        }
+        let Inner {
+            captured,
+            ranged,
+            recent,
+            ..
+        } = &mut *inner;
+        for path in captured.drain().chain(ranged.keys().cloned()) {
+            recent.insert(path, open);
+        }
         inner.turn = n;
-        inner.captured.clear();
         inner.linked.clear();
         inner.ranged.clear();
         self.epoch.store(n, Ordering::Release);
@@ -945,6 +965,10 @@ impl Journal {
             path: paths::display(path),
             source,
         };
+        // Recorded in turn J or later by this process: no query.
+        if inner.recent.get(path).is_some_and(|&t| t >= j) {
+            return Ok(false);
+        }
         // Records of turns before K are all in the index: a turn switch
         // commits the pending ones first.
         if inner
