@@ -25,6 +25,23 @@ fn daemon_fds(fx: &Fixture) -> usize {
         .count()
 }
 
+fn assert_fds_within_budget(fx: &Fixture) {
+    let n = daemon_fds(fx);
+    assert!(
+        n <= BUDGET + OTHERS,
+        "the daemon holds {n} fds with a budget of {BUDGET}"
+    );
+}
+
+fn rewind_without_conflicts(fx: &Fixture, turn: &str) {
+    let run = fx.opfs_c(&["rewind", turn, "--json"]).ok();
+    assert_eq!(
+        run.json()["conflicts"].as_array().map(Vec::len),
+        Some(0),
+        "{run}"
+    );
+}
+
 fn tree(root: &std::path::Path) -> BTreeMap<String, (Vec<u8>, u32)> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
@@ -81,11 +98,7 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
         );
         fs::write(&p, format!("new {i}\n")).expect("rewrite");
     }
-    assert!(
-        daemon_fds(&fx) <= BUDGET + OTHERS,
-        "the daemon holds {} fds with a budget of {BUDGET}",
-        daemon_fds(&fx)
-    );
+    assert_fds_within_budget(&fx);
     let after_1 = tree(&fx.mnt);
     assert_eq!(after_1.len(), 1 + 200 + 40 + 2000);
 
@@ -108,26 +121,12 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
         }
     }
     fs::remove_dir_all(fx.m("old")).expect("rm -rf via mount");
-    assert!(
-        daemon_fds(&fx) <= BUDGET + OTHERS,
-        "the daemon holds {} fds with a budget of {BUDGET}",
-        daemon_fds(&fx)
-    );
+    assert_fds_within_budget(&fx);
 
     // Both turn starts come back exactly.
-    let run = fx.opfs_c(&["rewind", "2", "--json"]).ok();
-    assert_eq!(
-        run.json()["conflicts"].as_array().map(Vec::len),
-        Some(0),
-        "{run}"
-    );
+    rewind_without_conflicts(&fx, "2");
     assert_eq!(tree(&fx.mnt), after_1);
-    let run = fx.opfs_c(&["rewind", "1", "--json"]).ok();
-    assert_eq!(
-        run.json()["conflicts"].as_array().map(Vec::len),
-        Some(0),
-        "{run}"
-    );
+    rewind_without_conflicts(&fx, "1");
     assert_eq!(tree(&fx.mnt), start);
     assert_eq!(tree(&fx.project), start);
     fx.umount();

@@ -50,6 +50,23 @@ fn log_entry(f: &Fixture, turn: u64) -> serde_json::Value {
         .clone()
 }
 
+/// Asserts that `big` in the export's commit of turn `turn` (the tree at the
+/// end of that turn) has the BLAKE3 hex hash `want`.
+fn assert_exported_big(git_dir: &std::path::Path, turn: u64, want: &str) {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["show", &format!("refs/opfs/turns/{turn}:big")])
+        .output()
+        .expect("git show");
+    assert!(out.status.success(), "git show turn {turn}: {out:?}");
+    assert_eq!(
+        blake3::hash(&out.stdout).to_hex().to_string(),
+        want,
+        "exported big at the end of turn {turn}"
+    );
+}
+
 /// Closes the open turn, rewinds to the start of turn `t` (the project must
 /// be `start` again), then redoes (the project must be what the turn left).
 fn close_turn_rewind_and_redo(f: &Fixture, t: u64, start: &Manifest) {
@@ -115,18 +132,7 @@ fn small_writes_into_a_large_file_store_only_what_they_overwrite() {
     f.opfs_c(&["export", "--git-dir", git_dir.to_str().expect("utf-8")])
         .ok();
     for (turn, want) in [(t - 1, &start), (t, &end)] {
-        let out = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&git_dir)
-            .args(["show", &format!("refs/opfs/turns/{turn}:big")])
-            .output()
-            .expect("git show");
-        assert!(out.status.success(), "git show turn {turn}: {out:?}");
-        assert_eq!(
-            &blake3::hash(&out.stdout).to_hex().to_string(),
-            want,
-            "exported big at the end of turn {turn}"
-        );
+        assert_exported_big(&git_dir, turn, want);
     }
 
     let before_rewind = store_bytes(&f);
@@ -619,19 +625,7 @@ fn ranged_records_around_a_whole_record_read_back_through_history() {
         .ok();
     // The export's turn N holds the tree at the end of N: the start of N+1.
     for w in starts.windows(2) {
-        let (t, want) = (w[0].0, &w[1].1);
-        let out = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&git_dir)
-            .args(["show", &format!("refs/opfs/turns/{t}:big")])
-            .output()
-            .expect("git show");
-        assert!(out.status.success(), "git show turn {t}: {out:?}");
-        assert_eq!(
-            &blake3::hash(&out.stdout).to_hex().to_string(),
-            want,
-            "exported big at the end of turn {t}"
-        );
+        assert_exported_big(&git_dir, w[0].0, &w[1].1);
     }
     // Oldest first: the first rewind goes from the end straight to the
     // first turn, across the whole record.
