@@ -247,52 +247,29 @@ impl Backing {
     /// tmpfs do). Timestamps come from the kernel's coarse clock, so the
     /// value may lie a few ms before the true instant.
     pub fn born_ns(&self, rel: &[u8], file: Option<&File>) -> io::Result<Option<i64>> {
-        // SAFETY: zeroed statx is a valid out-parameter.
-        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-        let empty = c"";
-        let res = match file {
-            // SAFETY: valid fd, empty C string and out pointer.
-            Some(f) => unsafe {
-                libc::statx(
-                    f.as_raw_fd(),
-                    empty.as_ptr(),
-                    libc::AT_EMPTY_PATH,
-                    libc::STATX_BTIME,
-                    &mut stx,
-                )
-            },
-            None if rel.is_empty() => {
-                // SAFETY: valid fd, empty C string and out pointer.
-                unsafe {
-                    libc::statx(
-                        self.root.as_raw_fd(),
-                        empty.as_ptr(),
-                        libc::AT_EMPTY_PATH,
-                        libc::STATX_BTIME,
-                        &mut stx,
-                    )
-                }
-            }
+        let parent;
+        let (fd, name, flags) = match file {
+            Some(f) => (f.as_raw_fd(), c"", libc::AT_EMPTY_PATH),
+            None if rel.is_empty() => (self.root.as_raw_fd(), c"", libc::AT_EMPTY_PATH),
             None => {
-                let (dir, name) = match self.parent(rel) {
+                parent = match self.parent(rel) {
                     Ok(p) => p,
                     Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => {
                         return Ok(None)
                     }
                     Err(e) => return Err(e),
                 };
-                // SAFETY: valid fd, C string and out pointer.
-                unsafe {
-                    libc::statx(
-                        dir.as_raw_fd(),
-                        name.as_ptr(),
-                        libc::AT_SYMLINK_NOFOLLOW,
-                        libc::STATX_BTIME,
-                        &mut stx,
-                    )
-                }
+                (
+                    parent.0.as_raw_fd(),
+                    parent.1.as_c_str(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
             }
         };
+        // SAFETY: zeroed statx is a valid out-parameter.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd, C string and out pointer.
+        let res = unsafe { libc::statx(fd, name.as_ptr(), flags, libc::STATX_BTIME, &mut stx) };
         if res < 0 {
             let e = io::Error::last_os_error();
             return if is_not_found(&e) { Ok(None) } else { Err(e) };

@@ -933,8 +933,10 @@ impl Journal {
     ///   of the content.
     ///
     /// Cost: one `statx`. For an inode born after the first kept turn began,
-    /// also one indexed query. Nothing when the filesystem does not report
-    /// birth times: those paths keep the old rule, with no check.
+    /// also a look in [`Inner::recent`], and when that does not answer, one
+    /// lookup in the index's `(path, turn)` index. Nothing when the
+    /// filesystem does not report birth times: those paths keep the old
+    /// rule, with no check.
     fn note_birth(
         &self,
         inner: &mut Inner,
