@@ -253,6 +253,23 @@ impl Inodes {
         self.get_at(ino, 0)
     }
 
+    /// Makes sure the node cached for `parent/name`, if any, holds its fd
+    /// (reopening it if the budget closed it), before the name goes away.
+    /// One lookup under the lock when the fd is there, as it nearly always is.
+    pub(crate) fn hold_fd_of(&self, parent: u64, name: &[u8]) {
+        let ino = {
+            let table = self.lock();
+            let Some(&ino) = table.by_name.get(&(parent, name.to_vec())) else {
+                return;
+            };
+            match table.nodes.get(&ino) {
+                Some(node) if node.fd.is_none() => ino,
+                _ => return,
+            }
+        };
+        let _ = self.get(ino);
+    }
+
     fn get_at(&self, ino: u64, depth: usize) -> Option<NodeRef> {
         let (parent, name, key, kind) = {
             let table = self.lock();

@@ -171,9 +171,7 @@ impl Shared {
     /// without a name cannot be reopened once the fd budget closed its fd,
     /// and the kernel may still use it (an open file).
     fn hold_fd_of(&self, parent: u64, name: &[u8]) {
-        if let Some(ino) = self.inodes.child(parent, name) {
-            let _ = self.inodes.get(ino);
-        }
+        self.inodes.hold_fd_of(parent, name);
     }
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
