@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use crate::history::{git_file_mode, HistoryError, PathChange, Sources};
-use crate::preimage::PreImage;
+use crate::record::PreImage;
 
 /// One side of a changed path as git sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

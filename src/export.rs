@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::backing::Backing;
 use crate::history::{self, Sources, Timeline, Version};
 use crate::paths;
-use crate::preimage::{Hash, PreImage};
+use crate::record::{Hash, PreImage};
 use crate::state::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
 

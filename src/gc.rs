@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
-use crate::preimage::Hash;
+use crate::record::Hash;
 use crate::state::StateDir;
 use crate::store::BlobStore;
 
@@ -112,7 +112,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         let entries = crate::store::log::read(&state.capture_log_path())
             .map_err(crate::store::ReplayError::from)?;
         for e in entries {
-            if let crate::preimage::PreImage::File { blob, .. } = e.pre {
+            if let crate::record::PreImage::File { blob, .. } = e.pre {
                 logged.insert(blob.to_vec());
             }
         }

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::backing::Backing;
 use crate::paths;
-use crate::preimage::{Hash, PreImage, Special};
+use crate::record::{Hash, PreImage, Special};
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
 
 /// Errors from history commands. Each names the turn or path it concerns.

@@ -25,10 +25,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use opfs_fs::{Errno, Mutation, MutationHook};
 
-use crate::backing::{Backing, Stat};
-use crate::fingerprint::Fingerprint;
+use crate::backing::Backing;
 use crate::paths;
-use crate::preimage::{PreImage, Special};
+use crate::record::Fingerprint;
+use crate::record::Stat;
+use crate::record::{PreImage, Special};
 use crate::state::StateDir;
 use crate::store::log::Op;
 use crate::store::{
@@ -155,7 +156,7 @@ struct Inner {
     /// turn, by backing `(dev, ino)`: another name of the same inode
     /// recorded later in the turn (after a write through the first name)
     /// gets this turn-start content, not the bytes written since.
-    linked: HashMap<(u64, u64), (crate::preimage::Hash, u64)>,
+    linked: HashMap<(u64, u64), (crate::record::Hash, u64)>,
     /// Files captured as ranges in the open turn (a `Ranged` record is
     /// their pre-image; `captured` does not hold them).
     ranged: HashMap<Vec<u8>, RangeState>,
@@ -333,7 +334,7 @@ impl Journal {
 
     /// Checks that blob `hash` is stored (inline or as a file) and hashes
     /// to its name; returns its length. Errors as [`crate::store::verify_blob`].
-    pub fn verify_blob(&self, hash: &crate::preimage::Hash) -> Result<u64, BlobError> {
+    pub fn verify_blob(&self, hash: &crate::record::Hash) -> Result<u64, BlobError> {
         let mut inner = self.lock();
         Self::apply_locked(&mut inner).map_err(index_as_blob_error)?;
         crate::store::verify_blob(&inner.index, &self.blobs, hash)
@@ -341,7 +342,7 @@ impl Journal {
 
     /// The content of blob `hash` when it is stored inline (checked), else
     /// `None` (read the blob file). Errors as [`crate::store::read_blob`].
-    pub fn inline_blob(&self, hash: &crate::preimage::Hash) -> Result<Option<Vec<u8>>, BlobError> {
+    pub fn inline_blob(&self, hash: &crate::record::Hash) -> Result<Option<Vec<u8>>, BlobError> {
         let mut inner = self.lock();
         Self::apply_locked(&mut inner).map_err(index_as_blob_error)?;
         match inner.index.inline_blob(hash).map_err(index_as_blob_error)? {
@@ -615,7 +616,7 @@ impl Journal {
         // back".
         let turn = inner.turn;
         self.append(inner, Entry::record(turn, path.to_vec(), pre, data))?;
-        crate::rewind::failpoint("capture-after-record");
+        crate::failpoint::failpoint("capture-after-record");
         inner.captured.insert(path.to_vec());
         Ok(())
     }
@@ -749,7 +750,7 @@ impl Journal {
                     })?;
                     None
                 };
-                crate::rewind::failpoint("capture-after-blob");
+                crate::failpoint::failpoint("capture-after-blob");
                 let piece = PreImage::File {
                     blob,
                     size: n,
@@ -766,7 +767,7 @@ impl Journal {
                         op: Op::Range { offset: at },
                     },
                 )?;
-                crate::rewind::failpoint("capture-after-record");
+                crate::failpoint::failpoint("capture-after-record");
                 state.covered.insert(at, at + n);
                 at += n;
             }
@@ -1049,7 +1050,7 @@ impl Journal {
                     let (blob, size) = self.blobs.put(&mut src, st.size).map_err(blob_err)?;
                     (blob, size, None)
                 };
-                crate::rewind::failpoint("capture-after-blob");
+                crate::failpoint::failpoint("capture-after-blob");
                 if st.nlink > 1 {
                     inner.linked.insert(key, (blob, size));
                 }

@@ -17,7 +17,7 @@
 
 use std::io::{self, Read};
 
-use crate::preimage::Hash;
+use crate::record::Hash;
 use crate::store::index::Piece;
 use crate::store::{BlobError, BlobStore, Index};
 
@@ -391,7 +391,7 @@ mod tests {
             entries.push(crate::store::Entry {
                 turn: 1,
                 path: b"f".to_vec(),
-                pre: crate::preimage::PreImage::File {
+                pre: crate::record::PreImage::File {
                     blob: p.blob,
                     size: p.len,
                     perm: 0,

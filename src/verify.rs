@@ -25,7 +25,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
 use crate::paths;
-use crate::preimage::{hex, Hash};
+use crate::record::{hex, Hash};
 use crate::state::StateDir;
 use crate::store::index::SCHEMA_VERSION;
 use crate::store::{BlobError, BlobStore};

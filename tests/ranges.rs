@@ -406,7 +406,7 @@ fn opfs_p(f: &Fixture, args: &[&str]) -> Run {
 /// index as `apply` writes it, read back through `ranges_of` and `Patched`.
 #[test]
 fn overlapping_saved_ranges_read_back_earliest_first() {
-    use opfs::preimage::PreImage;
+    use opfs::record::PreImage;
     use opfs::store::log::Op;
     use opfs::store::{BlobStore, Entry, Index};
     let dir = tempfile::tempdir().expect("tempdir");

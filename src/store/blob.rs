@@ -11,7 +11,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::preimage::{hex, Hash};
+use crate::record::{hex, Hash};
 
 /// Content of at most this many bytes is hashed in memory before anything is
 /// written, so content already stored costs no write at all.

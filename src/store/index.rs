@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::fingerprint::Fingerprint;
 use crate::paths;
-use crate::preimage::{Hash, PreImage, Special};
+use crate::record::Fingerprint;
+use crate::record::{Hash, PreImage, Special};
 use crate::store::log::{Entry, Op};
 
 /// One saved range of a [`PreImage::Ranged`] record: `len` bytes at

@@ -26,7 +26,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::paths;
-use crate::preimage::{Hash, PreImage, Special};
+use crate::record::{Hash, PreImage, Special};
 
 /// Content of at most this many bytes is stored inline in the index
 /// instead of as a blob file.

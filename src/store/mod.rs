@@ -11,7 +11,7 @@ pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
 
 use std::path::Path;
 
-use crate::preimage::{hex, Hash};
+use crate::record::{hex, Hash};
 
 /// Moves the records of the capture log at `log_path` into `index` (one
 /// transaction) and empties the log; returns the log open for appending.

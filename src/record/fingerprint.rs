@@ -18,7 +18,7 @@
 //! unnoticed, and so can a change whose writer resets the mtime by hand;
 //! `docs/design.md` says so.
 
-use crate::backing::Stat;
+use super::Stat;
 
 /// The fingerprint of one path. `file_type == 0` means the path was absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,13 @@
-//! What one path looked like just before its first mutation in a turn.
+//! Records: pure data the store keeps and the core passes around, with no
+//! I/O: a path's state ([`PreImage`]: what one path looked like just before
+//! its first mutation in a turn), blob hashes, the [`Stat`] fields the core
+//! reads and the [`Fingerprint`] it remembers.
+
+mod fingerprint;
+mod stat;
+
+pub use fingerprint::Fingerprint;
+pub use stat::Stat;
 
 /// A BLAKE3 digest (32 bytes) naming a blob.
 pub type Hash = [u8; 32];
