@@ -161,7 +161,7 @@ pub fn mount(
     let root_fd = sys::open_dir(&backing_c)?;
     let st = sys::fstat(root_fd.as_fd())?;
     let shared = Arc::new(Shared {
-        inodes: inode::Inodes::new(root_fd, (st.st_dev, st.st_ino), inode_fds),
+        inodes: inode::Inodes::new(root_fd, inode::InodeKey::of(&st), inode_fds),
         handles: handle::Handles::default(),
         gate: Arc::default(),
         hook,
@@ -307,7 +307,7 @@ impl Controller {
                     let cname = sys::cname(name).ok()?;
                     sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten()
                 });
-                if now.map(|st| (st.st_dev, st.st_ino)) != inodes.key(ino) {
+                if now.map(|st| inode::InodeKey::of(&st)) != inodes.key(ino) {
                     inodes.unlink_if(parent, name, ino);
                 }
             }

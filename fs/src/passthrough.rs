@@ -25,7 +25,7 @@ use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::to_errno;
 use crate::handle::{Handle, Handles, NO_EPOCH};
 use crate::hook::{Mutation, MutationHook};
-use crate::inode::{child, stamp, Inodes, NodeRef, ROOT};
+use crate::inode::{child, InodeKey, Inodes, NodeRef, Stamp, ROOT};
 use crate::quiesce::Gate;
 use crate::sys;
 
@@ -252,11 +252,11 @@ impl Shared {
         let cname = sys::cname(name).map_err(e)?;
         let fd = sys::open_path(dir.fd.as_fd(), &cname).map_err(e)?;
         let st = sys::fstat(fd.as_fd()).map_err(e)?;
-        let ino = self.inodes.remember(
+        let ino = self.inodes.lookup(
             parent,
             name,
             fd,
-            (st.st_dev, st.st_ino),
+            InodeKey::of(&st),
             st.st_mode & libc::S_IFMT,
         );
         Ok(attr(ino, &st))
@@ -375,7 +375,7 @@ impl Shared {
     /// it only costs a cache drop at the next open.
     fn unchanged_since_last_open(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
         match sys::fstat(fd) {
-            Ok(st) => self.inodes.opened(ino, stamp(&st)),
+            Ok(st) => self.inodes.opened(ino, Stamp::of(&st)),
             Err(_) => false,
         }
     }
