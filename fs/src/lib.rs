@@ -15,6 +15,7 @@ mod hook;
 mod inode;
 mod passthrough;
 mod quiesce;
+mod reply;
 mod sys;
 
 use std::ffi::{CString, OsStr};
@@ -31,7 +32,7 @@ pub use hook::{Errno, Mutation, MutationHook, NoHook};
 pub use quiesce::QuiesceGuard;
 
 use inode::ROOT;
-use passthrough::{Passthrough, Shared};
+use passthrough::{Passthrough, State};
 
 /// How long [`Controller::invalidate`] waits for the kernel to take its
 /// notifications before giving up on waiting (the notifications still go
@@ -160,7 +161,7 @@ pub fn mount(
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
     let root_fd = sys::open_dir(&backing_c)?;
     let st = sys::fstat(root_fd.as_fd())?;
-    let shared = Arc::new(Shared {
+    let state = Arc::new(State {
         inodes: inode::Inodes::new(root_fd, inode::InodeKey::of(&st), inode_fds),
         handles: handle::Handles::default(),
         gate: Arc::default(),
@@ -172,7 +173,7 @@ pub fn mount(
         no_flush: opts.no_flush,
     });
     let fs = Passthrough {
-        shared: Arc::clone(&shared),
+        state: Arc::clone(&state),
     };
 
     let mut config = Config::default();
@@ -193,7 +194,7 @@ pub fn mount(
     let invalidations = spawn_invalidator(session.notifier())?;
     let controller = Controller {
         inner: Arc::new(ControlInner {
-            shared,
+            state,
             invalidations: Mutex::new(invalidations),
             unmounter: Mutex::new(Some(session.unmount_callable())),
             mountpoint: mountpoint
@@ -245,7 +246,7 @@ fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
 }
 
 struct ControlInner {
-    shared: Arc<Shared>,
+    state: Arc<State>,
     invalidations: Mutex<mpsc::Sender<InvalJob>>,
     unmounter: Mutex<Option<SessionUnmounter>>,
     mountpoint: PathBuf,
@@ -271,7 +272,7 @@ impl Controller {
     /// and keeps new ones waiting until the guard is dropped. Read-only
     /// operations continue. Blocks while another guard is alive.
     pub fn quiesce(&self) -> QuiesceGuard {
-        self.inner.shared.gate.write()
+        self.inner.state.gate.write()
     }
 
     /// Makes changes made directly in the backing directory at `paths`
@@ -284,7 +285,7 @@ impl Controller {
     /// [`QuiesceGuard`]. Waits at most a few seconds for the kernel; paths
     /// the kernel never cached are skipped silently.
     pub fn invalidate(&self, paths: &[Vec<u8>]) {
-        let inodes = &self.inner.shared.inodes;
+        let inodes = &self.inner.state.inodes;
         let mut ops = Vec::new();
         for path in paths {
             let parts: Vec<&[u8]> = path
