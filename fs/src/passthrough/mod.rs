@@ -8,12 +8,15 @@
 //!   cache settings) and the namespace and metadata operations.
 //! - `io.rs`: file and directory I/O.
 //! - `attr.rs`: `stat` ↔ FUSE conversions (attributes, times, devices).
+//! - `cache.rs`: what [`crate::Controller::invalidate`] needs from the
+//!   passthrough (the crate's `Invalidate` trait).
 //!
 //! Every mutating operation takes the read side of the quiesce gate, asks
 //! the hook, and only then touches the backing directory; it holds the gate
 //! until the backing call returned. Read-only operations never call the hook.
 
 mod attr;
+mod cache;
 mod io;
 mod ops;
 
