@@ -14,6 +14,7 @@ mod errno;
 mod handle;
 mod hook;
 mod inode;
+pub mod overlay;
 mod passthrough;
 mod quiesce;
 mod reply;
