@@ -89,8 +89,21 @@ impl Default for Options {
 ///
 /// Dropping it without calling [`Mount::run`] unmounts.
 pub struct Mount {
-    session: Session<Passthrough>,
+    session: Box<dyn Serve>,
     controller: Controller,
+}
+
+/// A mounted FUSE session of any of the crate's filesystems, so [`Mount`]
+/// does not name which one it serves.
+trait Serve: Send {
+    /// Serves requests until the filesystem is unmounted.
+    fn serve(self: Box<Self>) -> io::Result<()>;
+}
+
+impl<FS: fuser::Filesystem + Send + 'static> Serve for Session<FS> {
+    fn serve(self: Box<Self>) -> io::Result<()> {
+        self.run()
+    }
 }
 
 impl std::fmt::Debug for Mount {
@@ -114,7 +127,7 @@ impl Mount {
     /// Returns `Err` if a worker thread failed to start or the FUSE device
     /// reported an error other than the unmount.
     pub fn run(self) -> io::Result<()> {
-        self.session.run()
+        self.session.serve()
     }
 }
 
@@ -191,7 +204,7 @@ pub fn mount(
         mountpoint,
     )?;
     Ok(Mount {
-        session,
+        session: Box::new(session),
         controller,
     })
 }
