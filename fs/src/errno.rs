@@ -26,3 +26,8 @@ pub(crate) fn to_errno(err: &io::Error) -> Errno {
 pub(crate) fn os(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
+
+/// [`to_errno`] by value, for `.map_err(errno)`.
+pub(crate) fn errno(err: io::Error) -> Errno {
+    to_errno(&err)
+}

@@ -8,41 +8,33 @@
 //! kernel's caches after changing the backing directory itself, and unmount.
 #![deny(missing_docs)]
 
+mod controller;
 mod creds;
 mod errno;
 mod handle;
 mod hook;
 mod inode;
+pub mod overlay;
 mod passthrough;
 mod quiesce;
+mod reply;
 mod sys;
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{Config, MountOption, Session, SessionACL};
 
+pub use controller::{Controller, UNMOUNT_GRACE, UNMOUNT_POLL};
 pub use hook::{Errno, Mutation, MutationHook, NoHook};
 pub use quiesce::QuiesceGuard;
 
-use inode::ROOT;
-use passthrough::{Passthrough, Shared};
-
-/// How long [`Controller::invalidate`] waits for the kernel to take its
-/// notifications before giving up on waiting (the notifications still go
-/// out once the kernel is ready).
-const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long [`Controller::unmount_if_idle`] keeps retrying a busy mount.
-pub const UNMOUNT_GRACE: Duration = Duration::from_secs(2);
-
-/// The pause between two unmount attempts of a busy mount.
-pub const UNMOUNT_POLL: Duration = Duration::from_millis(50);
+use passthrough::{Passthrough, State};
 
 /// Mount settings.
 #[derive(Debug, Clone)]
@@ -97,14 +89,27 @@ impl Default for Options {
 ///
 /// Dropping it without calling [`Mount::run`] unmounts.
 pub struct Mount {
-    session: Session<Passthrough>,
+    session: Box<dyn Serve>,
     controller: Controller,
+}
+
+/// A mounted FUSE session of any of the crate's filesystems, so [`Mount`]
+/// does not name which one it serves.
+trait Serve: Send {
+    /// Serves requests until the filesystem is unmounted.
+    fn serve(self: Box<Self>) -> io::Result<()>;
+}
+
+impl<FS: fuser::Filesystem + Send + 'static> Serve for Session<FS> {
+    fn serve(self: Box<Self>) -> io::Result<()> {
+        self.run()
+    }
 }
 
 impl std::fmt::Debug for Mount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mount")
-            .field("mountpoint", &self.controller.inner.mountpoint)
+            .field("mountpoint", &self.controller.mountpoint())
             .finish()
     }
 }
@@ -122,7 +127,7 @@ impl Mount {
     /// Returns `Err` if a worker thread failed to start or the FUSE device
     /// reported an error other than the unmount.
     pub fn run(self) -> io::Result<()> {
-        self.session.run()
+        self.session.serve()
     }
 }
 
@@ -160,8 +165,8 @@ pub fn mount(
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
     let root_fd = sys::open_dir(&backing_c)?;
     let st = sys::fstat(root_fd.as_fd())?;
-    let shared = Arc::new(Shared {
-        inodes: inode::Inodes::new(root_fd, (st.st_dev, st.st_ino), inode_fds),
+    let state = Arc::new(State {
+        inodes: inode::Inodes::new(root_fd, inode::InodeKey::of(&st), inode_fds),
         handles: handle::Handles::default(),
         gate: Arc::default(),
         hook,
@@ -172,7 +177,7 @@ pub fn mount(
         no_flush: opts.no_flush,
     });
     let fs = Passthrough {
-        shared: Arc::clone(&shared),
+        state: Arc::clone(&state),
     };
 
     let mut config = Config::default();
@@ -190,241 +195,18 @@ pub fn mount(
     config.clone_fd = true;
 
     let mut session = Session::new(fs, mountpoint, &config)?;
-    let invalidations = spawn_invalidator(session.notifier())?;
-    let controller = Controller {
-        inner: Arc::new(ControlInner {
-            shared,
-            invalidations: Mutex::new(invalidations),
-            unmounter: Mutex::new(Some(session.unmount_callable())),
-            mountpoint: mountpoint
-                .canonicalize()
-                .unwrap_or_else(|_| mountpoint.to_path_buf()),
-        }),
-    };
+    let gate = Arc::clone(&state.gate);
+    let controller = Controller::new(
+        state,
+        gate,
+        session.notifier(),
+        session.unmount_callable(),
+        mountpoint,
+    )?;
     Ok(Mount {
-        session,
+        session: Box::new(session),
         controller,
     })
-}
-
-/// One kernel cache invalidation.
-enum Inval {
-    Entry(u64, Vec<u8>),
-    Inode(u64),
-}
-
-struct InvalJob {
-    ops: Vec<Inval>,
-    done: mpsc::Sender<()>,
-}
-
-/// Notifications go out from their own thread: writing one can block while
-/// the kernel holds a lock that an in-flight request also needs, and the
-/// caller must never wait for that forever.
-fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
-    let (tx, rx) = mpsc::channel::<InvalJob>();
-    std::thread::Builder::new()
-        .name("opfs-inval".to_string())
-        .spawn(move || {
-            for job in rx {
-                for op in &job.ops {
-                    let res = match op {
-                        Inval::Entry(parent, name) => {
-                            notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
-                        }
-                        Inval::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
-                    };
-                    if let Err(err) = res {
-                        log::debug!("invalidation failed: {err}");
-                    }
-                }
-                let _ = job.done.send(());
-            }
-        })?;
-    Ok(tx)
-}
-
-struct ControlInner {
-    shared: Arc<Shared>,
-    invalidations: Mutex<mpsc::Sender<InvalJob>>,
-    unmounter: Mutex<Option<SessionUnmounter>>,
-    mountpoint: PathBuf,
-}
-
-/// Controls a running mount from other threads. Cheap to clone.
-#[derive(Clone)]
-pub struct Controller {
-    inner: Arc<ControlInner>,
-}
-
-impl std::fmt::Debug for Controller {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller")
-            .field("mountpoint", &self.inner.mountpoint)
-            .finish()
-    }
-}
-
-impl Controller {
-    /// Stops mutations: returns once no mutating callback is between its
-    /// [`MutationHook::before`] call and the end of its backing mutation,
-    /// and keeps new ones waiting until the guard is dropped. Read-only
-    /// operations continue. Blocks while another guard is alive.
-    pub fn quiesce(&self) -> QuiesceGuard {
-        self.inner.shared.gate.write()
-    }
-
-    /// Makes changes made directly in the backing directory at `paths`
-    /// (relative, as in [`Mutation`]; `""` is the root) visible through the
-    /// mount: drops the kernel's cached name, attributes and pages for each
-    /// path and its parent directory, and forgets the layer's own mapping of
-    /// a name whose backing inode changed, so the next lookup re-reads it.
-    ///
-    /// Costs O(depth) per path. Must be called without holding a
-    /// [`QuiesceGuard`]. Waits at most a few seconds for the kernel; paths
-    /// the kernel never cached are skipped silently.
-    pub fn invalidate(&self, paths: &[Vec<u8>]) {
-        let inodes = &self.inner.shared.inodes;
-        let mut ops = Vec::new();
-        for path in paths {
-            let parts: Vec<&[u8]> = path
-                .split(|&b| b == b'/')
-                .filter(|p| !p.is_empty())
-                .collect();
-            let Some((name, dirs)) = parts.split_last() else {
-                ops.push(Inval::Inode(ROOT));
-                continue;
-            };
-            let mut parent = Some(ROOT);
-            for dir in dirs {
-                parent = parent.and_then(|p| inodes.child(p, dir));
-            }
-            // A directory the kernel never looked up has no cached children.
-            let Some(parent) = parent else { continue };
-            let cached = inodes.child(parent, name);
-            if let Some(ino) = cached {
-                let now = inodes.get(parent).and_then(|dir| {
-                    let cname = sys::cname(name).ok()?;
-                    sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten()
-                });
-                if now.map(|st| (st.st_dev, st.st_ino)) != inodes.key(ino) {
-                    inodes.unlink_if(parent, name, ino);
-                }
-            }
-            ops.push(Inval::Entry(parent, name.to_vec()));
-            if let Some(ino) = cached {
-                ops.push(Inval::Inode(ino));
-            }
-            ops.push(Inval::Inode(parent));
-        }
-        if ops.is_empty() {
-            return;
-        }
-        let (done_tx, done_rx) = mpsc::channel();
-        let sent = self
-            .inner
-            .invalidations
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(InvalJob { ops, done: done_tx });
-        if sent.is_err() {
-            log::warn!("invalidation thread is gone");
-            return;
-        }
-        if done_rx.recv_timeout(INVALIDATE_TIMEOUT).is_err() {
-            log::warn!("kernel did not take invalidations within {INVALIDATE_TIMEOUT:?}");
-        }
-    }
-
-    /// Unmounts only if nothing uses the mount: no detaching. As root with
-    /// `umount2(2)`, otherwise with `fusermount3 -u`. While the mount is
-    /// busy it retries every [`UNMOUNT_POLL`] for up to [`UNMOUNT_GRACE`]:
-    /// a process that is exiting, or a just-forked child that has not yet
-    /// reached `exec` (and still holds copies of its parent's descriptors),
-    /// keeps the mount busy for a moment. On success `run` returns.
-    ///
-    /// # Errors
-    ///
-    /// `EBUSY` (with the mountpoint in the message) when a process still has
-    /// its working directory or an open file in the mount after the grace;
-    /// the mount keeps serving. Any other `umount2` error as it is.
-    pub fn unmount_if_idle(&self) -> io::Result<()> {
-        let mp = &self.inner.mountpoint;
-        let deadline = Instant::now() + UNMOUNT_GRACE;
-        while self.try_unmount()? {
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::ResourceBusy,
-                    format!(
-                        "{} is busy: a process has its working directory or an open file in it \
-                         (leave it, or see `fuser -vm {}`), then retry",
-                        mp.display(),
-                        mp.display()
-                    ),
-                ));
-            }
-            std::thread::sleep(UNMOUNT_POLL);
-        }
-        Ok(())
-    }
-
-    /// One unmount attempt without detaching; `Ok(true)` means busy.
-    fn try_unmount(&self) -> io::Result<bool> {
-        let mp = &self.inner.mountpoint;
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            let path = CString::new(mp.as_os_str().as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint"))?;
-            // SAFETY: valid C string.
-            if unsafe { libc::umount2(path.as_ptr(), 0) } < 0 {
-                let err = io::Error::last_os_error();
-                if err.raw_os_error() != Some(libc::EBUSY) {
-                    return Err(err);
-                }
-                return Ok(true);
-            }
-            Ok(false)
-        } else {
-            let status = std::process::Command::new("fusermount3")
-                .arg("-u")
-                .arg(mp)
-                .stderr(std::process::Stdio::null())
-                .status()?;
-            Ok(!status.success())
-        }
-    }
-
-    /// Unmounts, which makes [`Mount::run`] return. Unmounting twice is a
-    /// no-op. If the mount is busy, detaches it lazily instead.
-    ///
-    /// # Errors
-    ///
-    /// Returns the `umount2` error if even the lazy detach fails.
-    pub fn unmount(&self) -> io::Result<()> {
-        let mut guard = self
-            .inner
-            .unmounter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let Some(unmounter) = guard.as_mut() else {
-            return Ok(());
-        };
-        match unmounter.unmount() {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                log::warn!("umount failed ({err}); detaching");
-                let path =
-                    CString::new(self.inner.mountpoint.as_os_str().as_bytes()).map_err(|_| {
-                        io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint")
-                    })?;
-                // SAFETY: valid C string.
-                if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            }
-        }
-    }
 }
 
 // The core shares the controller between threads and may hand a quiesce

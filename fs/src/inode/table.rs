@@ -1,91 +1,124 @@
-//! The inode table: FUSE inode numbers ↔ backing inodes.
-//!
-//! Each node holds an `O_PATH | O_NOFOLLOW` fd on its backing inode, opened
-//! relative to its parent's fd, so every operation is anchored inside the
-//! backing directory and cannot be redirected by a symlink. Nodes are keyed
-//! by the backing `(dev, ino)`, so hard links share one FUSE inode. The
-//! kernel's lookup count decides a node's life: each successful entry reply
-//! adds one, `forget` subtracts; at zero the node and its fd go away. The
-//! root (FUSE inode 1) is never forgotten. A node's FUSE number is its
-//! backing inode number where that is unambiguous (see `Table::fresh_ino`).
-//!
-//! The fds are bounded: past a budget (set from `RLIMIT_NOFILE`, see
-//! [`Inodes::new`]) the table closes the fds of nodes it can find again by
-//! name, and [`Inodes::get`] reopens such a node from its parent's fd and
-//! its first name, checking that the name still leads to the same backing
-//! inode. So the kernel may keep any number of inodes cached without the
-//! daemon running out of descriptors.
-//!
-//! A node also remembers the names it is known by, as (parent inode, name)
-//! pairs, so its path can be computed for the mutation hook and so a path
-//! can be resolved to a cached inode in O(depth) for invalidation. Names are
-//! learned from lookups and creations and updated on unlink and rename.
+//! The nodes: their backing identity, lookup counts and known names.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// FUSE inode number of the root.
-pub(crate) const ROOT: u64 = 1;
+use super::fds::MIN_FD_BUDGET;
+use super::{child, join, MAX_DEPTH, ROOT};
 
 /// First FUSE inode number handed out when a backing inode number cannot be
 /// reused (another device, or already taken).
 const SYNTHETIC_BASE: u64 = 1 << 62;
 
-/// The smallest fd budget (enough for any path's chain of directories to be
-/// reopened one step at a time).
-pub(crate) const MIN_FD_BUDGET: usize = 16;
+/// The backing identity of an inode: its `st_dev` and `st_ino`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct InodeKey {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+}
 
-/// Longest parent chain followed when building a path (a cycle would be a
-/// bug; the bound keeps it from hanging a callback).
-const MAX_DEPTH: usize = 4096;
+impl InodeKey {
+    /// The identity of the inode `st` describes.
+    pub(crate) fn of(st: &libc::stat) -> InodeKey {
+        InodeKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+}
 
-/// The backing identity of an inode: `(st_dev, st_ino)`.
-pub(crate) type Key = (u64, u64);
+/// The backing inode's change stamp. Every change to the content, by
+/// anyone, moves the ctime, so an equal stamp at two opens means the
+/// kernel's page cache of the first is still exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    ctime_sec: i64,
+    ctime_nsec: i64,
+    mtime_sec: i64,
+    mtime_nsec: i64,
+    /// Bytes.
+    size: i64,
+}
 
-struct Node {
+impl Stamp {
+    /// The stamp of `st`.
+    pub(crate) fn of(st: &libc::stat) -> Stamp {
+        Stamp {
+            ctime_sec: st.st_ctime,
+            ctime_nsec: st.st_ctime_nsec,
+            mtime_sec: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec,
+            size: st.st_size,
+        }
+    }
+}
+
+pub(super) struct Node {
     /// `None`: closed to stay within the budget; reopened by name.
-    fd: Option<Arc<OwnedFd>>,
-    key: Key,
+    pub(super) fd: Option<Arc<OwnedFd>>,
+    pub(super) key: InodeKey,
     /// `st_mode & S_IFMT` at the time the node was created.
-    kind: u32,
+    pub(super) kind: u32,
+    /// Entry replies the kernel got for this node minus what it forgot.
     lookups: u64,
-    /// Known names, the first being the one used for the node's path.
-    names: Vec<(u64, Vec<u8>)>,
+    /// Known names as (parent inode, name), the first being the one used
+    /// for the node's path.
+    pub(super) names: Vec<(u64, Vec<u8>)>,
     /// What the backing inode looked like when it was last opened through
     /// the mount (see [`Stamp`]).
     opened: Option<Stamp>,
 }
 
-/// The backing inode's change stamp: `(ctime s, ctime ns, mtime s, mtime
-/// ns, size)`. Every change to the content, by anyone, moves the ctime, so
-/// an equal stamp at two opens means the kernel's page cache of the first
-/// is still exact.
-pub(crate) type Stamp = (i64, i64, i64, i64, i64);
+/// The (parent, name) → FUSE inode index. Keyed by parent first, so finding
+/// a name takes a borrowed `&[u8]` and allocates nothing; only adding one
+/// copies the name.
+#[derive(Default)]
+pub(super) struct Names {
+    by_parent: HashMap<u64, HashMap<Vec<u8>, u64>>,
+}
 
-/// The stamp of `st`.
-pub(crate) fn stamp(st: &libc::stat) -> Stamp {
-    (
-        st.st_ctime,
-        st.st_ctime_nsec,
-        st.st_mtime,
-        st.st_mtime_nsec,
-        st.st_size,
-    )
+impl Names {
+    /// The node `parent/name` names, if known.
+    pub(super) fn get(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.by_parent.get(&parent)?.get(name).copied()
+    }
+
+    /// Makes `parent/name` name `ino`; returns the node it named before.
+    fn insert(&mut self, parent: u64, name: &[u8], ino: u64) -> Option<u64> {
+        let names = self.by_parent.entry(parent).or_default();
+        match names.get_mut(name) {
+            Some(old) => Some(std::mem::replace(old, ino)),
+            None => {
+                names.insert(name.to_vec(), ino);
+                None
+            }
+        }
+    }
+
+    /// Forgets `parent/name`; returns the node it named.
+    fn remove(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
+        let names = self.by_parent.get_mut(&parent)?;
+        let ino = names.remove(name)?;
+        if names.is_empty() {
+            self.by_parent.remove(&parent);
+        }
+        Some(ino)
+    }
 }
 
 #[derive(Default)]
-struct Table {
-    nodes: HashMap<u64, Node>,
-    by_key: HashMap<Key, u64>,
-    by_name: HashMap<(u64, Vec<u8>), u64>,
+pub(super) struct Table {
+    pub(super) nodes: HashMap<u64, Node>,
+    by_key: HashMap<InodeKey, u64>,
+    pub(super) names: Names,
     /// Next number for inodes that cannot use their backing number.
     next_ino: u64,
     root_dev: u64,
     /// Nodes holding an fd now.
-    fds: usize,
+    pub(super) fds: usize,
     /// Most fds the nodes may hold before some are closed.
-    fd_budget: usize,
+    pub(super) fd_budget: usize,
 }
 
 /// The inode table; every method takes the table's lock for a short,
@@ -102,33 +135,8 @@ pub(crate) struct NodeRef {
 }
 
 impl Table {
-    /// Over the budget, closes the fds of nodes that can be reopened by name
-    /// (any but the root, `keep`, and nodes without a name) until a quarter
-    /// of the budget is free. Returns the fds to close once the lock is
-    /// released (an fd still in use by a request stays open until it ends).
-    fn trim(&mut self, keep: u64) -> Vec<Arc<OwnedFd>> {
-        let mut closed = Vec::new();
-        if self.fds <= self.fd_budget {
-            return closed;
-        }
-        let target = self.fd_budget - self.fd_budget / 4;
-        for (ino, node) in self.nodes.iter_mut() {
-            if self.fds <= target {
-                break;
-            }
-            if *ino == ROOT || *ino == keep || node.names.is_empty() {
-                continue;
-            }
-            if let Some(fd) = node.fd.take() {
-                closed.push(fd);
-                self.fds -= 1;
-            }
-        }
-        closed
-    }
-
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
-        let ino = self.by_name.remove(&(parent, name.to_vec()))?;
+        let ino = self.names.remove(parent, name)?;
         if let Some(node) = self.nodes.get_mut(&ino) {
             node.names
                 .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
@@ -137,7 +145,7 @@ impl Table {
     }
 
     fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
-        if let Some(old) = self.by_name.insert((parent, name.to_vec()), ino) {
+        if let Some(old) = self.names.insert(parent, name, ino) {
             if old != ino {
                 if let Some(node) = self.nodes.get_mut(&old) {
                     node.names
@@ -161,8 +169,8 @@ impl Table {
     /// node uses that number (so `st_ino` through the mount is the backing
     /// one and stays the same after the kernel forgets the inode), else a
     /// number from a counter far above any real inode number.
-    fn fresh_ino(&mut self, key: Key) -> u64 {
-        let (dev, ino) = key;
+    fn fresh_ino(&mut self, key: InodeKey) -> u64 {
+        let InodeKey { dev, ino } = key;
         if dev == self.root_dev
             && ino > ROOT
             && ino < SYNTHETIC_BASE
@@ -194,29 +202,13 @@ impl Table {
     }
 }
 
-fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for part in parts {
-        if !out.is_empty() {
-            out.push(b'/');
-        }
-        out.extend_from_slice(part);
-    }
-    out
-}
-
-/// `parent_path/name`, or `name` at the root.
-pub(crate) fn child(parent_path: &[u8], name: &[u8]) -> Vec<u8> {
-    join([parent_path, name].into_iter().filter(|p| !p.is_empty()))
-}
-
 impl Inodes {
     /// A table holding only the root, whose nodes hold at most about
     /// `fd_budget` fds (at least [`MIN_FD_BUDGET`]).
-    pub(crate) fn new(root_fd: OwnedFd, root_key: Key, fd_budget: usize) -> Inodes {
+    pub(crate) fn new(root_fd: OwnedFd, root_key: InodeKey, fd_budget: usize) -> Inodes {
         let mut table = Table {
             next_ino: SYNTHETIC_BASE,
-            root_dev: root_key.0,
+            root_dev: root_key.dev,
             fds: 1,
             fd_budget: fd_budget.max(MIN_FD_BUDGET),
             ..Table::default()
@@ -238,89 +230,22 @@ impl Inodes {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Table> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Table> {
         // Critical sections make no calls that can panic halfway.
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The node's fd and type, or `None` if the kernel asked about an inode
-    /// the table no longer has. A node whose fd was closed (see the module
-    /// docs) is reopened from its parent and first name, outside the lock;
-    /// `None` too when that name no longer leads to the same backing inode
-    /// (changed behind the mount's back, or the node has no name left): the
-    /// caller answers `ESTALE` and the kernel looks the name up again.
-    pub(crate) fn get(&self, ino: u64) -> Option<NodeRef> {
-        self.get_at(ino, 0)
-    }
-
-    /// Makes sure the node cached for `parent/name`, if any, holds its fd
-    /// (reopening it if the budget closed it), before the name goes away.
-    /// One lookup under the lock when the fd is there, as it nearly always is.
-    pub(crate) fn hold_fd_of(&self, parent: u64, name: &[u8]) {
-        let ino = {
-            let table = self.lock();
-            let Some(&ino) = table.by_name.get(&(parent, name.to_vec())) else {
-                return;
-            };
-            match table.nodes.get(&ino) {
-                Some(node) if node.fd.is_none() => ino,
-                _ => return,
-            }
-        };
-        let _ = self.get(ino);
-    }
-
-    fn get_at(&self, ino: u64, depth: usize) -> Option<NodeRef> {
-        let (parent, name, key, kind) = {
-            let table = self.lock();
-            let node = table.nodes.get(&ino)?;
-            if let Some(fd) = &node.fd {
-                return Some(NodeRef {
-                    fd: Arc::clone(fd),
-                    kind: node.kind,
-                });
-            }
-            let (parent, name) = node.names.first()?.clone();
-            (parent, name, node.key, node.kind)
-        };
-        if depth >= MAX_DEPTH {
-            return None;
-        }
-        let dir = self.get_at(parent, depth + 1)?;
-        let fd = crate::sys::open_path(dir.fd.as_fd(), &crate::sys::cname(&name).ok()?).ok()?;
-        let st = crate::sys::fstat(fd.as_fd()).ok()?;
-        if (st.st_dev, st.st_ino) != key {
-            return None;
-        }
-        let (fd, closed) = {
-            let mut table = self.lock();
-            let t = &mut *table;
-            let node = t.nodes.get_mut(&ino)?;
-            let fd = match &node.fd {
-                Some(existing) => Arc::clone(existing),
-                None => {
-                    let fd = Arc::new(fd);
-                    node.fd = Some(Arc::clone(&fd));
-                    t.fds += 1;
-                    fd
-                }
-            };
-            (fd, t.trim(ino))
-        };
-        drop(closed);
-        Some(NodeRef { fd, kind })
-    }
-
-    /// Records a successful lookup of `parent/name`, which resolved to the
-    /// backing inode `key` through `fd`: reuses the node for that inode (a
-    /// hard link, or a repeated lookup; `fd` is then closed) or creates one.
-    /// Adds one to the lookup count and returns the FUSE inode number.
-    pub(crate) fn remember(
+    /// Counts one lookup of `parent/name`, which resolved to the backing
+    /// inode `key` through `fd`: reuses the node for that inode (a hard
+    /// link, or a repeated lookup; `fd` is then closed) or creates one, and
+    /// records the name. Returns the FUSE inode number. The caller sends
+    /// the entry reply, or calls [`Inodes::forget`] once if it cannot.
+    pub(crate) fn lookup(
         &self,
         parent: u64,
         name: &[u8],
         fd: OwnedFd,
-        key: Key,
+        key: InodeKey,
         kind: u32,
     ) -> u64 {
         let mut table = self.lock();
@@ -387,8 +312,8 @@ impl Inodes {
                 table.by_key.remove(&node.key);
             }
             for (parent, name) in node.names {
-                if table.by_name.get(&(parent, name.clone())) == Some(&ino) {
-                    table.by_name.remove(&(parent, name));
+                if table.names.get(parent, &name) == Some(ino) {
+                    table.names.remove(parent, &name);
                 }
             }
         }
@@ -426,7 +351,7 @@ impl Inodes {
     /// Forgets `parent/name` only if it still names `ino`.
     pub(crate) fn unlink_if(&self, parent: u64, name: &[u8], ino: u64) {
         let mut table = self.lock();
-        if table.by_name.get(&(parent, name.to_vec())) == Some(&ino) {
+        if table.names.get(parent, name) == Some(ino) {
             table.unlink_name(parent, name);
         }
     }
@@ -466,11 +391,11 @@ impl Inodes {
 
     /// The cached child `parent/name`, if any.
     pub(crate) fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
-        self.lock().by_name.get(&(parent, name.to_vec())).copied()
+        self.lock().names.get(parent, name)
     }
 
     /// The backing identity of `ino`.
-    pub(crate) fn key(&self, ino: u64) -> Option<Key> {
+    pub(crate) fn key(&self, ino: u64) -> Option<InodeKey> {
         self.lock().nodes.get(&ino).map(|n| n.key)
     }
 
@@ -482,5 +407,30 @@ impl Inodes {
             .get(&ino)
             .and_then(|n| n.names.first())
             .map(|(p, _)| *p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn names_insert_replace_remove() {
+        let mut names = Names::default();
+        assert_eq!(names.insert(1, b"a", 10), None);
+        assert_eq!(names.insert(1, b"b", 11), None);
+        assert_eq!(names.insert(2, b"a", 12), None);
+        assert_eq!(names.get(1, b"a"), Some(10));
+        assert_eq!(names.get(2, b"a"), Some(12));
+        assert_eq!(names.get(3, b"a"), None);
+        // Renaming over a name hands back what it named.
+        assert_eq!(names.insert(1, b"a", 13), Some(10));
+        assert_eq!(names.get(1, b"a"), Some(13));
+        assert_eq!(names.remove(1, b"a"), Some(13));
+        assert_eq!(names.remove(1, b"a"), None);
+        assert_eq!(names.remove(1, b"b"), Some(11));
+        // A parent with no names left takes no room.
+        assert!(!names.by_parent.contains_key(&1));
+        assert_eq!(names.get(2, b"a"), Some(12));
     }
 }

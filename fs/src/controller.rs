@@ -1,0 +1,266 @@
+//! The [`Controller`]: quiesce, invalidate and unmount a running mount from
+//! other threads.
+//!
+//! It is the same for every filesystem this crate serves. What differs, how
+//! a changed path maps to the kernel's cached inodes, a filesystem provides
+//! through the small [`Invalidate`] trait; the quiesce gate is the crate's
+//! one [`Gate`], and unmounting is fuser's.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fuser::{INodeNo, Notifier, SessionUnmounter};
+
+use crate::quiesce::{Gate, QuiesceGuard};
+
+/// How long [`Controller::invalidate`] waits for the kernel to take its
+/// notifications before giving up on waiting (the notifications still go
+/// out once the kernel is ready).
+const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long [`Controller::unmount_if_idle`] keeps retrying a busy mount.
+pub const UNMOUNT_GRACE: Duration = Duration::from_secs(2);
+
+/// The pause between two unmount attempts of a busy mount.
+pub const UNMOUNT_POLL: Duration = Duration::from_millis(50);
+
+/// One kernel cache invalidation, by FUSE inode number.
+pub(crate) enum Inval {
+    /// Drop the cached name `name` in directory `parent`.
+    Entry(u64, Vec<u8>),
+    /// Drop the cached attributes and pages of an inode.
+    Inode(u64),
+}
+
+/// What a served filesystem lets its [`Controller`] do to the kernel's
+/// caches: find what the kernel may have cached for a path.
+pub(crate) trait Invalidate: Send + Sync {
+    /// Appends to `out` the notifications that make a change made directly
+    /// in the backing store at `path` (relative, as in
+    /// [`crate::Mutation`]; `""` is the root) visible through the mount:
+    /// the cached name, its inode and its parent directory. Forgets the
+    /// filesystem's own mapping of the name first if it now leads to a
+    /// different inode, so the next lookup re-reads it. Appends nothing for
+    /// a path under a directory the kernel never looked up. Costs O(depth);
+    /// must not wait for the quiesce gate.
+    fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>);
+}
+
+struct InvalJob {
+    ops: Vec<Inval>,
+    done: mpsc::Sender<()>,
+}
+
+/// Notifications go out from their own thread: writing one can block while
+/// the kernel holds a lock that an in-flight request also needs, and the
+/// caller must never wait for that forever.
+fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
+    let (tx, rx) = mpsc::channel::<InvalJob>();
+    std::thread::Builder::new()
+        .name("opfs-inval".to_string())
+        .spawn(move || {
+            for job in rx {
+                for op in &job.ops {
+                    let res = match op {
+                        Inval::Entry(parent, name) => {
+                            notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
+                        }
+                        Inval::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                    };
+                    if let Err(err) = res {
+                        log::debug!("invalidation failed: {err}");
+                    }
+                }
+                let _ = job.done.send(());
+            }
+        })?;
+    Ok(tx)
+}
+
+struct ControlInner {
+    fs: Arc<dyn Invalidate>,
+    gate: Arc<Gate>,
+    invalidations: Mutex<mpsc::Sender<InvalJob>>,
+    unmounter: Mutex<Option<SessionUnmounter>>,
+    mountpoint: PathBuf,
+}
+
+/// Controls a running mount from other threads. Cheap to clone.
+#[derive(Clone)]
+pub struct Controller {
+    inner: Arc<ControlInner>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("mountpoint", &self.inner.mountpoint)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// The controller of a session just mounted at `mountpoint`: `fs` finds
+    /// cached inodes, `gate` is the one its mutating callbacks hold.
+    /// Starts the invalidation thread.
+    pub(crate) fn new(
+        fs: Arc<dyn Invalidate>,
+        gate: Arc<Gate>,
+        notifier: Notifier,
+        unmounter: SessionUnmounter,
+        mountpoint: &Path,
+    ) -> io::Result<Controller> {
+        let invalidations = spawn_invalidator(notifier)?;
+        Ok(Controller {
+            inner: Arc::new(ControlInner {
+                fs,
+                gate,
+                invalidations: Mutex::new(invalidations),
+                unmounter: Mutex::new(Some(unmounter)),
+                mountpoint: mountpoint
+                    .canonicalize()
+                    .unwrap_or_else(|_| mountpoint.to_path_buf()),
+            }),
+        })
+    }
+
+    /// The mountpoint (canonical when it could be resolved at mount time).
+    pub(crate) fn mountpoint(&self) -> &Path {
+        &self.inner.mountpoint
+    }
+
+    /// Stops mutations: returns once no mutating callback is between its
+    /// [`crate::MutationHook::before`] call and the end of its backing
+    /// mutation, and keeps new ones waiting until the guard is dropped.
+    /// Read-only operations continue. Blocks while another guard is alive.
+    pub fn quiesce(&self) -> QuiesceGuard {
+        self.inner.gate.write()
+    }
+
+    /// Makes changes made directly in the backing directory at `paths`
+    /// (relative, as in [`crate::Mutation`]; `""` is the root) visible
+    /// through the mount: drops the kernel's cached name, attributes and
+    /// pages for each path and its parent directory, and forgets the
+    /// layer's own mapping of a name whose backing inode changed, so the
+    /// next lookup re-reads it.
+    ///
+    /// Costs O(depth) per path. Must be called without holding a
+    /// [`QuiesceGuard`]. Waits at most a few seconds for the kernel; paths
+    /// the kernel never cached are skipped silently.
+    pub fn invalidate(&self, paths: &[Vec<u8>]) {
+        let mut ops = Vec::new();
+        for path in paths {
+            self.inner.fs.invalidations(path, &mut ops);
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        let sent = self
+            .inner
+            .invalidations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(InvalJob { ops, done: done_tx });
+        if sent.is_err() {
+            log::warn!("invalidation thread is gone");
+            return;
+        }
+        if done_rx.recv_timeout(INVALIDATE_TIMEOUT).is_err() {
+            log::warn!("kernel did not take invalidations within {INVALIDATE_TIMEOUT:?}");
+        }
+    }
+    /// Unmounts only if nothing uses the mount: no detaching. As root with
+    /// `umount2(2)`, otherwise with `fusermount3 -u`. While the mount is
+    /// busy it retries every [`UNMOUNT_POLL`] for up to [`UNMOUNT_GRACE`]:
+    /// a process that is exiting, or a just-forked child that has not yet
+    /// reached `exec` (and still holds copies of its parent's descriptors),
+    /// keeps the mount busy for a moment. On success `run` returns.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` (with the mountpoint in the message) when a process still has
+    /// its working directory or an open file in the mount after the grace;
+    /// the mount keeps serving. Any other `umount2` error as it is.
+    pub fn unmount_if_idle(&self) -> io::Result<()> {
+        let mp = &self.inner.mountpoint;
+        let deadline = Instant::now() + UNMOUNT_GRACE;
+        while self.try_unmount()? {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "{} is busy: a process has its working directory or an open file in it \
+                         (leave it, or see `fuser -vm {}`), then retry",
+                        mp.display(),
+                        mp.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(UNMOUNT_POLL);
+        }
+        Ok(())
+    }
+
+    /// One unmount attempt without detaching; `Ok(true)` means busy.
+    fn try_unmount(&self) -> io::Result<bool> {
+        let mp = &self.inner.mountpoint;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let path = CString::new(mp.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint"))?;
+            // SAFETY: valid C string.
+            if unsafe { libc::umount2(path.as_ptr(), 0) } < 0 {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EBUSY) {
+                    return Err(err);
+                }
+                return Ok(true);
+            }
+            Ok(false)
+        } else {
+            let status = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(mp)
+                .stderr(std::process::Stdio::null())
+                .status()?;
+            Ok(!status.success())
+        }
+    }
+
+    /// Unmounts, which makes [`crate::Mount::run`] return. Unmounting twice is a
+    /// no-op. If the mount is busy, detaches it lazily instead.
+    ///
+    /// # Errors
+    ///
+    /// Returns the `umount2` error if even the lazy detach fails.
+    pub fn unmount(&self) -> io::Result<()> {
+        let mut guard = self
+            .inner
+            .unmounter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(unmounter) = guard.as_mut() else {
+            return Ok(());
+        };
+        match unmounter.unmount() {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                log::warn!("umount failed ({err}); detaching");
+                let path =
+                    CString::new(self.inner.mountpoint.as_os_str().as_bytes()).map_err(|_| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "NUL in mountpoint")
+                    })?;
+                // SAFETY: valid C string.
+                if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The lower layer of an overlay: a read-only tree addressed by path.
+//!
+//! **Paths** are project-relative byte strings, as in [`crate::Mutation`]:
+//! components joined by `/`, with no leading or trailing `/` and no `.` or
+//! `..` component; `b""` is the root. They are bytes, not UTF-8.
+//!
+//! **Absence is not an error.** Every method answers `Ok(None)` when the
+//! path does not exist in the lower layer (including when a parent is
+//! missing or is not a directory); the overlay then looks no further and,
+//! for a name it also lacks, answers `ENOENT`. `Err` is for real failures
+//! (an unreadable pre-image, a damaged index); the overlay turns it into an
+//! errno with the crate's one mapping (an error carrying an OS code keeps
+//! it, anything else becomes `EIO`).
+//!
+//! Extended attributes are not part of this interface yet.
+
+use std::io;
+use std::time::SystemTime;
+
+/// The type of a lower entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+}
+
+impl Kind {
+    /// The kind of a `st_mode` (its `S_IFMT` bits); `None` for a type
+    /// Linux does not define.
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDevice,
+            libc::S_IFBLK => Kind::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
+/// What the overlay shows for a lower entry that was not copied up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// The entry's type.
+    pub kind: Kind,
+    /// Permission bits (`mode & 0o7777`).
+    pub perm: u32,
+    /// Bytes: a file's length, a symlink's target length, 0 otherwise.
+    pub size: u64,
+    /// Owner user id.
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
+    /// Last content change. The overlay shows it as mtime and ctime.
+    pub mtime: SystemTime,
+    /// Hard links to the entry within the lower layer (1 for most files).
+    pub nlink: u32,
+    /// The device number (`dev_t`) of a character or block device; 0
+    /// otherwise.
+    pub rdev: u64,
+    /// The lower inode's identity, stable for the life of the [`Lower`]:
+    /// two paths with equal origins are hard links of one file. The
+    /// overlay's origin map keys on it, so an entry keeps its FUSE inode
+    /// number across copy-up.
+    pub origin: u64,
+}
+
+/// One entry of a lower directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// A single path component (no `/`), never `.` or `..`.
+    pub name: Vec<u8>,
+    /// The entry's type.
+    pub kind: Kind,
+}
+
+/// A read-only tree the overlay serves beneath its upper layer: for a
+/// worktree, the project as it was at the start of a turn.
+///
+/// Implementations must be safe to call from several FUSE threads at once.
+/// Answers must not change while the overlay is mounted: the lower layer is
+/// a fixed snapshot, and the overlay caches what it read.
+pub trait Lower: Send + Sync {
+    /// The attributes of `path`, not following a final symlink; `Ok(None)`
+    /// if it does not exist.
+    ///
+    /// Errors: a failure reading the layer (not absence).
+    fn getattr(&self, path: &[u8]) -> io::Result<Option<Attr>>;
+
+    /// The attributes of `name` (one component) in directory `dir`;
+    /// `Ok(None)` if either does not exist. The default asks
+    /// [`Lower::getattr`] for `dir/name`; an implementation with a cheaper
+    /// per-directory lookup may override it.
+    ///
+    /// Errors: as [`Lower::getattr`].
+    fn lookup(&self, dir: &[u8], name: &[u8]) -> io::Result<Option<Attr>> {
+        self.getattr(&crate::inode::child(dir, name))
+    }
+
+    /// Reads the regular file `path` from byte `offset` into `buf`; returns
+    /// the bytes read, fewer than `buf.len()` only at the end of the file
+    /// (0 at or past it). `Ok(None)` if `path` does not exist.
+    ///
+    /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
+    /// failure reading the layer.
+    fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// The entries of directory `path`, without `.` and `..`, in any order
+    /// (the overlay merges them with the upper layer's and sorts); `Ok(None)`
+    /// if it does not exist.
+    ///
+    /// Errors: `ENOTDIR` for a non-directory; a failure reading the layer.
+    fn readdir(&self, path: &[u8]) -> io::Result<Option<Vec<DirEntry>>>;
+
+    /// The target of the symlink `path`, as bytes; `Ok(None)` if it does
+    /// not exist.
+    ///
+    /// Errors: `EINVAL` for a non-symlink (as readlink(2)); a failure
+    /// reading the layer.
+    fn readlink(&self, path: &[u8]) -> io::Result<Option<Vec<u8>>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    #[test]
+    fn kinds_of_modes() {
+        assert_eq!(Kind::from_mode(libc::S_IFREG | 0o644), Some(Kind::File));
+        assert_eq!(Kind::from_mode(libc::S_IFDIR | 0o755), Some(Kind::Dir));
+        assert_eq!(Kind::from_mode(libc::S_IFLNK | 0o777), Some(Kind::Symlink));
+        assert_eq!(Kind::from_mode(libc::S_IFIFO), Some(Kind::Fifo));
+        assert_eq!(Kind::from_mode(libc::S_IFSOCK), Some(Kind::Socket));
+        assert_eq!(Kind::from_mode(libc::S_IFCHR), Some(Kind::CharDevice));
+        assert_eq!(Kind::from_mode(libc::S_IFBLK), Some(Kind::BlockDevice));
+        assert_eq!(Kind::from_mode(0o644), None);
+    }
+
+    /// Just enough of a lower layer to check the default `lookup`.
+    struct Paths(BTreeMap<Vec<u8>, Attr>);
+
+    impl Lower for Paths {
+        fn getattr(&self, path: &[u8]) -> io::Result<Option<Attr>> {
+            Ok(self.0.get(path).cloned())
+        }
+        fn read_at(&self, _: &[u8], _: u64, _: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+        fn readdir(&self, _: &[u8]) -> io::Result<Option<Vec<DirEntry>>> {
+            Ok(None)
+        }
+        fn readlink(&self, _: &[u8]) -> io::Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn default_lookup_joins_dir_and_name() {
+        let attr = |kind, origin| Attr {
+            kind,
+            perm: 0o644,
+            size: 0,
+            uid: 0,
+            gid: 0,
+            mtime: UNIX_EPOCH,
+            nlink: 1,
+            rdev: 0,
+            origin,
+        };
+        let lower = Paths(BTreeMap::from([
+            (b"top".to_vec(), attr(Kind::File, 1)),
+            (b"d".to_vec(), attr(Kind::Dir, 2)),
+            (b"d/f".to_vec(), attr(Kind::File, 3)),
+        ]));
+        let origin = |dir: &[u8], name: &[u8]| {
+            lower
+                .lookup(dir, name)
+                .ok()
+                .flatten()
+                .map(|a: Attr| a.origin)
+        };
+        assert_eq!(origin(b"", b"top"), Some(1));
+        assert_eq!(origin(b"", b"d"), Some(2));
+        assert_eq!(origin(b"d", b"f"), Some(3));
+        assert_eq!(origin(b"d", b"missing"), None);
+        assert_eq!(origin(b"nope", b"f"), None);
+    }
+}

@@ -1,0 +1,412 @@
+//! File and directory I/O of the passthrough: open, create, read, write,
+//! flush, release, fsync, fallocate, lseek, copy_file_range, and directory
+//! listings.
+//!
+//! A write handle remembers the hook epoch it last reported `Content` in,
+//! so a write costs one atomic compare unless a turn boundary passed; a
+//! ranged handle reports the bytes each write may change instead (see the
+//! crate README, "Epochs" and "Ranged handles").
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use fuser::{
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request,
+};
+use log::trace;
+
+use super::attr::{dot_attr, dtype_kind};
+use super::ops::{caller, State};
+use crate::creds::{zero_umask_for_thread, AsCaller};
+use crate::errno::errno;
+use crate::handle::{Handle, NO_EPOCH};
+use crate::hook::Mutation;
+use crate::inode::{Stamp, ROOT};
+use crate::reply::{Created, Opened, Res};
+use crate::sys;
+
+/// True when open `flags` may change the file (write access or `O_TRUNC`).
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+impl State {
+    /// Whether the kernel's cached pages (or listing) of `ino`, opened as
+    /// `fd`, are still exact: nothing changed the backing inode since its
+    /// previous open. Writes through the mount go through that cache, and
+    /// any other change (behind the mount's back, a rewind, O_TRUNC) moves
+    /// the ctime. The stamp is taken after the open, so a change racing with
+    /// it only costs a cache drop at the next open.
+    fn unchanged_since_last_open(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match sys::fstat(fd) {
+            Ok(st) => self.inodes.opened(ino, Stamp::of(&st)),
+            Err(_) => false,
+        }
+    }
+
+    /// The `FOPEN_*` flags for a file handle of `ino` opened as `fd`.
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
+        let mut flags = FopenFlags::empty();
+        if self.keep_cache && self.unchanged_since_last_open(ino, fd) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if self.no_flush && !writable {
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
+    }
+
+    /// `open` of `ino` with open(2) `flags`: the handle, and whether the
+    /// kernel may keep its page cache of the file (`FOPEN_KEEP_CACHE`).
+    /// Opening for writing reports `Content` (or nothing, for a ranged
+    /// handle, whose writes report their ranges).
+    pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+        let node = self.node(ino)?;
+        if node.kind == libc::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+        // The kernel resolved the path already; the node fd is the inode
+        // itself, so O_NOFOLLOW has nothing left to do, and creation flags
+        // belong to `create`.
+        let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let handle = if !writes(flags) {
+            Handle::new(
+                sys::reopen(node.fd.as_fd(), flags).map_err(errno)?,
+                ino,
+                NO_EPOCH,
+            )
+        } else {
+            // Read the epoch first: if a turn boundary slips in between, the
+            // next write sees a newer epoch and reports again.
+            let epoch = self.hook.epoch();
+            let _gate = self.gate.read();
+            if flags & libc::O_TRUNC == 0 && self.ranged(node.fd.as_fd()) {
+                // Nothing changes at the open itself; each write reports
+                // its range.
+                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
+                Handle::new_ranged(fd, ino, epoch)
+            } else {
+                self.before_inode(ino, |path| Mutation::Content { path })?;
+                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
+                Handle::new(fd, ino, epoch)
+            }
+        };
+        let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
+        Ok(Opened {
+            fh: self.handles.insert(handle),
+            flags: fopen,
+        })
+    }
+
+    /// `create` of `parent/name`: opens it with `flags`, making it (as the
+    /// caller, with `mode & !umask`) if absent. `Create` is reported only
+    /// for a name that was absent; if it appears in between (made behind
+    /// the mount's back) the call is retried, then fails with `EAGAIN`.
+    pub(super) fn create(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Res<Created> {
+        let dir = self.node(parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        zero_umask_for_thread().map_err(errno)?;
+        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
+        let mode = mode & 0o7777 & !umask;
+        // A file that appears between the existence check and the open (made
+        // behind the mount's back) turns a reported Create into a retry.
+        for _ in 0..4 {
+            let epoch = self.hook.epoch();
+            let _gate = self.gate.read();
+            let path = self.child_path(parent, name)?;
+            let existing = sys::stat_at(dir.fd.as_fd(), &cname).map_err(errno)?;
+            let opened = if existing.is_some() {
+                if flags & libc::O_EXCL != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                if writes(flags) {
+                    self.before(Mutation::Content { path: &path })?;
+                }
+                sys::openat(dir.fd.as_fd(), &cname, flags | libc::O_NOFOLLOW, 0)
+            } else {
+                self.before(Mutation::Create { path: &path })?;
+                let _as = AsCaller::switch(caller(req)).map_err(errno)?;
+                sys::openat(
+                    dir.fd.as_fd(),
+                    &cname,
+                    flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                    mode,
+                )
+            };
+            let fd = match opened {
+                Ok(fd) => fd,
+                Err(err)
+                    if existing.is_none()
+                        && flags & libc::O_EXCL == 0
+                        && err.raw_os_error() == Some(libc::EEXIST) =>
+                {
+                    continue
+                }
+                Err(err) => return Err(errno(err)),
+            };
+            drop(_gate);
+            let a = self.lookup_entry(parent, name)?;
+            let fh = self.handles.insert(Handle::new(
+                fd,
+                a.ino.0,
+                if writes(flags) || existing.is_none() {
+                    epoch
+                } else {
+                    NO_EPOCH
+                },
+            ));
+            return Ok(Created {
+                attr: a,
+                ttl: self.entry_ttl,
+                fh,
+            });
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// `read`: at most `size` bytes of handle `fh` at `offset`.
+    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Called before `[offset, offset + len)` of `h`'s file changes.
+    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
+        h.mark_dirty();
+        if h.ranged {
+            return self.before_range(h.ino, offset, len);
+        }
+        let epoch = self.hook.epoch();
+        if h.epoch() != epoch {
+            self.before_inode(h.ino, |path| Mutation::Content { path })?;
+            h.set_epoch(epoch);
+        }
+        Ok(())
+    }
+
+    /// `write` of `data` at `offset` through handle `fh`; the bytes written.
+    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+        let h = self.handle(fh)?;
+        let _gate = self.gate.read();
+        self.write_check(&h, offset, data.len() as u64)?;
+        sys::pwrite(h.fd.as_fd(), data, offset).map_err(errno)
+    }
+
+    /// `flush` (each close(2) of the handle `fh`).
+    pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
+        let h = self.handle(fh)?;
+        sys::close_dup(h.fd.as_fd()).map_err(errno)?;
+        // close(2) waits for FLUSH (RELEASE comes later, asynchronously),
+        // so the hook learns what a writer left before close returns:
+        // a change made right after it is someone else's.
+        if h.epoch() != NO_EPOCH && h.take_dirty() {
+            self.after_inode(h.ino, |path| Mutation::Content { path });
+        }
+        Ok(())
+    }
+
+    /// `release` of the file handle `fh` (its last close); never fails.
+    pub(super) fn release(&self, fh: FileHandle) {
+        if let Some(h) = self.handles.remove(fh.0) {
+            // Not under the gate: a release is no mutation, and blocking it
+            // while quiesced would tie up a worker thread for nothing. Only
+            // if something (an mmap writeback) wrote since the last flush:
+            // RELEASE arrives after close(2) returned, and a stat now could
+            // take someone else's later change for the mount's.
+            if h.epoch() != NO_EPOCH && h.take_dirty() {
+                self.after_inode(h.ino, |path| Mutation::Content { path });
+            }
+        }
+    }
+
+    /// `fsync`/`fdatasync` of an open file or directory handle.
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
+        let h = self.handle(fh)?;
+        sys::fsync(h.fd.as_fd(), datasync).map_err(errno)
+    }
+
+    /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`.
+    pub(super) fn fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Res<()> {
+        let h = self.handle(fh)?;
+        let _gate = self.gate.read();
+        if h.ranged && mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+            // Moves bytes around the whole tail: not a range.
+            h.mark_dirty();
+            self.before_inode(h.ino, |path| Mutation::Content { path })?;
+        } else {
+            self.write_check(&h, offset, length)?;
+        }
+        sys::fallocate(h.fd.as_fd(), mode, offset, length).map_err(errno)
+    }
+
+    /// `lseek` of handle `fh` (for `SEEK_DATA`/`SEEK_HOLE`); the new offset.
+    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+        let h = self.handle(fh)?;
+        sys::lseek(h.fd.as_fd(), offset, whence).map_err(errno)
+    }
+
+    /// `copy_file_range` of `len` bytes; the bytes copied. Only the
+    /// destination is a mutation.
+    pub(super) fn copy_file_range(
+        &self,
+        fh_in: FileHandle,
+        offset_in: u64,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+    ) -> Res<usize> {
+        let h_in = self.handle(fh_in)?;
+        let h_out = self.handle(fh_out)?;
+        let _gate = self.gate.read();
+        self.write_check(&h_out, offset_out, len)?;
+        sys::copy_file_range(
+            h_in.fd.as_fd(),
+            offset_in,
+            h_out.fd.as_fd(),
+            offset_out,
+            len,
+            0,
+        )
+        .map_err(errno)
+    }
+
+    /// `opendir` of `ino`. A directory's ctime moves with every entry added,
+    /// removed or renamed, so an unchanged stamp means the kernel's cached
+    /// listing is still exact (`FOPEN_KEEP_CACHE`).
+    pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
+        let node = self.node(ino)?;
+        let fd = sys::openat(
+            node.fd.as_fd(),
+            &CString::from(c"."),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(errno)?;
+        let mut flags = FopenFlags::empty();
+        if self.cache_dir {
+            flags |= FopenFlags::FOPEN_CACHE_DIR;
+            if self.unchanged_since_last_open(ino, fd.as_fd()) {
+                flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            }
+        }
+        Ok(Opened {
+            fh: self.handles.insert(Handle::new(fd, ino, NO_EPOCH)),
+            flags,
+        })
+    }
+
+    /// `releasedir` of the directory handle `fh`.
+    pub(super) fn releasedir(&self, fh: FileHandle) {
+        self.handles.remove(fh.0);
+    }
+
+    /// Calls `emit` for each backing entry of directory handle `fh` from
+    /// `offset` on, until `emit` answers true (the reply is full).
+    fn readdir_entries(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        mut emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
+    ) -> Res<()> {
+        let h = self.handle(fh)?;
+        let _lock = h.dir_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        sys::lseek(h.fd.as_fd(), offset, libc::SEEK_SET).map_err(errno)?;
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            let n = sys::getdents(h.fd.as_fd(), &mut buf).map_err(errno)?;
+            if n == 0 {
+                return Ok(());
+            }
+            for ent in sys::parse_dirents(&buf[..n]) {
+                if emit(&ent)? {
+                    trace!("readdir {ino}: buffer full");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// `readdir` of `ino` through handle `fh` from `offset`, into `reply`.
+    pub(super) fn readdir(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> Res<()> {
+        self.readdir_entries(ino, fh, offset, |ent| {
+            let name = OsStr::from_bytes(ent.name);
+            // Report the FUSE inode number (what stat shows) when the entry
+            // is cached; the backing one otherwise (never 0, which some
+            // programs treat as a deleted entry).
+            let shown = match ent.name {
+                b"." => ino,
+                b".." => self.inodes.parent(ino).unwrap_or(ROOT),
+                _ => self.inodes.child(ino, ent.name).unwrap_or(ent.ino),
+            };
+            Ok(reply.add(INodeNo(shown), ent.offset, dtype_kind(ent.kind), name))
+        })
+    }
+
+    /// `readdirplus` of `ino` through handle `fh` from `offset`, into
+    /// `reply`: each entry is looked up (one lookup the kernel owes a
+    /// `forget` for), except `.` and `..`, and except an entry that did not
+    /// fit, whose lookup is dropped again.
+    pub(super) fn readdirplus(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> Res<()> {
+        self.readdir_entries(ino, fh, offset, |ent| {
+            let name = OsStr::from_bytes(ent.name);
+            if is_dot(ent.name) {
+                // The kernel never links "." or ".." from readdirplus; only
+                // the dirent part is used.
+                let dot = if ent.name == b"." {
+                    ino
+                } else {
+                    self.inodes.parent(ino).unwrap_or(ROOT)
+                };
+                return Ok(reply.add(
+                    INodeNo(dot),
+                    ent.offset,
+                    name,
+                    &self.entry_ttl,
+                    &dot_attr(dot),
+                    Generation(0),
+                ));
+            }
+            let a = match self.lookup_entry(ino, ent.name) {
+                Ok(a) => a,
+                // Gone since getdents: skip it, as a later readdir would.
+                Err(_) => return Ok(false),
+            };
+            let full = reply.add(a.ino, ent.offset, name, &self.entry_ttl, &a, Generation(0));
+            if full {
+                // Not sent: the kernel will not count this lookup.
+                self.inodes.forget(a.ino.0, 1);
+            }
+            Ok(full)
+        })
+    }
+}

@@ -1,0 +1,486 @@
+//! The passthrough's state and its namespace and metadata operations:
+//! lookup, attributes, creating, removing and renaming entries, symlinks,
+//! extended attributes. File and directory I/O is in `io.rs`.
+//!
+//! Every mutating operation takes the read side of the quiesce gate, asks
+//! the hook ([`State::before`]), and only then touches the backing
+//! directory; it holds the gate until the backing call returned, then tells
+//! the hook what it left ([`State::after`]). Read-only operations never call
+//! the hook.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{Errno, FileAttr, FileHandle, RenameFlags, Request, TimeOrNow};
+use log::trace;
+
+use super::attr::{attr, decode_dev, timespec};
+use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
+use crate::errno::errno;
+use crate::handle::{Handle, Handles};
+use crate::hook::{Mutation, MutationHook};
+use crate::inode::{child, InodeKey, Inodes, NodeRef};
+use crate::quiesce::Gate;
+use crate::reply::{Attr, Entry, Res, Xattr};
+use crate::sys;
+
+/// State shared by the callbacks and the [`crate::Controller`].
+pub(crate) struct State {
+    pub(crate) inodes: Inodes,
+    pub(crate) handles: Handles,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) hook: Arc<dyn MutationHook>,
+    pub(crate) attr_ttl: Duration,
+    pub(crate) entry_ttl: Duration,
+    /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
+    /// its previous open.
+    pub(crate) keep_cache: bool,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`), kept
+    /// across opens while the directory is unchanged.
+    pub(crate) cache_dir: bool,
+    /// Tell the kernel not to send `flush` when a read-only handle closes.
+    pub(crate) no_flush: bool,
+}
+
+/// The optional fields of a `setattr` call.
+pub(crate) struct SetAttr {
+    pub(crate) mode: Option<u32>,
+    pub(crate) uid: Option<u32>,
+    pub(crate) gid: Option<u32>,
+    pub(crate) size: Option<u64>,
+    pub(crate) atime: Option<TimeOrNow>,
+    pub(crate) mtime: Option<TimeOrNow>,
+    pub(crate) fh: Option<FileHandle>,
+}
+
+/// The caller of a request, as entries it creates should be owned.
+pub(super) fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+impl State {
+    /// The node of FUSE inode `ino`; `ESTALE` if the table no longer has it
+    /// or cannot reopen it.
+    pub(super) fn node(&self, ino: u64) -> Res<NodeRef> {
+        self.inodes.get(ino).ok_or(Errno::ESTALE)
+    }
+
+    /// Makes sure the node cached for `parent/name`, if any, holds its fd
+    /// before the name goes away (an unlink, or a rename over it): a node
+    /// without a name cannot be reopened once the fd budget closed its fd,
+    /// and the kernel may still use it (an open file).
+    fn hold_fd_of(&self, parent: u64, name: &[u8]) {
+        self.inodes.hold_fd_of(parent, name);
+    }
+
+    /// The open handle `fh`; `EBADF` if there is none.
+    pub(super) fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
+        self.handles.get(fh.0).ok_or(Errno::EBADF)
+    }
+
+    /// Asks the hook before `mutation`; its errno refuses the mutation.
+    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
+        trace!("hook {mutation:?}");
+        self.hook.before(&mutation).map_err(Errno::from_i32)
+    }
+
+    /// Tells the hook `mutation` reached the backing directory, which now
+    /// holds `now` at the path (if known).
+    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
+        self.hook.after(&mutation, now);
+    }
+
+    /// Reports `make(path)` after the fact for every known path of `ino`,
+    /// with the inode's attributes as they are now.
+    pub(super) fn after_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) {
+        let paths = self.inodes.paths(ino);
+        if paths.is_empty() {
+            return;
+        }
+        let now = self
+            .node(ino)
+            .ok()
+            .and_then(|n| sys::fstat(n.fd.as_fd()).ok());
+        for path in paths {
+            self.after(make(&path), now.as_ref());
+        }
+    }
+
+    /// Reports `make(path)` for every known path of `ino`. A node with no
+    /// known name was unlinked through the mount: its mutation changes no
+    /// path, so there is nothing to report.
+    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
+        for path in self.inodes.paths(ino) {
+            self.before(make(&path))?;
+        }
+        Ok(())
+    }
+
+    /// Reports [`Mutation::Range`] of `[offset, offset + len)` for every
+    /// known path of `ino`.
+    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
+        for path in self.inodes.paths(ino) {
+            self.before(Mutation::Range {
+                path: &path,
+                offset,
+                len,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// True when the file behind `fd` is written as ranges (see
+    /// `MutationHook::range_min`). Costs an `fstat` only when range capture
+    /// is on.
+    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
+        let min = self.hook.range_min();
+        min != u64::MAX
+            && sys::fstat(fd).is_ok_and(|st| {
+                st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_nlink == 1
+                    && st.st_size as u64 >= min
+            })
+    }
+
+    /// The path of `parent/name`. A parent without a known path (a deleted
+    /// directory) fails the mutation: it could not be recorded.
+    pub(super) fn child_path(&self, parent: u64, name: &[u8]) -> Res<Vec<u8>> {
+        let parent_path = self.inodes.path(parent).ok_or(Errno::ENOENT)?;
+        Ok(child(&parent_path, name))
+    }
+
+    /// The entry reply for `attr`, with the mount's TTLs.
+    pub(super) fn entry(&self, attr: FileAttr) -> Entry {
+        Entry {
+            attr,
+            attr_ttl: self.attr_ttl,
+            entry_ttl: self.entry_ttl,
+        }
+    }
+
+    /// Looks `name` up in `parent` on the backing side and records it: one
+    /// more lookup of the node, which the kernel owes a `forget` for once
+    /// the reply is sent.
+    pub(super) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Res<FileAttr> {
+        let dir = self.node(parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        let fd = sys::open_path(dir.fd.as_fd(), &cname).map_err(errno)?;
+        let st = sys::fstat(fd.as_fd()).map_err(errno)?;
+        let ino = self.inodes.lookup(
+            parent,
+            name,
+            fd,
+            InodeKey::of(&st),
+            st.st_mode & libc::S_IFMT,
+        );
+        Ok(attr(ino, &st))
+    }
+
+    /// `lookup`: the entry `parent/name`.
+    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
+        self.lookup_entry(parent, name).map(|a| self.entry(a))
+    }
+
+    fn stat(&self, ino: u64, fh: Option<FileHandle>) -> Res<FileAttr> {
+        let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
+            Some(h) => sys::fstat(h.fd.as_fd()),
+            None => sys::fstat(self.node(ino)?.fd.as_fd()),
+        }
+        .map_err(errno)?;
+        Ok(attr(ino, &st))
+    }
+
+    /// `getattr`: the attributes of `ino`, through the handle `fh` when
+    /// there is one.
+    pub(super) fn getattr(&self, ino: u64, fh: Option<FileHandle>) -> Res<Attr> {
+        Ok(Attr {
+            attr: self.stat(ino, fh)?,
+            ttl: self.attr_ttl,
+        })
+    }
+
+    /// Creates `parent/name` with `make` (run as the caller) after the hook
+    /// agreed, then looks it up.
+    fn create_entry(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        make: impl FnOnce(BorrowedFd<'_>, &CString) -> io::Result<()>,
+    ) -> Res<Entry> {
+        let dir = self.node(parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        zero_umask_for_thread().map_err(errno)?;
+        {
+            let _gate = self.gate.read();
+            let path = self.child_path(parent, name)?;
+            // The hook records "absent" for a Create, so it must never see one
+            // for a name that exists.
+            if sys::stat_at(dir.fd.as_fd(), &cname)
+                .map_err(errno)?
+                .is_some()
+            {
+                return Err(Errno::EEXIST);
+            }
+            self.before(Mutation::Create { path: &path })?;
+            {
+                let _as = AsCaller::switch(caller(req)).map_err(errno)?;
+                make(dir.fd.as_fd(), &cname).map_err(errno)?;
+            }
+            let now = sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten();
+            self.after(Mutation::Create { path: &path }, now.as_ref());
+        }
+        self.lookup(parent, name)
+    }
+
+    /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
+    /// kernel's 32-bit encoding.
+    pub(super) fn mknod(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Res<Entry> {
+        self.create_entry(req, parent, name, |dir, name| {
+            sys::mknodat(dir, name, mode, decode_dev(rdev))
+        })
+    }
+
+    /// `mkdir` of `parent/name` with permission bits `mode`.
+    pub(super) fn mkdir(&self, req: &Request, parent: u64, name: &[u8], mode: u32) -> Res<Entry> {
+        self.create_entry(req, parent, name, |dir, name| sys::mkdirat(dir, name, mode))
+    }
+
+    /// `symlink`: `parent/name` pointing at `target`.
+    pub(super) fn symlink(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Res<Entry> {
+        let target = sys::cname_any(target).map_err(errno)?;
+        self.create_entry(req, parent, name, |dir, name| {
+            sys::symlinkat(&target, dir, name)
+        })
+    }
+
+    /// `link`: a new name `new_parent/new_name` for `ino`.
+    pub(super) fn link(
+        &self,
+        req: &Request,
+        ino: u64,
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Res<Entry> {
+        let node = self.node(ino)?;
+        self.create_entry(req, new_parent, new_name, |dir, name| {
+            sys::link_fd(node.fd.as_fd(), dir, name)
+        })
+    }
+
+    /// `readlink`: the target of the symlink `ino`.
+    pub(super) fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+        let node = self.node(ino)?;
+        sys::readlink_fd(node.fd.as_fd()).map_err(errno)
+    }
+
+    /// `setattr`: mode, owner, size and times of `ino` (through the handle
+    /// when there is one); answers the attributes after the change.
+    pub(super) fn setattr(&self, ino: u64, a: &SetAttr) -> Res<Attr> {
+        let node = self.node(ino)?;
+        let handle = a.fh.and_then(|fh| self.handles.get(fh.0));
+        {
+            let _gate = self.gate.read();
+            if let Some(size) = a.size {
+                // A large file cut or grown: only the bytes past the new
+                // size can be lost.
+                if self.ranged(node.fd.as_fd()) {
+                    self.before_range(ino, size, u64::MAX - size)?
+                } else {
+                    self.before_inode(ino, |path| Mutation::Content { path })?
+                }
+            }
+            // Timestamps alone are not part of a pre-image (a rewind gives
+            // restored files the time of the rewind), so `utimens` by itself
+            // records nothing: `touch` in a build costs no capture.
+            if a.mode.is_some() || a.uid.is_some() || a.gid.is_some() {
+                self.before_inode(ino, |path| Mutation::Metadata { path })?;
+            }
+            let fd = match &handle {
+                Some(h) => h.fd.as_fd(),
+                None => node.fd.as_fd(),
+            };
+            if let Some(mode) = a.mode {
+                sys::chmod_fd(fd, mode & 0o7777).map_err(errno)?;
+            }
+            if a.uid.is_some() || a.gid.is_some() {
+                sys::chown_fd(
+                    node.fd.as_fd(),
+                    a.uid.unwrap_or(u32::MAX),
+                    a.gid.unwrap_or(u32::MAX),
+                )
+                .map_err(errno)?;
+            }
+            if let Some(size) = a.size {
+                match &handle {
+                    Some(h) => sys::ftruncate(h.fd.as_fd(), size),
+                    None => sys::truncate_path_fd(node.fd.as_fd(), size),
+                }
+                .map_err(errno)?;
+            }
+            if a.atime.is_some() || a.mtime.is_some() {
+                sys::utimens_fd(fd, &[timespec(a.atime), timespec(a.mtime)]).map_err(errno)?;
+            }
+            // Reported after the fact even for timestamps alone: the hook's
+            // fingerprint of the path (its times) must follow.
+            if a.size.is_some() {
+                self.after_inode(ino, |path| Mutation::Content { path });
+            } else {
+                self.after_inode(ino, |path| Mutation::Metadata { path });
+            }
+        }
+        self.getattr(ino, a.fh)
+    }
+
+    /// `unlink` (`flags` 0) or `rmdir` (`AT_REMOVEDIR`) of `parent/name`.
+    pub(super) fn remove(&self, parent: u64, name: &[u8], flags: i32) -> Res<()> {
+        let dir = self.node(parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        let _gate = self.gate.read();
+        let path = self.child_path(parent, name)?;
+        self.before(Mutation::Remove { path: &path })?;
+        self.hold_fd_of(parent, name);
+        sys::unlinkat(dir.fd.as_fd(), &cname, flags).map_err(errno)?;
+        self.inodes.unlink(parent, name);
+        self.after(Mutation::Remove { path: &path }, None);
+        Ok(())
+    }
+
+    /// `rename` of `parent/name` to `new_parent/new_name` (`renameat2`
+    /// flags, `RENAME_EXCHANGE` included).
+    pub(super) fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Res<()> {
+        let dir = self.node(parent)?;
+        let new_dir = self.node(new_parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        let new_cname = sys::cname(new_name).map_err(errno)?;
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let _gate = self.gate.read();
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(new_parent, new_name)?;
+        self.before(Mutation::Rename {
+            from: &from,
+            to: &to,
+            exchange,
+        })?;
+        if !exchange {
+            self.hold_fd_of(new_parent, new_name);
+        }
+        sys::renameat2(
+            dir.fd.as_fd(),
+            &cname,
+            new_dir.fd.as_fd(),
+            &new_cname,
+            flags.bits(),
+        )
+        .map_err(errno)?;
+        self.inodes
+            .rename(parent, name, new_parent, new_name, exchange);
+        let now = match exchange {
+            true => None,
+            false => sys::stat_at(new_dir.fd.as_fd(), &new_cname).ok().flatten(),
+        };
+        self.after(
+            Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            },
+            now.as_ref(),
+        );
+        Ok(())
+    }
+
+    /// `statfs` of the filesystem holding `ino` (the root's if `ino` is
+    /// gone).
+    pub(super) fn statfs(&self, ino: u64) -> Res<libc::statvfs> {
+        let node = self.node(ino).or_else(|_| self.node(crate::inode::ROOT))?;
+        sys::statvfs(node.fd.as_fd()).map_err(errno)
+    }
+
+    /// `access`: with `default_permissions` the kernel checks the mode bits
+    /// itself; this only confirms the inode still exists.
+    pub(super) fn access(&self, ino: u64) -> Res<()> {
+        let node = self.node(ino)?;
+        sys::fstat(node.fd.as_fd()).map_err(errno)?;
+        Ok(())
+    }
+
+    /// `setxattr` of `name` on `ino` (`flags`: `XATTR_CREATE`/`_REPLACE`).
+    pub(super) fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+        let node = self.node(ino)?;
+        let name = sys::cname_any(name).map_err(errno)?;
+        let _gate = self.gate.read();
+        self.before_inode(ino, |path| Mutation::Metadata { path })?;
+        sys::setxattr(node.fd.as_fd(), &name, value, flags).map_err(errno)?;
+        self.after_inode(ino, |path| Mutation::Metadata { path });
+        Ok(())
+    }
+
+    /// `getxattr` of `name` on `ino`: the size needed when `size` is 0,
+    /// else at most `size` bytes of the value (`ERANGE` if it is larger).
+    pub(super) fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
+        let node = self.node(ino)?;
+        let name = sys::cname_any(name).map_err(errno)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::getxattr(node.fd.as_fd(), &name, &mut buf).map_err(errno)?;
+        buf.truncate(n);
+        Ok(sized(size, n, buf))
+    }
+
+    /// `listxattr` of `ino`: as [`State::getxattr`], for the name list.
+    pub(super) fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
+        let node = self.node(ino)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::listxattr(node.fd.as_fd(), &mut buf).map_err(errno)?;
+        buf.truncate(n);
+        Ok(sized(size, n, buf))
+    }
+
+    /// `removexattr` of `name` on `ino`.
+    pub(super) fn removexattr(&self, ino: u64, name: &[u8]) -> Res<()> {
+        let node = self.node(ino)?;
+        let name = sys::cname_any(name).map_err(errno)?;
+        let _gate = self.gate.read();
+        self.before_inode(ino, |path| Mutation::Metadata { path })?;
+        sys::removexattr(node.fd.as_fd(), &name).map_err(errno)?;
+        self.after_inode(ino, |path| Mutation::Metadata { path });
+        Ok(())
+    }
+}
+
+/// An xattr answer: the size `n` when the request's `size` was 0 (a size
+/// probe), else the bytes read.
+fn sized(size: u32, n: usize, buf: Vec<u8>) -> Xattr {
+    if size == 0 {
+        Xattr::Size(n)
+    } else {
+        Xattr::Data(buf)
+    }
+}

@@ -1,0 +1,48 @@
+//! Calls that go through `/proc/self/fd/N`: the ones with no `*at` form
+//! that works on an `O_PATH` fd. The path resolves to the inode the fd
+//! holds (for a symlink, the link itself), never to what it points at.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use super::{cvt, owned};
+use crate::errno::os;
+
+/// `/proc/self/fd/N` for `fd`.
+pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> CString {
+    let text = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    // A formatted integer never contains NUL.
+    CString::new(text).unwrap_or_default()
+}
+
+/// Opens the inode behind an `O_PATH` fd for real I/O.
+pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
+    let path = proc_path(fd);
+    // SAFETY: valid C string.
+    owned(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })
+}
+
+pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    let path = proc_path(fd);
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) })?;
+    Ok(())
+}
+
+pub(crate) fn truncate_path_fd(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> {
+    let size = libc::off_t::try_from(size).map_err(|_| os(libc::EFBIG))?;
+    let path = proc_path(fd);
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::truncate(path.as_ptr(), size) })?;
+    Ok(())
+}
+
+/// Sets times on the inode behind any fd (`O_PATH` included) without
+/// following a symlink.
+pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
+    let path = proc_path(fd);
+    // SAFETY: valid C string and a two-element timespec array.
+    cvt(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) })?;
+    Ok(())
+}
