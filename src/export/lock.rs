@@ -7,7 +7,6 @@
 //! too) by replacing the body of [`ExportLock::acquire`] and nothing else.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use super::{ExportError, IoContext};
@@ -38,10 +37,10 @@ impl ExportLock {
             .write(true)
             .open(&path)
             .at(&path)?;
-        // SAFETY: valid fd; blocking flock, released when the file closes.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } < 0 {
-            return Err(std::io::Error::last_os_error()).at(&path);
-        }
+        // Blocking; released when the file closes.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(std::io::Error::from)
+            .at(&path)?;
         Ok(ExportLock { _file: file })
     }
 }
