@@ -412,3 +412,36 @@ impl<'a> Exporter<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_name_their_path_and_keep_their_source() {
+        let denied = || io::Error::from_raw_os_error(libc::EACCES);
+        let e = Err::<(), _>(denied()).in_project(b"d/caf\xe9").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("cannot read d/caf\\xe9 in the project: {}", denied())
+        );
+        assert!(e.source().is_some());
+
+        let e = Err::<(), _>(denied())
+            .at(Path::new("/g/opfs-export.lock"))
+            .unwrap_err();
+        assert_eq!(e.to_string(), format!("/g/opfs-export.lock: {}", denied()));
+        assert!(e.source().is_some());
+
+        let e = Err::<(), _>(denied())
+            .git(Path::new("/g"), "writing a blob")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("git repository /g: writing a blob: {}", denied())
+        );
+        assert!(e.source().is_some());
+    }
+}
