@@ -1,0 +1,47 @@
+//! The daemon's background exporter: a thread of its own that runs
+//! [`export`] after every request that closes a turn, off the request
+//! path. Failures go to the daemon log, never to the request.
+
+use crate::state::StateDir;
+
+use super::export;
+
+/// Starts the background exporter of a daemon: a thread that exports
+/// `state`'s history into the default repository each time it is woken
+/// through the returned sender (wake-ups arriving during an export are
+/// merged into one more run). Failures are logged, never returned: the
+/// export must not slow down or fail the request that closed the turn.
+///
+/// `commit` is the daemon's group commit of its capture log: it runs
+/// before every export and wherever the export re-reads records.
+///
+/// The thread ends when every sender is dropped.
+pub fn spawn_background(
+    state: StateDir,
+    commit: Box<dyn Fn() + Send>,
+) -> crossbeam_channel::Sender<()> {
+    // Size one: a wake-up sent while one is pending is merged into it.
+    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+    let spawned = std::thread::Builder::new()
+        .name("opfs-export".into())
+        .spawn(move || {
+            for () in rx {
+                commit();
+                match export(&state, None, &mut |_| {}, &*commit) {
+                    Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
+                        "exported {} turn(s){} to {} in {} ms",
+                        r.turns.len(),
+                        if r.baseline { " and the baseline" } else { "" },
+                        r.git_dir.display(),
+                        r.elapsed_ms
+                    ),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("background export failed: {e}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the background exporter: {e}");
+    }
+    tx
+}

@@ -1,0 +1,447 @@
+//! The shadow git export (design §8): the history as a bare git repository,
+//! written with gix, outside the project.
+//!
+//! Layout (see `docs/export.md`): a baseline commit holding the project as
+//! first seen (the start of the oldest turn kept), then one commit per
+//! closed turn whose tree is the project at the end of that turn;
+//! `refs/opfs/baseline`, `refs/opfs/turns/<N>` per turn, and the branch
+//! `refs/heads/opfs` (which `HEAD` names) at the newest exported turn.
+//!
+//! Incremental: the branch tip's message says which turn it holds (an
+//! `opfs-turn:` trailer). An export starts from that commit's tree and, for
+//! each newer closed turn, edits only the paths the turn recorded (gix's
+//! tree editor loads and rewrites only the trees on those paths). Only the
+//! baseline reads the whole project, once.
+//!
+//! Commits are deterministic (fixed author, times from the index), so
+//! re-exporting the same history yields the same ids, and an export
+//! interrupted between writing objects and moving refs is redone exactly.
+//!
+//! The pieces: [`export`] (this file) runs the steps; `repo` opens the
+//! repository, `lock` serializes runs, `baseline` writes the first commit,
+//! `tree_edit` the commit of each turn, `commit` the commits, messages and
+//! refs; [`spawn_background`] is the daemon's exporter thread.
+//!
+//! The export reads the index, the blob store and the project (through
+//! `history`'s sources); it never talks to a daemon. A caller that runs
+//! beside one passes its group commit as `commit`.
+
+mod background;
+mod baseline;
+mod commit;
+mod lock;
+mod repo;
+mod tree_edit;
+
+pub use background::spawn_background;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gix::ObjectId;
+use serde::Serialize;
+
+use crate::backing::Backing;
+use crate::history::{self, Sources};
+use crate::paths;
+use crate::record::Hash;
+use crate::state::StateDir;
+use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+
+use lock::ExportLock;
+
+/// The branch that follows the newest exported turn.
+pub const BRANCH: &str = "refs/heads/opfs";
+/// The ref of the baseline commit.
+pub const BASELINE_REF: &str = "refs/opfs/baseline";
+/// Prefix of the per-turn refs (`refs/opfs/turns/<N>`).
+pub const TURN_REF_PREFIX: &str = "refs/opfs/turns/";
+
+/// Errors from an export. Each names the repository, path or turn.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// A gix operation failed.
+    #[error("git repository {git_dir}: {what}: {source}")]
+    Git {
+        /// The repository.
+        git_dir: PathBuf,
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file of the repository or state dir could not be used.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The repository was made for another project.
+    #[error("{git_dir} holds the export of {other}, not of {project}")]
+    Foreign {
+        /// The repository.
+        git_dir: PathBuf,
+        /// The project it belongs to.
+        other: String,
+        /// This project.
+        project: PathBuf,
+    },
+    /// The repository would be inside the project (zero intrusion).
+    #[error("the export repository {git_dir} must not be inside the project {project}")]
+    InsideProject {
+        /// The repository.
+        git_dir: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// The project directory itself cannot be opened.
+    #[error("cannot read {project} in the project: {source}")]
+    OpenProject {
+        /// The project directory.
+        project: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A path in the project cannot be read.
+    #[error("cannot read {} in the project: {source}", paths::display(.path))]
+    Project {
+        /// The path, relative to the project root (bytes).
+        path: Vec<u8>,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The blob store cannot be opened.
+    #[error("the recorded content of {dir} cannot be read: {source}")]
+    OpenBlobs {
+        /// The blob directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: BlobError,
+    },
+    /// A recorded blob is missing or corrupt.
+    #[error("the recorded content of {} cannot be read: {source}", paths::display(.path))]
+    Blob {
+        /// The path whose state it holds, relative to the project root.
+        path: Vec<u8>,
+        /// The cause.
+        #[source]
+        source: BlobError,
+    },
+    /// The index failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// Reading a turn's states failed (a file kept as ranges could not be
+    /// put together, or a file it is laid over could not be read).
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
+}
+
+/// Adds the repository and the step being done to a gix failure
+/// ([`ExportError::Git`]).
+trait GitContext<T> {
+    /// `what`: the step, e.g. "writing a blob".
+    fn git(self, git_dir: &Path, what: &str) -> Result<T, ExportError>;
+    /// As [`GitContext::git`], the step described only on failure.
+    fn git_with(self, git_dir: &Path, what: impl FnOnce() -> String) -> Result<T, ExportError>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> GitContext<T> for Result<T, E> {
+    fn git(self, git_dir: &Path, what: &str) -> Result<T, ExportError> {
+        self.git_with(git_dir, || what.to_owned())
+    }
+
+    fn git_with(self, git_dir: &Path, what: impl FnOnce() -> String) -> Result<T, ExportError> {
+        self.map_err(|e| ExportError::Git {
+            git_dir: git_dir.to_path_buf(),
+            what: what(),
+            source: Box::new(e),
+        })
+    }
+}
+
+/// Adds the file to an I/O failure on the repository or the state dir
+/// ([`ExportError::Io`]).
+trait IoContext<T> {
+    fn at(self, path: &Path) -> Result<T, ExportError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T, ExportError> {
+        self.map_err(|source| ExportError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Adds the project-relative path to a failure reading the project
+/// ([`ExportError::Project`]).
+trait ProjectContext<T> {
+    fn in_project(self, path: &[u8]) -> Result<T, ExportError>;
+}
+
+impl<T> ProjectContext<T> for io::Result<T> {
+    fn in_project(self, path: &[u8]) -> Result<T, ExportError> {
+        self.map_err(|source| ExportError::Project {
+            path: path.to_vec(),
+            source,
+        })
+    }
+}
+
+/// Adds the project-relative path to a failure reading its recorded
+/// content ([`ExportError::Blob`]).
+trait BlobContext<T> {
+    fn blob_of(self, path: &[u8]) -> Result<T, ExportError>;
+}
+
+impl<T> BlobContext<T> for Result<T, BlobError> {
+    fn blob_of(self, path: &[u8]) -> Result<T, ExportError> {
+        self.map_err(|source| ExportError::Blob {
+            path: path.to_vec(),
+            source,
+        })
+    }
+}
+
+/// Progress of a running export, for the caller to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The baseline walk has read this many entries of the project so far.
+    Baseline {
+        /// Entries read.
+        entries: u64,
+    },
+    /// Turn `turn` was exported.
+    Turn {
+        /// The turn.
+        turn: u64,
+    },
+}
+
+/// What an export did.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ExportReport {
+    /// The repository.
+    pub git_dir: PathBuf,
+    /// Whether this run wrote the baseline.
+    pub baseline: bool,
+    /// Project entries the baseline walk read (0 without a baseline).
+    pub baseline_entries: u64,
+    /// Turns exported by this run, oldest first.
+    pub turns: Vec<u64>,
+    /// The newest turn in the export after this run (`None`: only the
+    /// baseline, or nothing).
+    pub last_turn: Option<u64>,
+    /// Git objects handed to the object database (blobs, trees, commits);
+    /// ones already present are not written again.
+    pub objects: u64,
+    /// Paths left out because git cannot hold them (see `docs/export.md`).
+    pub skipped: Vec<String>,
+    /// Wall time in ms.
+    pub elapsed_ms: u64,
+}
+
+/// The default repository: `export.git` in the project's state dir.
+pub fn default_git_dir(state: &StateDir) -> PathBuf {
+    state.dir.join("export.git")
+}
+
+/// Exports `state`'s history into the bare repository `git_dir` (default:
+/// [`default_git_dir`]): the baseline if missing, then every closed turn
+/// not yet exported. The open turn is not exported (its end is unknown).
+///
+/// Works while a daemon runs: the index is read through its own
+/// connection, the project directly (never through the mount, never its
+/// `.git`). Concurrent exports into one repository are serialized by a lock
+/// file in it.
+///
+/// After `Ok`, refs point at complete commits. After `Err`, the refs name
+/// the last turn fully exported; objects written for a later turn may
+/// remain unreferenced (a rerun writes the same ids and moves the refs).
+/// Nothing is fsynced: the export can always be rebuilt.
+///
+/// `commit` makes every capture so far visible in the index; it is called
+/// before records are re-read after reading the project (see `history`).
+/// Outside the daemon pass [`crate::history::commit_through_daemon`].
+///
+/// Errors: [`ExportError::InsideProject`] / [`ExportError::Foreign`] for a
+/// repository that is not this project's to use; [`ExportError::Git`] /
+/// [`ExportError::Io`] when the repository cannot be written;
+/// [`ExportError::OpenProject`], [`ExportError::Project`],
+/// [`ExportError::OpenBlobs`], [`ExportError::Blob`],
+/// [`ExportError::Index`] and [`ExportError::History`] when the history or
+/// the project cannot be read.
+pub fn export(
+    state: &StateDir,
+    git_dir: Option<&Path>,
+    progress: &mut dyn FnMut(Progress),
+    commit: &dyn Fn(),
+) -> Result<ExportReport, ExportError> {
+    let start = Instant::now();
+    let git_dir = git_dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| default_git_dir(state));
+    let repo = repo::open(state, &git_dir)?;
+    let _lock = ExportLock::acquire(&git_dir)?;
+    let opened = Opened::open(state)?;
+    let mut ex = Exporter::new(&repo, &git_dir, opened.sources(commit));
+    let mut report = ExportReport::empty(git_dir.clone());
+    let Some(first) = opened.index.first_turn()? else {
+        return Ok(report);
+    };
+    let tip = match commit::branch_tip(&repo, &git_dir)? {
+        Some(tip) => tip,
+        None => {
+            let b = baseline::write(&mut ex, first, progress)?;
+            report.baseline = true;
+            report.baseline_entries = b.entries;
+            b.tip
+        }
+    };
+    let closed = closed_after(&opened.index, tip.turn)?;
+    let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
+    report.turns = turns;
+    report.last_turn = (tip.turn >= first).then_some(tip.turn);
+    report.objects = ex.objects;
+    report.skipped = std::mem::take(&mut ex.skipped);
+    report.elapsed_ms = start.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+impl ExportReport {
+    /// The report of a run that did nothing (yet).
+    fn empty(git_dir: PathBuf) -> ExportReport {
+        ExportReport {
+            git_dir,
+            baseline: false,
+            baseline_entries: 0,
+            turns: Vec::new(),
+            last_turn: None,
+            objects: 0,
+            skipped: Vec::new(),
+            elapsed_ms: 0,
+        }
+    }
+}
+
+/// The closed turns after `last`, oldest first.
+fn closed_after(index: &Index, last: u64) -> Result<Vec<Turn>, ExportError> {
+    let mut closed: Vec<Turn> = index
+        .turns(None)?
+        .into_iter()
+        .filter(|t| t.ended_at.is_some() && t.number > last)
+        .collect();
+    closed.sort_by_key(|t| t.number);
+    Ok(closed)
+}
+
+/// What an export reads, opened for reading: the index (read-only, its own
+/// connection), the blob store and the project.
+struct Opened {
+    index: Index,
+    blobs: BlobStore,
+    backing: Backing,
+    resolved: history::Resolved,
+}
+
+impl Opened {
+    fn open(state: &StateDir) -> Result<Opened, ExportError> {
+        let index = Index::open_read_only(&state.index_path())?;
+        let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| {
+            ExportError::OpenBlobs {
+                dir: state.blobs_dir(),
+                source,
+            }
+        })?;
+        let backing = Backing::open(&state.project).map_err(|source| ExportError::OpenProject {
+            project: state.project.clone(),
+            source,
+        })?;
+        Ok(Opened {
+            index,
+            blobs,
+            backing,
+            resolved: history::Resolved::default(),
+        })
+    }
+
+    fn sources<'a>(&'a self, commit: &'a dyn Fn()) -> Sources<'a> {
+        Sources {
+            index: &self.index,
+            blobs: &self.blobs,
+            backing: &self.backing,
+            commit,
+            resolved: &self.resolved,
+        }
+    }
+}
+
+/// One export run: the repository being written and what it reads.
+struct Exporter<'a> {
+    repo: &'a gix::Repository,
+    git_dir: PathBuf,
+    src: Sources<'a>,
+    /// BLAKE3 of a recorded blob → its git blob id (a blob recorded in many
+    /// turns is read once).
+    known: HashMap<Hash, ObjectId>,
+    /// Objects handed to the object database so far.
+    objects: u64,
+    /// Paths left out (see [`ExportReport::skipped`]).
+    skipped: Vec<String>,
+}
+
+impl<'a> Exporter<'a> {
+    fn new(repo: &'a gix::Repository, git_dir: &Path, src: Sources<'a>) -> Exporter<'a> {
+        Exporter {
+            repo,
+            git_dir: git_dir.to_path_buf(),
+            src,
+            known: HashMap::new(),
+            objects: 0,
+            skipped: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_name_their_path_and_keep_their_source() {
+        let denied = || io::Error::from_raw_os_error(libc::EACCES);
+        let e = Err::<(), _>(denied()).in_project(b"d/caf\xe9").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("cannot read d/caf\\xe9 in the project: {}", denied())
+        );
+        assert!(e.source().is_some());
+
+        let e = Err::<(), _>(denied())
+            .at(Path::new("/g/opfs-export.lock"))
+            .unwrap_err();
+        assert_eq!(e.to_string(), format!("/g/opfs-export.lock: {}", denied()));
+        assert!(e.source().is_some());
+
+        let e = Err::<(), _>(denied())
+            .git(Path::new("/g"), "writing a blob")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("git repository /g: writing a blob: {}", denied())
+        );
+        assert!(e.source().is_some());
+    }
+}

@@ -1,0 +1,299 @@
+//! Incremental tree updates: what a path's state becomes in a git tree,
+//! which paths git cannot hold, and the export of each closed turn as an
+//! edit of the previous commit's tree limited to the paths the turn
+//! recorded (gix's tree editor loads and rewrites only the trees on those
+//! paths).
+
+use std::collections::HashMap;
+
+use gix::bstr::{BStr, ByteSlice};
+use gix::objs::tree::EntryKind;
+use gix::ObjectId;
+
+use super::commit::{turn_message, Tip};
+use super::{
+    BlobContext, ExportError, Exporter, GitContext, Progress, ProjectContext, BRANCH,
+    TURN_REF_PREFIX,
+};
+use crate::history::{self, Timeline, Version};
+use crate::paths;
+use crate::record::PreImage;
+use crate::store::{BlobError, Turn};
+
+/// What one path becomes in a git tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GitState {
+    /// Nothing (absent, or a special file git cannot hold).
+    Absent,
+    /// A directory: its entries are paths of their own.
+    Dir,
+    /// A blob or symlink entry.
+    Leaf(EntryKind, ObjectId),
+}
+
+/// True when a tree entry named `name` would make `git fsck --strict`
+/// complain or could be mistaken for a repository by git (`.git` and its
+/// NTFS/HFS aliases; a symlink named `.gitmodules`).
+fn rejected_name(name: &[u8], symlink: bool) -> bool {
+    let opts = gix::validate::path::component::Options {
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    };
+    let mode = symlink.then_some(gix::validate::path::component::Mode::Symlink);
+    gix::validate::path::component(name.as_bstr(), mode, opts).is_err()
+}
+
+/// True when `path` cannot go into the export: `.git` at the root (never
+/// recorded), or a component git rejects.
+pub(super) fn excluded(path: &[u8], symlink: bool) -> bool {
+    if paths::is_excluded(path) {
+        return true;
+    }
+    let mut parts = path.split(|&b| b == b'/').peekable();
+    while let Some(c) = parts.next() {
+        let last = parts.peek().is_none();
+        if rejected_name(c, symlink && last) {
+            return true;
+        }
+    }
+    false
+}
+
+fn components(path: &[u8]) -> impl Iterator<Item = &BStr> {
+    path.split(|&b| b == b'/').map(|c| c.as_bstr())
+}
+
+impl Exporter<'_> {
+    fn write_blob(&mut self, data: &[u8]) -> Result<ObjectId, ExportError> {
+        self.objects += 1;
+        let id = self
+            .repo
+            .write_blob(data)
+            .git(&self.git_dir, "writing a blob")?;
+        Ok(id.detach())
+    }
+
+    /// Reads `path`'s current state in the project.
+    pub(super) fn read_current(&self, path: &[u8]) -> Result<Version, ExportError> {
+        history::read_current(self.src.backing, path).in_project(path)
+    }
+
+    /// The git state of a recorded state.
+    pub(super) fn git_state_of(
+        &mut self,
+        path: &[u8],
+        state: &PreImage,
+    ) -> Result<GitState, ExportError> {
+        self.git_state(
+            path,
+            &Version {
+                state: state.clone(),
+                bytes: None,
+            },
+        )
+    }
+
+    /// The git state of a version (recorded or read from the project),
+    /// writing its blob unless a blob of the same BLAKE3 was written by
+    /// this run.
+    pub(super) fn git_state(&mut self, path: &[u8], v: &Version) -> Result<GitState, ExportError> {
+        Ok(match &v.state {
+            // Unknown: created outside the mount during the next turn; the
+            // commit before it shows the path as absent, the next one shows
+            // what the mount found.
+            PreImage::Absent | PreImage::Unknown | PreImage::Special { .. } => GitState::Absent,
+            // Put together by `Sources::timeline` before it gets here.
+            PreImage::Ranged { .. } => {
+                return Err(BlobError::Missing(
+                    "a file kept as ranges was not put together".into(),
+                ))
+                .blob_of(path)
+            }
+            PreImage::Dir { .. } => GitState::Dir,
+            PreImage::Symlink { target } => {
+                let id = self.write_blob(target)?;
+                GitState::Leaf(EntryKind::Link, id)
+            }
+            PreImage::File { blob, perm, .. } => {
+                let kind = if history::git_file_mode(*perm) == 0o100755 {
+                    EntryKind::BlobExecutable
+                } else {
+                    EntryKind::Blob
+                };
+                let id = match (&v.bytes, self.known.get(blob)) {
+                    (Some(bytes), _) => self.write_blob(bytes)?,
+                    (None, Some(id)) => *id,
+                    (None, None) => {
+                        let data = self.src.blob(blob).blob_of(path)?;
+                        self.write_blob(&data)?
+                    }
+                };
+                self.known.insert(*blob, id);
+                GitState::Leaf(kind, id)
+            }
+        })
+    }
+
+    /// Sets `path` to `state` in `editor`: a leaf is upserted, an absent
+    /// path removed, a directory replaces a non-directory at that name.
+    /// A path git cannot hold is left out (and listed in `skipped` unless
+    /// it is absent or a directory).
+    pub(super) fn apply(
+        &mut self,
+        editor: &mut gix::objs::tree::Editor<'_>,
+        path: &[u8],
+        state: GitState,
+    ) -> Result<(), ExportError> {
+        let symlink = matches!(state, GitState::Leaf(EntryKind::Link, _));
+        if excluded(path, symlink) {
+            if !matches!(state, GitState::Absent | GitState::Dir) {
+                self.skipped.push(paths::display(path));
+            }
+            return Ok(());
+        }
+        let git_dir = &self.git_dir;
+        let what = || format!("editing the tree at {}", paths::display(path));
+        match state {
+            GitState::Absent => {
+                editor.remove(components(path)).git_with(git_dir, what)?;
+            }
+            GitState::Dir => {
+                // A directory replaces whatever non-directory was there; its
+                // entries (which have records of their own) stay.
+                match editor.remove_leaf(components(path)) {
+                    Ok(_) | Err(gix::objs::tree::editor::Error::CannotRemoveNonLeaf { .. }) => {}
+                    Err(e) => return Err(e).git_with(git_dir, what),
+                }
+            }
+            GitState::Leaf(kind, id) => {
+                editor
+                    .upsert(components(path), kind, id)
+                    .git_with(git_dir, what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the trees `editor` changed; returns the root tree.
+    pub(super) fn write_tree(
+        &mut self,
+        editor: &mut gix::objs::tree::Editor<'_>,
+    ) -> Result<ObjectId, ExportError> {
+        let repo = self.repo;
+        let mut n = 0u64;
+        let id = editor
+            .write(|tree| {
+                n += 1;
+                repo.write_object(tree).map(|id| id.detach())
+            })
+            .git(&self.git_dir, "writing trees")?;
+        self.objects += n;
+        Ok(id)
+    }
+}
+
+/// Exports the closed turns `closed` (all after `tip.turn`, oldest first)
+/// as commits on top of `tip`, moving `refs/opfs/turns/<N>` and [`BRANCH`]
+/// after each. Returns the new tip and the turns exported.
+///
+/// For each path recorded in turn T, its end-of-T state is its next record
+/// after T, or (for a path not recorded since) its current state, read
+/// before the records are loaded: a path that has a newer record by then
+/// is taken from that record instead (see `history`).
+pub(super) fn export_turns(
+    ex: &mut Exporter<'_>,
+    mut tip: Tip,
+    closed: &[Turn],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(Tip, Vec<u64>), ExportError> {
+    let mut done = Vec::new();
+    let Some(newest) = closed.last().map(|t| t.number) else {
+        return Ok((tip, done));
+    };
+    let current = current_states(ex, tip.turn + 1, newest)?;
+    (ex.src.commit)();
+    let timeline = ex.src.timeline(tip.turn + 1)?;
+    let by_turn = timeline.by_turn();
+    let mut editor = ex
+        .repo
+        .edit_tree(tip.tree)
+        .git(&ex.git_dir, "loading the previous tree")?
+        .detach();
+    for t in closed {
+        for p in by_turn.get(&t.number).map(Vec::as_slice).unwrap_or(&[]) {
+            let g = match timeline.state_at(p, t.number + 1) {
+                Some(pre) => ex.git_state_of(p, pre)?,
+                None => match current.get(p) {
+                    Some(g) => *g,
+                    None => {
+                        let v = ex.read_current(p)?;
+                        ex.git_state(p, &v)?
+                    }
+                },
+            };
+            ex.apply(&mut editor, p, g)?;
+        }
+        tip = commit_turn(ex, &mut editor, tip, t)?;
+        done.push(t.number);
+        progress(Progress::Turn { turn: t.number });
+    }
+    Ok((tip, done))
+}
+
+/// The current git state of every path recorded in turns `from..=newest`
+/// that no record after `newest` covers, read before the records are
+/// loaded again.
+fn current_states(
+    ex: &mut Exporter<'_>,
+    from: u64,
+    newest: u64,
+) -> Result<HashMap<Vec<u8>, GitState>, ExportError> {
+    let before = Timeline::load(ex.src.index, from)?;
+    let mut current = HashMap::new();
+    for p in before.paths_in(from, newest) {
+        if before.state_at(&p, newest + 1).is_none() && !excluded(&p, false) {
+            let v = ex.read_current(&p)?;
+            let g = ex.git_state(&p, &v)?;
+            current.insert(p, g);
+        }
+    }
+    Ok(current)
+}
+
+/// Writes the trees and the commit of turn `t` on top of `parent`, and
+/// moves its turn ref and [`BRANCH`] to it (one ref transaction).
+fn commit_turn(
+    ex: &mut Exporter<'_>,
+    editor: &mut gix::objs::tree::Editor<'_>,
+    parent: Tip,
+    t: &Turn,
+) -> Result<Tip, ExportError> {
+    let tree = ex.write_tree(editor)?;
+    let time = t.ended_at.unwrap_or(t.started_at);
+    let commit = ex.commit(tree, Some(parent.commit), turn_message(t), time)?;
+    let turn_ref = format!("{TURN_REF_PREFIX}{}", t.number);
+    ex.set_refs(&[&turn_ref, BRANCH], commit, time)?;
+    Ok(Tip {
+        commit,
+        tree,
+        turn: t.number,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_git_and_aliases_are_excluded() {
+        assert!(excluded(b".git", false));
+        assert!(excluded(b"sub/.git/config", false));
+        assert!(excluded(b"sub/.GIT", false));
+        assert!(excluded(b"git~1/x", false));
+        assert!(excluded(b".gitmodules", true));
+        assert!(!excluded(b".gitmodules", false));
+        assert!(!excluded(b".github/workflows/x", false));
+        assert!(!excluded(b"caf\xe9", false));
+    }
+}
