@@ -127,13 +127,10 @@ impl World {
         mp
     }
 
-    fn mounts_under_root(&self) -> Vec<String> {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let root = self.root.to_string_lossy().to_string();
-        info.lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&root))
-            .map(String::from)
+    fn mounts_under_root(&self) -> Vec<PathBuf> {
+        opfs_testutil::mount_points()
+            .into_iter()
+            .filter(|m| m.starts_with(&self.root))
             .collect()
     }
 

@@ -152,52 +152,8 @@ pub fn run_command(mut cmd: Command, scratch: &Path, timeout: Duration) -> io::R
     }
 }
 
-/// Whether `path` is a mountpoint right now, per `/proc/self/mountinfo`.
-pub fn is_mounted(path: &Path) -> bool {
-    let info = fs::read("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let want = path.as_os_str().as_bytes();
-    info.split(|&b| b == b'\n').any(|line| {
-        line.split(|&b| b == b' ')
-            .nth(4)
-            .is_some_and(|field| unescape_mountinfo(field) == want)
-    })
-}
-
-/// Undoes the octal escapes (`\040` for a space, ...) of `/proc/*/mountinfo`.
-fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        if field[i] == b'\\' && i + 4 <= field.len() {
-            let digits = &field[i + 1..i + 4];
-            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let v = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                out.push(v as u8);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(field[i]);
-        i += 1;
-    }
-    out
-}
-
-/// Polls the mount table until `path` is (or is no longer) a mountpoint.
-pub fn wait_mount_state(path: &Path, mounted: bool, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if is_mounted(path) == mounted {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// The mount-table reader shared with `fs/tests` (`opfs-testutil`).
+pub use opfs_testutil::{is_mounted, wait_mount_state};
 
 /// A project, a mountpoint and a state dir in temp dirs; unmounts on drop.
 pub struct Fixture {
