@@ -8,6 +8,8 @@
 // A failed unwrap is a failed test, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
@@ -129,37 +131,20 @@ fn bytes_path(root: &Path, rel: &[u8]) -> PathBuf {
     root.join(OsStr::from_bytes(rel))
 }
 
-/// The files and symlinks under `root` (its top-level `.git` left out).
+/// The files and symlinks under `root` (its top-level `.git` left out), as
+/// git sees a tree: the shared walk of `common`, in git's terms.
 fn manifest(root: &Path) -> Manifest {
     let mut out = Manifest::new();
-    let mut stack = vec![Vec::<u8>::new()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(bytes_path(root, &dir)).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().as_bytes().to_vec();
-            let rel = if dir.is_empty() {
-                name
+    for common::Found { rel, path, meta } in common::walk_tree(root, &[b".git"]).unwrap() {
+        if meta.file_type().is_symlink() {
+            out.insert(rel, ("120000".into(), common::link_target(&path).unwrap()));
+        } else if meta.is_file() {
+            let mode = if meta.permissions().mode() & 0o111 != 0 {
+                "100755"
             } else {
-                [&dir[..], b"/", &name[..]].concat()
+                "100644"
             };
-            if rel == b".git" {
-                continue;
-            }
-            let p = bytes_path(root, &rel);
-            let md = fs::symlink_metadata(&p).unwrap();
-            if md.file_type().is_symlink() {
-                let t = fs::read_link(&p).unwrap();
-                out.insert(rel, ("120000".into(), t.as_os_str().as_bytes().to_vec()));
-            } else if md.is_dir() {
-                stack.push(rel);
-            } else if md.is_file() {
-                let mode = if md.permissions().mode() & 0o111 != 0 {
-                    "100755"
-                } else {
-                    "100644"
-                };
-                out.insert(rel, (mode.into(), fs::read(&p).unwrap()));
-            }
+            out.insert(rel, (mode.into(), fs::read(&path).unwrap()));
         }
     }
     out

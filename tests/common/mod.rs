@@ -553,77 +553,109 @@ pub fn manifest_without_git(root: &Path) -> Manifest {
 /// Manifest of everything under `root` except the listed relative paths (and
 /// everything below them).
 pub fn manifest_filtered(root: &Path, skip: &[&[u8]]) -> Manifest {
-    let mut out = Manifest::new();
-    walk(root, root, &mut Vec::new(), skip, true, &mut out);
-    out
+    manifest_of(root, skip, true)
 }
 
 /// Paths and kinds only (no hashing): cheap listing for choosing targets.
 pub fn listing(root: &Path, skip: &[&[u8]]) -> Manifest {
+    manifest_of(root, skip, false)
+}
+
+fn manifest_of(root: &Path, skip: &[&[u8]], hash: bool) -> Manifest {
+    let found = walk_tree(root, skip).unwrap_or_else(|e| panic!("{e}"));
     let mut out = Manifest::new();
-    walk(root, root, &mut Vec::new(), skip, false, &mut out);
+    for Found { rel, path, meta } in found {
+        let ft = meta.file_type();
+        let mode = meta.permissions().mode() & 0o7777;
+        let e = if ft.is_symlink() {
+            Entry::Symlink {
+                target: link_target(&path).unwrap_or_else(|e| panic!("{e}")),
+            }
+        } else if ft.is_dir() {
+            Entry::Dir { mode }
+        } else if ft.is_file() {
+            Entry::File {
+                mode,
+                size: meta.size(),
+                blake3: if hash {
+                    hash_file(&path)
+                } else {
+                    String::new()
+                },
+            }
+        } else {
+            let kind = if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "char"
+            } else {
+                "block"
+            };
+            Entry::Other { kind, mode }
+        };
+        out.insert(rel, e);
+    }
     out
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    rel: &mut Vec<u8>,
-    skip: &[&[u8]],
-    hash: bool,
-    out: &mut Manifest,
-) {
-    let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
-    for entry in entries {
-        let entry = entry.unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
-        let name = entry.file_name();
+/// One entry below a tree's root, as [`walk_tree`] finds it.
+#[derive(Debug)]
+pub struct Found {
+    /// The path relative to the root, components joined by `/`.
+    pub rel: Vec<u8>,
+    /// The full path.
+    pub path: PathBuf,
+    /// `lstat` of it: a symlink is not followed.
+    pub meta: fs::Metadata,
+}
+
+/// The one tree walk behind every manifest of the tests (this file's
+/// [`Manifest`], the git view of `tests/export.rs`, the model's tree in
+/// `tests/model.rs`): every entry below `root` (not `root` itself), never
+/// following a symlink, leaving out the listed relative paths and everything
+/// below them. Errors name the path and the call that failed.
+pub fn walk_tree(root: &Path, skip: &[&[u8]]) -> io::Result<Vec<Found>> {
+    let mut out = Vec::new();
+    walk_dir(root, &mut Vec::new(), skip, &mut out)?;
+    Ok(out)
+}
+
+fn walk_dir(dir: &Path, rel: &mut Vec<u8>, skip: &[&[u8]], out: &mut Vec<Found>) -> io::Result<()> {
+    let context = |what: &str, path: &Path, e: io::Error| {
+        io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+    };
+    for entry in fs::read_dir(dir).map_err(|e| context("read_dir", dir, e))? {
+        let entry = entry.map_err(|e| context("read_dir", dir, e))?;
         let len = rel.len();
         if !rel.is_empty() {
             rel.push(b'/');
         }
-        rel.extend_from_slice(name.as_bytes());
+        rel.extend_from_slice(entry.file_name().as_bytes());
         if !skip.contains(&rel.as_slice()) {
             let path = entry.path();
-            let meta = fs::symlink_metadata(&path)
-                .unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
-            let ft = meta.file_type();
-            let mode = meta.permissions().mode() & 0o7777;
-            let e = if ft.is_symlink() {
-                let target = fs::read_link(&path)
-                    .unwrap_or_else(|e| panic!("readlink {}: {e}", path.display()));
-                Entry::Symlink {
-                    target: target.into_os_string().into_vec(),
-                }
-            } else if ft.is_dir() {
-                walk(root, &path, rel, skip, hash, out);
-                Entry::Dir { mode }
-            } else if ft.is_file() {
-                Entry::File {
-                    mode,
-                    size: meta.size(),
-                    blake3: if hash {
-                        hash_file(&path)
-                    } else {
-                        String::new()
-                    },
-                }
-            } else {
-                let kind = if ft.is_fifo() {
-                    "fifo"
-                } else if ft.is_socket() {
-                    "socket"
-                } else if ft.is_char_device() {
-                    "char"
-                } else {
-                    "block"
-                };
-                Entry::Other { kind, mode }
-            };
-            out.insert(rel.clone(), e);
+            let meta = fs::symlink_metadata(&path).map_err(|e| context("lstat", &path, e))?;
+            let is_dir = meta.file_type().is_dir();
+            out.push(Found {
+                rel: rel.clone(),
+                path: path.clone(),
+                meta,
+            });
+            if is_dir {
+                walk_dir(&path, rel, skip, out)?;
+            }
         }
         rel.truncate(len);
     }
-    let _ = root;
+    Ok(())
+}
+
+/// The raw target of the symlink at `path`; the error names the path.
+pub fn link_target(path: &Path) -> io::Result<Vec<u8>> {
+    fs::read_link(path)
+        .map(|t| t.into_os_string().into_vec())
+        .map_err(|e| io::Error::new(e.kind(), format!("readlink {}: {e}", path.display())))
 }
 
 /// BLAKE3 of a file's content, hex.
