@@ -25,7 +25,6 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,19 +46,9 @@ fn env_usize(var: &str, default: usize) -> usize {
 /// `opfs mount PROJECT MNT --no-export [extra]` with `env` added to the
 /// daemon's environment; returns the outcome without asserting.
 fn try_mount(f: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut args: Vec<&OsStr> = vec![
-        OsStr::new("mount"),
-        f.project.as_os_str(),
-        f.mnt.as_os_str(),
-        OsStr::new("--no-export"),
-    ];
-    args.extend(extra.iter().map(OsStr::new));
-    let mut cmd = f.opfs_command(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    run_command(cmd, &f.root().join("scratch"), COMMAND_TIMEOUT)
-        .unwrap_or_else(|e| panic!("running opfs mount: {e}"))
+    let mut args = vec!["--no-export"];
+    args.extend_from_slice(extra);
+    f.try_mount(&args, env)
 }
 
 /// Mounts (asserting success and that the mount shows up) and returns the

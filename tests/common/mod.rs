@@ -2,9 +2,15 @@
 //! dirs, the `opfs` CLI driven exactly as a user drives it, and exact tree
 //! manifests to compare against.
 //!
-//! Every fixture gets three sibling temp dirs: the project (backing dir), the
-//! mountpoint and `OPFS_HOME` (the state dir), so the state never lands inside
-//! the project. `Drop` unmounts (`opfs umount`, then `fusermount3 -uz`).
+//! Every fixture gets sibling temp dirs: the project (backing dir), the
+//! mountpoint, `OPFS_HOME` (the state dir), so the state never lands inside
+//! the project, and a user home. Every `opfs` command runs in the pinned
+//! environment of [`TestEnv`] (`OPFS_HOME`, `HOME`, `XDG_DATA_HOME`,
+//! `XDG_CONFIG_HOME`, `OPFS_CONFIG` all inside the fixture). `Drop` unmounts
+//! (`opfs umount`, then `fusermount3 -uz`).
+//!
+//! The mount-table reader is `opfs-testutil` (`fs/testutil`), shared with
+//! `fs/tests`. [`walk_tree`] is the one tree walk behind every manifest.
 
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
@@ -155,6 +161,43 @@ pub fn run_command(mut cmd: Command, scratch: &Path, timeout: Duration) -> io::R
 /// The mount-table reader shared with `fs/tests` (`opfs-testutil`).
 pub use opfs_testutil::{is_mounted, wait_mount_state};
 
+/// The pinned environment of one test: every variable through which `opfs`
+/// finds its state, its configuration or the user's home points into the
+/// test's own temp dir, whatever the environment `cargo test` runs in.
+/// Every `opfs` command the tests run gets it ([`TestEnv::pin`]): the
+/// commands of [`Fixture`] (and so the daemons they start), of
+/// `tests/export.rs` and of the sandbox tests (`tests/sandbox.rs`, which
+/// also gives it to the shells it runs, so `$HOME` there is the pinned one).
+#[derive(Debug, Clone)]
+pub struct TestEnv {
+    /// `OPFS_HOME`: the state dir.
+    pub opfs_home: PathBuf,
+    /// `HOME`: the user's home (credential dirs, `~/.config`,
+    /// `~/.local/share`). Need not exist.
+    pub home: PathBuf,
+    /// `OPFS_CONFIG`: the configuration file. Need not exist (the
+    /// defaults then).
+    pub config: PathBuf,
+}
+
+impl TestEnv {
+    /// Sets the pinned variables on `cmd`: `OPFS_HOME`, `HOME`,
+    /// `OPFS_CONFIG`; `XDG_DATA_HOME` and `XDG_CONFIG_HOME` to their XDG
+    /// defaults under the pinned `HOME` (so every fallback `opfs` knows
+    /// resolves inside the test's dir too); and removes `OPFS_BWRAP` and
+    /// `RUST_LOG`. Other `OPFS_*` knobs (`OPFS_INODE_FDS`, ...) pass
+    /// through on purpose: `docs/testing.md` runs whole suites under them.
+    pub fn pin<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("OPFS_HOME", &self.opfs_home)
+            .env("HOME", &self.home)
+            .env("OPFS_CONFIG", &self.config)
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env_remove("OPFS_BWRAP")
+            .env_remove("RUST_LOG")
+    }
+}
+
 /// A project, a mountpoint and a state dir in temp dirs; unmounts on drop.
 pub struct Fixture {
     base: tempfile::TempDir,
@@ -164,6 +207,9 @@ pub struct Fixture {
     pub mnt: PathBuf,
     /// `OPFS_HOME`.
     pub home: PathBuf,
+    /// The environment every `opfs` command of this fixture gets (its
+    /// `opfs_home` is [`Fixture::home`]).
+    pub pinned: TestEnv,
     scratch: PathBuf,
     mounted: Cell<bool>,
     /// Extra environment for every `opfs` command (and so the daemon).
@@ -184,14 +230,21 @@ impl Fixture {
         let mnt = root.join("mnt");
         let home = root.join("home");
         let scratch = root.join("scratch");
-        for d in [&project, &mnt, &home, &scratch] {
+        let user_home = root.join("user-home");
+        for d in [&project, &mnt, &home, &scratch, &user_home] {
             fs::create_dir(d).expect("create fixture dir");
         }
+        let pinned = TestEnv {
+            opfs_home: home.clone(),
+            home: user_home,
+            config: root.join("config.toml"),
+        };
         Fixture {
             base,
             project,
             mnt,
             home,
+            pinned,
             scratch,
             mounted: Cell::new(false),
             env: Default::default(),
@@ -221,13 +274,12 @@ impl Fixture {
         self.mnt.join(rel)
     }
 
-    /// An `opfs` command with `OPFS_HOME` set to the fixture's state dir.
+    /// An `opfs` command in the fixture's pinned environment
+    /// ([`TestEnv::pin`]: `OPFS_HOME` is the fixture's state dir) plus what
+    /// [`Fixture::set_env`] added.
     pub fn opfs_command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(opfs_bin());
-        cmd.args(args)
-            .env("OPFS_HOME", &self.home)
-            .env_remove("RUST_LOG")
-            .current_dir(self.root());
+        self.pinned.pin(cmd.args(args)).current_dir(self.root());
         for (k, v) in self.env.borrow().iter() {
             cmd.env(k, v);
         }
@@ -250,11 +302,32 @@ impl Fixture {
     /// `opfs mount PROJECT MOUNTPOINT`, then waits (polling the mount table)
     /// until the mount is visible.
     pub fn mount(&self) {
-        let run = self.opfs(&[
+        self.mount_with(&[]);
+    }
+
+    /// `opfs mount PROJECT MOUNTPOINT EXTRA...` with `env` added for this
+    /// command alone (and so for the daemon it starts); its outcome,
+    /// whatever the exit code. Unlike [`Fixture::mount`] it does not wait
+    /// for the mount, and [`Fixture::tree`] does not then compare the
+    /// mountpoint.
+    pub fn try_mount(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut args: Vec<&OsStr> = vec![
             OsStr::new("mount"),
             self.project.as_os_str(),
             self.mnt.as_os_str(),
-        ]);
+        ];
+        args.extend(extra.iter().map(OsStr::new));
+        let mut cmd = self.opfs_command(&args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run_command(cmd, &self.scratch, COMMAND_TIMEOUT)
+            .unwrap_or_else(|e| panic!("running opfs mount: {e}"))
+    }
+
+    /// [`Fixture::mount`] with `EXTRA...` arguments (`--no-export`, ...).
+    pub fn mount_with(&self, extra: &[&str]) {
+        let run = self.try_mount(extra, &[]);
         assert_eq!(run.code, Some(0), "opfs mount failed: {run}");
         self.mounted.set(true);
         assert!(
@@ -291,8 +364,9 @@ impl Fixture {
             .arg("-c")
             .arg(script)
             .current_dir(dir)
-            .env("LC_ALL", "C")
-            .env("OPFS_HOME", &self.home)
+            .env("LC_ALL", "C");
+        self.pinned
+            .pin(&mut cmd)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_AUTHOR_NAME", "opfs test")
@@ -308,6 +382,25 @@ impl Fixture {
             dir.display()
         );
         run.stdout
+    }
+
+    /// `opfs -C PROJECT ARGS...` (works unmounted too, unlike the
+    /// mountpoint).
+    pub fn opfs_p<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
+        let mut all: Vec<OsString> = vec!["-C".into(), self.project.clone().into_os_string()];
+        all.extend(args.iter().map(|a| a.as_ref().to_os_string()));
+        self.opfs(&all)
+    }
+
+    /// The state dir of the fixture's one project
+    /// (`OPFS_HOME/projects/KEY`); asserts there is exactly one.
+    pub fn state_dir(&self) -> PathBuf {
+        let mut dirs: Vec<PathBuf> = fs::read_dir(self.home.join("projects"))
+            .expect("read OPFS_HOME/projects")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(dirs.len(), 1, "expected one state dir: {dirs:?}");
+        dirs.pop().expect("one")
     }
 
     /// `opfs -C MOUNTPOINT turn --label LABEL`: asserts stdout is the new turn
