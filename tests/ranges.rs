@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -312,15 +312,10 @@ fn mount_with(f: &Fixture, env: &[(&str, &str)]) -> i32 {
 }
 
 fn wait_gone(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return,
-            Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => return,
-            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    panic!("daemon {pid} still alive");
+    assert!(
+        wait_dead(pid, Duration::from_secs(10)),
+        "daemon {pid} still alive"
+    );
 }
 
 #[test]
@@ -613,10 +608,7 @@ fn ranged_records_around_a_whole_record_read_back_through_history() {
 /// SIGKILLs the fixture's daemon and waits until it is gone.
 fn kill_daemon(f: &Fixture) {
     let pid = f.status()["pid"].as_u64().expect("pid") as i32;
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
+    sigkill(pid);
     wait_gone(pid);
 }
 

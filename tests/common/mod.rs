@@ -414,14 +414,19 @@ impl Fixture {
     /// object shape, `rewound_to == N`, no conflicts, not a dry run; returns
     /// the object.
     pub fn rewind(&self, n: u64) -> Value {
+        self.rewind_in("", n)
+    }
+
+    /// [`Fixture::rewind`] with `ctx` before every failure message.
+    pub fn rewind_in(&self, ctx: &str, n: u64) -> Value {
         let run = self.opfs_c(&["rewind", &n.to_string(), "--json"]);
-        assert_eq!(run.code, Some(0), "rewind {n} failed: {run}");
+        assert_eq!(run.code, Some(0), "{ctx}rewind {n} failed: {run}");
         let v = run.json();
         check_rewind_result(&v, n, false);
         assert_eq!(
             v["conflicts"].as_array().map(Vec::len),
             Some(0),
-            "rewind {n} reported conflicts: {v:#}"
+            "{ctx}rewind {n} reported conflicts: {v:#}"
         );
         v
     }
@@ -537,6 +542,37 @@ impl Drop for Fixture {
             .stdin(Stdio::null())
             .status();
         let _ = wait_mount_state(&self.mnt, false, Duration::from_secs(5));
+    }
+}
+
+/// True once `pid` has exited (gone, or a zombie nobody reaped yet).
+pub fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// Polls until `pid` [`is_dead`]; false if it still lives after `limit`.
+pub fn wait_dead(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !is_dead(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Sends SIGKILL to `pid` (a daemon the test started, its pid read from
+/// its own status).
+pub fn sigkill(pid: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
     }
 }
 
