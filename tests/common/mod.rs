@@ -487,30 +487,18 @@ impl Fixture {
     /// Asserts that both the project and the mountpoint hold exactly
     /// `expected`.
     pub fn assert_tree(&self, ctx: &str, expected: &Manifest) {
-        assert_manifest_eq(
-            &format!("{ctx}: project"),
-            expected,
-            &manifest(&self.project),
-        );
-        assert_manifest_eq(
-            &format!("{ctx}: mountpoint"),
-            expected,
-            &manifest(&self.mnt),
-        );
+        self.assert_both_trees(ctx, expected, manifest);
     }
 
     /// Like [`Fixture::assert_tree`], ignoring the top-level `.git`.
     pub fn assert_tree_without_git(&self, ctx: &str, expected: &Manifest) {
-        assert_manifest_eq(
-            &format!("{ctx}: project"),
-            expected,
-            &manifest_without_git(&self.project),
-        );
-        assert_manifest_eq(
-            &format!("{ctx}: mountpoint"),
-            expected,
-            &manifest_without_git(&self.mnt),
-        );
+        self.assert_both_trees(ctx, expected, manifest_without_git);
+    }
+
+    fn assert_both_trees(&self, ctx: &str, expected: &Manifest, read: fn(&Path) -> Manifest) {
+        for (side, root) in [("project", &self.project), ("mountpoint", &self.mnt)] {
+            assert_manifest_eq(&format!("{ctx}: {side}"), expected, &read(root));
+        }
     }
 }
 
