@@ -20,20 +20,10 @@ use std::time::Duration;
 
 use common::*;
 
-/// The one project state dir under the fixture's `OPFS_HOME`.
-fn state_dir(fx: &Fixture) -> PathBuf {
-    let mut dirs: Vec<PathBuf> = fs::read_dir(fx.home.join("projects"))
-        .expect("read OPFS_HOME/projects")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "expected one state dir: {dirs:?}");
-    dirs.pop().expect("one")
-}
-
 /// The file of the blob holding `content`.
 fn blob_file(fx: &Fixture, content: &[u8]) -> PathBuf {
     let h = blake3::hash(content).to_hex().to_string();
-    state_dir(fx).join("blobs").join(&h[..2]).join(&h[2..])
+    fx.state_dir().join("blobs").join(&h[..2]).join(&h[2..])
 }
 
 /// True when the blob holding `content` is stored: as a file, or inline in
@@ -42,7 +32,7 @@ fn blob_stored(fx: &Fixture, content: &[u8]) -> bool {
     if blob_file(fx, content).exists() {
         return true;
     }
-    let db = state_dir(fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     let conn = rusqlite::Connection::open(&db).expect("open index");
     conn.query_row(
         "SELECT count(*) FROM blobs WHERE hash = ?1 AND data IS NOT NULL",
@@ -51,13 +41,6 @@ fn blob_stored(fx: &Fixture, content: &[u8]) -> bool {
     )
     .expect("query")
         == 1
-}
-
-/// `opfs -C PROJECT ARGS...` (works without a daemon, unlike the mountpoint).
-fn opfs_p(fx: &Fixture, args: &[&str]) -> Run {
-    let mut all: Vec<OsString> = vec!["-C".into(), fx.project.clone().into_os_string()];
-    all.extend(args.iter().map(OsString::from));
-    fx.opfs(&all)
 }
 
 fn assert_code(run: &Run, code: i32, mention: &str) {
@@ -108,18 +91,18 @@ fn bad_turn_numbers_without_a_daemon_are_bad_usage_and_change_nothing() {
         ("99999999999999999999", "99999999999999999999"),
         ("", "turn number"),
     ] {
-        assert_code(&opfs_p(&fx, &["rewind", arg]), 2, mention);
+        assert_code(&fx.opfs_p(&["rewind", arg]), 2, mention);
     }
-    assert_code(&opfs_p(&fx, &["rewind", "--", "-3"]), 2, "-3");
+    assert_code(&fx.opfs_p(&["rewind", "--", "-3"]), 2, "-3");
     assert_code(
-        &opfs_p(&fx, &["rewind", "--id", "no-such-id"]),
+        &fx.opfs_p(&["rewind", "--id", "no-such-id"]),
         2,
         "no-such-id",
     );
-    assert_code(&opfs_p(&fx, &["rewind", "999", "--dry-run"]), 2, "999");
+    assert_code(&fx.opfs_p(&["rewind", "999", "--dry-run"]), 2, "999");
     assert_manifest_eq("refused rewinds", &before, &manifest(&fx.project));
     // And no turn was recorded by any of them.
-    let s = opfs_p(&fx, &["status", "--json"]).ok().json();
+    let s = fx.opfs_p(&["status", "--json"]).ok().json();
     assert_eq!(s["turn"], 2, "{s:#}");
 }
 
@@ -247,7 +230,7 @@ fn mount_removed_under_a_running_daemon() {
     // and keeps the history.
     let mut status = serde_json::Value::Null;
     for _ in 0..500 {
-        status = opfs_p(&fx, &["status", "--json"]).ok().json();
+        status = fx.opfs_p(&["status", "--json"]).ok().json();
         if status["mounted"] == false {
             break;
         }
@@ -286,7 +269,7 @@ fn history_then_unmount(fx: &Fixture) -> Manifest {
 /// A clean unmount checkpoints the index: the database file alone holds
 /// the history (so these tests damage the real thing, not a stale copy).
 fn assert_wal_empty(fx: &Fixture) {
-    let wal = state_dir(fx).join("index.db-wal");
+    let wal = fx.state_dir().join("index.db-wal");
     let len = fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     assert_eq!(
         len,
@@ -305,7 +288,7 @@ fn assert_every_command_names(fx: &Fixture, what: &str, project: &Manifest) {
         &["turn"],
         &["verify"],
     ] {
-        let run = opfs_p(fx, args);
+        let run = fx.opfs_p(args);
         assert_code(&run, 1, "index.db");
         assert!(
             !run.stderr.contains("panicked"),
@@ -330,7 +313,7 @@ fn assert_every_command_names(fx: &Fixture, what: &str, project: &Manifest) {
 fn garbage_index_fails_naming_the_file_and_writes_nothing() {
     let fx = Fixture::new();
     let project = history_then_unmount(&fx);
-    let db = state_dir(&fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     assert_wal_empty(&fx);
     let good = fs::read(&db).expect("read index");
     let mut garbage = vec![0u8; good.len()];
@@ -347,8 +330,8 @@ fn garbage_index_fails_naming_the_file_and_writes_nothing() {
 
     // Put the good file back: everything recorded is still there.
     fs::write(&db, &good).expect("restore");
-    opfs_p(&fx, &["verify"]).ok();
-    let v = opfs_p(&fx, &["rewind", "2", "--json"]).ok().json();
+    fx.opfs_p(&["verify"]).ok();
+    let v = fx.opfs_p(&["rewind", "2", "--json"]).ok().json();
     assert!(restored(&v).contains(&"b".to_string()), "{v:#}");
     assert_eq!(fs::read(fx.p("b")).expect("b"), b"b original\n");
 }
@@ -357,7 +340,7 @@ fn garbage_index_fails_naming_the_file_and_writes_nothing() {
 fn truncated_index_fails_naming_the_file_and_writes_nothing() {
     let fx = Fixture::new();
     let project = history_then_unmount(&fx);
-    let db = state_dir(&fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     assert_wal_empty(&fx);
     let good = fs::read(&db).expect("read index");
     assert!(
@@ -373,24 +356,24 @@ fn truncated_index_fails_naming_the_file_and_writes_nothing() {
     fs::write(&db, b"").expect("truncate to 0");
     assert_every_command_names(&fx, "truncated to 0", &project);
     assert_eq!(fs::metadata(&db).expect("stat").len(), 0);
-    let run = opfs_p(&fx, &["status"]);
+    let run = fx.opfs_p(&["status"]);
     assert!(run.stderr.contains("truncated"), "{run}");
 
     fs::write(&db, &good).expect("restore");
-    opfs_p(&fx, &["verify"]).ok();
+    fx.opfs_p(&["verify"]).ok();
 }
 
 #[test]
 fn damaged_capture_log_fails_naming_the_file_and_writes_nothing() {
     let fx = Fixture::new();
     let project = history_then_unmount(&fx);
-    let log = state_dir(&fx).join("capture.log");
+    let log = fx.state_dir().join("capture.log");
     assert_eq!(
         fs::metadata(&log).expect("capture.log exists").len(),
         0,
         "a clean unmount leaves every record in the index"
     );
-    let db = state_dir(&fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     let index_before = fs::read(&db).expect("read index");
     // Not a capture log at all, then a record damaged in the middle (a
     // torn last record is dropped silently: that is what a crash leaves).
@@ -406,7 +389,7 @@ fn damaged_capture_log_fails_naming_the_file_and_writes_nothing() {
     ] {
         fs::write(&log, &bytes).expect("damage the log");
         for args in [&["log"][..], &["rewind", "1", "--dry-run"], &["turn"]] {
-            let run = opfs_p(&fx, args);
+            let run = fx.opfs_p(args);
             assert_code(&run, 1, "capture.log");
             assert!(!run.stderr.contains("panicked"), "{what}: {args:?}: {run}");
         }
@@ -417,7 +400,7 @@ fn damaged_capture_log_fails_naming_the_file_and_writes_nothing() {
         ]);
         assert_code(&run, 1, "capture.log");
         assert!(!is_mounted(&fx.mnt), "{what}: mounted with a damaged log");
-        let v = opfs_p(&fx, &["verify", "--json"]);
+        let v = fx.opfs_p(&["verify", "--json"]);
         assert_eq!(v.code, Some(1), "{what}: {v}");
         assert!(v.stdout.contains("capture.log"), "{what}: {v}");
         assert_eq!(fs::read(&log).expect("read log"), bytes, "{what}: log kept");
@@ -426,8 +409,8 @@ fn damaged_capture_log_fails_naming_the_file_and_writes_nothing() {
     }
     // Moving the damaged log away (as the message says) lets everything run.
     fs::remove_file(&log).expect("remove");
-    opfs_p(&fx, &["verify"]).ok();
-    let v = opfs_p(&fx, &["rewind", "1", "--json"]).ok().json();
+    fx.opfs_p(&["verify"]).ok();
+    let v = fx.opfs_p(&["rewind", "1", "--json"]).ok().json();
     check_rewind_result(&v, 1, false);
 }
 
@@ -454,7 +437,7 @@ fn missing_and_altered_blobs_are_conflicts_never_wrong_bytes() {
     fx.opfs_c(&["log"]).ok();
     fs::write(blob_file(&fx, &big("altered")), b"tampered bytes!!!\n").expect("alter");
     fs::remove_file(blob_file(&fx, &big("missing"))).expect("delete");
-    let conn = rusqlite::Connection::open(state_dir(&fx).join("index.db")).expect("open index");
+    let conn = rusqlite::Connection::open(fx.state_dir().join("index.db")).expect("open index");
     let hash = |c: &[u8]| blake3::hash(c).as_bytes().to_vec();
     let n = conn
         .execute(
@@ -528,10 +511,10 @@ fn verify_passes_on_a_healthy_store_and_reports_each_problem() {
     assert_eq!(v["ok"], true, "{v:#}");
     assert!(v["records"].as_u64().unwrap_or(0) >= 4, "{v:#}");
     fx.umount();
-    opfs_p(&fx, &["verify"]).ok();
+    fx.opfs_p(&["verify"]).ok();
 
     // Damage the index in ways only a bug or a hand could.
-    let db = state_dir(&fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     let conn = rusqlite::Connection::open(&db).expect("open index");
     conn.execute_batch(
         "INSERT INTO preimages(turn, path, kind) VALUES (1, CAST('../escape' AS BLOB), 0);
@@ -542,8 +525,8 @@ fn verify_passes_on_a_healthy_store_and_reports_each_problem() {
     )
     .expect("tamper");
     drop(conn);
-    fs::create_dir_all(state_dir(&fx).join("blobs/zz")).expect("stray dir");
-    let run = opfs_p(&fx, &["verify"]);
+    fs::create_dir_all(fx.state_dir().join("blobs/zz")).expect("stray dir");
+    let run = fx.opfs_p(&["verify"]);
     assert_eq!(run.code, Some(1), "{run}");
     for needle in [
         "../escape",
@@ -679,7 +662,7 @@ fn full_state_dir_fails_mutations_with_enospc_and_work_resumes() {
     fs::write(fx.m("big0"), b"over\n").expect("overwrite once space returns");
     fs::remove_file(fx.m("big1")).expect("unlink once space returns");
     fx.turn("after");
-    opfs_p(&fx, &["verify"]).ok();
+    fx.opfs_p(&["verify"]).ok();
     fx.opfs_c(&["verify"]).ok();
 
     // Nothing already recorded is lost: turn 2's start comes back exactly.
@@ -853,22 +836,23 @@ fn gc_keeps_the_newest_turns_exact_and_never_what_a_restore_needs() {
     assert!(blob_stored(&fx, b"v0\n"));
 
     // Dry run changes nothing.
-    let dry = opfs_p(&fx, &["gc", "--keep", "3", "--dry-run", "--json"])
+    let dry = fx
+        .opfs_p(&["gc", "--keep", "3", "--dry-run", "--json"])
         .ok()
         .json();
     assert_eq!(dry["dropped_turns"], serde_json::json!([1, 3]), "{dry:#}");
     assert!(blob_stored(&fx, b"v0\n"));
-    assert_code(&opfs_p(&fx, &["gc", "--keep", "0"]), 2, "0");
+    assert_code(&fx.opfs_p(&["gc", "--keep", "0"]), 2, "0");
 
     // An unfinished restore to turn 2 keeps turns from 2 on.
-    let db = state_dir(&fx).join("index.db");
+    let db = fx.state_dir().join("index.db");
     let conn = rusqlite::Connection::open(&db).expect("open index");
     conn.execute(
         "INSERT INTO restores(rewind_turn, rewound_to, state) VALUES (99, 2, 'running')",
         [],
     )
     .expect("fake a running restore");
-    let r = opfs_p(&fx, &["gc", "--keep", "1", "--json"]).ok().json();
+    let r = fx.opfs_p(&["gc", "--keep", "1", "--json"]).ok().json();
     assert_eq!(r["dropped_turns"], serde_json::json!([1, 1]), "{r:#}");
     assert!(
         r["note"].as_str().unwrap_or("").contains("unfinished"),
@@ -882,18 +866,18 @@ fn gc_keeps_the_newest_turns_exact_and_never_what_a_restore_needs() {
         .expect("clear it");
     drop(conn);
 
-    let r = opfs_p(&fx, &["gc", "--keep", "3", "--json"]).ok().json();
+    let r = fx.opfs_p(&["gc", "--keep", "3", "--json"]).ok().json();
     assert_eq!(r["dropped_turns"], serde_json::json!([2, 3]), "{r:#}");
     assert!(r["blobs_removed"].as_u64().unwrap_or(0) >= 1, "{r:#}");
-    opfs_p(&fx, &["verify"]).ok();
+    fx.opfs_p(&["verify"]).ok();
     // Dropped turns are unknown now; kept ones rewind exactly.
-    assert_code(&opfs_p(&fx, &["rewind", "2"]), 2, "2");
-    let listed = opfs_p(&fx, &["rewind", "--all", "--json"]).ok().json();
+    assert_code(&fx.opfs_p(&["rewind", "2"]), 2, "2");
+    let listed = fx.opfs_p(&["rewind", "--all", "--json"]).ok().json();
     assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed:#}");
     for (t, m) in starts.iter().rev().take(3) {
-        let run = opfs_p(&fx, &["rewind", &t.to_string(), "--json"]);
+        let run = fx.opfs_p(&["rewind", &t.to_string(), "--json"]);
         assert_eq!(run.code, Some(0), "{run}");
         assert_manifest_eq(&format!("turn {t} after gc"), m, &manifest(&fx.project));
     }
-    opfs_p(&fx, &["verify"]).ok();
+    fx.opfs_p(&["verify"]).ok();
 }

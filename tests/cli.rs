@@ -297,13 +297,6 @@ fn state_lives_in_opfs_home_not_in_the_project() {
     );
 }
 
-/// `opfs -C PROJECT ARGS...` (works unmounted too).
-fn opfs_p(fx: &Fixture, args: &[&str]) -> Run {
-    let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), fx.project.clone().into_os_string()];
-    all.extend(args.iter().map(std::ffi::OsString::from));
-    fx.opfs(&all)
-}
-
 #[test]
 fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
     let fx = Fixture::new();
@@ -315,7 +308,7 @@ fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
         fx.sh(&format!("echo v{i} > f"));
     }
     fx.umount();
-    opfs_p(&fx, &["gc", "--keep", "2"]).ok();
+    fx.opfs_p(&["gc", "--keep", "2"]).ok();
     let want = "turn 1 was dropped by retention (opfs gc); the oldest turn kept is 3";
     for args in [
         &["rewind", "1"][..],
@@ -323,16 +316,16 @@ fn show_and_diff_of_a_turn_dropped_by_gc_say_so_like_rewind() {
         &["diff", "1"][..],
         &["diff", "1..4"][..],
     ] {
-        let run = opfs_p(&fx, args);
+        let run = fx.opfs_p(args);
         assert_eq!(run.code, Some(2), "{args:?}: {run}");
         assert!(run.stderr.contains(want), "{args:?}: {run}");
     }
     // A turn that never existed keeps its own message.
-    let run = opfs_p(&fx, &["show", "9:f"]);
+    let run = fx.opfs_p(&["show", "9:f"]);
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains("turn 9 does not exist"), "{run}");
     // Kept turns still show.
-    let run = opfs_p(&fx, &["show", "3:f"]).ok();
+    let run = fx.opfs_p(&["show", "3:f"]).ok();
     assert_eq!(run.stdout, "v2\n", "{run}");
 }
 
@@ -462,8 +455,8 @@ fn with_json_every_command_prints_one_json_value_on_success() {
     ]));
     assert_eq!(v["unmounted"].as_str(), fx.mnt.to_str(), "{v:#}");
     assert!(wait_mount_state(&fx.mnt, false, MOUNT_TIMEOUT));
-    one_json(opfs_p(&fx, &["gc", "--keep", "1", "--json"]));
-    one_json(opfs_p(&fx, &["status", "--json"]));
+    one_json(fx.opfs_p(&["gc", "--keep", "1", "--json"]));
+    one_json(fx.opfs_p(&["status", "--json"]));
 }
 
 #[test]

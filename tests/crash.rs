@@ -25,7 +25,6 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,19 +46,9 @@ fn env_usize(var: &str, default: usize) -> usize {
 /// `opfs mount PROJECT MNT --no-export [extra]` with `env` added to the
 /// daemon's environment; returns the outcome without asserting.
 fn try_mount(f: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut args: Vec<&OsStr> = vec![
-        OsStr::new("mount"),
-        f.project.as_os_str(),
-        f.mnt.as_os_str(),
-        OsStr::new("--no-export"),
-    ];
-    args.extend(extra.iter().map(OsStr::new));
-    let mut cmd = f.opfs_command(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    run_command(cmd, &f.root().join("scratch"), COMMAND_TIMEOUT)
-        .unwrap_or_else(|e| panic!("running opfs mount: {e}"))
+    let mut args = vec!["--no-export"];
+    args.extend_from_slice(extra);
+    f.try_mount(&args, env)
 }
 
 /// Mounts (asserting success and that the mount shows up) and returns the
@@ -76,35 +65,6 @@ fn mount(f: &Fixture, extra: &[&str], env: &[(&str, &str)]) -> i32 {
     s["pid"]
         .as_u64()
         .unwrap_or_else(|| panic!("status has no pid: {s:#}")) as i32
-}
-
-/// True once `pid` has exited (gone, or a zombie nobody reaped yet).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-    }
-}
-
-fn wait_dead(pid: i32, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    while !is_dead(pid) {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
-}
-
-fn sigkill(pid: i32) {
-    // SAFETY: kill has no memory-safety preconditions; pid is the daemon
-    // this test started (read from its own status).
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
 }
 
 /// After the daemon died: the mountpoint must be a dead FUSE mount, which
@@ -136,24 +96,9 @@ fn project_tree(f: &Fixture) -> Manifest {
     manifest(&f.project)
 }
 
-/// Asserts the project and the mount both hold exactly `expected`.
-fn assert_both(f: &Fixture, ctx: &str, expected: &Manifest) {
-    assert_manifest_eq(&format!("{ctx}: project"), expected, &project_tree(f));
-    assert_manifest_eq(&format!("{ctx}: mount"), expected, &manifest(&f.mnt));
-}
-
 /// `rewind N --json` through the mount: exit 0, no conflicts.
 fn rewind_ok(f: &Fixture, n: u64, ctx: &str) -> serde_json::Value {
-    let run = f.opfs_c(&["rewind", &n.to_string(), "--json"]);
-    assert_eq!(run.code, Some(0), "{ctx}: rewind {n} failed: {run}");
-    let v = run.json();
-    check_rewind_result(&v, n, false);
-    assert_eq!(
-        v["conflicts"].as_array().map(Vec::len),
-        Some(0),
-        "{ctx}: rewind {n} reported conflicts: {v:#}"
-    );
-    v
+    f.rewind_in(&format!("{ctx}: "), n)
 }
 
 /// A bash workload of `ops` random mutations through the mount: writes,
@@ -328,14 +273,14 @@ fn sigkill_under_workload_loses_no_preimage() {
         for (n, expected) in &checks {
             let ctx = format!("round {round} (sync {sync}), rewind to turn {n}");
             rewind_ok(&f, *n, &ctx);
-            assert_both(&f, &ctx, expected);
+            f.assert_tree(&ctx, expected);
             verified += 1;
         }
         // End the round at the newest turn start of this round, so the next
         // round's open turn starts from a known tree.
         let (n, expected) = recorded.last().cloned().expect("at least the open turn");
         rewind_ok(&f, n, &format!("round {round}: back to turn {n}"));
-        assert_both(&f, &format!("round {round}: back to turn {n}"), &expected);
+        f.assert_tree(&format!("round {round}: back to turn {n}"), &expected);
         history.extend(recorded);
         f.umount();
     }
@@ -421,12 +366,12 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
         let ctx = format!("failpoint {point}");
         let sync: &[&str] = if i % 2 == 1 { &["--sync"] } else { &[] };
         let pid = mount(&f, sync, &[("OPFS_FAILPOINT", point)]);
-        assert_both(&f, &format!("{ctx}: before"), &after);
+        f.assert_tree(&format!("{ctx}: before"), &after);
         let run = f.opfs_c(&["rewind", "2", "--json"]);
         if run.code == Some(0) && all && point.starts_with("rewind-after-") {
             // Counting past the rewind's last step or capture: it finished.
             // Put the tree back for the next failpoint.
-            assert_both(&f, &format!("{ctx}: not reached"), &start);
+            f.assert_tree(&format!("{ctx}: not reached"), &start);
             let rw = rewind_turn(&run.json());
             // The redo must not run under the still-armed failpoint.
             f.umount();
@@ -455,13 +400,13 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
         if point.starts_with("rewind-begin") {
             // Killed before the restore was marked running: nothing was
             // written, the project is exactly as before the rewind.
-            assert_both(&f, &ctx, &after);
+            f.assert_tree(&ctx, &after);
             assert!(
                 recovered.contains("before it changed anything"),
                 "{ctx}: status must say the rewind was rolled back: {st:#}"
             );
         } else {
-            assert_both(&f, &ctx, &start);
+            f.assert_tree(&ctx, &start);
             if point.starts_with("rewind-after-done") {
                 assert!(
                     recovered.is_empty() || recovered.contains("finished"),
@@ -488,7 +433,7 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
                 .max()
                 .unwrap_or_else(|| panic!("{ctx}: no rewind turn in the log"));
             rewind_ok(&f, rw, &format!("{ctx}: redo"));
-            assert_both(&f, &format!("{ctx}: redo"), &after);
+            f.assert_tree(&format!("{ctx}: redo"), &after);
         }
         // The open turn must be an agent turn again.
         let log = f.opfs_c(&["log", "--json"]).ok().json();
@@ -546,7 +491,7 @@ fn sigkill_at_capture_failpoints() {
         assert_stale(&f);
         mount(&f, &[], &[]);
         rewind_ok(&f, start_turn, point);
-        assert_both(&f, point, &start);
+        f.assert_tree(point, &start);
         f.umount();
     }
 }
@@ -566,7 +511,7 @@ fn regression_symlink_over_a_recorded_directory_is_no_conflict() {
     let t2 = f.turn("dir made");
     f.sh("rm -rf d2/c && ln -s elsewhere d2/c");
     rewind_ok(&f, t, "rewind over the symlink");
-    assert_both(&f, "rewind over the symlink", &start);
+    f.assert_tree("rewind over the symlink", &start);
     // And to a turn where the directory existed: the symlink goes, the tree
     // comes back.
     f.sh("mkdir -p d2 && ln -s elsewhere d2/c");

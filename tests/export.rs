@@ -8,6 +8,8 @@
 // A failed unwrap is a failed test, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
@@ -21,62 +23,41 @@ use std::time::{Duration, Instant};
 /// path → (git mode, bytes): files and symlinks, as git sees a tree.
 type Manifest = BTreeMap<Vec<u8>, (String, Vec<u8>)>;
 
-fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "these tests mount FUSE filesystems: /dev/fuse is missing (run where FUSE works, with fusermount3 installed)"
-    );
-}
-
-/// A project mounted by the `opfs` binary in temp dirs; unmounts on drop.
+/// A project mounted by the `opfs` binary: the shared `common::Fixture`
+/// (temp dirs, the pinned environment, unmount on drop), with the output of
+/// commands kept as raw bytes.
 struct Fixture {
-    tmp: tempfile::TempDir,
-    home: PathBuf,
+    fx: common::Fixture,
     project: PathBuf,
     mp: PathBuf,
-    mounted: bool,
 }
 
 impl Fixture {
     fn new(setup: impl FnOnce(&Path), mount_args: &[&str]) -> Fixture {
-        require_fuse();
-        let tmp = tempfile::tempdir().unwrap();
-        let home = tmp.path().join("home");
-        let project = tmp.path().join("project");
-        let mp = tmp.path().join("mnt");
-        for d in [&home, &project, &mp] {
-            fs::create_dir_all(d).unwrap();
+        let fx = common::Fixture::new();
+        setup(&fx.project);
+        fx.mount_with(mount_args);
+        Fixture {
+            project: fx.project.clone(),
+            mp: fx.mnt.clone(),
+            fx,
         }
-        setup(&project);
-        let mut f = Fixture {
-            tmp,
-            home,
-            project,
-            mp,
-            mounted: false,
-        };
-        let mut args = vec!["mount".as_ref(), f.project.as_os_str(), f.mp.as_os_str()];
-        args.extend(mount_args.iter().map(OsStr::new));
-        let out = f.opfs_raw(&args);
-        assert!(out.status.success(), "mount failed: {}", stderr(&out));
-        f.mounted = true;
-        f
     }
 
-    fn opfs_raw(&self, args: &[&OsStr]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_opfs"))
-            .args(args)
-            .env("OPFS_HOME", &self.home)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+    /// The fixture's temp root (where git dirs and work trees go).
+    fn root(&self) -> &Path {
+        self.fx.root()
     }
 
     /// Runs `opfs -C <mountpoint> ARGS`.
     fn opfs(&self, args: &[&str]) -> Output {
         let mut a: Vec<&OsStr> = vec!["-C".as_ref(), self.mp.as_os_str()];
         a.extend(args.iter().map(OsStr::new));
-        self.opfs_raw(&a)
+        self.fx
+            .opfs_command(&a)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
     }
 
     /// Runs `opfs -C <mountpoint> ARGS`, which must succeed; its stdout.
@@ -101,23 +82,7 @@ impl Fixture {
     }
 
     fn state_dir(&self) -> PathBuf {
-        let projects = self.home.join("projects");
-        let entry = fs::read_dir(&projects).unwrap().next().unwrap().unwrap();
-        entry.path()
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if self.mounted {
-            let out = self.opfs_raw(&["umount".as_ref(), self.mp.as_os_str()]);
-            if !out.status.success() {
-                let _ = Command::new("fusermount3")
-                    .arg("-uz")
-                    .arg(&self.mp)
-                    .status();
-            }
-        }
+        self.fx.state_dir()
     }
 }
 
@@ -129,37 +94,20 @@ fn bytes_path(root: &Path, rel: &[u8]) -> PathBuf {
     root.join(OsStr::from_bytes(rel))
 }
 
-/// The files and symlinks under `root` (its top-level `.git` left out).
+/// The files and symlinks under `root` (its top-level `.git` left out), as
+/// git sees a tree: the shared walk of `common`, in git's terms.
 fn manifest(root: &Path) -> Manifest {
     let mut out = Manifest::new();
-    let mut stack = vec![Vec::<u8>::new()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(bytes_path(root, &dir)).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().as_bytes().to_vec();
-            let rel = if dir.is_empty() {
-                name
+    for common::Found { rel, path, meta } in common::walk_tree(root, &[b".git"]).unwrap() {
+        if meta.file_type().is_symlink() {
+            out.insert(rel, ("120000".into(), common::link_target(&path).unwrap()));
+        } else if meta.is_file() {
+            let mode = if meta.permissions().mode() & 0o111 != 0 {
+                "100755"
             } else {
-                [&dir[..], b"/", &name[..]].concat()
+                "100644"
             };
-            if rel == b".git" {
-                continue;
-            }
-            let p = bytes_path(root, &rel);
-            let md = fs::symlink_metadata(&p).unwrap();
-            if md.file_type().is_symlink() {
-                let t = fs::read_link(&p).unwrap();
-                out.insert(rel, ("120000".into(), t.as_os_str().as_bytes().to_vec()));
-            } else if md.is_dir() {
-                stack.push(rel);
-            } else if md.is_file() {
-                let mode = if md.permissions().mode() & 0o111 != 0 {
-                    "100755"
-                } else {
-                    "100644"
-                };
-                out.insert(rel, (mode.into(), fs::read(&p).unwrap()));
-            }
+            out.insert(rel, (mode.into(), fs::read(&path).unwrap()));
         }
     }
     out
@@ -369,7 +317,7 @@ fn export_matches_the_project_at_the_end_of_every_turn() {
     // --no-export: nothing was exported behind our back.
     assert!(!f.state_dir().join("export.git").exists());
 
-    let git_dir = f.tmp.path().join("shadow.git");
+    let git_dir = f.root().join("shadow.git");
     let dot_git_before = snapshot_dir(&f.project.join(".git"));
     let report = json(&f.ok(&["export", "--git-dir", git_dir.to_str().unwrap(), "--json"]));
     assert_eq!(report["baseline"], true, "{report}");
@@ -459,7 +407,7 @@ fn export_matches_the_project_at_the_end_of_every_turn() {
 /// `git apply --reverse` there, and returns the resulting manifest.
 fn reverse_apply(f: &Fixture, args: &[&str], end: &Manifest, name: &str) -> Manifest {
     let patch = f.ok(args);
-    let work = f.tmp.path().join(name);
+    let work = f.root().join(name);
     fs::create_dir(&work).unwrap();
     materialize(end, &work);
     let mut child = Command::new("git")
@@ -467,7 +415,7 @@ fn reverse_apply(f: &Fixture, args: &[&str], end: &Manifest, name: &str) -> Mani
         .current_dir(&work)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CEILING_DIRECTORIES", f.tmp.path())
+        .env("GIT_CEILING_DIRECTORIES", f.root())
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -679,7 +627,7 @@ fn export_of_10000_files_then_one_turn_writes_only_that_turn() {
     );
     fs::write(f.m("d00/f00.txt"), "changed in turn 1\n").unwrap();
     assert_eq!(f.turn("two"), 2);
-    let git_dir = f.tmp.path().join("big.git");
+    let git_dir = f.root().join("big.git");
     let gd = git_dir.to_str().unwrap();
 
     let t = Instant::now();

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
@@ -42,31 +41,6 @@ fn rewind_without_conflicts(fx: &Fixture, turn: &str) {
     );
 }
 
-fn tree(root: &std::path::Path) -> BTreeMap<String, (Vec<u8>, u32)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir") {
-            let e = e.expect("entry");
-            let meta = fs::symlink_metadata(e.path()).expect("stat");
-            let rel = e
-                .path()
-                .strip_prefix(root)
-                .expect("rel")
-                .to_string_lossy()
-                .into_owned();
-            if meta.is_dir() {
-                out.insert(rel, (Vec::new(), meta.permissions().mode() & 0o7777));
-                stack.push(e.path());
-            } else {
-                let bytes = fs::read(e.path()).expect("read");
-                out.insert(rel, (bytes, meta.permissions().mode() & 0o7777));
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
     let fx = Fixture::new();
@@ -76,7 +50,7 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
         fs::write(fx.p(format!("old/f{i}")), format!("old {i}\n")).expect("write");
     }
     fx.mount();
-    let start = tree(&fx.project);
+    let start = manifest(&fx.project);
 
     // Turn 1: 2,000 new files in 40 directories, all cached by the kernel.
     for d in 0..40 {
@@ -99,7 +73,7 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
         fs::write(&p, format!("new {i}\n")).expect("rewrite");
     }
     assert_fds_within_budget(&fx);
-    let after_1 = tree(&fx.mnt);
+    let after_1 = manifest(&fx.mnt);
     assert_eq!(after_1.len(), 1 + 200 + 40 + 2000);
 
     // Turn 2: every cached inode used again, most of them reopened by name.
@@ -125,10 +99,14 @@ fn thousands_of_cached_inodes_work_within_an_fd_budget_of_64() {
 
     // Both turn starts come back exactly.
     rewind_without_conflicts(&fx, "2");
-    assert_eq!(tree(&fx.mnt), after_1);
+    assert_manifest_eq(
+        "rewind to turn 2 (mountpoint)",
+        &after_1,
+        &manifest(&fx.mnt),
+    );
     rewind_without_conflicts(&fx, "1");
-    assert_eq!(tree(&fx.mnt), start);
-    assert_eq!(tree(&fx.project), start);
+    assert_manifest_eq("rewind to turn 1 (mountpoint)", &start, &manifest(&fx.mnt));
+    assert_manifest_eq("rewind to turn 1 (project)", &start, &manifest(&fx.project));
     fx.umount();
 }
 

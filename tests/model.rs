@@ -593,53 +593,35 @@ impl Model {
 }
 
 /// Reads the whole tree under `root` (never following symlinks), and the
-/// inode number of every regular file.
+/// inode number of every regular file: the shared walk of `common`, in the
+/// model's terms.
 fn read_tree(root: &Path) -> io::Result<(Tree, BTreeMap<String, u64>)> {
-    fn walk(
-        dir: &Path,
-        rel: &str,
-        tree: &mut Tree,
-        inos: &mut BTreeMap<String, u64>,
-    ) -> io::Result<()> {
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
-            let p = if rel.is_empty() {
-                name
-            } else {
-                format!("{rel}/{name}")
-            };
-            let path = entry.path();
-            let meta = fs::symlink_metadata(&path)?;
-            let ft = meta.file_type();
-            let mode = meta.permissions().mode() & 0o7777;
-            let seen = if ft.is_symlink() {
-                Seen::Symlink {
-                    target: fs::read_link(&path)?.as_os_str().as_bytes().to_vec(),
-                }
-            } else if ft.is_dir() {
-                walk(&path, &p, tree, inos)?;
-                Seen::Dir { mode }
-            } else if ft.is_file() {
-                inos.insert(p.clone(), meta.ino());
-                Seen::File {
-                    mode,
-                    bytes: fs::read(&path)?,
-                }
-            } else {
-                return Err(io::Error::other(format!(
-                    "{}: unexpected file type {ft:?}",
-                    path.display()
-                )));
-            };
-            tree.insert(p, seen);
-        }
-        Ok(())
-    }
     let mut tree = Tree::new();
     let mut inos = BTreeMap::new();
-    walk(root, "", &mut tree, &mut inos)?;
+    for common::Found { rel, path, meta } in common::walk_tree(root, &[])? {
+        let p = String::from_utf8_lossy(&rel).into_owned();
+        let ft = meta.file_type();
+        let mode = meta.permissions().mode() & 0o7777;
+        let seen = if ft.is_symlink() {
+            Seen::Symlink {
+                target: common::link_target(&path)?,
+            }
+        } else if ft.is_dir() {
+            Seen::Dir { mode }
+        } else if ft.is_file() {
+            inos.insert(p.clone(), meta.ino());
+            Seen::File {
+                mode,
+                bytes: fs::read(&path)?,
+            }
+        } else {
+            return Err(io::Error::other(format!(
+                "{}: unexpected file type {ft:?}",
+                path.display()
+            )));
+        };
+        tree.insert(p, seen);
+    }
     Ok((tree, inos))
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -37,7 +37,7 @@ fn store_bytes(f: &Fixture) -> u64 {
             })
             .sum()
     }
-    walk(&state_dir(f).join("blobs"))
+    walk(&f.state_dir().join("blobs"))
 }
 
 fn log_entry(f: &Fixture, turn: u64) -> serde_json::Value {
@@ -305,31 +305,17 @@ fn a_ranged_file_changed_behind_the_mount_is_never_guessed() {
 
 /// Mounts with `env` added for this daemon only; returns its pid.
 fn mount_with(f: &Fixture, env: &[(&str, &str)]) -> i32 {
-    let mut cmd = f.opfs_command(&[
-        std::ffi::OsStr::new("mount"),
-        f.project.as_os_str(),
-        f.mnt.as_os_str(),
-        std::ffi::OsStr::new("--no-export"),
-    ]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let run = run_command(cmd, &f.root().join("scratch"), COMMAND_TIMEOUT).expect("opfs mount");
+    let run = f.try_mount(&["--no-export"], env);
     assert_eq!(run.code, Some(0), "opfs mount failed: {run}");
     assert!(wait_mount_state(&f.mnt, true, MOUNT_TIMEOUT), "not mounted");
     f.status()["pid"].as_u64().expect("pid") as i32
 }
 
 fn wait_gone(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return,
-            Ok(s) if s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')) => return,
-            Ok(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    panic!("daemon {pid} still alive");
+    assert!(
+        wait_dead(pid, Duration::from_secs(10)),
+        "daemon {pid} still alive"
+    );
 }
 
 #[test]
@@ -382,23 +368,6 @@ fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
         f.umount();
     }
 }
-/// The state dir of the fixture's one project.
-fn state_dir(f: &Fixture) -> std::path::PathBuf {
-    let mut dirs: Vec<_> = std::fs::read_dir(f.home.join("projects"))
-        .expect("state dir")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "one state dir: {dirs:?}");
-    dirs.pop().expect("one")
-}
-
-/// `opfs -C PROJECT ARGS...` (for commands that run unmounted).
-fn opfs_p(f: &Fixture, args: &[&str]) -> Run {
-    let mut all = vec!["-C", f.project.to_str().expect("utf-8")];
-    all.extend_from_slice(args);
-    f.opfs(&all)
-}
-
 /// Saved ranges are read back earliest first: where two overlap (a range
 /// saved again after a restart holds bytes the turn already changed), the
 /// earlier one holds the turn-start bytes; the record's size cuts the
@@ -471,7 +440,7 @@ fn gc_and_verify_know_the_blobs_of_saved_ranges() {
     let end_turn = f.turn("after");
     f.umount();
 
-    let state = state_dir(&f);
+    let state = f.state_dir();
     let conn = rusqlite::Connection::open(state.join("index.db")).expect("open index");
     let files: Vec<std::path::PathBuf> = {
         let mut stmt = conn
@@ -491,7 +460,7 @@ fn gc_and_verify_know_the_blobs_of_saved_ranges() {
     drop(conn);
     assert!(!files.is_empty(), "no saved range is a blob file");
 
-    let v = opfs_p(&f, &["verify", "--json"]);
+    let v = f.opfs_p(&["verify", "--json"]);
     assert_eq!(v.code, Some(0), "verify: {v}");
     assert_eq!(
         v.json()["unreferenced_blobs"].as_u64(),
@@ -501,17 +470,17 @@ fn gc_and_verify_know_the_blobs_of_saved_ranges() {
     // A saved range's blob gone: verify says so.
     let held = std::fs::read(&files[0]).expect("read blob");
     std::fs::remove_file(&files[0]).expect("remove blob");
-    let v = opfs_p(&f, &["verify"]);
+    let v = f.opfs_p(&["verify"]);
     assert_eq!(v.code, Some(1), "verify with a saved range missing: {v}");
     write_file(&files[0], &held, 0o444);
-    opfs_p(&f, &["verify"]).ok();
+    f.opfs_p(&["verify"]).ok();
 
     // gc keeps every turn here, so it keeps every saved range.
-    opfs_p(&f, &["gc", "--keep", "100", "--json"]).ok();
+    f.opfs_p(&["gc", "--keep", "100", "--json"]).ok();
     for p in &files {
         assert!(p.exists(), "gc removed the saved range {}", p.display());
     }
-    opfs_p(&f, &["verify"]).ok();
+    f.opfs_p(&["verify"]).ok();
     f.mount();
     let end = hash_file(&f.m("big"));
     f.rewind(t);
@@ -639,10 +608,7 @@ fn ranged_records_around_a_whole_record_read_back_through_history() {
 /// SIGKILLs the fixture's daemon and waits until it is gone.
 fn kill_daemon(f: &Fixture) {
     let pid = f.status()["pid"].as_u64().expect("pid") as i32;
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
+    sigkill(pid);
     wait_gone(pid);
 }
 

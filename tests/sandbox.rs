@@ -10,6 +10,8 @@
 // A failed unwrap is a failed test, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::fs::symlink;
@@ -17,25 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const OPFS: &str = env!("CARGO_BIN_EXE_opfs");
+use common::{TestEnv, OPFS};
 
 fn require_tools() {
+    common::require_fuse();
     assert!(
-        Path::new("/dev/fuse").exists(),
-        "these tests need /dev/fuse (FUSE support in the kernel and the container)"
-    );
-    let on_path = |name: &str| {
-        std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .any(|d| d.join(name).is_file())
-    };
-    assert!(
-        on_path("fusermount3"),
-        "these tests need fusermount3 (apt-get install fuse3)"
-    );
-    assert!(
-        on_path("bwrap"),
+        common::which("bwrap").is_some(),
         "these tests need bubblewrap (apt-get install bubblewrap, or scripts/setup)"
     );
 }
@@ -47,9 +36,9 @@ struct World {
     root: PathBuf,
     project: PathBuf,
     sibling: PathBuf,
-    home: PathBuf,
-    opfs_home: PathBuf,
-    config: PathBuf,
+    /// `HOME` (with an ssh key), `OPFS_HOME` and `OPFS_CONFIG` of every
+    /// command the world runs.
+    pinned: TestEnv,
 }
 
 impl World {
@@ -63,16 +52,22 @@ impl World {
         let w = World {
             project: root.join("project"),
             sibling: root.join("sibling"),
-            home: root.join("home"),
-            opfs_home: root.join("opfs-home"),
-            config: root.join("config.toml"),
+            pinned: TestEnv {
+                opfs_home: root.join("opfs-home"),
+                home: root.join("home"),
+                config: root.join("config.toml"),
+            },
             root,
             _tmp: tmp,
         };
         std::fs::create_dir_all(w.project.join("src")).unwrap();
         std::fs::create_dir_all(&w.sibling).unwrap();
-        std::fs::create_dir_all(w.home.join(".ssh")).unwrap();
-        std::fs::write(w.home.join(".ssh/id_ed25519"), "SECRET-KEY-MATERIAL\n").unwrap();
+        std::fs::create_dir_all(w.pinned.home.join(".ssh")).unwrap();
+        std::fs::write(
+            w.pinned.home.join(".ssh/id_ed25519"),
+            "SECRET-KEY-MATERIAL\n",
+        )
+        .unwrap();
         std::fs::write(w.project.join("a.txt"), "original a\n").unwrap();
         std::fs::write(w.project.join("c.txt"), "original c\n").unwrap();
         std::fs::write(w.sibling.join("target.txt"), "sibling original\n").unwrap();
@@ -84,15 +79,13 @@ impl World {
         self.command(OPFS)
     }
 
-    /// `program` with this world's environment.
+    /// `program` with this world's environment: the shared pinned one
+    /// (`OPFS_HOME`, `HOME` with the ssh key, `OPFS_CONFIG`, ...) plus the
+    /// paths the scripts name.
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
-        c.env("OPFS_HOME", &self.opfs_home)
-            .env("HOME", &self.home)
-            .env("OPFS_CONFIG", &self.config)
-            .env_remove("XDG_DATA_HOME")
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("OPFS_BWRAP")
+        self.pinned
+            .pin(&mut c)
             .env("PROJECT", &self.project)
             .env("SIBLING", &self.sibling)
             .env("OPFS", OPFS)
@@ -127,13 +120,10 @@ impl World {
         mp
     }
 
-    fn mounts_under_root(&self) -> Vec<String> {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let root = self.root.to_string_lossy().to_string();
-        info.lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&root))
-            .map(String::from)
+    fn mounts_under_root(&self) -> Vec<PathBuf> {
+        opfs_testutil::mount_points()
+            .into_iter()
+            .filter(|m| m.starts_with(&self.root))
             .collect()
     }
 
@@ -200,8 +190,8 @@ fn writing_to_home_fails() {
         &[],
         r#"echo x > "$HOME/pwned" && echo ESCAPED; mkdir "$HOME/d" && echo ESCAPED"#,
     );
-    assert!(!w.home.join("pwned").exists());
-    assert!(!w.home.join("d").exists());
+    assert!(!w.pinned.home.join("pwned").exists());
+    assert!(!w.pinned.home.join("d").exists());
 }
 
 #[test]
@@ -252,10 +242,14 @@ fn the_ssh_key_of_the_home_is_unreadable() {
 #[test]
 fn a_credential_file_and_a_configured_hide_are_unreadable() {
     let w = World::new();
-    std::fs::write(w.home.join(".netrc"), "machine x password NETRC-SECRET\n").unwrap();
+    std::fs::write(
+        w.pinned.home.join(".netrc"),
+        "machine x password NETRC-SECRET\n",
+    )
+    .unwrap();
     std::fs::write(w.root.join("secret.txt"), "CONFIGURED-SECRET\n").unwrap();
     std::fs::write(
-        &w.config,
+        &w.pinned.config,
         format!(
             "[sandbox]\nhide = [\"{}\"]\n",
             w.root.join("secret.txt").display()
@@ -299,7 +293,7 @@ fn a_loopback_listener_outside_is_unreachable_without_net() {
 fn the_state_dir_and_control_socket_are_invisible() {
     let w = World::new();
     let mp = w.mount();
-    let socket = std::fs::read_dir(w.opfs_home.join("projects"))
+    let socket = std::fs::read_dir(w.pinned.opfs_home.join("projects"))
         .unwrap()
         .next()
         .unwrap()
@@ -427,7 +421,11 @@ umount "$OPFS_HOME" 2>/dev/null && echo ESCAPED"#,
 #[test]
 fn secret_environment_variables_are_removed() {
     let w = World::new();
-    std::fs::write(&w.config, "[sandbox]\nsecret_env = [\"MY_API_SECRET\"]\n").unwrap();
+    std::fs::write(
+        &w.pinned.config,
+        "[sandbox]\nsecret_env = [\"MY_API_SECRET\"]\n",
+    )
+    .unwrap();
     let out = w
         .opfs()
         .arg("-C")
@@ -643,7 +641,7 @@ fn writable_dirs_are_writable() {
     std::fs::create_dir_all(&cache).unwrap();
     std::fs::create_dir_all(&cfg_cache).unwrap();
     std::fs::write(
-        &w.config,
+        &w.pinned.config,
         format!(
             "[sandbox]\nwritable = [\"{}\", \"~/missing-is-skipped\"]\n",
             cfg_cache.display()
@@ -669,7 +667,7 @@ fn writable_dirs_are_writable() {
 fn a_writable_root_inside_a_hidden_path_is_refused() {
     let w = World::new();
     let out = w.run(
-        &["--writable", w.home.join(".ssh").to_str().unwrap()],
+        &["--writable", w.pinned.home.join(".ssh").to_str().unwrap()],
         "echo RAN",
     );
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));

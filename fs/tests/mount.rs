@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use opfs_fs::{Controller, Errno, Mutation, MutationHook, Options};
+use opfs_testutil::is_mounted;
 
 /// A mutation, owned, as the recording hook saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,13 +96,6 @@ struct Fixture {
     hook: Arc<Recorder>,
     ctl: Controller,
     thread: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-fn is_mounted(mnt: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let want = mnt.to_string_lossy();
-    info.lines()
-        .any(|line| line.split(' ').nth(4) == Some(want.as_ref()))
 }
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

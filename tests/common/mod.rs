@@ -2,9 +2,15 @@
 //! dirs, the `opfs` CLI driven exactly as a user drives it, and exact tree
 //! manifests to compare against.
 //!
-//! Every fixture gets three sibling temp dirs: the project (backing dir), the
-//! mountpoint and `OPFS_HOME` (the state dir), so the state never lands inside
-//! the project. `Drop` unmounts (`opfs umount`, then `fusermount3 -uz`).
+//! Every fixture gets sibling temp dirs: the project (backing dir), the
+//! mountpoint, `OPFS_HOME` (the state dir), so the state never lands inside
+//! the project, and a user home. Every `opfs` command runs in the pinned
+//! environment of [`TestEnv`] (`OPFS_HOME`, `HOME`, `XDG_DATA_HOME`,
+//! `XDG_CONFIG_HOME`, `OPFS_CONFIG` all inside the fixture). `Drop` unmounts
+//! (`opfs umount`, then `fusermount3 -uz`).
+//!
+//! The mount-table reader is `opfs-testutil` (`fs/testutil`), shared with
+//! `fs/tests`. [`walk_tree`] is the one tree walk behind every manifest.
 
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
@@ -152,50 +158,43 @@ pub fn run_command(mut cmd: Command, scratch: &Path, timeout: Duration) -> io::R
     }
 }
 
-/// Whether `path` is a mountpoint right now, per `/proc/self/mountinfo`.
-pub fn is_mounted(path: &Path) -> bool {
-    let info = fs::read("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
-    let want = path.as_os_str().as_bytes();
-    info.split(|&b| b == b'\n').any(|line| {
-        line.split(|&b| b == b' ')
-            .nth(4)
-            .is_some_and(|field| unescape_mountinfo(field) == want)
-    })
+/// The mount-table reader shared with `fs/tests` (`opfs-testutil`).
+pub use opfs_testutil::{is_mounted, wait_mount_state};
+
+/// The pinned environment of one test: every variable through which `opfs`
+/// finds its state, its configuration or the user's home points into the
+/// test's own temp dir, whatever the environment `cargo test` runs in.
+/// Every `opfs` command the tests run gets it ([`TestEnv::pin`]): the
+/// commands of [`Fixture`] (and so the daemons they start), of
+/// `tests/export.rs` and of the sandbox tests (`tests/sandbox.rs`, which
+/// also gives it to the shells it runs, so `$HOME` there is the pinned one).
+#[derive(Debug, Clone)]
+pub struct TestEnv {
+    /// `OPFS_HOME`: the state dir.
+    pub opfs_home: PathBuf,
+    /// `HOME`: the user's home (credential dirs, `~/.config`,
+    /// `~/.local/share`). Need not exist.
+    pub home: PathBuf,
+    /// `OPFS_CONFIG`: the configuration file. Need not exist (the
+    /// defaults then).
+    pub config: PathBuf,
 }
 
-/// Undoes the octal escapes (`\040` for a space, ...) of `/proc/*/mountinfo`.
-fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        if field[i] == b'\\' && i + 4 <= field.len() {
-            let digits = &field[i + 1..i + 4];
-            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let v = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                out.push(v as u8);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(field[i]);
-        i += 1;
-    }
-    out
-}
-
-/// Polls the mount table until `path` is (or is no longer) a mountpoint.
-pub fn wait_mount_state(path: &Path, mounted: bool, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if is_mounted(path) == mounted {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+impl TestEnv {
+    /// Sets the pinned variables on `cmd`: `OPFS_HOME`, `HOME`,
+    /// `OPFS_CONFIG`; `XDG_DATA_HOME` and `XDG_CONFIG_HOME` to their XDG
+    /// defaults under the pinned `HOME` (so every fallback `opfs` knows
+    /// resolves inside the test's dir too); and removes `OPFS_BWRAP` and
+    /// `RUST_LOG`. Other `OPFS_*` knobs (`OPFS_INODE_FDS`, ...) pass
+    /// through on purpose: `docs/testing.md` runs whole suites under them.
+    pub fn pin<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("OPFS_HOME", &self.opfs_home)
+            .env("HOME", &self.home)
+            .env("OPFS_CONFIG", &self.config)
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env_remove("OPFS_BWRAP")
+            .env_remove("RUST_LOG")
     }
 }
 
@@ -208,6 +207,9 @@ pub struct Fixture {
     pub mnt: PathBuf,
     /// `OPFS_HOME`.
     pub home: PathBuf,
+    /// The environment every `opfs` command of this fixture gets (its
+    /// `opfs_home` is [`Fixture::home`]).
+    pub pinned: TestEnv,
     scratch: PathBuf,
     mounted: Cell<bool>,
     /// Extra environment for every `opfs` command (and so the daemon).
@@ -228,14 +230,21 @@ impl Fixture {
         let mnt = root.join("mnt");
         let home = root.join("home");
         let scratch = root.join("scratch");
-        for d in [&project, &mnt, &home, &scratch] {
+        let user_home = root.join("user-home");
+        for d in [&project, &mnt, &home, &scratch, &user_home] {
             fs::create_dir(d).expect("create fixture dir");
         }
+        let pinned = TestEnv {
+            opfs_home: home.clone(),
+            home: user_home,
+            config: root.join("config.toml"),
+        };
         Fixture {
             base,
             project,
             mnt,
             home,
+            pinned,
             scratch,
             mounted: Cell::new(false),
             env: Default::default(),
@@ -265,13 +274,12 @@ impl Fixture {
         self.mnt.join(rel)
     }
 
-    /// An `opfs` command with `OPFS_HOME` set to the fixture's state dir.
+    /// An `opfs` command in the fixture's pinned environment
+    /// ([`TestEnv::pin`]: `OPFS_HOME` is the fixture's state dir) plus what
+    /// [`Fixture::set_env`] added.
     pub fn opfs_command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(opfs_bin());
-        cmd.args(args)
-            .env("OPFS_HOME", &self.home)
-            .env_remove("RUST_LOG")
-            .current_dir(self.root());
+        self.pinned.pin(cmd.args(args)).current_dir(self.root());
         for (k, v) in self.env.borrow().iter() {
             cmd.env(k, v);
         }
@@ -294,11 +302,32 @@ impl Fixture {
     /// `opfs mount PROJECT MOUNTPOINT`, then waits (polling the mount table)
     /// until the mount is visible.
     pub fn mount(&self) {
-        let run = self.opfs(&[
+        self.mount_with(&[]);
+    }
+
+    /// `opfs mount PROJECT MOUNTPOINT EXTRA...` with `env` added for this
+    /// command alone (and so for the daemon it starts); its outcome,
+    /// whatever the exit code. Unlike [`Fixture::mount`] it does not wait
+    /// for the mount, and [`Fixture::tree`] does not then compare the
+    /// mountpoint.
+    pub fn try_mount(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut args: Vec<&OsStr> = vec![
             OsStr::new("mount"),
             self.project.as_os_str(),
             self.mnt.as_os_str(),
-        ]);
+        ];
+        args.extend(extra.iter().map(OsStr::new));
+        let mut cmd = self.opfs_command(&args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run_command(cmd, &self.scratch, COMMAND_TIMEOUT)
+            .unwrap_or_else(|e| panic!("running opfs mount: {e}"))
+    }
+
+    /// [`Fixture::mount`] with `EXTRA...` arguments (`--no-export`, ...).
+    pub fn mount_with(&self, extra: &[&str]) {
+        let run = self.try_mount(extra, &[]);
         assert_eq!(run.code, Some(0), "opfs mount failed: {run}");
         self.mounted.set(true);
         assert!(
@@ -335,8 +364,9 @@ impl Fixture {
             .arg("-c")
             .arg(script)
             .current_dir(dir)
-            .env("LC_ALL", "C")
-            .env("OPFS_HOME", &self.home)
+            .env("LC_ALL", "C");
+        self.pinned
+            .pin(&mut cmd)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_AUTHOR_NAME", "opfs test")
@@ -354,6 +384,25 @@ impl Fixture {
         run.stdout
     }
 
+    /// `opfs -C PROJECT ARGS...` (works unmounted too, unlike the
+    /// mountpoint).
+    pub fn opfs_p<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
+        let mut all: Vec<OsString> = vec!["-C".into(), self.project.clone().into_os_string()];
+        all.extend(args.iter().map(|a| a.as_ref().to_os_string()));
+        self.opfs(&all)
+    }
+
+    /// The state dir of the fixture's one project
+    /// (`OPFS_HOME/projects/KEY`); asserts there is exactly one.
+    pub fn state_dir(&self) -> PathBuf {
+        let mut dirs: Vec<PathBuf> = fs::read_dir(self.home.join("projects"))
+            .expect("read OPFS_HOME/projects")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(dirs.len(), 1, "expected one state dir: {dirs:?}");
+        dirs.pop().expect("one")
+    }
+
     /// `opfs -C MOUNTPOINT turn --label LABEL`: asserts stdout is the new turn
     /// number alone and returns it.
     pub fn turn(&self, label: &str) -> u64 {
@@ -365,14 +414,19 @@ impl Fixture {
     /// object shape, `rewound_to == N`, no conflicts, not a dry run; returns
     /// the object.
     pub fn rewind(&self, n: u64) -> Value {
+        self.rewind_in("", n)
+    }
+
+    /// [`Fixture::rewind`] with `ctx` before every failure message.
+    pub fn rewind_in(&self, ctx: &str, n: u64) -> Value {
         let run = self.opfs_c(&["rewind", &n.to_string(), "--json"]);
-        assert_eq!(run.code, Some(0), "rewind {n} failed: {run}");
+        assert_eq!(run.code, Some(0), "{ctx}rewind {n} failed: {run}");
         let v = run.json();
         check_rewind_result(&v, n, false);
         assert_eq!(
             v["conflicts"].as_array().map(Vec::len),
             Some(0),
-            "rewind {n} reported conflicts: {v:#}"
+            "{ctx}rewind {n} reported conflicts: {v:#}"
         );
         v
     }
@@ -433,30 +487,18 @@ impl Fixture {
     /// Asserts that both the project and the mountpoint hold exactly
     /// `expected`.
     pub fn assert_tree(&self, ctx: &str, expected: &Manifest) {
-        assert_manifest_eq(
-            &format!("{ctx}: project"),
-            expected,
-            &manifest(&self.project),
-        );
-        assert_manifest_eq(
-            &format!("{ctx}: mountpoint"),
-            expected,
-            &manifest(&self.mnt),
-        );
+        self.assert_both_trees(ctx, expected, manifest);
     }
 
     /// Like [`Fixture::assert_tree`], ignoring the top-level `.git`.
     pub fn assert_tree_without_git(&self, ctx: &str, expected: &Manifest) {
-        assert_manifest_eq(
-            &format!("{ctx}: project"),
-            expected,
-            &manifest_without_git(&self.project),
-        );
-        assert_manifest_eq(
-            &format!("{ctx}: mountpoint"),
-            expected,
-            &manifest_without_git(&self.mnt),
-        );
+        self.assert_both_trees(ctx, expected, manifest_without_git);
+    }
+
+    fn assert_both_trees(&self, ctx: &str, expected: &Manifest, read: fn(&Path) -> Manifest) {
+        for (side, root) in [("project", &self.project), ("mountpoint", &self.mnt)] {
+            assert_manifest_eq(&format!("{ctx}: {side}"), expected, &read(root));
+        }
     }
 }
 
@@ -488,6 +530,37 @@ impl Drop for Fixture {
             .stdin(Stdio::null())
             .status();
         let _ = wait_mount_state(&self.mnt, false, Duration::from_secs(5));
+    }
+}
+
+/// True once `pid` has exited (gone, or a zombie nobody reaped yet).
+pub fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// Polls until `pid` [`is_dead`]; false if it still lives after `limit`.
+pub fn wait_dead(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !is_dead(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Sends SIGKILL to `pid` (a daemon the test started, its pid read from
+/// its own status).
+pub fn sigkill(pid: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
     }
 }
 
@@ -597,77 +670,109 @@ pub fn manifest_without_git(root: &Path) -> Manifest {
 /// Manifest of everything under `root` except the listed relative paths (and
 /// everything below them).
 pub fn manifest_filtered(root: &Path, skip: &[&[u8]]) -> Manifest {
-    let mut out = Manifest::new();
-    walk(root, root, &mut Vec::new(), skip, true, &mut out);
-    out
+    manifest_of(root, skip, true)
 }
 
 /// Paths and kinds only (no hashing): cheap listing for choosing targets.
 pub fn listing(root: &Path, skip: &[&[u8]]) -> Manifest {
+    manifest_of(root, skip, false)
+}
+
+fn manifest_of(root: &Path, skip: &[&[u8]], hash: bool) -> Manifest {
+    let found = walk_tree(root, skip).unwrap_or_else(|e| panic!("{e}"));
     let mut out = Manifest::new();
-    walk(root, root, &mut Vec::new(), skip, false, &mut out);
+    for Found { rel, path, meta } in found {
+        let ft = meta.file_type();
+        let mode = meta.permissions().mode() & 0o7777;
+        let e = if ft.is_symlink() {
+            Entry::Symlink {
+                target: link_target(&path).unwrap_or_else(|e| panic!("{e}")),
+            }
+        } else if ft.is_dir() {
+            Entry::Dir { mode }
+        } else if ft.is_file() {
+            Entry::File {
+                mode,
+                size: meta.size(),
+                blake3: if hash {
+                    hash_file(&path)
+                } else {
+                    String::new()
+                },
+            }
+        } else {
+            let kind = if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else if ft.is_char_device() {
+                "char"
+            } else {
+                "block"
+            };
+            Entry::Other { kind, mode }
+        };
+        out.insert(rel, e);
+    }
     out
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    rel: &mut Vec<u8>,
-    skip: &[&[u8]],
-    hash: bool,
-    out: &mut Manifest,
-) {
-    let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
-    for entry in entries {
-        let entry = entry.unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
-        let name = entry.file_name();
+/// One entry below a tree's root, as [`walk_tree`] finds it.
+#[derive(Debug)]
+pub struct Found {
+    /// The path relative to the root, components joined by `/`.
+    pub rel: Vec<u8>,
+    /// The full path.
+    pub path: PathBuf,
+    /// `lstat` of it: a symlink is not followed.
+    pub meta: fs::Metadata,
+}
+
+/// The one tree walk behind every manifest of the tests (this file's
+/// [`Manifest`], the git view of `tests/export.rs`, the model's tree in
+/// `tests/model.rs`): every entry below `root` (not `root` itself), never
+/// following a symlink, leaving out the listed relative paths and everything
+/// below them. Errors name the path and the call that failed.
+pub fn walk_tree(root: &Path, skip: &[&[u8]]) -> io::Result<Vec<Found>> {
+    let mut out = Vec::new();
+    walk_dir(root, &mut Vec::new(), skip, &mut out)?;
+    Ok(out)
+}
+
+fn walk_dir(dir: &Path, rel: &mut Vec<u8>, skip: &[&[u8]], out: &mut Vec<Found>) -> io::Result<()> {
+    let context = |what: &str, path: &Path, e: io::Error| {
+        io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+    };
+    for entry in fs::read_dir(dir).map_err(|e| context("read_dir", dir, e))? {
+        let entry = entry.map_err(|e| context("read_dir", dir, e))?;
         let len = rel.len();
         if !rel.is_empty() {
             rel.push(b'/');
         }
-        rel.extend_from_slice(name.as_bytes());
+        rel.extend_from_slice(entry.file_name().as_bytes());
         if !skip.contains(&rel.as_slice()) {
             let path = entry.path();
-            let meta = fs::symlink_metadata(&path)
-                .unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
-            let ft = meta.file_type();
-            let mode = meta.permissions().mode() & 0o7777;
-            let e = if ft.is_symlink() {
-                let target = fs::read_link(&path)
-                    .unwrap_or_else(|e| panic!("readlink {}: {e}", path.display()));
-                Entry::Symlink {
-                    target: target.into_os_string().into_vec(),
-                }
-            } else if ft.is_dir() {
-                walk(root, &path, rel, skip, hash, out);
-                Entry::Dir { mode }
-            } else if ft.is_file() {
-                Entry::File {
-                    mode,
-                    size: meta.size(),
-                    blake3: if hash {
-                        hash_file(&path)
-                    } else {
-                        String::new()
-                    },
-                }
-            } else {
-                let kind = if ft.is_fifo() {
-                    "fifo"
-                } else if ft.is_socket() {
-                    "socket"
-                } else if ft.is_char_device() {
-                    "char"
-                } else {
-                    "block"
-                };
-                Entry::Other { kind, mode }
-            };
-            out.insert(rel.clone(), e);
+            let meta = fs::symlink_metadata(&path).map_err(|e| context("lstat", &path, e))?;
+            let is_dir = meta.file_type().is_dir();
+            out.push(Found {
+                rel: rel.clone(),
+                path: path.clone(),
+                meta,
+            });
+            if is_dir {
+                walk_dir(&path, rel, skip, out)?;
+            }
         }
         rel.truncate(len);
     }
-    let _ = root;
+    Ok(())
+}
+
+/// The raw target of the symlink at `path`; the error names the path.
+pub fn link_target(path: &Path) -> io::Result<Vec<u8>> {
+    fs::read_link(path)
+        .map(|t| t.into_os_string().into_vec())
+        .map_err(|e| io::Error::new(e.kind(), format!("readlink {}: {e}", path.display())))
 }
 
 /// BLAKE3 of a file's content, hex.
