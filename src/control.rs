@@ -17,9 +17,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::journal::Journal;
+use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
 use crate::state::{self, StateDir};
-use crate::store::TurnKind;
 
 /// A request to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]

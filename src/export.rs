@@ -35,9 +35,10 @@ use serde::Serialize;
 use crate::backing::Backing;
 use crate::history::{self, Sources, Timeline, Version};
 use crate::paths;
+use crate::record::Turn;
 use crate::record::{Hash, PreImage};
 use crate::state::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::store::{BlobError, BlobStore, Index, IndexError};
 
 /// The branch that follows the newest exported turn.
 pub const BRANCH: &str = "refs/heads/opfs";

@@ -21,8 +21,9 @@ use serde::Serialize;
 
 use crate::backing::Backing;
 use crate::paths;
+use crate::record::Turn;
 use crate::record::{Hash, PreImage, Special};
-use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::store::{BlobError, BlobStore, Index, IndexError};
 
 /// Errors from history commands. Each names the turn or path it concerns.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@ pub mod index;
 pub mod log;
 
 pub use blob::{BlobError, BlobStore};
-pub use index::{Index, IndexError, Turn, TurnKind};
+pub use index::{Index, IndexError};
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
 
 use std::path::Path;
