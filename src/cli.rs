@@ -12,8 +12,9 @@ use opfs::journal::Journal;
 use opfs::paths;
 use opfs::record::Turn;
 use opfs::rewind::{self, RewindError};
-use opfs::state::{self, StateDir};
+use opfs::state;
 use opfs::store::Index;
+use opfs::store::StateDir;
 
 use crate::history_cmd;
 

@@ -37,7 +37,7 @@ use crate::history::{self, Sources, Timeline, Version};
 use crate::paths;
 use crate::record::Turn;
 use crate::record::{Hash, PreImage};
-use crate::state::StateDir;
+use crate::store::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError};
 
 /// The branch that follows the newest exported turn.

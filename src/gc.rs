@@ -25,8 +25,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::record::Hash;
-use crate::state::StateDir;
 use crate::store::BlobStore;
+use crate::store::StateDir;
 
 /// Turns kept when no other number is given.
 pub const DEFAULT_KEEP: u64 = 100;

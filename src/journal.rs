@@ -31,8 +31,8 @@ use crate::record::Fingerprint;
 use crate::record::Stat;
 use crate::record::TurnKind;
 use crate::record::{PreImage, Special};
-use crate::state::StateDir;
 use crate::store::log::Op;
+use crate::store::StateDir;
 use crate::store::{
     BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, INLINE_MAX,
 };

@@ -1205,7 +1205,7 @@ pub fn describe(p: &PathPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::StateDir;
+    use crate::store::StateDir;
     use opfs_fs::{Mutation, MutationHook};
     use std::collections::BTreeMap;
     use std::fs;

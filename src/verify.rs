@@ -26,8 +26,8 @@ use serde::Serialize;
 
 use crate::paths;
 use crate::record::{hex, Hash};
-use crate::state::StateDir;
 use crate::store::index::SCHEMA_VERSION;
+use crate::store::StateDir;
 use crate::store::{BlobError, BlobStore};
 
 /// A failure that stops verification before it can check anything.
@@ -438,7 +438,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
         for d in dirs.flatten() {
             let dname = d.file_name();
             let dname = dname.to_string_lossy();
-            if dname == "tmp" {
+            if dname == crate::store::blob::TMP_DIR {
                 continue;
             }
             let is_hex = |s: &str| {

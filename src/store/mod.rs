@@ -1,12 +1,14 @@
 //! The store: the blob directory, the SQLite index and the capture log of
-//! one project.
+//! one project, and the names of the files in its state dir ([`layout`]).
 
 pub mod blob;
 pub mod index;
+pub mod layout;
 pub mod log;
 
 pub use blob::{BlobError, BlobStore};
 pub use index::{Index, IndexError};
+pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
 
 use std::path::Path;

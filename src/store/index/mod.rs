@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
+use crate::store::{blob, layout};
+
 mod apply;
 mod blobs;
 mod codec;
@@ -116,7 +118,8 @@ pub fn now_ns() -> i64 {
 /// missing or zero-length file as an empty database and would silently
 /// begin a new history. A fresh state dir has no blob and no capture log
 /// yet (both are only created after the index exists), so a missing or
-/// empty index next to either means the index was deleted or truncated.
+/// empty index next to either (the names are [`layout`]'s) means the index
+/// was deleted or truncated.
 fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     let len = match std::fs::metadata(path) {
         Ok(m) => m.len(),
@@ -129,10 +132,10 @@ fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     let Some(dir) = path.parent() else {
         return Ok(());
     };
-    let blobs = dir.join("blobs");
-    let capture_log = dir.join("capture.log");
+    let blobs = dir.join(layout::BLOBS);
+    let capture_log = dir.join(layout::CAPTURE_LOG);
     let has_blobs = std::fs::read_dir(&blobs)
-        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != "tmp")))
+        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != blob::TMP_DIR)))
         .unwrap_or(false);
     let witness = if has_blobs {
         format!("{} holds recorded content", blobs.display())
