@@ -9,10 +9,12 @@ use clap::{Parser, Subcommand};
 use opfs::control::{self, FailureKind, Request, Response, StateLock, Status};
 use opfs::daemon::{self, DaemonOptions};
 use opfs::journal::Journal;
+use opfs::paths;
+use opfs::record::Turn;
 use opfs::rewind::{self, RewindError};
-use opfs::state::{self, StateDir};
-use opfs::store::{Index, Turn};
-use opfs::{paths, store};
+use opfs::state;
+use opfs::store::Index;
+use opfs::store::StateDir;
 
 use crate::history_cmd;
 
@@ -322,7 +324,7 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 None => {
                     let (j, _lock) = open_direct(&st)?;
                     j.next_turn(
-                        store::TurnKind::Agent,
+                        opfs::record::TurnKind::Agent,
                         label.as_deref(),
                         id.as_deref(),
                         None,

@@ -17,9 +17,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::journal::Journal;
+use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
-use crate::state::{self, StateDir};
-use crate::store::TurnKind;
+use crate::state;
+use crate::store::StateDir;
 
 /// A request to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::control::{self, MountOps, Request, Response, StateLock};
 use crate::journal::{Journal, OpenError};
 use crate::rewind;
-use crate::state::{self, StateDir};
+use crate::state;
+use crate::store::StateDir;
 
 /// How long a captured record may wait in the capture log before the
 /// daemon commits it to the index (when fewer than

@@ -8,25 +8,24 @@
 //! there, so every kept rewind point stays exact. Blobs no kept record
 //! refers to are then removed.
 //!
-//! Never collected: anything an unfinished restore needs (no turn at or
-//! after its rewound-to turn is dropped while a restore is `running`).
+//! Never collected: a **pinned** turn and every turn after it ([`Pin`]).
+//! Today the one pin is an unfinished restore (no turn at or after its
+//! rewound-to turn is dropped while a restore is `running`); worktrees will
+//! pin their base turns.
 //!
 //! Order and durability: the records, turns and `blobs` rows are deleted in
-//! one transaction; blob files are removed only after it commits. A crash
-//! in between leaves unreferenced blob files (removed by the next gc),
-//! never a record whose blob is gone. The caller must hold the state lock
-//! (no daemon running), since a daemon writes a blob before the record
-//! naming it.
+//! one transaction (committed with `synchronous=FULL`); blob files are
+//! removed only after it commits. A crash or power loss in between leaves
+//! unreferenced blob files (removed by the next gc), never a record whose
+//! blob is gone. The caller must hold the state lock (no daemon running),
+//! since a daemon writes a blob before the record naming it.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::record::Hash;
-use crate::state::StateDir;
-use crate::store::BlobStore;
+use crate::store::{BlobStore, Index, IndexError, StateDir};
 
 /// Turns kept when no other number is given.
 pub const DEFAULT_KEEP: u64 = 100;
@@ -54,16 +53,63 @@ impl Default for Retention {
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
     /// The index could not be read or written.
-    #[error("index {path}: {source}")]
-    Index {
-        /// The database file.
-        path: PathBuf,
-        /// What SQLite said.
-        source: rusqlite::Error,
-    },
+    #[error(transparent)]
+    Index(#[from] IndexError),
     /// The capture log could not be moved into the index first.
     #[error(transparent)]
     Replay(#[from] crate::store::ReplayError),
+}
+
+/// A turn gc must keep, with every turn after it, whatever the
+/// [`Retention`] asks: a rewind point something still needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pin {
+    /// A restore marked `running` that did not finish (the process died
+    /// during a rewind): the next start finishes it from the records of
+    /// every turn from `rewound_to` on.
+    Restore {
+        /// The turn the restore is recorded as.
+        rewind_turn: u64,
+        /// The turn whose start it restores (the pinned turn).
+        rewound_to: u64,
+    },
+    // Planned: `Worktree { name, base }`, a worktree's base turn (its lower
+    // layer is the project at the start of that turn).
+}
+
+impl Pin {
+    /// The oldest turn this pin keeps.
+    pub fn turn(&self) -> u64 {
+        match self {
+            Pin::Restore { rewound_to, .. } => *rewound_to,
+        }
+    }
+
+    /// Why turns from `cut` on were kept, for [`GcReport::note`].
+    fn note(&self, cut: u64) -> String {
+        match self {
+            Pin::Restore {
+                rewind_turn,
+                rewound_to,
+            } => format!(
+                "kept turns from {cut}: the unfinished rewind to turn {rewound_to} (recorded as turn {rewind_turn}) needs them"
+            ),
+        }
+    }
+}
+
+/// Every pin of the store behind `index`: today the unfinished restores.
+///
+/// Errors: the index cannot be read.
+pub fn pins(index: &Index) -> Result<Vec<Pin>, IndexError> {
+    Ok(index
+        .running_restores()?
+        .into_iter()
+        .map(|(rewind_turn, rewound_to)| Pin::Restore {
+            rewind_turn,
+            rewound_to,
+        })
+        .collect())
 }
 
 /// What gc did (or, with `dry_run`, would do).
@@ -85,55 +131,60 @@ pub struct GcReport {
     pub note: Option<String>,
 }
 
-/// The blobs that records and saved ranges of turns `>= ?1` name.
-const KEPT_BLOBS: &str = "SELECT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL
-     UNION SELECT blob FROM ranges WHERE turn >= ?1";
-
-fn blob_bytes_from(conn: &Connection, from: i64) -> rusqlite::Result<u64> {
-    conn.query_row(
-        &format!("SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.hash IN ({KEPT_BLOBS})"),
-        [from],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|v| v as u64)
+/// The oldest turn to keep among `first..=last`: the policy's choice
+/// (`kept_bytes(from)` is the blob bytes the records of turns `>= from`
+/// name), moved back to the oldest pin, with the note saying so.
+fn cut_point(
+    first: u64,
+    last: u64,
+    retention: Retention,
+    pins: &[Pin],
+    kept_bytes: impl Fn(u64) -> Result<u64, IndexError>,
+) -> Result<(u64, Option<String>), IndexError> {
+    let keep = retention.keep.max(1);
+    let mut cut = (last + 1).saturating_sub(keep).max(first);
+    if let Some(budget) = retention.max_bytes {
+        while cut < last && kept_bytes(cut)? > budget {
+            cut += 1;
+        }
+    }
+    let mut note = None;
+    if let Some(pin) = pins.iter().min_by_key(|p| p.turn()) {
+        if cut > pin.turn() {
+            cut = pin.turn().max(first);
+            note = Some(pin.note(cut));
+        }
+    }
+    Ok((cut, note))
 }
 
-/// Applies `retention` to the state dir. The caller holds the state lock.
+/// Applies `retention` to the state dir, keeping every pinned turn
+/// ([`pins`]). The caller holds the state lock.
+///
+/// Durable after `Ok`: the deletions are committed (power-loss safe)
+/// before any blob file is removed. Errors: the capture log cannot be
+/// moved into the index ([`GcError::Replay`]), the index cannot be read or
+/// written ([`GcError::Index`]); blob files that cannot be removed are
+/// skipped (not counted), for the next gc.
 pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcReport, GcError> {
-    let db = state.index_path();
+    // Opening the index upgrades an older schema in place.
+    let mut index = Index::open(&state.index_path(), true)?;
     // Records still in the capture log (a crash) name blobs and turns; they
     // go into the index first so the decisions below see them. A dry run
     // writes nothing, so it keeps every blob the log names instead.
     let mut logged = BTreeSet::new();
-    // Opening the index upgrades an older schema in place.
-    let mut index =
-        crate::store::Index::open(&db, false).map_err(crate::store::ReplayError::from)?;
     if dry_run {
         let entries = crate::store::log::read(&state.capture_log_path())
             .map_err(crate::store::ReplayError::from)?;
         for e in entries {
             if let crate::record::PreImage::File { blob, .. } = e.pre {
-                logged.insert(blob.to_vec());
+                logged.insert(blob);
             }
         }
     } else {
         crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
     }
-    drop(index);
-    let err = |source| GcError::Index {
-        path: db.clone(),
-        source,
-    };
-    let mut conn = Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-        .map_err(err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(err)?;
-    let (first, last): (Option<i64>, Option<i64>) = conn
-        .query_row("SELECT min(number), max(number) FROM turns", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .map_err(err)?;
-    let (Some(first), Some(last)) = (first, last) else {
+    let Some((first, last)) = index.turn_bounds()? else {
         return Ok(GcReport {
             dropped_turns: None,
             oldest_kept: None,
@@ -144,80 +195,23 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
             note: None,
         });
     };
-    let keep = retention.keep.max(1) as i64;
-    let mut cut = (last - keep + 1).max(first);
-    if let Some(budget) = retention.max_bytes {
-        while cut < last && blob_bytes_from(&conn, cut).map_err(err)? > budget {
-            cut += 1;
-        }
-    }
-    let mut note = None;
-    let pending: Option<(i64, i64)> = conn
-        .query_row(
-            "SELECT rewind_turn, rewound_to FROM restores WHERE state = 'running'
-             ORDER BY rewound_to LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(err)?;
-    if let Some((rewind_turn, to)) = pending {
-        if cut > to {
-            cut = to.max(first);
-            note = Some(format!(
-                "kept turns from {cut}: the unfinished rewind to turn {to} (recorded as turn {rewind_turn}) needs them"
-            ));
-        }
-    }
-    let records_deleted: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM preimages WHERE turn < ?1",
-            [cut],
-            |r| r.get(0),
-        )
-        .map_err(err)?;
-    let keep_blobs = |conn: &Connection| -> rusqlite::Result<BTreeSet<Vec<u8>>> {
-        let mut stmt = conn.prepare(KEPT_BLOBS)?;
-        let rows = stmt.query_map([cut], |r| r.get::<_, Vec<u8>>(0))?;
-        rows.collect()
-    };
-    let kept = keep_blobs(&conn).map_err(err)?;
+    let pins = pins(&index)?;
+    let (cut, note) = cut_point(first, last, retention, &pins, |from| {
+        index.kept_blob_bytes(from)
+    })?;
+    let records_deleted = index.records_before(cut)?;
+    let kept = index.kept_blobs(cut)?;
     // Inline blobs (small files) go with their rows.
-    let (inline_removed, inline_bytes): (i64, i64) = conn
-        .query_row(
-            &format!(
-                "SELECT count(*), coalesce(sum(size), 0) FROM blobs
-                 WHERE data IS NOT NULL AND hash NOT IN ({KEPT_BLOBS})"
-            ),
-            [cut],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(err)?;
+    let (inline_removed, inline_bytes) = index.unkept_inline_blobs(cut)?;
     if !dry_run && cut > first {
-        let tx = conn.transaction().map_err(err)?;
-        tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])
-            .map_err(err)?;
-        tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])
-            .map_err(err)?;
-        tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])
-            .map_err(err)?;
-        tx.execute(
-            "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
-            params![cut],
-        )
-        .map_err(err)?;
-        tx.execute(
-            &format!("DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})"),
-            [cut],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
+        index.drop_turns_before(cut)?;
     }
+    drop(index);
     // Blob files no kept record names (including leftovers of earlier runs
     // and of failed captures).
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let mut blobs_removed = inline_removed as u64;
-    let mut bytes_freed = inline_bytes as u64;
+    let mut blobs_removed = inline_removed;
+    let mut bytes_freed = inline_bytes;
     if let Ok(dirs) = std::fs::read_dir(state.blobs_dir()) {
         for d in dirs.flatten() {
             let dname = d.file_name().to_string_lossy().into_owned();
@@ -233,7 +227,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
                     continue; // not a blob: verify reports it, gc leaves it
                 };
                 let hash: Hash = *h.as_bytes();
-                if kept.contains(&hash[..]) || logged.contains(&hash[..]) {
+                if kept.contains(&hash) || logged.contains(&hash) {
                     continue;
                 }
                 let path = store.path_of(&hash);
@@ -249,12 +243,52 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         store.clear_tmp();
     }
     Ok(GcReport {
-        dropped_turns: (cut > first).then_some((first as u64, cut as u64 - 1)),
-        oldest_kept: Some(cut as u64),
-        records_deleted: records_deleted as u64,
+        dropped_turns: (cut > first).then(|| (first, cut - 1)),
+        oldest_kept: Some(cut),
+        records_deleted,
         blobs_removed,
         bytes_freed,
         dry_run,
         note,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_keeps_the_newest_turns_and_every_pinned_one() {
+        let never = |_| -> Result<u64, IndexError> { Ok(0) };
+        let keep = |keep| Retention {
+            keep,
+            max_bytes: None,
+        };
+        assert_eq!(cut_point(1, 10, keep(3), &[], never).ok(), Some((8, None)));
+        assert_eq!(
+            cut_point(4, 10, keep(100), &[], never).ok(),
+            Some((4, None))
+        );
+        assert_eq!(
+            cut_point(1, 10, keep(u64::MAX), &[], never).ok(),
+            Some((1, None))
+        );
+        let pin = Pin::Restore {
+            rewind_turn: 9,
+            rewound_to: 5,
+        };
+        let (cut, note) = cut_point(1, 10, keep(1), &[pin], never).expect("cut");
+        assert_eq!(cut, 5);
+        assert_eq!(
+            note.as_deref(),
+            Some("kept turns from 5: the unfinished rewind to turn 5 (recorded as turn 9) needs them")
+        );
+        // The byte budget drops more old turns, the open turn stays.
+        let bytes = |from: u64| -> Result<u64, IndexError> { Ok(100 * (11 - from)) };
+        let budget = Retention {
+            keep: 100,
+            max_bytes: Some(250),
+        };
+        assert_eq!(cut_point(1, 10, budget, &[], bytes).ok(), Some((9, None)));
+    }
 }

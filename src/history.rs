@@ -21,8 +21,9 @@ use serde::Serialize;
 
 use crate::backing::Backing;
 use crate::paths;
+use crate::record::Turn;
 use crate::record::{Hash, PreImage, Special};
-use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::store::{BlobError, BlobStore, Index, IndexError};
 
 /// Errors from history commands. Each names the turn or path it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -176,7 +177,7 @@ impl std::fmt::Debug for Sources<'_> {
 /// Asks the daemon serving `state`, if one runs, to commit the records
 /// pending in its capture log. Without a daemon nothing is pending that a
 /// reader could race with, so errors (no socket) are ignored.
-pub fn commit_through_daemon(state: &crate::state::StateDir) {
+pub fn commit_through_daemon(state: &crate::store::StateDir) {
     let _ = crate::control::request(&state.socket_path(), &crate::control::Request::Commit);
 }
 
@@ -551,7 +552,7 @@ impl Opened {
     ///
     /// Errors: the index, the blob directory or the project cannot be
     /// opened.
-    pub fn open(state: &crate::state::StateDir) -> Result<Opened, HistoryError> {
+    pub fn open(state: &crate::store::StateDir) -> Result<Opened, HistoryError> {
         let index = Index::open_read_only(&state.index_path())?;
         let blobs =
             BlobStore::open(&state.blobs_dir(), false).map_err(|source| HistoryError::Blob {

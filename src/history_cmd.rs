@@ -12,7 +12,7 @@ use opfs::diff as patch;
 use opfs::export::{self, Progress};
 use opfs::history::{self, HistoryError, Opened, Shown};
 use opfs::paths;
-use opfs::state::StateDir;
+use opfs::store::StateDir;
 
 type CmdResult = Result<i32, (i32, String)>;
 

@@ -29,12 +29,12 @@ use crate::backing::Backing;
 use crate::paths;
 use crate::record::Fingerprint;
 use crate::record::Stat;
+use crate::record::TurnKind;
 use crate::record::{PreImage, Special};
-use crate::state::StateDir;
 use crate::store::log::Op;
+use crate::store::StateDir;
 use crate::store::{
-    BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, TurnKind,
-    INLINE_MAX,
+    BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, INLINE_MAX,
 };
 
 /// Pending records that trigger a group commit on the capturing thread.

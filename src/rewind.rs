@@ -27,8 +27,9 @@ use crate::failpoint::failpoint;
 use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::record::Stat;
+use crate::record::TurnKind;
 use crate::record::{hex, PreImage, Special};
-use crate::store::{IndexError, TurnKind};
+use crate::store::IndexError;
 
 /// Errors that stop a rewind before it writes anything.
 #[derive(Debug, thiserror::Error)]
@@ -1204,7 +1205,7 @@ pub fn describe(p: &PathPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::StateDir;
+    use crate::store::StateDir;
     use opfs_fs::{Mutation, MutationHook};
     use std::collections::BTreeMap;
     use std::fs;

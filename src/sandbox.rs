@@ -40,8 +40,9 @@ use crate::config::{self, ConfigError, SandboxConfig};
 use crate::control::{self, Request, Response, StateLock};
 use crate::daemon;
 use crate::journal::Journal;
-use crate::state::{self, StateDir};
-use crate::store::TurnKind;
+use crate::record::TurnKind;
+use crate::state;
+use crate::store::StateDir;
 
 /// Credential paths, relative to the user's home, that are unreadable inside
 /// the sandbox. The configuration's `hide` list adds to them.

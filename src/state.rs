@@ -1,4 +1,5 @@
-//! Where opfs keeps its records: the state dir (design §3).
+//! Where opfs keeps its records: the state dir (design §3). The files
+//! inside one project's state dir are `store::layout`'s.
 //!
 //! `$OPFS_HOME` if set, else `$XDG_DATA_HOME/opfs`, else
 //! `~/.local/share/opfs`. Inside it, `projects/<key>/` holds one project's
@@ -8,9 +9,11 @@
 //! either.
 
 use std::fs;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::store::layout::key_of;
+use crate::store::StateDir;
 
 /// The root of all state (`$OPFS_HOME` etc.).
 pub fn opfs_home() -> PathBuf {
@@ -22,82 +25,6 @@ pub fn opfs_home() -> PathBuf {
     }
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
     PathBuf::from(home).join(".local/share/opfs")
-}
-
-/// The key of a canonical path: 16 hex digits of its BLAKE3.
-pub fn key_of(canonical: &Path) -> String {
-    blake3::hash(canonical.as_os_str().as_bytes()).to_hex()[..16].to_string()
-}
-
-/// One project's state folder.
-#[derive(Debug, Clone)]
-pub struct StateDir {
-    /// The folder itself.
-    pub dir: PathBuf,
-    /// The canonical project path it belongs to.
-    pub project: PathBuf,
-}
-
-impl StateDir {
-    /// The state dir for the canonical project path `project` under `home`
-    /// (not created).
-    pub fn for_project(home: &Path, project: &Path) -> StateDir {
-        StateDir {
-            dir: home.join("projects").join(key_of(project)),
-            project: project.to_path_buf(),
-        }
-    }
-
-    /// Creates the folder and records which project it belongs to.
-    pub fn create(&self) -> io::Result<()> {
-        fs::create_dir_all(&self.dir)?;
-        let marker = self.dir.join("project");
-        if !marker.exists() {
-            fs::write(&marker, self.project.as_os_str().as_bytes())?;
-        }
-        Ok(())
-    }
-
-    /// True when the folder exists.
-    pub fn exists(&self) -> bool {
-        self.dir.join("project").exists()
-    }
-
-    /// The SQLite index.
-    pub fn index_path(&self) -> PathBuf {
-        self.dir.join("index.db")
-    }
-
-    /// The capture log: pre-image records not yet in the index (see
-    /// `store::log`).
-    pub fn capture_log_path(&self) -> PathBuf {
-        self.dir.join("capture.log")
-    }
-
-    /// The blob directory.
-    pub fn blobs_dir(&self) -> PathBuf {
-        self.dir.join("blobs")
-    }
-
-    /// The daemon's control socket.
-    pub fn socket_path(&self) -> PathBuf {
-        self.dir.join("control.sock")
-    }
-
-    /// The daemon's log file.
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.join("daemon.log")
-    }
-
-    /// The lock file the daemon (or a direct CLI operation) holds.
-    pub fn lock_path(&self) -> PathBuf {
-        self.dir.join("lock")
-    }
-
-    /// The file naming the current mountpoint while mounted.
-    pub fn mount_record(&self) -> PathBuf {
-        self.dir.join("mountpoint")
-    }
 }
 
 /// The registry entry for a mountpoint.

@@ -25,9 +25,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
 use crate::paths;
-use crate::record::{hex, Hash};
-use crate::state::StateDir;
+use crate::record::{hex, Hash, TurnKind};
 use crate::store::index::SCHEMA_VERSION;
+use crate::store::StateDir;
 use crate::store::{BlobError, BlobStore};
 
 /// A failure that stops verification before it can check anything.
@@ -80,6 +80,7 @@ impl VerifyReport {
     }
 }
 
+/// The problems found so far, in the order the checks run.
 struct Checker {
     problems: Vec<Problem>,
 }
@@ -90,21 +91,45 @@ impl Checker {
     }
 }
 
-fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> VerifyError + '_ {
-    move |source| VerifyError::Index {
-        path: path.to_path_buf(),
-        source,
-    }
+/// The index opened read-only, with its file name for errors.
+struct Db<'a> {
+    conn: Connection,
+    path: &'a Path,
 }
 
-/// True when `table` has `column` (older schema versions lack some).
-fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
-    conn.prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
-        .and_then(|mut s| s.exists([table, column]))
+impl Db<'_> {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> VerifyError + '_ {
+        move |source| VerifyError::Index {
+            path: self.path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Every row of `sql` (no parameters), read by `f`.
+    fn rows<T>(
+        &self,
+        sql: &str,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, VerifyError> {
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
+        let rows = stmt.query_map([], f).map_err(self.err())?;
+        rows.collect::<Result<_, _>>().map_err(self.err())
+    }
+
+    /// True when `table` has `column` (older schema versions lack some).
+    fn has_column(&self, table: &str, column: &str) -> Result<bool, VerifyError> {
+        self.conn
+            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+            .and_then(|mut s| s.exists([table, column]))
+            .map_err(self.err())
+    }
 }
 
 /// One `ranges` row as stored: turn, path, offset, length, blob.
 type RawPiece = (i64, Vec<u8>, i64, i64, Vec<u8>);
+
+/// One `turns` row as stored: number, kind, started, ended, rewound to.
+type TurnRow = (i64, String, i64, Option<i64>, Option<i64>);
 
 /// One `preimages` row as stored.
 struct RawRecord {
@@ -117,49 +142,74 @@ struct RawRecord {
     target: Option<Vec<u8>>,
 }
 
+/// The blobs records and saved ranges refer to: hash -> (the size the
+/// records say, -1 when a record's size is bad; the first turn and path
+/// naming it).
+type Wanted = BTreeMap<Hash, (i64, String)>;
+
 /// Checks the store of `state` against its index. Reads only.
 ///
 /// Returns the report (problems listed in it); `Err` only when the index
 /// cannot be opened or queried at all.
 pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
-    let db = state.index_path();
-    if !db.exists() {
-        return Err(VerifyError::NoIndex(db));
+    let path = state.index_path();
+    if !path.exists() {
+        return Err(VerifyError::NoIndex(path));
     }
-    let err = sql_err(&db);
+    let err = |source| VerifyError::Index {
+        path: path.clone(),
+        source,
+    };
     let conn = Connection::open_with_flags(
-        &db,
+        &path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(&err)?;
+    .map_err(err)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(&err)?;
+        .map_err(err)?;
+    let db = Db { conn, path: &path };
     let mut c = Checker {
         problems: Vec::new(),
     };
-    let where_ = db.display().to_string();
+    check_file(&db, &mut c)?;
+    let turns = check_turns(&db, &mut c)?;
+    let numbers: BTreeSet<i64> = turns.iter().map(|t| t.0).collect();
+    let mut wanted = Wanted::new();
+    let records = check_records(&db, &numbers, &mut wanted, &mut c)?;
+    check_ranges(&db, &numbers, &mut wanted, &mut c)?;
+    check_blobs(&db, state, &wanted, &mut c)?;
+    let unreferenced = check_blob_dir(state, &wanted, &mut c);
+    check_log(state, &mut c);
+    check_restores(&db, &mut c)?;
+    Ok(VerifyReport {
+        state_dir: state.dir.clone(),
+        turns: turns.len() as u64,
+        records,
+        blobs: wanted.len() as u64,
+        unreferenced_blobs: unreferenced,
+        problems: c.problems,
+    })
+}
 
-    // The file itself. quick_check reads every page once.
-    let mut stmt = conn.prepare("PRAGMA quick_check").map_err(&err)?;
-    let lines: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .map_err(&err)?
-        .collect::<Result<_, _>>()
-        .map_err(&err)?;
-    drop(stmt);
+/// The SQLite file itself (`quick_check` reads every page once) and its
+/// schema version.
+fn check_file(db: &Db<'_>, c: &mut Checker) -> Result<(), VerifyError> {
+    let where_ = db.path.display().to_string();
+    let lines = db.rows("PRAGMA quick_check", |r| r.get::<_, String>(0))?;
     if lines != ["ok"] {
         for l in lines.iter().take(20) {
             c.add("index", format!("{where_}: {l}"));
         }
     }
-    let version: Option<String> = conn
+    let version: Option<String> = db
+        .conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'schema_version'",
             [],
             |r| r.get(0),
         )
         .optional()
-        .map_err(&err)?;
+        .map_err(db.err())?;
     // Versions 1 to 3 are upgraded in place by the next mount.
     if version.as_deref() != Some(&SCHEMA_VERSION.to_string())
         && !matches!(version.as_deref(), Some("1" | "2" | "3"))
@@ -171,21 +221,17 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             ),
         );
     }
+    Ok(())
+}
 
-    // Turns.
-    let mut stmt = conn
-        .prepare("SELECT number, kind, started_at, ended_at, rewound_to FROM turns ORDER BY number")
-        .map_err(&err)?;
-    type TurnRow = (i64, String, i64, Option<i64>, Option<i64>);
-    let turns: Vec<TurnRow> = stmt
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .map_err(&err)?
-        .collect::<Result<_, _>>()
-        .map_err(&err)?;
-    drop(stmt);
-    let numbers: BTreeSet<i64> = turns.iter().map(|t| t.0).collect();
+/// Turns: numbers contiguous, one open turn and it is the newest, known
+/// kinds, times in order, a rewind turn naming an earlier turn. Returns
+/// the rows, oldest first.
+fn check_turns(db: &Db<'_>, c: &mut Checker) -> Result<Vec<TurnRow>, VerifyError> {
+    let turns: Vec<TurnRow> = db.rows(
+        "SELECT number, kind, started_at, ended_at, rewound_to FROM turns ORDER BY number",
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
     if turns.is_empty() {
         c.add("turn", "the index holds no turn".into());
     }
@@ -205,7 +251,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
                 ),
             );
         }
-        if !matches!(kind.as_str(), "agent" | "rewind" | "merge") {
+        if TurnKind::parse(kind).is_none() {
             c.add("turn", format!("turn {n}: unknown kind {kind:?}"));
         }
         match ended {
@@ -222,12 +268,12 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
                 format!("turn {n} starts before turn {}", turns[i - 1].0),
             );
         }
-        match (kind.as_str(), rewound_to) {
-            ("rewind", None) => c.add(
+        match (TurnKind::parse(kind), rewound_to) {
+            (Some(TurnKind::Rewind), None) => c.add(
                 "turn",
                 format!("rewind turn {n} does not say which turn it restored"),
             ),
-            ("rewind", Some(t)) if *t < 1 || *t > *n => c.add(
+            (Some(TurnKind::Rewind), Some(t)) if *t < 1 || *t > *n => c.add(
                 "turn",
                 format!("rewind turn {n} restored turn {t}, which is not an earlier turn"),
             ),
@@ -242,15 +288,21 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             );
         }
     }
+    Ok(turns)
+}
 
-    // Records.
-    let mut stmt = conn
-        .prepare(
-            "SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path",
-        )
-        .map_err(&err)?;
-    let records: Vec<RawRecord> = stmt
-        .query_map([], |r| {
+/// Records: an existing turn (`numbers`), a valid project-relative path
+/// (design §3), a known kind with the columns it needs. Adds the blobs
+/// file records name to `wanted`; returns the number of records.
+fn check_records(
+    db: &Db<'_>,
+    numbers: &BTreeSet<i64>,
+    wanted: &mut Wanted,
+    c: &mut Checker,
+) -> Result<u64, VerifyError> {
+    let records: Vec<RawRecord> = db.rows(
+        "SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path",
+        |r| {
             Ok(RawRecord {
                 turn: r.get(0)?,
                 path: r.get(1)?,
@@ -260,140 +312,148 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
                 size: r.get(5)?,
                 target: r.get(6)?,
             })
-        })
-        .map_err(&err)?
-        .collect::<Result<_, _>>()
-        .map_err(&err)?;
-    drop(stmt);
-    // blob hash -> (size the records say, first path and turn naming it)
-    let mut wanted: BTreeMap<Hash, (i64, String)> = BTreeMap::new();
+        },
+    )?;
     for r in &records {
-        let shown = paths::display(&r.path);
-        let at = format!("turn {} path {shown:?}", r.turn);
-        if !numbers.contains(&r.turn) {
+        check_record(r, numbers, wanted, c);
+    }
+    Ok(records.len() as u64)
+}
+
+/// One record (see [`check_records`]).
+fn check_record(r: &RawRecord, numbers: &BTreeSet<i64>, wanted: &mut Wanted, c: &mut Checker) {
+    let shown = paths::display(&r.path);
+    let at = format!("turn {} path {shown:?}", r.turn);
+    if !numbers.contains(&r.turn) {
+        c.add("record", format!("{at}: the turn does not exist"));
+    }
+    if let Err(what) = paths::validate(&r.path) {
+        c.add("record", format!("{at}: invalid path ({what})"));
+    } else if r.path.is_empty() {
+        c.add("record", format!("{at}: names the project root"));
+    } else if paths::is_excluded(&r.path) {
+        c.add("record", format!("{at}: .git is never recorded"));
+    }
+    let perm_ok = matches!(r.perm, Some(p) if (0..=0o7777).contains(&p));
+    let bad_perm = |c: &mut Checker| {
+        if !perm_ok {
+            c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
+        }
+    };
+    match r.kind {
+        // Absent, and unknown (version 4): no columns needed.
+        0 | 10 => {}
+        1 => {
+            bad_perm(c);
+            let size = match r.size {
+                Some(s) if s >= 0 => s,
+                other => {
+                    c.add("record", format!("{at}: file record with size {other:?}"));
+                    -1
+                }
+            };
+            match r.blob.as_deref().map(<Hash>::try_from) {
+                Some(Ok(h)) => {
+                    let e = wanted.entry(h).or_insert((size, at.clone()));
+                    if e.0 != size && size >= 0 && e.0 >= 0 {
+                        c.add(
+                            "record",
+                            format!(
+                                "{at}: blob {} has size {size} here but {} at {}",
+                                hex(&h),
+                                e.0,
+                                e.1
+                            ),
+                        );
+                    }
+                }
+                _ => c.add(
+                    "record",
+                    format!("{at}: file record without a 32-byte blob hash"),
+                ),
+            }
+        }
+        2 | 4..=7 => bad_perm(c),
+        8 => {
+            bad_perm(c);
+            if !matches!(r.size, Some(s) if s >= 0) {
+                c.add(
+                    "record",
+                    format!("{at}: ranged file record with size {:?}", r.size),
+                );
+            }
+        }
+        3 => {
+            if r.target.as_ref().is_none_or(|t| t.is_empty()) {
+                c.add("record", format!("{at}: symlink record without a target"));
+            }
+        }
+        k => c.add("record", format!("{at}: unknown pre-image kind {k}")),
+    }
+}
+
+/// Saved ranges of ranged records (version 3): an existing turn, a sane
+/// offset and length, a 32-byte blob hash (added to `wanted`).
+fn check_ranges(
+    db: &Db<'_>,
+    numbers: &BTreeSet<i64>,
+    wanted: &mut Wanted,
+    c: &mut Checker,
+) -> Result<(), VerifyError> {
+    if !db.has_column("ranges", "offset")? {
+        return Ok(());
+    }
+    let pieces: Vec<RawPiece> = db.rows(
+        "SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset",
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    for (turn, path, offset, len, blob) in pieces {
+        let at = format!(
+            "turn {turn} path {:?} saved range at byte {offset}",
+            paths::display(&path)
+        );
+        if !numbers.contains(&turn) {
             c.add("record", format!("{at}: the turn does not exist"));
         }
-        if let Err(what) = paths::validate(&r.path) {
-            c.add("record", format!("{at}: invalid path ({what})"));
-        } else if r.path.is_empty() {
-            c.add("record", format!("{at}: names the project root"));
-        } else if paths::is_excluded(&r.path) {
-            c.add("record", format!("{at}: .git is never recorded"));
+        if offset < 0 || len <= 0 {
+            c.add("record", format!("{at}: bad offset or length {len}"));
         }
-        let perm_ok = matches!(r.perm, Some(p) if (0..=0o7777).contains(&p));
-        match r.kind {
-            // Absent, and unknown (version 4): no columns needed.
-            0 | 10 => {}
-            1 => {
-                if !perm_ok {
-                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
-                }
-                let size = match r.size {
-                    Some(s) if s >= 0 => s,
-                    other => {
-                        c.add("record", format!("{at}: file record with size {other:?}"));
-                        -1
-                    }
-                };
-                match r.blob.as_deref().map(<Hash>::try_from) {
-                    Some(Ok(h)) => {
-                        let e = wanted.entry(h).or_insert((size, at.clone()));
-                        if e.0 != size && size >= 0 && e.0 >= 0 {
-                            c.add(
-                                "record",
-                                format!(
-                                    "{at}: blob {} has size {size} here but {} at {}",
-                                    hex(&h),
-                                    e.0,
-                                    e.1
-                                ),
-                            );
-                        }
-                    }
-                    _ => c.add(
-                        "record",
-                        format!("{at}: file record without a 32-byte blob hash"),
-                    ),
-                }
+        match <Hash>::try_from(blob.as_slice()) {
+            Ok(h) => {
+                wanted.entry(h).or_insert((len, at));
             }
-            2 | 4..=7 => {
-                if !perm_ok {
-                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
-                }
-            }
-            8 => {
-                if !perm_ok {
-                    c.add("record", format!("{at}: bad permission bits {:?}", r.perm));
-                }
-                if !matches!(r.size, Some(s) if s >= 0) {
-                    c.add(
-                        "record",
-                        format!("{at}: ranged file record with size {:?}", r.size),
-                    );
-                }
-            }
-            3 => {
-                if r.target.as_ref().is_none_or(|t| t.is_empty()) {
-                    c.add("record", format!("{at}: symlink record without a target"));
-                }
-            }
-            k => c.add("record", format!("{at}: unknown pre-image kind {k}")),
+            Err(_) => c.add("record", format!("{at}: blob hash is not 32 bytes")),
         }
     }
+    Ok(())
+}
 
-    // Saved ranges of ranged records (version 3).
-    let has_ranges = has_column(&conn, "ranges", "offset").map_err(&err)?;
-    if has_ranges {
-        let mut stmt = conn
-            .prepare("SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset")
-            .map_err(&err)?;
-        let pieces: Vec<RawPiece> = stmt
-            .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .map_err(&err)?
-            .collect::<Result<_, _>>()
-            .map_err(&err)?;
-        drop(stmt);
-        for (turn, path, offset, len, blob) in pieces {
-            let at = format!(
-                "turn {turn} path {:?} saved range at byte {offset}",
-                paths::display(&path)
-            );
-            if !numbers.contains(&turn) {
-                c.add("record", format!("{at}: the turn does not exist"));
-            }
-            if offset < 0 || len <= 0 {
-                c.add("record", format!("{at}: bad offset or length {len}"));
-            }
-            match <Hash>::try_from(blob.as_slice()) {
-                Ok(h) => {
-                    wanted.entry(h).or_insert((len, at));
-                }
-                Err(_) => c.add("record", format!("{at}: blob hash is not 32 bytes")),
-            }
-        }
-    }
-
-    // Blobs: the blobs table, then the files.
-    let mut stmt = conn.prepare("SELECT hash, size FROM blobs").map_err(&err)?;
-    let listed: BTreeMap<Vec<u8>, i64> = stmt
-        .query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?)))
-        .map_err(&err)?
-        .collect::<Result<_, _>>()
-        .map_err(&err)?;
-    drop(stmt);
+/// Every wanted blob: listed in the `blobs` table with the records' size,
+/// present (inline or as a file), hashing to its name, of that size.
+fn check_blobs(
+    db: &Db<'_>,
+    state: &StateDir,
+    wanted: &Wanted,
+    c: &mut Checker,
+) -> Result<(), VerifyError> {
+    let listed: BTreeMap<Vec<u8>, i64> = db
+        .rows("SELECT hash, size FROM blobs", |r| {
+            Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .into_iter()
+        .collect();
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let has_inline = has_column(&conn, "blobs", "data").map_err(&err)?;
+    let has_inline = db.has_column("blobs", "data")?;
     let inline = |hash: &[u8]| -> rusqlite::Result<Option<Vec<u8>>> {
         if !has_inline {
             return Ok(None);
         }
-        conn.prepare_cached("SELECT data FROM blobs WHERE hash = ?1 AND data IS NOT NULL")?
+        db.conn
+            .prepare_cached("SELECT data FROM blobs WHERE hash = ?1 AND data IS NOT NULL")?
             .query_row([hash], |r| r.get(0))
             .optional()
     };
-    for (hash, (size, at)) in &wanted {
+    for (hash, (size, at)) in wanted {
         let name = hex(hash);
         match listed.get(&hash[..]) {
             None => c.add(
@@ -406,7 +466,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             ),
             _ => {}
         }
-        let checked = match inline(&hash[..]).map_err(&err)? {
+        let checked = match inline(&hash[..]).map_err(db.err())? {
             Some(data) => {
                 let actual = *blake3::hash(&data).as_bytes();
                 if &actual == hash {
@@ -421,80 +481,88 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             None => store.verify(hash),
         };
         match checked {
-            Ok(n) if *size >= 0 && n != *size as u64 => c.add(
+            Ok(n) if u64::try_from(*size).is_ok_and(|s| n != s) => c.add(
                 "blob",
                 format!("blob {name} (used by {at}) holds {n} bytes, the record says {size}"),
             ),
             Ok(_) => {}
-            Err(e @ (BlobError::Missing(_) | BlobError::Corrupt { .. })) => {
-                c.add("blob", format!("{e} (used by {at})"))
-            }
             Err(e) => c.add("blob", format!("{e} (used by {at})")),
         }
     }
+    Ok(())
+}
+
+/// The blob directory: entries that are not blob directories or not named
+/// like blobs. Returns the number of blob files nothing wants (not a
+/// problem: `opfs gc` removes them).
+fn check_blob_dir(state: &StateDir, wanted: &Wanted, c: &mut Checker) -> u64 {
     let mut unreferenced = 0u64;
     let blobs_dir = state.blobs_dir();
-    if let Ok(dirs) = std::fs::read_dir(&blobs_dir) {
-        for d in dirs.flatten() {
-            let dname = d.file_name();
-            let dname = dname.to_string_lossy();
-            if dname == "tmp" {
-                continue;
-            }
-            let is_hex = |s: &str| {
-                s.bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            };
-            if dname.len() != 2 || !is_hex(&dname) || !d.path().is_dir() {
-                c.add(
+    let Ok(dirs) = std::fs::read_dir(&blobs_dir) else {
+        if !wanted.is_empty() {
+            c.add(
+                "store",
+                format!("blob directory {} cannot be read", blobs_dir.display()),
+            );
+        }
+        return 0;
+    };
+    let is_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    for d in dirs.flatten() {
+        let dname = d.file_name();
+        let dname = dname.to_string_lossy();
+        if dname == crate::store::blob::TMP_DIR {
+            continue;
+        }
+        if dname.len() != 2 || !is_hex(&dname) || !d.path().is_dir() {
+            c.add(
+                "store",
+                format!("{} is not a blob directory", d.path().display()),
+            );
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            c.add("store", format!("cannot list {}", d.path().display()));
+            continue;
+        };
+        for f in files.flatten() {
+            let fname = f.file_name();
+            let fname = fname.to_string_lossy();
+            let full = format!("{dname}{fname}");
+            let parsed = (fname.len() == 62 && is_hex(&fname))
+                .then(|| blake3::Hash::from_hex(&full).ok())
+                .flatten();
+            match parsed {
+                None => c.add(
                     "store",
-                    format!("{} is not a blob directory", d.path().display()),
-                );
-                continue;
-            }
-            let Ok(files) = std::fs::read_dir(d.path()) else {
-                c.add("store", format!("cannot list {}", d.path().display()));
-                continue;
-            };
-            for f in files.flatten() {
-                let fname = f.file_name();
-                let fname = fname.to_string_lossy();
-                let full = format!("{dname}{fname}");
-                let parsed = (fname.len() == 62 && is_hex(&fname))
-                    .then(|| blake3::Hash::from_hex(&full).ok())
-                    .flatten();
-                match parsed {
-                    None => c.add(
-                        "store",
-                        format!("{} is not named like a blob", f.path().display()),
-                    ),
-                    Some(h) if !wanted.contains_key(h.as_bytes()) => unreferenced += 1,
-                    Some(_) => {}
-                }
+                    format!("{} is not named like a blob", f.path().display()),
+                ),
+                Some(h) if !wanted.contains_key(h.as_bytes()) => unreferenced += 1,
+                Some(_) => {}
             }
         }
-    } else if !wanted.is_empty() {
-        c.add(
-            "store",
-            format!("blob directory {} cannot be read", blobs_dir.display()),
-        );
     }
+    unreferenced
+}
 
-    // The capture log: records not yet moved into the index (the next
-    // mount or rewind moves them); a damaged one is a problem.
+/// The capture log: records not yet moved into the index (the next mount
+/// or rewind moves them) are fine; a damaged log is a problem.
+fn check_log(state: &StateDir, c: &mut Checker) {
     if let Err(e) = crate::store::log::read(&state.capture_log_path()) {
         c.add("log", e.to_string());
     }
+}
 
-    // Restores.
-    let mut stmt = conn
-        .prepare("SELECT rewind_turn, rewound_to, state FROM restores WHERE state != 'done'")
-        .map_err(&err)?;
-    let running: Vec<(i64, i64, String)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .map_err(&err)?
-        .collect::<Result<_, _>>()
-        .map_err(&err)?;
+/// Restores: none left `running` (an interrupted rewind the next daemon
+/// start would finish).
+fn check_restores(db: &Db<'_>, c: &mut Checker) -> Result<(), VerifyError> {
+    let running: Vec<(i64, i64, String)> = db.rows(
+        "SELECT rewind_turn, rewound_to, state FROM restores WHERE state != 'done'",
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     for (turn, to, st) in running {
         c.add(
             "restore",
@@ -503,13 +571,5 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
             ),
         );
     }
-
-    Ok(VerifyReport {
-        state_dir: state.dir.clone(),
-        turns: turns.len() as u64,
-        records: records.len() as u64,
-        blobs: wanted.len() as u64,
-        unreferenced_blobs: unreferenced,
-        problems: c.problems,
-    })
+    Ok(())
 }

@@ -2,7 +2,7 @@
 //! [`export`] after every request that closes a turn, off the request
 //! path. Failures go to the daemon log, never to the request.
 
-use crate::state::StateDir;
+use crate::store::StateDir;
 
 use super::export;
 

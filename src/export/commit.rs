@@ -8,7 +8,7 @@ use gix::refs::Target;
 use gix::ObjectId;
 
 use super::{ExportError, Exporter, GitContext, BRANCH};
-use crate::store::Turn;
+use crate::record::Turn;
 
 /// Where an export stands: a commit of ours, its tree, and the newest turn
 /// it holds (`first - 1` for a baseline of turn `first`).

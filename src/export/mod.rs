@@ -47,8 +47,9 @@ use crate::backing::Backing;
 use crate::history::{self, Sources};
 use crate::paths;
 use crate::record::Hash;
-use crate::state::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::record::Turn;
+use crate::store::StateDir;
+use crate::store::{BlobError, BlobStore, Index, IndexError};
 
 use lock::ExportLock;
 

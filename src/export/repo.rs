@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::{ExportError, GitContext, IoContext};
-use crate::state::StateDir;
+use crate::store::StateDir;
 
 /// The marker file naming the project a repository belongs to.
 const PROJECT_MARKER: &str = "opfs-project";

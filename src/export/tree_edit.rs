@@ -18,7 +18,8 @@ use super::{
 use crate::history::{self, Timeline, Version};
 use crate::paths;
 use crate::record::PreImage;
-use crate::store::{BlobError, Turn};
+use crate::record::Turn;
+use crate::store::BlobError;
 
 /// What one path becomes in a git tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,9 +5,11 @@
 
 mod fingerprint;
 mod stat;
+mod turn;
 
 pub use fingerprint::Fingerprint;
 pub use stat::Stat;
+pub use turn::{Turn, TurnKind};
 
 /// A BLAKE3 digest (32 bytes) naming a blob.
 pub type Hash = [u8; 32];

@@ -74,12 +74,17 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BlobError + '_ {
     }
 }
 
+/// The folder inside the blob directory where blobs are written before
+/// they are renamed into place (never a blob name: those are two hex
+/// digits).
+pub const TMP_DIR: &str = "tmp";
+
 impl BlobStore {
     /// Opens (creating if needed) the blob store at `dir`. With `sync`, every
     /// blob is fsynced before it is renamed into place and the directory
     /// after, so blobs survive power loss (design §2.3).
     pub fn open(dir: &Path, sync: bool) -> Result<BlobStore, BlobError> {
-        let tmp = dir.join("tmp");
+        let tmp = dir.join(TMP_DIR);
         fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
         Ok(BlobStore {
             dir: dir.to_path_buf(),
@@ -172,7 +177,7 @@ impl BlobStore {
     fn tmp_path(&self) -> PathBuf {
         let n = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         self.dir
-            .join("tmp")
+            .join(TMP_DIR)
             .join(format!("{}.{}", std::process::id(), n))
     }
 
@@ -297,7 +302,7 @@ impl BlobStore {
 
     /// Removes leftover temporary files (from a crash during `put`).
     pub fn clear_tmp(&self) {
-        if let Ok(entries) = fs::read_dir(self.dir.join("tmp")) {
+        if let Ok(entries) = fs::read_dir(self.dir.join(TMP_DIR)) {
             for e in entries.flatten() {
                 let _ = fs::remove_file(e.path());
             }

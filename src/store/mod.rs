@@ -1,12 +1,18 @@
 //! The store: the blob directory, the SQLite index and the capture log of
-//! one project.
+//! one project, and the names of the files in its state dir ([`layout`]).
+
+// The format is fixed here: a u64 never goes into SQLite's i64 (or back)
+// by a cast that could wrap (see `index::codec`).
+#![deny(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
 
 pub mod blob;
 pub mod index;
+pub mod layout;
 pub mod log;
 
 pub use blob::{BlobError, BlobStore};
-pub use index::{Index, IndexError, Turn, TurnKind};
+pub use index::{Index, IndexError};
+pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
 
 use std::path::Path;

@@ -1,0 +1,386 @@
+//! The SQLite index: turns, pre-image records, blobs and the restore journal.
+//!
+//! The schema is documented in `docs/format.md` (schema version
+//! [`SCHEMA_VERSION`]). The database runs in WAL mode; with
+//! `synchronous=NORMAL` a committed transaction survives a crash of the
+//! process, with `synchronous=FULL` (the `--sync` option) also a power loss.
+//!
+//! One file per table family, each adding methods to [`Index`]:
+//! - [`schema`] (the tables and the upgrades from versions 1 to 3),
+//! - `turns`, `records` (reading and writing pre-image records), `apply`
+//!   (committing the capture log), `ranges`, `blobs`, `fingerprints`,
+//!   `restores`, and `retention` (what `opfs gc` reads and deletes);
+//! - `codec`: how values map to columns (record kinds, checked integers).
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::store::{blob, layout};
+
+mod apply;
+mod blobs;
+mod codec;
+mod fingerprints;
+mod ranges;
+mod records;
+mod restores;
+mod retention;
+mod schema;
+mod turns;
+
+pub use ranges::Piece;
+pub use schema::SCHEMA_VERSION;
+
+/// Errors from the index. Each names the database file.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// SQLite reported an error (a corrupt or truncated file shows up here).
+    #[error("index {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// A value read back is not one opfs could have written.
+    #[error("index {path} is corrupt: {what}")]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The database was written by a newer opfs.
+    #[error("index {path} has schema version {found}; this opfs reads version {SCHEMA_VERSION}")]
+    Version {
+        /// The database file.
+        path: PathBuf,
+        /// The version found.
+        found: i64,
+    },
+}
+
+impl IndexError {
+    /// The database file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            IndexError::Sqlite { path, .. }
+            | IndexError::Corrupt { path, .. }
+            | IndexError::Version { path, .. } => path,
+        }
+    }
+
+    /// The errno a FUSE operation fails with when capture hits this error:
+    /// `ENOSPC` when the disk is full, `EAGAIN` when the database is busy,
+    /// `EIO` otherwise.
+    pub fn errno(&self) -> i32 {
+        if let IndexError::Sqlite {
+            source: rusqlite::Error::SqliteFailure(e, _),
+            ..
+        } = self
+        {
+            return match e.code {
+                rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
+                    libc::EAGAIN
+                }
+                _ => libc::EIO,
+            };
+        }
+        libc::EIO
+    }
+}
+
+/// An open index database.
+#[derive(Debug)]
+pub struct Index {
+    conn: Connection,
+    path: PathBuf,
+    /// The `blobs.data` column exists (false only for a version-1 file
+    /// opened read-only).
+    inline_column: bool,
+    /// The `ranges` table exists (false only for a version-1 or -2 file
+    /// opened read-only, which has no ranged records).
+    ranges_table: bool,
+}
+
+/// Current time in ns since the Unix epoch (0 before it, `i64::MAX` after
+/// the year 2262).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Refuses to start a fresh index where one existed: SQLite treats a
+/// missing or zero-length file as an empty database and would silently
+/// begin a new history. A fresh state dir has no blob and no capture log
+/// yet (both are only created after the index exists), so a missing or
+/// empty index next to either (the names are [`layout`]'s) means the index
+/// was deleted or truncated.
+fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(_) => return Ok(()), // Connection::open reports it with its cause.
+    };
+    if len > 0 {
+        return Ok(());
+    }
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    let blobs = dir.join(layout::BLOBS);
+    let capture_log = dir.join(layout::CAPTURE_LOG);
+    let has_blobs = std::fs::read_dir(&blobs)
+        .map(|mut it| it.any(|e| e.is_ok_and(|e| e.file_name() != blob::TMP_DIR)))
+        .unwrap_or(false);
+    let witness = if has_blobs {
+        format!("{} holds recorded content", blobs.display())
+    } else if capture_log.exists() {
+        format!("{} exists", capture_log.display())
+    } else {
+        return Ok(());
+    };
+    Err(IndexError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!(
+            "the file is missing or empty but {witness}: the index was deleted or \
+             truncated (restore it from a backup, or move the state dir away to \
+             start a new history)"
+        ),
+    })
+}
+
+impl Index {
+    /// Opens (creating if needed) the index at `path`, upgrading an older
+    /// schema in place. `sync` selects `synchronous=FULL` (power-loss safe)
+    /// instead of `NORMAL`.
+    ///
+    /// Errors: [`IndexError::Sqlite`] when the file is not a database or is
+    /// damaged, [`IndexError::Version`] for a newer schema,
+    /// [`IndexError::Corrupt`] when the file is missing or empty but the
+    /// state dir shows a history was recorded.
+    pub fn open(path: &Path, sync: bool) -> Result<Index, IndexError> {
+        let err = |source| codec::sqlite_error(path, source);
+        refuse_lost_index(path)?;
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })
+            .map_err(err)?;
+        let index = Index {
+            conn,
+            path: path.to_path_buf(),
+            inline_column: true,
+            ranges_table: true,
+        };
+        schema::create_or_upgrade(&index)?;
+        Ok(index)
+    }
+
+    /// Opens an existing index read-only (for listing while a daemon runs).
+    /// An older schema is read as it is (nothing is upgraded).
+    ///
+    /// Errors: [`IndexError::Sqlite`] when the file is missing, is not a
+    /// database or has no `turns` table.
+    pub fn open_read_only(path: &Path) -> Result<Index, IndexError> {
+        let err = |source| codec::sqlite_error(path, source);
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(err)?;
+        let mut index = Index {
+            conn,
+            path: path.to_path_buf(),
+            inline_column: false,
+            ranges_table: false,
+        };
+        // Touch the schema so a garbage file fails here, with its name.
+        index
+            .conn
+            .query_row("SELECT count(*) FROM turns", [], |r| r.get::<_, i64>(0))
+            .map_err(err)?;
+        index.inline_column = index.has_column("blobs", "data")?;
+        index.ranges_table = index.has_column("ranges", "offset")?;
+        Ok(index)
+    }
+
+    /// Maps a SQLite error to the [`IndexError`] naming this database.
+    fn err(&self) -> impl Fn(rusqlite::Error) -> IndexError + '_ {
+        move |source| codec::sqlite_error(&self.path, source)
+    }
+
+    fn corrupt(&self, what: String) -> IndexError {
+        IndexError::Corrupt {
+            path: self.path.clone(),
+            what,
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn has_column(&self, table: &str, column: &str) -> Result<bool, IndexError> {
+        self.conn
+            .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")
+            .and_then(|mut s| s.exists([table, column]))
+            .map_err(self.err())
+    }
+
+    /// Runs `f` in one transaction and commits it; nothing of it is kept
+    /// when `f` or the commit fails. Errors name the database file.
+    fn in_transaction<R>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<R>,
+    ) -> Result<R, IndexError> {
+        let path = self.path.clone();
+        (|| {
+            let tx = self.conn.transaction()?;
+            let r = f(&tx)?;
+            tx.commit()?;
+            Ok(r)
+        })()
+        .map_err(|source| codec::sqlite_error(&path, source))
+    }
+
+    /// Copies the WAL into the database file and empties it, so the file
+    /// alone holds everything (done at a clean unmount). Errors are those
+    /// of SQLite; the WAL stays valid if it fails.
+    pub fn checkpoint(&self) -> Result<(), IndexError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(self.err())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{PreImage, TurnKind};
+
+    fn file(n: u8) -> PreImage {
+        PreImage::File {
+            blob: [n; 32],
+            size: n as u64,
+            perm: 0o644,
+            ino: n as u64,
+        }
+    }
+
+    #[test]
+    fn earliest_record_per_path_wins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");
+        let t1 = ix
+            .next_turn(None, TurnKind::Agent, Some("one"), None, None)
+            .expect("t1");
+        assert_eq!(t1, 1);
+        assert!(ix.add_preimage(1, b"a", &file(1)).expect("add"));
+        assert!(!ix.add_preimage(1, b"a", &file(9)).expect("dup ignored"));
+        let t2 = ix
+            .next_turn(Some(1), TurnKind::Agent, None, Some("msg-2"), None)
+            .expect("t2");
+        ix.add_preimage(t2, b"a", &file(2)).expect("add");
+        ix.add_preimage(t2, b"b/c", &PreImage::Absent).expect("add");
+        ix.add_preimage(
+            t2,
+            b"d",
+            &PreImage::Symlink {
+                target: b"\xff".to_vec(),
+            },
+        )
+        .expect("add");
+        let at1 = ix.states_at(1, None).expect("states");
+        assert_eq!(at1[0], (b"a".to_vec(), file(1)));
+        assert_eq!(at1.len(), 3);
+        let at2 = ix.states_at(2, None).expect("states");
+        assert_eq!(at2[0], (b"a".to_vec(), file(2)));
+        assert_eq!(ix.states_at(1, Some(2)).expect("range").len(), 1);
+        assert_eq!(
+            ix.turn_by_external_id("msg-2")
+                .expect("by id")
+                .map(|t| t.number),
+            Some(2)
+        );
+        assert!(ix.turn(1).expect("turn").and_then(|t| t.ended_at).is_some());
+        assert_eq!(ix.paths_of_turn(2).expect("paths").len(), 3);
+    }
+
+    #[test]
+    fn a_version_3_index_is_upgraded_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("index.db");
+        {
+            let mut ix = Index::open(&path, false).expect("open");
+            ix.next_turn(None, TurnKind::Agent, None, None, None)
+                .expect("t1");
+            ix.add_preimage(1, b"a", &file(1)).expect("add");
+            // What a version 3 file looks like: no (path, turn) index.
+            ix.conn
+                .execute_batch(
+                    "DROP INDEX preimages_by_path;
+                     UPDATE meta SET value = '3' WHERE key = 'schema_version';",
+                )
+                .expect("downgrade");
+        }
+        {
+            let ix = Index::open(&path, false).expect("upgrade");
+            let version: String = ix
+                .conn
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'schema_version'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("version");
+            assert_eq!(version, SCHEMA_VERSION.to_string());
+            assert!(ix.recorded_between(b"a", 1, 2).expect("lookup"));
+            assert!(!ix.recorded_between(b"a", 2, 5).expect("lookup"));
+            assert!(ix.add_preimage(1, b"u", &PreImage::Unknown).expect("add"));
+            assert_eq!(ix.preimage(1, b"u").expect("read"), Some(PreImage::Unknown));
+            ix.conn
+                .execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                    [(SCHEMA_VERSION + 1).to_string()],
+                )
+                .expect("from the future");
+        }
+        assert!(matches!(
+            Index::open(&path, false),
+            Err(IndexError::Version { found, .. }) if found == SCHEMA_VERSION + 1
+        ));
+    }
+
+    #[test]
+    fn corrupt_path_is_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");
+        ix.next_turn(None, TurnKind::Agent, None, None, None)
+            .expect("t1");
+        ix.add_preimage(1, b"../etc/passwd", &PreImage::Absent)
+            .expect("add");
+        assert!(matches!(
+            ix.states_at(1, None),
+            Err(IndexError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_file_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("index.db");
+        std::fs::write(&path, vec![0x5a; 8192]).expect("write garbage");
+        let err = Index::open(&path, false).expect_err("must fail");
+        assert!(err.to_string().contains("index.db"), "{err}");
+    }
+}

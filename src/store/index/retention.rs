@@ -1,0 +1,112 @@
+//! What `opfs gc` reads and deletes (`crate::gc` holds the policy). A
+//! turn's records and saved ranges are kept or dropped together; a blob is
+//! kept while some kept record or range names it.
+
+use std::collections::BTreeSet;
+
+use rusqlite::params;
+
+use super::codec::Uint;
+use super::{Index, IndexError};
+use crate::record::Hash;
+
+/// The blobs that records and saved ranges of turns `>= ?1` name.
+const KEPT_BLOBS: &str = "SELECT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL
+     UNION SELECT blob FROM ranges WHERE turn >= ?1";
+
+impl Index {
+    /// The oldest and the newest turn, or `None` when there is none.
+    pub fn turn_bounds(&self) -> Result<Option<(u64, u64)>, IndexError> {
+        let (first, last) = self
+            .conn
+            .query_row("SELECT min(number), max(number) FROM turns", [], |r| {
+                Ok((r.get::<_, Option<Uint>>(0)?, r.get::<_, Option<Uint>>(1)?))
+            })
+            .map_err(self.err())?;
+        Ok(first.zip(last).map(|(f, l)| (f.0, l.0)))
+    }
+
+    /// Bytes of the listed blobs that records and saved ranges of turns
+    /// `>= from` name.
+    pub fn kept_blob_bytes(&self, from: u64) -> Result<u64, IndexError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.hash IN ({KEPT_BLOBS})"
+                ),
+                [Uint(from)],
+                |r| r.get::<_, Uint>(0),
+            )
+            .map(|v| v.0)
+            .map_err(self.err())
+    }
+
+    /// The number of records of turns before `cut`.
+    pub fn records_before(&self, cut: u64) -> Result<u64, IndexError> {
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM preimages WHERE turn < ?1",
+                [Uint(cut)],
+                |r| r.get::<_, Uint>(0),
+            )
+            .map(|v| v.0)
+            .map_err(self.err())
+    }
+
+    /// The blobs that records and saved ranges of turns `>= from` name. A
+    /// malformed reference (not 32 bytes) names no blob and is left out
+    /// (`opfs verify` reports it).
+    pub fn kept_blobs(&self, from: u64) -> Result<BTreeSet<Hash>, IndexError> {
+        let mut stmt = self.conn.prepare(KEPT_BLOBS).map_err(self.err())?;
+        let rows = stmt
+            .query_map([Uint(from)], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err())?;
+        let mut out = BTreeSet::new();
+        for r in rows {
+            if let Ok(h) = Hash::try_from(r.map_err(self.err())?.as_slice()) {
+                out.insert(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The inline blobs (small files, content in the `blobs` row) no record
+    /// or saved range of turns `>= from` names: `(count, bytes)`.
+    pub fn unkept_inline_blobs(&self, from: u64) -> Result<(u64, u64), IndexError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT count(*), coalesce(sum(size), 0) FROM blobs
+                     WHERE data IS NOT NULL AND hash NOT IN ({KEPT_BLOBS})"
+                ),
+                [Uint(from)],
+                |r| Ok((r.get::<_, Uint>(0)?.0, r.get::<_, Uint>(1)?.0)),
+            )
+            .map_err(self.err())
+    }
+
+    /// Deletes, in one transaction, the records, saved ranges and rows of
+    /// the turns before `cut`, the finished restores recorded before it,
+    /// and the `blobs` rows (inline content included) nothing kept names.
+    /// Blob files are the caller's to remove, after this returns.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing was deleted.
+    pub fn drop_turns_before(&mut self, cut: u64) -> Result<(), IndexError> {
+        self.in_transaction(|tx| {
+            let cut = Uint(cut);
+            tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
+            tx.execute(
+                "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
+                params![cut],
+            )?;
+            tx.execute(
+                &format!("DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})"),
+                [cut],
+            )?;
+            Ok(())
+        })
+    }
+}

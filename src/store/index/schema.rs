@@ -1,0 +1,139 @@
+//! The index's tables (`docs/format.md`) and the upgrade of older files.
+//!
+//! Versions 1 to 3 lack only columns, a table and indexes that
+//! [`create_or_upgrade`] adds in place; version 4 also allows the record
+//! kind 10 (unknown), which older builds refuse, so the version number is
+//! raised once they are added. A newer version is refused.
+
+use rusqlite::OptionalExtension;
+
+use super::{Index, IndexError};
+
+/// The version of the schema this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// Every table, as version [`SCHEMA_VERSION`] has it (`IF NOT EXISTS`: a
+/// no-op on a current file).
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns(
+    number      INTEGER PRIMARY KEY,
+    kind        TEXT NOT NULL CHECK (kind IN ('agent', 'rewind', 'merge')),
+    label       TEXT,
+    external_id TEXT,
+    started_at  INTEGER NOT NULL,
+    ended_at    INTEGER,
+    rewound_to  INTEGER
+);
+CREATE INDEX IF NOT EXISTS turns_by_external_id ON turns(external_id);
+CREATE TABLE IF NOT EXISTS blobs(
+    hash BLOB PRIMARY KEY,
+    size INTEGER NOT NULL,
+    data BLOB
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS preimages(
+    turn   INTEGER NOT NULL,
+    path   BLOB NOT NULL,
+    kind   INTEGER NOT NULL,
+    perm   INTEGER,
+    blob   BLOB,
+    size   INTEGER,
+    target BLOB,
+    rdev   INTEGER,
+    ino    INTEGER,
+    PRIMARY KEY (turn, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ranges(
+    turn   INTEGER NOT NULL,
+    path   BLOB NOT NULL,
+    offset INTEGER NOT NULL,
+    len    INTEGER NOT NULL,
+    blob   BLOB NOT NULL,
+    UNIQUE (turn, path, offset, blob)
+);
+CREATE TABLE IF NOT EXISTS fingerprints(
+    path     BLOB PRIMARY KEY,
+    ftype    INTEGER NOT NULL,
+    ino      INTEGER NOT NULL,
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    perm     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS restores(
+    rewind_turn INTEGER PRIMARY KEY,
+    rewound_to  INTEGER NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('running', 'done'))
+);
+";
+
+/// Columns added since the first release: `(table, column, type)`. They
+/// are optional (NULL: unknown inode, content in a blob file), so older
+/// files gain them in place.
+const ADDED_COLUMNS: [(&str, &str, &str); 2] =
+    [("preimages", "ino", "INTEGER"), ("blobs", "data", "BLOB")];
+
+/// Indexes added since the first release.
+const ADDED_INDEXES: &str =
+    "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
+     CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);";
+
+/// Creates the tables of a fresh file, or brings a version 1 to 3 file up
+/// to [`SCHEMA_VERSION`] (durable with the connection's `synchronous`
+/// level). Errors: [`IndexError::Version`] for a newer file,
+/// [`IndexError::Corrupt`] for an unreadable version, else SQLite's.
+pub(super) fn create_or_upgrade(index: &Index) -> Result<(), IndexError> {
+    let err = index.err();
+    index.conn.execute_batch(SCHEMA).map_err(&err)?;
+    for (table, column, ty) in ADDED_COLUMNS {
+        if !index.has_column(table, column)? {
+            index
+                .conn
+                .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ty}"))
+                .map_err(&err)?;
+        }
+    }
+    index.conn.execute_batch(ADDED_INDEXES).map_err(&err)?;
+    let version: Option<String> = index
+        .conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(&err)?;
+    match version {
+        None => {
+            index
+                .conn
+                .execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
+                    [SCHEMA_VERSION.to_string()],
+                )
+                .map_err(&err)?;
+        }
+        Some(v) => {
+            let found: i64 = v
+                .parse()
+                .map_err(|_| index.corrupt(format!("schema_version {v:?} is not a number")))?;
+            if (1..SCHEMA_VERSION).contains(&found) {
+                index
+                    .conn
+                    .execute(
+                        "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                        [SCHEMA_VERSION.to_string()],
+                    )
+                    .map_err(&err)?;
+            } else if found != SCHEMA_VERSION {
+                return Err(IndexError::Version {
+                    path: index.path.clone(),
+                    found,
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! The `turns` table: opening, closing and reading turns.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::codec::Uint;
+use super::{now_ns, Index, IndexError};
+use crate::record::{Turn, TurnKind};
+
+/// The columns [`Index::turn_from_row`] reads, in order.
+const TURN_COLUMNS: &str = "number, kind, label, external_id, started_at, ended_at, rewound_to";
+
+impl Index {
+    /// The turn in a row of [`TURN_COLUMNS`]; the inner `Err` says what is
+    /// malformed.
+    fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Turn, String>> {
+        let kind: String = r.get(1)?;
+        let Some(kind) = TurnKind::parse(&kind) else {
+            return Ok(Err(format!("unknown turn kind {kind:?}")));
+        };
+        Ok(Ok(Turn {
+            number: r.get::<_, Uint>(0)?.0,
+            kind,
+            label: r.get(2)?,
+            external_id: r.get(3)?,
+            started_at: r.get(4)?,
+            ended_at: r.get(5)?,
+            rewound_to: r.get::<_, Option<Uint>>(6)?.map(|v| v.0),
+        }))
+    }
+
+    /// The one turn `sql` (selecting [`TURN_COLUMNS`]) finds, if any.
+    fn one_turn(&self, sql: &str, p: impl rusqlite::Params) -> Result<Option<Turn>, IndexError> {
+        let row = self
+            .conn
+            .query_row(sql, p, Self::turn_from_row)
+            .optional()
+            .map_err(self.err())?;
+        row.transpose().map_err(|w| self.corrupt(w))
+    }
+
+    /// The newest turn, if any.
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed row, else SQLite's.
+    pub fn last_turn(&self) -> Result<Option<Turn>, IndexError> {
+        let sql = format!("SELECT {TURN_COLUMNS} FROM turns ORDER BY number DESC LIMIT 1");
+        self.one_turn(&sql, [])
+    }
+
+    /// The turn numbered `number`, if it exists.
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed row, else SQLite's.
+    pub fn turn(&self, number: u64) -> Result<Option<Turn>, IndexError> {
+        let sql = format!("SELECT {TURN_COLUMNS} FROM turns WHERE number = ?1");
+        self.one_turn(&sql, [Uint(number)])
+    }
+
+    /// The newest turn carrying external id `id`.
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed row, else SQLite's.
+    pub fn turn_by_external_id(&self, id: &str) -> Result<Option<Turn>, IndexError> {
+        let sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE external_id = ?1 ORDER BY number DESC LIMIT 1"
+        );
+        self.one_turn(&sql, [id])
+    }
+
+    /// Turns, newest first; at most `limit` of them (`None`: all).
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed row, else SQLite's.
+    pub fn turns(&self, limit: Option<u64>) -> Result<Vec<Turn>, IndexError> {
+        let sql = format!("SELECT {TURN_COLUMNS} FROM turns ORDER BY number DESC LIMIT ?1");
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        // SQLite reads a negative limit as none; a limit past i64::MAX is
+        // none too.
+        let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(-1));
+        let rows = stmt
+            .query_map([limit], Self::turn_from_row)
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.err())?.map_err(|w| self.corrupt(w))?);
+        }
+        Ok(out)
+    }
+
+    /// Closes turn `open` (if given) and opens turn `open + 1` (or 1) in one
+    /// transaction. Returns the new turn's number.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` neither change is. Errors: SQLite's (a turn number past
+    /// `i64::MAX` is refused).
+    pub fn next_turn(
+        &mut self,
+        open: Option<u64>,
+        kind: TurnKind,
+        label: Option<&str>,
+        external_id: Option<&str>,
+        rewound_to: Option<u64>,
+    ) -> Result<u64, IndexError> {
+        let now = now_ns();
+        let number = open.map_or(1, |n| n.saturating_add(1));
+        self.in_transaction(|tx| {
+            if let Some(open) = open {
+                tx.execute(
+                    "UPDATE turns SET ended_at = ?1 WHERE number = ?2",
+                    params![now, Uint(open)],
+                )?;
+            }
+            tx.execute(
+                "INSERT INTO turns(number, kind, label, external_id, started_at, rewound_to)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    Uint(number),
+                    kind.as_str(),
+                    label,
+                    external_id,
+                    now,
+                    rewound_to.map(Uint)
+                ],
+            )?;
+            Ok(number)
+        })
+    }
+
+    /// The oldest turn still in the index (retention may have dropped
+    /// older ones), if any.
+    pub fn first_turn(&self) -> Result<Option<u64>, IndexError> {
+        self.conn
+            .query_row("SELECT min(number) FROM turns", [], |r| {
+                r.get::<_, Option<Uint>>(0)
+            })
+            .map(|v| v.map(|n| n.0))
+            .map_err(self.err())
+    }
+}

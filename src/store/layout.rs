@@ -1,0 +1,130 @@
+//! Every file name in a state dir (design §3, `docs/format.md`): the one
+//! place that knows where a project's index, capture log, blobs, socket,
+//! daemon log, lock and mount record live.
+//!
+//! ```text
+//! <opfs home>/projects/<key>/   one project's state dir (StateDir)
+//!   project        the canonical project path (marks the dir as in use)
+//!   index.db       the SQLite index (+ -wal, -shm)
+//!   capture.log    records not yet in the index (store::log)
+//!   blobs/         content-addressed blobs (store::blob), blobs/tmp/
+//!   control.sock   the daemon's socket
+//!   daemon.log     the daemon's log
+//!   lock           held by the daemon or a direct CLI operation
+//!   mountpoint     the current mountpoint, while mounted
+//! ```
+//!
+//! `<key>` is [`key_of`] the canonical project path.
+//!
+//! **Scopes (planned, not built).** A worktree will be a second *scope* of
+//! the same project: its own index and capture log (its own history) over
+//! the project's one content-addressed `blobs/`, so a blob is stored once
+//! whichever scope recorded it. The names are already split that way: the
+//! per-scope files are built by [`StateDir::scoped`], the shared ones by
+//! [`StateDir::shared`]. Adding a scope is then one method,
+//! `StateDir::worktree(name)`, returning a `StateDir` whose scope folder
+//! is `worktrees/<name>/` under the project's dir (with `project()` the
+//! project scope, today's whole `StateDir`); gc then pins each worktree's
+//! base turn (`crate::gc`).
+
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The name of the index file in a scope.
+pub const INDEX: &str = "index.db";
+/// The name of the capture log in a scope.
+pub const CAPTURE_LOG: &str = "capture.log";
+/// The name of the blob directory (shared by the scopes of a project).
+pub const BLOBS: &str = "blobs";
+/// The file naming the project a state dir belongs to.
+const PROJECT_MARKER: &str = "project";
+
+/// The key of a canonical path: 16 hex digits of its BLAKE3.
+pub fn key_of(canonical: &Path) -> String {
+    blake3::hash(canonical.as_os_str().as_bytes()).to_hex()[..16].to_string()
+}
+
+/// One project's state folder.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    /// The folder itself.
+    pub dir: PathBuf,
+    /// The canonical project path it belongs to.
+    pub project: PathBuf,
+}
+
+impl StateDir {
+    /// The state dir for the canonical project path `project` under `home`
+    /// (not created).
+    pub fn for_project(home: &Path, project: &Path) -> StateDir {
+        StateDir {
+            dir: home.join("projects").join(key_of(project)),
+            project: project.to_path_buf(),
+        }
+    }
+
+    /// Creates the folder and records which project it belongs to.
+    ///
+    /// Errors: the folder or its marker file cannot be created.
+    pub fn create(&self) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        let marker = self.dir.join(PROJECT_MARKER);
+        if !marker.exists() {
+            fs::write(&marker, self.project.as_os_str().as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// True when the folder exists.
+    pub fn exists(&self) -> bool {
+        self.dir.join(PROJECT_MARKER).exists()
+    }
+
+    /// A file of this scope's own (its history): today the project's dir.
+    fn scoped(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// A file every scope of the project shares.
+    fn shared(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The SQLite index.
+    pub fn index_path(&self) -> PathBuf {
+        self.scoped(INDEX)
+    }
+
+    /// The capture log: pre-image records not yet in the index (see
+    /// `store::log`).
+    pub fn capture_log_path(&self) -> PathBuf {
+        self.scoped(CAPTURE_LOG)
+    }
+
+    /// The blob directory.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.shared(BLOBS)
+    }
+
+    /// The daemon's control socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.scoped("control.sock")
+    }
+
+    /// The daemon's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.scoped("daemon.log")
+    }
+
+    /// The lock file the daemon (or a direct CLI operation) holds.
+    pub fn lock_path(&self) -> PathBuf {
+        self.scoped("lock")
+    }
+
+    /// The file naming the current mountpoint while mounted.
+    pub fn mount_record(&self) -> PathBuf {
+        self.scoped("mountpoint")
+    }
+}
