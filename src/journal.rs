@@ -25,7 +25,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use opfs_fs::{Errno, Mutation, MutationHook};
 
-use crate::backing::Backing;
 use crate::paths;
 use crate::record::Fingerprint;
 use crate::record::Stat;
@@ -36,6 +35,7 @@ use crate::store::{
     BlobError, BlobStore, CaptureLog, Entry, Index, IndexError, LogError, ReplayError, TurnKind,
     INLINE_MAX,
 };
+use crate::tree::Dir;
 
 /// Pending records that trigger a group commit on the capturing thread.
 pub const GROUP_MAX: usize = 4096;
@@ -179,7 +179,7 @@ const RECENT_MAX: usize = 1 << 20;
 
 /// Turns and capture for one project.
 pub struct Journal {
-    backing: Backing,
+    backing: Dir,
     blobs: BlobStore,
     state: StateDir,
     inner: Mutex<Inner>,
@@ -205,7 +205,7 @@ fn index_as_blob_error(e: IndexError) -> BlobError {
 
 /// Reads the state of `path` in the project without storing anything:
 /// `Ok(None)` for absent, else the stat.
-fn stat_of(backing: &Backing, path: &[u8]) -> Result<Option<Stat>, CaptureError> {
+fn stat_of(backing: &Dir, path: &[u8]) -> Result<Option<Stat>, CaptureError> {
     backing.lstat(path).map_err(|source| CaptureError::Read {
         path: paths::display(path),
         source,
@@ -220,7 +220,7 @@ impl Journal {
     ///
     /// `sync` makes blobs and index commits durable across power loss.
     pub fn open(state: &StateDir, sync: bool) -> Result<Journal, OpenError> {
-        let backing = Backing::open(&state.project).map_err(|source| OpenError::Project {
+        let backing = Dir::open(&state.project).map_err(|source| OpenError::Project {
             path: state.project.clone(),
             source,
         })?;
@@ -323,7 +323,7 @@ impl Journal {
     }
 
     /// Confined access to the project.
-    pub fn backing(&self) -> &Backing {
+    pub fn backing(&self) -> &Dir {
         &self.backing
     }
 

@@ -6,7 +6,6 @@
 //! daemon and its socket; the `opfs` binary is a thin CLI over them.
 #![deny(missing_docs)]
 
-pub mod backing;
 pub mod config;
 pub mod control;
 pub mod daemon;
@@ -23,4 +22,5 @@ pub mod rewind;
 pub mod sandbox;
 pub mod state;
 pub mod store;
+pub mod tree;
 pub mod verify;

@@ -22,13 +22,13 @@ use std::io::{self, Read, Seek, Write};
 
 use serde::Serialize;
 
-use crate::backing::Backing;
 use crate::failpoint::failpoint;
 use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::record::Stat;
 use crate::record::{hex, PreImage, Special};
 use crate::store::{IndexError, TurnKind};
+use crate::tree::Dir;
 
 /// Errors that stop a rewind before it writes anything.
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +161,7 @@ pub struct RewindReport {
     pub touched: Vec<Vec<u8>>,
 }
 
-fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
+fn read_current(backing: &Dir, path: &[u8]) -> io::Result<Current> {
     let Some(st) = backing.lstat(path)? else {
         return Ok(Current::Absent);
     };
@@ -179,7 +179,7 @@ fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
     })
 }
 
-fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
+fn hash_file(backing: &Dir, path: &[u8]) -> io::Result<[u8; 32]> {
     let mut f = backing.open_file(path, libc::O_RDONLY, 0)?;
     let mut hasher = blake3::Hasher::new();
     io::copy(&mut f, &mut hasher)?;
@@ -189,7 +189,7 @@ fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
 /// Decides the steps that turn `current` into `target`. Empty when they
 /// already match (content compared by hash when the sizes agree).
 fn steps_for(
-    backing: &Backing,
+    backing: &Dir,
     path: &[u8],
     current: &Current,
     target: &PreImage,
@@ -712,7 +712,7 @@ fn set_perm(file: &std::fs::File, perm: u32) -> io::Result<()> {
     Ok(())
 }
 
-fn remove(backing: &Backing, p: &PathPlan) -> io::Result<()> {
+fn remove(backing: &Dir, p: &PathPlan) -> io::Result<()> {
     match p.current_state {
         Current::Dir { .. } => backing.rmdir(&p.raw),
         Current::Absent => Ok(()),

@@ -43,12 +43,12 @@ use std::time::Instant;
 use gix::ObjectId;
 use serde::Serialize;
 
-use crate::backing::Backing;
 use crate::history::{self, Sources};
 use crate::paths;
 use crate::record::Hash;
 use crate::state::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::tree::Dir;
 
 use lock::ExportLock;
 
@@ -350,7 +350,7 @@ fn closed_after(index: &Index, last: u64) -> Result<Vec<Turn>, ExportError> {
 struct Opened {
     index: Index,
     blobs: BlobStore,
-    backing: Backing,
+    backing: Dir,
     resolved: history::Resolved,
 }
 
@@ -363,7 +363,7 @@ impl Opened {
                 source,
             }
         })?;
-        let backing = Backing::open(&state.project).map_err(|source| ExportError::OpenProject {
+        let backing = Dir::open(&state.project).map_err(|source| ExportError::OpenProject {
             project: state.project.clone(),
             source,
         })?;
