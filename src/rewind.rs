@@ -22,8 +22,8 @@ use std::io::{self, Read, Seek, Write};
 
 use serde::Serialize;
 
+use crate::capture::{CaptureError, Journal, NewTurn};
 use crate::failpoint::failpoint;
-use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::record::Stat;
 use crate::record::{hex, PreImage, Special};
@@ -989,12 +989,12 @@ pub fn rewind(
             touched: Vec::new(),
         });
     }
-    let rewind_turn = journal.next_turn(
-        TurnKind::Rewind,
-        Some(&format!("rewind to turn {to}")),
-        None,
-        Some(to),
-    )?;
+    let rewind_turn = journal.next_turn(NewTurn {
+        kind: TurnKind::Rewind,
+        label: Some(&format!("rewind to turn {to}")),
+        external_id: None,
+        rewound_to: Some(to),
+    })?;
     failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
     let (restored, exec_conflicts) = apply(journal, &plan);
@@ -1003,7 +1003,7 @@ pub fn rewind(
     failpoint("rewind-before-done");
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     failpoint("rewind-after-done");
-    let open_turn = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    let open_turn = journal.next_turn(NewTurn::agent())?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
         rewound_to: to,
@@ -1126,7 +1126,7 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     sync_project(journal);
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     let open_turn = if journal.open_turn() == rewind_turn {
-        journal.next_turn(TurnKind::Agent, None, None, None)?
+        journal.next_turn(NewTurn::agent())?
     } else {
         journal.open_turn()
     };
@@ -1161,7 +1161,7 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
     }
     let to = turn.rewound_to.unwrap_or(0);
     let started = journal.with_index(|ix| ix.restore_started(open))?;
-    let next = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    let next = journal.next_turn(NewTurn::agent())?;
     Ok(Some(if started {
         format!("a finished rewind to turn {to} (turn {open}) had not opened the next turn; opened turn {next}")
     } else {
