@@ -37,8 +37,8 @@ fn no_longer_regular(path: &[u8]) -> CaptureError {
 impl<T: Tree> Journal<T> {
     /// Records the current bytes of `ranges` (`(offset, len)`) of the file at
     /// `path` before a rewind writes them back in place: as ranges of the
-    /// open turn when the file qualifies, else its whole state (see
-    /// [`Journal::capture_range`]).
+    /// open turn when the file qualifies (a regular file of at least the
+    /// range threshold with one link), else its whole state.
     pub fn capture_ranges(&self, path: &[u8], ranges: &[(u64, u64)]) -> Result<(), CaptureError> {
         let mut inner = self.lock();
         for &(offset, len) in ranges {
