@@ -6,9 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use opfs::capture::{Journal, NewTurn};
 use opfs::control::{self, FailureKind, Request, Response, StateLock, Status};
 use opfs::daemon::{self, DaemonOptions};
-use opfs::journal::Journal;
 use opfs::paths;
 use opfs::record::Turn;
 use opfs::rewind::{self, RewindError};
@@ -323,12 +323,12 @@ fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32, Fail> {
                 Some(other) => return Err(unexpected(other)),
                 None => {
                     let (j, _lock) = open_direct(&st)?;
-                    j.next_turn(
-                        opfs::record::TurnKind::Agent,
-                        label.as_deref(),
-                        id.as_deref(),
-                        None,
-                    )
+                    j.next_turn(NewTurn {
+                        kind: opfs::record::TurnKind::Agent,
+                        label: label.as_deref(),
+                        external_id: id.as_deref(),
+                        rewound_to: None,
+                    })
                     .map_err(|e| failure(e.to_string()))?
                 }
             };

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::journal::Journal;
+use crate::capture::{Journal, NewTurn};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
 use crate::state;
@@ -197,7 +197,12 @@ pub fn handle(
         }
         Request::Turn { label, id } => {
             let guard = mount.quiesce();
-            let r = journal.next_turn(TurnKind::Agent, label.as_deref(), id.as_deref(), None);
+            let r = journal.next_turn(NewTurn {
+                kind: TurnKind::Agent,
+                label: label.as_deref(),
+                external_id: id.as_deref(),
+                rewound_to: None,
+            });
             drop(guard);
             if r.is_ok() {
                 mount.turns_closed();

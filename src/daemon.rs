@@ -5,15 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::capture::{Journal, OpenError};
 use crate::control::{self, MountOps, Request, Response, StateLock};
-use crate::journal::{Journal, OpenError};
 use crate::rewind;
 use crate::state;
 use crate::store::StateDir;
 
 /// How long a captured record may wait in the capture log before the
 /// daemon commits it to the index (when fewer than
-/// [`crate::journal::GROUP_MAX`] are pending).
+/// [`crate::capture::GROUP_MAX`] are pending).
 pub const GROUP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Why a mount was refused or failed.
@@ -259,7 +259,7 @@ pub struct DaemonOptions {
     pub export: bool,
     /// Files of at least this many bytes (with one link) written in place
     /// are captured as ranges (`docs/ranges.md`); `u64::MAX` turns range
-    /// capture off. Default [`crate::journal::DEFAULT_RANGE_MIN`]; the CLI
+    /// capture off. Default [`crate::capture::DEFAULT_RANGE_MIN`]; the CLI
     /// sets it from `opfs mount --range-min`, else [`default_range_min`].
     pub range_min: u64,
 }
@@ -270,7 +270,7 @@ impl Default for DaemonOptions {
             sync: false,
             threads: default_threads(),
             export: true,
-            range_min: crate::journal::DEFAULT_RANGE_MIN,
+            range_min: crate::capture::DEFAULT_RANGE_MIN,
         }
     }
 }
@@ -296,12 +296,12 @@ pub fn parse_range_min(text: &str) -> Result<u64, BadRangeMin> {
 }
 
 /// [`DaemonOptions::range_min`] from `OPFS_RANGE_MIN` (bytes, or `off`),
-/// else [`crate::journal::DEFAULT_RANGE_MIN`].
+/// else [`crate::capture::DEFAULT_RANGE_MIN`].
 ///
 /// Errors: the variable is set to anything else (or is not UTF-8).
 pub fn default_range_min() -> Result<u64, BadRangeMin> {
     match std::env::var_os("OPFS_RANGE_MIN") {
-        None => Ok(crate::journal::DEFAULT_RANGE_MIN),
+        None => Ok(crate::capture::DEFAULT_RANGE_MIN),
         Some(v) => match v.to_str() {
             Some(text) => parse_range_min(text),
             None => Err(BadRangeMin {

@@ -33,9 +33,7 @@ pub fn failpoint(name: &str) {
     };
     if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
         log::error!("failpoint {name}:{at} reached: killing this process");
-        // SAFETY: kill and getpid have no preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }

@@ -19,11 +19,11 @@ use std::io::{self, Read};
 
 use serde::Serialize;
 
-use crate::backing::Backing;
 use crate::paths;
 use crate::record::Turn;
 use crate::record::{Hash, PreImage, Special};
 use crate::store::{BlobError, BlobStore, Index, IndexError};
+use crate::tree::Dir;
 
 /// Errors from history commands. Each names the turn or path it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +152,7 @@ pub struct Sources<'a> {
     /// Its blob store.
     pub blobs: &'a BlobStore,
     /// Confined access to the project (for states no record covers).
-    pub backing: &'a Backing,
+    pub backing: &'a Dir,
     /// Makes every capture so far visible in `index` (a running daemon
     /// commits its pending records); called before records are re-read
     /// after reading the project.
@@ -204,7 +204,7 @@ impl Version {
 ///
 /// Errors: the path cannot be read (permission, I/O). A missing path is
 /// `PreImage::Absent`, not an error.
-pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
+pub fn read_current(backing: &Dir, path: &[u8]) -> io::Result<Version> {
     let Some(st) = backing.lstat(path)? else {
         return Ok(Version::recorded(PreImage::Absent));
     };
@@ -534,7 +534,7 @@ impl Sources<'_> {
 pub struct Opened {
     index: Index,
     blobs: BlobStore,
-    backing: Backing,
+    backing: Dir,
     commit: Box<dyn Fn()>,
     resolved: Resolved,
 }
@@ -559,7 +559,7 @@ impl Opened {
                 path: state.blobs_dir().display().to_string(),
                 source,
             })?;
-        let backing = Backing::open(&state.project).map_err(|source| HistoryError::Project {
+        let backing = Dir::open(&state.project).map_err(|source| HistoryError::Project {
             path: state.project.display().to_string(),
             source,
         })?;

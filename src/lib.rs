@@ -1,12 +1,12 @@
 //! opfs: reversible workspaces for AI coding agents.
 //!
-//! The FUSE layer (`opfs-fs`) calls the [`journal::Journal`] before every
+//! The FUSE layer (`opfs-fs`) calls the [`capture::Journal`] before every
 //! mutation; the journal records pre-images in the [`store`]; [`rewind`]
 //! restores the project to the start of any turn; [`control`] runs the
 //! daemon and its socket; the `opfs` binary is a thin CLI over them.
 #![deny(missing_docs)]
 
-pub mod backing;
+pub mod capture;
 pub mod config;
 pub mod control;
 pub mod daemon;
@@ -15,7 +15,6 @@ pub mod export;
 pub mod failpoint;
 pub mod gc;
 pub mod history;
-pub mod journal;
 pub mod paths;
 pub mod ranges;
 pub mod record;
@@ -23,4 +22,5 @@ pub mod rewind;
 pub mod sandbox;
 pub mod state;
 pub mod store;
+pub mod tree;
 pub mod verify;

@@ -134,6 +134,46 @@ pub fn parse_display(text: &str) -> Vec<u8> {
     out
 }
 
+/// A failure about one project-relative path: what went wrong (`source`,
+/// an `io::Error` unless said otherwise) and where (`path`, raw bytes, so a
+/// non-UTF-8 name stays exact). Displays as `PATH: SOURCE`, the path
+/// rendered with [`display`].
+#[derive(Debug)]
+pub struct PathError<E = std::io::Error> {
+    /// The path, project-relative raw bytes.
+    pub path: Vec<u8>,
+    /// The cause.
+    pub source: E,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for PathError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", display(&self.path), self.source)
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for PathError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Attaches the path an operation was about to its error:
+/// `tree.lstat(p).at(p)?` (Jujutsu's `.context(path)`).
+pub trait PathContext<T, E> {
+    /// The result, its error wrapped in a [`PathError`] naming `path`.
+    fn at(self, path: &[u8]) -> Result<T, PathError<E>>;
+}
+
+impl<T, E> PathContext<T, E> for Result<T, E> {
+    fn at(self, path: &[u8]) -> Result<T, PathError<E>> {
+        self.map_err(|source| PathError {
+            path: path.to_vec(),
+            source,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

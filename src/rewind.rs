@@ -22,14 +22,14 @@ use std::io::{self, Read, Seek, Write};
 
 use serde::Serialize;
 
-use crate::backing::Backing;
+use crate::capture::{CaptureError, Journal, NewTurn};
 use crate::failpoint::failpoint;
-use crate::journal::{CaptureError, Journal};
 use crate::paths;
 use crate::record::Stat;
 use crate::record::TurnKind;
 use crate::record::{hex, PreImage, Special};
 use crate::store::IndexError;
+use crate::tree::Dir;
 
 /// Errors that stop a rewind before it writes anything.
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +162,7 @@ pub struct RewindReport {
     pub touched: Vec<Vec<u8>>,
 }
 
-fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
+fn read_current(backing: &Dir, path: &[u8]) -> io::Result<Current> {
     let Some(st) = backing.lstat(path)? else {
         return Ok(Current::Absent);
     };
@@ -180,7 +180,7 @@ fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
     })
 }
 
-fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
+fn hash_file(backing: &Dir, path: &[u8]) -> io::Result<[u8; 32]> {
     let mut f = backing.open_file(path, libc::O_RDONLY, 0)?;
     let mut hasher = blake3::Hasher::new();
     io::copy(&mut f, &mut hasher)?;
@@ -190,7 +190,7 @@ fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
 /// Decides the steps that turn `current` into `target`. Empty when they
 /// already match (content compared by hash when the sizes agree).
 fn steps_for(
-    backing: &Backing,
+    backing: &Dir,
     path: &[u8],
     current: &Current,
     target: &PreImage,
@@ -713,7 +713,7 @@ fn set_perm(file: &std::fs::File, perm: u32) -> io::Result<()> {
     Ok(())
 }
 
-fn remove(backing: &Backing, p: &PathPlan) -> io::Result<()> {
+fn remove(backing: &Dir, p: &PathPlan) -> io::Result<()> {
     match p.current_state {
         Current::Dir { .. } => backing.rmdir(&p.raw),
         Current::Absent => Ok(()),
@@ -990,12 +990,12 @@ pub fn rewind(
             touched: Vec::new(),
         });
     }
-    let rewind_turn = journal.next_turn(
-        TurnKind::Rewind,
-        Some(&format!("rewind to turn {to}")),
-        None,
-        Some(to),
-    )?;
+    let rewind_turn = journal.next_turn(NewTurn {
+        kind: TurnKind::Rewind,
+        label: Some(&format!("rewind to turn {to}")),
+        external_id: None,
+        rewound_to: Some(to),
+    })?;
     failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
     let (restored, exec_conflicts) = apply(journal, &plan);
@@ -1004,7 +1004,7 @@ pub fn rewind(
     failpoint("rewind-before-done");
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     failpoint("rewind-after-done");
-    let open_turn = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    let open_turn = journal.next_turn(NewTurn::agent())?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
         rewound_to: to,
@@ -1127,7 +1127,7 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
     sync_project(journal);
     journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
     let open_turn = if journal.open_turn() == rewind_turn {
-        journal.next_turn(TurnKind::Agent, None, None, None)?
+        journal.next_turn(NewTurn::agent())?
     } else {
         journal.open_turn()
     };
@@ -1162,7 +1162,7 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
     }
     let to = turn.rewound_to.unwrap_or(0);
     let started = journal.with_index(|ix| ix.restore_started(open))?;
-    let next = journal.next_turn(TurnKind::Agent, None, None, None)?;
+    let next = journal.next_turn(NewTurn::agent())?;
     Ok(Some(if started {
         format!("a finished rewind to turn {to} (turn {open}) had not opened the next turn; opened turn {next}")
     } else {

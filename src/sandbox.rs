@@ -36,10 +36,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::capture::{Journal, NewTurn};
 use crate::config::{self, ConfigError, SandboxConfig};
 use crate::control::{self, Request, Response, StateLock};
 use crate::daemon;
-use crate::journal::Journal;
 use crate::record::TurnKind;
 use crate::state;
 use crate::store::StateDir;
@@ -619,8 +619,13 @@ fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
                 .flatten()
                 .ok_or_else(|| RunError::Turn(format!("{} is busy", st.dir.display())))?;
             let j = Journal::open(st, false).map_err(|e| RunError::Turn(e.to_string()))?;
-            j.next_turn(TurnKind::Agent, Some(label), None, None)
-                .map_err(|e| RunError::Turn(e.to_string()))
+            j.next_turn(NewTurn {
+                kind: TurnKind::Agent,
+                label: Some(label),
+                external_id: None,
+                rewound_to: None,
+            })
+            .map_err(|e| RunError::Turn(e.to_string()))
         }
     }
 }

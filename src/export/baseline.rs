@@ -86,7 +86,7 @@ fn walk(
                     Ok(v) => v,
                     // Removed during the walk: its record (made before the
                     // removal) is applied after the walk.
-                    Err(e) if crate::backing::is_not_found(&e) => continue,
+                    Err(e) if crate::tree::is_not_found(&e) => continue,
                     Err(e) => return Err(e).in_project(&p),
                 },
             };

@@ -43,13 +43,13 @@ use std::time::Instant;
 use gix::ObjectId;
 use serde::Serialize;
 
-use crate::backing::Backing;
 use crate::history::{self, Sources};
 use crate::paths;
 use crate::record::Hash;
 use crate::record::Turn;
 use crate::store::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError};
+use crate::tree::Dir;
 
 use lock::ExportLock;
 
@@ -351,7 +351,7 @@ fn closed_after(index: &Index, last: u64) -> Result<Vec<Turn>, ExportError> {
 struct Opened {
     index: Index,
     blobs: BlobStore,
-    backing: Backing,
+    backing: Dir,
     resolved: history::Resolved,
 }
 
@@ -364,7 +364,7 @@ impl Opened {
                 source,
             }
         })?;
-        let backing = Backing::open(&state.project).map_err(|source| ExportError::OpenProject {
+        let backing = Dir::open(&state.project).map_err(|source| ExportError::OpenProject {
             project: state.project.clone(),
             source,
         })?;

@@ -1,0 +1,132 @@
+//! The journal's errors: [`CaptureError`] (a pre-image could not be
+//! recorded) and [`OpenError`] (the journal could not be opened).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::paths::{self, PathError};
+use crate::store::{BlobError, IndexError, LogError};
+
+/// A failure to record a pre-image. The mutation it guarded must not run.
+/// [`CaptureError::errno`] is the errno it fails with.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// Reading the path's current state from the project failed.
+    #[error("cannot read {path} in the project: {source}")]
+    Read {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Storing its content failed.
+    #[error("cannot store the pre-image of {path}: {source}")]
+    Blob {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: BlobError,
+    },
+    /// Appending the record to the capture log failed.
+    #[error("cannot record the pre-image of {path}: {source}")]
+    Log {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: LogError,
+    },
+    /// Writing the record failed.
+    #[error("cannot record the pre-image of {path}: {source}")]
+    Index {
+        /// The path, rendered.
+        path: String,
+        /// The cause.
+        source: IndexError,
+    },
+}
+
+impl CaptureError {
+    /// A [`CaptureError::Read`] of `path` that no system call reported
+    /// (the project is not what the journal expects there).
+    pub(super) fn read(path: &[u8], source: io::Error) -> CaptureError {
+        CaptureError::from(PathError {
+            path: path.to_vec(),
+            source,
+        })
+    }
+}
+
+impl From<PathError> for CaptureError {
+    fn from(e: PathError) -> CaptureError {
+        CaptureError::Read {
+            path: paths::display(&e.path),
+            source: e.source,
+        }
+    }
+}
+
+impl From<PathError<BlobError>> for CaptureError {
+    fn from(e: PathError<BlobError>) -> CaptureError {
+        CaptureError::Blob {
+            path: paths::display(&e.path),
+            source: e.source,
+        }
+    }
+}
+
+impl From<PathError<LogError>> for CaptureError {
+    fn from(e: PathError<LogError>) -> CaptureError {
+        CaptureError::Log {
+            path: paths::display(&e.path),
+            source: e.source,
+        }
+    }
+}
+
+impl From<PathError<IndexError>> for CaptureError {
+    fn from(e: PathError<IndexError>) -> CaptureError {
+        CaptureError::Index {
+            path: paths::display(&e.path),
+            source: e.source,
+        }
+    }
+}
+
+/// Errors opening a journal.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The project directory cannot be opened.
+    #[error("cannot open project {path}: {source}")]
+    Project {
+        /// The project path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The state dir cannot be created.
+    #[error("cannot create state dir {path}: {source}")]
+    State {
+        /// The state dir.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The blob store cannot be opened.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    /// The index cannot be opened or read.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The capture log cannot be read, replayed or opened.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// An index failure where a blob error is expected (the journal's blob
+/// reads commit pending records first). Flattens the cause to text.
+pub(super) fn index_as_blob_error(e: IndexError) -> BlobError {
+    BlobError::Io {
+        path: e.path().to_path_buf(),
+        source: io::Error::other(e.to_string()),
+    }
+}

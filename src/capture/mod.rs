@@ -1,0 +1,325 @@
+//! Capture: turns, and the pre-image of every path before a mutation.
+//!
+//! [`Journal`] implements the FUSE layer's [`MutationHook`]: before any
+//! mutation reaches the project it records the pre-image of every path the
+//! mutation can change, once per turn per path (design §2.1–2.2). A record is
+//! a *path state* (see `docs/design.md`): "path P, when turn T began, was X".
+//! The first record of a path in a turn wins; later mutations of the same
+//! path in the same turn cost one hash-set lookup.
+//!
+//! Capture order: a large file's blob is written and renamed into place,
+//! then the record (with a small file's bytes inline) is appended to the
+//! capture log (`store::log`), then the hook returns and the mutation
+//! runs. A crash at any point leaves either no record (and no mutation) or
+//! a record of the true pre-image. Records move from the log into the index
+//! in groups ("group commit"): when [`GROUP_MAX`] records or
+//! [`GROUP_MAX_BYTES`] bytes are pending, before anything reads the index
+//! through the journal, at every turn switch, and when the daemon's timer
+//! calls [`Journal::apply_pending`].
+//!
+//! The journal reads the project through a [`Tree`] (today the project
+//! directory, [`Dir`]); it never writes there itself.
+//!
+//! Files: `record.rs` (whole pre-images, the capture log and group
+//! commit), `ranges.rs` (files captured as ranges), `birth.rs` (inodes
+//! that arrived behind the mount's back), `links.rs` (hard links),
+//! `rename.rs` (subtree moves), `fingerprints.rs` (what the mount left at
+//! each path), `turns.rs` (turn switches), `error.rs` and `errno.rs`.
+
+mod birth;
+mod errno;
+mod error;
+mod fingerprints;
+mod links;
+mod ranges;
+mod record;
+mod rename;
+mod turns;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use opfs_fs::{Errno, Mutation, MutationHook};
+
+pub use error::{CaptureError, OpenError};
+pub use turns::NewTurn;
+
+use crate::record::PreImage;
+use crate::record::TurnKind;
+use crate::store::StateDir;
+use crate::store::{BlobError, BlobStore, Index, IndexError, ReplayError};
+use crate::tree::{Dir, Tree};
+use error::index_as_blob_error;
+use fingerprints::Fingerprints;
+use ranges::RangeState;
+use record::Pending;
+use turns::TurnState;
+
+/// Pending records that trigger a group commit on the capturing thread.
+pub const GROUP_MAX: usize = 4096;
+/// Pending inline bytes that trigger a group commit.
+pub const GROUP_MAX_BYTES: usize = 8 << 20;
+/// Files of at least this many bytes (and one link) are captured as ranges
+/// when written in place, unless the daemon is told otherwise
+/// (`OPFS_RANGE_MIN`). See `docs/ranges.md`.
+pub const DEFAULT_RANGE_MIN: u64 = 1 << 20;
+
+/// Everything the journal's lock guards.
+struct Inner {
+    index: Index,
+    /// Records in the capture log, not yet in the index.
+    pending: Pending,
+    /// What the open turn has recorded, and when each turn began.
+    turn: TurnState,
+    /// Fingerprints not yet written to the index.
+    fingerprints: Fingerprints,
+}
+
+/// Turns and capture for one project, read through the tree `T` (the
+/// project directory unless said otherwise).
+pub struct Journal<T = Dir> {
+    tree: T,
+    blobs: BlobStore,
+    state: StateDir,
+    inner: Mutex<Inner>,
+    epoch: AtomicU64,
+    range_min: u64,
+}
+
+impl<T> std::fmt::Debug for Journal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("project", &self.state.project)
+            .field("turn", &self.epoch.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Opens the journal of the project at canonical path `project`, whose
+    /// state lives in `state`. Creates the state dir, index and blob store on
+    /// first use and makes sure a turn is open: turn 1 on first use, else the
+    /// newest turn (a later mount continues the numbering).
+    ///
+    /// `sync` makes blobs and index commits durable across power loss.
+    pub fn open(state: &StateDir, sync: bool) -> Result<Journal, OpenError> {
+        let dir = Dir::open(&state.project).map_err(|source| OpenError::Project {
+            path: state.project.clone(),
+            source,
+        })?;
+        Journal::open_over(dir, state, sync)
+    }
+
+    /// Confined access to the project.
+    pub fn backing(&self) -> &Dir {
+        &self.tree
+    }
+}
+
+impl<T: Tree> Journal<T> {
+    /// [`Journal::open`], reading the project through `tree` instead of
+    /// opening the directory `state.project`.
+    pub fn open_over(tree: T, state: &StateDir, sync: bool) -> Result<Journal<T>, OpenError> {
+        state.create().map_err(|source| OpenError::State {
+            path: state.dir.clone(),
+            source,
+        })?;
+        let blobs = BlobStore::open(&state.blobs_dir(), sync)?;
+        blobs.clear_tmp();
+        let mut index = Index::open(&state.index_path(), sync)?;
+        // Records a crash left in the capture log go into the index before
+        // anything reads it; applying one twice changes nothing.
+        let capture_log =
+            crate::store::replay_capture_log(&mut index, &state.capture_log_path(), sync).map_err(
+                |e| match e {
+                    ReplayError::Log(e) => OpenError::Log(e),
+                    ReplayError::Index(e) => OpenError::Index(e),
+                },
+            )?;
+        let turn = match index.last_turn()? {
+            Some(t) => t.number,
+            None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
+        };
+        let mut starts: Vec<(u64, i64)> = index
+            .turns(None)?
+            .into_iter()
+            .map(|t| (t.number, t.started_at))
+            .collect();
+        starts.reverse();
+        let mut state_of_turn = TurnState::new(turn, starts);
+        // What the open turn recorded before a restart: those records are
+        // its pre-images already (a second capture would be ignored), and a
+        // ranged file goes on saving ranges where it left off.
+        for (path, pre) in index.records_of_turn(turn)? {
+            match pre {
+                PreImage::Ranged { size, .. } => {
+                    let mut covered = crate::ranges::Intervals::new();
+                    for p in index.ranges_of(turn, &path)? {
+                        covered.insert(p.offset, p.offset.saturating_add(p.len));
+                    }
+                    state_of_turn.ranged.insert(
+                        path,
+                        RangeState {
+                            file: None,
+                            size,
+                            covered,
+                        },
+                    );
+                }
+                _ => {
+                    state_of_turn.captured.insert(path);
+                }
+            }
+        }
+        Ok(Journal {
+            tree,
+            blobs,
+            state: state.clone(),
+            inner: Mutex::new(Inner {
+                index,
+                pending: Pending::new(capture_log),
+                turn: state_of_turn,
+                fingerprints: Fingerprints::default(),
+            }),
+            epoch: AtomicU64::new(turn),
+            range_min: DEFAULT_RANGE_MIN,
+        })
+    }
+
+    /// Sets the size (bytes) from which a file written in place is
+    /// captured as ranges instead of whole ([`DEFAULT_RANGE_MIN`] unless
+    /// set; `u64::MAX`: never).
+    pub fn set_range_min(&mut self, bytes: u64) {
+        self.range_min = bytes;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave `Inner` inconsistent in
+        // a way that matters (the set only avoids duplicate work), so a
+        // poisoned lock is taken over.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The project directory.
+    pub fn project(&self) -> &Path {
+        &self.state.project
+    }
+
+    /// The state dir.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// The tree the journal reads the project through.
+    pub fn tree(&self) -> &T {
+        &self.tree
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// Checks that blob `hash` is stored (inline or as a file) and hashes
+    /// to its name; returns its length. Errors as [`crate::store::verify_blob`].
+    pub fn verify_blob(&self, hash: &crate::record::Hash) -> Result<u64, BlobError> {
+        let mut inner = self.lock();
+        inner.apply_pending().map_err(index_as_blob_error)?;
+        crate::store::verify_blob(&inner.index, &self.blobs, hash)
+    }
+
+    /// The content of blob `hash` when it is stored inline (checked), else
+    /// `None` (read the blob file). Errors as [`crate::store::read_blob`].
+    pub fn inline_blob(&self, hash: &crate::record::Hash) -> Result<Option<Vec<u8>>, BlobError> {
+        let mut inner = self.lock();
+        inner.apply_pending().map_err(index_as_blob_error)?;
+        match inner.index.inline_blob(hash).map_err(index_as_blob_error)? {
+            Some(_) => crate::store::read_blob(&inner.index, &self.blobs, hash).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The open turn's number.
+    pub fn open_turn(&self) -> u64 {
+        self.lock().turn.number
+    }
+
+    /// Runs `f` with the index (under the journal's lock), after committing
+    /// the pending records so `f` sees every capture so far.
+    ///
+    /// Errors: committing the pending records failed (they stay pending
+    /// and in the log), or `f`'s own.
+    pub fn with_index<R>(
+        &self,
+        f: impl FnOnce(&mut Index) -> Result<R, IndexError>,
+    ) -> Result<R, IndexError> {
+        let mut inner = self.lock();
+        inner.apply_pending()?;
+        f(&mut inner.index)
+    }
+
+    /// Commits the records pending in the capture log to the index in one
+    /// transaction (a group commit), then empties the log. The daemon calls
+    /// this on a timer so other processes reading the index (history,
+    /// export) see captures within a fraction of a second.
+    ///
+    /// Errors: the index refused the transaction; the records stay pending
+    /// and in the log, and the next call retries.
+    pub fn apply_pending(&self) -> Result<(), IndexError> {
+        self.lock().apply_pending()
+    }
+}
+
+impl<T: Tree + 'static> MutationHook for Journal<T> {
+    fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno> {
+        let result = match *mutation {
+            Mutation::Content { path } => {
+                // One lock for both: record the pre-image, then mark the
+                // fingerprint unknown while the mount changes the file.
+                let mut inner = self.lock();
+                self.capture_locked(&mut inner, path)
+                    .map(|()| inner.fingerprints.changing(path))
+            }
+            Mutation::Range { path, offset, len } => {
+                let mut inner = self.lock();
+                self.capture_range(&mut inner, path, offset, len)
+                    .map(|()| inner.fingerprints.changing(path))
+            }
+
+            // The layer reports Create only for a name it found absent under
+            // the gate, so no second stat of the project is needed.
+            Mutation::Create { path } => {
+                self.capture_known(&mut self.lock(), path, Some(PreImage::Absent))
+            }
+            Mutation::Metadata { path } => {
+                let mut inner = self.lock();
+                // A ranged record holds the turn-start permission bits
+                // already.
+                if inner.turn.ranged.contains_key(path) {
+                    Ok(())
+                } else {
+                    self.capture_locked(&mut inner, path)
+                }
+            }
+            Mutation::Remove { path } => self.capture(path),
+            Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
+        };
+        result.map_err(|e| {
+            log::error!("capture failed, refusing the mutation: {e}");
+            e.errno()
+        })
+    }
+
+    fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
+        self.remember_after(mutation, now)
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn range_min(&self) -> u64 {
+        self.range_min
+    }
+}

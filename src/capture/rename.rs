@@ -1,0 +1,111 @@
+//! Renames: a directory's move changes every path under both names, so
+//! the capture before it and the fingerprints after it walk the subtree.
+
+use super::{CaptureError, Journal};
+use crate::paths::{self, PathContext};
+use crate::record::{Fingerprint, Stat};
+use crate::tree::Tree;
+
+impl<T: Tree> Journal<T> {
+    /// Records what a rename changes: `from` and `to` themselves and, for a
+    /// directory, every path under both names (the subtree's paths under
+    /// `from` disappear, the same relative paths under `to` appear). With
+    /// `exchange` the same holds the other way round.
+    pub fn capture_rename(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        exchange: bool,
+    ) -> Result<(), CaptureError> {
+        let mut inner = self.lock();
+        self.capture_locked(&mut inner, from)?;
+        self.capture_locked(&mut inner, to)?;
+        self.capture_subtree_move(&mut inner, from, to)?;
+        if exchange {
+            self.capture_subtree_move(&mut inner, to, from)?;
+        }
+        Ok(())
+    }
+
+    /// For every path under directory `src`, records it and its counterpart
+    /// under `dst`. Cost: one stat (and for files one read) per entry.
+    fn capture_subtree_move(
+        &self,
+        inner: &mut super::Inner,
+        src: &[u8],
+        dst: &[u8],
+    ) -> Result<(), CaptureError> {
+        match self.tree.lstat(src).at(src)? {
+            Some(st) if st.file_type() == libc::S_IFDIR => {}
+            _ => return Ok(()),
+        }
+        let mut stack = vec![Vec::new()];
+        while let Some(rel) = stack.pop() {
+            let dir = paths::join(src, &rel);
+            let names = self.tree.list_dir(&dir).at(&dir)?;
+            for name in names {
+                let sub = paths::join(&rel, &name);
+                let from_path = paths::join(src, &sub);
+                self.capture_locked(inner, &from_path)?;
+                self.capture_locked(inner, &paths::join(dst, &sub))?;
+                if let Some(st) = self.tree.lstat(&from_path).at(&from_path)? {
+                    if st.file_type() == libc::S_IFDIR {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers the paths a finished rename left, under both names and, for
+    /// directories, at every depth.
+    /// `now`: the layer's stat of the entry at `to` (a plain rename only;
+    /// `from` is then absent).
+    pub(super) fn remember_rename(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        exchange: bool,
+        now: Option<&libc::stat>,
+    ) {
+        let (from_is_dir, to_is_dir) = match now {
+            Some(st) if !exchange => {
+                let st = Stat::from_raw(st);
+                let mut inner = self.lock();
+                inner.fingerprints.left(from, Fingerprint::of(None));
+                inner.fingerprints.left(to, Fingerprint::of(Some(&st)));
+                (
+                    false,
+                    st.file_type() == libc::S_IFDIR && !paths::is_excluded(to),
+                )
+            }
+            _ => (self.remember_is_dir(from), self.remember_is_dir(to)),
+        };
+        let mut roots = Vec::new();
+        if to_is_dir {
+            roots.push((to, from));
+        }
+        if exchange && from_is_dir {
+            roots.push((from, to));
+        }
+        for (now, other) in roots {
+            let mut stack = vec![Vec::new()];
+            while let Some(rel) = stack.pop() {
+                let Ok(names) = self.tree.list_dir(&paths::join(now, &rel)) else {
+                    continue;
+                };
+                for name in names {
+                    let sub = paths::join(&rel, &name);
+                    let here = paths::join(now, &sub);
+                    self.remember(&here);
+                    self.remember(&paths::join(other, &sub));
+                    if matches!(self.tree.lstat(&here), Ok(Some(st)) if st.file_type() == libc::S_IFDIR)
+                    {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The project as the core sees it.
+//!
+//! [`Tree`] is the read side the capture needs: what is at a path
+//! ([`Tree::lstat`], [`Tree::lstat_open`]), a symlink's target, a
+//! directory's names, and when an inode was born. [`Dir`] implements it
+//! over the project directory itself, confined beneath its root (no
+//! symlink is ever followed); it also carries the write side a restore
+//! uses. A second implementation (a worktree's merged view) can stand
+//! behind the same trait.
+//!
+//! Paths are project-relative raw bytes (see [`crate::paths`]); `""` is
+//! the root.
+
+mod dir;
+
+use std::fs::File;
+use std::io;
+
+pub use dir::Dir;
+
+use crate::record::Stat;
+
+/// True when the error means "no such path" (a missing name or a parent that
+/// is not a directory).
+pub fn is_not_found(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
+}
+
+/// Read access to a project tree, confined beneath its root: what the
+/// journal reads before a mutation.
+///
+/// Errors are the system's (`io::Error` with its errno), and a path below
+/// a symlink is never resolved through it.
+pub trait Tree: Send + Sync + std::fmt::Debug {
+    /// `lstat` of `rel`. `Ok(None)` when the path does not exist (missing
+    /// name, or a parent that is not a directory, a symlink included).
+    fn lstat(&self, rel: &[u8]) -> io::Result<Option<Stat>>;
+
+    /// [`Tree::lstat`], and for a regular file also the file opened
+    /// read-only; the stat of a file is that of the opened descriptor.
+    fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>>;
+
+    /// When the inode at `rel` (or `file`, that inode already open) was
+    /// born, ns since the Unix epoch; `Ok(None)` when the path is gone or
+    /// birth times are not reported.
+    fn born_ns(&self, rel: &[u8], file: Option<&File>) -> io::Result<Option<i64>>;
+
+    /// The target of the symlink at `rel`, as bytes.
+    fn read_link(&self, rel: &[u8]) -> io::Result<Vec<u8>>;
+
+    /// The names in the directory at `rel`, without `.` and `..`, in no
+    /// particular order.
+    fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>>;
+}
+
+impl Tree for Dir {
+    fn lstat(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
+        Dir::lstat(self, rel)
+    }
+
+    fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>> {
+        Dir::lstat_open(self, rel)
+    }
+
+    fn born_ns(&self, rel: &[u8], file: Option<&File>) -> io::Result<Option<i64>> {
+        Dir::born_ns(self, rel, file)
+    }
+
+    fn read_link(&self, rel: &[u8]) -> io::Result<Vec<u8>> {
+        Dir::read_link(self, rel)
+    }
+
+    fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        Dir::list_dir(self, rel)
+    }
+}
