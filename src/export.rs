@@ -505,7 +505,7 @@ fn open_repo(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, Export
         _ => crate::state::absolute(git_dir),
     };
     // Inside the project, or inside the mount (which writes to the project).
-    let mountpoint = crate::control::recorded_mountpoint(state);
+    let mountpoint = crate::state::registry::recorded_mountpoint(state);
     if abs.starts_with(project) || mountpoint.is_some_and(|m| abs.starts_with(m)) {
         return Err(ExportError::InsideProject {
             git_dir: abs,
@@ -549,7 +549,7 @@ fn open_repo(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, Export
 ///
 /// `commit` makes every capture so far visible in the index; it is called
 /// before records are re-read after reading the project (see `history`).
-/// Outside the daemon pass [`crate::history::commit_through_daemon`].
+/// Outside the daemon pass [`crate::control::client::commit_through_daemon`].
 pub fn export(
     state: &StateDir,
     git_dir: Option<&Path>,

@@ -7,7 +7,6 @@
 #![deny(missing_docs)]
 
 pub mod backing;
-pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod diff;

@@ -12,6 +12,11 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub mod home;
+pub mod lock;
+pub mod mountinfo;
+pub mod registry;
+
 /// The root of all state (`$OPFS_HOME` etc.).
 pub fn opfs_home() -> PathBuf {
     if let Some(h) = std::env::var_os("OPFS_HOME").filter(|v| !v.is_empty()) {
