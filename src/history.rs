@@ -174,13 +174,6 @@ impl std::fmt::Debug for Sources<'_> {
     }
 }
 
-/// Asks the daemon serving `state`, if one runs, to commit the records
-/// pending in its capture log. Without a daemon nothing is pending that a
-/// reader could race with, so errors (no socket) are ignored.
-pub fn commit_through_daemon(state: &crate::store::StateDir) {
-    let _ = crate::control::request(&state.socket_path(), &crate::control::Request::Commit);
-}
-
 /// One path's state at some point, with the bytes of a regular file when
 /// they were read from the project (files known from records are read from
 /// the blob store on demand).
@@ -568,7 +561,7 @@ impl Opened {
             index,
             blobs,
             backing,
-            commit: Box::new(move || commit_through_daemon(&state)),
+            commit: Box::new(move || crate::control::client::commit_through_daemon(&state)),
             resolved: Resolved::default(),
         })
     }

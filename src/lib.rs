@@ -7,7 +7,6 @@
 #![deny(missing_docs)]
 
 pub mod capture;
-pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod diff;

@@ -2,7 +2,6 @@
 //! library.
 
 mod cli;
-mod history_cmd;
 
 fn main() {
     std::process::exit(cli::main());

@@ -55,7 +55,7 @@ fn refuse_inside_project(state: &StateDir, git_dir: &Path) -> Result<(), ExportE
     };
     // TODO(lead): `crate::state::registry::recorded_mountpoint` after the
     // proc branch is merged.
-    let mountpoint = crate::control::recorded_mountpoint(state);
+    let mountpoint = crate::state::registry::recorded_mountpoint(state);
     if abs.starts_with(project) || mountpoint.is_some_and(|m| abs.starts_with(m)) {
         return Err(ExportError::InsideProject {
             git_dir: abs,

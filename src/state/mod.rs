@@ -15,17 +15,10 @@ use std::path::{Path, PathBuf};
 use crate::store::layout::key_of;
 use crate::store::StateDir;
 
-/// The root of all state (`$OPFS_HOME` etc.).
-pub fn opfs_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("OPFS_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(h);
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("opfs");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-    PathBuf::from(home).join(".local/share/opfs")
-}
+pub mod home;
+pub mod lock;
+pub mod mountinfo;
+pub mod registry;
 
 /// The registry entry for a mountpoint.
 pub fn mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {

@@ -1,6 +1,7 @@
 //! The user's configuration file (defaults for `opfs run`).
 //!
-//! Location: `$OPFS_CONFIG` if set, else `$XDG_CONFIG_HOME/opfs/config.toml`,
+//! Location (resolved by the CLI from the environment and passed to
+//! [`load`]): `$OPFS_CONFIG` if set, else `$XDG_CONFIG_HOME/opfs/config.toml`,
 //! else `~/.config/opfs/config.toml`. A missing file means "all defaults".
 //! The file is never read from inside a project: the agent can write the
 //! project, so nothing there may widen its own sandbox.
@@ -66,19 +67,6 @@ pub struct SandboxConfig {
     /// Give the sandbox the network by default.
     #[serde(default)]
     pub net: bool,
-}
-
-/// Where the configuration file is, from the environment (see the module
-/// documentation). `None` when no home directory is known either.
-pub fn config_path() -> Option<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(p) = var("OPFS_CONFIG") {
-        return Some(PathBuf::from(p));
-    }
-    if let Some(x) = var("XDG_CONFIG_HOME") {
-        return Some(PathBuf::from(x).join("opfs/config.toml"));
-    }
-    var("HOME").map(|h| PathBuf::from(h).join(".config/opfs/config.toml"))
 }
 
 /// Reads the configuration at `path`; a missing file gives the defaults.

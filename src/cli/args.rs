@@ -1,0 +1,220 @@
+//! The clap tree: global flags and one arguments struct per command.
+//!
+//! Each command's help is the doc comment on its [`Cmd`] variant; the
+//! structs carry only their fields' help.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Reversible workspaces for AI coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "opfs", version, about)]
+pub struct Cli {
+    /// Run as if started in PATH (a project, a mountpoint, or inside one).
+    #[arg(short = 'C', global = true, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Serve PROJECT at MOUNTPOINT, recording every change.
+    Mount(MountArgs),
+    /// Stop serving MOUNTPOINT, flushing everything.
+    Umount(UmountArgs),
+    /// Show mount state, open turn and store size.
+    Status,
+    /// Close the open turn and open the next; prints its number.
+    Turn(TurnArgs),
+    /// Without N: list rewind points. With N: restore the start of turn N.
+    Rewind(RewindArgs),
+    /// Run CMD in a sandbox with the project (through the mount) at its own path.
+    Run(RunArgs),
+    /// List the turns, newest first, with what each changed.
+    Log,
+    /// Show what turn N (or turns N..M) changed, as a patch git can apply.
+    Diff(DiffArgs),
+    /// Print PATH as it was when turn N began (`N:PATH`).
+    Show(ShowArgs),
+    /// Check the store against the index; exit 1 if anything is wrong.
+    Verify,
+    /// Apply retention: drop the oldest turns and the blobs only they use.
+    Gc(GcArgs),
+    /// Write the history as a shadow git repository (one commit per turn).
+    Export(ExportArgs),
+}
+
+// `opfs mount`.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// The project directory.
+    pub project: PathBuf,
+    /// An empty directory outside the project.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// fsync every record and blob (survives power loss; slower).
+    #[arg(long)]
+    pub sync: bool,
+    /// FUSE worker threads (default: half the CPUs, at least 1).
+    #[arg(long, default_value_t = opfs::daemon::default_threads())]
+    pub threads: usize,
+    /// Do not export each closed turn to the shadow git repository.
+    #[arg(long)]
+    pub no_export: bool,
+    /// Files of at least BYTES written in place save only the bytes
+    /// each write overwrites (docs/ranges.md); `off` saves whole files.
+    /// Default: $OPFS_RANGE_MIN, else 1048576.
+    #[arg(long, value_name = "BYTES|off", value_parser = parse_range_min)]
+    pub range_min: Option<u64>,
+    // A daemon started in the background (`opfs::daemon::spawn`) leaves
+    // the caller's session first thing.
+    #[arg(long = "setsid", hide = true)]
+    pub setsid: bool,
+}
+
+/// `--range-min`: a number of bytes, or `off`.
+fn parse_range_min(s: &str) -> Result<u64, String> {
+    opfs::daemon::parse_range_min(s).map_err(|e| e.to_string())
+}
+
+// `opfs umount`.
+#[derive(Debug, clap::Args)]
+pub struct UmountArgs {
+    /// The mountpoint.
+    pub mountpoint: PathBuf,
+}
+
+// `opfs turn`.
+#[derive(Debug, clap::Args)]
+pub struct TurnArgs {
+    /// A label for the new turn (e.g. the user's message).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// An external id for the new turn (e.g. the agent's message id).
+    #[arg(long)]
+    pub id: Option<String>,
+}
+
+// `opfs rewind`.
+#[derive(Debug, clap::Args)]
+pub struct RewindArgs {
+    /// The turn whose start to restore.
+    pub turn: Option<String>,
+    /// Select the turn by its external id instead.
+    #[arg(long, conflicts_with = "turn")]
+    pub id: Option<String>,
+    /// List every rewind point, not just the newest 10.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Restore paths even where they conflict.
+    #[arg(long)]
+    pub force: bool,
+}
+
+// `opfs run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// workspace-write (default), read-only, or danger-full-access (no sandbox).
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_enum,
+        default_value = "workspace-write"
+    )]
+    pub sandbox: SandboxMode,
+    /// Give the command the network.
+    #[arg(long)]
+    pub net: bool,
+    /// Make DIR writable inside too (repeatable).
+    #[arg(long, value_name = "DIR")]
+    pub writable: Vec<PathBuf>,
+    /// Open a turn with this label before the command starts.
+    #[arg(long, value_name = "LABEL")]
+    pub turn: Option<String>,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+// `--sandbox`: the names of `opfs::sandbox::Mode` (no doc comments here:
+// clap would list them in the help, which names the modes already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    WorkspaceWrite,
+    ReadOnly,
+    DangerFullAccess,
+}
+
+impl From<SandboxMode> for opfs::sandbox::Mode {
+    fn from(m: SandboxMode) -> Self {
+        match m {
+            SandboxMode::WorkspaceWrite => opfs::sandbox::Mode::WorkspaceWrite,
+            SandboxMode::ReadOnly => opfs::sandbox::Mode::ReadOnly,
+            SandboxMode::DangerFullAccess => opfs::sandbox::Mode::DangerFullAccess,
+        }
+    }
+}
+
+// `opfs diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// A turn N, or a range N..M (the start of N to the end of M).
+    pub range: String,
+    /// Show a summary of changed lines per path instead of the patch.
+    #[arg(long)]
+    pub stat: bool,
+    /// Show the status letter and path of each change instead.
+    #[arg(long, conflicts_with = "stat")]
+    pub name_status: bool,
+    /// Limit to these paths (relative to the project root).
+    pub paths: Vec<String>,
+}
+
+// `opfs show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// `N:PATH`.
+    pub spec: String,
+}
+
+// `opfs gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// Keep the newest N turns.
+    #[arg(long, value_name = "N", default_value_t = opfs::gc::DEFAULT_KEEP,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: u64,
+    /// Also drop old turns until the kept blobs take at most BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+    /// Report what would be removed and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+// `opfs export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The bare repository to write (default: export.git in the state dir).
+    #[arg(long, value_name = "DIR")]
+    pub git_dir: Option<PathBuf>,
+}

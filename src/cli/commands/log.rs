@@ -1,0 +1,71 @@
+//! `opfs log`: the turns, newest first, with what each changed.
+
+use std::io::Write;
+
+use opfs::history::{self, Opened};
+
+use crate::cli::error::CommandError;
+use crate::cli::output::{printable, rfc3339};
+use crate::cli::Ctx;
+
+pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
+    let project = ctx.project()?;
+    project.commit_pending()?;
+    let opened = Opened::open(project.state())?;
+    let entries = history::log(&opened.sources())?;
+    if ctx.format.is_json() {
+        let v: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "turn": e.turn,
+                    "kind": e.kind,
+                    "label": e.label,
+                    "external_id": e.external_id,
+                    "started_at": rfc3339(e.started_at),
+                    "ended_at": e.ended_at.map(rfc3339),
+                    "started_at_ns": e.started_at,
+                    "ended_at_ns": e.ended_at,
+                    "rewound_to": e.rewound_to,
+                    "added": e.added,
+                    "modified": e.modified,
+                    "deleted": e.deleted,
+                    "paths": e.paths,
+                    "bytes_stored": e.bytes_stored,
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Array(v))?;
+        return Ok(());
+    }
+    for e in &entries {
+        let kind = match e.rewound_to {
+            Some(r) => format!("{} to {r}", e.kind),
+            None => e.kind.to_string(),
+        };
+        writeln!(
+            out,
+            "turn {} ({kind}){}",
+            e.turn,
+            if e.ended_at.is_none() { " (open)" } else { "" }
+        )?;
+        if let Some(l) = &e.label {
+            writeln!(out, "    label:   {}", printable(l))?;
+        }
+        if let Some(id) = &e.external_id {
+            writeln!(out, "    id:      {}", printable(id))?;
+        }
+        writeln!(
+            out,
+            "    time:    {} .. {}",
+            rfc3339(e.started_at),
+            e.ended_at.map(rfc3339).unwrap_or_else(|| "now".into())
+        )?;
+        writeln!(
+            out,
+            "    changes: {} added, {} modified, {} deleted ({} paths recorded, {} bytes stored)",
+            e.added, e.modified, e.deleted, e.paths, e.bytes_stored
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! One file per command: each takes the context, its arguments and the
+//! output streams, and returns `Ok` (exit 0) or a [`CommandError`].
+
+use std::io::Write;
+
+use super::args::Cmd;
+use super::error::CommandError;
+use super::Ctx;
+
+mod diff;
+mod export;
+mod gc;
+mod log;
+mod mount;
+mod rewind;
+mod run;
+mod show;
+mod status;
+mod turn;
+mod umount;
+mod verify;
+
+/// Runs `cmd`; returns the exit code of a command that succeeded (`opfs
+/// run` passes on its command's).
+pub fn run(
+    ctx: &Ctx,
+    cmd: &Cmd,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<i32, CommandError> {
+    match cmd {
+        Cmd::Mount(a) => mount::run(ctx, a, out).map(|()| 0),
+        Cmd::Umount(a) => umount::run(ctx, a, out).map(|()| 0),
+        Cmd::Status => status::run(ctx, out).map(|()| 0),
+        Cmd::Turn(a) => turn::run(ctx, a, out).map(|()| 0),
+        Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Run(a) => run::run(ctx, a, err),
+        Cmd::Log => log::run(ctx, out).map(|()| 0),
+        Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
+        Cmd::Show(a) => show::run(ctx, a, out).map(|()| 0),
+        Cmd::Verify => verify::run(ctx, out).map(|()| 0),
+        Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
+        Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
+    }
+}

@@ -1,0 +1,243 @@
+//! The `opfs` command line: parses arguments, reads the environment (the
+//! only place that does), runs one command and maps its outcome to an exit
+//! code. Routing between the daemon and the state dir is in
+//! `opfs::control::client`, starting the daemon in `opfs::daemon`.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use opfs::control::Project;
+use opfs::state;
+use opfs::store::StateDir;
+
+mod args;
+mod commands;
+mod error;
+mod output;
+
+use args::{Cli, Cmd};
+use error::{CommandError, ErrorKind};
+use output::Format;
+
+/// What the commands read from the environment, read once in [`main`].
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The opfs home (`$OPFS_HOME`, else from `$XDG_DATA_HOME` / `$HOME`).
+    pub opfs_home: PathBuf,
+    /// `$HOME`.
+    pub home: Option<PathBuf>,
+    /// `$OPFS_RANGE_MIN`, as given.
+    pub range_min: Option<OsString>,
+    /// The FUSE tuning knobs (`OPFS_ATTR_TTL_MS` etc.).
+    pub tuning: opfs::daemon::FsTuning,
+    /// `$OPFS_BWRAP`.
+    pub bwrap: Option<PathBuf>,
+    /// What `opfs run` needs besides.
+    pub run: opfs::sandbox::RunEnv,
+    /// The configuration file (`$OPFS_CONFIG`, else from
+    /// `$XDG_CONFIG_HOME` / `$HOME`), if any can be named.
+    pub config: Option<PathBuf>,
+}
+
+impl Env {
+    fn read() -> Env {
+        let var = |k: &str| std::env::var_os(k);
+        let nonempty = |k: &str| var(k).filter(|v| !v.is_empty());
+        let config = nonempty("OPFS_CONFIG")
+            .map(PathBuf::from)
+            .or_else(|| {
+                nonempty("XDG_CONFIG_HOME").map(|x| PathBuf::from(x).join("opfs/config.toml"))
+            })
+            .or_else(|| {
+                nonempty("HOME").map(|h| PathBuf::from(h).join(".config/opfs/config.toml"))
+            });
+        Env {
+            opfs_home: state::home::resolve_home(
+                var("OPFS_HOME").as_deref(),
+                var("XDG_DATA_HOME").as_deref(),
+                var("HOME").as_deref(),
+            ),
+            home: var("HOME").map(PathBuf::from),
+            range_min: var("OPFS_RANGE_MIN"),
+            tuning: opfs::daemon::FsTuning::from_vars(|k| std::env::var(k).ok()),
+            bwrap: var("OPFS_BWRAP").map(PathBuf::from),
+            run: opfs::sandbox::RunEnv {
+                xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
+                ssh_auth_sock: var("SSH_AUTH_SOCK").map(PathBuf::from),
+                search_path: var("PATH"),
+            },
+            config,
+        }
+    }
+}
+
+/// What every command gets besides its own arguments.
+#[derive(Debug)]
+pub struct Ctx {
+    /// `-C`, if given.
+    pub dir: Option<PathBuf>,
+    /// `--json` or not.
+    pub format: Format,
+    /// How many `-v`.
+    pub verbose: u8,
+    /// The environment.
+    pub env: Env,
+}
+
+impl Ctx {
+    /// The root of all state.
+    pub fn home(&self) -> &Path {
+        &self.env.opfs_home
+    }
+
+    /// `-C`, else the current directory.
+    pub fn dir(&self) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
+    }
+
+    /// The state dir of the project `-C` (or the current directory) names.
+    ///
+    /// Errors: the directory does not exist, or no project or mountpoint
+    /// contains it.
+    pub fn project_state(&self) -> Result<StateDir, CommandError> {
+        let dir = self.dir();
+        if !dir.exists() && !is_enotconn(&dir) {
+            return Err(CommandError::failure(format!(
+                "-C {}: no such directory",
+                dir.display()
+            )));
+        }
+        state::resolve(self.home(), &dir).ok_or_else(|| {
+            CommandError::failure(format!(
+                "{} is not an opfs project or mountpoint (no state for it in {})",
+                state::absolute(&dir).display(),
+                self.home().display()
+            ))
+        })
+    }
+
+    /// The project `-C` (or the current directory) names.
+    pub fn project(&self) -> Result<Project, CommandError> {
+        Ok(Project::new(self.project_state()?))
+    }
+
+    /// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,
+    /// else the default. A bad value is bad usage, as it is for the option.
+    pub fn range_min(&self) -> Result<u64, CommandError> {
+        opfs::daemon::range_min_from(self.env.range_min.as_deref())
+            .map_err(|e| CommandError::usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
+    }
+}
+
+fn is_enotconn(p: &Path) -> bool {
+    matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// Runs the command line; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return refused(&e),
+    };
+    // A daemon started in the background leaves the caller's session
+    // before anything else.
+    let detached = match &cli.command {
+        Cmd::Mount(m) if m.setsid => Some(opfs::daemon::spawn::detach_session()),
+        _ => None,
+    };
+    let daemon = matches!(&cli.command, Cmd::Mount(m) if m.foreground);
+    let level = match (cli.verbose, daemon) {
+        (0, false) => log::LevelFilter::Warn,
+        (0, true) | (1, _) => log::LevelFilter::Info,
+        (2, _) => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    env_logger::Builder::new()
+        .filter_level(level)
+        .format_timestamp_millis()
+        .init();
+    if let Some(Err(e)) = detached {
+        log::warn!("cannot start a new session: {e}");
+    }
+    let ctx = Ctx {
+        dir: cli.dir.clone(),
+        format: if cli.json {
+            Format::Json
+        } else {
+            Format::Human
+        },
+        verbose: cli.verbose,
+        env: Env::read(),
+    };
+    let mut out = io::stdout().lock();
+    let mut err = io::stderr();
+    let result = commands::run(&ctx, &cli.command, &mut out, &mut err);
+    let flushed = out.flush().map_err(CommandError::from);
+    match result.and_then(|code| flushed.map(|()| code)) {
+        Ok(code) => code,
+        Err(e) => {
+            if e.kind == ErrorKind::BrokenPipe {
+                return 0;
+            }
+            if let Some(message) = &e.message {
+                if ctx.format.is_json() {
+                    // Best effort: stdout may be what failed.
+                    if print_json_error(&mut out, &e, message).is_err() {
+                        log::debug!("cannot print the JSON error");
+                    }
+                    if out.flush().is_err() {
+                        log::debug!("cannot flush stdout");
+                    }
+                }
+                eprintln!("opfs: {message}");
+            }
+            e.exit_code()
+        }
+    }
+}
+
+/// clap refused the arguments (or printed help or the version).
+fn refused(e: &clap::Error) -> i32 {
+    // With stdout or stderr gone there is no one left to tell.
+    e.print().ok();
+    match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+        _ => {
+            if json_requested(std::env::args_os()) {
+                let first = e.to_string();
+                let first = first.lines().next().unwrap_or("bad usage");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                let err = CommandError::usage(first);
+                if print_json_error(&mut io::stdout().lock(), &err, first).is_err() {
+                    log::debug!("cannot print the JSON error");
+                }
+            }
+            2
+        }
+    }
+}
+
+/// Whether `--json` appears among the arguments before a `--` (after it,
+/// the arguments belong to `opfs run`'s command). Used only when clap
+/// refused the arguments, so the parsed flag is not available.
+fn json_requested(args: impl Iterator<Item = OsString>) -> bool {
+    args.skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// With `--json`, a failed command still prints one JSON value on stdout:
+/// `{"error": {"code": 1|2|3, "kind": "failure"|"usage", "message": "..."}}`
+/// (the same message also goes to stderr).
+fn print_json_error(out: &mut dyn Write, e: &CommandError, message: &str) -> io::Result<()> {
+    let code = e.exit_code();
+    let kind = if code == 2 { "usage" } else { "failure" };
+    let v = serde_json::json!({
+        "error": { "code": code, "kind": kind, "message": message }
+    });
+    writeln!(out, "{v}")
+}

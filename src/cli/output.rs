@@ -1,0 +1,66 @@
+//! Output helpers shared by the commands: the format, times, and text made
+//! safe for a terminal.
+
+use std::time::Duration;
+
+/// What the commands print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// For people.
+    Human,
+    /// One JSON value (`--json`).
+    Json,
+}
+
+impl Format {
+    /// True for [`Format::Json`].
+    pub fn is_json(self) -> bool {
+        self == Format::Json
+    }
+}
+
+/// Nanoseconds since the epoch as RFC 3339, in seconds, UTC.
+pub fn rfc3339(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `text` (a label or an external id) for a terminal: control characters
+/// are escaped (`\n`, `\r`, `\t`, `\x1b`; `\u{9b}` beyond ASCII), so a
+/// label cannot split a row or send escape sequences. JSON output keeps the
+/// text exact.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && c.is_ascii() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            printable("a\nb\tc\x1b[1m\u{9b}"),
+            "a\\nb\\tc\\x1b[1m\\u{9b}"
+        );
+    }
+
+    #[test]
+    fn times_are_utc_seconds() {
+        assert_eq!(rfc3339(1_500_000_000_123), "1970-01-01T00:25:00Z");
+        assert_eq!(rfc3339(-5), "1970-01-01T00:00:00Z");
+    }
+}

@@ -1,0 +1,330 @@
+//! The one client of a project: each operation goes to the daemon if one
+//! answers, else runs directly on the state dir under its [`StateLock`].
+//!
+//! [`Project`] is what the CLI and `opfs run` use for `status`, `turn`,
+//! `rewind` and making pending captures visible; nothing else decides
+//! between the daemon and direct access.
+
+use std::io::{self, BufReader};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::protocol::{self, FailureKind, Request, Response, Status};
+use super::server;
+use crate::capture::{Journal, NewTurn, OpenError};
+use crate::record::TurnKind;
+use crate::rewind::{self, RewindError};
+use crate::state::lock::StateLock;
+use crate::store::Index;
+use crate::store::StateDir;
+
+/// How long a status waits for a daemon that died mid-request to release
+/// the state lock before it reads the state dir itself.
+const DYING_DAEMON_WAIT: Duration = Duration::from_secs(5);
+
+/// Why a [`Project`] operation failed. [`ClientError::kind`] says whether
+/// the request itself was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The daemon answered with an error.
+    #[error("{message}")]
+    Refused {
+        /// Usage or failure, as the daemon classified it.
+        kind: FailureKind,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The daemon took the request but died before answering; running it
+    /// again directly could repeat half of it.
+    #[error(
+        "the daemon for {project} died while handling the request ({source}); \
+         run `opfs mount` again: it cleans up the dead mount and finishes \
+         an interrupted rewind (see {log})"
+    )]
+    DaemonDied {
+        /// The project.
+        project: PathBuf,
+        /// The daemon's log file.
+        log: PathBuf,
+        /// How the connection ended.
+        source: io::Error,
+    },
+    /// A daemon holds the state lock but its socket does not answer.
+    #[error("the daemon for {project} does not answer on {socket}: {source}")]
+    NoAnswer {
+        /// The project.
+        project: PathBuf,
+        /// The control socket.
+        socket: PathBuf,
+        /// Why connecting or asking failed.
+        source: io::Error,
+    },
+    /// The daemon answered with something that does not fit the request.
+    #[error("unexpected answer from the daemon: {0:?}")]
+    Unexpected(Box<Response>),
+    /// The state lock could not be taken (an I/O error, not contention).
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A daemon (or another command) holds the state lock, but no daemon
+    /// answered.
+    #[error("{} is busy: a daemon holds its lock", .0.display())]
+    Busy(PathBuf),
+    /// Opening the journal directly failed.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The direct operation failed; the message names the path or turn.
+    #[error("{0}")]
+    Direct(String),
+    /// A direct rewind failed.
+    #[error(transparent)]
+    Rewind(#[from] RewindError),
+}
+
+impl ClientError {
+    /// Usage for a request that names what does not exist (an unknown or
+    /// dropped turn), else failure.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ClientError::Refused { kind, .. } => *kind,
+            ClientError::Rewind(
+                RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. },
+            ) => FailureKind::Usage,
+            _ => FailureKind::Failure,
+        }
+    }
+
+    /// The error for an answer that does not fit: the daemon's own error
+    /// as such, anything else as [`ClientError::Unexpected`].
+    fn from_answer(r: Response) -> ClientError {
+        match r {
+            Response::Error { kind, message } => ClientError::Refused { kind, message },
+            other => ClientError::Unexpected(Box::new(other)),
+        }
+    }
+}
+
+/// One project, reached through its daemon when one runs.
+#[derive(Debug, Clone)]
+pub struct Project {
+    state: StateDir,
+}
+
+impl Project {
+    /// The project whose state dir is `state` (it need not exist yet).
+    pub fn new(state: StateDir) -> Project {
+        Project { state }
+    }
+
+    /// The project's state dir.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// The mount state, open turn and store size.
+    ///
+    /// Errors: a daemon that does not answer, or the state dir cannot be
+    /// opened directly.
+    pub fn status(&self) -> Result<Status, ClientError> {
+        match self.ask(&Request::Status)? {
+            Some(Response::Status(s)) => Ok(s),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => {
+                let (journal, _lock) = self.open_direct()?;
+                Ok(server::status_of(&journal, None, None))
+            }
+        }
+    }
+
+    /// Closes the open turn and opens the next (kind agent) with `label`
+    /// and the external `id`; returns its number. Durable when this
+    /// returns.
+    ///
+    /// Errors: the daemon refused or does not answer, or the direct
+    /// operation failed.
+    pub fn turn(&self, label: Option<&str>, id: Option<&str>) -> Result<u64, ClientError> {
+        let req = Request::Turn {
+            label: label.map(String::from),
+            id: id.map(String::from),
+        };
+        match self.ask(&req)? {
+            Some(Response::Turn { turn }) => Ok(turn),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => {
+                let (journal, _lock) = self.open_direct()?;
+                journal
+                    .next_turn(NewTurn {
+                        kind: TurnKind::Agent,
+                        label,
+                        external_id: id,
+                        rewound_to: None,
+                    })
+                    .map_err(|e| ClientError::Direct(e.to_string()))
+            }
+        }
+    }
+
+    /// Rewinds to the start of turn `to` (only plans with `dry_run`;
+    /// `force` restores paths changed behind the mount's back too).
+    /// Returns the rewind report as JSON (`docs/cli.md`).
+    ///
+    /// Errors: an unknown or dropped turn (usage), the daemon refused or
+    /// does not answer, or the rewind failed.
+    pub fn rewind(
+        &self,
+        to: u64,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<serde_json::Value, ClientError> {
+        let req = Request::Rewind { to, dry_run, force };
+        match self.ask(&req)? {
+            Some(Response::Rewind(v)) => Ok(v),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => {
+                let (journal, _lock) = self.open_direct()?;
+                let report = rewind::rewind(&journal, to, dry_run, force)?;
+                serde_json::to_value(&report).map_err(|e| ClientError::Direct(e.to_string()))
+            }
+        }
+    }
+
+    /// Makes every capture so far visible to the index readers (history,
+    /// export, verify): a running daemon commits the records pending in its
+    /// capture log; with none running, records a crash left there are moved
+    /// into the index (under the state lock, as a mount would). A state dir
+    /// that does not exist has nothing pending.
+    ///
+    /// Errors: the daemon failed to commit or does not answer, or the
+    /// capture log cannot be replayed.
+    pub fn commit_pending(&self) -> Result<(), ClientError> {
+        let st = &self.state;
+        if !st.exists() {
+            return Ok(());
+        }
+        match self.ask(&Request::Commit)? {
+            Some(Response::Committed) => return Ok(()),
+            Some(Response::Error { message, .. }) => {
+                return Err(ClientError::Refused {
+                    kind: FailureKind::Failure,
+                    message,
+                })
+            }
+            Some(other) => return Err(ClientError::Unexpected(Box::new(other))),
+            None => {}
+        }
+        let log = st.capture_log_path();
+        if std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        let Some(_lock) = self.try_lock()? else {
+            return Ok(()); // a daemon started meanwhile; it replays the log
+        };
+        let mut index =
+            Index::open(&st.index_path(), false).map_err(|e| ClientError::Direct(e.to_string()))?;
+        crate::store::replay_capture_log(&mut index, &log, false)
+            .map(drop)
+            .map_err(|e| ClientError::Direct(e.to_string()))
+    }
+
+    /// Asks the running daemon; `None` when no daemon runs for this project.
+    fn ask(&self, req: &Request) -> Result<Option<Response>, ClientError> {
+        let st = &self.state;
+        match request(&st.socket_path(), req) {
+            Ok(r) => Ok(Some(r)),
+            // Connected and sent, but no answer: the daemon died while
+            // handling the request. Running it again directly could repeat
+            // half of it; the next `opfs mount` finishes an interrupted
+            // rewind instead. A status needs no answer from a dying daemon:
+            // once it is gone the state dir answers.
+            Err(e)
+                if is_cut_off(&e)
+                    && matches!(req, Request::Status)
+                    && wait_for(DYING_DAEMON_WAIT, || !StateLock::is_held(st)) =>
+            {
+                Ok(None)
+            }
+            Err(source) if is_cut_off(&source) => Err(ClientError::DaemonDied {
+                project: st.project.clone(),
+                log: st.log_path(),
+                source,
+            }),
+            Err(source) => {
+                if StateLock::is_held(st) {
+                    Err(ClientError::NoAnswer {
+                        project: st.project.clone(),
+                        socket: st.socket_path(),
+                        source,
+                    })
+                } else {
+                    Ok(None)
+                }
+            }
+        }
+    }
+
+    fn try_lock(&self) -> Result<Option<StateLock>, ClientError> {
+        StateLock::try_acquire(&self.state).map_err(|source| ClientError::Lock {
+            path: self.state.lock_path(),
+            source,
+        })
+    }
+
+    /// The journal opened on the state dir, with the lock held.
+    fn open_direct(&self) -> Result<(Journal, StateLock), ClientError> {
+        let lock = self
+            .try_lock()?
+            .ok_or_else(|| ClientError::Busy(self.state.dir.clone()))?;
+        let journal = Journal::open(&self.state, false)?;
+        Ok((journal, lock))
+    }
+}
+
+/// Asks the daemon serving `state`, if one runs, to commit the records
+/// pending in its capture log. Without a daemon nothing is pending that a
+/// reader could race with, so errors (no socket) are ignored. This is the
+/// `commit` seam the history readers are given.
+pub fn commit_through_daemon(state: &StateDir) {
+    let _ = request(&state.socket_path(), &Request::Commit);
+}
+
+fn is_cut_off(e: &io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+}
+
+/// Sends one request to the daemon whose socket is `socket` and waits for
+/// the answer.
+///
+/// Errors: the socket is missing or refuses (no daemon), or the daemon
+/// closed the connection without answering (`UnexpectedEof`).
+pub fn request(socket: &Path, req: &Request) -> io::Result<Response> {
+    let mut conn = UnixStream::connect(socket)?;
+    protocol::write_message(&mut conn, req)?;
+    let mut reader = BufReader::new(conn);
+    let mut line = String::new();
+    if !protocol::read_line(&mut reader, &mut line)? {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection without answering",
+        ));
+    }
+    serde_json::from_str(&line).map_err(io::Error::other)
+}
+
+/// Waits until `cond` holds, checking every 20 ms, for at most `limit`;
+/// returns whether it held.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}

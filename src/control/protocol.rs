@@ -1,0 +1,119 @@
+//! The control protocol: one JSON object per line in each direction over
+//! the daemon's `control.sock`, a [`Request`] from the client and one
+//! [`Response`] from the daemon.
+
+use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// A request to the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Report mount state.
+    Status,
+    /// Close the open turn and open the next.
+    Turn {
+        /// Label of the new turn.
+        label: Option<String>,
+        /// External id of the new turn.
+        id: Option<String>,
+    },
+    /// Rewind to the start of a turn.
+    Rewind {
+        /// The turn.
+        to: u64,
+        /// Plan only.
+        dry_run: bool,
+        /// Restore paths changed behind the mount's back too.
+        #[serde(default)]
+        force: bool,
+    },
+    /// Unmount and exit.
+    Unmount,
+    /// Commit the capture records pending in the capture log to the index,
+    /// so a reader in another process (history, export) sees every capture
+    /// made so far. Answered with [`Response::Committed`].
+    Commit,
+}
+
+/// How a failed request failed.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The request was wrong (bad turn number...): exit code 2.
+    Usage,
+    /// The operation failed: exit code 1.
+    Failure,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    /// Status.
+    Status(Status),
+    /// A new turn was opened.
+    Turn {
+        /// Its number.
+        turn: u64,
+    },
+    /// A rewind ran (or was planned).
+    Rewind(serde_json::Value),
+    /// The daemon is unmounting.
+    Unmounting,
+    /// The pending capture records are in the index.
+    Committed,
+    /// The request failed.
+    Error {
+        /// Usage or failure.
+        kind: FailureKind,
+        /// What went wrong, naming the path or turn.
+        message: String,
+    },
+}
+
+/// What `opfs status` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// True while a daemon serves the project.
+    pub mounted: bool,
+    /// The mountpoint, if mounted.
+    pub mountpoint: Option<PathBuf>,
+    /// The project directory.
+    pub project: PathBuf,
+    /// The state dir.
+    pub state_dir: PathBuf,
+    /// The open turn.
+    pub turn: u64,
+    /// Bytes of blobs referenced by the index.
+    pub store_bytes: u64,
+    /// Number of pre-image records.
+    pub records: u64,
+    /// The daemon's pid, if mounted.
+    pub pid: Option<u32>,
+    /// What the daemon recovered at start (an interrupted rewind), if anything.
+    pub recovered: Option<String>,
+    /// True when the project directory was deleted while mounted: every
+    /// mutation through the mount fails (`ENOENT`) and rewinds are refused.
+    #[serde(default)]
+    pub project_deleted: bool,
+}
+
+/// Writes `msg` as one line of JSON.
+///
+/// Errors: the write fails (the peer went away).
+pub fn write_message<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    let mut out = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    out.push(b'\n');
+    w.write_all(&out)
+}
+
+/// Reads one line into `line` (cleared first); `Ok(false)` at end of file.
+///
+/// Errors: the read fails.
+pub fn read_line(r: &mut impl BufRead, line: &mut String) -> io::Result<bool> {
+    line.clear();
+    Ok(r.read_line(line)? > 0)
+}

@@ -1,0 +1,208 @@
+//! The daemon's side of the control socket: answers each [`Request`] on
+//! the journal and the mount it serves.
+
+use std::io::{self, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::protocol::{self, FailureKind, Request, Response, Status};
+use crate::capture::{Journal, NewTurn};
+use crate::record::TurnKind;
+use crate::rewind::{self, RewindError, RewindReport};
+
+/// Builds the status of `journal`.
+pub fn status_of(
+    journal: &Journal,
+    mountpoint: Option<&Path>,
+    recovered: Option<String>,
+) -> Status {
+    let (records, store_bytes) = journal.with_index(|ix| ix.totals()).unwrap_or((0, 0));
+    Status {
+        mounted: mountpoint.is_some(),
+        mountpoint: mountpoint.map(Path::to_path_buf),
+        project: journal.project().to_path_buf(),
+        state_dir: journal.state().dir.clone(),
+        turn: journal.open_turn(),
+        store_bytes,
+        records,
+        pid: mountpoint.map(|_| std::process::id()),
+        recovered,
+        project_deleted: journal.backing().is_deleted(),
+    }
+}
+
+/// What the control server needs from the mount.
+pub trait MountOps: Send + Sync + 'static {
+    /// Blocks new mutations and waits for in-flight ones; released on drop.
+    fn quiesce(&self) -> Box<dyn std::any::Any>;
+    /// Drops the kernel's caches for these paths (called without the guard).
+    fn invalidate(&self, paths: &[Vec<u8>]);
+    /// Unmounts, which ends the daemon.
+    fn unmount(&self) -> io::Result<()>;
+    /// Called after a request closed one or more turns (a new turn, a
+    /// rewind); must return at once (the background export hangs here).
+    fn turns_closed(&self) {}
+}
+
+/// Runs a rewind with the mount quiesced and invalidates the kernel's caches
+/// for every path it wrote.
+pub fn rewind_mounted(
+    journal: &Journal,
+    mount: Option<&dyn MountOps>,
+    to: u64,
+    dry_run: bool,
+    force: bool,
+) -> Result<RewindReport, RewindError> {
+    let guard = mount.map(|m| m.quiesce());
+    let report = rewind::rewind(journal, to, dry_run, force);
+    drop(guard);
+    if let (Some(m), Ok(r)) = (mount, &report) {
+        let mut paths = r.touched.clone();
+        for p in &r.touched {
+            if let Some((parent, _)) = crate::paths::split(p) {
+                paths.push(parent.to_vec());
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        m.invalidate(&paths);
+    }
+    report
+}
+
+/// Handles one request.
+pub fn handle(
+    journal: &Journal,
+    mount: &dyn MountOps,
+    mountpoint: &Path,
+    recovered: &Option<String>,
+    req: Request,
+) -> Response {
+    match req {
+        Request::Commit => match journal.apply_pending() {
+            Ok(()) => Response::Committed,
+            Err(e) => Response::Error {
+                kind: FailureKind::Failure,
+                message: e.to_string(),
+            },
+        },
+        Request::Status => {
+            Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
+        }
+        Request::Turn { label, id } => {
+            let guard = mount.quiesce();
+            let r = journal.next_turn(NewTurn {
+                kind: TurnKind::Agent,
+                label: label.as_deref(),
+                external_id: id.as_deref(),
+                rewound_to: None,
+            });
+            drop(guard);
+            if r.is_ok() {
+                mount.turns_closed();
+            }
+            match r {
+                Ok(turn) => Response::Turn { turn },
+                Err(e) => Response::Error {
+                    kind: FailureKind::Failure,
+                    message: e.to_string(),
+                },
+            }
+        }
+        Request::Rewind { to, dry_run, force } => {
+            let result = rewind_mounted(journal, Some(mount), to, dry_run, force);
+            if result.is_ok() && !dry_run {
+                mount.turns_closed();
+            }
+            match result {
+                Ok(report) => match serde_json::to_value(&report) {
+                    Ok(v) => Response::Rewind(v),
+                    Err(e) => Response::Error {
+                        kind: FailureKind::Failure,
+                        message: e.to_string(),
+                    },
+                },
+                Err(e @ (RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. })) => {
+                    Response::Error {
+                        kind: FailureKind::Usage,
+                        message: e.to_string(),
+                    }
+                }
+                Err(e) => Response::Error {
+                    kind: FailureKind::Failure,
+                    message: e.to_string(),
+                },
+            }
+        }
+        Request::Unmount => match mount.unmount() {
+            Ok(()) => Response::Unmounting,
+            Err(e) => Response::Error {
+                kind: FailureKind::Failure,
+                message: format!("cannot unmount {}: {e}", mountpoint.display()),
+            },
+        },
+    }
+}
+
+/// Binds the control socket (replacing a stale one) with mode 0600.
+pub fn bind(socket: &Path) -> io::Result<UnixListener> {
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(socket)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves requests on `listener` until the process ends, one thread per
+/// connection.
+pub fn serve(
+    listener: UnixListener,
+    journal: Arc<Journal>,
+    mount: Arc<dyn MountOps>,
+    mountpoint: PathBuf,
+    recovered: Option<String>,
+) {
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let journal = journal.clone();
+        let mount = mount.clone();
+        let mountpoint = mountpoint.clone();
+        let recovered = recovered.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = serve_one(conn, &journal, mount.as_ref(), &mountpoint, &recovered) {
+                log::warn!("control connection: {e}");
+            }
+        });
+    }
+}
+
+fn serve_one(
+    conn: UnixStream,
+    journal: &Journal,
+    mount: &dyn MountOps,
+    mountpoint: &Path,
+    recovered: &Option<String>,
+) -> io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut writer = conn;
+    let mut line = String::new();
+    while protocol::read_line(&mut reader, &mut line)? {
+        let resp = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => {
+                log::info!("control request: {req:?}");
+                handle(journal, mount, mountpoint, recovered, req)
+            }
+            Err(e) => Response::Error {
+                kind: FailureKind::Usage,
+                message: format!("malformed request: {e}"),
+            },
+        };
+        protocol::write_message(&mut writer, &resp)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Checking a mount request before anything is mounted: both paths, their
+//! relation, what is already mounted, and whether the project is served.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::capture::OpenError;
+use crate::state::lock::StateLock;
+use crate::state::{self, mountinfo, registry};
+use crate::store::StateDir;
+
+/// Why a mount was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The project directory does not exist.
+    #[error("project {0} does not exist")]
+    ProjectMissing(PathBuf),
+    /// The project path is not a directory.
+    #[error("project {0} is not a directory")]
+    ProjectNotDir(PathBuf),
+    /// The mountpoint does not exist.
+    #[error("mountpoint {0} does not exist (create an empty directory first)")]
+    MountpointMissing(PathBuf),
+    /// The mountpoint is not a directory.
+    #[error("mountpoint {0} is not a directory")]
+    MountpointNotDir(PathBuf),
+    /// The mountpoint has entries (the mount would hide them).
+    #[error(
+        "mountpoint {0} is not empty: the mount would hide what is in it; use an empty directory"
+    )]
+    MountpointNotEmpty(PathBuf),
+    /// The project is served by opfs itself (it is, or lies inside, an opfs
+    /// mountpoint): its history would be kept under the wrong name.
+    #[error("project {project} is inside the opfs mountpoint {mountpoint}; mount the real project directory instead")]
+    ProjectIsAMount {
+        /// The project given.
+        project: PathBuf,
+        /// The opfs mountpoint it lies in.
+        mountpoint: PathBuf,
+    },
+    /// The mountpoint lies inside the project (or is the project).
+    #[error(
+        "mountpoint {mountpoint} is inside the project {project}; choose a directory outside it"
+    )]
+    MountpointInsideProject {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// The project lies inside the mountpoint: mounting would hide it.
+    #[error("project {project} is inside the mountpoint {mountpoint}")]
+    ProjectInsideMountpoint {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// Something is already mounted at the mountpoint.
+    #[error("mountpoint {0} is busy: something is already mounted there")]
+    MountpointBusy(PathBuf),
+    /// A daemon already serves this project.
+    #[error("project {project} is already mounted{}", at.as_ref().map(|m| format!(" at {}", m.display())).unwrap_or_default())]
+    AlreadyMounted {
+        /// The project.
+        project: PathBuf,
+        /// Where, if known.
+        at: Option<PathBuf>,
+    },
+    /// The state dir would be inside the project (zero intrusion, design §2.7).
+    #[error("state dir {state} is inside the project {project}; set OPFS_HOME to a directory outside it")]
+    StateInsideProject {
+        /// The state dir.
+        state: PathBuf,
+        /// The project.
+        project: PathBuf,
+    },
+    /// Opening the journal failed.
+    #[error(transparent)]
+    Journal(#[from] OpenError),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        what: String,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+/// The checked arguments of a mount.
+#[derive(Debug, Clone)]
+pub struct MountPlan {
+    /// The project's state dir (its `project` field is canonical).
+    pub state: StateDir,
+    /// The canonical mountpoint.
+    pub mountpoint: PathBuf,
+}
+
+fn canonical_dir(
+    path: &Path,
+    missing: fn(PathBuf) -> MountError,
+    not_dir: fn(PathBuf) -> MountError,
+) -> Result<PathBuf, MountError> {
+    let c = std::fs::canonicalize(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            missing(path.to_path_buf())
+        } else {
+            MountError::Io {
+                what: format!("cannot resolve {}", path.display()),
+                source: e,
+            }
+        }
+    })?;
+    if !c.is_dir() {
+        return Err(not_dir(path.to_path_buf()));
+    }
+    Ok(c)
+}
+
+/// Checks a mount request: both paths exist and are directories, neither
+/// contains the other, nothing is mounted at the mountpoint, the project is
+/// not already served, and the state dir is outside the project.
+///
+/// A stale opfs mount left by a killed daemon (the mountpoint answers
+/// `ENOTCONN`) is cleaned up with `fusermount3 -uz` instead of refused.
+pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan, MountError> {
+    let project = canonical_dir(
+        project,
+        MountError::ProjectMissing,
+        MountError::ProjectNotDir,
+    )?;
+    if is_dead_mount(mountpoint) {
+        let abs = state::absolute(mountpoint);
+        log::warn!("cleaning up a stale mount at {}", abs.display());
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&abs)
+            .status();
+    }
+    let mountpoint = canonical_dir(
+        mountpoint,
+        MountError::MountpointMissing,
+        MountError::MountpointNotDir,
+    )?;
+    if mountpoint.starts_with(&project) {
+        return Err(MountError::MountpointInsideProject {
+            mountpoint,
+            project,
+        });
+    }
+    if project.starts_with(&mountpoint) {
+        return Err(MountError::ProjectInsideMountpoint {
+            mountpoint,
+            project,
+        });
+    }
+    if mountinfo::is_mount_point(&mountpoint) {
+        return Err(MountError::MountpointBusy(mountpoint));
+    }
+    if let Some(mp) = mountinfo::opfs_mountpoints()
+        .into_iter()
+        .find(|m| project.starts_with(m))
+    {
+        return Err(MountError::ProjectIsAMount {
+            project,
+            mountpoint: mp,
+        });
+    }
+    if std::fs::read_dir(&mountpoint).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(MountError::MountpointNotEmpty(mountpoint));
+    }
+    let home_abs = state::absolute(home);
+    if home_abs.starts_with(&project) {
+        return Err(MountError::StateInsideProject {
+            state: home_abs,
+            project,
+        });
+    }
+    let state = StateDir::for_project(&home_abs, &project);
+    if StateLock::is_held(&state) {
+        return Err(MountError::AlreadyMounted {
+            at: registry::recorded_mountpoint(&state),
+            project,
+        });
+    }
+    Ok(MountPlan { state, mountpoint })
+}
+
+/// True when `path` is a FUSE mount whose daemon is gone (`ENOTCONN`, or
+/// `ECONNABORTED`, which some kernels return for a connection whose daemon
+/// died).
+///
+/// `stat` alone is not enough: for up to the attribute timeout after the
+/// daemon died the kernel answers `stat` of the mount's root from its cache,
+/// so the dead mount looks alive and a remount right after a crash would be
+/// refused as busy. `statfs` always asks the daemon, so it sees the dead
+/// connection at once.
+fn is_dead_mount(path: &Path) -> bool {
+    if let Err(e) = std::fs::metadata(path) {
+        return is_dead_errno(&e);
+    }
+    match rustix::fs::statfs(path) {
+        Ok(_) => false,
+        Err(e) => is_dead_errno(&e.into()),
+    }
+}
+
+fn is_dead_errno(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+}

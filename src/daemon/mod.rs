@@ -1,0 +1,347 @@
+//! `opfs mount`: the daemon's life, from checking the request to serving
+//! the mount, and stopping it.
+//!
+//! - [`check`]: the mount request is checked before anything happens;
+//! - [`run`]: serves one project at one mountpoint in this process;
+//! - [`spawn`]: starts [`run`] in the background and waits until it is ready;
+//! - [`stop`]: asks a running daemon to unmount and waits for it.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::capture::Journal;
+use crate::control::client::{self, wait_for};
+use crate::control::server::{self, MountOps};
+use crate::control::{Request, Response};
+use crate::rewind;
+use crate::state::lock::StateLock;
+use crate::state::{mountinfo, registry};
+use crate::store::StateDir;
+
+mod check;
+mod options;
+pub mod signals;
+pub mod spawn;
+
+pub use check::{check, MountError, MountPlan};
+pub use options::{
+    default_threads, parse_range_min, range_min_from, BadRangeMin, DaemonOptions, FsTuning,
+};
+
+/// How long a captured record may wait in the capture log before the
+/// daemon commits it to the index (when fewer than
+/// [`crate::capture::GROUP_MAX`] are pending).
+pub const GROUP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The served mount as the control server sees it.
+struct Served {
+    controller: opfs_fs::Controller,
+    /// Wakes the background exporter, when there is one.
+    exporter: Option<crossbeam_channel::Sender<()>>,
+}
+
+impl MountOps for Served {
+    fn quiesce(&self) -> Box<dyn std::any::Any> {
+        Box::new(self.controller.quiesce())
+    }
+
+    fn invalidate(&self, paths: &[Vec<u8>]) {
+        self.controller.invalidate(paths)
+    }
+
+    fn unmount(&self) -> io::Result<()> {
+        self.controller.unmount_if_idle()
+    }
+
+    fn turns_closed(&self) {
+        if let Some(tx) = &self.exporter {
+            // Full means an export is already queued; it will see this turn.
+            let _ = tx.try_send(());
+        }
+    }
+}
+
+fn io_err(what: String) -> impl FnOnce(io::Error) -> MountError {
+    move |source| MountError::Io { what, source }
+}
+
+/// Runs the daemon in this process until the mount is unmounted (by
+/// `opfs umount`, `fusermount3 -u`, SIGTERM or SIGINT).
+///
+/// `ready` is called once the mount is visible and the control socket
+/// answers. Before mounting, an interrupted rewind is finished (and logged).
+///
+/// Errors: the state dir cannot be created or locked (another daemon holds
+/// it: [`MountError::AlreadyMounted`]), the journal cannot be opened, the
+/// mount, registration, socket or signal handlers fail, or serving fails.
+pub fn run(
+    home: &Path,
+    plan: &MountPlan,
+    opts: &DaemonOptions,
+    ready: impl FnOnce(),
+) -> Result<(), MountError> {
+    let state = &plan.state;
+    let _lock = lock_state(state)?;
+    let journal = open_journal(state, opts)?;
+    let recovered = recover(&journal);
+    let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
+    let mount = opfs_fs::mount(
+        &state.project,
+        &plan.mountpoint,
+        hook,
+        &fs_options(plan, opts),
+    )
+    .map_err(io_err(format!(
+        "cannot mount {} at {}",
+        state.project.display(),
+        plan.mountpoint.display()
+    )))?;
+    let exporter = opts.export.then(|| start_exporter(state, &journal));
+    let ops: Arc<dyn MountOps> = Arc::new(Served {
+        controller: mount.controller(),
+        exporter,
+    });
+    registry::register_mount(home, state, &plan.mountpoint).map_err(io_err(format!(
+        "cannot register the mount in {}",
+        home.display()
+    )))?;
+    start_control(plan, &journal, ops, recovered)?;
+    signals::unmount_on_signals(mount.controller())
+        .map_err(io_err("cannot install signal handlers".into()))?;
+    let committer = Committer::start(&journal);
+    ready();
+    log::info!(
+        "serving {} at {} (turn {})",
+        state.project.display(),
+        plan.mountpoint.display(),
+        journal.open_turn()
+    );
+    let result = mount.run();
+    committer.stop();
+    shut_down(home, plan, &journal);
+    result.map_err(io_err(format!(
+        "serving {} failed",
+        plan.mountpoint.display()
+    )))
+}
+
+/// Creates the state dir and takes its lock for the daemon's life.
+fn lock_state(state: &StateDir) -> Result<StateLock, MountError> {
+    state.create().map_err(io_err(format!(
+        "cannot create state dir {}",
+        state.dir.display()
+    )))?;
+    StateLock::try_acquire(state)
+        .map_err(io_err(format!(
+            "cannot lock {}",
+            state.lock_path().display()
+        )))?
+        .ok_or_else(|| MountError::AlreadyMounted {
+            project: state.project.clone(),
+            at: registry::recorded_mountpoint(state),
+        })
+}
+
+fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, MountError> {
+    let mut journal = Journal::open(state, opts.sync)?;
+    journal.set_range_min(opts.range_min);
+    Ok(Arc::new(journal))
+}
+
+/// Finishes an interrupted rewind (or closes its turn); returns what was
+/// recovered, for `opfs status`.
+fn recover(journal: &Journal) -> Option<String> {
+    match rewind::resume(journal) {
+        Ok(Some(r)) => {
+            let msg = format!(
+                "finished an interrupted rewind to turn {} (recorded as turn {}): {} paths restored, {} left unrestored",
+                r.rewound_to,
+                r.turn.unwrap_or(0),
+                r.restored.len(),
+                r.conflicts.len()
+            );
+            log::warn!("{msg}");
+            Some(msg)
+        }
+        Ok(None) => match rewind::close_interrupted_rewind_turn(journal) {
+            Ok(msg) => {
+                if let Some(m) = &msg {
+                    log::warn!("{m}");
+                }
+                msg
+            }
+            Err(e) => {
+                log::error!("cannot close an interrupted rewind turn: {e}");
+                Some(format!(
+                    "an interrupted rewind turn could not be closed: {e}"
+                ))
+            }
+        },
+        Err(e) => {
+            log::error!("cannot finish an interrupted rewind: {e}");
+            Some(format!("an interrupted rewind could not be finished: {e}"))
+        }
+    }
+}
+
+fn fs_options(plan: &MountPlan, opts: &DaemonOptions) -> opfs_fs::Options {
+    opts.tuning.apply(opfs_fs::Options {
+        threads: opts.threads,
+        allow_other: rustix::process::geteuid().is_root(),
+        fsname: format!("opfs:{}", plan.state.project.display()),
+        ..Default::default()
+    })
+}
+
+/// Starts the background exporter and wakes it once. Off the request path:
+/// a thread of its own, woken through a channel. The first wake-up writes
+/// the baseline while the project is as first seen, or catches up with
+/// turns closed while nothing was mounted.
+fn start_exporter(state: &StateDir, journal: &Arc<Journal>) -> crossbeam_channel::Sender<()> {
+    let journal = journal.clone();
+    let tx = crate::export::spawn_background(
+        state.clone(),
+        Box::new(move || {
+            if let Err(e) = journal.apply_pending() {
+                log::warn!("group commit before the export deferred: {e}");
+            }
+        }),
+    );
+    let _ = tx.try_send(());
+    tx
+}
+
+/// Binds the control socket and serves it on a thread of its own.
+fn start_control(
+    plan: &MountPlan,
+    journal: &Arc<Journal>,
+    ops: Arc<dyn MountOps>,
+    recovered: Option<String>,
+) -> Result<(), MountError> {
+    let socket = plan.state.socket_path();
+    let listener =
+        server::bind(&socket).map_err(io_err(format!("cannot bind {}", socket.display())))?;
+    let journal = journal.clone();
+    let mp = plan.mountpoint.clone();
+    std::thread::spawn(move || server::serve(listener, journal, ops, mp, recovered));
+    Ok(())
+}
+
+/// Group commits of the capture log happen on the capturing thread when
+/// enough records are pending; this timer commits the rest, so history
+/// commands in other processes see a capture within [`GROUP_INTERVAL`].
+struct Committer {
+    stop: crossbeam_channel::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Committer {
+    fn start(journal: &Arc<Journal>) -> Committer {
+        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let journal = journal.clone();
+        let thread = std::thread::spawn(move || {
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(GROUP_INTERVAL)
+            {
+                if let Err(e) = journal.apply_pending() {
+                    log::warn!("group commit deferred: {e}");
+                }
+            }
+        });
+        Committer { stop, thread }
+    }
+
+    fn stop(self) {
+        drop(self.stop);
+        let _ = self.thread.join();
+    }
+}
+
+/// After the mount is gone: stores fingerprints, checkpoints the index and
+/// removes the registration.
+fn shut_down(home: &Path, plan: &MountPlan, journal: &Journal) {
+    if let Err(e) = journal.flush() {
+        log::error!("cannot store fingerprints at unmount: {e}");
+    }
+    if let Err(e) = journal.with_index(|ix| ix.checkpoint()) {
+        log::warn!("cannot checkpoint the index at unmount: {e}");
+    }
+    registry::unregister_mount(home, &plan.state, &plan.mountpoint);
+    log::info!("unmounted {}", plan.mountpoint.display());
+}
+
+/// Why [`stop`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    /// The daemon refused (a busy mountpoint); its message.
+    #[error("{0}")]
+    Refused(String),
+    /// The daemon answered with something else.
+    #[error("unexpected answer from the daemon: {0:?}")]
+    Unexpected(Box<Response>),
+    /// A daemon holds the state lock but does not answer.
+    #[error("the daemon serving {} does not answer on {}: {source}", .mountpoint.display(), .socket.display())]
+    NoAnswer {
+        /// The mountpoint.
+        mountpoint: std::path::PathBuf,
+        /// The control socket.
+        socket: std::path::PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// No daemon, and `fusermount3 -uz` failed on what it left.
+    #[error("cannot unmount stale mount {}", .0.display())]
+    Stale(std::path::PathBuf),
+    /// The daemon did not release the state lock in time.
+    #[error("the daemon serving {} did not stop within {} s", .mountpoint.display(), .limit.as_secs())]
+    Timeout {
+        /// The mountpoint.
+        mountpoint: std::path::PathBuf,
+        /// How long it was given.
+        limit: Duration,
+    },
+}
+
+/// Stops the daemon serving `state`'s project: asks it to unmount and waits
+/// (up to `limit`) until it has released the state lock.
+///
+/// Errors name the mountpoint: the daemon refused (busy mountpoint), or it
+/// did not stop in time. A daemon that died and left a stale mount is
+/// cleaned up with `fusermount3 -uz`.
+pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), StopError> {
+    match client::request(&state.socket_path(), &Request::Unmount) {
+        Ok(Response::Unmounting) => {}
+        Ok(Response::Error { message, .. }) => return Err(StopError::Refused(message)),
+        Ok(other) => return Err(StopError::Unexpected(Box::new(other))),
+        Err(source) => {
+            if StateLock::is_held(state) {
+                return Err(StopError::NoAnswer {
+                    mountpoint: mountpoint.to_path_buf(),
+                    socket: state.socket_path(),
+                    source,
+                });
+            }
+            // No daemon: clean up whatever mount is left.
+            if mountinfo::is_mount_point(mountpoint) {
+                let st = std::process::Command::new("fusermount3")
+                    .arg("-uz")
+                    .arg(mountpoint)
+                    .status();
+                if !matches!(st, Ok(s) if s.success()) {
+                    return Err(StopError::Stale(mountpoint.to_path_buf()));
+                }
+            }
+            return Ok(());
+        }
+    }
+    if wait_for(limit, || !StateLock::is_held(state)) {
+        Ok(())
+    } else {
+        Err(StopError::Timeout {
+            mountpoint: mountpoint.to_path_buf(),
+            limit,
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! The daemon's options: what `opfs mount` asks for, plus the FUSE tuning
+//! knobs `scripts/bench` sets through the environment. The library never
+//! reads the environment; the CLI reads the variables and passes them in
+//! (see [`FsTuning::from_vars`]).
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+/// Options of the daemon.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// fsync blobs and use `synchronous=FULL` (power-loss safe).
+    pub sync: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+    /// Export each closed turn to the shadow git repository in the
+    /// background (`opfs mount --no-export` turns it off).
+    pub export: bool,
+    /// Files of at least this many bytes (with one link) written in place
+    /// are captured as ranges (`docs/ranges.md`); `u64::MAX` turns range
+    /// capture off. Default [`crate::capture::DEFAULT_RANGE_MIN`]; the CLI
+    /// sets it from `opfs mount --range-min`, else `$OPFS_RANGE_MIN`
+    /// ([`range_min_from`]).
+    pub range_min: u64,
+    /// FUSE cache and threading overrides (benchmarking levers).
+    pub tuning: FsTuning,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            sync: false,
+            threads: default_threads(),
+            export: true,
+            range_min: crate::capture::DEFAULT_RANGE_MIN,
+            tuning: FsTuning::default(),
+        }
+    }
+}
+
+/// A `--range-min` or `OPFS_RANGE_MIN` value that is neither a number of
+/// bytes nor `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("{value:?} is neither a number of bytes nor `off`")]
+pub struct BadRangeMin {
+    /// The value as given.
+    pub value: String,
+}
+
+/// Parses a range minimum: a number of bytes, or `off` (`u64::MAX`: range
+/// capture off). Surrounding whitespace is ignored.
+pub fn parse_range_min(text: &str) -> Result<u64, BadRangeMin> {
+    match text.trim() {
+        "off" => Ok(u64::MAX),
+        v => v.parse().map_err(|_| BadRangeMin {
+            value: text.to_string(),
+        }),
+    }
+}
+
+/// [`DaemonOptions::range_min`] from the value of `OPFS_RANGE_MIN` (bytes,
+/// or `off`); [`crate::capture::DEFAULT_RANGE_MIN`] when it is unset.
+///
+/// Errors: the value is anything else (or is not UTF-8).
+pub fn range_min_from(value: Option<&OsStr>) -> Result<u64, BadRangeMin> {
+    match value {
+        None => Ok(crate::capture::DEFAULT_RANGE_MIN),
+        Some(v) => match v.to_str() {
+            Some(text) => parse_range_min(text),
+            None => Err(BadRangeMin {
+                value: v.to_string_lossy().into_owned(),
+            }),
+        },
+    }
+}
+
+/// The default number of FUSE worker threads: half the CPUs, at least 1.
+/// The daemon shares the CPUs with the programs using the mount; on a
+/// 2-CPU machine one worker costs less CPU than two for every workload of
+/// the benchmark suite, `make -j2` included (`docs/benchmarks.md`).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| (n.get() / 2).max(1))
+        .unwrap_or(1)
+}
+
+/// Overrides of [`opfs_fs::Options`] that `scripts/bench` uses to measure
+/// each performance lever on one build (`docs/benchmarks.md`). `None`
+/// keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FsTuning {
+    /// `OPFS_ATTR_TTL_MS`: the attribute cache timeout.
+    pub attr_ttl: Option<Duration>,
+    /// `OPFS_ENTRY_TTL_MS`: the entry cache timeout.
+    pub entry_ttl: Option<Duration>,
+    /// `OPFS_KEEP_CACHE` (0 or 1): keep the page cache across opens.
+    pub keep_cache: Option<bool>,
+    /// `OPFS_CACHE_DIR` (0 or 1): cache directory listings.
+    pub cache_dir: Option<bool>,
+    /// `OPFS_NO_FLUSH` (0 or 1): skip the flush on close.
+    pub no_flush: Option<bool>,
+    /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
+    /// ignored).
+    pub threads: Option<usize>,
+    /// `OPFS_INODE_FDS`: how many inodes keep an open fd.
+    pub inode_fds: Option<usize>,
+}
+
+impl FsTuning {
+    /// The tuning given by the variables that `var` looks up (the CLI
+    /// passes the process environment). Unset or unparsable values keep
+    /// the defaults; a flag is on unless it is `0`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> FsTuning {
+        let ms = |k: &str| {
+            var(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        let flag = |k: &str| var(k).map(|v| v != "0");
+        let count = |k: &str| var(k).and_then(|v| v.parse::<usize>().ok());
+        FsTuning {
+            attr_ttl: ms("OPFS_ATTR_TTL_MS"),
+            entry_ttl: ms("OPFS_ENTRY_TTL_MS"),
+            keep_cache: flag("OPFS_KEEP_CACHE"),
+            cache_dir: flag("OPFS_CACHE_DIR"),
+            no_flush: flag("OPFS_NO_FLUSH"),
+            threads: count("OPFS_THREADS").filter(|n| *n > 0),
+            inode_fds: count("OPFS_INODE_FDS"),
+        }
+    }
+
+    /// `o` with these overrides applied.
+    pub fn apply(&self, mut o: opfs_fs::Options) -> opfs_fs::Options {
+        if let Some(d) = self.attr_ttl {
+            o.attr_ttl = d;
+        }
+        if let Some(d) = self.entry_ttl {
+            o.entry_ttl = d;
+        }
+        if let Some(v) = self.keep_cache {
+            o.keep_cache = v;
+        }
+        if let Some(v) = self.cache_dir {
+            o.cache_dir = v;
+        }
+        if let Some(v) = self.no_flush {
+            o.no_flush = v;
+        }
+        if let Some(n) = self.threads {
+            o.threads = n;
+        }
+        if let Some(n) = self.inode_fds {
+            o.inode_fds = Some(n);
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuning_reads_only_what_parses() {
+        let t = FsTuning::from_vars(|k| match k {
+            "OPFS_ATTR_TTL_MS" => Some("250".into()),
+            "OPFS_ENTRY_TTL_MS" => Some("soon".into()),
+            "OPFS_KEEP_CACHE" => Some("0".into()),
+            "OPFS_THREADS" => Some("0".into()),
+            "OPFS_INODE_FDS" => Some("8".into()),
+            _ => None,
+        });
+        assert_eq!(t.attr_ttl, Some(Duration::from_millis(250)));
+        assert_eq!(t.entry_ttl, None);
+        assert_eq!(t.keep_cache, Some(false));
+        assert_eq!(t.cache_dir, None);
+        assert_eq!(t.threads, None);
+        assert_eq!(t.inode_fds, Some(8));
+    }
+
+    #[test]
+    fn range_min_is_bytes_or_off() {
+        assert_eq!(parse_range_min(" 4096 ").ok(), Some(4096));
+        assert_eq!(parse_range_min("off").ok(), Some(u64::MAX));
+        assert!(parse_range_min("big").is_err());
+        assert_eq!(
+            range_min_from(None).ok(),
+            Some(crate::capture::DEFAULT_RANGE_MIN)
+        );
+    }
+}

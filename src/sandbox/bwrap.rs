@@ -1,0 +1,286 @@
+//! The bwrap command line: the ordered arguments of the module
+//! documentation of [`crate::sandbox`], finding bwrap, and proving the
+//! sandbox can be built before the real command starts.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::{Mode, Policy, RunError};
+use crate::state;
+
+/// Where the project is and where the sandboxed command starts.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The project's canonical path: where it appears inside.
+    pub project: PathBuf,
+    /// What is bound there: the mountpoint serving the project.
+    pub source: PathBuf,
+    /// The working directory inside.
+    pub cwd: PathBuf,
+}
+
+/// The bwrap arguments (everything before `--`) for `policy` and `layout`,
+/// in the order the module documentation gives. Looks at the filesystem
+/// only to skip missing hidden paths and to tell directories from files.
+///
+/// Errors: `DangerFullAccess` (it has no sandbox), a relative path.
+pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, RunError> {
+    if policy.mode == Mode::DangerFullAccess {
+        return Err(RunError::Usage(
+            "danger-full-access runs without a sandbox; there are no bwrap arguments".into(),
+        ));
+    }
+    for p in [&layout.project, &layout.source, &layout.cwd]
+        .into_iter()
+        .chain(&policy.writable)
+    {
+        if !p.is_absolute() {
+            return Err(RunError::Usage(format!(
+                "{} is not an absolute path",
+                p.display()
+            )));
+        }
+    }
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+    push(&[
+        "--die-with-parent".as_ref(),
+        "--new-session".as_ref(),
+        "--unshare-pid".as_ref(),
+        "--unshare-ipc".as_ref(),
+        "--unshare-uts".as_ref(),
+        "--unshare-cgroup-try".as_ref(),
+        "--cap-drop".as_ref(),
+        "ALL".as_ref(),
+    ]);
+    if !policy.net {
+        push(&["--unshare-net".as_ref()]);
+    }
+    push(&[
+        "--ro-bind".as_ref(),
+        "/".as_ref(),
+        "/".as_ref(),
+        "--dev".as_ref(),
+        "/dev".as_ref(),
+        "--proc".as_ref(),
+        "/proc".as_ref(),
+        "--tmpfs".as_ref(),
+        "/tmp".as_ref(),
+    ]);
+    if policy.mode == Mode::WorkspaceWrite {
+        for w in &policy.writable {
+            push(&["--bind".as_ref(), w.as_os_str(), w.as_os_str()]);
+        }
+    }
+    let hides = hide_targets(&policy.hide);
+    let (inside, outside): (Vec<_>, Vec<_>) = hides
+        .into_iter()
+        .partition(|(p, _)| p.starts_with(&layout.project));
+    for (p, is_dir) in &outside {
+        push_hide(&mut a, p, *is_dir);
+    }
+    let bind = if policy.mode == Mode::ReadOnly {
+        "--ro-bind"
+    } else {
+        "--bind"
+    };
+    a.extend([
+        OsString::from(bind),
+        layout.source.clone().into(),
+        layout.project.clone().into(),
+    ]);
+    for (p, is_dir) in &inside {
+        push_hide(&mut a, p, *is_dir);
+    }
+    a.extend([OsString::from("--chdir"), layout.cwd.clone().into()]);
+    Ok(a)
+}
+
+/// The existing hidden paths, resolved (a symlink hides its target),
+/// deduplicated, without those under `/tmp` (private inside anyway).
+fn hide_targets(paths: &[PathBuf]) -> Vec<(PathBuf, bool)> {
+    let mut out: Vec<(PathBuf, bool)> = Vec::new();
+    for p in paths {
+        let Ok(real) = std::fs::canonicalize(p) else {
+            continue;
+        };
+        if real.starts_with("/tmp") || out.iter().any(|(q, _)| *q == real) {
+            continue;
+        }
+        let is_dir = real.is_dir();
+        out.push((real, is_dir));
+    }
+    out
+}
+
+fn push_hide(a: &mut Vec<OsString>, p: &Path, is_dir: bool) {
+    if is_dir {
+        a.extend([
+            "--tmpfs".into(),
+            p.as_os_str().to_os_string(),
+            "--remount-ro".into(),
+            p.as_os_str().to_os_string(),
+        ]);
+    } else {
+        a.extend([
+            "--ro-bind".into(),
+            "/dev/null".into(),
+            p.as_os_str().to_os_string(),
+        ]);
+    }
+}
+
+/// The working directory inside for a caller in `dir`: the same place in
+/// the project when `dir` is in the project or in the mountpoint, else the
+/// project root.
+pub fn map_cwd(dir: &Path, project: &Path, mountpoint: &Path) -> PathBuf {
+    let d = state::absolute(dir);
+    if let Ok(rest) = d.strip_prefix(mountpoint) {
+        return project.join(rest);
+    }
+    if d.starts_with(project) {
+        return d;
+    }
+    project.to_path_buf()
+}
+
+/// The bwrap binary: `explicit` if given, else `bwrap` in one of the
+/// directories of `search_path` (the value of `$PATH`).
+pub fn find_bwrap(
+    explicit: Option<&Path>,
+    search_path: Option<&OsStr>,
+) -> Result<PathBuf, RunError> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(RunError::BwrapMissing(p.display().to_string()))
+        };
+    }
+    search_path
+        .into_iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| RunError::BwrapMissing("bwrap on $PATH".into()))
+}
+
+/// Runs `bwrap ARGS -- true`: proves the sandbox can be built before the
+/// real command starts, so a setup failure is reported as such and never
+/// confused with the command's own exit status.
+pub(super) fn preflight(bwrap: &Path, args: &[OsString], policy: &Policy) -> Result<(), RunError> {
+    let mut cmd = Command::new(bwrap);
+    cmd.args(args)
+        .arg("--")
+        .arg("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    apply_env(&mut cmd, policy);
+    let out = cmd
+        .output()
+        .map_err(|e| RunError::Setup(format!("cannot start {}: {e}", bwrap.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(RunError::Setup(if stderr.is_empty() {
+        format!("{} exited with {}", bwrap.display(), out.status)
+    } else {
+        stderr
+    }))
+}
+
+pub(super) fn apply_env(cmd: &mut Command, policy: &Policy) {
+    for k in &policy.secret_env {
+        cmd.env_remove(k);
+    }
+    cmd.env("OPFS_SANDBOX", policy.mode.as_str());
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn policy(mode: Mode) -> Policy {
+        Policy {
+            mode,
+            net: false,
+            writable: vec![PathBuf::from("/var")],
+            hide: vec![],
+            secret_env: vec![],
+        }
+    }
+
+    fn layout() -> Layout {
+        Layout {
+            project: PathBuf::from("/srv/app"),
+            source: PathBuf::from("/state/run/1"),
+            cwd: PathBuf::from("/srv/app/src"),
+        }
+    }
+
+    fn text(a: &[OsString]) -> String {
+        a.iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn workspace_write_binds_the_mountpoint_over_the_project_last() {
+        let a = text(&bwrap_args(&policy(Mode::WorkspaceWrite), &layout()).unwrap());
+        assert!(a.contains("--cap-drop ALL"));
+        assert!(a.contains("--unshare-net"));
+        assert!(a.contains("--unshare-pid"));
+        assert!(a.contains("--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp"));
+        let w = a.find("--bind /var /var").unwrap();
+        let p = a.find("--bind /state/run/1 /srv/app").unwrap();
+        assert!(w < p);
+        assert!(a.ends_with("--chdir /srv/app/src"));
+    }
+
+    #[test]
+    fn read_only_binds_the_project_read_only_and_nothing_writable() {
+        let a = text(&bwrap_args(&policy(Mode::ReadOnly), &layout()).unwrap());
+        assert!(a.contains("--ro-bind /state/run/1 /srv/app"));
+        assert!(!a.contains("--bind /var"));
+    }
+
+    #[test]
+    fn net_keeps_the_host_network() {
+        let mut p = policy(Mode::WorkspaceWrite);
+        p.net = true;
+        assert!(!text(&bwrap_args(&p, &layout()).unwrap()).contains("--unshare-net"));
+    }
+
+    #[test]
+    fn danger_full_access_has_no_bwrap_arguments() {
+        assert!(bwrap_args(&policy(Mode::DangerFullAccess), &layout()).is_err());
+    }
+
+    #[test]
+    fn hidden_directories_get_a_read_only_tmpfs_and_files_dev_null() {
+        let mut p = policy(Mode::WorkspaceWrite);
+        p.hide = vec![
+            PathBuf::from("/etc"),
+            PathBuf::from("/etc/hostname"),
+            PathBuf::from("/nonexistent/opfs-test"),
+        ];
+        let a = text(&bwrap_args(&p, &layout()).unwrap());
+        assert!(a.contains("--tmpfs /etc --remount-ro /etc"));
+        assert!(a.contains("--ro-bind /dev/null /etc/hostname"));
+        assert!(!a.contains("nonexistent"));
+    }
+
+    #[test]
+    fn cwd_in_the_mountpoint_maps_to_the_project() {
+        let p = Path::new("/nonexistent-p");
+        let m = Path::new("/nonexistent-m");
+        assert_eq!(map_cwd(&m.join("a/b"), p, m), p.join("a/b"));
+        assert_eq!(map_cwd(&p.join("c"), p, m), p.join("c"));
+        assert_eq!(map_cwd(Path::new("/elsewhere-x"), p, m), p);
+    }
+}

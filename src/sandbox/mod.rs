@@ -1,0 +1,281 @@
+//! `opfs run`: runs a command in a bubblewrap sandbox with the project,
+//! served through the journaling mount, at its own absolute path (design §6
+//! and guarantee 8).
+//!
+//! The sandbox is built from one ordered list of bwrap arguments
+//! ([`bwrap_args`]); bwrap resolves every bind *source* in the host's view, so
+//! a source may lie inside a directory that an earlier argument hid. The
+//! order is:
+//!
+//! 1. namespaces and process hygiene: a new pid, ipc and uts namespace (and a
+//!    new network namespace unless `--net`), a new session (no terminal
+//!    injection), `--die-with-parent`, and every capability dropped (bwrap
+//!    run by root keeps them otherwise, and with `CAP_SYS_ADMIN` a process
+//!    could unmount what hides the state dir);
+//! 2. the host root read-only, a fresh `/dev` and `/proc` (a new pid
+//!    namespace, so `/proc/PID/root` of host processes is unreachable), a
+//!    private `/tmp`;
+//! 3. writable roots (`--writable`, config);
+//! 4. hidden paths that are not inside the project: the state dirs and
+//!    credential paths, an empty read-only tmpfs over a directory and
+//!    `/dev/null` over anything else;
+//! 5. the mountpoint bound over the project path (read-only in `read-only`
+//!    mode), so every write to the project goes through the journal;
+//! 6. hidden paths inside the project (they would be re-exposed by 5).
+//!
+//! The library never prints; what went wrong is in [`RunError`].
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+
+use crate::control::{ClientError, Project};
+use crate::daemon::spawn::SpawnError;
+use crate::daemon::DaemonOptions;
+use crate::state;
+use crate::store::StateDir;
+
+mod bwrap;
+pub mod config;
+mod mount;
+mod policy;
+mod process;
+
+pub use bwrap::{bwrap_args, find_bwrap, map_cwd, Layout};
+use config::{ConfigError, SandboxConfig};
+use mount::MountGuard;
+pub use policy::{policy_for, Policy, CREDENTIAL_PATHS, SECRET_ENV, SYSTEM_HIDDEN};
+
+/// How much the sandboxed command may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The host read-only; the project (through the mount), writable roots
+    /// and a private `/tmp` writable.
+    WorkspaceWrite,
+    /// Nothing writable but a private `/tmp`; the project is read through
+    /// the mount.
+    ReadOnly,
+    /// No sandbox at all: the command runs as a plain child process. Only
+    /// when asked for by name.
+    DangerFullAccess,
+}
+
+impl Mode {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::ReadOnly => "read-only",
+            Mode::DangerFullAccess => "danger-full-access",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "workspace-write" => Ok(Mode::WorkspaceWrite),
+            "read-only" => Ok(Mode::ReadOnly),
+            "danger-full-access" => Ok(Mode::DangerFullAccess),
+            other => Err(format!(
+                "unknown sandbox mode {other:?} (workspace-write, read-only, danger-full-access)"
+            )),
+        }
+    }
+}
+
+/// Why `opfs run` refused or failed. In every case the command was not run
+/// unless the variant says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad arguments (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    /// bubblewrap is not installed (or `$OPFS_BWRAP` names a missing file).
+    #[error(
+        "bubblewrap ({0}) was not found, so the command was not run: opfs run never runs a \
+         command unsandboxed. Install it (e.g. `apt-get install bubblewrap`), or ask for no \
+         sandbox by name with --sandbox danger-full-access"
+    )]
+    BwrapMissing(String),
+    /// bwrap could not build the sandbox; the command was not run.
+    #[error("cannot set up the sandbox, so the command was not run: {0}")]
+    Setup(String),
+    /// The project could not be mounted.
+    #[error("cannot mount the project: {0}")]
+    Mount(SpawnError),
+    /// Another opfs command holds the project's lock, but nothing is
+    /// mounted to bind.
+    #[error("cannot mount the project: {} is locked by another opfs command but not mounted; try again", .0.display())]
+    LockedUnmounted(PathBuf),
+    /// `--turn` could not open a turn; the command was not run.
+    #[error("cannot open a turn: {0}")]
+    Turn(ClientError),
+    /// The configuration file is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        what: String,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+impl RunError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> RunError {
+        let what = what.into();
+        move |source| RunError::Io { what, source }
+    }
+}
+
+/// Everything `opfs run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The opfs home (root of the state dirs).
+    pub home: PathBuf,
+    /// The user's home directory (for credential paths and `~/` in the
+    /// configuration), if known.
+    pub user_home: Option<PathBuf>,
+    /// The project, a mountpoint, or a directory inside one (`-C`, else the
+    /// current directory). A directory opfs does not know yet becomes the
+    /// project.
+    pub dir: PathBuf,
+    /// The mode.
+    pub mode: Mode,
+    /// `--net`.
+    pub net: bool,
+    /// `--writable` directories.
+    pub writable: Vec<PathBuf>,
+    /// `--turn`: open a turn with this label before the command starts.
+    pub turn: Option<String>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// Defaults from the configuration file.
+    pub config: SandboxConfig,
+    /// The bwrap binary (`$OPFS_BWRAP`); `None` searches
+    /// [`RunEnv::search_path`].
+    pub bwrap: Option<PathBuf>,
+    /// What the caller read from the environment.
+    pub env: RunEnv,
+    /// The options of a daemon `opfs run` starts itself.
+    pub daemon: DaemonOptions,
+    /// `-v` flags passed on to a daemon `opfs run` starts.
+    pub verbose: u8,
+}
+
+/// The environment variables `opfs run` depends on, read by the caller
+/// (the library never reads the environment).
+#[derive(Debug, Clone, Default)]
+pub struct RunEnv {
+    /// `$XDG_DATA_HOME`: its `opfs` folder is hidden too.
+    pub xdg_data_home: Option<PathBuf>,
+    /// `$SSH_AUTH_SOCK`: the agent socket is hidden.
+    pub ssh_auth_sock: Option<PathBuf>,
+    /// `$PATH`: where bwrap is looked for.
+    pub search_path: Option<OsString>,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The command's exit status: its exit code, or 128 + the signal that
+    /// killed it.
+    pub code: i32,
+    /// Problems after the command ran (e.g. the private mount could not be
+    /// unmounted), for the caller to report.
+    pub warnings: Vec<String>,
+}
+
+/// Runs `opts.command` as `opts.mode` says, and returns its exit status.
+///
+/// In the sandboxed modes the project is mounted first if no daemon serves
+/// it (with `opts.daemon`, at a private mountpoint under the state dir, unmounted
+/// again afterwards); an existing mount is used and left running. Signals
+/// sent to this process (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1/2,
+/// SIGWINCH) are forwarded to the command's process group while it runs.
+///
+/// Errors: every `Err` means the command did not run. bwrap missing, or
+/// failing to build the sandbox, is an error, never a reason to run the
+/// command without one.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
+    if opts.command.is_empty() {
+        return Err(RunError::Usage(
+            "no command given (opfs run -- CMD...)".into(),
+        ));
+    }
+    let home = state::absolute(&opts.home);
+    if opts.mode == Mode::DangerFullAccess {
+        return process::run_unsandboxed(opts, &home);
+    }
+    let policy = policy_for(opts, &home)?;
+    let bwrap = find_bwrap(opts.bwrap.as_deref(), opts.env.search_path.as_deref())?;
+    let st = locate(&home, &opts.dir)?;
+    let mut guard = MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?;
+    if let Some(label) = &opts.turn {
+        open_turn(&st, label)?;
+    }
+    let layout = Layout {
+        project: st.project.clone(),
+        source: guard.mountpoint.clone(),
+        cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
+    };
+    let args = bwrap_args(&policy, &layout)?;
+    bwrap::preflight(&bwrap, &args, &policy)?;
+    let mut cmd = Command::new(&bwrap);
+    cmd.args(&args)
+        .arg("--info-fd")
+        .arg(process::INFO_FD.to_string())
+        .arg("--")
+        .args(&opts.command);
+    bwrap::apply_env(&mut cmd, &policy);
+    let code = process::spawn_and_wait(cmd)?;
+    let mut warnings = Vec::new();
+    if let Err(e) = guard.finish() {
+        warnings.push(e);
+    }
+    Ok(RunOutcome { code, warnings })
+}
+
+/// The state dir of the project `dir` belongs to; a directory opfs does not
+/// know yet is the project itself.
+fn locate(home: &Path, dir: &Path) -> Result<StateDir, RunError> {
+    let abs = state::absolute(dir);
+    if let Some(st) = state::resolve(home, &abs) {
+        return Ok(st);
+    }
+    if !abs.is_dir() {
+        return Err(RunError::Usage(format!(
+            "{} is not a directory",
+            abs.display()
+        )));
+    }
+    Ok(StateDir::for_project(home, &abs))
+}
+
+/// Closes the open turn and opens one labelled `label`: through the daemon
+/// if one runs, else directly on the state dir.
+fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
+    Project::new(st.clone())
+        .turn(Some(label), None)
+        .map_err(RunError::Turn)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn modes_parse_by_name_only() {
+        assert_eq!("read-only".parse::<Mode>().unwrap(), Mode::ReadOnly);
+        assert!("danger".parse::<Mode>().is_err());
+        assert!("full".parse::<Mode>().is_err());
+    }
+}

@@ -1,0 +1,94 @@
+//! Advisory file locks: one RAII [`FileLock`] type, and the [`StateLock`] a
+//! daemon (or a direct CLI operation) holds on a state dir.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::store::StateDir;
+
+/// An exclusive `flock(2)` on a file, released when this is dropped (or the
+/// process ends, so a killed holder never leaves a stale lock).
+#[must_use = "the lock is released as soon as the FileLock is dropped"]
+#[derive(Debug)]
+pub struct FileLock {
+    _file: File,
+}
+
+impl FileLock {
+    /// Opens `path` (creating it, never truncating) and takes an exclusive
+    /// lock without waiting. `Ok(None)` when another open file holds it.
+    ///
+    /// Errors: the file cannot be opened or created, or `flock` fails for
+    /// another reason than the lock being held.
+    pub fn try_exclusive(path: &Path) -> io::Result<Option<FileLock>> {
+        let file = open(path)?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(FileLock { _file: file })),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens `path` (creating it, never truncating) and waits until it holds
+    /// an exclusive lock.
+    ///
+    /// Errors: the file cannot be opened or created, or `flock` fails.
+    pub fn exclusive(path: &Path) -> io::Result<FileLock> {
+        let file = open(path)?;
+        flock(&file, FlockOperation::LockExclusive)?;
+        Ok(FileLock { _file: file })
+    }
+}
+
+fn open(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+}
+
+/// An exclusive lock on a state dir, held by the daemon for its life or by a
+/// CLI command that works on the state dir directly.
+#[must_use = "the state dir is unlocked as soon as the StateLock is dropped"]
+#[derive(Debug)]
+pub struct StateLock {
+    _lock: FileLock,
+}
+
+impl StateLock {
+    /// Takes the lock (on [`StateDir::lock_path`]) without waiting.
+    /// `Ok(None)` when someone else holds it (a daemon is running).
+    ///
+    /// Errors: the lock file cannot be opened or locked.
+    pub fn try_acquire(state: &StateDir) -> io::Result<Option<StateLock>> {
+        Ok(FileLock::try_exclusive(&state.lock_path())?.map(|l| StateLock { _lock: l }))
+    }
+
+    /// True when some process holds the lock.
+    pub fn is_held(state: &StateDir) -> bool {
+        if !state.lock_path().exists() {
+            return false;
+        }
+        matches!(StateLock::try_acquire(state), Ok(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_second_lock_is_refused_until_the_first_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let first = FileLock::try_exclusive(&path).unwrap().unwrap();
+        assert!(FileLock::try_exclusive(&path).unwrap().is_none());
+        drop(first);
+        let _again = FileLock::exclusive(&path).unwrap();
+    }
+}
