@@ -755,9 +755,7 @@ fn do_rewind(
         None => {
             let (j, _lock) = open_direct(st)?;
             let report = rewind::rewind(&j, n, dry_run, force).map_err(|e| match e {
-                RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. } => {
-                    usage(e.to_string())
-                }
+                RewindError::Turn(_) => usage(e.to_string()),
                 other => failure(other.to_string()),
             })?;
             serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?

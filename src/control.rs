@@ -222,12 +222,10 @@ pub fn handle(
                         message: e.to_string(),
                     },
                 },
-                Err(e @ (RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. })) => {
-                    Response::Error {
-                        kind: FailureKind::Usage,
-                        message: e.to_string(),
-                    }
-                }
+                Err(e @ RewindError::Turn(_)) => Response::Error {
+                    kind: FailureKind::Usage,
+                    message: e.to_string(),
+                },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),

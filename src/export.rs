@@ -33,11 +33,12 @@ use gix::ObjectId;
 use serde::Serialize;
 
 use crate::backing::Backing;
-use crate::history::{self, Sources, Timeline, Version};
+use crate::history::{self, Sources, Timeline};
 use crate::paths;
 use crate::record::{Hash, PreImage};
 use crate::state::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::view::Version;
 
 /// The branch that follows the newest exported turn.
 pub const BRANCH: &str = "refs/heads/opfs";
@@ -651,11 +652,12 @@ pub fn export(
         let mut current: HashMap<Vec<u8>, GitState> = HashMap::new();
         for p in before.paths_in(last + 1, newest) {
             if before.state_at(&p, newest + 1).is_none() && !excluded(&p, false) {
-                let v =
-                    history::read_current(&backing, &p).map_err(|source| ExportError::Project {
+                let v = crate::view::current::read_version(&backing, &p).map_err(|source| {
+                    ExportError::Project {
                         path: paths::display(&p),
                         source,
-                    })?;
+                    }
+                })?;
                 let g = ex.git_state(&p, &v)?;
                 current.insert(p, g);
             }
@@ -680,12 +682,12 @@ pub fn export(
                     None => match current.get(p) {
                         Some(g) => *g,
                         None => {
-                            let v = history::read_current(&backing, p).map_err(|source| {
-                                ExportError::Project {
+                            let v = crate::view::current::read_version(&backing, p).map_err(
+                                |source| ExportError::Project {
                                     path: paths::display(p),
                                     source,
-                                }
-                            })?;
+                                },
+                            )?;
                             ex.git_state(p, &v)?
                         }
                     },
@@ -748,7 +750,7 @@ fn baseline(
             let v = match rec {
                 // Taken from the records after the walk.
                 Some(pre) if !pre.is_dir() => continue,
-                _ => match history::read_current(ex.src.backing, &p) {
+                _ => match crate::view::current::read_version(ex.src.backing, &p) {
                     Ok(v) => v,
                     // Removed during the walk: its record (made before the
                     // removal) is applied below.

@@ -15,40 +15,24 @@
 //! anything changed it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, Read};
+use std::io;
 
 use serde::Serialize;
 
 use crate::backing::Backing;
 use crate::paths;
-use crate::record::{Hash, PreImage, Special};
+use crate::record::{Hash, PreImage};
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
+use crate::view::current::read_version;
+use crate::view::{check_turn, TurnError, Version};
 
 /// Errors from history commands. Each names the turn or path it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    /// The turn does not exist.
-    #[error("turn {turn} does not exist (turns run from {first} to {last})")]
-    UnknownTurn {
-        /// The turn asked for.
-        turn: u64,
-        /// The oldest turn kept.
-        first: u64,
-        /// The newest turn.
-        last: u64,
-    },
-    /// The turn was dropped by retention (`opfs gc`); the same message as
-    /// `opfs rewind` gives.
-    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
-    DroppedTurn {
-        /// The turn asked for.
-        turn: u64,
-        /// The oldest turn kept.
-        first: u64,
-    },
-    /// No turn was ever recorded for this project.
-    #[error("no turns are recorded for this project yet")]
-    NoTurns,
+    /// The turn cannot be looked at (unknown, dropped by retention, or no
+    /// turn recorded yet).
+    #[error(transparent)]
+    Turn(#[from] TurnError),
     /// A range `N..M` with `N > M`.
     #[error("turn range {from}..{to} is empty: the first turn must not come after the last")]
     EmptyRange {
@@ -134,11 +118,7 @@ impl HistoryError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            HistoryError::UnknownTurn { .. }
-                | HistoryError::DroppedTurn { .. }
-                | HistoryError::EmptyRange { .. }
-                | HistoryError::BadPath { .. }
-                | HistoryError::NoTurns
+            HistoryError::Turn(_) | HistoryError::EmptyRange { .. } | HistoryError::BadPath { .. }
         )
     }
 }
@@ -178,62 +158,6 @@ impl std::fmt::Debug for Sources<'_> {
 /// reader could race with, so errors (no socket) are ignored.
 pub fn commit_through_daemon(state: &crate::state::StateDir) {
     let _ = crate::control::request(&state.socket_path(), &crate::control::Request::Commit);
-}
-
-/// One path's state at some point, with the bytes of a regular file when
-/// they were read from the project (files known from records are read from
-/// the blob store on demand).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
-    /// The state (a file's `blob` is the BLAKE3 of its bytes either way).
-    pub state: PreImage,
-    /// The bytes of a file read from the project; `None` for everything
-    /// else.
-    pub bytes: Option<Vec<u8>>,
-}
-
-impl Version {
-    fn recorded(state: PreImage) -> Version {
-        Version { state, bytes: None }
-    }
-}
-
-/// Reads `path`'s current state in the project. A regular file's bytes are
-/// read and hashed (BLAKE3), so the result compares with recorded states.
-///
-/// Errors: the path cannot be read (permission, I/O). A missing path is
-/// `PreImage::Absent`, not an error.
-pub fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Version> {
-    let Some(st) = backing.lstat(path)? else {
-        return Ok(Version::recorded(PreImage::Absent));
-    };
-    Ok(match st.file_type() {
-        libc::S_IFREG => {
-            // O_NONBLOCK: if the file was replaced by a fifo after the
-            // lstat, opening it must not hang.
-            let mut f = backing.open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
-            let mut bytes = Vec::with_capacity(st.size as usize);
-            f.read_to_end(&mut bytes)?;
-            Version {
-                state: PreImage::File {
-                    blob: *blake3::hash(&bytes).as_bytes(),
-                    size: bytes.len() as u64,
-                    perm: st.perm(),
-                    ino: st.ino,
-                },
-                bytes: Some(bytes),
-            }
-        }
-        libc::S_IFDIR => Version::recorded(PreImage::Dir { perm: st.perm() }),
-        libc::S_IFLNK => Version::recorded(PreImage::Symlink {
-            target: backing.read_link(path)?,
-        }),
-        t => Version::recorded(PreImage::Special {
-            kind: Special::from_type_bits(t).unwrap_or(Special::Block),
-            perm: st.perm(),
-            rdev: st.rdev,
-        }),
-    })
 }
 
 /// Every record from some turn on, grouped by path, each path's records in
@@ -312,20 +236,9 @@ impl Sources<'_> {
 
     /// Checks that `turn` exists; returns it.
     ///
-    /// Errors: [`HistoryError::DroppedTurn`] for a turn older than the
-    /// oldest kept (retention dropped it), [`HistoryError::UnknownTurn`]
-    /// for any other missing turn.
+    /// Errors: [`HistoryError::Turn`] (see [`check_turn`]) or the index.
     pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
-        let last = self.index.last_turn()?.ok_or(HistoryError::NoTurns)?;
-        let first = self.index.first_turn()?.unwrap_or(1);
-        if turn >= 1 && turn < first {
-            return Err(HistoryError::DroppedTurn { turn, first });
-        }
-        self.index.turn(turn)?.ok_or(HistoryError::UnknownTurn {
-            turn,
-            first,
-            last: last.number,
-        })
+        Ok(check_turn(self.index, turn)??)
     }
 
     /// The bytes of blob `hash`: put together from ranges earlier, or from
@@ -383,7 +296,7 @@ impl Sources<'_> {
                 Some((_, PreImage::Ranged { .. }))
             );
             let current = if last_ranged {
-                let v = read_current(self.backing, &path).map_err(Self::project_err(&path))?;
+                let v = read_version(self.backing, &path).map_err(Self::project_err(&path))?;
                 (self.commit)();
                 let recs = self.index.records_of_path(&path, from)?;
                 timeline.by_path.insert(path.clone(), recs);
@@ -445,9 +358,10 @@ impl Sources<'_> {
                     }
                 },
             };
-            let bytes =
-                crate::ranges::patch_in_memory(self.index, self.blobs, turn, path, size, &base)
-                    .map_err(|e| fail(e.to_string()))?;
+            let bytes = crate::view::ranges::patch_in_memory(
+                self.index, self.blobs, turn, path, size, &base,
+            )
+            .map_err(|e| fail(e.to_string()))?;
             let blob = *blake3::hash(&bytes).as_bytes();
             recs[i].1 = PreImage::File {
                 blob,
@@ -501,7 +415,7 @@ impl Sources<'_> {
                     out.insert(p.clone(), Version::recorded(pre.clone()));
                 }
                 None => {
-                    let v = read_current(self.backing, p).map_err(Self::project_err(p))?;
+                    let v = read_version(self.backing, p).map_err(Self::project_err(p))?;
                     out.insert(p.clone(), v);
                     read.push(p.clone());
                 }

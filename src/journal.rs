@@ -60,7 +60,7 @@ struct RangeState {
     /// Its length when the turn began.
     size: u64,
     /// Byte ranges below `size` whose turn-start bytes are saved.
-    covered: crate::ranges::Intervals,
+    covered: crate::view::ranges::Intervals,
 }
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
@@ -258,7 +258,7 @@ impl Journal {
         for (path, pre) in index.records_of_turn(turn)? {
             match pre {
                 PreImage::Ranged { size, .. } => {
-                    let mut covered = crate::ranges::Intervals::new();
+                    let mut covered = crate::view::ranges::Intervals::new();
                     for p in index.ranges_of(turn, &path)? {
                         covered.insert(p.offset, p.offset.saturating_add(p.len));
                     }
@@ -676,7 +676,7 @@ impl Journal {
                         RangeState {
                             file: Some(file),
                             size: st.size,
-                            covered: crate::ranges::Intervals::new(),
+                            covered: crate::view::ranges::Intervals::new(),
                         }
                     }
                     _ => return self.capture_known(inner, path, None),
@@ -840,8 +840,8 @@ impl Journal {
         };
         let pieces = inner.index.ranges_of(turn, path).map_err(index_err)?;
         let (blob, data) = {
-            let mut src = crate::ranges::Patched::new(
-                crate::ranges::file_base(file),
+            let mut src = crate::view::ranges::Patched::new(
+                crate::view::ranges::file_base(file),
                 &inner.index,
                 &self.blobs,
                 &pieces,

@@ -26,67 +26,24 @@ use crate::backing::Backing;
 use crate::failpoint::failpoint;
 use crate::journal::{CaptureError, Journal};
 use crate::paths;
-use crate::record::Stat;
 use crate::record::{hex, PreImage, Special};
 use crate::store::{IndexError, TurnKind};
+use crate::view::current::{self, Current};
+use crate::view::{check_turn, TurnError};
 
 /// Errors that stop a rewind before it writes anything.
 #[derive(Debug, thiserror::Error)]
 pub enum RewindError {
-    /// The turn does not exist.
-    #[error("turn {turn} does not exist (turns run from 1 to {last})")]
-    UnknownTurn {
-        /// The turn asked for.
-        turn: u64,
-        /// The newest turn.
-        last: u64,
-    },
-    /// The turn was dropped by retention (`opfs gc`).
-    #[error("turn {turn} was dropped by retention (opfs gc); the oldest turn kept is {first}")]
-    DroppedTurn {
-        /// The turn asked for.
-        turn: u64,
-        /// The oldest turn still in the index.
-        first: u64,
-    },
+    /// The turn cannot be rewound to: it does not exist or was dropped by
+    /// retention (`opfs gc`).
+    #[error(transparent)]
+    Turn(#[from] TurnError),
     /// The index failed or is corrupt.
     #[error(transparent)]
     Index(#[from] IndexError),
     /// The project directory was deleted while the daemon served it.
     #[error("project {0} was deleted while it was mounted; nothing was restored (unmount, recreate the directory, mount it again, then rewind)")]
     ProjectDeleted(std::path::PathBuf),
-}
-
-/// What the project holds at a path now, as far as the plan cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Current {
-    Absent,
-    File {
-        stat: Stat,
-    },
-    Dir {
-        perm: u32,
-    },
-    Symlink {
-        target: Vec<u8>,
-    },
-    Special {
-        type_bits: u32,
-        perm: u32,
-        rdev: u64,
-    },
-}
-
-impl Current {
-    fn kind_name(&self) -> &'static str {
-        match self {
-            Current::Absent => "absent",
-            Current::File { .. } => "file",
-            Current::Dir { .. } => "dir",
-            Current::Symlink { .. } => "symlink",
-            Current::Special { .. } => "special",
-        }
-    }
 }
 
 /// One planned step on one path.
@@ -125,7 +82,7 @@ pub struct PathPlan {
     /// For a file kept as ranges over the project's file: the runs to
     /// write back in place (the target is then `PreImage::Ranged`).
     #[serde(skip)]
-    patch: Option<Vec<crate::ranges::Segment>>,
+    patch: Option<Vec<crate::view::ranges::Segment>>,
 }
 
 /// A path left unrestored and why.
@@ -159,24 +116,6 @@ pub struct RewindReport {
     /// Raw bytes of every path the rewind wrote (for cache invalidation).
     #[serde(skip)]
     pub touched: Vec<Vec<u8>>,
-}
-
-fn read_current(backing: &Backing, path: &[u8]) -> io::Result<Current> {
-    let Some(st) = backing.lstat(path)? else {
-        return Ok(Current::Absent);
-    };
-    Ok(match st.file_type() {
-        libc::S_IFREG => Current::File { stat: st },
-        libc::S_IFDIR => Current::Dir { perm: st.perm() },
-        libc::S_IFLNK => Current::Symlink {
-            target: backing.read_link(path)?,
-        },
-        t => Current::Special {
-            type_bits: t,
-            perm: st.perm(),
-            rdev: st.rdev,
-        },
-    })
 }
 
 fn hash_file(backing: &Backing, path: &[u8]) -> io::Result<[u8; 32]> {
@@ -269,21 +208,11 @@ pub fn plan(
     plan_until(journal, to, None, force)
 }
 
-fn check_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
+fn check_rewind_turn(journal: &Journal, to: u64) -> Result<(), RewindError> {
     if journal.backing().is_deleted() {
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
-    let last = journal
-        .with_index(|ix| ix.last_turn())?
-        .map(|t| t.number)
-        .unwrap_or(0);
-    if to == 0 || to > last {
-        return Err(RewindError::UnknownTurn { turn: to, last });
-    }
-    let first = journal.with_index(|ix| ix.first_turn())?.unwrap_or(1);
-    if to < first {
-        return Err(RewindError::DroppedTurn { turn: to, first });
-    }
+    journal.with_index(|ix| check_turn(ix, to))??;
     Ok(())
 }
 
@@ -293,7 +222,7 @@ fn plan_until(
     until: Option<u64>,
     force: bool,
 ) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
-    check_turn(journal, to)?;
+    check_rewind_turn(journal, to)?;
     let states = journal.with_index(|ix| ix.states_at(to, until))?;
     let backing = journal.backing();
     let mut plan = Vec::new();
@@ -358,7 +287,7 @@ fn plan_until(
             },
             t => t,
         };
-        let current = match read_current(backing, &path) {
+        let current = match current::read(backing, &path) {
             // An ancestor is a symlink now; if this plan removes it (to put
             // the directory back), the name will be free once removals ran.
             Err(e)
@@ -445,7 +374,7 @@ enum Resolved {
     /// Laid over the project's file, which is still the file the mount
     /// left: the target (`PreImage::Ranged`) and the runs to write back in
     /// place.
-    InPlace(PreImage, Vec<crate::ranges::Segment>),
+    InPlace(PreImage, Vec<crate::view::ranges::Segment>),
 }
 
 /// Decides how to restore the content `path` had when turn `to` began from
@@ -523,9 +452,9 @@ fn resolve_ranged(journal: &Journal, path: &[u8], to: u64) -> Result<Resolved, S
                     .map_err(|e| e.to_string())?;
                 records.push((sz, pieces));
             }
-            let segments = crate::ranges::layout_chain(&records);
+            let segments = crate::view::ranges::layout_chain(&records);
             // Bytes no record saved come from the file: it must hold them.
-            let mut covered = crate::ranges::Intervals::new();
+            let mut covered = crate::view::ranges::Intervals::new();
             for s in &segments {
                 covered.insert(s.offset, s.offset + s.len);
             }
@@ -577,11 +506,11 @@ fn build_ranged(
         Some(h) => match ix.inline_blob(h).map_err(|e| e.to_string())? {
             Some(_) => {
                 bytes = crate::store::read_blob(ix, blobs, h).map_err(|e| e.to_string())?;
-                crate::ranges::bytes_base(&bytes)
+                crate::view::ranges::bytes_base(&bytes)
             }
             None => {
                 file = blobs.open_verified(h).map_err(|e| e.to_string())?;
-                crate::ranges::file_base(&file)
+                crate::view::ranges::file_base(&file)
             }
         },
         None => {
@@ -589,10 +518,10 @@ fn build_ranged(
                 .backing()
                 .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
                 .map_err(|e| format!("cannot read the file: {e}"))?;
-            crate::ranges::file_base(&file)
+            crate::view::ranges::file_base(&file)
         }
     };
-    let mut src = crate::ranges::Patched::new(base, ix, blobs, &pieces, size);
+    let mut src = crate::view::ranges::Patched::new(base, ix, blobs, &pieces, size);
     let (blob, _) = blobs.put(&mut src, size).map_err(|e| e.to_string())?;
     Ok(blob)
 }
@@ -755,7 +684,7 @@ fn create(journal: &Journal, p: &PathPlan) -> io::Result<()> {
 fn patch_in_place(
     journal: &Journal,
     p: &PathPlan,
-    segments: &[crate::ranges::Segment],
+    segments: &[crate::view::ranges::Segment],
 ) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let PreImage::Ranged { size, perm, .. } = &p.target_state else {
@@ -1349,11 +1278,11 @@ mod tests {
         assert!(s.project.join("made/user-file").exists());
         assert!(matches!(
             rewind(j, 0, false, false),
-            Err(RewindError::UnknownTurn { .. })
+            Err(RewindError::Turn(TurnError::Unknown { .. }))
         ));
         assert!(matches!(
             rewind(j, 99, true, false),
-            Err(RewindError::UnknownTurn { .. })
+            Err(RewindError::Turn(TurnError::Unknown { .. }))
         ));
     }
 
