@@ -754,10 +754,12 @@ fn do_rewind(
         Some(other) => return Err(unexpected(other)),
         None => {
             let (j, _lock) = open_direct(st)?;
-            let report = rewind::rewind(&j, n, dry_run, force).map_err(|e| match e {
-                RewindError::Turn(_) => usage(e.to_string()),
-                other => failure(other.to_string()),
-            })?;
+            let report = rewind::rewind(&j, n, rewind::RewindOptions { dry_run, force }).map_err(
+                |e| match e {
+                    RewindError::Turn(_) => usage(e.to_string()),
+                    other => failure(other.to_string()),
+                },
+            )?;
             serde_json::to_value(&report).map_err(|e| failure(e.to_string()))?
         }
     };

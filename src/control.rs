@@ -159,7 +159,7 @@ pub fn rewind_mounted(
     force: bool,
 ) -> Result<RewindReport, RewindError> {
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind(journal, to, dry_run, force);
+    let report = rewind::rewind(journal, to, rewind::RewindOptions { dry_run, force });
     drop(guard);
     if let (Some(m), Ok(r)) = (mount, &report) {
         let mut paths = r.touched.clone();

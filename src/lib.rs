@@ -18,6 +18,7 @@ pub mod history;
 pub mod journal;
 pub mod paths;
 pub mod record;
+pub mod restore;
 pub mod rewind;
 pub mod sandbox;
 pub mod state;

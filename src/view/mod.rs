@@ -6,6 +6,7 @@
 //! that answers that question:
 //!
 //! - [`TurnError`] and [`check_turn`]: whether turn N can be looked at;
+//! - [`chain`]: the one ranged-chain resolver (typed [`chain::RangeError`]);
 //! - [`current`]: the one reader of a path's current state;
 //! - [`ranges`]: the primitives that put a file kept as ranges back
 //!   together.
@@ -13,6 +14,7 @@
 //! It is the future lower layer of worktrees: a worktree created from turn
 //! N shows the project as this view sees it at N, without copying it.
 
+pub mod chain;
 pub mod current;
 pub mod ranges;
 
