@@ -33,12 +33,12 @@ use gix::ObjectId;
 use serde::Serialize;
 
 use crate::backing::Backing;
-use crate::history::{self, Sources, Timeline};
+use crate::history::{self, Sources};
 use crate::paths;
 use crate::record::{Hash, PreImage};
 use crate::state::StateDir;
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
-use crate::view::Version;
+use crate::view::{Timeline, Version};
 
 /// The branch that follows the newest exported turn.
 pub const BRANCH: &str = "refs/heads/opfs";
@@ -572,7 +572,7 @@ pub fn export(
         path: state.project.display().to_string(),
         source,
     })?;
-    let resolved = history::Resolved::default();
+    let resolved = crate::view::Resolved::default();
     let src = Sources {
         index: &index,
         blobs: &blobs,

@@ -23,8 +23,7 @@ use crate::backing::Backing;
 use crate::paths;
 use crate::record::{Hash, PreImage};
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
-use crate::view::current::read_version;
-use crate::view::{check_turn, TurnError, Version};
+use crate::view::{Reader, Resolved, Timeline, TurnError, Version, ViewError};
 
 /// Errors from history commands. Each names the turn or path it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -141,9 +140,6 @@ pub struct Sources<'a> {
     pub resolved: &'a Resolved,
 }
 
-/// Contents put together from ranged records, by BLAKE3.
-pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
-
 impl std::fmt::Debug for Sources<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
@@ -160,85 +156,24 @@ pub fn commit_through_daemon(state: &crate::state::StateDir) {
     let _ = crate::control::request(&state.socket_path(), &crate::control::Request::Commit);
 }
 
-/// Every record from some turn on, grouped by path, each path's records in
-/// turn order.
-///
-/// Loaded raw ([`Timeline::load`]) it may hold [`PreImage::Ranged`]
-/// records; [`Sources::timeline`] puts them together into file records.
-#[derive(Debug, Default)]
-pub struct Timeline {
-    by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>>,
-    from: u64,
-}
-
-impl Timeline {
-    /// Loads every record with turn >= `from` (one query), as stored.
-    pub fn load(index: &Index, from: u64) -> Result<Timeline, IndexError> {
-        let mut by_path: BTreeMap<Vec<u8>, Vec<(u64, PreImage)>> = BTreeMap::new();
-        for (turn, path, pre) in index.records_since(from)? {
-            by_path.entry(path).or_default().push((turn, pre));
-        }
-        Ok(Timeline { by_path, from })
-    }
-
-    /// The state of `path` when turn `turn` began, if a record says so
-    /// (`None`: unchanged since then, so the project's current state).
-    pub fn state_at(&self, path: &[u8], turn: u64) -> Option<&PreImage> {
-        self.by_path
-            .get(path)?
-            .iter()
-            .find(|(t, _)| *t >= turn)
-            .map(|(_, p)| p)
-    }
-
-    /// The record of `path` made in exactly `turn`.
-    pub fn record(&self, path: &[u8], turn: u64) -> Option<&PreImage> {
-        self.by_path
-            .get(path)?
-            .iter()
-            .find(|(t, _)| *t == turn)
-            .map(|(_, p)| p)
-    }
-
-    /// Paths with a record in turns `from..=to`, sorted.
-    pub fn paths_in(&self, from: u64, to: u64) -> Vec<Vec<u8>> {
-        self.by_path
-            .iter()
-            .filter(|(_, recs)| recs.iter().any(|(t, _)| (from..=to).contains(t)))
-            .map(|(p, _)| p.clone())
-            .collect()
-    }
-
-    /// Records per turn: turn → paths recorded in it, sorted.
-    pub fn by_turn(&self) -> BTreeMap<u64, Vec<Vec<u8>>> {
-        let mut out: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
-        for (path, recs) in &self.by_path {
-            for (t, _) in recs {
-                out.entry(*t).or_default().push(path.clone());
-            }
-        }
-        out
-    }
-
-    /// Every path in the timeline, with its records.
-    pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<(u64, PreImage)>)> {
-        self.by_path.iter()
-    }
-}
-
-impl Sources<'_> {
-    fn project_err(path: &[u8]) -> impl FnOnce(io::Error) -> HistoryError + '_ {
-        move |source| HistoryError::Project {
-            path: paths::display(path),
-            source,
+impl<'a> Sources<'a> {
+    /// The same handles as a [`Reader`], which does the work.
+    pub fn reader(&self) -> Reader<'a> {
+        Reader {
+            index: self.index,
+            blobs: self.blobs,
+            backing: self.backing,
+            commit: self.commit,
+            resolved: self.resolved,
         }
     }
 
     /// Checks that `turn` exists; returns it.
     ///
-    /// Errors: [`HistoryError::Turn`] (see [`check_turn`]) or the index.
+    /// Errors: [`HistoryError::Turn`] (see [`crate::view::check_turn`]) or
+    /// the index.
     pub fn turn(&self, turn: u64) -> Result<Turn, HistoryError> {
-        Ok(check_turn(self.index, turn)??)
+        Ok(self.reader().turn(turn)?)
     }
 
     /// The bytes of blob `hash`: put together from ranges earlier, or from
@@ -246,199 +181,70 @@ impl Sources<'_> {
     ///
     /// Errors: as [`crate::store::read_blob`].
     pub fn blob(&self, hash: &Hash) -> Result<Vec<u8>, BlobError> {
-        if let Some(b) = self.resolved.borrow().get(hash) {
-            return Ok(b.clone());
-        }
-        crate::store::read_blob(self.index, self.blobs, hash)
+        self.reader().blob(hash)
     }
 
-    /// Loads every record with turn >= `from` and puts each ranged record
-    /// together into a file record (its bytes kept in
-    /// [`Sources::resolved`]). A ranged record that is its path's newest is
-    /// laid over the project's file: that file is read first, then the
-    /// daemon commits and the path's records are read again, so bytes the
-    /// agent overwrote meanwhile come from their saved ranges (see the
-    /// module docs).
+    /// [`Reader::timeline`]: every record with turn >= `from`, ranged ones
+    /// put together.
     ///
     /// Errors: the index, a blob or the project cannot be read;
     /// [`HistoryError::Ranges`] when a ranged record cannot be put together.
     pub fn timeline(&self, from: u64) -> Result<Timeline, HistoryError> {
-        let mut timeline = Timeline::load(self.index, from)?;
-        self.resolve(&mut timeline, None, true)?;
-        Ok(timeline)
+        Ok(self.reader().timeline(from)?)
     }
 
-    /// [`Sources::timeline`] for a timeline already loaded; only for `only`
-    /// when given. With `keep_bytes` false only the file records (their
-    /// hashes) are kept, not the bytes: for a caller that compares states
-    /// and never reads content (`opfs log`), so many turns of a huge file
-    /// never sit in memory at once.
+    /// [`Reader::resolve`]: puts a loaded timeline's ranged records (only
+    /// `only`'s when given) together.
+    ///
+    /// Errors: as [`Sources::timeline`].
     pub fn resolve(
         &self,
         timeline: &mut Timeline,
         only: Option<&[u8]>,
         keep_bytes: bool,
     ) -> Result<(), HistoryError> {
-        let from = timeline.from;
-        let ranged: Vec<Vec<u8>> = timeline
-            .by_path
-            .iter()
-            .filter(|(p, _)| only.is_none_or(|o| o == p.as_slice()))
-            .filter(|(_, recs)| {
-                recs.iter()
-                    .any(|(_, p)| matches!(p, PreImage::Ranged { .. }))
-            })
-            .map(|(p, _)| p.clone())
-            .collect();
-        for path in ranged {
-            let last_ranged = matches!(
-                timeline.by_path.get(&path).and_then(|r| r.last()),
-                Some((_, PreImage::Ranged { .. }))
-            );
-            let current = if last_ranged {
-                let v = read_version(self.backing, &path).map_err(Self::project_err(&path))?;
-                (self.commit)();
-                let recs = self.index.records_of_path(&path, from)?;
-                timeline.by_path.insert(path.clone(), recs);
-                v.bytes
-            } else {
-                None
-            };
-            let mut recs = timeline.by_path.remove(&path).unwrap_or_default();
-            self.resolve_path(&path, &mut recs, current.as_deref(), keep_bytes)?;
-            timeline.by_path.insert(path, recs);
-        }
-        Ok(())
+        Ok(self.reader().resolve(timeline, only, keep_bytes)?)
     }
 
-    /// Replaces each ranged record in `recs` (one path's records, oldest
-    /// first) by the file record it stands for, newest first: each is laid
-    /// over the content of the record after it, or over `current` (the
-    /// project's file, read before the records were) for the newest.
-    /// `keep_bytes`: keep each version's bytes in [`Sources::resolved`].
-    fn resolve_path(
-        &self,
-        path: &[u8],
-        recs: &mut [(u64, PreImage)],
-        current: Option<&[u8]>,
-        keep_bytes: bool,
-    ) -> Result<(), HistoryError> {
-        let fail = |reason: String| HistoryError::Ranges {
-            path: paths::display(path),
-            reason,
-        };
-        let mut above: Option<Vec<u8>> = None;
-        for i in (0..recs.len()).rev() {
-            let (turn, pre) = &recs[i];
-            let PreImage::Ranged { size, perm, ino } = *pre else {
-                above = None;
-                continue;
-            };
-            let turn = *turn;
-            let base = match (&above, recs.get(i + 1)) {
-                (Some(b), _) => b.clone(),
-                (None, Some((_, PreImage::File { blob, .. }))) => {
-                    self.blob(blob).map_err(|source| HistoryError::Blob {
-                        path: paths::display(path),
-                        source,
-                    })?
-                }
-                (None, Some((t, other))) => {
-                    return Err(fail(format!(
-                        "its record in turn {t} is a {} where a file was expected",
-                        other.kind_name()
-                    )))
-                }
-                (None, None) => match current {
-                    Some(c) => c.to_vec(),
-                    None => {
-                        return Err(fail(
-                            "the project holds no regular file at that path".into(),
-                        ))
-                    }
-                },
-            };
-            let bytes = crate::view::ranges::patch_in_memory(
-                self.index, self.blobs, turn, path, size, &base,
-            )
-            .map_err(|e| fail(e.to_string()))?;
-            let blob = *blake3::hash(&bytes).as_bytes();
-            recs[i].1 = PreImage::File {
-                blob,
-                size,
-                perm,
-                ino,
-            };
-            if keep_bytes {
-                self.resolved.borrow_mut().insert(blob, bytes.clone());
-            }
-            above = Some(bytes);
-        }
-        Ok(())
-    }
-
-    /// The bytes of a file or symlink version: a recorded file's blob
-    /// (checked against its hash), a file read from the project, or a
-    /// symlink's target. Everything else has no bytes (`None`).
+    /// [`Reader::content`]: the bytes of a file or symlink version.
+    ///
+    /// Errors: [`HistoryError::Blob`] when the blob is missing or corrupt.
     pub fn content(&self, path: &[u8], v: &Version) -> Result<Option<Vec<u8>>, HistoryError> {
-        match (&v.state, &v.bytes) {
-            (PreImage::File { .. }, Some(b)) => Ok(Some(b.clone())),
-            (PreImage::File { blob, .. }, None) => {
-                self.blob(blob)
-                    .map(Some)
-                    .map_err(|source| HistoryError::Blob {
-                        path: paths::display(path),
-                        source,
-                    })
-            }
-            (PreImage::Symlink { target }, _) => Ok(Some(target.clone())),
-            _ => Ok(None),
-        }
+        Ok(self.reader().content(path, v)?)
     }
 
-    /// The state of every path in `wanted` at the start of turn `turn`:
-    /// from the timeline (which must hold every record with turn >= `turn`)
-    /// where a record covers it, else read from the project. Paths read
-    /// from the project are checked against records made meanwhile (see the
-    /// module docs), so a concurrent agent cannot leak a later state in.
+    /// [`Reader::states_at`]: the state of every path in `wanted` at the
+    /// start of turn `turn`.
+    ///
+    /// Errors: the index, a blob or the project cannot be read.
     pub fn states_at(
         &self,
         timeline: &Timeline,
         wanted: &[Vec<u8>],
         turn: u64,
     ) -> Result<BTreeMap<Vec<u8>, Version>, HistoryError> {
-        let mut out = BTreeMap::new();
-        let mut read = Vec::new();
-        for p in wanted {
-            match timeline.state_at(p, turn) {
-                Some(pre) => {
-                    out.insert(p.clone(), Version::recorded(pre.clone()));
-                }
-                None => {
-                    let v = read_version(self.backing, p).map_err(Self::project_err(p))?;
-                    out.insert(p.clone(), v);
-                    read.push(p.clone());
-                }
-            }
+        Ok(self.reader().states_at(timeline, wanted, turn)?)
+    }
+}
+
+impl From<ViewError> for HistoryError {
+    fn from(e: ViewError) -> HistoryError {
+        match e {
+            ViewError::Turn(e) => HistoryError::Turn(e),
+            ViewError::Project { path, source } => HistoryError::Project {
+                path: paths::display(&path),
+                source,
+            },
+            ViewError::Ranges { path, reason } => HistoryError::Ranges {
+                path: paths::display(&path),
+                reason,
+            },
+            ViewError::Blob { path, source } => HistoryError::Blob {
+                path: paths::display(&path),
+                source,
+            },
+            ViewError::Index(e) => HistoryError::Index(e),
         }
-        if !read.is_empty() {
-            (self.commit)();
-            let newer = Timeline::load(self.index, turn)?;
-            for p in read {
-                let Some(recs) = newer.by_path.get(&p) else {
-                    continue;
-                };
-                // A ranged record made meanwhile is laid over the bytes
-                // read above (its saved ranges hold what was overwritten).
-                let mut recs = recs.clone();
-                let current = out.get(&p).and_then(|v| v.bytes.clone());
-                self.resolve_path(&p, &mut recs, current.as_deref(), true)?;
-                if let Some((_, pre)) = recs.iter().find(|(t, _)| *t >= turn) {
-                    out.insert(p, Version::recorded(pre.clone()));
-                }
-            }
-        }
-        Ok(out)
     }
 }
 
