@@ -246,7 +246,7 @@ impl From<ViewError> for HistoryError {
             },
             ViewError::Ranges { path, reason } => HistoryError::Ranges {
                 path: paths::display(&path),
-                reason,
+                reason: reason.to_string(),
             },
             ViewError::Blob { path, source } => HistoryError::Blob {
                 path: paths::display(&path),

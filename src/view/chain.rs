@@ -9,6 +9,11 @@
 //! blob ([`Resolved::Blob`]). It reads only what it is given (an index, a
 //! blob store, the project's confined directory and the last fingerprint
 //! opfs saw), so rewind and capture can both call it.
+//!
+//! [`resolve_records`] is the same walk over records already loaded (a
+//! history timeline), in memory: each ranged record is laid over the
+//! content of the record after it, or over the project's file for the
+//! newest.
 
 use std::io;
 
@@ -55,6 +60,24 @@ pub enum RangeError {
         "the file its ranges are laid over ends at byte {0}, before bytes no saved range holds"
     )]
     BaseShort(u64),
+    /// A record below a ranged one (read with the path's other records) is
+    /// not a file: the same condition as [`RangeError::NotAFile`], in the
+    /// words history commands have always used.
+    #[error("its record in turn {turn} is a {kind} where a file was expected")]
+    BelowNotAFile {
+        /// The turn of the offending record.
+        turn: u64,
+        /// What it records.
+        kind: &'static str,
+    },
+    /// The newest record is ranged and the project holds no regular file
+    /// to lay it over.
+    #[error("the project holds no regular file at that path")]
+    NoProjectFile,
+    /// Putting the content together in memory failed (a piece is missing
+    /// or corrupt, or the base is too short).
+    #[error("{0}")]
+    Patch(#[source] io::Error),
     /// The project's file under the chain cannot be opened.
     #[error("cannot read the file: {0}")]
     OpenBase(#[source] io::Error),
@@ -205,4 +228,60 @@ fn build(
     let mut src = ranges::Patched::new(base, index, blobs, &pieces, size);
     let (blob, _) = blobs.put(&mut src, size)?;
     Ok(blob)
+}
+
+/// Replaces each ranged record in `recs` (one path's records, oldest
+/// first) by the file record it stands for, newest first: each is laid over
+/// the content of the record after it, or over `current` (the project's
+/// file, read before the records were) for the newest. `blob` reads a
+/// whole-file record's bytes; `resolved` is told the bytes of each record
+/// put together, by their BLAKE3.
+///
+/// Errors: [`RangeError::BelowNotAFile`], [`RangeError::NoProjectFile`],
+/// [`RangeError::Patch`] (a piece is missing or corrupt, or the base is too
+/// short), or [`RangeError::Blob`] when `blob` fails.
+pub fn resolve_records(
+    index: &Index,
+    blobs: &BlobStore,
+    path: &[u8],
+    recs: &mut [(u64, PreImage)],
+    current: Option<&[u8]>,
+    blob: &dyn Fn(&Hash) -> Result<Vec<u8>, BlobError>,
+    resolved: &mut dyn FnMut(Hash, &[u8]),
+) -> Result<(), RangeError> {
+    let mut above: Option<Vec<u8>> = None;
+    for i in (0..recs.len()).rev() {
+        let (turn, pre) = &recs[i];
+        let PreImage::Ranged { size, perm, ino } = *pre else {
+            above = None;
+            continue;
+        };
+        let turn = *turn;
+        let base = match (&above, recs.get(i + 1)) {
+            (Some(b), _) => b.clone(),
+            (None, Some((_, PreImage::File { blob: h, .. }))) => blob(h)?,
+            (None, Some((t, other))) => {
+                return Err(RangeError::BelowNotAFile {
+                    turn: *t,
+                    kind: other.kind_name(),
+                })
+            }
+            (None, None) => match current {
+                Some(c) => c.to_vec(),
+                None => return Err(RangeError::NoProjectFile),
+            },
+        };
+        let bytes = ranges::patch_in_memory(index, blobs, turn, path, size, &base)
+            .map_err(RangeError::Patch)?;
+        let hash = *blake3::hash(&bytes).as_bytes();
+        recs[i].1 = PreImage::File {
+            blob: hash,
+            size,
+            perm,
+            ino,
+        };
+        resolved(hash, &bytes);
+        above = Some(bytes);
+    }
+    Ok(())
 }

@@ -16,8 +16,9 @@ use crate::backing::Backing;
 use crate::record::{Hash, PreImage};
 use crate::store::{BlobError, BlobStore, Index, IndexError, Turn};
 
+use super::chain::{self, RangeError};
 use super::timeline::Timeline;
-use super::{check_turn, current, ranges, TurnError, Version};
+use super::{check_turn, current, TurnError, Version};
 
 /// Contents put together from ranged records, by BLAKE3.
 pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
@@ -46,7 +47,8 @@ pub enum ViewError {
         /// The path's raw bytes.
         path: Vec<u8>,
         /// Why.
-        reason: String,
+        #[source]
+        reason: RangeError,
     },
     /// A pre-image's blob is missing or corrupt.
     #[error("the recorded content of {} cannot be read: {source}", crate::paths::display(.path))]
@@ -186,56 +188,30 @@ impl Reader<'_> {
         current: Option<&[u8]>,
         keep_bytes: bool,
     ) -> Result<(), ViewError> {
-        let fail = |reason: String| ViewError::Ranges {
-            path: path.to_vec(),
-            reason,
-        };
-        let mut above: Option<Vec<u8>> = None;
-        for i in (0..recs.len()).rev() {
-            let (turn, pre) = &recs[i];
-            let PreImage::Ranged { size, perm, ino } = *pre else {
-                above = None;
-                continue;
-            };
-            let turn = *turn;
-            let base = match (&above, recs.get(i + 1)) {
-                (Some(b), _) => b.clone(),
-                (None, Some((_, PreImage::File { blob, .. }))) => {
-                    self.blob(blob).map_err(|source| ViewError::Blob {
-                        path: path.to_vec(),
-                        source,
-                    })?
-                }
-                (None, Some((t, other))) => {
-                    return Err(fail(format!(
-                        "its record in turn {t} is a {} where a file was expected",
-                        other.kind_name()
-                    )))
-                }
-                (None, None) => match current {
-                    Some(c) => c.to_vec(),
-                    None => {
-                        return Err(fail(
-                            "the project holds no regular file at that path".into(),
-                        ))
-                    }
-                },
-            };
-            let bytes = ranges::patch_in_memory(self.index, self.blobs, turn, path, size, &base)
-                .map_err(|e| fail(e.to_string()))?;
-            let blob = *blake3::hash(&bytes).as_bytes();
-            recs[i].1 = PreImage::File {
-                blob,
-                size,
-                perm,
-                ino,
-            };
+        let mut keep = |hash: Hash, bytes: &[u8]| {
             if keep_bytes {
-                self.resolved.borrow_mut().insert(blob, bytes.clone());
+                self.resolved.borrow_mut().insert(hash, bytes.to_vec());
             }
-            above = Some(bytes);
-        }
-        Ok(())
+        };
+        chain::resolve_records(
+            self.index,
+            self.blobs,
+            path,
+            recs,
+            current,
+            &|h| self.blob(h),
+            &mut keep,
+        )
+        .map_err(|e| match e {
+            RangeError::Blob(source) => ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            },
+            reason => ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            },
+        })
     }
 
     /// The bytes of a file or symlink version: a recorded file's blob
