@@ -97,7 +97,7 @@ pub enum HistoryError {
         source: io::Error,
     },
     /// A file's turn-start content, kept as ranges over its later content,
-    /// cannot be put together (see `crate::ranges`).
+    /// cannot be put together (see `crate::view::ranges`).
     #[error(
         "the recorded content of {path} cannot be put together from its saved ranges: {reason}"
     )]

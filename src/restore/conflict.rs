@@ -198,3 +198,82 @@ impl fmt::Display for Conflict {
         write!(f, "{}: {}", self.display_path(), self.reason)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: ConflictReason) -> String {
+        r.to_string()
+    }
+
+    #[test]
+    fn reasons_read_as_they_always_have() {
+        assert_eq!(
+            text(ConflictReason::UnknownAtTurnStart { turn: 3 }),
+            "it was created or replaced outside the mount after turn 3 began, so its state then is unknown; left as it is"
+        );
+        for (kind, then) in [
+            ("absent", "absent"),
+            ("unknown", "of unknown state"),
+            ("file", "a file"),
+        ] {
+            assert_eq!(
+                text(ConflictReason::MadeOutsideMount {
+                    turn: 1,
+                    parent: b"d".to_vec(),
+                    parent_kind: kind,
+                }),
+                format!("its record says it existed when turn 1 began, but d was then {then}: it was made outside the mount, so its state then is unknown; left as it is")
+            );
+        }
+        assert_eq!(
+            text(ConflictReason::Ranges(RangeError::BaseGone)),
+            "cannot restore its content: its turn-start bytes are kept as ranges over a file that is no longer there"
+        );
+        assert_eq!(
+            text(ConflictReason::UnderSymlink),
+            "a directory on its path is a symbolic link now; opfs never writes through one, so it is left as it is"
+        );
+        assert_eq!(
+            text(ConflictReason::ChangedOutsideMount {
+                what: "it was deleted".into()
+            }),
+            "changed outside the mount since opfs last saw it (it was deleted); left as it is (--force restores it anyway)"
+        );
+        assert_eq!(
+            text(ConflictReason::UnrecordedEntries {
+                names: vec![b"d/a".to_vec(), b"d/\xff".to_vec()]
+            }),
+            "directory holds entries opfs did not record, left in place: d/a, d/\\xff"
+        );
+        assert_eq!(
+            text(ConflictReason::Step {
+                step: FailedStep::Remove,
+                source: io::Error::other("boom"),
+            }),
+            "remove failed: boom"
+        );
+        assert_eq!(
+            text(ConflictReason::ListDir(io::Error::other("boom"))),
+            "cannot list the directory: boom"
+        );
+        assert_eq!(
+            text(ConflictReason::ReadCurrent(io::Error::other("boom"))),
+            "cannot read its current state: boom"
+        );
+    }
+
+    #[test]
+    fn a_conflict_serializes_as_path_and_reason_and_reads_back() {
+        let c = Conflict::new(b"caf\xe9", ConflictReason::UnderSymlink);
+        let json = serde_json::to_string(&c).expect("json");
+        assert_eq!(
+            json,
+            r#"{"path":"caf\\xe9","reason":"a directory on its path is a symbolic link now; opfs never writes through one, so it is left as it is"}"#
+        );
+        let back: Conflict = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, c);
+        assert_eq!(back.path, b"caf\xe9");
+    }
+}

@@ -204,3 +204,22 @@ fn corrupt_blob_is_a_conflict_and_never_written() {
         assert_eq!(fs::read(s.project.join(f)).expect("read"), b"new content");
     }
 }
+
+#[test]
+fn the_report_reads_back_from_its_json() {
+    let s = setup();
+    let j = &s.journal;
+    j.before(&Mutation::Content {
+        path: b"src/main.rs",
+    })
+    .expect("hook");
+    fs::write(s.project.join("src/main.rs"), b"changed").expect("write");
+    let report = rewind(j, 1, dry()).expect("dry run");
+    let value = serde_json::to_value(&report).expect("json");
+    assert_eq!(
+        value["plan"][0],
+        serde_json::json!({"path": "src/main.rs", "current": "file", "target": "file", "steps": ["rewrite"]})
+    );
+    let back: RewindReport = serde_json::from_value(value.clone()).expect("parse");
+    assert_eq!(serde_json::to_value(&back).expect("json"), value);
+}
