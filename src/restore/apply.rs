@@ -6,7 +6,7 @@
 //! directory permission bits, deepest first. Regular files that exist on
 //! both sides are rewritten in place, which keeps hard links to them
 //! intact; a file the turn moved to a name with other links is moved back
-//! through a parked link ([`moved_inode_pairs`]). Failpoints
+//! through a parked link (`moved_inode_pairs`). Failpoints
 //! (`rewind-after-capture`, `rewind-patch-run`, `rewind-after-step`) let
 //! the crash tests stop it anywhere.
 
