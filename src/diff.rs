@@ -90,7 +90,7 @@ impl FileDiff {
 fn side(
     src: &Sources<'_>,
     path: &[u8],
-    v: &crate::history::Version,
+    v: &crate::view::Version,
 ) -> Result<Option<Side>, HistoryError> {
     let mode = match &v.state {
         PreImage::File { perm, .. } => git_file_mode(*perm),

@@ -400,8 +400,9 @@ fn overlapping_saved_ranges_read_back_earliest_first() {
         })
         .collect();
     index.apply(&entries).expect("apply");
-    let patch =
-        |size: u64, base: &[u8]| opfs::ranges::patch_in_memory(&index, &blobs, 1, b"f", size, base);
+    let patch = |size: u64, base: &[u8]| {
+        opfs::view::ranges::patch_in_memory(&index, &blobs, 1, b"f", size, base)
+    };
     assert_eq!(
         patch(14, b"0123456789xy").expect("patch"),
         b"01AAAAbbbbxyZZ",

@@ -154,7 +154,7 @@ impl<T: Tree> Journal<T> {
         for (path, pre) in index.records_of_turn(turn)? {
             match pre {
                 PreImage::Ranged { size, .. } => {
-                    let mut covered = crate::ranges::Intervals::new();
+                    let mut covered = crate::view::ranges::Intervals::new();
                     for p in index.ranges_of(turn, &path)? {
                         covered.insert(p.offset, p.offset.saturating_add(p.len));
                     }

@@ -23,7 +23,7 @@ pub(super) struct RangeState {
     /// Its length when the turn began.
     pub(super) size: u64,
     /// Byte ranges below `size` whose turn-start bytes are saved.
-    pub(super) covered: crate::ranges::Intervals,
+    pub(super) covered: crate::view::ranges::Intervals,
 }
 
 /// The error when the file a turn's ranges are laid over is gone.
@@ -98,7 +98,7 @@ impl<T: Tree> Journal<T> {
                         RangeState {
                             file: Some(file),
                             size: st.size,
-                            covered: crate::ranges::Intervals::new(),
+                            covered: crate::view::ranges::Intervals::new(),
                         }
                     }
                     _ => return self.capture_known(inner, path, None),
@@ -232,8 +232,8 @@ impl<T: Tree> Journal<T> {
         };
         let pieces = inner.index.ranges_of(turn, path).at(path)?;
         let (blob, data) = {
-            let mut src = crate::ranges::Patched::new(
-                crate::ranges::file_base(file),
+            let mut src = crate::view::ranges::Patched::new(
+                crate::view::ranges::file_base(file),
                 &inner.index,
                 &self.blobs,
                 &pieces,

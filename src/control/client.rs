@@ -92,9 +92,7 @@ impl ClientError {
     pub fn kind(&self) -> FailureKind {
         match self {
             ClientError::Refused { kind, .. } => *kind,
-            ClientError::Rewind(
-                RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. },
-            ) => FailureKind::Usage,
+            ClientError::Rewind(RewindError::Turn(_)) => FailureKind::Usage,
             _ => FailureKind::Failure,
         }
     }
@@ -187,7 +185,8 @@ impl Project {
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                let report = rewind::rewind(&journal, to, dry_run, force)?;
+                let report =
+                    rewind::rewind(&journal, to, rewind::RewindOptions { dry_run, force })?;
                 serde_json::to_value(&report).map_err(|e| ClientError::Direct(e.to_string()))
             }
         }

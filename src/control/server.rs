@@ -56,7 +56,7 @@ pub fn rewind_mounted(
     force: bool,
 ) -> Result<RewindReport, RewindError> {
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind(journal, to, dry_run, force);
+    let report = rewind::rewind(journal, to, rewind::RewindOptions { dry_run, force });
     drop(guard);
     if let (Some(m), Ok(r)) = (mount, &report) {
         let mut paths = r.touched.clone();
@@ -124,12 +124,10 @@ pub fn handle(
                         message: e.to_string(),
                     },
                 },
-                Err(e @ (RewindError::UnknownTurn { .. } | RewindError::DroppedTurn { .. })) => {
-                    Response::Error {
-                        kind: FailureKind::Usage,
-                        message: e.to_string(),
-                    }
-                }
+                Err(e @ RewindError::Turn(_)) => Response::Error {
+                    kind: FailureKind::Usage,
+                    message: e.to_string(),
+                },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),

@@ -6,8 +6,8 @@ use gix::ObjectId;
 
 use super::commit::{baseline_message, Tip};
 use super::{ExportError, Exporter, GitContext, Progress, ProjectContext, BASELINE_REF, BRANCH};
-use crate::history::{Timeline, Version};
 use crate::paths;
+use crate::view::{Timeline, Version};
 
 /// What [`write`] did.
 pub(super) struct Baseline {
@@ -82,7 +82,7 @@ fn walk(
             let v: Version = match rec {
                 // Taken from the records after the walk.
                 Some(pre) if !pre.is_dir() => continue,
-                _ => match crate::history::read_current(ex.src.backing, &p) {
+                _ => match crate::view::current::read_version(ex.src.backing, &p) {
                     Ok(v) => v,
                     // Removed during the walk: its record (made before the
                     // removal) is applied after the walk.

@@ -273,7 +273,7 @@ pub fn default_git_dir(state: &StateDir) -> PathBuf {
 ///
 /// `commit` makes every capture so far visible in the index; it is called
 /// before records are re-read after reading the project (see `history`).
-/// Outside the daemon pass [`crate::history::commit_through_daemon`].
+/// Outside the daemon pass [`crate::control::client::commit_through_daemon`].
 ///
 /// Errors: [`ExportError::InsideProject`] / [`ExportError::Foreign`] for a
 /// repository that is not this project's to use; [`ExportError::Git`] /
@@ -352,7 +352,7 @@ struct Opened {
     index: Index,
     blobs: BlobStore,
     backing: Dir,
-    resolved: history::Resolved,
+    resolved: crate::view::Resolved,
 }
 
 impl Opened {
@@ -372,7 +372,7 @@ impl Opened {
             index,
             blobs,
             backing,
-            resolved: history::Resolved::default(),
+            resolved: crate::view::Resolved::default(),
         })
     }
 

@@ -15,11 +15,12 @@ use super::{
     BlobContext, ExportError, Exporter, GitContext, Progress, ProjectContext, BRANCH,
     TURN_REF_PREFIX,
 };
-use crate::history::{self, Timeline, Version};
+use crate::history;
 use crate::paths;
 use crate::record::PreImage;
 use crate::record::Turn;
 use crate::store::BlobError;
+use crate::view::{Timeline, Version};
 
 /// What one path becomes in a git tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +78,7 @@ impl Exporter<'_> {
 
     /// Reads `path`'s current state in the project.
     pub(super) fn read_current(&self, path: &[u8]) -> Result<Version, ExportError> {
-        history::read_current(self.src.backing, path).in_project(path)
+        crate::view::current::read_version(self.src.backing, path).in_project(path)
     }
 
     /// The git state of a recorded state.

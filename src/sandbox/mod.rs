@@ -228,14 +228,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
+    let info = process::InfoPipe::new()?;
     let mut cmd = Command::new(&bwrap);
     cmd.args(&args)
         .arg("--info-fd")
-        .arg(process::INFO_FD.to_string())
+        .arg(info.fd().to_string())
         .arg("--")
         .args(&opts.command);
     bwrap::apply_env(&mut cmd, &policy);
-    let code = process::spawn_and_wait(cmd)?;
+    let code = process::spawn_and_wait(cmd, info)?;
     let mut warnings = Vec::new();
     if let Err(e) = guard.finish() {
         warnings.push(e);

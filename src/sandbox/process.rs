@@ -3,7 +3,7 @@
 //! shell reports it; or, for `danger-full-access`, a plain child.
 
 use std::io::{self, Read};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
@@ -23,68 +23,79 @@ const FORWARDED: &[i32] = &[
     libc::SIGWINCH,
 ];
 
-/// The file descriptor bwrap reports the sandbox's pid on.
-pub(super) const INFO_FD: RawFd = 3;
+/// The pipe bwrap reports the sandbox's pid on (`--info-fd`): a read end
+/// for this process (close-on-exec) and a write end bwrap inherits.
+#[derive(Debug)]
+pub(super) struct InfoPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl InfoPipe {
+    /// A fresh pipe whose write end stays open across exec. Another child
+    /// spawned meanwhile may inherit a copy of it too; that is harmless,
+    /// because the pid is read up to the end of the first JSON object, not
+    /// to end of file.
+    pub(super) fn new() -> Result<InfoPipe, RunError> {
+        let make = || -> io::Result<InfoPipe> {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+            rustix::io::fcntl_setfd(&write, rustix::io::FdFlags::empty())?;
+            Ok(InfoPipe { read, write })
+        };
+        make().map_err(RunError::io("cannot create a pipe"))
+    }
+
+    /// The fd number to pass as `--info-fd`.
+    pub(super) fn fd(&self) -> RawFd {
+        self.write.as_raw_fd()
+    }
+}
+
+/// Signals `pid` (a process group when `group`); a process already gone
+/// is not an error worth reporting while forwarding.
+fn signal(pid: i32, sig: i32, group: bool) {
+    let (Some(pid), Some(sig)) = (
+        rustix::process::Pid::from_raw(pid),
+        rustix::process::Signal::from_named_raw(sig),
+    ) else {
+        return;
+    };
+    let _ = if group {
+        rustix::process::kill_process_group(pid, sig)
+    } else {
+        rustix::process::kill_process(pid, sig)
+    };
+}
 
 /// Spawns bwrap in its own process group (so the terminal's signals reach
 /// only `opfs run`, which forwards them), learns the sandbox's pid from
-/// `--info-fd`, and waits.
-pub(super) fn spawn_and_wait(mut cmd: Command) -> Result<i32, RunError> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: fds is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(RunError::io("cannot create a pipe")(
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: pipe2 returned two fresh descriptors that we now own.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let w = fds[1];
-    // SAFETY: only async-signal-safe calls (setpgid, dup2, fcntl) between
-    // fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let r = if w == INFO_FD {
-                libc::fcntl(w, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(w, INFO_FD)
-            };
-            if r < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+/// `--info-fd` (`info`, whose fd `cmd` names), and waits.
+pub(super) fn spawn_and_wait(mut cmd: Command, info: InfoPipe) -> Result<i32, RunError> {
+    cmd.process_group(0);
     let child = cmd
         .spawn()
         .map_err(|e| RunError::Setup(format!("cannot start bwrap: {e}")))?;
-    drop(write_end);
+    let InfoPipe { read, write } = info;
+    drop(write);
     let sandbox_pid = Arc::new(AtomicI32::new(0));
     {
         let sandbox_pid = sandbox_pid.clone();
         std::thread::spawn(move || {
-            if let Some(pid) = read_child_pid(read_end) {
+            if let Some(pid) = read_child_pid(read) {
                 sandbox_pid.store(pid, Ordering::SeqCst);
             }
         });
     }
     let status = wait_forwarding(child, FORWARDED, move |sig, bwrap_pid| {
         let pid = sandbox_pid.load(Ordering::SeqCst);
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            if pid > 0 {
-                // The sandbox's init leads the new session and process group
-                // the command runs in: signal the group, as a terminal would.
-                libc::kill(-pid, sig);
-            } else {
-                // Not started yet: bwrap dies of it and takes the sandbox
-                // with it (--die-with-parent).
-                libc::kill(bwrap_pid, sig);
-            }
+        if pid > 0 {
+            // The sandbox's init leads the new session and process group
+            // the command runs in: signal the group, as a terminal would.
+            signal(pid, sig, true);
+        } else {
+            // Not started yet: bwrap dies of it and takes the sandbox
+            // with it (--die-with-parent).
+            signal(bwrap_pid, sig, false);
         }
     })
     .map_err(RunError::io("cannot wait for bwrap"))?;
@@ -174,10 +185,7 @@ pub(super) fn run_unsandboxed(opts: &RunOptions, home: &Path) -> Result<RunOutco
         ],
         |sig, pid| {
             if sig != libc::SIGINT && sig != libc::SIGQUIT {
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe {
-                    libc::kill(pid, sig);
-                }
+                signal(pid, sig, false);
             }
         },
     )

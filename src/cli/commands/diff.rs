@@ -1,6 +1,7 @@
 //! `opfs diff N[..M] [PATH...]`: a patch git can apply, `--stat` or
 //! `--name-status`.
 
+use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::diff as patch;
@@ -39,7 +40,11 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
         .iter()
         .map(|p| history::parse_path(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let opened = Opened::open(project.state())?;
+    let st = project.state().clone();
+    let opened = Opened::open(
+        project.state(),
+        Box::new(move || commit_through_daemon(&st)),
+    )?;
     let src = opened.sources();
     let changes = history::changes(&src, from, to, &filter)?;
     let diffs = patch::build(&src, &changes)?;

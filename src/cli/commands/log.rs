@@ -1,5 +1,6 @@
 //! `opfs log`: the turns, newest first, with what each changed.
 
+use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::history::{self, Opened};
@@ -11,7 +12,11 @@ use crate::cli::Ctx;
 pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
-    let opened = Opened::open(project.state())?;
+    let st = project.state().clone();
+    let opened = Opened::open(
+        project.state(),
+        Box::new(move || commit_through_daemon(&st)),
+    )?;
     let entries = history::log(&opened.sources())?;
     if ctx.format.is_json() {
         let v: Vec<_> = entries

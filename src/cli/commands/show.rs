@@ -1,6 +1,7 @@
 //! `opfs show N:PATH`: the raw bytes; with `--json` one object
 //! (`docs/export.md`).
 
+use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::history::{self, Opened, Shown};
@@ -26,7 +27,11 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
         }
     };
     let path = history::parse_path(path)?;
-    let opened = Opened::open(project.state())?;
+    let st = project.state().clone();
+    let opened = Opened::open(
+        project.state(),
+        Box::new(move || commit_through_daemon(&st)),
+    )?;
     let shown = history::show_entry(&opened.sources(), turn, &path)?;
     if !ctx.format.is_json() {
         let bytes = match &shown {

@@ -1,7 +1,7 @@
 //! Range pre-images: putting a large file's turn-start bytes back together
 //! from the ranges a turn saved and the file's later content.
 //!
-//! A [`PreImage::Ranged`] record of path P in turn T says: when T began, P
+//! A [`crate::record::PreImage::Ranged`] record of path P in turn T says: when T began, P
 //! was a regular file of `size` bytes; during T the mount saved the old
 //! bytes of every range it was about to overwrite (the [`Piece`]s); every
 //! other byte below `size` did not change during T. So P's content at the

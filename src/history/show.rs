@@ -1,0 +1,94 @@
+//! `opfs show N:PATH`: a path's content when a turn began.
+
+use crate::paths;
+use crate::record::PreImage;
+use crate::view::{Timeline, Version};
+
+use super::{HistoryError, Sources};
+
+/// What [`show_entry`] found at a path when a turn began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// A regular file.
+    File {
+        /// Its bytes.
+        bytes: Vec<u8>,
+        /// Its permission bits (`mode & 0o7777`).
+        perm: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its target, bytes as stored.
+        target: Vec<u8>,
+    },
+}
+
+/// `opfs show N:PATH`: the bytes of `path` when turn `turn` began (a
+/// symlink's target for a symlink).
+///
+/// Errors: as [`show_entry`].
+pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, HistoryError> {
+    Ok(match show_entry(src, turn, path)? {
+        Shown::File { bytes, .. } => bytes,
+        Shown::Symlink { target } => target,
+    })
+}
+
+/// `opfs show N:PATH --json`: the file (bytes and permission bits) or
+/// symlink at `path` when turn `turn` began.
+///
+/// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
+/// not exist then; [`HistoryError::Unknown`] when what it held then is not
+/// known; [`HistoryError::NoContent`] for a directory or special file; the
+/// blob or project cannot be read.
+pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, HistoryError> {
+    src.turn(turn)?;
+    if path.is_empty() {
+        return Err(HistoryError::NoContent {
+            path: ".".into(),
+            turn,
+            kind: "dir",
+        });
+    }
+    if paths::is_excluded(path) {
+        return Err(HistoryError::Excluded(paths::display(path)));
+    }
+    let timeline = Timeline::default();
+    let v = match src.index.state_from(path, turn)? {
+        Some(PreImage::Ranged { .. }) => {
+            let mut timeline = Timeline::load(src.index, turn)?;
+            src.resolve(&mut timeline, Some(path), true)?;
+            let pre = timeline.state_at(path, turn).cloned();
+            Version::recorded(pre.unwrap_or(PreImage::Absent))
+        }
+        Some(pre) => Version::recorded(pre),
+        None => {
+            let v = src.states_at(&timeline, &[path.to_vec()], turn)?;
+            v.into_values()
+                .next()
+                .unwrap_or(Version::recorded(PreImage::Absent))
+        }
+    };
+    match &v.state {
+        PreImage::Absent => Err(HistoryError::Absent {
+            path: paths::display(path),
+            turn,
+        }),
+        PreImage::Unknown => Err(HistoryError::Unknown {
+            path: paths::display(path),
+            turn,
+        }),
+        PreImage::File { perm, .. } => Ok(Shown::File {
+            bytes: src.content(path, &v)?.unwrap_or_default(),
+            perm: *perm,
+        }),
+        PreImage::Symlink { target } => Ok(Shown::Symlink {
+            target: target.clone(),
+        }),
+        other => Err(HistoryError::NoContent {
+            path: paths::display(path),
+            turn,
+            kind: other.kind_name(),
+        }),
+    }
+}

@@ -1,0 +1,20 @@
+//! Restore: write target states back into the project, recorded as a turn.
+//!
+//! Rewind uses it to go back to the start of a turn; a worktree merge will
+//! use it to bring a worktree's states into the project. The pieces:
+//!
+//! - [`plan`]: from `(path, target)` pairs and what the project holds now,
+//!   a [`PathPlan`] per path that needs steps;
+//! - [`preflight`]: the checks that move a path from the plan to the
+//!   conflicts before anything is written;
+//! - [`apply`]: the executor;
+//! - [`conflict`]: [`Conflict`] and its typed [`ConflictReason`].
+
+pub mod apply;
+pub mod conflict;
+pub mod plan;
+pub mod preflight;
+
+pub(crate) use apply::apply;
+pub use conflict::{Conflict, ConflictReason, FailedStep};
+pub use plan::{describe, PathPlan, StateKind, Step};

@@ -1,0 +1,415 @@
+//! The planner: from each path's target state and what the project holds
+//! now, the steps that restore it ([`PathPlan`]).
+//!
+//! Paths whose target cannot be known or reached (recorded as unknown,
+//! beneath a path that was not a directory, under a symlink, content kept
+//! as ranges that cannot be put back, unreadable) become conflicts instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+use crate::capture::Journal;
+use crate::paths;
+use crate::record::{hex, PreImage};
+use crate::tree::Dir;
+use crate::view::chain::{self, RangeError, Resolved};
+use crate::view::current::{self, Current};
+use crate::view::ranges::Segment;
+
+use super::conflict::{Conflict, ConflictReason};
+use super::preflight::preflight;
+
+/// One planned step on one path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Remove what is there now (a file, symlink, special file or an empty
+    /// directory).
+    Remove,
+    /// Create the target (after a removal, or where nothing is).
+    Create,
+    /// Rewrite an existing regular file's bytes in place.
+    Rewrite,
+    /// Set the permission bits only.
+    Chmod,
+}
+
+/// The plan for one path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PathPlan {
+    /// The path, rendered (`\xNN` for bytes that are not UTF-8).
+    pub path: String,
+    /// The path's raw bytes.
+    #[serde(skip)]
+    pub raw: Vec<u8>,
+    /// What is there now: `absent`, `file`, `dir`, `symlink`, `special`.
+    pub current: StateKind,
+    /// What will be there: `absent`, `file`, `dir`, `symlink`, `fifo`, ...
+    pub target: StateKind,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// The state to restore (not serialized: a deserialized plan holds
+    /// `absent` here).
+    #[serde(skip, default = "absent_target")]
+    pub(crate) target_state: PreImage,
+    /// What the planner found there (not serialized).
+    #[serde(skip, default = "absent_current")]
+    pub(crate) current_state: Current,
+    /// For a file kept as ranges over the project's file: the runs to
+    /// write back in place (the target is then `PreImage::Ranged`).
+    #[serde(skip)]
+    pub(crate) patch: Option<Vec<Segment>>,
+}
+
+/// The kind of a path's state, as a plan reports it (`current` and
+/// `target` in `opfs rewind --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateKind {
+    /// Nothing there.
+    Absent,
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A fifo, socket or device node as found in the project.
+    Special,
+    /// A fifo (target).
+    Fifo,
+    /// A socket (target).
+    Socket,
+    /// A character device (target).
+    Char,
+    /// A block device (target).
+    Block,
+    /// Unknown (target).
+    Unknown,
+}
+
+impl StateKind {
+    /// The kind of what the project holds now.
+    pub fn of_current(c: &Current) -> StateKind {
+        match c {
+            Current::Absent => StateKind::Absent,
+            Current::File { .. } => StateKind::File,
+            Current::Dir { .. } => StateKind::Dir,
+            Current::Symlink { .. } => StateKind::Symlink,
+            Current::Special { .. } => StateKind::Special,
+        }
+    }
+
+    /// The kind of a target state ([`PreImage::kind_name`]).
+    pub fn of_target(p: &PreImage) -> StateKind {
+        use crate::record::Special;
+        match p {
+            PreImage::Absent => StateKind::Absent,
+            PreImage::Unknown => StateKind::Unknown,
+            PreImage::File { .. } | PreImage::Ranged { .. } => StateKind::File,
+            PreImage::Dir { .. } => StateKind::Dir,
+            PreImage::Symlink { .. } => StateKind::Symlink,
+            PreImage::Special { kind, .. } => match kind {
+                Special::Fifo => StateKind::Fifo,
+                Special::Socket => StateKind::Socket,
+                Special::Char => StateKind::Char,
+                Special::Block => StateKind::Block,
+            },
+        }
+    }
+
+    /// The word serialized: `absent`, `file`, `dir`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateKind::Absent => "absent",
+            StateKind::File => "file",
+            StateKind::Dir => "dir",
+            StateKind::Symlink => "symlink",
+            StateKind::Special => "special",
+            StateKind::Fifo => "fifo",
+            StateKind::Socket => "socket",
+            StateKind::Char => "char",
+            StateKind::Block => "block",
+            StateKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn absent_target() -> PreImage {
+    PreImage::Absent
+}
+
+fn absent_current() -> Current {
+    Current::Absent
+}
+
+fn hash_file(backing: &Dir, path: &[u8]) -> io::Result<[u8; 32]> {
+    let mut f = backing.open_file(path, libc::O_RDONLY, 0)?;
+    let mut hasher = blake3::Hasher::new();
+    io::copy(&mut f, &mut hasher)?;
+    Ok(*hasher.finalize().as_bytes())
+}
+
+/// Decides the steps that turn `current` into `target`. Empty when they
+/// already match (content compared by hash when the sizes agree).
+fn steps_for(
+    backing: &Dir,
+    path: &[u8],
+    current: &Current,
+    target: &PreImage,
+) -> io::Result<Vec<Step>> {
+    use Step::*;
+    Ok(match (current, target) {
+        (Current::Absent, PreImage::Absent) => vec![],
+        // Only planned over the file its ranges are laid over (see
+        // `resolve_ranged`): written back in place.
+        (Current::File { .. }, PreImage::Ranged { .. }) => vec![Rewrite],
+        (Current::Absent, _) => vec![Create],
+        (_, PreImage::Absent) => vec![Remove],
+        // The path is now another name of a file with other links, and was
+        // not that file when recorded (a hard link made since): writing in
+        // place would change the other names too. Replace it instead.
+        (Current::File { stat }, PreImage::File { ino, .. })
+            if stat.nlink > 1 && *ino != 0 && stat.ino != *ino =>
+        {
+            vec![Remove, Create]
+        }
+        (
+            Current::File { stat },
+            PreImage::File {
+                blob, size, perm, ..
+            },
+        ) => {
+            let same_bytes = stat.size == *size && hash_file(backing, path)? == *blob;
+            match (same_bytes, stat.perm() == *perm) {
+                (true, true) => vec![],
+                (true, false) => vec![Chmod],
+                (false, _) => vec![Rewrite],
+            }
+        }
+        (Current::Dir { perm: cur }, PreImage::Dir { perm }) => {
+            if cur == perm {
+                vec![]
+            } else {
+                vec![Chmod]
+            }
+        }
+        (Current::Symlink { target: cur }, PreImage::Symlink { target }) => {
+            if cur == target {
+                vec![]
+            } else {
+                vec![Remove, Create]
+            }
+        }
+        (
+            Current::Special {
+                type_bits,
+                perm: cur_perm,
+                rdev: cur_rdev,
+            },
+            PreImage::Special { kind, perm, rdev },
+        ) => {
+            if *type_bits != kind.type_bits() || cur_rdev != rdev {
+                vec![Remove, Create]
+            } else if cur_perm != perm {
+                vec![Chmod]
+            } else {
+                vec![]
+            }
+        }
+        _ => vec![Remove, Create],
+    })
+}
+
+/// Plans the restore of `states` (each path's target state, sorted by
+/// path, as `Index::states_at` returns them) as they were when turn `to`
+/// began, against the project's current state, then runs the
+/// [`preflight`](super::preflight::preflight) checks (`force` skips the
+/// fingerprint check). Writes nothing to the project; a ranged target may
+/// be put together into a blob in the store.
+///
+/// Returns the plan and the paths left out of it, with the reason.
+pub(crate) fn plan(
+    journal: &Journal,
+    to: u64,
+    states: Vec<(Vec<u8>, PreImage)>,
+    force: bool,
+) -> (Vec<PathPlan>, Vec<Conflict>) {
+    let backing = journal.backing();
+    let mut plan = Vec::new();
+    let mut conflicts = Vec::new();
+    // Symlinks this plan removes. States come sorted by path, so an
+    // ancestor is planned before anything under it.
+    let mut removed_links: BTreeSet<Vec<u8>> = BTreeSet::new();
+    // Paths whose target is not a directory (absent, a file, ...): nothing
+    // can be restored beneath them. A record beneath one can only come from
+    // a change made outside the mount (say, a file created directly in the
+    // project inside a directory the agent then removed through the mount).
+    let mut not_dirs: BTreeMap<Vec<u8>, &'static str> = BTreeMap::new();
+    for (path, target) in states {
+        if paths::is_excluded(&path) {
+            continue;
+        }
+        let under_not_dir =
+            paths::ancestors(&path).find_map(|a| not_dirs.get(a).map(|kind| (a.to_vec(), *kind)));
+        if !target.is_dir() {
+            not_dirs.insert(path.clone(), target.kind_name());
+        }
+        if matches!(target, PreImage::Unknown) {
+            conflicts.push(Conflict::new(
+                &path,
+                ConflictReason::UnknownAtTurnStart { turn: to },
+            ));
+            continue;
+        }
+        if let (Some((parent, kind)), false) = (&under_not_dir, matches!(target, PreImage::Absent))
+        {
+            conflicts.push(Conflict::new(
+                &path,
+                ConflictReason::MadeOutsideMount {
+                    turn: to,
+                    parent: parent.clone(),
+                    parent_kind: kind,
+                },
+            ));
+            continue;
+        }
+        let mut patch = None;
+        let target = match target {
+            PreImage::Ranged { .. } => {
+                let seen = journal.last_seen(&path).ok().flatten();
+                let resolved = journal.with_index(|ix| {
+                    Ok(chain::resolve(
+                        ix,
+                        journal.blobs(),
+                        backing,
+                        &path,
+                        to,
+                        seen,
+                    ))
+                });
+                match resolved.map_err(RangeError::from).and_then(|r| r) {
+                    Ok(Resolved::Blob(t)) => t,
+                    Ok(Resolved::InPlace(t, segments)) => {
+                        patch = Some(segments);
+                        t
+                    }
+                    Err(e) => {
+                        conflicts.push(Conflict::new(&path, ConflictReason::Ranges(e)));
+                        continue;
+                    }
+                }
+            }
+            t => t,
+        };
+        let current = match current::read(backing, &path) {
+            // An ancestor is a symlink now; if this plan removes it (to put
+            // the directory back), the name will be free once removals ran.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP)
+                    && removed_links
+                        .iter()
+                        .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/')) =>
+            {
+                Ok(Current::Absent)
+            }
+            other => other,
+        };
+        let planned = current.and_then(|current| {
+            let mut steps = steps_for(backing, &path, &current, &target)?;
+            // Nothing saved and the same length: the bytes are the
+            // turn-start bytes already.
+            if let (Some(segments), Current::File { stat }, PreImage::Ranged { size, perm, .. }) =
+                (&patch, &current, &target)
+            {
+                if segments.is_empty() && stat.size == *size {
+                    steps = if stat.perm() == *perm {
+                        vec![]
+                    } else {
+                        vec![Step::Chmod]
+                    };
+                }
+            }
+            Ok((current, steps))
+        });
+        let under_removed_link = |path: &[u8]| {
+            removed_links
+                .iter()
+                .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/'))
+        };
+        match planned {
+            Ok((_, steps)) if steps.is_empty() => {}
+            // Something must be created under a directory that is a symlink
+            // now (made so behind the mount's back; the plan does not remove
+            // it): opfs never writes through a symlink.
+            Ok((Current::Absent, _))
+                if backing.parent_is_symlink(&path) && !under_removed_link(&path) =>
+            {
+                conflicts.push(Conflict::new(&path, ConflictReason::UnderSymlink))
+            }
+            // An ancestor is a symlink now (the agent replaced a directory by
+            // one through the mount), so this name is not in the tree at all,
+            // and the target is "absent": nothing to write, nothing to check.
+            // (When the target is not absent, ELOOP stays a conflict: opfs
+            // never writes through a symlink.)
+            Err(e)
+                if e.raw_os_error() == Some(libc::ELOOP) && matches!(target, PreImage::Absent) => {}
+            Ok((current, steps)) => {
+                if matches!(current, Current::Symlink { .. }) && steps.contains(&Step::Remove) {
+                    removed_links.insert(path.clone());
+                }
+                plan.push(PathPlan {
+                    path: paths::display(&path),
+                    current: StateKind::of_current(&current),
+                    target: StateKind::of_target(&target),
+                    steps,
+                    raw: path,
+                    target_state: target,
+                    current_state: current,
+                    patch: patch.take(),
+                })
+            }
+            Err(e) => conflicts.push(Conflict::new(&path, ConflictReason::ReadCurrent(e))),
+        }
+    }
+    preflight(journal, &mut plan, &mut conflicts, force);
+    (plan, conflicts)
+}
+
+/// A human description of one planned path, e.g. `remove dir build` or
+/// `rewrite file src/main.rs (0644)`.
+pub fn describe(p: &PathPlan) -> String {
+    let steps: Vec<&str> = p
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Remove => "remove",
+            Step::Create => "create",
+            Step::Rewrite => "rewrite",
+            Step::Chmod => "chmod",
+        })
+        .collect();
+    let detail = match &p.target_state {
+        PreImage::File {
+            blob, size, perm, ..
+        } => {
+            format!(" -> file {size} bytes {:o} {}", perm, &hex(blob)[..12])
+        }
+        PreImage::Ranged { size, perm, .. } => format!(" -> file {size} bytes {perm:o} (ranges)"),
+        PreImage::Dir { perm } => format!(" -> dir {perm:o}"),
+        PreImage::Symlink { target } => format!(" -> symlink {}", paths::display(target)),
+        PreImage::Special { perm, .. } => format!(" -> {} {perm:o}", p.target),
+        PreImage::Absent => " -> absent".to_string(),
+        PreImage::Unknown => " -> unknown".to_string(),
+    };
+    format!("{} {} ({}){}", steps.join("+"), p.path, p.current, detail)
+}

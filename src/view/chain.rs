@@ -1,0 +1,287 @@
+//! The ranged-chain resolver: a file's content at the start of a turn when
+//! it is kept as ranges (see [`super::ranges`]).
+//!
+//! A path's records from turn N on may be [`PreImage::Ranged`] up to the
+//! first whole file record (the *base*), or up to the project's file when
+//! none follows. [`resolve`] walks that chain and either lays the saved
+//! runs over the project's file in place ([`Resolved::InPlace`], the cost
+//! being the bytes the turns overwrote) or puts the content together into a
+//! blob ([`Resolved::Blob`]). It reads only what it is given (an index, a
+//! blob store, the project's confined directory and the last fingerprint
+//! opfs saw), so rewind and capture can both call it.
+//!
+//! [`resolve_records`] is the same walk over records already loaded (a
+//! history timeline), in memory: each ranged record is laid over the
+//! content of the record after it, or over the project's file for the
+//! newest.
+
+use std::io;
+
+use crate::record::{Fingerprint, Hash, PreImage};
+use crate::store::{BlobError, BlobStore, Index, IndexError};
+use crate::tree::Dir;
+
+use super::ranges::{self, Intervals, Segment};
+
+/// Why a ranged chain cannot be put back. The messages are the conflict
+/// reasons `opfs rewind` reports after "cannot restore its content: ".
+#[derive(Debug, thiserror::Error)]
+pub enum RangeError {
+    /// A record in the chain is neither ranged nor a whole file.
+    #[error("its record in turn {turn} is a {kind} where the file its ranges are laid over was expected")]
+    NotAFile {
+        /// The turn of the offending record.
+        turn: u64,
+        /// What it records (`dir`, `symlink`, ...).
+        kind: &'static str,
+    },
+    /// The path has no ranged record from that turn on.
+    #[error("no ranged record")]
+    NoRangedRecord,
+    /// The project's file under the chain cannot be `lstat`ed.
+    #[error("cannot read the file its ranges are laid over: {0}")]
+    ReadBase(#[source] io::Error),
+    /// The project's file under the chain changed outside the mount.
+    #[error("its turn-start bytes are kept as ranges over the file, which changed outside the mount ({what}), so they cannot be put back")]
+    BaseChanged {
+        /// What changed, as [`Fingerprint::differs`] words it.
+        what: String,
+    },
+    /// The project's file under the chain is gone (or not a regular file).
+    #[error("its turn-start bytes are kept as ranges over a file that is no longer there")]
+    BaseGone,
+    /// The project's file under the chain is another inode now.
+    #[error(
+        "its turn-start bytes are kept as ranges over a file that was replaced outside the mount"
+    )]
+    BaseReplaced,
+    /// The project's file is shorter than the bytes no saved range holds.
+    #[error(
+        "the file its ranges are laid over ends at byte {0}, before bytes no saved range holds"
+    )]
+    BaseShort(u64),
+    /// A record below a ranged one (read with the path's other records) is
+    /// not a file: the same condition as [`RangeError::NotAFile`], in the
+    /// words history commands have always used.
+    #[error("its record in turn {turn} is a {kind} where a file was expected")]
+    BelowNotAFile {
+        /// The turn of the offending record.
+        turn: u64,
+        /// What it records.
+        kind: &'static str,
+    },
+    /// The newest record is ranged and the project holds no regular file
+    /// to lay it over.
+    #[error("the project holds no regular file at that path")]
+    NoProjectFile,
+    /// Putting the content together in memory failed (a piece is missing
+    /// or corrupt, or the base is too short).
+    #[error("{0}")]
+    Patch(#[source] io::Error),
+    /// The project's file under the chain cannot be opened.
+    #[error("cannot read the file: {0}")]
+    OpenBase(#[source] io::Error),
+    /// A saved range or base blob is missing or corrupt.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+    /// The index failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// How a ranged target is restored.
+#[derive(Debug)]
+pub enum Resolved {
+    /// Put together into a blob (now in the store): restored like any file
+    /// pre-image.
+    Blob(PreImage),
+    /// Laid over the project's file, which is still the file the mount
+    /// left: the target (`PreImage::Ranged`) and the runs to write back in
+    /// place.
+    InPlace(PreImage, Vec<Segment>),
+}
+
+/// Decides how to restore the content `path` had when turn `to` began from
+/// its chain of ranged records (see the module docs).
+///
+/// Over the project's file (a regular file with one link, the inode the
+/// newest record names) the result is [`Resolved::InPlace`]; otherwise the
+/// content is put together and stored in `blobs` ([`Resolved::Blob`]).
+/// `last_seen` is the fingerprint opfs last saw of the project's file.
+///
+/// Errors: a record in the chain is not a file ([`RangeError::NotAFile`]),
+/// a saved range or blob is missing or corrupt, the base is shorter than
+/// the ranges need, or the chain ends at the project's file and that file
+/// changed outside the mount (even with `--force`: the ranges only make
+/// sense over the bytes the mount left).
+pub fn resolve(
+    index: &Index,
+    blobs: &BlobStore,
+    backing: &Dir,
+    path: &[u8],
+    to: u64,
+    last_seen: Option<Fingerprint>,
+) -> Result<Resolved, RangeError> {
+    let mut chain = Vec::new();
+    let mut at = to;
+    let base = loop {
+        match index.record_from(path, at)? {
+            Some((t, PreImage::Ranged { size, perm, ino })) => {
+                chain.push((t, size, perm, ino));
+                at = t + 1;
+            }
+            Some((_, PreImage::File { blob, .. })) => break Some(blob),
+            Some((turn, other)) => {
+                return Err(RangeError::NotAFile {
+                    turn,
+                    kind: other.kind_name(),
+                })
+            }
+            None => break None,
+        }
+    };
+    let (Some(&(_, size, perm, ino)), Some(&(_, _, _, newest_ino))) = (chain.first(), chain.last())
+    else {
+        return Err(RangeError::NoRangedRecord);
+    };
+    if base.is_none() {
+        let now = backing.lstat(path).map_err(RangeError::ReadBase)?;
+        if let Some(fp) = last_seen {
+            if let Some(what) = fp.differs(now.as_ref()) {
+                return Err(RangeError::BaseChanged { what });
+            }
+        }
+        let Some(st) = now.filter(|st| st.file_type() == libc::S_IFREG) else {
+            return Err(RangeError::BaseGone);
+        };
+        if newest_ino != 0 && st.ino != newest_ino {
+            return Err(RangeError::BaseReplaced);
+        }
+        if st.nlink == 1 {
+            let mut records = Vec::new();
+            for &(t, sz, _, _) in &chain {
+                records.push((sz, index.ranges_of(t, path)?));
+            }
+            let segments = ranges::layout_chain(&records);
+            // Bytes no record saved come from the file: it must hold them.
+            let mut covered = Intervals::new();
+            for s in &segments {
+                covered.insert(s.offset, s.offset + s.len);
+            }
+            if let Some(&(a, _)) = covered.gaps(st.size.min(size), size).first() {
+                return Err(RangeError::BaseShort(a));
+            }
+            return Ok(Resolved::InPlace(
+                PreImage::Ranged { size, perm, ino },
+                segments,
+            ));
+        }
+    }
+    let mut below = base;
+    let mut out = None;
+    for &(turn, size, perm, ino) in chain.iter().rev() {
+        let blob = build(index, blobs, backing, path, turn, size, below.as_ref())?;
+        below = Some(blob);
+        out = Some(PreImage::File {
+            blob,
+            size,
+            perm,
+            ino,
+        });
+    }
+    out.map(Resolved::Blob).ok_or(RangeError::NoRangedRecord)
+}
+
+/// One step of [`resolve`]: the content under `path`'s ranged record of
+/// `size` bytes in `turn`, laid over blob `below` (or the project's file
+/// when `None`), stored as a blob.
+fn build(
+    index: &Index,
+    blobs: &BlobStore,
+    backing: &Dir,
+    path: &[u8],
+    turn: u64,
+    size: u64,
+    below: Option<&Hash>,
+) -> Result<Hash, RangeError> {
+    let pieces = index.ranges_of(turn, path)?;
+    let bytes;
+    let file;
+    let base = match below {
+        Some(h) => match index.inline_blob(h)? {
+            Some(_) => {
+                bytes = crate::store::read_blob(index, blobs, h)?;
+                ranges::bytes_base(&bytes)
+            }
+            None => {
+                file = blobs.open_verified(h)?;
+                ranges::file_base(&file)
+            }
+        },
+        None => {
+            file = backing
+                .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                .map_err(RangeError::OpenBase)?;
+            ranges::file_base(&file)
+        }
+    };
+    let mut src = ranges::Patched::new(base, index, blobs, &pieces, size);
+    let (blob, _) = blobs.put(&mut src, size)?;
+    Ok(blob)
+}
+
+/// Replaces each ranged record in `recs` (one path's records, oldest
+/// first) by the file record it stands for, newest first: each is laid over
+/// the content of the record after it, or over `current` (the project's
+/// file, read before the records were) for the newest. `blob` reads a
+/// whole-file record's bytes; `resolved` is told the bytes of each record
+/// put together, by their BLAKE3.
+///
+/// Errors: [`RangeError::BelowNotAFile`], [`RangeError::NoProjectFile`],
+/// [`RangeError::Patch`] (a piece is missing or corrupt, or the base is too
+/// short), or [`RangeError::Blob`] when `blob` fails.
+pub fn resolve_records(
+    index: &Index,
+    blobs: &BlobStore,
+    path: &[u8],
+    recs: &mut [(u64, PreImage)],
+    current: Option<&[u8]>,
+    blob: &dyn Fn(&Hash) -> Result<Vec<u8>, BlobError>,
+    resolved: &mut dyn FnMut(Hash, &[u8]),
+) -> Result<(), RangeError> {
+    let mut above: Option<Vec<u8>> = None;
+    for i in (0..recs.len()).rev() {
+        let (turn, pre) = &recs[i];
+        let PreImage::Ranged { size, perm, ino } = *pre else {
+            above = None;
+            continue;
+        };
+        let turn = *turn;
+        let base = match (&above, recs.get(i + 1)) {
+            (Some(b), _) => b.clone(),
+            (None, Some((_, PreImage::File { blob: h, .. }))) => blob(h)?,
+            (None, Some((t, other))) => {
+                return Err(RangeError::BelowNotAFile {
+                    turn: *t,
+                    kind: other.kind_name(),
+                })
+            }
+            (None, None) => match current {
+                Some(c) => c.to_vec(),
+                None => return Err(RangeError::NoProjectFile),
+            },
+        };
+        let bytes = ranges::patch_in_memory(index, blobs, turn, path, size, &base)
+            .map_err(RangeError::Patch)?;
+        let hash = *blake3::hash(&bytes).as_bytes();
+        recs[i].1 = PreImage::File {
+            blob: hash,
+            size,
+            perm,
+            ino,
+        };
+        resolved(hash, &bytes);
+        above = Some(bytes);
+    }
+    Ok(())
+}

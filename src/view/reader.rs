@@ -1,0 +1,279 @@
+//! [`Reader`]: the handles a view reads through (index, blob store,
+//! project), and the resolution of a timeline's ranged records into file
+//! records.
+//!
+//! Reading the project races with a running agent. Every function that
+//! reads a path's current state re-reads the records afterwards, after
+//! asking the daemon to commit the records pending in its capture log
+//! ([`Reader::commit`]): capture appends a record before the mutation it
+//! guards runs, so a path that has no newer record after the read was read
+//! before anything changed it.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use crate::record::Turn;
+use crate::record::{Hash, PreImage};
+use crate::store::{BlobError, BlobStore, Index, IndexError};
+use crate::tree::Dir;
+
+use super::chain::{self, RangeError};
+use super::timeline::Timeline;
+use super::{check_turn, current, TurnError, Version};
+
+/// Contents put together from ranged records, by BLAKE3.
+pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
+
+/// Errors from reading a view. Each names the turn or path it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// The turn cannot be looked at.
+    #[error(transparent)]
+    Turn(#[from] TurnError),
+    /// Reading the project failed.
+    #[error("cannot read {} in the project: {source}", crate::paths::display(.path))]
+    Project {
+        /// The path's raw bytes.
+        path: Vec<u8>,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A file's turn-start content, kept as ranges over its later content,
+    /// cannot be put together (see [`super::ranges`]).
+    #[error(
+        "the recorded content of {} cannot be put together from its saved ranges: {reason}",
+        crate::paths::display(.path)
+    )]
+    Ranges {
+        /// The path's raw bytes.
+        path: Vec<u8>,
+        /// Why.
+        #[source]
+        reason: RangeError,
+    },
+    /// A pre-image's blob is missing or corrupt.
+    #[error("the recorded content of {} cannot be read: {source}", crate::paths::display(.path))]
+    Blob {
+        /// The path's raw bytes.
+        path: Vec<u8>,
+        /// The cause.
+        source: BlobError,
+    },
+    /// The index failed or is corrupt.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What a view reads: the index, the blob store and the project.
+#[derive(Clone, Copy)]
+pub struct Reader<'a> {
+    /// The project's index.
+    pub index: &'a Index,
+    /// Its blob store.
+    pub blobs: &'a BlobStore,
+    /// Confined access to the project (for states no record covers).
+    pub backing: &'a Dir,
+    /// Makes every capture so far visible in `index` (a running daemon
+    /// commits its pending records); called before records are re-read
+    /// after reading the project.
+    pub commit: &'a dyn Fn(),
+    /// Contents put together from ranged records (see
+    /// [`Reader::timeline`]), by BLAKE3: they are in no store.
+    pub resolved: &'a Resolved,
+}
+
+impl std::fmt::Debug for Reader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("index", &self.index.path())
+            .field("backing", &self.backing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reader<'_> {
+    fn project_err(path: &[u8]) -> impl FnOnce(io::Error) -> ViewError + '_ {
+        move |source| ViewError::Project {
+            path: path.to_vec(),
+            source,
+        }
+    }
+
+    /// Checks that `turn` exists; returns it.
+    ///
+    /// Errors: [`ViewError::Turn`] (see [`check_turn`]) or the index.
+    pub fn turn(&self, turn: u64) -> Result<Turn, ViewError> {
+        Ok(check_turn(self.index, turn)??)
+    }
+
+    /// The bytes of blob `hash`: put together from ranges earlier, or from
+    /// the store (checked against the hash).
+    ///
+    /// Errors: as [`crate::store::read_blob`].
+    pub fn blob(&self, hash: &Hash) -> Result<Vec<u8>, BlobError> {
+        if let Some(b) = self.resolved.borrow().get(hash) {
+            return Ok(b.clone());
+        }
+        crate::store::read_blob(self.index, self.blobs, hash)
+    }
+
+    /// Loads every record with turn >= `from` and puts each ranged record
+    /// together into a file record (its bytes kept in
+    /// [`Reader::resolved`]). A ranged record that is its path's newest is
+    /// laid over the project's file: that file is read first, then the
+    /// daemon commits and the path's records are read again, so bytes the
+    /// agent overwrote meanwhile come from their saved ranges (see the
+    /// module docs).
+    ///
+    /// Errors: the index, a blob or the project cannot be read;
+    /// [`ViewError::Ranges`] when a ranged record cannot be put together.
+    pub fn timeline(&self, from: u64) -> Result<Timeline, ViewError> {
+        let mut timeline = Timeline::load(self.index, from)?;
+        self.resolve(&mut timeline, None, true)?;
+        Ok(timeline)
+    }
+
+    /// [`Reader::timeline`] for a timeline already loaded; only for `only`
+    /// when given. With `keep_bytes` false only the file records (their
+    /// hashes) are kept, not the bytes: for a caller that compares states
+    /// and never reads content (`opfs log`), so many turns of a huge file
+    /// never sit in memory at once.
+    pub fn resolve(
+        &self,
+        timeline: &mut Timeline,
+        only: Option<&[u8]>,
+        keep_bytes: bool,
+    ) -> Result<(), ViewError> {
+        let from = timeline.from;
+        let ranged: Vec<Vec<u8>> = timeline
+            .by_path
+            .iter()
+            .filter(|(p, _)| only.is_none_or(|o| o == p.as_slice()))
+            .filter(|(_, recs)| {
+                recs.iter()
+                    .any(|(_, p)| matches!(p, PreImage::Ranged { .. }))
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in ranged {
+            let last_ranged = matches!(
+                timeline.by_path.get(&path).and_then(|r| r.last()),
+                Some((_, PreImage::Ranged { .. }))
+            );
+            let current = if last_ranged {
+                let v =
+                    current::read_version(self.backing, &path).map_err(Self::project_err(&path))?;
+                (self.commit)();
+                let recs = self.index.records_of_path(&path, from)?;
+                timeline.by_path.insert(path.clone(), recs);
+                v.bytes
+            } else {
+                None
+            };
+            let mut recs = timeline.by_path.remove(&path).unwrap_or_default();
+            self.resolve_path(&path, &mut recs, current.as_deref(), keep_bytes)?;
+            timeline.by_path.insert(path, recs);
+        }
+        Ok(())
+    }
+
+    /// Replaces each ranged record in `recs` (one path's records, oldest
+    /// first) by the file record it stands for, newest first: each is laid
+    /// over the content of the record after it, or over `current` (the
+    /// project's file, read before the records were) for the newest.
+    /// `keep_bytes`: keep each version's bytes in [`Reader::resolved`].
+    pub(crate) fn resolve_path(
+        &self,
+        path: &[u8],
+        recs: &mut [(u64, PreImage)],
+        current: Option<&[u8]>,
+        keep_bytes: bool,
+    ) -> Result<(), ViewError> {
+        let mut keep = |hash: Hash, bytes: &[u8]| {
+            if keep_bytes {
+                self.resolved.borrow_mut().insert(hash, bytes.to_vec());
+            }
+        };
+        chain::resolve_records(
+            self.index,
+            self.blobs,
+            path,
+            recs,
+            current,
+            &|h| self.blob(h),
+            &mut keep,
+        )
+        .map_err(|e| match e {
+            RangeError::Blob(source) => ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            },
+            reason => ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            },
+        })
+    }
+
+    /// The bytes of a file or symlink version: a recorded file's blob
+    /// (checked against its hash), a file read from the project, or a
+    /// symlink's target. Everything else has no bytes (`None`).
+    pub fn content(&self, path: &[u8], v: &Version) -> Result<Option<Vec<u8>>, ViewError> {
+        match (&v.state, &v.bytes) {
+            (PreImage::File { .. }, Some(b)) => Ok(Some(b.clone())),
+            (PreImage::File { blob, .. }, None) => {
+                self.blob(blob).map(Some).map_err(|source| ViewError::Blob {
+                    path: path.to_vec(),
+                    source,
+                })
+            }
+            (PreImage::Symlink { target }, _) => Ok(Some(target.clone())),
+            _ => Ok(None),
+        }
+    }
+
+    /// The state of every path in `wanted` at the start of turn `turn`:
+    /// from the timeline (which must hold every record with turn >= `turn`)
+    /// where a record covers it, else read from the project. Paths read
+    /// from the project are checked against records made meanwhile (see the
+    /// module docs), so a concurrent agent cannot leak a later state in.
+    pub fn states_at(
+        &self,
+        timeline: &Timeline,
+        wanted: &[Vec<u8>],
+        turn: u64,
+    ) -> Result<BTreeMap<Vec<u8>, Version>, ViewError> {
+        let mut out = BTreeMap::new();
+        let mut read = Vec::new();
+        for p in wanted {
+            match timeline.state_at(p, turn) {
+                Some(pre) => {
+                    out.insert(p.clone(), Version::recorded(pre.clone()));
+                }
+                None => {
+                    let v = current::read_version(self.backing, p).map_err(Self::project_err(p))?;
+                    out.insert(p.clone(), v);
+                    read.push(p.clone());
+                }
+            }
+        }
+        if !read.is_empty() {
+            (self.commit)();
+            let newer = Timeline::load(self.index, turn)?;
+            for p in read {
+                let Some(recs) = newer.by_path.get(&p) else {
+                    continue;
+                };
+                // A ranged record made meanwhile is laid over the bytes
+                // read above (its saved ranges hold what was overwritten).
+                let mut recs = recs.clone();
+                let current = out.get(&p).and_then(|v| v.bytes.clone());
+                self.resolve_path(&p, &mut recs, current.as_deref(), true)?;
+                if let Some((_, pre)) = recs.iter().find(|(t, _)| *t >= turn) {
+                    out.insert(p, Version::recorded(pre.clone()));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
