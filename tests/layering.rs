@@ -1,0 +1,268 @@
+//! The module layering of the `opfs` crate, checked: every `crate::X` (and,
+//! in the binary, `opfs::X`) reference in `src/` must be an edge the table
+//! in `docs/architecture.md` allows. Cargo sees cycles between crates, not
+//! between modules; this test is what keeps the layers pointing one way.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Layer of each top-level module, lowest first. A module may use the
+/// modules listed for it in `ALLOWED` and nothing else of the crate.
+const ALLOWED: &[(&str, &[&str])] = &[
+    // L0: leaves (pure data and helpers, no I/O of the project)
+    ("paths", &[]),
+    ("failpoint", &[]),
+    ("record", &["paths"]),
+    // L1: project access, storage, and where state lives
+    ("tree", &["paths", "record"]),
+    ("store", &["paths", "record"]),
+    ("state", &["store", "record", "paths"]),
+    // L2: the project at a turn, and capture
+    ("view", &["store", "tree", "record", "paths"]),
+    (
+        "capture",
+        &["view", "store", "tree", "failpoint", "record", "paths"],
+    ),
+    // L3: operations (restore, rewind) and the read side, which never
+    // sees capture or the daemon
+    (
+        "restore",
+        &[
+            "capture",
+            "view",
+            "store",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
+    ),
+    (
+        "rewind",
+        &[
+            "restore",
+            "capture",
+            "view",
+            "store",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
+    ),
+    ("history", &["view", "store", "tree", "record", "paths"]),
+    (
+        "diff",
+        &["history", "view", "store", "tree", "record", "paths"],
+    ),
+    (
+        "export",
+        &[
+            "history", "view", "store", "state", "tree", "record", "paths",
+        ],
+    ),
+    ("gc", &["view", "store", "record", "paths"]),
+    ("verify", &["view", "store", "tree", "record", "paths"]),
+    // L4: processes
+    (
+        "control",
+        &[
+            "rewind",
+            "restore",
+            "history",
+            "export",
+            "gc",
+            "verify",
+            "capture",
+            "view",
+            "state",
+            "store",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
+    ),
+    (
+        "daemon",
+        &[
+            "control",
+            "rewind",
+            "restore",
+            "history",
+            "diff",
+            "export",
+            "gc",
+            "verify",
+            "capture",
+            "view",
+            "state",
+            "store",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
+    ),
+    (
+        "sandbox",
+        &["daemon", "control", "state", "store", "record", "paths"],
+    ),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `src/` belongs to (`None` for the crate
+/// roots); the binary's files (`main.rs`, `cli/`) are the module `cli`.
+fn module_of(rel: &Path) -> Option<String> {
+    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
+    match first.as_str() {
+        "lib.rs" => None,
+        "main.rs" => Some("cli".to_string()),
+        name => Some(name.trim_end_matches(".rs").to_string()),
+    }
+}
+
+/// Code with line comments (and so doc comments) removed: intra-doc links
+/// are not dependencies.
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every top-level module named after `prefix` (`crate::` or `opfs::`),
+/// including each first name of a `prefix{a, b::c}` group.
+fn references(code: &str, prefix: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while let Some(i) = code[at..].find(prefix) {
+        let start = at + i;
+        at = start + prefix.len();
+        // `opfs::` must not be the tail of another name (`opfs_fs::` is not it).
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[at..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut item = String::new();
+            let mut first_of_item = true;
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => first_of_item = true,
+                    c if depth == 1 && first_of_item && (c.is_alphanumeric() || c == '_') => {
+                        item.push(c);
+                        continue;
+                    }
+                    _ => {}
+                }
+                if !item.is_empty() {
+                    found.insert(std::mem::take(&mut item));
+                    first_of_item = false;
+                }
+            }
+            if !item.is_empty() {
+                found.insert(item);
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn modules_use_only_the_layers_below_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = ALLOWED
+        .iter()
+        .map(|(m, uses)| (*m, uses.iter().copied().collect()))
+        .collect();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    let mut seen = BTreeSet::new();
+    for file in &files {
+        let rel = file.strip_prefix(&root).expect("under src");
+        let Some(module) = module_of(rel) else {
+            continue;
+        };
+        seen.insert(module.clone());
+        let text = code(&std::fs::read_to_string(file).expect("read source"));
+        let prefix = if module == "cli" { "opfs::" } else { "crate::" };
+        for used in references(&text, prefix) {
+            if used == module || (module == "cli" && used == "cli") {
+                continue;
+            }
+            if module == "cli" {
+                // The binary is the top layer: it may use every library module.
+                if !allowed.contains_key(used.as_str()) {
+                    bad.push(format!(
+                        "{}: uses opfs::{used}, which is not a known module",
+                        rel.display()
+                    ));
+                }
+                continue;
+            }
+            match allowed.get(module.as_str()) {
+                None => bad.push(format!(
+                    "{}: module `{module}` has no row in the layering table (add it to tests/layering.rs and docs/architecture.md)",
+                    rel.display()
+                )),
+                Some(ok) if !ok.contains(used.as_str()) => bad.push(format!(
+                    "{}: `{module}` uses crate::{used}, an edge the layering table does not allow",
+                    rel.display()
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    for (module, _) in ALLOWED {
+        assert!(
+            seen.contains(*module),
+            "the layering table names `{module}`, which is not a module of src/ any more"
+        );
+    }
+    assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_reference_scanner_sees_groups_and_paths() {
+    let text = "use crate::{store::Index, view::{TurnView, chain}, paths};\nlet x = crate::record::Stat::default();\nuse opfs_fs::Errno;";
+    let found = references(&code(text), "crate::");
+    let want: BTreeSet<String> = ["store", "view", "paths", "record"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+    assert!(references("use opfs_fs::x;", "opfs::").is_empty());
+}
