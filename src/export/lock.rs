@@ -1,13 +1,11 @@
 //! The lock that serializes exports into one repository (the daemon's
 //! background export and a manual `opfs export`): an exclusive `flock` on
-//! `opfs-export.lock` in the git dir, held for the whole run.
-//!
-//! Kept on its own so it can become the crate's one lock type (a
-//! `FileLock` in `state/lock.rs`, which `control`'s `StateLock` will use
-//! too) by replacing the body of [`ExportLock::acquire`] and nothing else.
+//! `opfs-export.lock` in the git dir, held for the whole run, taken with the
+//! crate's one lock type, [`crate::state::lock::FileLock`].
 
-use std::fs::File;
 use std::path::Path;
+
+use crate::state::lock::FileLock;
 
 use super::{ExportError, IoContext};
 
@@ -15,10 +13,10 @@ use super::{ExportError, IoContext};
 const LOCK_FILE: &str = "opfs-export.lock";
 
 /// An exclusive lock on the repository for the export's duration; released
-/// when dropped (the file closes).
+/// when dropped.
 #[must_use = "the lock is released when this value is dropped"]
 pub(super) struct ExportLock {
-    _file: File,
+    _lock: FileLock,
 }
 
 impl ExportLock {
@@ -27,20 +25,9 @@ impl ExportLock {
     ///
     /// Errors: [`ExportError::Io`] naming the lock file when it cannot be
     /// opened or locked.
-    // TODO(lead): switch to `crate::state::lock::FileLock` once it is on
-    // main; the error stays `ExportError::Io { path: <lock file> }`.
     pub(super) fn acquire(git_dir: &Path) -> Result<ExportLock, ExportError> {
         let path = git_dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .at(&path)?;
-        // Blocking; released when the file closes.
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(std::io::Error::from)
-            .at(&path)?;
-        Ok(ExportLock { _file: file })
+        let lock = FileLock::exclusive(&path).at(&path)?;
+        Ok(ExportLock { _lock: lock })
     }
 }
