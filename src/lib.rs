@@ -4,6 +4,16 @@
 //! mutation; the journal records pre-images in the [`store`]; [`rewind`]
 //! restores the project to the start of any turn; [`control`] runs the
 //! daemon and its socket; the `opfs` binary is a thin CLI over them.
+//!
+//! # No `unsafe`
+//!
+//! This crate (the library and the `opfs` binary) is
+//! `#![forbid(unsafe_code)]`: system calls go through `rustix` or
+//! [`tree::Dir`]'s methods (which use `rustix`), and `libc` is used only
+//! for constants and types (errnos, open flags, mode bits, `stat`).
+//! `opfs-fs` (the FUSE layer) keeps its own `unsafe`, mostly in its `sys`
+//! module, for calls `rustix` does not cover; nothing here may add any.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod capture;

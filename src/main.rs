@@ -1,5 +1,7 @@
 //! The `opfs` command line: parses arguments and prints; the work is in the
-//! library.
+//! library. Like the library, it has no `unsafe` (see the crate docs of
+//! `opfs`).
+#![forbid(unsafe_code)]
 
 mod cli;
 

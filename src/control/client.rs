@@ -14,7 +14,7 @@ use super::protocol::{self, FailureKind, Request, Response, Status};
 use super::server;
 use crate::capture::{Journal, NewTurn, OpenError};
 use crate::record::TurnKind;
-use crate::rewind::{self, RewindError};
+use crate::rewind::{self, RewindError, RewindReport};
 use crate::state::lock::StateLock;
 use crate::store::Index;
 use crate::store::StateDir;
@@ -169,25 +169,27 @@ impl Project {
 
     /// Rewinds to the start of turn `to` (only plans with `dry_run`;
     /// `force` restores paths changed behind the mount's back too).
-    /// Returns the rewind report as JSON (`docs/cli.md`).
+    /// Returns the rewind report. From a daemon it is the report as the
+    /// socket carries it: its conflicts' reasons are text
+    /// ([`crate::restore::ConflictReason::Text`]), its plan has no raw
+    /// paths or states and `touched` is empty (the daemon has already
+    /// invalidated them). What the rewind wrote is durable as
+    /// [`rewind::rewind`] says.
     ///
     /// Errors: an unknown or dropped turn (usage), the daemon refused or
     /// does not answer, or the rewind failed.
-    pub fn rewind(
-        &self,
-        to: u64,
-        dry_run: bool,
-        force: bool,
-    ) -> Result<serde_json::Value, ClientError> {
+    pub fn rewind(&self, to: u64, dry_run: bool, force: bool) -> Result<RewindReport, ClientError> {
         let req = Request::Rewind { to, dry_run, force };
         match self.ask(&req)? {
-            Some(Response::Rewind(v)) => Ok(v),
+            Some(Response::Rewind(report)) => Ok(report),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                let report =
-                    rewind::rewind(&journal, to, rewind::RewindOptions { dry_run, force })?;
-                serde_json::to_value(&report).map_err(|e| ClientError::Direct(e.to_string()))
+                Ok(rewind::rewind(
+                    &journal,
+                    to,
+                    rewind::RewindOptions { dry_run, force },
+                )?)
             }
         }
     }

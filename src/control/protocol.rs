@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rewind::RewindReport;
+
 /// A request to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -59,8 +61,9 @@ pub enum Response {
         /// Its number.
         turn: u64,
     },
-    /// A rewind ran (or was planned).
-    Rewind(serde_json::Value),
+    /// A rewind ran (or was planned): the report's fields sit beside
+    /// `result` (its `touched` paths are not sent).
+    Rewind(RewindReport),
     /// The daemon is unmounting.
     Unmounting,
     /// The pending capture records are in the index.
@@ -116,4 +119,45 @@ pub fn write_message<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()
 pub fn read_line(r: &mut impl BufRead, line: &mut String) -> io::Result<bool> {
     line.clear();
     Ok(r.read_line(line)? > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewind_report_crosses_the_socket_as_it_was_sent() {
+        let sent = serde_json::json!({
+            "turn": 5,
+            "rewound_to": 2,
+            "dry_run": false,
+            "restored": ["a", "caf\\xe9"],
+            "conflicts": [{"path": "d/\\\\x41", "reason": "remove failed: boom"}],
+            "plan": [
+                {"path": "a", "current": "file", "target": "file", "steps": ["rewrite"]},
+                {"path": "d", "current": "dir", "target": "absent", "steps": ["remove"]},
+            ],
+            "open_turn": 6,
+        });
+        let report: RewindReport = serde_json::from_value(sent.clone()).expect("report");
+        let mut wire = Vec::new();
+        write_message(&mut wire, &Response::Rewind(report)).expect("write");
+        let mut line = String::new();
+        assert!(read_line(&mut &wire[..], &mut line).expect("read"));
+        let mut fields: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(fields["result"], "rewind", "{line}");
+        if let Some(map) = fields.as_object_mut() {
+            map.remove("result");
+        }
+        assert_eq!(
+            fields, sent,
+            "the wire carries the report's fields beside the tag"
+        );
+        let Response::Rewind(back) = serde_json::from_str(&line).expect("response") else {
+            panic!("not a rewind answer: {line}");
+        };
+        assert_eq!(serde_json::to_value(&back).expect("json"), sent);
+        assert_eq!(back.conflicts[0].path, b"d/\\x41");
+        assert!(back.touched.is_empty());
+    }
 }

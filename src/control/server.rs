@@ -117,13 +117,7 @@ pub fn handle(
                 mount.turns_closed();
             }
             match result {
-                Ok(report) => match serde_json::to_value(&report) {
-                    Ok(v) => Response::Rewind(v),
-                    Err(e) => Response::Error {
-                        kind: FailureKind::Failure,
-                        message: e.to_string(),
-                    },
-                },
+                Ok(report) => Response::Rewind(report),
                 Err(e @ RewindError::Turn(_)) => Response::Error {
                     kind: FailureKind::Usage,
                     message: e.to_string(),

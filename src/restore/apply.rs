@@ -41,12 +41,10 @@ fn copy_blob(journal: &Journal, blob: &[u8; 32], out: &mut std::fs::File) -> io:
 }
 
 fn set_perm(file: &std::fs::File, perm: u32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: valid fd.
-    if unsafe { libc::fchmod(file.as_raw_fd(), perm as libc::mode_t) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::fchmod(
+        file,
+        rustix::fs::Mode::from_bits_retain(perm),
+    )?)
 }
 
 fn remove(backing: &Dir, p: &PathPlan) -> io::Result<()> {
@@ -288,16 +286,7 @@ pub(crate) fn sync_project(journal: &Journal) {
     if !journal.blobs().is_sync() {
         return;
     }
-    use std::os::fd::AsRawFd;
-    let synced = std::fs::File::open(journal.project()).and_then(|dir| {
-        // SAFETY: a valid open fd.
-        if unsafe { libc::syncfs(dir.as_raw_fd()) } < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    });
-    if let Err(e) = synced {
+    if let Err(e) = journal.backing().syncfs() {
         log::warn!("cannot sync the project after a rewind: {e}");
     }
 }

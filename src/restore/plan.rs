@@ -37,6 +37,19 @@ pub enum Step {
     Chmod,
 }
 
+impl Step {
+    /// The word serialized: `remove`, `create`, `rewrite`, `chmod` (the
+    /// CLI's dry run prints these too).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Step::Remove => "remove",
+            Step::Create => "create",
+            Step::Rewrite => "rewrite",
+            Step::Chmod => "chmod",
+        }
+    }
+}
+
 /// The plan for one path.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PathPlan {
@@ -412,4 +425,19 @@ pub fn describe(p: &PathPlan) -> String {
         PreImage::Unknown => " -> unknown".to_string(),
     };
     format!("{} {} ({}){}", steps.join("+"), p.path, p.current, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_prints_the_word_it_serializes_as() {
+        for step in [Step::Remove, Step::Create, Step::Rewrite, Step::Chmod] {
+            assert_eq!(
+                serde_json::to_value(&step).expect("json"),
+                serde_json::Value::from(step.as_str())
+            );
+        }
+    }
 }

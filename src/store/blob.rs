@@ -43,22 +43,6 @@ pub enum BlobError {
     },
 }
 
-impl BlobError {
-    /// The errno a FUSE operation should fail with when capture hits this
-    /// error: `ENOSPC` for a full store, `EIO` otherwise.
-    pub fn errno(&self) -> i32 {
-        match self {
-            BlobError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
-                libc::ENOSPC
-            }
-            BlobError::Io { source, .. } if source.raw_os_error() == Some(libc::EDQUOT) => {
-                libc::ENOSPC
-            }
-            _ => libc::EIO,
-        }
-    }
-}
-
 /// The blob directory of one project's state dir.
 #[derive(Debug)]
 pub struct BlobStore {

@@ -120,17 +120,6 @@ pub enum LogError {
     },
 }
 
-impl LogError {
-    /// The errno a guarded FUSE operation fails with: the I/O error's own
-    /// (`ENOSPC` for a full disk), else `EIO`.
-    pub fn errno(&self) -> i32 {
-        match self {
-            LogError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            LogError::Corrupt { .. } => libc::EIO,
-        }
-    }
-}
-
 /// The open log, for appending.
 #[derive(Debug)]
 pub struct CaptureLog {

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use opfs::paths;
 use opfs::record::Turn;
+use opfs::rewind::RewindReport;
 use opfs::store::Index;
 use opfs::store::StateDir;
 
@@ -37,14 +38,16 @@ pub fn run(
         project.commit_pending()?;
         return list_rewind_points(ctx, st, a.all, out);
     };
-    let value = project.rewind(n, a.dry_run, a.force)?;
-    let report = ReportView::of(&value)?;
+    let report = project.rewind(n, a.dry_run, a.force)?;
     if ctx.format.is_json() {
+        // Through a `Value`, whose objects keep their keys sorted: the order
+        // `--json` has always printed.
+        let value = serde_json::to_value(&report).map_err(failure)?;
         writeln!(out, "{value}")?;
     } else {
         print_human(&report, out)?;
-        for (path, reason) in &report.conflicts {
-            writeln!(err, "opfs: not restored: {path}: {reason}")?;
+        for c in &report.conflicts {
+            writeln!(err, "opfs: not restored: {c}")?;
         }
     }
     if report.conflicts.is_empty() {
@@ -124,78 +127,7 @@ fn list_rewind_points(
     Ok(())
 }
 
-/// The parts of a rewind report the human output needs, read from the
-/// report's JSON (the protocol carries it untyped for now).
-struct ReportView {
-    turn: Option<u64>,
-    rewound_to: u64,
-    dry_run: bool,
-    restored: Vec<String>,
-    conflicts: Vec<(String, String)>,
-    plan: Vec<String>,
-    open_turn: u64,
-}
-
-impl ReportView {
-    fn of(v: &serde_json::Value) -> Result<ReportView, CommandError> {
-        let strs = |key: &str| -> Vec<String> {
-            v[key]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let conflicts = v["conflicts"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| {
-                        (
-                            c["path"].as_str().unwrap_or("").to_string(),
-                            c["reason"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let plan = v["plan"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|p| {
-                        let steps: Vec<&str> = p["steps"]
-                            .as_array()
-                            .map(|s| s.iter().filter_map(|x| x.as_str()).collect())
-                            .unwrap_or_default();
-                        format!(
-                            "{} {} ({} -> {})",
-                            steps.join("+"),
-                            p["path"].as_str().unwrap_or(""),
-                            p["current"].as_str().unwrap_or(""),
-                            p["target"].as_str().unwrap_or("")
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(ReportView {
-            turn: v["turn"].as_u64(),
-            rewound_to: v["rewound_to"]
-                .as_u64()
-                .ok_or_else(|| CommandError::failure("malformed rewind report"))?,
-            dry_run: v["dry_run"].as_bool().unwrap_or(false),
-            restored: strs("restored"),
-            conflicts,
-            plan,
-            open_turn: v["open_turn"].as_u64().unwrap_or(0),
-        })
-    }
-}
-
-fn print_human(r: &ReportView, out: &mut dyn Write) -> std::io::Result<()> {
+fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
     if r.dry_run {
         writeln!(
             out,
@@ -203,8 +135,16 @@ fn print_human(r: &ReportView, out: &mut dyn Write) -> std::io::Result<()> {
             r.rewound_to,
             r.plan.len()
         )?;
-        for line in &r.plan {
-            writeln!(out, "  {line}")?;
+        for p in &r.plan {
+            let steps: Vec<&str> = p.steps.iter().map(|s| s.as_str()).collect();
+            writeln!(
+                out,
+                "  {} {} ({} -> {})",
+                steps.join("+"),
+                p.path,
+                p.current,
+                p.target
+            )?;
         }
     } else {
         writeln!(

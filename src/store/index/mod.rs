@@ -70,26 +70,6 @@ impl IndexError {
             | IndexError::Version { path, .. } => path,
         }
     }
-
-    /// The errno a FUSE operation fails with when capture hits this error:
-    /// `ENOSPC` when the disk is full, `EAGAIN` when the database is busy,
-    /// `EIO` otherwise.
-    pub fn errno(&self) -> i32 {
-        if let IndexError::Sqlite {
-            source: rusqlite::Error::SqliteFailure(e, _),
-            ..
-        } = self
-        {
-            return match e.code {
-                rusqlite::ErrorCode::DiskFull => libc::ENOSPC,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
-                    libc::EAGAIN
-                }
-                _ => libc::EIO,
-            };
-        }
-        libc::EIO
-    }
 }
 
 /// An open index database.
