@@ -22,6 +22,12 @@ impl<T: Tree> Journal<T> {
     ///   `true`, and the caller records [`PreImage::Unknown`] in K instead
     ///   of the content.
     ///
+    /// Birth times come from the kernel's coarse clock and can read one
+    /// tick early: when the inode reached the path outside the mount and a
+    /// later turn began within a tick after its birth time, the unknown
+    /// record goes into that later turn (on the safe side: a conflict,
+    /// never a wrong restore).
+    ///
     /// Cost: one `statx`. For an inode born after the first kept turn began,
     /// also a look in the paths recorded recently (`TurnState::recent`),
     /// and when that does not answer, one lookup in the index's
@@ -54,7 +60,27 @@ impl<T: Tree> Journal<T> {
         {
             return Ok(false);
         }
-        inner.append(Entry::record(j, path.to_vec(), PreImage::Unknown, None))?;
+        // The kernel stamps births from its coarse clock, up to one tick
+        // behind the instant the inode was made: an inode born "in J"
+        // within a tick of a later turn's start may have been made in that
+        // later turn. Its unknown record goes into the latest turn it may
+        // have been made in, so no rewind restores a state the path may
+        // never have had (the price: a false conflict for an inode made in
+        // a turn's last tick).
+        let latest = inner
+            .turn
+            .open_at(born.saturating_add(inner.turn.birth_slack))
+            .unwrap_or(j)
+            .max(j);
+        if latest >= k {
+            return Ok(true);
+        }
+        inner.append(Entry::record(
+            latest,
+            path.to_vec(),
+            PreImage::Unknown,
+            None,
+        ))?;
         Ok(false)
     }
 }

@@ -52,6 +52,11 @@ pub(super) struct TurnState {
     /// `(number, started_at)` of every turn, oldest first: which turn was
     /// open when an inode was born (see [`Journal::note_birth`]).
     starts: Vec<(u64, i64)>,
+    /// How far (ns) a birth time may read behind the instant the inode was
+    /// made, measured against the fine clock turn starts are taken with:
+    /// one tick of the coarse clock the kernel stamps new inodes with (see
+    /// [`Journal::note_birth`]).
+    pub(super) birth_slack: i64,
     /// Paths recorded in the closed turns since this process opened the
     /// journal, with the newest such turn: answers most of
     /// [`Journal::note_birth`]'s questions without a query. Emptied when it
@@ -69,6 +74,7 @@ impl TurnState {
             linked: HashMap::new(),
             ranged: HashMap::new(),
             starts,
+            birth_slack: coarse_clock_resolution_ns(),
             recent: HashMap::new(),
         }
     }
@@ -125,4 +131,15 @@ impl<T: Tree> Journal<T> {
         self.epoch.store(n, Ordering::Release);
         Ok(n)
     }
+}
+
+/// The resolution of `CLOCK_REALTIME_COARSE` in ns (one scheduler tick),
+/// at least 1 ms and at most 100 ms whatever the kernel reports.
+fn coarse_clock_resolution_ns() -> i64 {
+    let res = rustix::time::clock_getres(rustix::time::ClockId::RealtimeCoarse);
+    let ns = res
+        .tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(res.tv_nsec);
+    ns.clamp(1_000_000, 100_000_000)
 }
