@@ -59,6 +59,13 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(|_| {})
+}
+
+/// [`setup`], with `more` run on the project before the journal opens: a
+/// file made after the first turn began would be an inode born outside the
+/// mount during that turn, whose pre-image is unknown (`capture/birth.rs`).
+fn setup_with(more: impl FnOnce(&Path)) -> Setup {
     let tmp = tempfile::tempdir().expect("tempdir");
     let project = tmp.path().join("project");
     fs::create_dir_all(project.join("src/deep")).expect("mkdir");
@@ -68,6 +75,7 @@ fn setup() -> Setup {
     fs::set_permissions(project.join("run.sh"), fs::Permissions::from_mode(0o755)).expect("chmod");
     symlink("src/main.rs", project.join("link")).expect("symlink");
     fs::create_dir(project.join("empty")).expect("mkdir");
+    more(&project);
     let project = fs::canonicalize(&project).expect("canon");
     let state = StateDir::for_project(&tmp.path().join("home"), &project);
     let journal = Journal::open(&state, false).expect("journal");
@@ -169,10 +177,9 @@ fn foreign_entries_and_bad_turns_are_reported() {
 
 #[test]
 fn corrupt_blob_is_a_conflict_and_never_written() {
-    let s = setup();
-    let j = &s.journal;
     let big = vec![b'#'; crate::store::INLINE_MAX as usize + 1];
-    fs::write(s.project.join("big"), &big).expect("write");
+    let s = setup_with(|p| fs::write(p.join("big"), &big).expect("write"));
+    let j = &s.journal;
     j.before(&Mutation::Content { path: b"run.sh" })
         .expect("hook");
     j.before(&Mutation::Content { path: b"big" }).expect("hook");
