@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::paths::{self, PathError};
 use crate::store::{BlobError, IndexError, LogError};
+use crate::view::chain::RangeError;
 
 /// A failure to record a pre-image. The mutation it guarded must not run.
 /// [`CaptureError::errno`] is the errno it fails with.
@@ -88,6 +89,25 @@ impl From<PathError<IndexError>> for CaptureError {
         CaptureError::Index {
             path: paths::display(&e.path),
             source: e.source,
+        }
+    }
+}
+
+/// A ranged pre-image that cannot be made whole (see
+/// [`crate::view::chain::lay_over`]): the mutation fails closed. The
+/// saved ranges cannot be read: [`CaptureError::Index`]; the blob store
+/// fails: [`CaptureError::Blob`]; the content cannot be put together in
+/// memory (a piece is missing or corrupt, the file is too short):
+/// [`CaptureError::Read`]; any other reason, as text, in a
+/// [`CaptureError::Read`] (errno `EIO`).
+impl From<PathError<RangeError>> for CaptureError {
+    fn from(e: PathError<RangeError>) -> CaptureError {
+        let path = e.path;
+        match e.source {
+            RangeError::Index(source) => CaptureError::from(PathError { path, source }),
+            RangeError::Blob(source) => CaptureError::from(PathError { path, source }),
+            RangeError::Patch(source) => CaptureError::from(PathError { path, source }),
+            other => CaptureError::read(&path, io::Error::other(other.to_string())),
         }
     }
 }
