@@ -209,49 +209,27 @@ fn build(
     size: u64,
     below: Option<&Hash>,
 ) -> Result<Hash, RangeError> {
-    let laid = match below {
+    let bytes;
+    let file;
+    let base = match below {
         Some(h) => match index.inline_blob(h)? {
             Some(_) => {
-                let bytes = crate::store::read_blob(index, blobs, h)?;
-                lay_over(
-                    index,
-                    blobs,
-                    path,
-                    turn,
-                    size,
-                    Base::Bytes(&bytes),
-                    Keep::Store,
-                )?
+                bytes = crate::store::read_blob(index, blobs, h)?;
+                Base::Bytes(&bytes)
             }
             None => {
-                let file = blobs.open_verified(h)?;
-                lay_over(
-                    index,
-                    blobs,
-                    path,
-                    turn,
-                    size,
-                    Base::File(&file),
-                    Keep::Store,
-                )?
+                file = blobs.open_verified(h)?;
+                Base::File(&file)
             }
         },
         None => {
-            let file = backing
+            file = backing
                 .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
                 .map_err(RangeError::OpenBase)?;
-            lay_over(
-                index,
-                blobs,
-                path,
-                turn,
-                size,
-                Base::File(&file),
-                Keep::Store,
-            )?
+            Base::File(&file)
         }
     };
-    Ok(laid.blob)
+    Ok(lay_over(index, blobs, path, turn, size, base, Keep::Store)?.blob)
 }
 
 /// What a ranged record's saved ranges are laid over in [`lay_over`]: the
