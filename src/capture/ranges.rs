@@ -2,7 +2,7 @@
 //! turn-start bytes of the ranges it overwrites (`docs/ranges.md`), until a
 //! mutation that would take the file away makes the record whole again.
 
-use std::io::{self, Read};
+use std::io;
 
 use super::{CaptureError, Inner, Journal};
 use crate::paths::{self, PathContext};
@@ -10,6 +10,7 @@ use crate::record::PreImage;
 use crate::store::log::Op;
 use crate::store::{Entry, INLINE_MAX};
 use crate::tree::Tree;
+use crate::view::chain;
 
 /// A saved range is stored in pieces of at most this many bytes, so
 /// putting a file back together never holds more than one piece in memory.
@@ -26,15 +27,24 @@ pub(super) struct RangeState {
     pub(super) covered: crate::view::ranges::Intervals,
 }
 
-/// The error when the file a turn's ranges are laid over is gone.
-fn no_longer_regular(path: &[u8]) -> CaptureError {
-    CaptureError::read(
-        path,
-        io::Error::other("the file captured as ranges in this turn is no longer a regular file"),
-    )
-}
-
 impl<T: Tree> Journal<T> {
+    /// Opens the file the open turn's ranges of `path` are laid over again
+    /// (after a restart, the turn's first handle is gone).
+    ///
+    /// Errors: [`CaptureError::Read`] when it cannot be read or is no
+    /// longer a regular file.
+    fn reopen(&self, path: &[u8]) -> Result<std::fs::File, CaptureError> {
+        match self.tree.lstat_open(path).at(path)? {
+            Some((st, Some(f))) if st.file_type() == libc::S_IFREG => Ok(f),
+            _ => Err(CaptureError::read(
+                path,
+                io::Error::other(
+                    "the file captured as ranges in this turn is no longer a regular file",
+                ),
+            )),
+        }
+    }
+
     /// Records the current bytes of `ranges` (`(offset, len)`) of the file at
     /// `path` before a rewind writes them back in place: as ranges of the
     /// open turn when the file qualifies (a regular file of at least the
@@ -130,10 +140,7 @@ impl<T: Tree> Journal<T> {
         }
         if state.file.is_none() {
             // After a restart: the file the turn's record was made over.
-            match self.tree.lstat_open(path).at(path)? {
-                Some((st, Some(f))) if st.file_type() == libc::S_IFREG => state.file = Some(f),
-                _ => return Err(no_longer_regular(path)),
-            }
+            state.file = Some(self.reopen(path)?);
         }
         let turn = inner.turn.number;
         for (a, b) in gaps {
@@ -222,32 +229,22 @@ impl<T: Tree> Journal<T> {
         let reopened;
         let file = match &state.file {
             Some(f) => f,
-            None => match self.tree.lstat_open(path).at(path)? {
-                Some((st, Some(f))) if st.file_type() == libc::S_IFREG => {
-                    reopened = f;
-                    &reopened
-                }
-                _ => return Err(no_longer_regular(path)),
-            },
-        };
-        let pieces = inner.index.ranges_of(turn, path).at(path)?;
-        let (blob, data) = {
-            let mut src = crate::view::ranges::Patched::new(
-                crate::view::ranges::file_base(file),
-                &inner.index,
-                &self.blobs,
-                &pieces,
-                size,
-            );
-            if size <= INLINE_MAX {
-                let mut bytes = Vec::new();
-                src.read_to_end(&mut bytes).at(path)?;
-                (*blake3::hash(&bytes).as_bytes(), Some(bytes))
-            } else {
-                let (blob, _) = self.blobs.put(&mut src, size).at(path)?;
-                (blob, None)
+            None => {
+                reopened = self.reopen(path)?;
+                &reopened
             }
         };
+        let laid = chain::lay_over(
+            &inner.index,
+            &self.blobs,
+            path,
+            turn,
+            size,
+            chain::Base::File(file),
+            chain::Keep::InlineUpTo(INLINE_MAX),
+        )
+        .at(path)?;
+        let (blob, data) = (laid.blob, laid.bytes);
         let pre = PreImage::File {
             blob,
             size,

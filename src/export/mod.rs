@@ -43,13 +43,12 @@ use std::time::Instant;
 use gix::ObjectId;
 use serde::Serialize;
 
-use crate::history::{self, Sources};
-use crate::paths;
+use crate::history::{self, HistoryError, Sources};
 use crate::record::Hash;
 use crate::record::Turn;
 use crate::store::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError};
-use crate::tree::Dir;
+use crate::store::{BlobError, Index, IndexError};
+use crate::view::ViewError;
 
 use lock::ExportLock;
 
@@ -101,49 +100,25 @@ pub enum ExportError {
         /// The project.
         project: PathBuf,
     },
-    /// The project directory itself cannot be opened.
-    #[error("cannot read {project} in the project: {source}")]
-    OpenProject {
-        /// The project directory.
-        project: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
-    /// A path in the project cannot be read.
-    #[error("cannot read {} in the project: {source}", paths::display(.path))]
-    Project {
-        /// The path, relative to the project root (bytes).
-        path: Vec<u8>,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
-    /// The blob store cannot be opened.
-    #[error("the recorded content of {dir} cannot be read: {source}")]
-    OpenBlobs {
-        /// The blob directory.
-        dir: PathBuf,
-        /// The cause.
-        #[source]
-        source: BlobError,
-    },
-    /// A recorded blob is missing or corrupt.
-    #[error("the recorded content of {} cannot be read: {source}", paths::display(.path))]
-    Blob {
-        /// The path whose state it holds, relative to the project root.
-        path: Vec<u8>,
-        /// The cause.
-        #[source]
-        source: BlobError,
-    },
-    /// The index failed.
+    /// Reading the history or the project failed: the project directory
+    /// or the blob store cannot be opened ([`HistoryError::OpenProject`],
+    /// [`HistoryError::OpenBlobs`]), a path in the project cannot be read,
+    /// a recorded blob is missing or corrupt, a file kept as ranges cannot
+    /// be put together, or the index failed (all [`HistoryError::Read`]).
     #[error(transparent)]
-    Index(#[from] IndexError),
-    /// Reading a turn's states failed (a file kept as ranges could not be
-    /// put together, or a file it is laid over could not be read).
-    #[error(transparent)]
-    History(#[from] history::HistoryError),
+    History(#[from] HistoryError),
+}
+
+impl From<IndexError> for ExportError {
+    fn from(e: IndexError) -> ExportError {
+        ExportError::History(HistoryError::from(e))
+    }
+}
+
+impl From<ViewError> for ExportError {
+    fn from(e: ViewError) -> ExportError {
+        ExportError::History(HistoryError::from(e))
+    }
 }
 
 /// Adds the repository and the step being done to a gix failure
@@ -185,31 +160,37 @@ impl<T> IoContext<T> for io::Result<T> {
 }
 
 /// Adds the project-relative path to a failure reading the project
-/// ([`ExportError::Project`]).
+/// ([`ViewError::Project`], in [`ExportError::History`]).
 trait ProjectContext<T> {
     fn in_project(self, path: &[u8]) -> Result<T, ExportError>;
 }
 
 impl<T> ProjectContext<T> for io::Result<T> {
     fn in_project(self, path: &[u8]) -> Result<T, ExportError> {
-        self.map_err(|source| ExportError::Project {
-            path: path.to_vec(),
-            source,
+        self.map_err(|source| {
+            ViewError::Project {
+                path: path.to_vec(),
+                source,
+            }
+            .into()
         })
     }
 }
 
 /// Adds the project-relative path to a failure reading its recorded
-/// content ([`ExportError::Blob`]).
+/// content ([`ViewError::Blob`], in [`ExportError::History`]).
 trait BlobContext<T> {
     fn blob_of(self, path: &[u8]) -> Result<T, ExportError>;
 }
 
 impl<T> BlobContext<T> for Result<T, BlobError> {
     fn blob_of(self, path: &[u8]) -> Result<T, ExportError> {
-        self.map_err(|source| ExportError::Blob {
-            path: path.to_vec(),
-            source,
+        self.map_err(|source| {
+            ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            }
+            .into()
         })
     }
 }
@@ -278,10 +259,8 @@ pub fn default_git_dir(state: &StateDir) -> PathBuf {
 /// Errors: [`ExportError::InsideProject`] / [`ExportError::Foreign`] for a
 /// repository that is not this project's to use; [`ExportError::Git`] /
 /// [`ExportError::Io`] when the repository cannot be written;
-/// [`ExportError::OpenProject`], [`ExportError::Project`],
-/// [`ExportError::OpenBlobs`], [`ExportError::Blob`],
-/// [`ExportError::Index`] and [`ExportError::History`] when the history or
-/// the project cannot be read.
+/// [`ExportError::History`] when the history or the project cannot be
+/// read.
 pub fn export(
     state: &StateDir,
     git_dir: Option<&Path>,
@@ -294,10 +273,11 @@ pub fn export(
         .unwrap_or_else(|| default_git_dir(state));
     let repo = repo::open(state, &git_dir)?;
     let _lock = ExportLock::acquire(&git_dir)?;
-    let opened = Opened::open(state)?;
-    let mut ex = Exporter::new(&repo, &git_dir, opened.sources(commit));
+    let opened = history::Opened::open(state, Box::new(commit))?;
+    let src = opened.sources();
+    let mut ex = Exporter::new(&repo, &git_dir, src);
     let mut report = ExportReport::empty(git_dir.clone());
-    let Some(first) = opened.index.first_turn()? else {
+    let Some(first) = src.index.first_turn()? else {
         return Ok(report);
     };
     let tip = match commit::branch_tip(&repo, &git_dir)? {
@@ -309,7 +289,7 @@ pub fn export(
             b.tip
         }
     };
-    let closed = closed_after(&opened.index, tip.turn)?;
+    let closed = closed_after(src.index, tip.turn)?;
     let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
     report.turns = turns;
     report.last_turn = (tip.turn >= first).then_some(tip.turn);
@@ -344,47 +324,6 @@ fn closed_after(index: &Index, last: u64) -> Result<Vec<Turn>, ExportError> {
         .collect();
     closed.sort_by_key(|t| t.number);
     Ok(closed)
-}
-
-/// What an export reads, opened for reading: the index (read-only, its own
-/// connection), the blob store and the project.
-struct Opened {
-    index: Index,
-    blobs: BlobStore,
-    backing: Dir,
-    resolved: crate::view::Resolved,
-}
-
-impl Opened {
-    fn open(state: &StateDir) -> Result<Opened, ExportError> {
-        let index = Index::open_read_only(&state.index_path())?;
-        let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| {
-            ExportError::OpenBlobs {
-                dir: state.blobs_dir(),
-                source,
-            }
-        })?;
-        let backing = Dir::open(&state.project).map_err(|source| ExportError::OpenProject {
-            project: state.project.clone(),
-            source,
-        })?;
-        Ok(Opened {
-            index,
-            blobs,
-            backing,
-            resolved: crate::view::Resolved::default(),
-        })
-    }
-
-    fn sources<'a>(&'a self, commit: &'a dyn Fn()) -> Sources<'a> {
-        Sources {
-            index: &self.index,
-            blobs: &self.blobs,
-            backing: &self.backing,
-            commit,
-            resolved: &self.resolved,
-        }
-    }
 }
 
 /// One export run: the repository being written and what it reads.

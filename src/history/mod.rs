@@ -12,13 +12,14 @@
 //!
 //! Reading the project races with a running agent. Every function that reads
 //! a path's current state re-reads the records afterwards, after asking the
-//! daemon to commit the records pending in its capture log ([`Sources::
+//! daemon to commit the records pending in its capture log ([`Reader::
 //! commit`]): capture appends a record before the mutation it guards runs,
 //! so a path that has no newer record after the read was read before
 //! anything changed it.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::PathBuf;
 
 use crate::paths;
 use crate::record::Hash;
@@ -35,7 +36,9 @@ pub use changes::{changes, classify, git_file_mode, ChangeKind, PathChange};
 pub use log::{log, LogEntry};
 pub use show::{show, show_entry, Shown};
 
-/// Errors from history commands. Each names the turn or path it concerns.
+/// Errors from history commands. Each names the turn or path it concerns;
+/// project paths are kept as raw bytes and rendered with
+/// [`paths::display`], so a non-UTF-8 name stays exact.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     /// The turn cannot be looked at (unknown, dropped by retention, or no
@@ -51,18 +54,21 @@ pub enum HistoryError {
         to: u64,
     },
     /// `show`: the path did not exist at that point.
-    #[error("{path} did not exist when turn {turn} began")]
+    #[error("{} did not exist when turn {turn} began", paths::display(.path))]
     Absent {
-        /// The path, rendered.
-        path: String,
+        /// The path, project-relative raw bytes.
+        path: Vec<u8>,
         /// The turn.
         turn: u64,
     },
     /// `show`: the path was a directory or special file, which has no bytes.
-    #[error("{path} was a {kind} when turn {turn} began; only files and symlinks have content")]
+    #[error(
+        "{} was a {kind} when turn {turn} began; only files and symlinks have content",
+        paths::display(.path)
+    )]
     NoContent {
-        /// The path, rendered.
-        path: String,
+        /// The path, project-relative raw bytes (`.` for the root).
+        path: Vec<u8>,
         /// The turn.
         turn: u64,
         /// What it was.
@@ -71,16 +77,23 @@ pub enum HistoryError {
     /// `show`: what the path held then is not known: it was created or
     /// replaced outside the mount after the turn began, before the mount
     /// first recorded it ([`crate::record::PreImage::Unknown`]).
-    #[error("what {path} held when turn {turn} began is unknown: it was created or replaced outside the mount after that")]
+    #[error(
+        "what {} held when turn {turn} began is unknown: it was created or replaced outside the mount after that",
+        paths::display(.path)
+    )]
     Unknown {
-        /// The path, rendered.
-        path: String,
+        /// The path, project-relative raw bytes.
+        path: Vec<u8>,
         /// The turn.
         turn: u64,
     },
-    /// The path is excluded from history (`.git` at the root).
-    #[error("{0} is not part of the history: the project's .git is never recorded")]
-    Excluded(String),
+    /// The path (project-relative raw bytes) is excluded from history
+    /// (`.git` at the root).
+    #[error(
+        "{} is not part of the history: the project's .git is never recorded",
+        paths::display(.0)
+    )]
+    Excluded(Vec<u8>),
     /// The path given is not a valid project-relative path.
     #[error("{path:?} is not a path inside the project: {why}")]
     BadPath {
@@ -89,36 +102,46 @@ pub enum HistoryError {
         /// What is wrong.
         why: &'static str,
     },
-    /// Reading the project failed.
-    #[error("cannot read {path} in the project: {source}")]
-    Project {
-        /// The path, rendered.
-        path: String,
+    /// The project directory itself cannot be opened.
+    #[error("cannot read {project} in the project: {source}")]
+    OpenProject {
+        /// The project directory.
+        project: PathBuf,
         /// The cause.
+        #[source]
         source: io::Error,
     },
-    /// A file's turn-start content, kept as ranges over its later content,
-    /// cannot be put together (see `crate::view::ranges`).
-    #[error(
-        "the recorded content of {path} cannot be put together from its saved ranges: {reason}"
-    )]
-    Ranges {
-        /// The path, rendered.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// A pre-image's blob is missing or corrupt.
-    #[error("the recorded content of {path} cannot be read: {source}")]
-    Blob {
-        /// The path, rendered.
-        path: String,
+    /// The blob store cannot be opened.
+    #[error("the recorded content of {dir} cannot be read: {source}")]
+    OpenBlobs {
+        /// The blob directory.
+        dir: PathBuf,
         /// The cause.
+        #[source]
         source: BlobError,
     },
-    /// The index failed or is corrupt.
+    /// Reading the history failed: a path in the project
+    /// ([`ViewError::Project`]), a file kept as ranges that cannot be put
+    /// together ([`ViewError::Ranges`]), a missing or corrupt blob
+    /// ([`ViewError::Blob`]), or the index ([`ViewError::Index`]). Never
+    /// [`ViewError::Turn`]: that is [`HistoryError::Turn`].
     #[error(transparent)]
-    Index(#[from] IndexError),
+    Read(ViewError),
+}
+
+impl From<ViewError> for HistoryError {
+    fn from(e: ViewError) -> HistoryError {
+        match e {
+            ViewError::Turn(e) => HistoryError::Turn(e),
+            other => HistoryError::Read(other),
+        }
+    }
+}
+
+impl From<IndexError> for HistoryError {
+    fn from(e: IndexError) -> HistoryError {
+        HistoryError::Read(ViewError::Index(e))
+    }
 }
 
 impl HistoryError {
@@ -132,43 +155,25 @@ impl HistoryError {
     }
 }
 
-/// What history commands read: the index, the blob store and the project.
-#[derive(Clone, Copy)]
-pub struct Sources<'a> {
-    /// The project's index.
-    pub index: &'a Index,
-    /// Its blob store.
-    pub blobs: &'a BlobStore,
-    /// Confined access to the project (for states no record covers).
-    pub backing: &'a Dir,
-    /// Makes every capture so far visible in `index` (a running daemon
-    /// commits its pending records); called before records are re-read
-    /// after reading the project.
-    pub commit: &'a dyn Fn(),
-    /// Contents put together from ranged records (see
-    /// [`Sources::timeline`]), by BLAKE3: they are in no store.
-    pub resolved: &'a Resolved,
-}
+/// What history commands read: a view's [`Reader`] (the index, the blob
+/// store, the project, the group commit and the contents put together
+/// from ranges; its fields are reached through `Deref`), whose methods
+/// here report [`HistoryError`].
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a>(pub Reader<'a>);
 
-impl std::fmt::Debug for Sources<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sources")
-            .field("index", &self.index.path())
-            .field("backing", &self.backing)
-            .finish_non_exhaustive()
+impl<'a> std::ops::Deref for Sources<'a> {
+    type Target = Reader<'a>;
+
+    fn deref(&self) -> &Reader<'a> {
+        &self.0
     }
 }
 
 impl<'a> Sources<'a> {
     /// The same handles as a [`Reader`], which does the work.
     pub fn reader(&self) -> Reader<'a> {
-        Reader {
-            index: self.index,
-            blobs: self.blobs,
-            backing: self.backing,
-            commit: self.commit,
-            resolved: self.resolved,
-        }
+        self.0
     }
 
     /// Checks that `turn` exists; returns it.
@@ -191,7 +196,8 @@ impl<'a> Sources<'a> {
     /// put together.
     ///
     /// Errors: the index, a blob or the project cannot be read;
-    /// [`HistoryError::Ranges`] when a ranged record cannot be put together.
+    /// [`ViewError::Ranges`] (in [`HistoryError::Read`]) when a ranged
+    /// record cannot be put together.
     pub fn timeline(&self, from: u64) -> Result<Timeline, HistoryError> {
         Ok(self.reader().timeline(from)?)
     }
@@ -211,7 +217,8 @@ impl<'a> Sources<'a> {
 
     /// [`Reader::content`]: the bytes of a file or symlink version.
     ///
-    /// Errors: [`HistoryError::Blob`] when the blob is missing or corrupt.
+    /// Errors: [`ViewError::Blob`] (in [`HistoryError::Read`]) when the blob
+    /// is missing or corrupt.
     pub fn content(&self, path: &[u8], v: &Version) -> Result<Option<Vec<u8>>, HistoryError> {
         Ok(self.reader().content(path, v)?)
     }
@@ -230,38 +237,17 @@ impl<'a> Sources<'a> {
     }
 }
 
-impl From<ViewError> for HistoryError {
-    fn from(e: ViewError) -> HistoryError {
-        match e {
-            ViewError::Turn(e) => HistoryError::Turn(e),
-            ViewError::Project { path, source } => HistoryError::Project {
-                path: paths::display(&path),
-                source,
-            },
-            ViewError::Ranges { path, reason } => HistoryError::Ranges {
-                path: paths::display(&path),
-                reason: reason.to_string(),
-            },
-            ViewError::Blob { path, source } => HistoryError::Blob {
-                path: paths::display(&path),
-                source,
-            },
-            ViewError::Index(e) => HistoryError::Index(e),
-        }
-    }
-}
-
 /// The index, blob store and project of one state dir, opened for reading
 /// (works while a daemon runs: the index is opened read-only).
-pub struct Opened {
+pub struct Opened<'c> {
     index: Index,
     blobs: BlobStore,
     backing: Dir,
-    commit: Box<dyn Fn()>,
+    commit: Box<dyn Fn() + 'c>,
     resolved: Resolved,
 }
 
-impl std::fmt::Debug for Opened {
+impl std::fmt::Debug for Opened<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Opened")
             .field("index", &self.index.path())
@@ -269,26 +255,28 @@ impl std::fmt::Debug for Opened {
     }
 }
 
-impl Opened {
+impl<'c> Opened<'c> {
     /// Opens `state` for history commands. `commit` asks whoever serves
     /// the project to commit the records pending in its capture log (the
     /// CLI passes `control::client::commit_through_daemon`); history never
     /// talks to a daemon itself.
     ///
-    /// Errors: the index, the blob directory or the project cannot be
-    /// opened.
+    /// Errors: the index ([`HistoryError::Read`]), the blob directory
+    /// ([`HistoryError::OpenBlobs`]) or the project
+    /// ([`HistoryError::OpenProject`]) cannot be opened.
     pub fn open(
         state: &crate::store::StateDir,
-        commit: Box<dyn Fn()>,
-    ) -> Result<Opened, HistoryError> {
+        commit: Box<dyn Fn() + 'c>,
+    ) -> Result<Opened<'c>, HistoryError> {
         let index = Index::open_read_only(&state.index_path())?;
-        let blobs =
-            BlobStore::open(&state.blobs_dir(), false).map_err(|source| HistoryError::Blob {
-                path: state.blobs_dir().display().to_string(),
+        let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| {
+            HistoryError::OpenBlobs {
+                dir: state.blobs_dir(),
                 source,
-            })?;
-        let backing = Dir::open(&state.project).map_err(|source| HistoryError::Project {
-            path: state.project.display().to_string(),
+            }
+        })?;
+        let backing = Dir::open(&state.project).map_err(|source| HistoryError::OpenProject {
+            project: state.project.clone(),
             source,
         })?;
         Ok(Opened {
@@ -302,13 +290,13 @@ impl Opened {
 
     /// The sources to pass to history functions.
     pub fn sources(&self) -> Sources<'_> {
-        Sources {
+        Sources(Reader {
             index: &self.index,
             blobs: &self.blobs,
             backing: &self.backing,
             commit: &self.commit,
             resolved: &self.resolved,
-        }
+        })
     }
 }
 
@@ -354,5 +342,29 @@ mod tests {
         assert_eq!(parse_path("./a/b/").expect("ok"), b"a/b");
         assert_eq!(parse_path("caf\\xe9").expect("ok"), b"caf\xe9");
         assert!(parse_path("../x").is_err());
+    }
+
+    #[test]
+    fn errors_keep_raw_paths_and_their_messages() {
+        let e = HistoryError::Absent {
+            path: b"caf\xe9".to_vec(),
+            turn: 3,
+        };
+        assert_eq!(e.to_string(), "caf\\xe9 did not exist when turn 3 began");
+        let e = HistoryError::Excluded(b".git/HEAD".to_vec());
+        assert_eq!(
+            e.to_string(),
+            ".git/HEAD is not part of the history: the project's .git is never recorded"
+        );
+        let e = HistoryError::from(ViewError::Turn(TurnError::NoTurns));
+        assert!(e.is_usage());
+        let e = HistoryError::from(ViewError::Blob {
+            path: b"f".to_vec(),
+            source: BlobError::Missing("00".into()),
+        });
+        assert!(!e.is_usage());
+        assert!(e
+            .to_string()
+            .starts_with("the recorded content of f cannot be read: "));
     }
 }

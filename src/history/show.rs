@@ -45,13 +45,13 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
     src.turn(turn)?;
     if path.is_empty() {
         return Err(HistoryError::NoContent {
-            path: ".".into(),
+            path: b".".to_vec(),
             turn,
             kind: "dir",
         });
     }
     if paths::is_excluded(path) {
-        return Err(HistoryError::Excluded(paths::display(path)));
+        return Err(HistoryError::Excluded(path.to_vec()));
     }
     let timeline = Timeline::default();
     let v = match src.index.state_from(path, turn)? {
@@ -71,11 +71,11 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
     };
     match &v.state {
         PreImage::Absent => Err(HistoryError::Absent {
-            path: paths::display(path),
+            path: path.to_vec(),
             turn,
         }),
         PreImage::Unknown => Err(HistoryError::Unknown {
-            path: paths::display(path),
+            path: path.to_vec(),
             turn,
         }),
         PreImage::File { perm, .. } => Ok(Shown::File {
@@ -86,7 +86,7 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
             target: target.clone(),
         }),
         other => Err(HistoryError::NoContent {
-            path: paths::display(path),
+            path: path.to_vec(),
             turn,
             kind: other.kind_name(),
         }),

@@ -329,7 +329,7 @@ pub(crate) fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<C
                     .with_index(|ix| ix.add_preimage(turn, &p.raw, &PreImage::Absent))
                     .map(drop)
                     .map_err(|source| CaptureError::Index {
-                        path: p.path.clone(),
+                        path: p.raw.clone(),
                         source,
                     })
             }

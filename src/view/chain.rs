@@ -14,8 +14,13 @@
 //! history timeline), in memory: each ranged record is laid over the
 //! content of the record after it, or over the project's file for the
 //! newest.
+//!
+//! [`lay_over`] is the one step all of them take: one record's saved
+//! ranges over the content below it, kept in memory or written as a blob.
+//! Capture calls it to make a ranged pre-image whole before a mutation
+//! takes the file it is laid over away.
 
-use std::io;
+use std::io::{self, Read};
 
 use crate::record::{Fingerprint, Hash, PreImage};
 use crate::store::{BlobError, BlobStore, Index, IndexError};
@@ -204,30 +209,100 @@ fn build(
     size: u64,
     below: Option<&Hash>,
 ) -> Result<Hash, RangeError> {
-    let pieces = index.ranges_of(turn, path)?;
     let bytes;
     let file;
     let base = match below {
         Some(h) => match index.inline_blob(h)? {
             Some(_) => {
                 bytes = crate::store::read_blob(index, blobs, h)?;
-                ranges::bytes_base(&bytes)
+                Base::Bytes(&bytes)
             }
             None => {
                 file = blobs.open_verified(h)?;
-                ranges::file_base(&file)
+                Base::File(&file)
             }
         },
         None => {
             file = backing
                 .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
                 .map_err(RangeError::OpenBase)?;
-            ranges::file_base(&file)
+            Base::File(&file)
         }
     };
+    Ok(lay_over(index, blobs, path, turn, size, base, Keep::Store)?.blob)
+}
+
+/// What a ranged record's saved ranges are laid over in [`lay_over`]: the
+/// content of the path's next state.
+#[derive(Debug, Clone, Copy)]
+pub enum Base<'a> {
+    /// An open file, read with `pread(2)` (the project's file, or a blob).
+    File(&'a std::fs::File),
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+}
+
+/// Where [`lay_over`] puts the content it puts together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Always into the blob store (durable once [`BlobStore::put`]
+    /// returns; see its docs).
+    Store,
+    /// In memory, returned in [`Laid::bytes`], when it is at most this
+    /// many bytes long; into the blob store otherwise.
+    InlineUpTo(u64),
+}
+
+/// The content [`lay_over`] put together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Laid {
+    /// Its BLAKE3.
+    pub blob: Hash,
+    /// Its bytes when kept in memory ([`Keep::InlineUpTo`]); `None` when
+    /// it went into the blob store.
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// Lays the saved ranges of `path`'s ranged record in `turn` over `base`,
+/// cut or extended to the record's `size` bytes: the path's content when
+/// `turn` began (see [`super::ranges`]). `keep` says whether the result
+/// is returned in memory or written to `blobs`. Cost: one pass over
+/// `size` bytes, one saved piece in memory at a time.
+///
+/// Errors: [`RangeError::Index`] when the ranges cannot be read;
+/// [`RangeError::Patch`] when, kept in memory, a piece is missing or
+/// corrupt or `base` is shorter than the bytes no piece holds;
+/// [`RangeError::Blob`] for the same causes (the blob store reports the
+/// failed read) or a failed write when it goes into the store.
+pub fn lay_over(
+    index: &Index,
+    blobs: &BlobStore,
+    path: &[u8],
+    turn: u64,
+    size: u64,
+    base: Base<'_>,
+    keep: Keep,
+) -> Result<Laid, RangeError> {
+    let pieces = index.ranges_of(turn, path)?;
+    let base = match base {
+        Base::File(f) => ranges::file_base(f),
+        Base::Bytes(b) => ranges::bytes_base(b),
+    };
     let mut src = ranges::Patched::new(base, index, blobs, &pieces, size);
-    let (blob, _) = blobs.put(&mut src, size)?;
-    Ok(blob)
+    match keep {
+        Keep::InlineUpTo(max) if size <= max => {
+            let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            src.read_to_end(&mut bytes).map_err(RangeError::Patch)?;
+            Ok(Laid {
+                blob: *blake3::hash(&bytes).as_bytes(),
+                bytes: Some(bytes),
+            })
+        }
+        _ => {
+            let (blob, _) = blobs.put(&mut src, size)?;
+            Ok(Laid { blob, bytes: None })
+        }
+    }
 }
 
 /// Replaces each ranged record in `recs` (one path's records, oldest
@@ -239,7 +314,8 @@ fn build(
 ///
 /// Errors: [`RangeError::BelowNotAFile`], [`RangeError::NoProjectFile`],
 /// [`RangeError::Patch`] (a piece is missing or corrupt, or the base is too
-/// short), or [`RangeError::Blob`] when `blob` fails.
+/// short), [`RangeError::Index`] when the saved ranges cannot be read, or
+/// [`RangeError::Blob`] when `blob` fails.
 pub fn resolve_records(
     index: &Index,
     blobs: &BlobStore,
@@ -271,9 +347,16 @@ pub fn resolve_records(
                 None => return Err(RangeError::NoProjectFile),
             },
         };
-        let bytes = ranges::patch_in_memory(index, blobs, turn, path, size, &base)
-            .map_err(RangeError::Patch)?;
-        let hash = *blake3::hash(&bytes).as_bytes();
+        let laid = lay_over(
+            index,
+            blobs,
+            path,
+            turn,
+            size,
+            Base::Bytes(&base),
+            Keep::InlineUpTo(u64::MAX),
+        )?;
+        let (hash, bytes) = (laid.blob, laid.bytes.unwrap_or_default());
         recs[i].1 = PreImage::File {
             blob: hash,
             size,
