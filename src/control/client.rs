@@ -84,6 +84,16 @@ pub enum ClientError {
     /// A direct rewind failed.
     #[error(transparent)]
     Rewind(#[from] RewindError),
+    /// The project is mounted, and the operation runs only on an unmounted
+    /// state dir.
+    #[error(
+        "{} is mounted: unmount it before `opfs gc` (a running daemon may be storing a blob its index does not name yet)",
+        .0.display()
+    )]
+    Mounted(PathBuf),
+    /// Retention failed.
+    #[error(transparent)]
+    Gc(#[from] crate::gc::GcError),
 }
 
 impl ClientError {
@@ -122,6 +132,28 @@ impl Project {
     /// The project's state dir.
     pub fn state(&self) -> &StateDir {
         &self.state
+    }
+
+    /// Applies `retention` (`dry_run`: only reports what it would drop).
+    /// Runs only while nothing is mounted: it takes the state lock for its
+    /// whole run, so no daemon can start meanwhile.
+    ///
+    /// Errors: [`ClientError::Mounted`] while a daemon (or another command)
+    /// holds the lock; [`ClientError::Lock`] when the lock file cannot be
+    /// opened; [`ClientError::Gc`] when retention fails (see
+    /// [`crate::gc::gc`] for what is durable then).
+    pub fn gc(
+        &self,
+        retention: crate::gc::Retention,
+        dry_run: bool,
+    ) -> Result<crate::gc::GcReport, ClientError> {
+        let _lock = StateLock::try_acquire(&self.state)
+            .map_err(|source| ClientError::Lock {
+                path: self.state.lock_path(),
+                source,
+            })?
+            .ok_or_else(|| ClientError::Mounted(self.state.project.clone()))?;
+        Ok(crate::gc::gc(&self.state, retention, dry_run)?)
     }
 
     /// The mount state, open turn and store size.
