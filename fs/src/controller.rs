@@ -179,8 +179,11 @@ impl Controller {
     ///
     /// # Errors
     ///
-    /// Opening the mountpoint fails, or `syncfs` reports a writeback error
-    /// of the mount (possibly from an earlier failed writeback).
+    /// The first failure to open (other than `ENOENT`: the name went away)
+    /// or `fdatasync` one of the files, for example `EACCES` for a file
+    /// its owner may not read, or a writeback error of the file. The other
+    /// files are still written back; a file that failed keeps its dirty
+    /// pages until its next fsync, close or unmap.
     pub fn write_back(&self) -> io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut first_err = None;
