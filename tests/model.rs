@@ -142,6 +142,12 @@ enum Op<T = P> {
     Link(T, T),
     /// `chmod(2)` (follows symlinks).
     Chmod(T, u32),
+    /// `open(O_RDWR)`, `mmap(MAP_SHARED)` of the whole file, close the fd,
+    /// then a plain store of the bytes that fit inside the file at the
+    /// offset (no `msync`): the mapping, and its dirty page, stay live until
+    /// the next `opfs turn` or rewind has run (issue 15: the store belongs
+    /// to the turn before that boundary). Never extends the file.
+    MapStore(T, u64, Vec<u8>),
     /// `opfs turn`.
     Turn,
     /// `opfs rewind N` with `N = 1 + k % open turn` (any turn so far,
@@ -166,6 +172,7 @@ impl<T> Op<T> {
             Op::Symlink(t, p) => Op::Symlink(*t, f(p)),
             Op::Link(a, b) => Op::Link(f(a), f(b)),
             Op::Chmod(p, m) => Op::Chmod(f(p), *m),
+            Op::MapStore(p, o, d) => Op::MapStore(f(p), *o, d.clone()),
             Op::Turn => Op::Turn,
             Op::Rewind(k) => Op::Rewind(*k),
         }
@@ -226,6 +233,16 @@ fn setup_entry() -> impl Strategy<Value = Op> {
 
 fn data() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..12)
+}
+
+/// [`op`] with shared-mmap stores kept mapped across the next boundary
+/// mixed in (a separate strategy, so the saved regressions of [`op`] keep
+/// replaying the sequences they were found with).
+fn op_with_mmap() -> impl Strategy<Value = Op<Sel>> {
+    prop_oneof![
+        12 => op(),
+        2 => (sel(), 0u64..20, data()).prop_map(|(p, o, d)| Op::MapStore(p, o, d)),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op<Sel>> {
@@ -427,6 +444,13 @@ impl Model {
                     }
                     content[offset..offset + bytes.len()].copy_from_slice(bytes);
                 }
+            }
+            Op::MapStore(P(p), offset, bytes) => {
+                let ino = self.file_for_write(p)?;
+                let content = &mut self.inodes.get_mut(&ino).expect("inode").bytes;
+                let offset = (*offset as usize).min(content.len());
+                let n = bytes.len().min(content.len() - offset);
+                content[offset..offset + n].copy_from_slice(&bytes[..n]);
             }
             Op::Append(P(p), bytes) => {
                 let ino = self.file_for_write(p)?;
@@ -746,7 +770,58 @@ fn exec(root: &Path, op: &Op) -> Result<(), Errno> {
         Op::Chmod(p, mode) => {
             fs::set_permissions(at(p), fs::Permissions::from_mode(*mode)).map_err(errno_of)
         }
-        Op::Turn | Op::Rewind(_) => unreachable!("turns are not file operations"),
+        Op::MapStore(..) | Op::Turn | Op::Rewind(_) => {
+            unreachable!("not a plain file operation")
+        }
+    }
+}
+
+/// A shared writable mapping made by [`Op::MapStore`], unmapped on drop.
+/// Not inherited by the `opfs` commands the test runs (their exec would
+/// unmap it and so write its dirty page back).
+struct Mapping(*mut libc::c_void, usize);
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: a mapping made by `map_store`, unmapped once.
+        unsafe { libc::munmap(self.0, self.1) };
+    }
+}
+
+/// Runs [`Op::MapStore`] under `root`: the mapping (`None` for an empty
+/// file or an empty store) is returned live, its fd closed.
+fn map_store(at: &Path, offset: u64, bytes: &[u8]) -> Result<Option<Mapping>, Errno> {
+    use std::os::fd::AsRawFd;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(at)
+        .map_err(errno_of)?;
+    let len = usize::try_from(file.metadata().map_err(errno_of)?.len()).expect("len");
+    let offset = (offset as usize).min(len);
+    let n = bytes.len().min(len - offset);
+    if n == 0 {
+        return Ok(None);
+    }
+    // SAFETY: a fresh shared mapping of the open file's `len` bytes, kept
+    // out of children, written only inside its bounds.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        if ptr == libc::MAP_FAILED {
+            return Err(errno_of(std::io::Error::last_os_error()));
+        }
+        let map = Mapping(ptr, len);
+        assert_eq!(libc::madvise(ptr, len, libc::MADV_DONTFORK), 0, "madvise");
+        drop(file);
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>().add(offset), n);
+        Ok(Some(map))
     }
 }
 
@@ -872,6 +947,8 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
     let mut succeeded = 0;
     // The resolved operations so far, for failure messages.
     let mut trace: Vec<String> = Vec::new();
+    // Live mappings of `Op::MapStore`: unmapped once a boundary has run.
+    let mut maps: Vec<Mapping> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let op = &op.resolve(&model);
         trace.push(format!("{op:?}"));
@@ -883,6 +960,7 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
         match op {
             Op::Turn => {
                 let n = fx.turn("model");
+                maps.clear();
                 prop_assert_eq!(n, model.open + 1, "{}: turn number", ctx);
                 let snap = model.snapshot();
                 check_project(&fx, &ctx, &snap.tree)?;
@@ -893,6 +971,7 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
                 let n = 1 + u64::from(*k) % model.open;
                 let before = model.snapshot();
                 let v = fx.rewind(n);
+                maps.clear();
                 let r = rewind_turn(&v);
                 prop_assert_eq!(r, model.open + 1, "{}: rewind turn number: {:#}", ctx, v);
                 let target = model.starts[&n].clone();
@@ -903,6 +982,18 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
                 model.starts.insert(r, before);
                 model.open = r + 1;
                 model.starts.insert(model.open, model.snapshot());
+            }
+            Op::MapStore(p, offset, bytes) => {
+                let expected = model.apply(op);
+                let real = map_store(&fx.mnt.join(&p.0), *offset, bytes);
+                succeeded += usize::from(real.is_ok());
+                let real = real.map(|m| maps.extend(m));
+                prop_assert_eq!(
+                    errno_name(&real),
+                    errno_name(&expected),
+                    "{}: the mount and the model disagree",
+                    ctx
+                );
             }
             _ => {
                 let expected = model.apply(op);
@@ -917,6 +1008,7 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
             }
         }
     }
+    drop(maps);
     check_trees(&fx, "at the end", &model.snapshot().tree)?;
     fx.umount();
     if std::env::var_os("MODEL_VERBOSE").is_some() {
@@ -1034,6 +1126,26 @@ fn file_replaced_by_a_hard_link_of_another() {
     );
 }
 
+/// Issue 15: a store through a shared mapping that is still live (its page
+/// dirty) when `opfs turn` runs belongs to the turn that closes; one still
+/// live at a rewind is not written back over the restored bytes.
+#[test]
+fn mmap_store_kept_mapped_across_a_turn_and_a_rewind() {
+    replay(
+        &[Op::Create(p("a"), b"original".to_vec(), 0o644)],
+        &[
+            Op::Turn,
+            Op::MapStore(p("a"), 0, b"A".to_vec()),
+            Op::Turn,
+            Op::WriteAt(p("a"), 1, b"B".to_vec()),
+            Op::Turn,
+            Op::Rewind(2),
+            Op::MapStore(p("a"), 2, b"C".to_vec()),
+            Op::Rewind(0),
+        ],
+    );
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -1054,6 +1166,27 @@ proptest! {
     fn mount_agrees_with_model_ranged(
         setup in prop::collection::vec(setup_entry(), 0..16),
         ops in prop::collection::vec(op(), 1..48),
+    ) {
+        run_case(&setup, &ops, true)?;
+    }
+
+    /// The same with shared-mmap stores whose mapping (and dirty page) is
+    /// still live when the next turn or rewind runs: each store lands in
+    /// the turn before that boundary (issue 15).
+    #[test]
+    fn mount_agrees_with_model_mmap_across_boundaries(
+        setup in prop::collection::vec(setup_entry(), 0..16),
+        ops in prop::collection::vec(op_with_mmap(), 1..48),
+    ) {
+        run_case(&setup, &ops, false)?;
+    }
+
+    /// [`mount_agrees_with_model_mmap_across_boundaries`] on the ranged
+    /// capture path.
+    #[test]
+    fn mount_agrees_with_model_mmap_across_boundaries_ranged(
+        setup in prop::collection::vec(setup_entry(), 0..16),
+        ops in prop::collection::vec(op_with_mmap(), 1..48),
     ) {
         run_case(&setup, &ops, true)?;
     }

@@ -771,3 +771,153 @@ fn history_survives_a_remount() {
     fx.rewind(2);
     fx.assert_tree("rewind to 2 after a remount", &m2);
 }
+
+/// A shared writable mapping of a whole file through the mount, unmapped on
+/// drop (which writes its dirty pages back). Its fd is closed at once and
+/// the mapping is not inherited: the close of a FUSE fd, and the unmap of
+/// a mapping a child inherited when the child execs (every `opfs` command
+/// the test runs), write the file's dirty pages back and would hide the
+/// bug these tests are about.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(path: &Path) -> Mapping {
+        use std::os::fd::AsRawFd;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open for mmap");
+        let len = usize::try_from(file.metadata().expect("stat").len()).expect("len");
+        // SAFETY: a fresh shared mapping of the open file's `len` bytes.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(
+            ptr,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: the mapping just made.
+        let advised = unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
+        assert_eq!(advised, 0, "madvise: {}", std::io::Error::last_os_error());
+        drop(file);
+        Mapping { ptr, len }
+    }
+
+    /// A plain store into the mapping (no msync): the page stays dirty in
+    /// the kernel until something writes it back.
+    fn store(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.len);
+        // SAFETY: inside the mapping, which lives as long as `self`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.cast::<u8>().add(offset),
+                bytes.len(),
+            );
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+fn head(path: &Path, n: usize) -> Vec<u8> {
+    let mut bytes = fs::read(path).expect("read");
+    bytes.truncate(n);
+    bytes
+}
+
+/// Issue 15 item 1: a store made through a shared mapping before `opfs
+/// turn` belongs to the turn it closes, even when its dirty page reaches the
+/// daemon only after the boundary (the mapping stays live across it).
+fn mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn(size: usize) {
+    let fx = Fixture::new();
+    let mut content = b"original".to_vec();
+    content.resize(size, 0);
+    write_file(&fx.p("f.bin"), &content, 0o644);
+    fx.mount();
+    assert_eq!(fx.turn("N"), 2);
+    let map = Mapping::new(&fx.m("f.bin"));
+    map.store(0, b"store-A!");
+    // Not read back through the mount: closing any fd of the file would
+    // write its dirty pages back (FLUSH) and hide the bug.
+    assert_eq!(fx.turn("N+1"), 3, "the mapping is still live");
+    map.store(8, b"store-B!");
+    drop(map);
+    assert_eq!(fx.turn("after"), 4);
+    assert_eq!(head(&fx.p("f.bin"), 16), b"store-A!store-B!");
+
+    fx.rewind(3);
+    assert_eq!(
+        head(&fx.p("f.bin"), 16),
+        b"store-A!\0\0\0\0\0\0\0\0",
+        "turn 3 began after store A and before store B"
+    );
+    fx.rewind(2);
+    assert_eq!(head(&fx.p("f.bin"), 16), b"original\0\0\0\0\0\0\0\0");
+    assert!(fs::read(fx.p("f.bin")).expect("read") == content);
+}
+
+#[test]
+fn mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn_64k() {
+    mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn(64 * 1024);
+}
+
+#[test]
+fn mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn_4m_ranged() {
+    mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn(4 << 20);
+}
+
+/// The rewind side of issue 15 item 1: a dirty page stored before `opfs
+/// rewind` must not be written back over the bytes the rewind restored.
+fn mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it(size: usize) {
+    let fx = Fixture::new();
+    let mut content = b"original".to_vec();
+    content.resize(size, 0);
+    write_file(&fx.p("f.bin"), &content, 0o644);
+    fx.mount();
+    assert_eq!(fx.turn("N"), 2);
+    let map = Mapping::new(&fx.m("f.bin"));
+    map.store(0, b"store-A!");
+    fx.rewind(2);
+    assert_eq!(
+        head(&fx.p("f.bin"), 8),
+        b"original",
+        "right after the rewind"
+    );
+    drop(map);
+    assert_eq!(
+        head(&fx.p("f.bin"), 8),
+        b"original",
+        "the dirty page was written back over the rewind"
+    );
+    assert!(fs::read(fx.p("f.bin")).expect("read") == content);
+    assert_eq!(head(&fx.m("f.bin"), 8), b"original", "through the mount");
+}
+
+#[test]
+fn mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it_64k() {
+    mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it(64 * 1024);
+}
+
+#[test]
+fn mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it_4m_ranged() {
+    mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it(4 << 20);
+}

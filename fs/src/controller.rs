@@ -48,6 +48,17 @@ pub(crate) trait Invalidate: Send + Sync {
     /// a path under a directory the kernel never looked up. Costs O(depth);
     /// must not wait for the quiesce gate.
     fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>);
+
+    /// Each file that has a handle open for writing, by FUSE inode number
+    /// and one known path (relative, as in [`crate::Mutation`]): the files
+    /// that may have dirty pages in the kernel. Costs O(open handles ×
+    /// depth); must not wait for the quiesce gate.
+    fn written_files(&self) -> Vec<(u64, Vec<u8>)>;
+
+    /// The kernel has written `ino`'s dirty pages back: reports what its
+    /// writers left through [`crate::MutationHook::after`], as a close does.
+    /// Must not wait for the quiesce gate.
+    fn written_back(&self, ino: u64);
 }
 
 struct InvalJob {
@@ -139,6 +150,69 @@ impl Controller {
     /// Read-only operations continue. Blocks while another guard is alive.
     pub fn quiesce(&self) -> QuiesceGuard {
         self.inner.gate.write()
+    }
+
+    /// Writes back the kernel's dirty pages of this mount and waits until
+    /// the daemon has served them: stores made through a shared writable
+    /// `mmap` sit in the page cache until the kernel writes them back, and
+    /// then arrive as ordinary WRITE requests (through the hook). Call it
+    /// before [`Controller::quiesce`] at a turn boundary or a rewind, so a
+    /// store made before the boundary is captured before it, and a dirty
+    /// page cannot be written back over bytes a rewind restored.
+    ///
+    /// Only a file with a handle open for writing can have dirty pages (the
+    /// mount has no writeback cache, so `write(2)` never leaves any; a
+    /// shared writable mapping keeps its handle open, and unmapping writes
+    /// back). For each such file (by one of its known names) it opens the
+    /// file read-only through the mountpoint and `fdatasync`s it: the kernel
+    /// sends the file's dirty pages as WRITEs and waits for their replies,
+    /// then sends FSYNC (one backing `fdatasync`). So the cost is O(files
+    /// open for writing), a few system calls and one backing data sync
+    /// each, independent of the tree size; with none open it is free.
+    /// (`syncfs(2)` is no substitute: it starts the writeback but, on
+    /// current kernels, does not wait for a FUSE server's replies.) A file
+    /// that has lost every name is skipped: it is no longer in the tree.
+    ///
+    /// Must be called without holding a [`QuiesceGuard`] and not from a
+    /// FUSE worker thread: the WRITEs it causes wait on the gate and need a
+    /// worker to serve them.
+    ///
+    /// # Errors
+    ///
+    /// The first failure to open (other than `ENOENT`: the name went away)
+    /// or `fdatasync` one of the files, for example `EACCES` for a file
+    /// its owner may not read, or a writeback error of the file. The other
+    /// files are still written back; a file that failed keeps its dirty
+    /// pages until its next fsync, close or unmap.
+    pub fn write_back(&self) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut first_err = None;
+        for (ino, path) in self.inner.fs.written_files() {
+            let full = self.inner.mountpoint.join(OsStr::from_bytes(&path));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(&full);
+            let res = match file {
+                // fsync of a FUSE file writes its dirty pages back and
+                // waits for the WRITE replies (fuse_sync_writes).
+                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+                    let synced = f.sync_data();
+                    self.inner.fs.written_back(ino);
+                    synced
+                }
+                Ok(_) => Ok(()),
+                // Renamed or removed since: a name is gone, the pages
+                // still go out at the file's next fsync or unmap.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = res {
+                log::debug!("write back of {}: {e}", full.display());
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Makes changes made directly in the backing directory at `paths`

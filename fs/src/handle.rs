@@ -27,6 +27,9 @@ pub(crate) struct Handle {
     /// The handle changed the file since the hook last heard about it
     /// (`after`): set by opening for writing and by every write.
     dirty: AtomicBool,
+    /// Opened for writing (a real epoch at open): the kernel may write
+    /// mmap-dirtied pages back through it.
+    pub(crate) writable: bool,
 }
 
 impl Handle {
@@ -38,6 +41,7 @@ impl Handle {
             ranged: false,
             dir_lock: Mutex::new(()),
             dirty: AtomicBool::new(epoch != NO_EPOCH),
+            writable: epoch != NO_EPOCH,
         }
     }
 
@@ -99,5 +103,18 @@ impl Handles {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh)
+    }
+
+    /// The handles open for writing: their inodes are the only files that
+    /// can hold dirty pages (a shared writable mapping keeps its handle open
+    /// until it is unmapped, and unmapping writes back). O(open handles).
+    pub(crate) fn writable(&self) -> Vec<Arc<Handle>> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|h| h.writable)
+            .cloned()
+            .collect()
     }
 }

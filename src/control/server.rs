@@ -35,6 +35,11 @@ pub fn status_of(
 
 /// What the control server needs from the mount.
 pub trait MountOps: Send + Sync + 'static {
+    /// Makes the kernel write back the mount's dirty pages (shared mmap
+    /// stores) and waits until they are served; called before
+    /// [`MountOps::quiesce`], without the guard. Costs O(files with dirty
+    /// pages).
+    fn write_back(&self) {}
     /// Blocks new mutations and waits for in-flight ones; released on drop.
     fn quiesce(&self) -> Box<dyn std::any::Any>;
     /// Drops the kernel's caches for these paths (called without the guard).
@@ -55,6 +60,12 @@ pub fn rewind_mounted(
     dry_run: bool,
     force: bool,
 ) -> Result<RewindReport, RewindError> {
+    // A dirty mmap page written back after the restore would clobber the
+    // restored bytes: write it back first, so it is captured in the turn
+    // being closed.
+    if let Some(m) = mount {
+        m.write_back();
+    }
     let guard = mount.map(|m| m.quiesce());
     let report = rewind::rewind(journal, to, rewind::RewindOptions { dry_run, force });
     drop(guard);
@@ -92,6 +103,9 @@ pub fn handle(
             Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
         }
         Request::Turn { label, id } => {
+            // Every store made before this request belongs to the turn it
+            // closes, mmap stores still in the page cache too.
+            mount.write_back();
             let guard = mount.quiesce();
             let r = journal.next_turn(NewTurn {
                 kind: TurnKind::Agent,

@@ -43,6 +43,12 @@ struct Served {
 }
 
 impl MountOps for Served {
+    fn write_back(&self) {
+        if let Err(e) = self.controller.write_back() {
+            log::warn!("writing back the mount's dirty pages failed: {e}");
+        }
+    }
+
     fn quiesce(&self) -> Box<dyn std::any::Any> {
         Box::new(self.controller.quiesce())
     }

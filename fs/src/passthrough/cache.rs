@@ -1,15 +1,41 @@
-//! The passthrough's side of [`crate::Controller::invalidate`]: a path
+//! The passthrough's side of [`crate::Controller::invalidate`] (a path
 //! changed in the backing directory, resolved to what the kernel may have
-//! cached for it through the (parent, name) index.
+//! cached for it through the (parent, name) index) and of
+//! [`crate::Controller::write_back`] (the files open for writing).
 
 use std::os::fd::AsFd;
 
 use super::State;
 use crate::controller::{Inval, Invalidate};
+use crate::handle::NO_EPOCH;
+use crate::hook::Mutation;
 use crate::inode::{InodeKey, ROOT};
 use crate::sys;
 
 impl Invalidate for State {
+    fn written_files(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut inos: Vec<u64> = self.handles.writable().iter().map(|h| h.ino).collect();
+        inos.sort_unstable();
+        inos.dedup();
+        inos.into_iter()
+            .filter_map(|ino| Some((ino, self.inodes.path(ino)?)))
+            .collect()
+    }
+
+    fn written_back(&self, ino: u64) {
+        // As at a close (`flush`): what the writeback left is reported, so
+        // the path's fingerprint is the one the mount made.
+        let mut dirty = false;
+        for h in self.handles.writable() {
+            if h.ino == ino && h.epoch() != NO_EPOCH && h.take_dirty() {
+                dirty = true;
+            }
+        }
+        if dirty {
+            self.after_inode(ino, |path| Mutation::Content { path });
+        }
+    }
+
     fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>) {
         let inodes = &self.inodes;
         let parts: Vec<&[u8]> = path
