@@ -27,6 +27,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::Path;
 use std::sync::Once;
 
+use common::mmap::Mapping;
 use common::{rewind_turn, show, Fixture};
 use libc::{EEXIST, EINVAL, EISDIR, ENOENT, ENOTDIR, ENOTEMPTY, EPERM};
 use proptest::prelude::*;
@@ -776,22 +777,9 @@ fn exec(root: &Path, op: &Op) -> Result<(), Errno> {
     }
 }
 
-/// A shared writable mapping made by [`Op::MapStore`], unmapped on drop.
-/// Not inherited by the `opfs` commands the test runs (their exec would
-/// unmap it and so write its dirty page back).
-struct Mapping(*mut libc::c_void, usize);
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: a mapping made by `map_store`, unmapped once.
-        unsafe { libc::munmap(self.0, self.1) };
-    }
-}
-
 /// Runs [`Op::MapStore`] under `root`: the mapping (`None` for an empty
 /// file or an empty store) is returned live, its fd closed.
 fn map_store(at: &Path, offset: u64, bytes: &[u8]) -> Result<Option<Mapping>, Errno> {
-    use std::os::fd::AsRawFd;
     let file = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -803,26 +791,9 @@ fn map_store(at: &Path, offset: u64, bytes: &[u8]) -> Result<Option<Mapping>, Er
     if n == 0 {
         return Ok(None);
     }
-    // SAFETY: a fresh shared mapping of the open file's `len` bytes, kept
-    // out of children, written only inside its bounds.
-    unsafe {
-        let ptr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        if ptr == libc::MAP_FAILED {
-            return Err(errno_of(std::io::Error::last_os_error()));
-        }
-        let map = Mapping(ptr, len);
-        assert_eq!(libc::madvise(ptr, len, libc::MADV_DONTFORK), 0, "madvise");
-        drop(file);
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>().add(offset), n);
-        Ok(Some(map))
-    }
+    let map = Mapping::of(file).map_err(errno_of)?;
+    map.store(offset, &bytes[..n]);
+    Ok(Some(map))
 }
 
 /// Checks that the project and the mountpoint both hold `expected`; returns

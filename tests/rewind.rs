@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use common::mmap::Mapping;
 use common::*;
 use serde_json::Value;
 
@@ -407,38 +408,12 @@ fn write_through_a_shared_writable_mmap() {
         &fx,
         |_| {},
         |fx| {
-            let f = fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(fx.m("mapped"))
-                .expect("open for mmap");
-            use std::os::fd::AsRawFd;
-            // SAFETY: a fresh shared mapping of `len` bytes of an open file;
-            // it is written only inside its bounds and unmapped before the
-            // file is closed.
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    0,
-                );
-                assert_ne!(
-                    p,
-                    libc::MAP_FAILED,
-                    "mmap: {}",
-                    std::io::Error::last_os_error()
-                );
-                let bytes = std::slice::from_raw_parts_mut(p.cast::<u8>(), len);
-                bytes[0] = b'M';
-                bytes[5000..5005].copy_from_slice(b"mmap!");
-                bytes[len - 1] = b'Z';
-                assert_eq!(libc::msync(p, len, libc::MS_SYNC), 0, "msync");
-                assert_eq!(libc::munmap(p, len), 0, "munmap");
-            }
-            drop(f);
+            let map = Mapping::new(&fx.m("mapped"));
+            map.store(0, b"M");
+            map.store(5000, b"mmap!");
+            map.store(len - 1, b"Z");
+            map.sync();
+            drop(map);
             let now = fs::read(fx.m("mapped")).expect("read back");
             assert_eq!(&now[5000..5005], b"mmap!");
         },
@@ -770,72 +745,6 @@ fn history_survives_a_remount() {
     );
     fx.rewind(2);
     fx.assert_tree("rewind to 2 after a remount", &m2);
-}
-
-/// A shared writable mapping of a whole file through the mount, unmapped on
-/// drop (which writes its dirty pages back). Its fd is closed at once and
-/// the mapping is not inherited: the close of a FUSE fd, and the unmap of
-/// a mapping a child inherited when the child execs (every `opfs` command
-/// the test runs), write the file's dirty pages back and would hide the
-/// bug these tests are about.
-struct Mapping {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(path: &Path) -> Mapping {
-        use std::os::fd::AsRawFd;
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open for mmap");
-        let len = usize::try_from(file.metadata().expect("stat").len()).expect("len");
-        // SAFETY: a fresh shared mapping of the open file's `len` bytes.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: the mapping just made.
-        let advised = unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
-        assert_eq!(advised, 0, "madvise: {}", std::io::Error::last_os_error());
-        drop(file);
-        Mapping { ptr, len }
-    }
-
-    /// A plain store into the mapping (no msync): the page stays dirty in
-    /// the kernel until something writes it back.
-    fn store(&self, offset: usize, bytes: &[u8]) {
-        assert!(offset + bytes.len() <= self.len);
-        // SAFETY: inside the mapping, which lives as long as `self`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.ptr.cast::<u8>().add(offset),
-                bytes.len(),
-            );
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
 }
 
 fn head(path: &Path, n: usize) -> Vec<u8> {

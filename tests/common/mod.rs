@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod mmap;
+
 /// Path of the binary under test.
 pub const OPFS: &str = env!("CARGO_BIN_EXE_opfs");
 
