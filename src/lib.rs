@@ -34,3 +34,4 @@ pub mod store;
 pub mod tree;
 pub mod verify;
 pub mod view;
+pub mod worktree;

@@ -25,6 +25,7 @@ const BELOW_PROCESSES: &[&str] = &[
     "export",
     "gc",
     "verify",
+    "worktree",
 ];
 
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -81,6 +82,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("gc", &["view", "store", "record", "paths"]),
+    // worktrees: the lower layer (a view), the changes, and the merge (a
+    // restore)
+    (
+        "worktree",
+        &[
+            "rewind",
+            "restore",
+            "capture",
+            "view",
+            "store",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
+    ),
     ("verify", &["view", "store", "tree", "record", "paths"]),
     // L4: processes: anything of L0-L3, and the processes listed
     ("control", &["@below"]),

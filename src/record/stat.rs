@@ -19,6 +19,10 @@ pub struct Stat {
     pub rdev: u64,
     /// Hard link count.
     pub nlink: u64,
+    /// Owner user id.
+    pub uid: u32,
+    /// Owner group id.
+    pub gid: u32,
 }
 
 impl Stat {
@@ -33,6 +37,8 @@ impl Stat {
             ino: st.st_ino,
             rdev: st.st_rdev,
             nlink: st.st_nlink,
+            uid: st.st_uid,
+            gid: st.st_gid,
         }
     }
 

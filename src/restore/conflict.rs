@@ -123,6 +123,21 @@ pub enum ConflictReason {
         /// The cause.
         source: io::Error,
     },
+    /// A worktree merge: the project changed the path since the
+    /// worktree's base turn began, and so did the worktree.
+    #[error("changed both in the worktree and in the project since the worktree's base (turn {base}); left as the project has it (--force takes the worktree's side)")]
+    ChangedInProject {
+        /// The worktree's base turn.
+        base: u64,
+    },
+    /// A worktree merge: the path changed behind the project's mount after
+    /// the worktree's base turn began, so the worktree saw those bytes, not
+    /// its base.
+    #[error("changed in the project behind its mount after the worktree's base (turn {base}) began, so the worktree's base of it is not known; left as the project has it (--force takes the worktree's side)")]
+    DriftedBase {
+        /// The worktree's base turn.
+        base: u64,
+    },
     /// A reason received as text (a report deserialized from JSON).
     #[error("{0}")]
     Text(String),

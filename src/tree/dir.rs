@@ -44,6 +44,8 @@ fn stat_of(st: &rustix::fs::Stat) -> Stat {
         ino: st.st_ino,
         rdev: st.st_rdev,
         nlink: st.st_nlink,
+        uid: st.st_uid,
+        gid: st.st_gid,
     }
 }
 

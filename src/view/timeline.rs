@@ -66,6 +66,43 @@ impl Timeline {
         out
     }
 
+    /// Adds `path`'s record in `turn` unless the path already has one in
+    /// that turn (the first record of a turn wins, as in the index): for a
+    /// reader that also reads records not yet in the index (a capture log).
+    pub fn add(&mut self, turn: u64, path: &[u8], pre: PreImage) {
+        if turn < self.from {
+            return;
+        }
+        let recs = self.by_path.entry(path.to_vec()).or_default();
+        match recs.binary_search_by_key(&turn, |(t, _)| *t) {
+            Ok(_) => {}
+            Err(at) => recs.insert(at, (turn, pre)),
+        }
+    }
+
+    /// The direct children of directory `dir` (`b""`: the root) that have a
+    /// record, with their state when `turn` began (`None`: recorded only
+    /// before `turn`, so unchanged since). Names are single components.
+    /// Cost: the recorded paths under `dir`, not the tree.
+    pub fn children_at(&self, dir: &[u8], turn: u64) -> Vec<(Vec<u8>, Option<&PreImage>)> {
+        let prefix = if dir.is_empty() {
+            Vec::new()
+        } else {
+            let mut p = dir.to_vec();
+            p.push(b'/');
+            p
+        };
+        self.by_path
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .filter(|(p, _)| p.len() > prefix.len() && !p[prefix.len()..].contains(&b'/'))
+            .map(|(p, recs)| {
+                let state = recs.iter().find(|(t, _)| *t >= turn).map(|(_, s)| s);
+                (p[prefix.len()..].to_vec(), state)
+            })
+            .collect()
+    }
+
     /// Every path in the timeline, with its records.
     pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<(u64, PreImage)>)> {
         self.by_path.iter()

@@ -233,6 +233,19 @@ impl Index {
         .map_err(|source| codec::sqlite_error(&path, source))
     }
 
+    /// SQLite's `PRAGMA data_version` for this connection: a number that
+    /// changes whenever another connection (another process: the daemon)
+    /// has committed to the file since this connection last looked. Cheap
+    /// (no disk read when nothing changed); a worktree's lower layer uses it
+    /// to tell whether the project's records moved on.
+    ///
+    /// Errors: those of SQLite.
+    pub fn data_version(&self) -> Result<i64, IndexError> {
+        self.conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(self.err())
+    }
+
     /// Copies the WAL into the database file and empties it, so the file
     /// alone holds everything (done at a clean unmount). Errors are those
     /// of SQLite; the WAL stays valid if it fails.

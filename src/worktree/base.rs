@@ -1,0 +1,549 @@
+//! A worktree's lower layer: the project as it was when its base turn
+//! began, read from the project as it is now plus the records made since
+//! (design §7; [`crate::view`] explains why that is exact).
+//!
+//! **Nothing is copied at creation.** A path's base state is its earliest
+//! record from the base turn on; a path with no such record is unchanged
+//! since, so the project's own file is served. Opening costs one query
+//! (every record since the base turn: proportional to what changed, not
+//! to the tree).
+//!
+//! **Frozen against the project's later changes.** The project's mount
+//! records a path's pre-image before it changes the path (capture before
+//! mutation). So when the worktree reads a project file, it compares a
+//! snapshot of the project's records (the index's `data_version` and the
+//! capture log's identity and length) taken before the read with one taken
+//! after: if they differ, a capture may have happened in between, so it
+//! reloads the records (after asking the project's daemon to commit what
+//! its capture log holds) and, if the path now has a record, serves that
+//! instead. A change made through the mount can therefore never leak into
+//! the worktree, even while the project's agent keeps working.
+//!
+//! **Changes behind the project's mount** (an editor writing the project
+//! directory directly, or work done while it was not mounted) have no
+//! record. A path the worktree serves from the project whose change time
+//! is later than the base turn's start is *drifted*: its base bytes are
+//! not known, the worktree shows what the project holds, and the path is
+//! written to the worktree's drift list, which `worktree list` counts and
+//! `worktree merge` reports as a conflict. A deletion made behind the
+//! mount is not noticed (there is nothing left to look at): the worktree
+//! then misses that path too (`docs/worktrees.md`).
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opfs_fs::overlay::{Attr, DirEntry, Kind, Lower};
+
+use crate::paths;
+use crate::record::{Hash, PreImage, Special, Stat};
+use crate::store::{log as capture_log, BlobStore, Index, IndexError, StateDir};
+use crate::tree::Dir;
+use crate::view::{Reader, Resolved, Timeline, ViewError};
+
+/// Errors opening a base.
+#[derive(Debug, thiserror::Error)]
+pub enum BaseError {
+    /// The project's index cannot be read.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The records since the base turn cannot be put together.
+    #[error(transparent)]
+    View(#[from] ViewError),
+    /// The project directory cannot be opened.
+    #[error("cannot open the project {}: {source}", .path.display())]
+    Project {
+        /// The project directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Where the project's records stand: changes when a capture may have
+/// happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    data_version: i64,
+    /// The capture log's (inode, length, mtime ns), `None` when missing.
+    log: Option<(u64, u64, i64)>,
+}
+
+struct Inner {
+    index: Index,
+    timeline: Timeline,
+    resolved: Resolved,
+    seen: Option<Mark>,
+}
+
+/// A path's state at the base.
+#[derive(Debug, Clone)]
+enum State {
+    Absent,
+    /// Known from a record.
+    Recorded(PreImage),
+    /// As the project holds it now (no record since the base).
+    Current(Stat),
+}
+
+/// The project at the start of a turn, as an overlay's lower layer.
+pub struct Base {
+    project: Dir,
+    blobs: BlobStore,
+    log_path: PathBuf,
+    turn: u64,
+    since_ns: i64,
+    /// Owner shown for entries known only from records.
+    owner: (u32, u32),
+    commit: Box<dyn Fn() + Send + Sync>,
+    inner: Mutex<Inner>,
+    drift: Mutex<Drift>,
+}
+
+impl std::fmt::Debug for Base {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Base")
+            .field("project", &self.project.path())
+            .field("turn", &self.turn)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The drift list: paths served from the project although they changed
+/// behind its mount after the base turn began.
+struct Drift {
+    seen: BTreeSet<Vec<u8>>,
+    file: Option<File>,
+}
+
+impl Base {
+    /// The project of `state` as it was when `turn` began (`since_ns`: that
+    /// moment, ns since the Unix epoch). `commit` asks the project's daemon,
+    /// if one runs, to move its capture log into the index (see
+    /// [`crate::control::client::commit_through_daemon`]). `drift_file`
+    /// receives the drift list, one hex-encoded path per line (appended).
+    ///
+    /// Errors: the project's index or directory cannot be opened, or the
+    /// records since `turn` cannot be put together.
+    pub fn open(
+        state: &StateDir,
+        turn: u64,
+        since_ns: i64,
+        commit: Box<dyn Fn() + Send + Sync>,
+        drift_file: Option<&Path>,
+    ) -> Result<Base, BaseError> {
+        let project = Dir::open(&state.project).map_err(|source| BaseError::Project {
+            path: state.project.clone(),
+            source,
+        })?;
+        let owner = std::fs::metadata(&state.project)
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((0, 0));
+        let index = Index::open_read_only(&state.index_path())?;
+        let drift = Drift {
+            seen: drift_file.map(read_drift).unwrap_or_default(),
+            file: drift_file.and_then(|p| {
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| log::warn!("cannot open the drift list {}: {e}", p.display()))
+                    .ok()
+            }),
+        };
+        let base = Base {
+            project,
+            blobs: BlobStore::open_existing(&state.blobs_dir()),
+            log_path: state.capture_log_path(),
+            turn,
+            since_ns,
+            owner,
+            commit,
+            inner: Mutex::new(Inner {
+                index,
+                timeline: Timeline::default(),
+                resolved: Resolved::default(),
+                seen: None,
+            }),
+            drift: Mutex::new(drift),
+        };
+        {
+            let mut inner = base.lock();
+            base.reload(&mut inner)?;
+        }
+        Ok(base)
+    }
+
+    /// The turn whose start this base shows.
+    pub fn turn(&self) -> u64 {
+        self.turn
+    }
+
+    /// Paths found drifted so far (see the module docs).
+    pub fn drifted(&self) -> Vec<Vec<u8>> {
+        match self.drift.lock() {
+            Ok(d) => d.seen.iter().cloned().collect(),
+            Err(p) => p.into_inner().seen.iter().cloned().collect(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn mark(&self, inner: &Inner) -> io::Result<Mark> {
+        let data_version = inner.index.data_version().map_err(io::Error::other)?;
+        let log = match std::fs::metadata(&self.log_path) {
+            Ok(m) => Some((m.ino(), m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Mark { data_version, log })
+    }
+
+    /// Reloads every record since the base turn: the daemon's capture log
+    /// committed first, and whatever a log still holds (a daemon that died
+    /// before committing it) read directly.
+    fn reload(&self, inner: &mut Inner) -> Result<(), BaseError> {
+        if self.log_len() > 0 {
+            (self.commit)();
+        }
+        let mark = self.mark(inner).ok();
+        inner.resolved = Resolved::default();
+        let noop = || {};
+        let reader = Reader {
+            index: &inner.index,
+            blobs: &self.blobs,
+            backing: &self.project,
+            commit: &noop,
+            resolved: &inner.resolved,
+        };
+        let mut timeline = reader.timeline(self.turn)?;
+        if self.log_len() > 0 {
+            // Records of a daemon that is gone: whole pre-images only (a
+            // ranged one needs the index's ranges; the next daemon start
+            // moves it there).
+            if let Ok(entries) = capture_log::read(&self.log_path) {
+                for e in entries {
+                    if e.op == capture_log::Op::Record && !matches!(e.pre, PreImage::Ranged { .. })
+                    {
+                        if let (PreImage::File { blob, .. }, Some(data)) = (&e.pre, &e.data) {
+                            inner.resolved.borrow_mut().insert(*blob, data.clone());
+                        }
+                        timeline.add(e.turn, &e.path, e.pre);
+                    }
+                }
+            }
+        }
+        inner.timeline = timeline;
+        inner.seen = mark;
+        Ok(())
+    }
+
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log_path).map_or(0, |m| m.len())
+    }
+
+    /// Runs `f` against the records, reloading them first when the
+    /// project's records moved since last seen, and again (then running
+    /// `f` once more) when they moved while `f` ran: see the module docs.
+    fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
+        let mut inner = self.lock();
+        let before = self.mark(&inner)?;
+        if inner.seen != Some(before) {
+            self.reload(&mut inner).map_err(io::Error::other)?;
+        }
+        let before = inner.seen;
+        let r = f(&inner)?;
+        let after = self.mark(&inner)?;
+        if before == Some(after) {
+            return Ok(r);
+        }
+        self.reload(&mut inner).map_err(io::Error::other)?;
+        f(&inner)
+    }
+
+    fn state(&self, inner: &Inner, path: &[u8]) -> io::Result<State> {
+        if let Some(pre) = inner.timeline.state_at(path, self.turn) {
+            return Ok(match pre {
+                PreImage::Absent => State::Absent,
+                PreImage::Unknown => {
+                    self.note_drift(path);
+                    State::Absent
+                }
+                other => State::Recorded(other.clone()),
+            });
+        }
+        Ok(match self.project.lstat(path)? {
+            None => State::Absent,
+            Some(st) => {
+                // A directory's times move with every child created or removed
+                // through the mount (each recorded on its own), so only
+                // the other kinds can tell a change behind the mount.
+                if st.ctime_ns > self.since_ns
+                    && st.file_type() != libc::S_IFDIR
+                    && !paths::is_excluded(path)
+                {
+                    self.note_drift(path);
+                }
+                State::Current(st)
+            }
+        })
+    }
+
+    fn note_drift(&self, path: &[u8]) {
+        let mut d = match self.drift.lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        if d.seen.insert(path.to_vec()) {
+            log::warn!(
+                "{} changed in the project behind its mount after the worktree's base turn began: \
+                 the worktree shows the project's bytes",
+                paths::display(path)
+            );
+            if let Some(f) = d.file.as_mut() {
+                let mut line = hex(path);
+                line.push('\n');
+                if let Err(e) = f.write_all(line.as_bytes()) {
+                    log::warn!("cannot append to the drift list: {e}");
+                }
+            }
+        }
+    }
+
+    fn attr(&self, path: &[u8], state: &State) -> Option<Attr> {
+        let since = UNIX_EPOCH + Duration::from_nanos(u64::try_from(self.since_ns).unwrap_or(0));
+        let recorded = |kind, perm, size, rdev| Attr {
+            kind,
+            perm,
+            size,
+            uid: self.owner.0,
+            gid: self.owner.1,
+            mtime: since,
+            nlink: 1,
+            rdev,
+            origin: synthetic_origin(path),
+        };
+        Some(match state {
+            State::Absent => return None,
+            State::Current(st) => Attr {
+                kind: Kind::from_mode(st.mode)?,
+                perm: st.perm(),
+                size: st.size,
+                uid: st.uid,
+                gid: st.gid,
+                mtime: to_time(st.mtime_ns),
+                nlink: u32::try_from(st.nlink).unwrap_or(u32::MAX),
+                rdev: st.rdev,
+                origin: st.ino,
+            },
+            State::Recorded(pre) => match pre {
+                PreImage::File { size, perm, .. } => recorded(Kind::File, *perm, *size, 0),
+                PreImage::Dir { perm } => recorded(Kind::Dir, *perm, 0, 0),
+                PreImage::Symlink { target } => {
+                    recorded(Kind::Symlink, 0o777, target.len() as u64, 0)
+                }
+                PreImage::Special { kind, perm, rdev } => {
+                    let k = match kind {
+                        Special::Fifo => Kind::Fifo,
+                        Special::Socket => Kind::Socket,
+                        Special::Char => Kind::CharDevice,
+                        Special::Block => Kind::BlockDevice,
+                    };
+                    recorded(k, *perm, 0, *rdev)
+                }
+                PreImage::Absent | PreImage::Unknown | PreImage::Ranged { .. } => return None,
+            },
+        })
+    }
+
+    /// The bytes of blob `hash`, from `[offset, offset + buf.len())`.
+    fn read_blob(
+        &self,
+        inner: &Inner,
+        hash: &Hash,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> io::Result<usize> {
+        let copy = |bytes: &[u8], buf: &mut [u8]| {
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            let n = (bytes.len() - start).min(buf.len());
+            buf[..n].copy_from_slice(&bytes[start..start + n]);
+            n
+        };
+        if let Some(bytes) = inner.resolved.borrow().get(hash) {
+            return Ok(copy(bytes, buf));
+        }
+        if let Some(bytes) = inner.index.inline_blob(hash).map_err(io::Error::other)? {
+            return Ok(copy(&bytes, buf));
+        }
+        let file = File::open(self.blobs.path_of(hash))?;
+        read_full_at(&file, offset, buf)
+    }
+}
+
+fn read_full_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+fn to_time(ns: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+/// An identity for an entry known only from a record: the path's hash with
+/// the top bit set (project inode numbers on Linux filesystems never have
+/// it), so it never equals a project file's.
+fn synthetic_origin(path: &[u8]) -> u64 {
+    let h = blake3::hash(path);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b) | (1 << 63)
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decodes one line of [`hex`]; `None` for a malformed line.
+pub(crate) fn unhex(line: &str) -> Option<Vec<u8>> {
+    let line = line.trim();
+    if line.len() % 2 != 0 {
+        return None;
+    }
+    (0..line.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(line.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The paths of a drift list file (missing: none).
+pub fn read_drift(path: &Path) -> BTreeSet<Vec<u8>> {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().filter_map(unhex).collect())
+        .unwrap_or_default()
+}
+
+fn enoent_to_none<T>(r: io::Result<T>) -> io::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if crate::tree::is_not_found(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Lower for Base {
+    fn getattr(&self, path: &[u8]) -> io::Result<Option<Attr>> {
+        self.fresh(|inner| {
+            let state = self.state(inner, path)?;
+            Ok(self.attr(path, &state))
+        })
+    }
+
+    fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.fresh(|inner| match self.state(inner, path)? {
+            State::Absent => Ok(None),
+            State::Recorded(PreImage::File { blob, .. }) => {
+                self.read_blob(inner, &blob, offset, buf).map(Some)
+            }
+            State::Recorded(PreImage::Dir { .. }) => {
+                Err(io::Error::from_raw_os_error(libc::EISDIR))
+            }
+            State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            State::Current(st) => match st.file_type() {
+                libc::S_IFREG => {
+                    let f = enoent_to_none(self.project.open_file(
+                        path,
+                        libc::O_RDONLY | libc::O_NONBLOCK,
+                        0,
+                    ))?;
+                    match f {
+                        Some(f) => read_full_at(&f, offset, buf).map(Some),
+                        None => Ok(None),
+                    }
+                }
+                libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            },
+        })
+    }
+
+    fn readdir(&self, path: &[u8]) -> io::Result<Option<Vec<DirEntry>>> {
+        self.fresh(|inner| {
+            let is_dir = match self.state(inner, path)? {
+                State::Absent => return Ok(None),
+                State::Recorded(PreImage::Dir { .. }) => true,
+                State::Current(st) => st.file_type() == libc::S_IFDIR,
+                State::Recorded(_) => false,
+            };
+            if !is_dir {
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
+            let mut out = Vec::new();
+            let recorded = inner.timeline.children_at(path, self.turn);
+            let recorded_names: BTreeSet<&[u8]> = recorded
+                .iter()
+                .filter(|(_, s)| s.is_some())
+                .map(|(n, _)| n.as_slice())
+                .collect();
+            // Children unchanged since the base, as the project holds them.
+            let current = match self.project.lstat(path)? {
+                Some(st) if st.file_type() == libc::S_IFDIR => {
+                    enoent_to_none(self.project.list_dir(path))?.unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            for name in current {
+                if recorded_names.contains(name.as_slice()) {
+                    continue;
+                }
+                let child = paths::join(path, &name);
+                if let State::Current(st) = self.state(inner, &child)? {
+                    if let Some(kind) = Kind::from_mode(st.mode) {
+                        out.push(DirEntry { name, kind });
+                    }
+                }
+            }
+            // Children known from records.
+            for (name, state) in recorded {
+                let Some(pre) = state else { continue };
+                let child = paths::join(path, &name);
+                if let Some(a) = self.attr(&child, &State::Recorded(pre.clone())) {
+                    out.push(DirEntry { name, kind: a.kind });
+                }
+            }
+            Ok(Some(out))
+        })
+    }
+
+    fn readlink(&self, path: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        self.fresh(|inner| match self.state(inner, path)? {
+            State::Absent => Ok(None),
+            State::Recorded(PreImage::Symlink { target }) => Ok(Some(target)),
+            State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            State::Current(st) if st.file_type() == libc::S_IFLNK => {
+                enoent_to_none(self.project.read_link(path))
+            }
+            State::Current(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        })
+    }
+}

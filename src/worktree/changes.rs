@@ -1,0 +1,328 @@
+//! What a worktree changed against its base: a walk of the upper layer
+//! (proportional to what the worktree wrote, not to the project), each
+//! entry compared with the lower layer.
+//!
+//! - An entry of the upper layer is the path's state in the worktree. It
+//!   is a change unless the base holds the same (a directory copied up
+//!   only to hold a child, a file copied up and written back unchanged).
+//! - A whiteout `.wh.NAME` is the deletion of `NAME`; when `NAME` was a
+//!   directory at the base, of everything under it too.
+//! - An opaque directory hides the base's children: every base child it
+//!   does not hold again is deleted.
+//!
+//! Paths under `.git` are left out, as everywhere in opfs: a merge never
+//! writes the project's `.git`.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read};
+
+use opfs_fs::overlay::{Kind, Lower};
+
+use crate::paths;
+use crate::record::Hash;
+use crate::tree::Dir;
+
+use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
+
+/// One side of a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// Nothing there.
+    Absent,
+    /// A regular file: its BLAKE3, length in bytes and permission bits.
+    File {
+        /// BLAKE3 of its bytes.
+        hash: Hash,
+        /// Length in bytes.
+        size: u64,
+        /// Permission bits (`mode & 0o7777`).
+        perm: u32,
+    },
+    /// A directory with its permission bits.
+    Dir {
+        /// Permission bits.
+        perm: u32,
+    },
+    /// A symbolic link with its target.
+    Symlink {
+        /// The target, bytes as stored.
+        target: Vec<u8>,
+    },
+    /// A fifo, socket or device node.
+    Special {
+        /// Its type.
+        kind: Kind,
+        /// Permission bits.
+        perm: u32,
+        /// Device number (devices only).
+        rdev: u64,
+    },
+}
+
+impl Entry {
+    /// `absent`, `file`, `dir`, `symlink` or `special`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Entry::Absent => "absent",
+            Entry::File { .. } => "file",
+            Entry::Dir { .. } => "dir",
+            Entry::Symlink { .. } => "symlink",
+            Entry::Special { .. } => "special",
+        }
+    }
+}
+
+/// One path the worktree changed: its state at the base and in the
+/// worktree (different).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The path, relative to the worktree's root.
+    pub path: Vec<u8>,
+    /// At the base.
+    pub before: Entry,
+    /// In the worktree.
+    pub after: Entry,
+}
+
+/// Every path the worktree changed against its base, sorted by path.
+///
+/// `upper` is the upper layer, `base` the lower one. Cost: one `lstat` per
+/// upper entry, the bytes of each upper file (hashed) and of the base file
+/// it replaces when their sizes agree, and a listing of each opaque or
+/// deleted base directory.
+///
+/// Errors: the upper layer or the base cannot be read (the error names
+/// the path).
+pub fn changes(upper: &Dir, base: &dyn Lower) -> io::Result<Vec<Change>> {
+    let mut out = Vec::new();
+    walk(upper, base, b"", &mut out)?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.dedup_by(|a, b| a.path == b.path);
+    Ok(out)
+}
+
+fn at(path: &[u8]) -> impl FnOnce(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", paths::display(path)))
+}
+
+fn walk(upper: &Dir, base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io::Result<()> {
+    let names = upper.list_dir(dir).map_err(at(dir))?;
+    let opaque = names.iter().any(|n| n.as_slice() == OPAQUE_MARKER);
+    let mut shown: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for name in &names {
+        if name.as_slice() == OPAQUE_MARKER {
+            continue;
+        }
+        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+            let path = paths::join(dir, hidden);
+            if !names.iter().any(|n| n.as_slice() == hidden) && !paths::is_excluded(&path) {
+                delete(base, &path, out)?;
+            }
+            continue;
+        }
+        let path = paths::join(dir, name);
+        if paths::is_excluded(&path) {
+            continue;
+        }
+        shown.insert(name.clone());
+        let after = upper_entry(upper, &path)?;
+        let before = if opaque {
+            // Only what the opaque directory holds itself counts.
+            Entry::Absent
+        } else {
+            base_entry(base, &path)?
+        };
+        let is_dir = matches!(after, Entry::Dir { .. });
+        if before != after && !same_file(base, &path, &before, &after)? {
+            let before = with_hash(base, &path, before)?;
+            if matches!(before, Entry::Dir { .. }) && !is_dir {
+                // A base directory replaced by a file: its children go.
+                delete_children(base, &path, out)?;
+            }
+            out.push(Change {
+                path: path.clone(),
+                before,
+                after,
+            });
+        }
+        if is_dir {
+            walk(upper, base, &path, out)?;
+        }
+    }
+    if opaque {
+        for child in base.readdir(dir).map_err(at(dir))?.unwrap_or_default() {
+            if !shown.contains(&child.name) {
+                let path = paths::join(dir, &child.name);
+                if !paths::is_excluded(&path) {
+                    delete(base, &path, out)?;
+                }
+            }
+        }
+        // The opaque directory's own children that replaced base children
+        // of another kind were compared with "absent" above; compare them
+        // with the base instead, so a file rewritten under an opaque
+        // directory reads as a modification.
+        for c in out.iter_mut() {
+            if paths::split(&c.path).map(|(p, _)| p) == Some(dir) && c.before == Entry::Absent {
+                c.before = with_hash(base, &c.path, base_entry(base, &c.path)?)?;
+            }
+        }
+        out.retain(|c| c.before != c.after);
+    }
+    Ok(())
+}
+
+/// `path` (and, for a base directory, everything under it) is gone.
+fn delete(base: &dyn Lower, path: &[u8], out: &mut Vec<Change>) -> io::Result<()> {
+    let before = base_entry(base, path)?;
+    if before == Entry::Absent {
+        return Ok(());
+    }
+    if matches!(before, Entry::Dir { .. }) {
+        delete_children(base, path, out)?;
+    }
+    let before = with_hash(base, path, before)?;
+    out.push(Change {
+        path: path.to_vec(),
+        before,
+        after: Entry::Absent,
+    });
+    Ok(())
+}
+
+fn delete_children(base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io::Result<()> {
+    for child in base.readdir(dir).map_err(at(dir))?.unwrap_or_default() {
+        delete(base, &paths::join(dir, &child.name), out)?;
+    }
+    Ok(())
+}
+
+/// True when both sides are files of equal length and permission whose
+/// bytes hash alike (the hash of the base side is not known up front).
+fn same_file(base: &dyn Lower, path: &[u8], before: &Entry, after: &Entry) -> io::Result<bool> {
+    match (before, after) {
+        (
+            Entry::File {
+                size: s1, perm: p1, ..
+            },
+            Entry::File {
+                size: s2,
+                perm: p2,
+                hash,
+            },
+        ) if s1 == s2 && p1 == p2 => Ok(base_hash(base, path)? == Some(*hash)),
+        _ => Ok(false),
+    }
+}
+
+/// The BLAKE3 of the base file at `path` (`None`: not a file there).
+pub fn base_hash(base: &dyn Lower, path: &[u8]) -> io::Result<Option<Hash>> {
+    let mut hasher = blake3::Hasher::new();
+    let mut offset = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let Some(n) = base.read_at(path, offset, &mut buf).map_err(at(path))? else {
+            return Ok(None);
+        };
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    Ok(Some(*hasher.finalize().as_bytes()))
+}
+
+/// The bytes of the base file at `path` (`None`: not a file there).
+pub fn base_bytes(base: &dyn Lower, path: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let Some(n) = base
+            .read_at(path, out.len() as u64, &mut buf)
+            .map_err(at(path))?
+        else {
+            return Ok(None);
+        };
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok(Some(out))
+}
+
+/// `entry` (the base's state of `path`) with a file's real hash.
+fn with_hash(base: &dyn Lower, path: &[u8], entry: Entry) -> io::Result<Entry> {
+    Ok(match entry {
+        Entry::File { size, perm, .. } => Entry::File {
+            hash: base_hash(base, path)?.unwrap_or([0; 32]),
+            size,
+            perm,
+        },
+        other => other,
+    })
+}
+
+/// The base's state of `path`, without its bytes: a file's hash is left
+/// zero (compared by [`same_file`]).
+fn base_entry(base: &dyn Lower, path: &[u8]) -> io::Result<Entry> {
+    let Some(a) = base.getattr(path).map_err(at(path))? else {
+        return Ok(Entry::Absent);
+    };
+    Ok(match a.kind {
+        Kind::File => Entry::File {
+            hash: [0; 32],
+            size: a.size,
+            perm: a.perm,
+        },
+        Kind::Dir => Entry::Dir { perm: a.perm },
+        Kind::Symlink => Entry::Symlink {
+            target: base.readlink(path).map_err(at(path))?.unwrap_or_default(),
+        },
+        kind => Entry::Special {
+            kind,
+            perm: a.perm,
+            rdev: a.rdev,
+        },
+    })
+}
+
+/// The upper layer's state of `path`, a file's bytes hashed.
+fn upper_entry(upper: &Dir, path: &[u8]) -> io::Result<Entry> {
+    let Some(st) = upper.lstat(path).map_err(at(path))? else {
+        return Ok(Entry::Absent);
+    };
+    Ok(match st.file_type() {
+        libc::S_IFREG => {
+            let mut f = upper
+                .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                .map_err(at(path))?;
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut size = 0u64;
+            loop {
+                let n = f.read(&mut buf).map_err(at(path))?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                size += n as u64;
+            }
+            Entry::File {
+                hash: *hasher.finalize().as_bytes(),
+                size,
+                perm: st.perm(),
+            }
+        }
+        libc::S_IFDIR => Entry::Dir { perm: st.perm() },
+        libc::S_IFLNK => Entry::Symlink {
+            target: upper.read_link(path).map_err(at(path))?,
+        },
+        _ => Entry::Special {
+            kind: Kind::from_mode(st.mode).unwrap_or(Kind::Fifo),
+            perm: st.perm(),
+            rdev: st.rdev,
+        },
+    })
+}

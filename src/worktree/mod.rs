@@ -1,0 +1,336 @@
+//! Worktrees (design §7): copy-on-write views of the project as it was
+//! when some turn began, to try an idea in and merge back as one turn.
+//!
+//! A worktree named `NAME` of a project lives in the project's state dir:
+//!
+//! ```text
+//! <project state dir>/worktrees/NAME/
+//!   worktree.json   what it is (Meta): name, base turn, mountpoint
+//!   upper/          the upper layer: every change made in the worktree
+//!   work/           scratch for atomic copy-up (same filesystem as upper/)
+//!   tree/           the default mountpoint
+//!   drift           paths the lower layer served although they changed
+//!                   behind the project's mount after the base (base::Base)
+//! ```
+//!
+//! The lower layer is [`base::Base`]: the project at the base turn's start,
+//! read from the project and its records, nothing copied. The upper layer
+//! is a plain directory (whiteouts are empty files named `.wh.NAME`, an
+//! opaque directory holds `.wh..wh..opq`: `opfs_fs::overlay`), so the
+//! worktree's own history is an ordinary journal over `upper/`, with its own
+//! state dir (`StateDir::for_project(home, upper)`): turns, rewinds, log and
+//! diff of a worktree are the project commands pointed at the worktree's
+//! mountpoint.
+
+pub mod base;
+pub mod changes;
+pub mod merge;
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StateDir;
+
+/// The name of a whiteout's prefix in the upper layer.
+pub const WHITEOUT_PREFIX: &[u8] = b".wh.";
+/// The marker file of an opaque directory in the upper layer.
+pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
+
+/// What a worktree is, as stored in its `worktree.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Its name (see [`check_name`]).
+    pub name: String,
+    /// The project turn whose start is its lower layer.
+    pub base_turn: u64,
+    /// When that turn began (or, for a base made from a project with no
+    /// open turn, when the worktree was made), ns since the Unix epoch.
+    pub base_ns: i64,
+    /// When the worktree was made, ns since the Unix epoch.
+    pub created_ns: i64,
+    /// Where it is mounted (or will be, by `worktree mount`).
+    pub mountpoint: PathBuf,
+}
+
+/// Errors about worktrees as things (names, their folders).
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    /// The name cannot name a worktree.
+    #[error("{name:?} is not a valid worktree name: {why} (use letters, digits, '-', '_' and '.', at most 64, not starting with '.' or '-')")]
+    BadName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A worktree of that name exists.
+    #[error("a worktree named {0:?} already exists (pick another name, or `opfs worktree discard {0}` first)")]
+    Exists(String),
+    /// No worktree of that name exists.
+    #[error("no worktree named {0:?} (see `opfs worktree list`)")]
+    Missing(String),
+    /// Reading or writing its folder failed.
+    #[error("worktree {name:?}: cannot {what} {}: {source}", .path.display())]
+    Io {
+        /// The worktree.
+        name: String,
+        /// What was being done.
+        what: &'static str,
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Checks that `name` can name a worktree: 1 to 64 bytes of ASCII
+/// letters, digits, `-`, `_` and `.`, not starting with `.` or `-` (so never
+/// `.`, `..`, a path, or an option).
+///
+/// Errors: [`WorktreeError::BadName`] saying what is wrong.
+pub fn check_name(name: &str) -> Result<(), WorktreeError> {
+    let bad = |why| {
+        Err(WorktreeError::BadName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 64 {
+        return bad("it is longer than 64 bytes");
+    }
+    if name.contains('/') {
+        return bad("it contains '/'");
+    }
+    if name.starts_with('.') || name.starts_with('-') {
+        return bad("it starts with '.' or '-'");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return bad("it contains a character other than letters, digits, '-', '_' and '.'");
+    }
+    Ok(())
+}
+
+/// One worktree's folder in its project's state dir.
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    /// Its name.
+    pub name: String,
+    /// `<project state dir>/worktrees/<name>`.
+    pub dir: PathBuf,
+}
+
+impl Worktree {
+    /// The worktree `name` of the project whose state dir is `project`
+    /// (whether or not it exists).
+    pub fn of(project: &StateDir, name: &str) -> Worktree {
+        Worktree {
+            name: name.to_string(),
+            dir: worktrees_dir(project).join(name),
+        }
+    }
+
+    /// The upper layer.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    /// The copy-up scratch folder.
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// The default mountpoint.
+    pub fn default_mountpoint(&self) -> PathBuf {
+        self.dir.join("tree")
+    }
+
+    /// The drift list (see [`base::Base`]).
+    pub fn drift_path(&self) -> PathBuf {
+        self.dir.join("drift")
+    }
+
+    fn meta_path(&self) -> PathBuf {
+        self.dir.join("worktree.json")
+    }
+
+    /// The worktree's own state dir (its history): a project state dir
+    /// whose project is the upper layer.
+    pub fn state(&self, home: &Path) -> StateDir {
+        StateDir::for_project(home, &self.upper())
+    }
+
+    /// True when the worktree exists (its `worktree.json` does).
+    pub fn exists(&self) -> bool {
+        self.meta_path().exists()
+    }
+
+    fn io_err(&self, what: &'static str, path: PathBuf) -> impl FnOnce(io::Error) -> WorktreeError {
+        let name = self.name.clone();
+        move |source| WorktreeError::Io {
+            name,
+            what,
+            path,
+            source,
+        }
+    }
+
+    /// Reads `worktree.json`.
+    ///
+    /// Errors: [`WorktreeError::Missing`] when there is none;
+    /// [`WorktreeError::Io`] when it cannot be read or parsed.
+    pub fn meta(&self) -> Result<Meta, WorktreeError> {
+        let path = self.meta_path();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(WorktreeError::Missing(self.name.clone()))
+            }
+            Err(e) => return Err(self.io_err("read", path)(e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map_err(|e| self.io_err("parse", path)(io::Error::new(io::ErrorKind::InvalidData, e)))
+    }
+
+    /// Makes the worktree's folders and writes `meta` (atomically: a
+    /// worktree either exists with its metadata or not at all).
+    ///
+    /// Errors: [`WorktreeError::Exists`] when it exists;
+    /// [`WorktreeError::Io`] when a folder or file cannot be made (what
+    /// was made is removed again).
+    pub fn create(&self, meta: &Meta) -> Result<(), WorktreeError> {
+        if self.exists() {
+            return Err(WorktreeError::Exists(self.name.clone()));
+        }
+        let made = (|| {
+            for d in [self.upper(), self.work(), self.default_mountpoint()] {
+                fs::create_dir_all(&d).map_err(self.io_err("create", d.clone()))?;
+            }
+            let tmp = self.dir.join("worktree.json.tmp");
+            let bytes = serde_json::to_vec_pretty(meta)
+                .map_err(|e| self.io_err("write", tmp.clone())(io::Error::other(e)))?;
+            fs::write(&tmp, bytes).map_err(self.io_err("write", tmp.clone()))?;
+            fs::rename(&tmp, self.meta_path()).map_err(self.io_err("write", self.meta_path()))
+        })();
+        if made.is_err() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+        made
+    }
+
+    /// Deletes the worktree's folder and its own state dir. The caller has
+    /// unmounted it.
+    ///
+    /// Errors: [`WorktreeError::Io`] when something cannot be removed
+    /// (what is left is named).
+    pub fn remove(&self, home: &Path) -> Result<(), WorktreeError> {
+        let state = self.state(home);
+        // The metadata first: a half-removed worktree is gone, not damaged.
+        match fs::remove_file(self.meta_path()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.io_err("remove", self.meta_path())(e)),
+        }
+        for d in [state.dir.clone(), self.dir.clone()] {
+            match fs::remove_dir_all(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.io_err("remove", d)(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `<project state dir>/worktrees`.
+pub fn worktrees_dir(project: &StateDir) -> PathBuf {
+    project.dir.join("worktrees")
+}
+
+/// Every worktree of the project, sorted by name. Folders without a
+/// readable `worktree.json` are skipped.
+pub fn list(project: &StateDir) -> Vec<(Worktree, Meta)> {
+    let Ok(entries) = fs::read_dir(worktrees_dir(project)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(Worktree, Meta)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| check_name(n).is_ok())
+        .filter_map(|n| {
+            let wt = Worktree::of(project, &n);
+            let meta = wt.meta().ok()?;
+            Some((wt, meta))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    out
+}
+
+/// The oldest base turn of the project's worktrees, if it has any: what
+/// retention must keep (`crate::gc`).
+pub fn oldest_base(project: &StateDir) -> Option<u64> {
+    list(project).iter().map(|(_, m)| m.base_turn).min()
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["fix-a", "try_2", "a.b", "X"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            ".hidden",
+            "-x",
+            "sp ace",
+            "é",
+            &"x".repeat(65),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        let e = check_name("a/b").expect_err("bad").to_string();
+        assert!(e.contains("contains '/'"), "{e}");
+    }
+
+    #[test]
+    fn create_read_list_remove() {
+        let home = tempfile::tempdir().expect("ok");
+        let project = StateDir::for_project(home.path(), Path::new("/p"));
+        project.create().expect("ok");
+        let wt = Worktree::of(&project, "fix-a");
+        let meta = Meta {
+            name: "fix-a".into(),
+            base_turn: 3,
+            base_ns: 1,
+            created_ns: 2,
+            mountpoint: wt.default_mountpoint(),
+        };
+        wt.create(&meta).expect("ok");
+        assert!(matches!(wt.create(&meta), Err(WorktreeError::Exists(_))));
+        assert_eq!(wt.meta().expect("ok"), meta);
+        assert!(wt.upper().is_dir() && wt.work().is_dir());
+        assert_eq!(list(&project).len(), 1);
+        assert_eq!(oldest_base(&project), Some(3));
+        wt.remove(home.path()).expect("ok");
+        assert!(!wt.dir.exists());
+        assert!(matches!(wt.meta(), Err(WorktreeError::Missing(_))));
+        assert!(list(&project).is_empty());
+    }
+}
