@@ -87,6 +87,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "worktree",
         &[
+            "diff",
+            "history",
             "rewind",
             "restore",
             "capture",

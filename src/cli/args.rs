@@ -51,6 +51,67 @@ pub enum Cmd {
     Gc(GcArgs),
     /// Write the history as a shadow git repository (one commit per turn).
     Export(ExportArgs),
+    /// Copy-on-write worktrees of the project: try an idea, merge it back.
+    #[command(subcommand)]
+    Worktree(WorktreeCmd),
+}
+
+/// `opfs worktree ...` (`-C` names the project or its mountpoint).
+#[derive(Debug, Subcommand)]
+pub enum WorktreeCmd {
+    /// Make worktree NAME from the start of turn N (default: now) and
+    /// mount it; prints its path.
+    Create {
+        /// Its name: letters, digits, '-', '_', '.'.
+        name: String,
+        /// The project turn whose start it shows.
+        #[arg(long, value_name = "N")]
+        from: Option<u64>,
+        /// Mount it here instead of its folder in the state dir.
+        #[arg(long, value_name = "PATH")]
+        at: Option<PathBuf>,
+    },
+    /// List the worktrees: name, base turn, path, mounted, paths changed.
+    List,
+    /// Print worktree NAME's path.
+    Path {
+        /// The worktree.
+        name: String,
+    },
+    /// Mount worktree NAME again (after `opfs umount`, a crash, a reboot).
+    Mount {
+        /// The worktree.
+        name: String,
+    },
+    /// Show what worktree NAME changed against its base, as a patch git
+    /// can apply.
+    Diff {
+        /// The worktree.
+        name: String,
+        /// Show a summary of changed lines per path instead.
+        #[arg(long)]
+        stat: bool,
+        /// Show the status letter and path of each change instead.
+        #[arg(long, conflicts_with = "stat")]
+        name_status: bool,
+    },
+    /// Apply worktree NAME's changes to the project as one turn (kind
+    /// merge); paths the project changed too are left and listed (exit 3).
+    Merge {
+        /// The worktree.
+        name: String,
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Take the worktree's side for paths the project changed too.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Unmount worktree NAME if needed, then delete it.
+    Discard {
+        /// The worktree.
+        name: String,
+    },
 }
 
 // `opfs mount`.
@@ -81,6 +142,12 @@ pub struct MountArgs {
     // the caller's session first thing.
     #[arg(long = "setsid", hide = true)]
     pub setsid: bool,
+    // A worktree's daemon (`opfs worktree create|mount`): the project whose
+    // worktree PROJECT (its upper layer) is, and the worktree's name.
+    #[arg(long = "worktree-of", hide = true, requires = "worktree")]
+    pub worktree_of: Option<PathBuf>,
+    #[arg(long = "worktree", hide = true, requires = "worktree_of")]
+    pub worktree: Option<String>,
 }
 
 /// `--range-min`: a number of bytes, or `off`.

@@ -226,6 +226,51 @@ impl Project {
         }
     }
 
+    /// Merges worktree `name` into the project as one turn of kind
+    /// `merge` (only plans with `dry_run`; `force` takes the worktree's
+    /// side for paths the project changed too): through the daemon when
+    /// one serves the project, else directly under the state lock. Returns
+    /// the merge report; from a daemon its conflicts' reasons are text and
+    /// `touched` is empty (the daemon has invalidated them). What the merge
+    /// wrote is durable as [`crate::worktree::merge::merge`] says.
+    ///
+    /// Errors: no such worktree (usage), the daemon refused or does not
+    /// answer, or the merge failed before writing anything.
+    pub fn merge(
+        &self,
+        name: &str,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<crate::worktree::merge::MergeReport, ClientError> {
+        let req = Request::Merge {
+            worktree: name.to_string(),
+            dry_run,
+            force,
+        };
+        match self.ask(&req)? {
+            Some(Response::Merge(report)) => Ok(report),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => {
+                let (journal, _lock) = self.open_direct()?;
+                crate::worktree::merge::merge(
+                    &journal,
+                    name,
+                    crate::worktree::merge::MergeOptions { dry_run, force },
+                )
+                .map_err(|e| {
+                    if e.is_usage() {
+                        ClientError::Refused {
+                            kind: FailureKind::Usage,
+                            message: e.to_string(),
+                        }
+                    } else {
+                        ClientError::Direct(e.to_string())
+                    }
+                })
+            }
+        }
+    }
+
     /// Makes every capture so far visible to the index readers (history,
     /// export, verify): a running daemon commits the records pending in its
     /// capture log; with none running, records a crash left there are moved

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::rewind::RewindReport;
+use crate::worktree::merge::MergeReport;
 
 /// A request to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,6 +35,17 @@ pub enum Request {
     },
     /// Unmount and exit.
     Unmount,
+    /// Merge a worktree of this project into it, as one turn of kind
+    /// `merge` (`crate::worktree::merge`).
+    Merge {
+        /// The worktree's name.
+        worktree: String,
+        /// Plan only.
+        dry_run: bool,
+        /// Take the worktree's side for paths the project changed too.
+        #[serde(default)]
+        force: bool,
+    },
     /// Commit the capture records pending in the capture log to the index,
     /// so a reader in another process (history, export) sees every capture
     /// made so far. Answered with [`Response::Committed`].
@@ -64,6 +76,9 @@ pub enum Response {
     /// A rewind ran (or was planned): the report's fields sit beside
     /// `result` (its `touched` paths are not sent).
     Rewind(RewindReport),
+    /// A merge ran (or was planned): the report's fields sit beside
+    /// `result`.
+    Merge(MergeReport),
     /// The daemon is unmounting.
     Unmounting,
     /// The pending capture records are in the index.

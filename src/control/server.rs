@@ -11,6 +11,7 @@ use super::protocol::{self, FailureKind, Request, Response, Status};
 use crate::capture::{Journal, NewTurn};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
+use crate::worktree::merge::{self, MergeError, MergeOptions, MergeReport};
 
 /// Builds the status of `journal`.
 pub fn status_of(
@@ -70,17 +71,42 @@ pub fn rewind_mounted(
     let report = rewind::rewind(journal, to, rewind::RewindOptions { dry_run, force });
     drop(guard);
     if let (Some(m), Ok(r)) = (mount, &report) {
-        let mut paths = r.touched.clone();
-        for p in &r.touched {
-            if let Some((parent, _)) = crate::paths::split(p) {
-                paths.push(parent.to_vec());
-            }
-        }
-        paths.sort();
-        paths.dedup();
-        m.invalidate(&paths);
+        invalidate_with_parents(m, &r.touched);
     }
     report
+}
+
+/// Runs a worktree merge with the mount quiesced (dirty mmap pages
+/// written back first, as for a rewind) and invalidates the kernel's caches
+/// for every path it wrote.
+pub fn merge_mounted(
+    journal: &Journal,
+    mount: Option<&dyn MountOps>,
+    worktree: &str,
+    opts: MergeOptions,
+) -> Result<MergeReport, MergeError> {
+    if let Some(m) = mount {
+        m.write_back();
+    }
+    let guard = mount.map(|m| m.quiesce());
+    let report = merge::merge(journal, worktree, opts);
+    drop(guard);
+    if let (Some(m), Ok(r)) = (mount, &report) {
+        invalidate_with_parents(m, &r.touched);
+    }
+    report
+}
+
+fn invalidate_with_parents(m: &dyn MountOps, touched: &[Vec<u8>]) {
+    let mut paths = touched.to_vec();
+    for p in touched {
+        if let Some((parent, _)) = crate::paths::split(p) {
+            paths.push(parent.to_vec());
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    m.invalidate(&paths);
 }
 
 /// Handles one request.
@@ -138,6 +164,32 @@ pub fn handle(
                 },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
+                    message: e.to_string(),
+                },
+            }
+        }
+        Request::Merge {
+            worktree,
+            dry_run,
+            force,
+        } => {
+            let result = merge_mounted(
+                journal,
+                Some(mount),
+                &worktree,
+                MergeOptions { dry_run, force },
+            );
+            if result.is_ok() && !dry_run {
+                mount.turns_closed();
+            }
+            match result {
+                Ok(report) => Response::Merge(report),
+                Err(e) => Response::Error {
+                    kind: if e.is_usage() {
+                        FailureKind::Usage
+                    } else {
+                        FailureKind::Failure
+                    },
                     message: e.to_string(),
                 },
             }

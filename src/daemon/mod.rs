@@ -24,11 +24,13 @@ mod check;
 mod options;
 pub mod signals;
 pub mod spawn;
+pub mod worktree;
 
 pub use check::{check, MountError, MountPlan};
 pub use options::{
     default_threads, parse_range_min, range_min_from, BadRangeMin, DaemonOptions, FsTuning,
 };
+pub use spawn::SpawnError;
 
 /// How long a captured record may wait in the capture log before the
 /// daemon commits it to the index (when fewer than
@@ -93,17 +95,20 @@ pub fn run(
     let journal = open_journal(state, opts)?;
     let recovered = recover(&journal);
     let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
-    let mount = opfs_fs::mount(
-        &state.project,
-        &plan.mountpoint,
-        hook,
-        &fs_options(plan, opts),
-    )
-    .map_err(io_err(format!(
-        "cannot mount {} at {}",
-        state.project.display(),
-        plan.mountpoint.display()
-    )))?;
+    let mount = match &opts.worktree {
+        Some(spec) => worktree::run_overlay(home, plan, spec, hook, &fs_options(plan, opts))?,
+        None => opfs_fs::mount(
+            &state.project,
+            &plan.mountpoint,
+            hook,
+            &fs_options(plan, opts),
+        )
+        .map_err(io_err(format!(
+            "cannot mount {} at {}",
+            state.project.display(),
+            plan.mountpoint.display()
+        )))?,
+    };
     let exporter = opts.export.then(|| start_exporter(state, &journal));
     let ops: Arc<dyn MountOps> = Arc::new(Served {
         controller: mount.controller(),
@@ -159,6 +164,25 @@ fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, 
 /// Finishes an interrupted rewind (or closes its turn); returns what was
 /// recovered, for `opfs status`.
 fn recover(journal: &Journal) -> Option<String> {
+    let rewind = recover_rewind(journal);
+    let merge = match crate::worktree::merge::roll_back_interrupted(journal) {
+        Ok(m) => m,
+        Err(e) => {
+            log::error!("{e}");
+            Some(e.to_string())
+        }
+    };
+    if let Some(m) = &merge {
+        log::warn!("{m}");
+    }
+    match (rewind, merge) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Finishes an interrupted rewind (or closes its turn).
+fn recover_rewind(journal: &Journal) -> Option<String> {
     match rewind::resume(journal) {
         Ok(Some(r)) => {
             let msg = format!(

@@ -24,6 +24,9 @@ pub struct DaemonOptions {
     pub range_min: u64,
     /// FUSE cache and threading overrides (benchmarking levers).
     pub tuning: FsTuning,
+    /// Serve this worktree (an overlay over the project's base) instead of
+    /// a project (`super::worktree`).
+    pub worktree: Option<super::worktree::WorktreeSpec>,
 }
 
 impl Default for DaemonOptions {
@@ -34,6 +37,7 @@ impl Default for DaemonOptions {
             export: true,
             range_min: crate::capture::DEFAULT_RANGE_MIN,
             tuning: FsTuning::default(),
+            worktree: None,
         }
     }
 }

@@ -141,6 +141,12 @@ pub fn spawn(
     if !opts.export {
         cmd.arg("--no-export");
     }
+    if let Some(w) = &opts.worktree {
+        cmd.arg("--worktree-of")
+            .arg(&w.project)
+            .arg("--worktree")
+            .arg(&w.name);
+    }
     for _ in 0..verbose {
         cmd.arg("-v");
     }

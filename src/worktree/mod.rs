@@ -25,6 +25,7 @@
 pub mod base;
 pub mod changes;
 pub mod merge;
+pub mod patch;
 #[cfg(test)]
 mod tests;
 

@@ -19,6 +19,7 @@ mod status;
 mod turn;
 mod umount;
 mod verify;
+mod worktree;
 
 /// Runs `cmd`; returns the exit code of a command that succeeded (`opfs
 /// run` passes on its command's).
@@ -41,5 +42,6 @@ pub fn run(
         Cmd::Verify => verify::run(ctx, out).map(|()| 0),
         Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
     }
 }

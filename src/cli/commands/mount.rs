@@ -19,6 +19,13 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
             None => ctx.range_min()?,
         },
         tuning: ctx.env.tuning.clone(),
+        worktree: match (&a.worktree_of, &a.worktree) {
+            (Some(project), Some(name)) => Some(daemon::worktree::WorktreeSpec {
+                project: project.clone(),
+                name: name.clone(),
+            }),
+            _ => None,
+        },
     };
     let home = ctx.home();
     let plan = daemon::check(home, &a.project, &a.mountpoint).map_err(failure)?;

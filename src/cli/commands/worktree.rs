@@ -1,0 +1,202 @@
+//! `opfs worktree create|list|path|mount|diff|merge|discard`
+//! (`docs/worktrees.md`). `-C` names the project or its mountpoint.
+
+use std::io::Write;
+
+use opfs::daemon::worktree::{self as wt_cmd, WorktreeCmdError};
+use opfs::daemon::DaemonOptions;
+use opfs::diff as patch;
+use opfs::store::StateDir;
+use opfs::tree::Dir;
+use opfs::worktree::merge::MergeReport;
+use opfs::worktree::{changes, patch as wt_patch, Worktree};
+
+use crate::cli::args::WorktreeCmd;
+use crate::cli::error::{failure, CommandError, ErrorKind};
+use crate::cli::Ctx;
+
+fn err(e: WorktreeCmdError) -> CommandError {
+    if e.is_usage() {
+        CommandError::usage(e.to_string())
+    } else {
+        CommandError::failure(e.to_string())
+    }
+}
+
+fn meta_of(st: &StateDir, name: &str) -> Result<(Worktree, opfs::worktree::Meta), CommandError> {
+    let wt = Worktree::of(st, name);
+    let meta = wt.meta().map_err(|e| err(e.into()))?;
+    Ok((wt, meta))
+}
+
+pub fn run(
+    ctx: &Ctx,
+    cmd: &WorktreeCmd,
+    out: &mut dyn Write,
+    errs: &mut dyn Write,
+) -> Result<i32, CommandError> {
+    let project = ctx.project()?;
+    let st = project.state().clone();
+    let home = ctx.home();
+    let json = ctx.format.is_json();
+    let opts = DaemonOptions {
+        range_min: ctx.range_min()?,
+        tuning: ctx.env.tuning.clone(),
+        ..DaemonOptions::default()
+    };
+    match cmd {
+        WorktreeCmd::Create { name, from, at } => {
+            let meta = wt_cmd::create(
+                home,
+                &project,
+                name,
+                *from,
+                at.as_deref(),
+                &opts,
+                ctx.verbose,
+            )
+            .map_err(err)?;
+            if json {
+                let v = serde_json::json!({
+                    "name": meta.name,
+                    "path": meta.mountpoint,
+                    "base_turn": meta.base_turn,
+                });
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{}", meta.mountpoint.display())?;
+            }
+        }
+        WorktreeCmd::List => {
+            let rows = wt_cmd::list(home, &st).map_err(err)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&rows).map_err(failure)?)?;
+            } else if rows.is_empty() {
+                writeln!(
+                    out,
+                    "no worktrees (make one with `opfs worktree create NAME`)"
+                )?;
+            } else {
+                for r in &rows {
+                    let drift = if r.drifted > 0 {
+                        format!(", {} with an unknown base", r.drifted)
+                    } else {
+                        String::new()
+                    };
+                    writeln!(
+                        out,
+                        "{}  from turn {}  {}  {}  {} changed{}",
+                        r.name,
+                        r.base_turn,
+                        if r.mounted { "mounted" } else { "not mounted" },
+                        r.path.display(),
+                        r.changed,
+                        drift
+                    )?;
+                }
+            }
+        }
+        WorktreeCmd::Path { name } => {
+            let (_, meta) = meta_of(&st, name)?;
+            if json {
+                let v = serde_json::json!({ "name": name, "path": meta.mountpoint });
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{}", meta.mountpoint.display())?;
+            }
+        }
+        WorktreeCmd::Mount { name } => {
+            let (_, meta) = meta_of(&st, name)?;
+            let pid = wt_cmd::mount(home, &st, name, &opts, ctx.verbose).map_err(err)?;
+            if json {
+                let v = serde_json::json!({ "name": name, "path": meta.mountpoint, "pid": pid });
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{}", meta.mountpoint.display())?;
+            }
+        }
+        WorktreeCmd::Diff {
+            name,
+            stat,
+            name_status,
+        } => {
+            let (wt, meta) = meta_of(&st, name)?;
+            let base = wt_cmd::open_base(&st, &wt, &meta).map_err(err)?;
+            let upper = Dir::open(&wt.upper()).map_err(failure)?;
+            let found = changes::changes(&upper, &base).map_err(failure)?;
+            let diffs = wt_patch::file_diffs(&upper, &base, &found).map_err(failure)?;
+            let write = |w: &mut dyn Write| {
+                if *stat {
+                    patch::write_stat(&diffs, w)
+                } else if *name_status {
+                    patch::write_name_status(&diffs, w)
+                } else {
+                    patch::write_patch(&diffs, w)
+                }
+            };
+            if json {
+                let mut buf = Vec::new();
+                write(&mut buf).map_err(failure)?;
+                let v = serde_json::json!({
+                    "name": name,
+                    "base_turn": meta.base_turn,
+                    "output": String::from_utf8_lossy(&buf),
+                });
+                writeln!(out, "{v}")?;
+            } else {
+                write(out)?;
+            }
+        }
+        WorktreeCmd::Merge {
+            name,
+            dry_run,
+            force,
+        } => {
+            let report = project.merge(name, *dry_run, *force)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_value(&report).map_err(failure)?)?;
+            } else {
+                print_merge(&report, out)?;
+                for c in &report.conflicts {
+                    writeln!(errs, "opfs: not merged: {c}")?;
+                }
+            }
+            if !report.conflicts.is_empty() {
+                return Err(CommandError::reported(ErrorKind::Conflict));
+            }
+        }
+        WorktreeCmd::Discard { name } => {
+            wt_cmd::discard(home, &st, name).map_err(err)?;
+            if json {
+                writeln!(out, "{}", serde_json::json!({ "discarded": name }))?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
+    let verb = if r.dry_run { "would merge" } else { "merged" };
+    match r.turn {
+        Some(t) => writeln!(
+            out,
+            "{verb} worktree {} (from turn {}) as turn {t}: {} paths, {} conflicts",
+            r.worktree,
+            r.base_turn,
+            r.merged.len(),
+            r.conflicts.len()
+        )?,
+        None => writeln!(
+            out,
+            "{verb} worktree {} (from turn {}): {} paths, {} conflicts",
+            r.worktree,
+            r.base_turn,
+            r.merged.len(),
+            r.conflicts.len()
+        )?,
+    }
+    for p in &r.plan {
+        writeln!(out, "  {}", opfs::restore::describe(p))?;
+    }
+    Ok(())
+}
