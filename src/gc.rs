@@ -8,10 +8,10 @@
 //! there, so every kept rewind point stays exact. Blobs no kept record
 //! refers to are then removed.
 //!
-//! Never collected: a **pinned** turn and every turn after it ([`Pin`]).
-//! Today the one pin is an unfinished restore (no turn at or after its
-//! rewound-to turn is dropped while a restore is `running`); worktrees will
-//! pin their base turns.
+//! Never collected: a **pinned** turn and every turn after it ([`Pin`]):
+//! the rewound-to turn of an unfinished restore (while it is `running`),
+//! and the base turn of every worktree (its lower layer is read from the
+//! records from that turn on).
 //!
 //! Order and durability: the records, turns and `blobs` rows are deleted in
 //! one transaction (committed with `synchronous=FULL`); blob files are
@@ -73,8 +73,14 @@ pub enum Pin {
         /// The turn whose start it restores (the pinned turn).
         rewound_to: u64,
     },
-    // Planned: `Worktree { name, base }`, a worktree's base turn (its lower
-    // layer is the project at the start of that turn).
+    /// A worktree's base turn: its lower layer is the project at the start
+    /// of that turn, read from the records of every turn from it on.
+    Worktree {
+        /// The worktree's name.
+        name: String,
+        /// Its base turn (the pinned turn).
+        base: u64,
+    },
 }
 
 impl Pin {
@@ -82,6 +88,7 @@ impl Pin {
     pub fn turn(&self) -> u64 {
         match self {
             Pin::Restore { rewound_to, .. } => *rewound_to,
+            Pin::Worktree { base, .. } => *base,
         }
     }
 
@@ -94,22 +101,35 @@ impl Pin {
             } => format!(
                 "kept turns from {cut}: the unfinished rewind to turn {rewound_to} (recorded as turn {rewind_turn}) needs them"
             ),
+            Pin::Worktree { name, base } => format!(
+                "kept turns from {cut}: worktree {name:?} shows the project at turn {base} (`opfs worktree discard {name}` releases them)"
+            ),
         }
     }
 }
 
-/// Every pin of the store behind `index`: today the unfinished restores.
+/// Every pin of the store behind `index`: the unfinished restores, and the
+/// base turn of each worktree of the project whose state dir is `state`.
 ///
 /// Errors: the index cannot be read.
-pub fn pins(index: &Index) -> Result<Vec<Pin>, IndexError> {
-    Ok(index
+pub fn pins(index: &Index, state: &StateDir) -> Result<Vec<Pin>, IndexError> {
+    let mut pins: Vec<Pin> = index
         .running_restores()?
         .into_iter()
         .map(|(rewind_turn, rewound_to)| Pin::Restore {
             rewind_turn,
             rewound_to,
         })
-        .collect())
+        .collect();
+    pins.extend(
+        crate::worktree::list(state)
+            .into_iter()
+            .map(|(wt, meta)| Pin::Worktree {
+                name: wt.name,
+                base: meta.base_turn,
+            }),
+    );
+    Ok(pins)
 }
 
 /// What gc did (or, with `dry_run`, would do).
@@ -195,7 +215,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
             note: None,
         });
     };
-    let pins = pins(&index)?;
+    let pins = pins(&index, state)?;
     let (cut, note) = cut_point(first, last, retention, &pins, |from| {
         index.kept_blob_bytes(from)
     })?;

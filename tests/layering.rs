@@ -81,7 +81,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "history", "view", "store", "state", "tree", "record", "paths",
         ],
     ),
-    ("gc", &["view", "store", "record", "paths"]),
+    ("gc", &["worktree", "view", "store", "record", "paths"]),
     // worktrees: the lower layer (a view), the changes, and the merge (a
     // restore)
     (
