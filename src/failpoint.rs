@@ -14,7 +14,9 @@
 /// executor), `rewind-before-done` (all steps done, restore still running),
 /// `rewind-after-done` (restore done, no new agent turn yet),
 /// `rewind-patch-run` (after each run an in-place restore of a file kept
-/// as ranges wrote back), and in the
+/// as ranges wrote back), `merge-begin` (a worktree merge's turn is open
+/// and marked running, nothing written), `merge-before-done` (every step
+/// of the merge done, still marked running), and in the
 /// journal `capture-after-blob` (a pre-image's bytes are stored, its record
 /// is not) and `capture-after-record` (the record is committed, the
 /// mutation has not run).

@@ -1,0 +1,246 @@
+//! Worktrees on real mounts (`docs/worktrees.md`): copy-on-write views of
+//! the project at a turn, their own history, and merges back as one
+//! rewindable turn. Needs `/dev/fuse`.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+/// `opfs -C PROJECT worktree ARGS...`.
+fn wt<S: AsRef<OsStr>>(f: &Fixture, args: &[S]) -> Run {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("worktree")];
+    all.extend(args.iter().map(AsRef::as_ref));
+    f.opfs_p(&all)
+}
+
+/// `worktree create NAME [EXTRA...]`: asserts exit 0 and that stdout is the
+/// path alone, which is mounted; returns it.
+fn create(f: &Fixture, name: &str, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["create", name];
+    args.extend(extra);
+    let run = wt(f, &args).ok();
+    let path = PathBuf::from(run.stdout.trim_end());
+    assert!(
+        wait_mount_state(&path, true, MOUNT_TIMEOUT),
+        "worktree create printed {} but it is not mounted: {run}",
+        path.display()
+    );
+    path
+}
+
+/// Unmounts every worktree of the fixture (before the fixture drops).
+fn discard_all(f: &Fixture) {
+    let list = wt(f, &["list", "--json"]).ok().json();
+    for w in list.as_array().cloned().unwrap_or_default() {
+        let name = w["name"].as_str().expect("name").to_string();
+        wt(f, &["discard", &name]).ok();
+    }
+}
+
+fn read(p: &Path) -> String {
+    String::from_utf8_lossy(&fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())))
+        .into_owned()
+}
+
+fn paths_of(v: &Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| match c {
+                    Value::String(s) => Some(s.clone()),
+                    other => other["path"].as_str().map(String::from),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("src/deep")).expect("mkdir");
+    fs::write(f.p("src/main.rs"), "fn main() {}\n").expect("write");
+    fs::write(f.p("src/deep/x.txt"), "x\n").expect("write");
+    fs::write(f.p("README"), "readme\n").expect("write");
+    f.mount();
+    let base = f.turn("before the worktree");
+    let before = manifest(&f.project);
+    let w = create(&f, "fix-a", &[]);
+    assert_ne!(w, f.mnt);
+    assert!(!w.starts_with(&f.project), "the worktree is outside the project");
+    assert_eq!(read(&w.join("src/main.rs")), "fn main() {}\n");
+
+    // The project moves on: the worktree does not see it.
+    fs::write(f.m("README"), "changed in the project\n").expect("write");
+    fs::write(f.m("later.txt"), "later\n").expect("write");
+    assert_eq!(read(&w.join("README")), "readme\n");
+    assert!(!w.join("later.txt").exists());
+
+    // Work in the worktree: nothing reaches the project.
+    f.sh_in(
+        &w,
+        "printf 'fn main() { fixed() }\\n' > src/main.rs; rm -r src/deep; mkdir src/deep; \
+         touch src/deep/new; echo n > new.txt; mv README README.md",
+    );
+    assert_eq!(read(&f.p("src/main.rs")), "fn main() {}\n");
+    assert!(f.p("src/deep/x.txt").exists());
+    let names: Vec<String> = fs::read_dir(w.join("src/deep"))
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["new"], "an opaque directory shows only its own children");
+
+    let list = wt(&f, &["list", "--json"]).ok().json();
+    assert_eq!(list[0]["name"], "fix-a");
+    assert_eq!(list[0]["mounted"], true);
+    assert!(list[0]["base_turn"].as_u64().expect("base") >= base);
+    assert!(list[0]["changed"].as_u64().expect("changed") >= 5, "{list:#}");
+
+    let stat = wt(&f, &["diff", "fix-a", "--name-status"]).ok();
+    assert!(stat.stdout.contains("src/main.rs"), "{stat}");
+
+    // README was changed by the project too: a conflict, exit 3.
+    let dry = wt(&f, &["merge", "fix-a", "--dry-run", "--json"]);
+    assert_eq!(dry.code, Some(3), "{dry}");
+    assert_eq!(paths_of(&dry.json(), "conflicts"), ["README"], "{dry}");
+    assert_eq!(read(&f.p("src/main.rs")), "fn main() {}\n", "a dry run writes nothing");
+    let merged = wt(&f, &["merge", "fix-a", "--json"]);
+    assert_eq!(merged.code, Some(3), "{merged}");
+    let report = merged.json();
+    let turn = report["turn"].as_u64().expect("merge turn");
+    assert_eq!(read(&f.m("src/main.rs")), "fn main() { fixed() }\n");
+    assert!(f.m("src/deep/new").exists() && !f.m("src/deep/x.txt").exists());
+    assert_eq!(read(&f.m("new.txt")), "n\n");
+    assert_eq!(read(&f.m("README")), "changed in the project\n", "the conflict is left");
+    let points = f.points(true);
+    let kind = points
+        .iter()
+        .find(|p| p["turn"].as_u64() == Some(turn))
+        .map(|p| p["kind"].clone());
+    assert_eq!(kind, Some(Value::from("merge")), "{points:#?}");
+
+    // A merge is a turn: rewinding to its start undoes it exactly.
+    f.rewind(turn);
+    assert_eq!(read(&f.p("src/main.rs")), "fn main() {}\n");
+    f.rewind(base);
+    assert_eq!(manifest(&f.project), before);
+    discard_all(&f);
+}
+
+#[test]
+fn a_worktree_has_its_own_turns_and_rewinds_and_survives_a_remount() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a0\n").expect("write");
+    fs::write(f.p("gone"), "g\n").expect("write");
+    f.mount();
+    let w = create(&f, "try", &[]);
+    let in_wt = |args: &[&str]| {
+        let mut all = vec!["-C", w.to_str().expect("utf8")];
+        all.extend(args);
+        f.opfs(&all)
+    };
+    fs::write(w.join("a"), "a1\n").expect("write");
+    fs::remove_file(w.join("gone")).expect("rm");
+    let t = in_wt(&["turn", "--label", "try 1"]).ok();
+    let t: u64 = t.stdout.trim().parse().expect("turn number");
+    fs::write(w.join("a"), "a2\n").expect("write");
+    in_wt(&["rewind", &t.to_string(), "--json"]).ok();
+    assert_eq!(read(&w.join("a")), "a1\n");
+    assert!(!w.join("gone").exists());
+
+    // Unmount and mount again: the deletion stays deleted.
+    f.opfs(&["umount", w.to_str().expect("utf8")]).ok();
+    assert!(wait_mount_state(&w, false, MOUNT_TIMEOUT));
+    wt(&f, &["mount", "try"]).ok();
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT));
+    assert!(!w.join("gone").exists(), "a whiteout survives a remount");
+    assert_eq!(read(&w.join("a")), "a1\n");
+    // The project never changed.
+    assert_eq!(read(&f.p("a")), "a0\n");
+    assert!(f.p("gone").exists());
+    discard_all(&f);
+}
+
+#[test]
+fn two_worktrees_from_different_turns_merge_one_after_the_other() {
+    let f = Fixture::new();
+    fs::write(f.p("shared"), "s0\n").expect("write");
+    fs::write(f.p("one"), "1\n").expect("write");
+    f.mount();
+    let t1 = f.turn("t1");
+    let a = create(&f, "a", &["--from", &t1.to_string()]);
+    fs::write(f.m("one"), "1 changed\n").expect("write");
+    let b = create(&f, "b", &[]);
+    assert_eq!(read(&a.join("one")), "1\n", "a shows turn {t1}");
+    assert_eq!(read(&b.join("one")), "1 changed\n", "b shows now");
+    fs::write(a.join("shared"), "from a\n").expect("write");
+    fs::write(a.join("only-a"), "a\n").expect("write");
+    fs::write(b.join("shared"), "from b\n").expect("write");
+    fs::write(b.join("only-b"), "b\n").expect("write");
+    wt(&f, &["merge", "a"]).ok();
+    assert_eq!(read(&f.m("shared")), "from a\n");
+    // b's base of `shared` is s0, but the project now holds a's: conflict.
+    let r = wt(&f, &["merge", "b", "--json"]);
+    assert_eq!(r.code, Some(3), "{r}");
+    assert_eq!(paths_of(&r.json(), "conflicts"), ["shared"]);
+    assert_eq!(read(&f.m("only-b")), "b\n");
+    assert_eq!(read(&f.m("shared")), "from a\n");
+    // --force takes b's side.
+    wt(&f, &["merge", "b", "--force"]).ok();
+    assert_eq!(read(&f.m("shared")), "from b\n");
+    discard_all(&f);
+}
+
+#[test]
+fn rename_a_lower_directory_edit_inside_then_merge_into_an_unmounted_project() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("lib/inner")).expect("mkdir");
+    fs::write(f.p("lib/inner/f"), "f0\n").expect("write");
+    fs::write(f.p("lib/g"), "g0\n").expect("write");
+    f.mount();
+    let w = create(&f, "mv", &[]);
+    f.sh_in(&w, "mv lib src && echo f1 > src/inner/f");
+    assert_eq!(read(&w.join("src/inner/f")), "f1\n");
+    assert_eq!(read(&w.join("src/g")), "g0\n");
+    assert!(!w.join("lib").exists());
+    f.umount();
+    // The project is not mounted: the merge runs directly, as a turn.
+    let r = wt(&f, &["merge", "mv", "--json"]).ok().json();
+    assert!(r["turn"].as_u64().is_some(), "{r:#}");
+    assert_eq!(read(&f.p("src/inner/f")), "f1\n");
+    assert_eq!(read(&f.p("src/g")), "g0\n");
+    assert!(!f.p("lib").exists());
+    discard_all(&f);
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a\n").expect("write");
+    f.mount();
+    for bad in ["", "..", "a/b", ".hidden"] {
+        let r = wt(&f, &["create", bad]);
+        assert_eq!(r.code, Some(2), "{r}");
+        assert!(r.stderr.contains("not a valid worktree name"), "{r}");
+    }
+    let r = wt(&f, &["create", "x", "--from", "99"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("turn 99 does not exist"), "{r}");
+    let r = wt(&f, &["merge", "nope"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("no worktree named \"nope\""), "{r}");
+    create(&f, "x", &[]);
+    let r = wt(&f, &["create", "x"]);
+    assert_eq!(r.code, Some(2), "{r}");
+    assert!(r.stderr.contains("already exists"), "{r}");
+    let list = wt(&f, &["list", "--json"]).ok().json();
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    discard_all(&f);
+    assert_eq!(wt(&f, &["list", "--json"]).ok().json(), Value::Array(vec![]));
+}
