@@ -72,16 +72,25 @@ impl Handle {
     }
 }
 
-/// The handle table: FUSE file handle numbers → handles.
-#[derive(Default)]
-pub(crate) struct Handles {
-    map: RwLock<HashMap<u64, Arc<Handle>>>,
+/// The handle table: FUSE file handle numbers → handles (the passthrough's
+/// [`Handle`], or another filesystem's own handle type `H`).
+pub(crate) struct Handles<H = Handle> {
+    map: RwLock<HashMap<u64, Arc<H>>>,
     next: AtomicU64,
 }
 
-impl Handles {
+impl<H> Default for Handles<H> {
+    fn default() -> Self {
+        Handles {
+            map: RwLock::default(),
+            next: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<H> Handles<H> {
     /// Stores `handle`; returns its number (never 0).
-    pub(crate) fn insert(&self, handle: Handle) -> u64 {
+    pub(crate) fn insert(&self, handle: H) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.map
             .write()
@@ -90,7 +99,7 @@ impl Handles {
         fh
     }
 
-    pub(crate) fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<H>> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -98,13 +107,25 @@ impl Handles {
             .cloned()
     }
 
-    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<H>> {
         self.map
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&fh)
     }
 
+    /// Every handle whose `pick` answers `Some`, mapped. O(open handles).
+    pub(crate) fn filter_map<T>(&self, pick: impl Fn(&Arc<H>) -> Option<T>) -> Vec<T> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(pick)
+            .collect()
+    }
+}
+
+impl Handles<Handle> {
     /// The handles open for writing: their inodes are the only files that
     /// can hold dirty pages (a shared writable mapping keeps its handle open
     /// until it is unmapped, and unmapping writes back). O(open handles).

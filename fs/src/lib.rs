@@ -180,6 +180,19 @@ pub fn mount(
         state: Arc::clone(&state),
     };
 
+    let gate = Arc::clone(&state.gate);
+    start(fs, state, gate, mountpoint, opts)
+}
+
+/// Mounts `fs` at `mountpoint` with the crate's mount options and hands out
+/// its [`Mount`]; `cache` and `gate` are what its [`Controller`] uses.
+fn start<FS: fuser::Filesystem + Send + 'static>(
+    fs: FS,
+    cache: Arc<dyn controller::Invalidate>,
+    gate: Arc<quiesce::Gate>,
+    mountpoint: &Path,
+    opts: &Options,
+) -> io::Result<Mount> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(opts.fsname.clone()),
@@ -195,9 +208,8 @@ pub fn mount(
     config.clone_fd = true;
 
     let mut session = Session::new(fs, mountpoint, &config)?;
-    let gate = Arc::clone(&state.gate);
     let controller = Controller::new(
-        state,
+        cache,
         gate,
         session.notifier(),
         session.unmount_callable(),
@@ -207,6 +219,94 @@ pub fn mount(
         session: Box::new(session),
         controller,
     })
+}
+
+/// Serves the copy-on-write overlay of `upper` over `lower` at
+/// `mountpoint`, calling `hook` before every change of `upper` (with
+/// upper-relative paths, exactly as [`mount`] reports changes of its
+/// backing directory). The returned [`Mount`] and its [`Controller`] work
+/// as for [`mount`]; [`Controller::invalidate`] takes upper-relative
+/// paths (a whiteout `d/.wh.x` invalidates `d/x`, an opaque marker
+/// `d/.wh..wh..opq` every child of `d`).
+///
+/// `upper` and `work` are directories on one filesystem; `work` is scratch
+/// for atomic copy-up, and everything in it is deleted here (leftovers of a
+/// copy-up cut short by a crash). The lower layer's answers must not change
+/// while mounted. Whiteouts and opaque directories are plain files in
+/// `upper` (`.wh.NAME`, `.wh..wh..opq`; see the crate README, "Overlay").
+///
+/// # Errors
+///
+/// `upper` or `work` is not a directory that can be opened; `EXDEV` when
+/// they are on different filesystems (copy-up renames from `work` into
+/// `upper`); a failure reading the lower root or emptying `work`; and
+/// everything [`mount`] can fail with. Nothing is mounted after an `Err`.
+pub fn mount_overlay(
+    upper: &Path,
+    work: &Path,
+    lower: Arc<dyn overlay::Lower>,
+    mountpoint: &Path,
+    hook: Arc<dyn MutationHook>,
+    opts: &Options,
+) -> io::Result<Mount> {
+    if let Err(err) = sys::raise_nofile_limit() {
+        log::warn!("cannot raise RLIMIT_NOFILE: {err}");
+    }
+    let named = |what: &str, path: &Path, err: io::Error| {
+        io::Error::new(
+            err.kind(),
+            format!("overlay {what} {}: {err}", path.display()),
+        )
+    };
+    let c = |path: &Path| {
+        CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in overlay path"))
+    };
+    let upper_fd = sys::open_dir(&c(upper)?).map_err(|e| named("upper dir", upper, e))?;
+    let work_fd = sys::openat(
+        sys::open_dir(&c(work)?)
+            .map_err(|e| named("work dir", work, e))?
+            .as_fd(),
+        &CString::from(c"."),
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    )
+    .map_err(|e| named("work dir", work, e))?;
+    let (up_st, work_st) = (sys::fstat(upper_fd.as_fd())?, sys::fstat(work_fd.as_fd())?);
+    if up_st.st_dev != work_st.st_dev {
+        return Err(io::Error::new(
+            io::ErrorKind::CrossesDevices,
+            format!(
+                "overlay work dir {} is not on the filesystem of the upper dir {} \
+                 (copy-up renames from one into the other): put both in one filesystem",
+                work.display(),
+                upper.display()
+            ),
+        ));
+    }
+    for entry in std::fs::read_dir(work).map_err(|e| named("work dir", work, e))? {
+        let entry = entry?;
+        let path = entry.path();
+        let res = if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        res.map_err(|e| named("work dir leftover", &path, e))?;
+    }
+    let settings = overlay::Settings {
+        attr_ttl: opts.attr_ttl,
+        entry_ttl: opts.entry_ttl,
+        keep_cache: opts.keep_cache,
+    };
+    let state = Arc::new(overlay::State::new(
+        upper_fd, work_fd, lower, hook, &settings,
+    )?);
+    let fs = overlay::Overlay {
+        state: Arc::clone(&state),
+    };
+    let gate = Arc::clone(&state.gate);
+    start(fs, state, gate, mountpoint, opts)
 }
 
 // The core shares the controller between threads and may hand a quiesce

@@ -28,16 +28,16 @@
 mod fds;
 mod table;
 
-pub(crate) use table::{InodeKey, Inodes, NodeRef, Stamp};
+pub(crate) use table::{InodeKey, Inodes, Names, NodeRef, Stamp};
 
 /// FUSE inode number of the root.
 pub(crate) const ROOT: u64 = 1;
 
 /// Longest parent chain followed when building a path (a cycle would be a
 /// bug; the bound keeps it from hanging a callback).
-const MAX_DEPTH: usize = 4096;
+pub(crate) const MAX_DEPTH: usize = 4096;
 
-fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+pub(crate) fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::new();
     for part in parts {
         if !out.is_empty() {

@@ -74,18 +74,18 @@ pub(super) struct Node {
 /// a name takes a borrowed `&[u8]` and allocates nothing; only adding one
 /// copies the name.
 #[derive(Default)]
-pub(super) struct Names {
+pub(crate) struct Names {
     by_parent: HashMap<u64, HashMap<Vec<u8>, u64>>,
 }
 
 impl Names {
     /// The node `parent/name` names, if known.
-    pub(super) fn get(&self, parent: u64, name: &[u8]) -> Option<u64> {
+    pub(crate) fn get(&self, parent: u64, name: &[u8]) -> Option<u64> {
         self.by_parent.get(&parent)?.get(name).copied()
     }
 
     /// Makes `parent/name` name `ino`; returns the node it named before.
-    fn insert(&mut self, parent: u64, name: &[u8], ino: u64) -> Option<u64> {
+    pub(crate) fn insert(&mut self, parent: u64, name: &[u8], ino: u64) -> Option<u64> {
         let names = self.by_parent.entry(parent).or_default();
         match names.get_mut(name) {
             Some(old) => Some(std::mem::replace(old, ino)),
@@ -97,13 +97,21 @@ impl Names {
     }
 
     /// Forgets `parent/name`; returns the node it named.
-    fn remove(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
+    pub(crate) fn remove(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
         let names = self.by_parent.get_mut(&parent)?;
         let ino = names.remove(name)?;
         if names.is_empty() {
             self.by_parent.remove(&parent);
         }
         Some(ino)
+    }
+
+    /// The known children of `parent`, as (name, node).
+    pub(crate) fn children(&self, parent: u64) -> Vec<(Vec<u8>, u64)> {
+        self.by_parent
+            .get(&parent)
+            .map(|names| names.iter().map(|(n, i)| (n.clone(), *i)).collect())
+            .unwrap_or_default()
     }
 }
 

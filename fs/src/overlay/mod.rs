@@ -1,43 +1,83 @@
-//! The seam for the copy-on-write overlay that will serve worktrees. Only
-//! the lower layer's interface, [`Lower`], exists yet; nothing here is
-//! mounted.
+//! The copy-on-write overlay that serves worktrees: [`crate::mount_overlay`]
+//! shows an **upper** directory over a read-only **lower** layer
+//! ([`Lower`], addressed by path; for a worktree, the project as it was at
+//! the start of a turn, provided by the core).
 //!
-//! A worktree (`docs/design.md`, "Worktrees") is a mount whose **lower**
-//! layer is the project as it was at the start of some turn, read-only and
-//! provided by the core through [`Lower`] (current files plus recorded
-//! pre-images, nothing copied), and whose **upper** layer is a directory in
-//! the state dir that takes every change. The overlay will sit beside
-//! `passthrough/` and reuse the same pieces: the [`crate::MutationHook`]
-//! (so a worktree has turns and rewinds of its own), the quiesce gate and
-//! the [`crate::Controller`] (through the crate's internal `Invalidate`
-//! trait, so `mount_overlay` hands out the same quiesce, invalidate and
-//! unmount), and the reply helper.
+//! The overlay sits beside `passthrough/` and reuses its pieces: the
+//! [`crate::MutationHook`] (every change of the upper directory is
+//! reported with its upper-relative path, as the passthrough reports
+//! changes of its backing directory, so the core journals the upper
+//! directory as a plain tree and a rewind of it restores the merged view
+//! exactly), the quiesce gate, the [`crate::Controller`] (through the
+//! crate's `Invalidate` trait, in `cache.rs`), the handles, the reply
+//! helper and the `sys` wrappers.
 //!
-//! What the overlay adds to the passthrough, each in its own file:
+//! **The upper layer is a plain directory tree** and the only thing that
+//! changes. Its names mirror the merged view's: an entry's merged path is
+//! its upper path and, where a lower entry shows through, its lower path
+//! (renames copy the whole source up, so nothing is ever found by a
+//! redirect).
 //!
-//! - **Copy-up** (`copy_up.rs`): before the first write or metadata change
-//!   of a lower entry, its bytes (with a reflink when the filesystem
-//!   offers one), mode, owner and times are copied into the upper
-//!   directory, parents first. From then on the upper copy is the entry.
-//! - **Whiteouts** (`whiteout.rs`): removing or renaming away a name that
-//!   exists in the lower layer records that the name is gone, so it does
-//!   not reappear, also after a remount. Where that record lives (a table
-//!   in the worktree's index rather than `.wh.` files or 0/0 character
-//!   devices, which need `CAP_MKNOD`) is to be fixed in `docs/format.md`.
-//! - **Opaque directories** (`opaque.rs`): a directory removed and made
-//!   again (`rm -r d; mkdir d`) hides every lower child of `d`.
-//! - **Renames** (`rename.rs`) of lower files and directories work, with no
-//!   `EXDEV`: a renamed lower directory is copied up (or marked as moved)
-//!   and its old name whited out.
-//! - **Stable inode numbers** (`node.rs`): the overlay keeps the FUSE
-//!   number it handed out at an entry's first lookup and records the
-//!   entry's origin ([`Attr::origin`], and its upper inode once copied up),
-//!   an origin map in the manner of agentfs. It must not key nodes on the
-//!   backing `(dev, ino)` as the passthrough's inode table does: copy-up
-//!   gives a file a new backing inode, and its number through the mount
-//!   must not change. Each node knows its layer (lower, upper) and, for a
-//!   directory, whether it is merged or opaque.
+//! - `state.rs`: the state, name resolution (upper over lower, through
+//!   whiteouts and opaque directories), lookup, attributes.
+//! - `node.rs`: nodes and their FUSE numbers, stable across copy-up
+//!   (indexed by lower origin, then by upper `(dev, ino)`).
+//! - `whiteout.rs`: whiteouts (`.wh.NAME`), the opaque marker
+//!   (`.wh..wh..opq`), merged listings.
+//! - `copy_up.rs`: atomic copy-up, parents first; whole subtrees for
+//!   renames.
+//! - `ns.rs`: create-like operations, unlink, rmdir; `rename.rs`: renames.
+//! - `io.rs`: open, create, read/write and the rest of file I/O, readdir;
+//!   `meta.rs`: setattr, readlink, xattrs, statfs; `handle.rs`: handles.
+//! - `fs.rs`: the `fuser::Filesystem` callbacks; `cache.rs`: invalidation
+//!   and write-back for the controller.
+//!
+//! **Decisions** (user-visible ones also in `fs/README.md`, "Overlay"):
+//!
+//! - *Whiteouts are plain files* (`d/.wh.x` hides the lower `d/x`;
+//!   `d/.wh..wh..opq` makes `d` opaque), the aufs / fuse-overlayfs
+//!   unprivileged convention: no `mknod` of 0/0 devices, no trusted
+//!   xattrs, and the core journals them like any file. (The earlier plan
+//!   of a table in the worktree's index was dropped: the upper directory
+//!   alone then describes the merged view, and a rewind of it is exact.)
+//!   The merged view never shows upper names starting with `.wh.`;
+//!   creating or renaming to one is `EINVAL`. Lower names starting with
+//!   `.wh.` show but are read only (`EROFS`).
+//! - *A whiteout hides only the lower entry*: an upper entry of the same
+//!   name shows regardless. So every multi-step change is ordered to be
+//!   crash-safe: the whiteout is made before the upper entry goes, and
+//!   removed only after the entry replacing it (and, for a directory over
+//!   a lower directory, its opaque marker) exists.
+//! - *Copy-up* happens before the first change of a lower entry (open for
+//!   writing, truncate, setattr of mode/owner/times/size, xattr set, link,
+//!   rename), through a temporary file in the work directory renamed into
+//!   place, so a crash never shows a half-copied file. There is no reflink
+//!   (the lower layer is read through `Lower::read_at`).
+//! - *Renames* of lower files and directories copy the source up (a
+//!   directory with its whole subtree: the cost is the subtree's bytes; a
+//!   redirect scheme is a later optimisation) and white out the old name.
+//! - *Inode numbers*: a node keeps its FUSE number and `st_ino` across
+//!   copy-up for the life of the mount. After a remount a copied-up file
+//!   shows its upper inode number. Copying up one name of a lower hard link
+//!   breaks the link (as overlayfs without `index`): the other names keep
+//!   showing the lower file.
+//! - The overlay holds an `O_PATH` fd per cached node that has an upper
+//!   entry and, unlike the passthrough's inode table, no fd budget yet.
 
+mod cache;
+mod copy_up;
+mod fs;
+mod handle;
+mod io;
 mod lower;
+mod meta;
+mod node;
+mod ns;
+mod rename;
+mod state;
+mod whiteout;
 
 pub use lower::{Attr, DirEntry, Kind, Lower};
+
+pub(crate) use fs::Overlay;
+pub(crate) use state::{Settings, State};

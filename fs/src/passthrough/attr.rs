@@ -8,7 +8,7 @@ use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
 
 /// `sec` seconds and `nsec` nanoseconds after the epoch (`sec` may be
 /// negative; `nsec` is clamped to `0..1e9`).
-pub(super) fn time(sec: i64, nsec: i64) -> SystemTime {
+pub(crate) fn time(sec: i64, nsec: i64) -> SystemTime {
     let nsec = u32::try_from(nsec.clamp(0, 999_999_999)).unwrap_or(0);
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec.unsigned_abs(), nsec)
@@ -18,7 +18,7 @@ pub(super) fn time(sec: i64, nsec: i64) -> SystemTime {
 }
 
 /// The FUSE file type of a `st_mode`.
-pub(super) fn kind_of(mode: u32) -> FileType {
+pub(crate) fn kind_of(mode: u32) -> FileType {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => FileType::Directory,
         libc::S_IFLNK => FileType::Symlink,
@@ -31,7 +31,7 @@ pub(super) fn kind_of(mode: u32) -> FileType {
 }
 
 /// The FUSE file type of a dirent's `d_type`.
-pub(super) fn dtype_kind(d_type: u8) -> FileType {
+pub(crate) fn dtype_kind(d_type: u8) -> FileType {
     match d_type {
         libc::DT_DIR => FileType::Directory,
         libc::DT_LNK => FileType::Symlink,
@@ -44,21 +44,21 @@ pub(super) fn dtype_kind(d_type: u8) -> FileType {
 }
 
 /// The kernel's 32-bit device encoding (`new_encode_dev`) of a `dev_t`.
-pub(super) fn encode_dev(dev: u64) -> u32 {
+pub(crate) fn encode_dev(dev: u64) -> u32 {
     let major = libc::major(dev as libc::dev_t);
     let minor = libc::minor(dev as libc::dev_t);
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
 /// The `dev_t` of the kernel's 32-bit device encoding (`new_decode_dev`).
-pub(super) fn decode_dev(dev: u32) -> u64 {
+pub(crate) fn decode_dev(dev: u32) -> u64 {
     let major = (dev & 0xfff00) >> 8;
     let minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
     libc::makedev(major, minor)
 }
 
 /// The FUSE attributes of FUSE inode `ino` whose backing inode is `st`.
-pub(super) fn attr(ino: u64, st: &libc::stat) -> FileAttr {
+pub(crate) fn attr(ino: u64, st: &libc::stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: st.st_size.max(0) as u64,
@@ -80,7 +80,7 @@ pub(super) fn attr(ino: u64, st: &libc::stat) -> FileAttr {
 
 /// Placeholder attributes for a readdirplus `.` or `..` entry: the kernel
 /// never links these, it only uses the dirent part.
-pub(super) fn dot_attr(ino: u64) -> FileAttr {
+pub(crate) fn dot_attr(ino: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: 0,
@@ -103,7 +103,7 @@ pub(super) fn dot_attr(ino: u64) -> FileAttr {
 /// The `utimensat` timespec for one `setattr` time: `None` leaves it
 /// (`UTIME_OMIT`), `Now` is `UTIME_NOW`, a time before the epoch becomes a
 /// negative seconds count with a non-negative nanosecond part.
-pub(super) fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+pub(crate) fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
     match t {
         None => libc::timespec {
             tv_sec: 0,

@@ -15,7 +15,7 @@
 //! the hook, and only then touches the backing directory; it holds the gate
 //! until the backing call returned. Read-only operations never call the hook.
 
-mod attr;
+pub(crate) mod attr;
 mod cache;
 mod io;
 mod ops;

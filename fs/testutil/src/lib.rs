@@ -6,6 +6,8 @@
 //! `opfs` binary (the `Fixture`, the tree manifest) need
 //! `CARGO_BIN_EXE_opfs` and stay in `tests/common/mod.rs`.
 
+pub mod dirlower;
 pub mod mountinfo;
 
+pub use dirlower::DirLower;
 pub use mountinfo::{is_mounted, mount_points, wait_mount_state};

@@ -1,0 +1,94 @@
+//! The overlay's side of [`crate::Controller::invalidate`] and
+//! [`crate::Controller::write_back`] (the crate's `Invalidate` trait).
+//!
+//! The core rewinds the upper directory as a plain tree and then passes the
+//! upper-relative paths it changed. A path maps to the merged name it
+//! affects: `d/x` and the whiteout `d/.wh.x` to `d/x`, the opaque marker
+//! `d/.wh..wh..opq` to every cached child of `d`. For each, the overlay
+//! forgets its own mapping of the name if the name now resolves to another
+//! entry (so the next lookup builds the right node), and the kernel drops
+//! its cached name, the inode's attributes and pages, and the parent's.
+
+use super::state::State;
+use super::whiteout::{reserved, OPAQUE, PREFIX};
+use crate::controller::{Inval, Invalidate};
+use crate::handle::NO_EPOCH;
+use crate::hook::Mutation;
+use crate::inode::{InodeKey, ROOT};
+
+impl State {
+    /// True when `parent/name` still resolves to the node `ino`.
+    fn still_matches(&self, parent: u64, name: &[u8], ino: u64) -> bool {
+        let (Ok(found), Some(n)) = (self.resolve(parent, name), self.nodes.info(ino)) else {
+            return false;
+        };
+        match (&found.upper, &n.upper) {
+            (Some((_, st)), Some(up)) => InodeKey::of(st) == up.key,
+            (None, None) => found.lower.map(|l| l.origin) == n.lower.as_ref().map(|l| l.origin),
+            _ => false,
+        }
+    }
+
+    /// Invalidates the cached name `parent/name`.
+    fn inval_name(&self, parent: u64, name: &[u8], out: &mut Vec<Inval>) {
+        let cached = self.nodes.child(parent, name);
+        if let Some(ino) = cached {
+            if !self.still_matches(parent, name, ino) {
+                self.nodes.unlink_if(parent, name, ino);
+            }
+        }
+        out.push(Inval::Entry(parent, name.to_vec()));
+        if let Some(ino) = cached {
+            out.push(Inval::Inode(ino));
+        }
+    }
+}
+
+impl Invalidate for State {
+    fn written_files(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut inos: Vec<u64> = self
+            .handles
+            .filter_map(|h| h.upper().filter(|h| h.writable).map(|h| h.ino));
+        inos.sort_unstable();
+        inos.dedup();
+        inos.into_iter()
+            .filter_map(|ino| Some((ino, self.nodes.path(ino)?)))
+            .collect()
+    }
+
+    fn written_back(&self, ino: u64) {
+        let dirty = self.handles.filter_map(|h| {
+            let h = h.upper()?;
+            (h.ino == ino && h.epoch() != NO_EPOCH && h.take_dirty()).then_some(())
+        });
+        if !dirty.is_empty() {
+            self.after_inode(ino, |path| Mutation::Content { path });
+        }
+    }
+
+    fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>) {
+        let parts: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        let Some((name, dirs)) = parts.split_last() else {
+            out.push(Inval::Inode(ROOT));
+            return;
+        };
+        let mut parent = Some(ROOT);
+        for dir in dirs {
+            parent = parent.and_then(|p| self.nodes.child(p, dir));
+        }
+        let Some(parent) = parent else { return };
+        if *name == OPAQUE {
+            for (child, _) in self.nodes.children(parent) {
+                self.inval_name(parent, &child, out);
+            }
+        } else if reserved(name) {
+            self.inval_name(parent, &name[PREFIX.len()..], out);
+        } else {
+            self.inval_name(parent, name, out);
+        }
+        out.push(Inval::Inode(parent));
+    }
+}

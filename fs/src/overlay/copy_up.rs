@@ -1,0 +1,251 @@
+//! Copy-up: before the first change of a lower entry, it is copied into the
+//! upper layer, parents first, and from then on the upper copy is the entry.
+//!
+//! - A directory is made with `mkdirat` (mode, owner and times of the lower
+//!   one), reported as `Create`.
+//! - A regular file is written into a temporary file in the work directory
+//!   (bytes through [`Lower::read_at`] in 1 MiB chunks; all-zero chunks are
+//!   skipped, so holes stay holes), given the lower mode, owner and times,
+//!   and only then, after `before(Create)`, renamed into place with
+//!   `RENAME_NOREPLACE`. A crash never leaves a half-copied file visible: at
+//!   worst a temporary file in the work directory, which the next mount
+//!   deletes. There is no reflink: the lower layer is reached only through
+//!   `read_at`, so a copy-up costs the file's bytes.
+//! - Symlinks, fifos, sockets and devices are made as such (one atomic
+//!   call each), with owner and times.
+//!
+//! [`Lower::read_at`]: super::Lower::read_at
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{Errno, TimeOrNow};
+
+use super::lower::{Attr, Kind};
+use super::node::{kind_mode, Upper};
+use super::state::State;
+use super::whiteout::{self, reserved, whiteout_name, From};
+use crate::creds::zero_umask_for_thread;
+use crate::errno::errno;
+use crate::hook::Mutation;
+use crate::inode::{child, InodeKey};
+use crate::passthrough::attr::timespec;
+use crate::reply::Res;
+use crate::sys;
+
+/// Bytes read from the lower layer per call.
+const CHUNK: usize = 1 << 20;
+
+impl State {
+    /// The upper entry of `ino`, copying it (and its parents) up first if
+    /// it is only in the lower layer. `limit` caps the bytes copied (0 for
+    /// a file about to be truncated to nothing); `None` copies everything.
+    /// The caller holds the gate and the namespace lock.
+    pub(super) fn copy_up(&self, ino: u64, limit: Option<u64>) -> Res<Arc<OwnedFd>> {
+        let n = self.info(ino)?;
+        if let Some(up) = n.upper {
+            return Ok(up.fd);
+        }
+        let lower = n.lower.ok_or(Errno::ESTALE)?;
+        let (parent, name) = self.nodes.primary(ino).ok_or(Errno::ENOENT)?;
+        let parent_fd = self.copy_up(parent, None)?;
+        let parent_path = self.path(parent)?;
+        let up = self.copy_entry(parent_fd.as_fd(), &parent_path, &name, &lower, limit)?;
+        let fd = Arc::clone(&up.fd);
+        self.nodes.set_upper(ino, up);
+        Ok(fd)
+    }
+
+    /// Copies up `ino` and, for a directory, everything below it that
+    /// shows from the lower layer (a rename moves the whole subtree, so
+    /// nothing may be left behind). Costs the bytes of every lower file
+    /// below it.
+    pub(super) fn copy_up_tree(&self, ino: u64) -> Res<()> {
+        let fd = self.copy_up(ino, None)?;
+        let n = self.info(ino)?;
+        if n.kind != libc::S_IFDIR || !self.lower_visible(&n)? {
+            return Ok(());
+        }
+        let path = self.path(ino)?;
+        self.copy_children(fd.as_fd(), &path, Some(ino))
+    }
+
+    /// Copies up every lower entry below the merged directory `dir` at
+    /// `path` (cached as node `cached`, if it is).
+    fn copy_children(&self, dir: BorrowedFd<'_>, path: &[u8], cached: Option<u64>) -> Res<()> {
+        let listing = self.listing(Some(dir), path, true)?;
+        for (name, item) in listing.items {
+            let cached_child = cached.and_then(|p| self.nodes.child(p, &name));
+            let cpath = child(path, &name);
+            match item.from {
+                From::Lower => {
+                    let Some(la) = self.lower.lookup(path, &name).map_err(errno)? else {
+                        continue;
+                    };
+                    let up = self.copy_entry(dir, path, &name, &la, None)?;
+                    let fd = Arc::clone(&up.fd);
+                    if let Some(ci) = cached_child {
+                        if self.nodes.info(ci).is_some_and(|n| n.upper.is_none()) {
+                            self.nodes.set_upper(ci, up);
+                        }
+                    }
+                    if la.kind == Kind::Dir {
+                        self.copy_children(fd.as_fd(), &cpath, cached_child)?;
+                    }
+                }
+                From::Upper(_) if item.kind == fuser::FileType::Directory => {
+                    if whiteout::has(dir, &whiteout_name(&name))? {
+                        continue;
+                    }
+                    let lower_dir = self
+                        .lower
+                        .lookup(path, &name)
+                        .map_err(errno)?
+                        .is_some_and(|a| a.kind == Kind::Dir);
+                    if lower_dir {
+                        let cname = sys::cname(&name).map_err(errno)?;
+                        let fd = sys::open_path(dir, &cname).map_err(errno)?;
+                        if !whiteout::opaque(fd.as_fd())? {
+                            self.copy_children(fd.as_fd(), &cpath, cached_child)?;
+                        }
+                    }
+                }
+                From::Upper(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the upper copy of the lower entry `lower` at `dir_path/name`
+    /// in the upper directory `dir`, reporting `Create` before and after.
+    fn copy_entry(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_path: &[u8],
+        name: &[u8],
+        lower: &Attr,
+        limit: Option<u64>,
+    ) -> Res<Upper> {
+        if reserved(name) {
+            // Its copy would read as a whiteout.
+            return Err(Errno::EROFS);
+        }
+        zero_umask_for_thread().map_err(errno)?;
+        let path = child(dir_path, name);
+        let cname = sys::cname(name).map_err(errno)?;
+        let times = [
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+        ];
+        let made = match lower.kind {
+            Kind::File => {
+                let tmp = self.copy_file(&path, lower, limit)?;
+                let moved = self
+                    .before(Mutation::Create { path: &path })
+                    .and_then(|()| {
+                        sys::renameat2(self.work.as_fd(), &tmp, dir, &cname, libc::RENAME_NOREPLACE)
+                            .map_err(errno)
+                    });
+                if let Err(e) = moved {
+                    let _ = sys::unlinkat(self.work.as_fd(), &tmp, 0);
+                    return Err(e);
+                }
+                sys::open_path(dir, &cname).map_err(errno)?
+            }
+            kind => {
+                let target = match kind {
+                    Kind::Symlink => Some(
+                        self.lower
+                            .readlink(&path)
+                            .map_err(errno)?
+                            .ok_or(Errno::ENOENT)?,
+                    ),
+                    _ => None,
+                };
+                self.before(Mutation::Create { path: &path })?;
+                match kind {
+                    Kind::Dir => sys::mkdirat(dir, &cname, 0o700),
+                    Kind::Symlink => {
+                        let t =
+                            sys::cname_any(target.as_deref().unwrap_or_default()).map_err(errno)?;
+                        sys::symlinkat(&t, dir, &cname)
+                    }
+                    _ => sys::mknodat(dir, &cname, kind_mode(kind) | 0o600, lower.rdev),
+                }
+                .map_err(errno)?;
+                let fd = sys::open_path(dir, &cname).map_err(errno)?;
+                sys::chown_fd(fd.as_fd(), lower.uid, lower.gid).map_err(errno)?;
+                if kind != Kind::Symlink {
+                    sys::chmod_fd(fd.as_fd(), lower.perm & 0o7777).map_err(errno)?;
+                }
+                sys::utimens_fd(fd.as_fd(), &times).map_err(errno)?;
+                fd
+            }
+        };
+        let st = sys::fstat(made.as_fd()).map_err(errno)?;
+        self.after(Mutation::Create { path: &path }, Some(&st));
+        Ok(Upper {
+            fd: Arc::new(made),
+            key: InodeKey::of(&st),
+        })
+    }
+
+    /// Writes the lower file `path` (at most `limit` bytes) into a new
+    /// temporary file in the work directory with the lower mode, owner and
+    /// times; returns its name there.
+    fn copy_file(&self, path: &[u8], lower: &Attr, limit: Option<u64>) -> Res<CString> {
+        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = CString::new(format!("copyup.{}.{seq}", std::process::id()))
+            .map_err(|_| Errno::EINVAL)?;
+        let fd = sys::openat(
+            self.work.as_fd(),
+            &tmp,
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW,
+            0o600,
+        )
+        .map_err(errno)?;
+        let res = self.fill(fd.as_fd(), path, lower, limit);
+        if res.is_err() {
+            let _ = sys::unlinkat(self.work.as_fd(), &tmp, 0);
+        }
+        res.map(|()| tmp)
+    }
+
+    fn fill(&self, fd: BorrowedFd<'_>, path: &[u8], lower: &Attr, limit: Option<u64>) -> Res<()> {
+        let want = limit.map_or(lower.size, |l| l.min(lower.size));
+        let mut buf = vec![0u8; CHUNK.min(usize::try_from(want).unwrap_or(CHUNK)).max(1)];
+        let mut off = 0u64;
+        while off < want {
+            let room = usize::try_from(want - off)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let n = self
+                .lower
+                .read_at(path, off, &mut buf[..room])
+                .map_err(errno)?
+                .ok_or(Errno::ENOENT)?;
+            if n == 0 {
+                break;
+            }
+            let data = &buf[..n];
+            if data.iter().any(|&b| b != 0) {
+                let mut done = 0;
+                while done < n {
+                    done += sys::pwrite(fd, &data[done..], off + done as u64).map_err(errno)?;
+                }
+            }
+            off += n as u64;
+        }
+        sys::ftruncate(fd, off).map_err(errno)?;
+        sys::chown_fd(fd, lower.uid, lower.gid).map_err(errno)?;
+        sys::chmod_fd(fd, lower.perm & 0o7777).map_err(errno)?;
+        let times = [
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+        ];
+        sys::utimens_fd(fd, &times).map_err(errno)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! The overlay's open handles: an upper file (the passthrough's
+//! [`Handle`], with its capture epoch and ranged flag), a lower file opened
+//! read-only, or a directory with its merged listing.
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+
+use fuser::FileType;
+
+use crate::handle::Handle;
+
+/// One entry of a directory handle's listing.
+pub(super) struct DirItem {
+    pub(super) name: Vec<u8>,
+    pub(super) kind: FileType,
+    /// The inode number `readdir` shows.
+    pub(super) ino: u64,
+}
+
+/// One open handle.
+pub(super) enum OHandle {
+    /// A file with an upper entry (every handle that may write is one).
+    Upper(Handle),
+    /// A lower file opened read-only. Reads come from the lower layer until
+    /// the node is copied up (through another handle), then from the upper
+    /// copy, so the handle sees the writes made since.
+    Lower {
+        ino: u64,
+        /// The lower path at open.
+        path: Vec<u8>,
+        /// The upper copy, opened read-only once the node has one.
+        upper: Mutex<Option<Arc<OwnedFd>>>,
+    },
+    /// A directory: the merged listing, taken at the first `readdir` from
+    /// offset 0 (so `rewinddir` sees changes), with `.` and `..` first;
+    /// the offset of entry `i` is `i + 1`.
+    Dir {
+        ino: u64,
+        entries: Mutex<Option<Arc<Vec<DirItem>>>>,
+    },
+}
+
+impl OHandle {
+    /// The FUSE inode the handle was opened on.
+    pub(super) fn ino(&self) -> u64 {
+        match self {
+            OHandle::Upper(h) => h.ino,
+            OHandle::Lower { ino, .. } | OHandle::Dir { ino, .. } => *ino,
+        }
+    }
+
+    /// The upper file handle, if this is one.
+    pub(super) fn upper(&self) -> Option<&Handle> {
+        match self {
+            OHandle::Upper(h) => Some(h),
+            _ => None,
+        }
+    }
+}

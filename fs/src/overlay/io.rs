@@ -1,0 +1,486 @@
+//! File and directory I/O of the overlay: open (copy-up before the first
+//! write), create, read (from the lower layer until the file has an upper
+//! copy), write, flush, release, fsync, fallocate, lseek, copy_file_range
+//! and merged directory listings (readdir and readdirplus).
+//!
+//! Handles on upper files behave exactly as the passthrough's: the capture
+//! epoch, ranged handles (`MutationHook::range_min`), `after` at each
+//! flush and release of a writer.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex};
+
+use fuser::{
+    Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyDirectory,
+    ReplyDirectoryPlus, Request,
+};
+
+use super::handle::{DirItem, OHandle};
+use super::ns::caller;
+use super::state::State;
+use super::whiteout::{whiteout_name, From};
+use crate::creds::{zero_umask_for_thread, AsCaller};
+use crate::errno::errno;
+use crate::handle::{Handle, NO_EPOCH};
+use crate::hook::Mutation;
+use crate::inode::{child, Stamp, ROOT};
+use crate::passthrough::attr::dot_attr;
+use crate::reply::{Created, Opened, Res};
+use crate::sys;
+
+/// True when open `flags` may change the file (write access or `O_TRUNC`).
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+impl State {
+    /// The open handle `fh`; `EBADF` if there is none.
+    pub(super) fn handle(&self, fh: FileHandle) -> Res<Arc<OHandle>> {
+        self.handles.get(fh.0).ok_or(Errno::EBADF)
+    }
+
+    /// The `FOPEN_*` flags for an upper file handle of `ino` opened as `fd`.
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>) -> FopenFlags {
+        let same = sys::fstat(fd).is_ok_and(|st| self.nodes.opened(ino, Stamp::of(&st)));
+        if self.keep_cache && same {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// `open` of `ino` with open(2) `flags`. Opening a lower file for
+    /// writing (or `O_TRUNC`) copies it up first (with no bytes for
+    /// `O_TRUNC`), then reports `Content` as the passthrough does.
+    pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+        let n = self.info(ino)?;
+        if n.kind == libc::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+        let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        if !writes(flags) {
+            let up = match (&n.upper, n.kind) {
+                (Some(up), _) => Arc::clone(&up.fd),
+                (None, libc::S_IFREG) => {
+                    let path = self.path(ino)?;
+                    let fh = self.handles.insert(OHandle::Lower {
+                        ino,
+                        path,
+                        upper: Mutex::new(None),
+                    });
+                    let mut flags = FopenFlags::empty();
+                    if self.keep_cache {
+                        // The lower layer never changes; a copy-up drops
+                        // the cache at the first upper open (no stamp yet).
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    return Ok(Opened { fh, flags });
+                }
+                // A fifo, socket or device: opening it may block or talk
+                // to a driver, so it gets its upper twin first.
+                (None, _) => {
+                    let _gate = self.gate.read();
+                    let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+                    self.check_lower_reserved(ino)?;
+                    self.copy_up(ino, None)?
+                }
+            };
+            let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
+            let fopen = self.open_flags(ino, fd.as_fd());
+            let fh = self
+                .handles
+                .insert(OHandle::Upper(Handle::new(fd, ino, NO_EPOCH)));
+            return Ok(Opened { fh, flags: fopen });
+        }
+        let epoch = self.hook.epoch();
+        let handle = {
+            let _gate = self.gate.read();
+            let up = {
+                let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+                self.check_lower_reserved(ino)?;
+                let limit = (flags & libc::O_TRUNC != 0).then_some(0);
+                self.copy_up(ino, limit)?
+            };
+            if flags & libc::O_TRUNC == 0 && self.ranged(up.as_fd()) {
+                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
+                Handle::new_ranged(fd, ino, epoch)
+            } else {
+                self.before_inode(ino, |path| Mutation::Content { path })?;
+                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
+                Handle::new(fd, ino, epoch)
+            }
+        };
+        let fopen = self.open_flags(ino, handle.fd.as_fd());
+        Ok(Opened {
+            fh: self.handles.insert(OHandle::Upper(handle)),
+            flags: fopen,
+        })
+    }
+
+    /// `create` of `parent/name`: opens it with `flags`, making it in the
+    /// upper layer (as the caller, `mode & !umask`) if the merged view
+    /// lacks it, over a whiteout if there is one.
+    pub(super) fn create(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Res<Created> {
+        Self::check_new_name(name)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        zero_umask_for_thread().map_err(errno)?;
+        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
+        let mode = mode & 0o7777 & !umask;
+        let epoch = self.hook.epoch();
+        let fd = {
+            let _gate = self.gate.read();
+            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+            if self.exists(parent, name)? {
+                if flags & libc::O_EXCL != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                None
+            } else {
+                let (up, dir_path) = self.upper_dir(parent)?;
+                let path = child(&dir_path, name);
+                let had_whiteout = super::whiteout::has(up.as_fd(), &whiteout_name(name))?;
+                self.before(Mutation::Create { path: &path })?;
+                let fd = {
+                    let _as = AsCaller::switch(caller(req)).map_err(errno)?;
+                    sys::openat(
+                        up.as_fd(),
+                        &cname,
+                        flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                        mode,
+                    )
+                    .map_err(errno)?
+                };
+                let now = sys::fstat(fd.as_fd()).ok();
+                self.after(Mutation::Create { path: &path }, now.as_ref());
+                if had_whiteout {
+                    self.replace_whiteout(up.as_fd(), &dir_path, name, false)?;
+                }
+                Some(fd)
+            }
+        };
+        let a = self.lookup_entry(parent, name)?;
+        let fh = match fd {
+            Some(fd) => self
+                .handles
+                .insert(OHandle::Upper(Handle::new(fd, a.ino.0, epoch))),
+            None => match self.open(a.ino.0, flags) {
+                Ok(o) => o.fh,
+                Err(e) => {
+                    self.nodes.forget(a.ino.0, 1);
+                    return Err(e);
+                }
+            },
+        };
+        Ok(Created {
+            attr: a,
+            ttl: self.entry_ttl,
+            fh,
+        })
+    }
+
+    /// `read`: at most `size` bytes of handle `fh` at `offset`.
+    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = match &*h {
+            OHandle::Upper(h) => sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?,
+            OHandle::Lower { ino, path, upper } => {
+                let mut cached = upper.lock().unwrap_or_else(|e| e.into_inner());
+                if cached.is_none() {
+                    if let Some(up) = self.nodes.info(*ino).and_then(|n| n.upper) {
+                        let fd = sys::reopen(up.fd.as_fd(), libc::O_RDONLY).map_err(errno)?;
+                        *cached = Some(Arc::new(fd));
+                    }
+                }
+                match cached.as_ref() {
+                    Some(fd) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
+                    None => self
+                        .lower
+                        .read_at(path, offset, &mut buf)
+                        .map_err(errno)?
+                        .ok_or(Errno::ENOENT)?,
+                }
+            }
+            OHandle::Dir { .. } => return Err(Errno::EISDIR),
+        };
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The upper file handle `fh` (every writer is one); `EBADF` otherwise.
+    fn writer(&self, fh: FileHandle) -> Res<Arc<OHandle>> {
+        let h = self.handle(fh)?;
+        if h.upper().is_none() {
+            return Err(Errno::EBADF);
+        }
+        Ok(h)
+    }
+
+    /// Called before `[offset, offset + len)` of `h`'s file changes.
+    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
+        h.mark_dirty();
+        if h.ranged {
+            return self.before_range(h.ino, offset, len);
+        }
+        let epoch = self.hook.epoch();
+        if h.epoch() != epoch {
+            self.before_inode(h.ino, |path| Mutation::Content { path })?;
+            h.set_epoch(epoch);
+        }
+        Ok(())
+    }
+
+    /// `write` of `data` at `offset` through handle `fh`.
+    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+        let oh = self.writer(fh)?;
+        let h = oh.upper().ok_or(Errno::EBADF)?;
+        let _gate = self.gate.read();
+        self.write_check(h, offset, data.len() as u64)?;
+        sys::pwrite(h.fd.as_fd(), data, offset).map_err(errno)
+    }
+
+    /// `flush` (each close(2) of the handle `fh`).
+    pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
+        let oh = self.handle(fh)?;
+        if let Some(h) = oh.upper() {
+            sys::close_dup(h.fd.as_fd()).map_err(errno)?;
+            if h.epoch() != NO_EPOCH && h.take_dirty() {
+                self.after_inode(h.ino, |path| Mutation::Content { path });
+            }
+        }
+        Ok(())
+    }
+
+    /// `release` of the handle `fh` (its last close); never fails.
+    pub(super) fn release(&self, fh: FileHandle) {
+        if let Some(oh) = self.handles.remove(fh.0) {
+            if let Some(h) = oh.upper() {
+                if h.epoch() != NO_EPOCH && h.take_dirty() {
+                    self.after_inode(h.ino, |path| Mutation::Content { path });
+                }
+            }
+        }
+    }
+
+    /// `fsync`/`fdatasync` of an open handle (nothing to do for a lower
+    /// file or a directory listing).
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
+        let oh = self.handle(fh)?;
+        match oh.upper() {
+            Some(h) => sys::fsync(h.fd.as_fd(), datasync).map_err(errno),
+            None => Ok(()),
+        }
+    }
+
+    /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`.
+    pub(super) fn fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Res<()> {
+        let oh = self.writer(fh)?;
+        let h = oh.upper().ok_or(Errno::EBADF)?;
+        let _gate = self.gate.read();
+        if h.ranged && mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+            h.mark_dirty();
+            self.before_inode(h.ino, |path| Mutation::Content { path })?;
+        } else {
+            self.write_check(h, offset, length)?;
+        }
+        sys::fallocate(h.fd.as_fd(), mode, offset, length).map_err(errno)
+    }
+
+    /// `lseek` of handle `fh` (`SEEK_DATA`/`SEEK_HOLE`); a lower file is
+    /// all data.
+    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+        let oh = self.handle(fh)?;
+        if let Some(h) = oh.upper() {
+            return sys::lseek(h.fd.as_fd(), offset, whence).map_err(errno);
+        }
+        let size = self.stat(oh.ino())?.size;
+        let size = i64::try_from(size).unwrap_or(i64::MAX);
+        match whence {
+            libc::SEEK_DATA if offset < size => Ok(offset),
+            libc::SEEK_HOLE if offset < size => Ok(size),
+            libc::SEEK_DATA | libc::SEEK_HOLE => Err(Errno::ENXIO),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// `copy_file_range` of `len` bytes; the bytes copied. Only the
+    /// destination is a mutation; a lower source is read and written.
+    pub(super) fn copy_file_range(
+        &self,
+        fh_in: FileHandle,
+        offset_in: u64,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+    ) -> Res<usize> {
+        let h_in = self.handle(fh_in)?;
+        let oh_out = self.writer(fh_out)?;
+        let h_out = oh_out.upper().ok_or(Errno::EBADF)?;
+        if let Some(src) = h_in.upper() {
+            let _gate = self.gate.read();
+            self.write_check(h_out, offset_out, len)?;
+            return sys::copy_file_range(
+                src.fd.as_fd(),
+                offset_in,
+                h_out.fd.as_fd(),
+                offset_out,
+                len,
+                0,
+            )
+            .map_err(errno);
+        }
+        let size = u32::try_from(len.min(1 << 20)).unwrap_or(1 << 20);
+        let data = self.read(fh_in, offset_in, size)?;
+        let _gate = self.gate.read();
+        self.write_check(h_out, offset_out, data.len() as u64)?;
+        sys::pwrite(h_out.fd.as_fd(), &data, offset_out).map_err(errno)
+    }
+
+    /// `opendir` of `ino`.
+    pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
+        let n = self.info(ino)?;
+        if n.kind != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let fh = self.handles.insert(OHandle::Dir {
+            ino,
+            entries: Mutex::new(None),
+        });
+        Ok(Opened {
+            fh,
+            flags: FopenFlags::empty(),
+        })
+    }
+
+    /// `releasedir` of the directory handle `fh`.
+    pub(super) fn releasedir(&self, fh: FileHandle) {
+        self.handles.remove(fh.0);
+    }
+
+    /// The merged listing of directory `ino`, `.` and `..` first.
+    fn dir_items(&self, ino: u64) -> Res<Vec<DirItem>> {
+        let n = self.info(ino)?;
+        let path = self.path(ino)?;
+        let visible = self.lower_visible(&n)?;
+        let listing = self.listing(n.upper.as_ref().map(|u| u.fd.as_fd()), &path, visible)?;
+        let parent = self.nodes.parent(ino).unwrap_or(ROOT);
+        let mut out = Vec::with_capacity(listing.items.len() + 2);
+        out.push(DirItem {
+            name: b".".to_vec(),
+            kind: FileType::Directory,
+            ino,
+        });
+        out.push(DirItem {
+            name: b"..".to_vec(),
+            kind: FileType::Directory,
+            ino: parent,
+        });
+        for (name, item) in listing.items {
+            // The number `stat` shows when the entry is cached; else a
+            // good guess (never 0, which some programs skip).
+            let shown = match (self.nodes.child(ino, &name), item.from) {
+                (Some(i), _) => i,
+                (None, From::Upper(d_ino)) => d_ino,
+                (None, From::Lower) => self
+                    .lower
+                    .lookup(&path, &name)
+                    .ok()
+                    .flatten()
+                    .map_or(u64::MAX, |a| (1 << 63) | a.origin),
+            };
+            out.push(DirItem {
+                name,
+                kind: item.kind,
+                ino: shown,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The listing of directory handle `fh` for a read from `offset`.
+    fn dir_entries(&self, ino: u64, fh: FileHandle, offset: u64) -> Res<Arc<Vec<DirItem>>> {
+        let h = self.handle(fh)?;
+        let OHandle::Dir { entries, .. } = &*h else {
+            return Err(Errno::EBADF);
+        };
+        let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+        match &*entries {
+            Some(list) if offset != 0 => Ok(Arc::clone(list)),
+            _ => {
+                let list = Arc::new(self.dir_items(ino)?);
+                *entries = Some(Arc::clone(&list));
+                Ok(list)
+            }
+        }
+    }
+
+    /// `readdir` of `ino` through handle `fh` from `offset`, into `reply`.
+    pub(super) fn readdir(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> Res<()> {
+        let list = self.dir_entries(ino, fh, offset)?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, item) in list.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&item.name);
+            if reply.add(INodeNo(item.ino), i as u64 + 1, item.kind, name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// `readdirplus`: as `readdir`, each entry but `.` and `..` looked up
+    /// (one lookup the kernel owes a `forget` for, dropped again for an
+    /// entry that did not fit).
+    pub(super) fn readdirplus(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> Res<()> {
+        let list = self.dir_entries(ino, fh, offset)?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, item) in list.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&item.name);
+            let off = i as u64 + 1;
+            if item.name == b"." || item.name == b".." {
+                let full = reply.add(
+                    INodeNo(item.ino),
+                    off,
+                    name,
+                    &self.entry_ttl,
+                    &dot_attr(item.ino),
+                    Generation(0),
+                );
+                if full {
+                    break;
+                }
+                continue;
+            }
+            let Ok(a) = self.lookup_entry(ino, &item.name) else {
+                // Gone since the listing: skip it, as a later readdir would.
+                continue;
+            };
+            if reply.add(a.ino, off, name, &self.entry_ttl, &a, Generation(0)) {
+                self.nodes.forget(a.ino.0, 1);
+                break;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,465 @@
+//! The overlay's nodes: FUSE inode numbers that stay the same across
+//! copy-up.
+//!
+//! A node is what the kernel knows as one inode. It is found again by its
+//! lower **origin** ([`Attr::origin`], so the lower hard links of one file
+//! share a node) while it lives only in the lower layer, and by its upper
+//! `(dev, ino)` once it has an upper entry (copied up, or created in the
+//! upper layer). Copy-up moves a node from the first index to the second
+//! and keeps its FUSE number: `st_ino` through the mount does not change.
+//!
+//! **FUSE numbers.** An upper entry gets its upper inode number when that is
+//! free and below 2^62 (so it survives a `forget` and a remount); a lower
+//! entry gets `2^63 | origin` when free (stable across remounts while it is
+//! not copied up); anything else a number from a counter starting at 2^62.
+//! After a remount a copied-up file shows its upper inode number (the
+//! overlay keeps no persistent origin map; docs in `mod.rs`).
+//!
+//! The lookup-count contract is the passthrough's (`inode/mod.rs`): every
+//! entry reply counts one lookup, `forget` takes them away, at zero the
+//! node and its names go. Known names are (parent, name) pairs, kept in the
+//! crate's [`Names`] index, so a node's path (which is both its merged path
+//! and its upper-relative path) is computed in O(depth).
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::lower::{Attr, Kind};
+use crate::inode::{child, join, InodeKey, Names, Stamp, MAX_DEPTH, ROOT};
+
+/// First number handed out when an entry's preferred number is taken.
+const SYNTHETIC_BASE: u64 = 1 << 62;
+
+/// The bit set in the FUSE number of a lower entry (`2^63 | origin`).
+const LOWER_BIT: u64 = 1 << 63;
+
+/// A node's upper entry: an `O_PATH | O_NOFOLLOW` fd on it and its
+/// identity.
+#[derive(Clone)]
+pub(super) struct Upper {
+    pub(super) fd: Arc<OwnedFd>,
+    pub(super) key: InodeKey,
+}
+
+pub(super) struct Node {
+    /// Entry replies the kernel got for this node minus what it forgot.
+    lookups: u64,
+    /// Known names as (parent inode, name), the first used for the path.
+    names: Vec<(u64, Vec<u8>)>,
+    /// `S_IFMT` bits.
+    pub(super) kind: u32,
+    /// The upper entry, once there is one.
+    pub(super) upper: Option<Upper>,
+    /// The lower entry shown at the node's path (for a lower-only node its
+    /// attributes; for a merged directory, the lower directory whose
+    /// children show through unless the upper one is opaque). `None` for an
+    /// entry that exists only in the upper layer.
+    pub(super) lower: Option<Attr>,
+    /// The lower origin the node is indexed by while it has no upper entry.
+    origin: Option<u64>,
+    /// The stamp at the previous open (for `FOPEN_KEEP_CACHE`).
+    opened: Option<Stamp>,
+}
+
+/// What a lookup found at a name: the upper entry (fd and `stat`) and the
+/// lower entry that shows through (not hidden by a whiteout or an opaque
+/// directory).
+pub(super) struct Found {
+    pub(super) upper: Option<(OwnedFd, libc::stat)>,
+    pub(super) lower: Option<Attr>,
+}
+
+/// A snapshot of what an operation needs of one node.
+#[derive(Clone)]
+pub(super) struct NodeInfo {
+    pub(super) kind: u32,
+    pub(super) upper: Option<Upper>,
+    pub(super) lower: Option<Attr>,
+}
+
+#[derive(Default)]
+struct Table {
+    nodes: HashMap<u64, Node>,
+    names: Names,
+    by_upper: HashMap<InodeKey, u64>,
+    by_origin: HashMap<u64, u64>,
+    next_ino: u64,
+    upper_dev: u64,
+}
+
+/// The node table; every method takes its lock for a short critical
+/// section without system calls.
+pub(super) struct Nodes {
+    table: Mutex<Table>,
+}
+
+fn mode_of(kind: Kind) -> u32 {
+    match kind {
+        Kind::File => libc::S_IFREG,
+        Kind::Dir => libc::S_IFDIR,
+        Kind::Symlink => libc::S_IFLNK,
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::Socket => libc::S_IFSOCK,
+        Kind::CharDevice => libc::S_IFCHR,
+        Kind::BlockDevice => libc::S_IFBLK,
+    }
+}
+
+/// The `S_IFMT` bits of a lower kind.
+pub(super) fn kind_mode(kind: Kind) -> u32 {
+    mode_of(kind)
+}
+
+impl Table {
+    fn free(&self, ino: u64) -> bool {
+        ino > ROOT && !self.nodes.contains_key(&ino)
+    }
+
+    fn counter(&mut self) -> u64 {
+        loop {
+            let ino = self.next_ino;
+            self.next_ino += 1;
+            if self.free(ino) {
+                return ino;
+            }
+        }
+    }
+
+    fn fresh_upper(&mut self, key: InodeKey) -> u64 {
+        if key.dev == self.upper_dev && key.ino < SYNTHETIC_BASE && self.free(key.ino) {
+            return key.ino;
+        }
+        self.counter()
+    }
+
+    fn fresh_lower(&mut self, origin: u64) -> u64 {
+        let ino = LOWER_BIT | origin;
+        if self.free(ino) {
+            return ino;
+        }
+        self.counter()
+    }
+
+    fn path(&self, ino: u64) -> Option<Vec<u8>> {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            if parts.len() > MAX_DEPTH {
+                return None;
+            }
+            let (parent, name) = self.nodes.get(&cur)?.names.first()?;
+            parts.push(name);
+            cur = *parent;
+        }
+        Some(join(parts.iter().rev().copied()))
+    }
+
+    fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
+        let ino = self.names.remove(parent, name)?;
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.names
+                .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+        }
+        Some(ino)
+    }
+
+    fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
+        if let Some(old) = self.names.insert(parent, name, ino) {
+            if old != ino {
+                if let Some(node) = self.nodes.get_mut(&old) {
+                    node.names
+                        .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+                }
+            }
+        }
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if !node
+                .names
+                .iter()
+                .any(|(p, n)| *p == parent && n.as_slice() == name)
+            {
+                node.names.push((parent, name.to_vec()));
+            }
+        }
+    }
+}
+
+impl Nodes {
+    /// A table holding the root (FUSE inode 1) on the upper root `upper`,
+    /// over the lower root `lower` (if the lower layer has one).
+    pub(super) fn new(upper: Upper, lower: Option<Attr>) -> Nodes {
+        let mut table = Table {
+            next_ino: SYNTHETIC_BASE,
+            upper_dev: upper.key.dev,
+            ..Table::default()
+        };
+        table.by_upper.insert(upper.key, ROOT);
+        table.nodes.insert(
+            ROOT,
+            Node {
+                lookups: 1,
+                names: Vec::new(),
+                kind: libc::S_IFDIR,
+                upper: Some(upper),
+                lower,
+                origin: None,
+                opened: None,
+            },
+        );
+        Nodes {
+            table: Mutex::new(table),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // Critical sections make no calls that can panic halfway.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one lookup of `parent/name`, which resolved to `found`;
+    /// returns the node's FUSE number, or `None` if `found` is empty. Reuses
+    /// the node of the same upper inode, or (for a lower-only entry) of the
+    /// same origin; otherwise makes one.
+    pub(super) fn lookup(&self, parent: u64, name: &[u8], found: Found) -> Option<u64> {
+        let mut table = self.lock();
+        let t = &mut *table;
+        let ino = match found.upper {
+            Some((fd, st)) => {
+                let key = InodeKey::of(&st);
+                let kind = st.st_mode & libc::S_IFMT;
+                // A merged directory shows the lower one's children.
+                let lower = found
+                    .lower
+                    .filter(|l| kind == libc::S_IFDIR && l.kind == Kind::Dir);
+                match t.by_upper.get(&key).copied() {
+                    Some(ino) => {
+                        if let Some(node) = t.nodes.get_mut(&ino) {
+                            node.lookups += 1;
+                            node.lower = lower;
+                        }
+                        ino
+                    }
+                    None => {
+                        let ino = t.fresh_upper(key);
+                        let upper = Upper {
+                            fd: Arc::new(fd),
+                            key,
+                        };
+                        t.nodes
+                            .insert(ino, new_node(kind, Some(upper), lower, None));
+                        t.by_upper.insert(key, ino);
+                        ino
+                    }
+                }
+            }
+            None => {
+                let lower = found.lower?;
+                let reuse = t
+                    .by_origin
+                    .get(&lower.origin)
+                    .copied()
+                    .filter(|i| t.nodes.get(i).is_some_and(|n| n.upper.is_none()));
+                match reuse {
+                    Some(ino) => {
+                        if let Some(node) = t.nodes.get_mut(&ino) {
+                            node.lookups += 1;
+                        }
+                        ino
+                    }
+                    None => {
+                        let ino = t.fresh_lower(lower.origin);
+                        let origin = lower.origin;
+                        let kind = mode_of(lower.kind);
+                        t.nodes
+                            .insert(ino, new_node(kind, None, Some(lower), Some(origin)));
+                        t.by_origin.insert(origin, ino);
+                        ino
+                    }
+                }
+            }
+        };
+        t.link_name(ino, parent, name);
+        Some(ino)
+    }
+
+    /// Drops `n` lookups of `ino`; removes the node at zero.
+    pub(super) fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut table = self.lock();
+        let Some(node) = table.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups > 0 {
+            return;
+        }
+        if let Some(node) = table.nodes.remove(&ino) {
+            if let Some(up) = &node.upper {
+                if table.by_upper.get(&up.key) == Some(&ino) {
+                    table.by_upper.remove(&up.key);
+                }
+            }
+            if let Some(origin) = node.origin {
+                if table.by_origin.get(&origin) == Some(&ino) {
+                    table.by_origin.remove(&origin);
+                }
+            }
+            for (parent, name) in node.names {
+                if table.names.get(parent, &name) == Some(ino) {
+                    table.names.remove(parent, &name);
+                }
+            }
+        }
+    }
+
+    /// What operations need of `ino`; `None` if the table lacks it.
+    pub(super) fn info(&self, ino: u64) -> Option<NodeInfo> {
+        let table = self.lock();
+        let n = table.nodes.get(&ino)?;
+        Some(NodeInfo {
+            kind: n.kind,
+            upper: n.upper.clone(),
+            lower: n.lower.clone(),
+        })
+    }
+
+    /// The path of `ino` (merged and upper-relative alike; `""` for the
+    /// root), or `None` for a node without a known name.
+    pub(super) fn path(&self, ino: u64) -> Option<Vec<u8>> {
+        self.lock().path(ino)
+    }
+
+    /// Every known path of `ino` (one per known hard link).
+    pub(super) fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        if ino == ROOT {
+            return vec![Vec::new()];
+        }
+        let table = self.lock();
+        let Some(node) = table.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        node.names
+            .iter()
+            .filter_map(|(parent, name)| Some(child(&table.path(*parent)?, name)))
+            .collect()
+    }
+
+    /// The first known name of `ino`.
+    pub(super) fn primary(&self, ino: u64) -> Option<(u64, Vec<u8>)> {
+        self.lock().nodes.get(&ino)?.names.first().cloned()
+    }
+
+    /// The parent used for `ino`'s path.
+    pub(super) fn parent(&self, ino: u64) -> Option<u64> {
+        self.primary(ino).map(|(p, _)| p)
+    }
+
+    /// The cached child `parent/name`.
+    pub(super) fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.lock().names.get(parent, name)
+    }
+
+    /// The cached children of `parent`.
+    pub(super) fn children(&self, parent: u64) -> Vec<(Vec<u8>, u64)> {
+        self.lock().names.children(parent)
+    }
+
+    /// `ino` now has the upper entry `upper` (copied up): it leaves the
+    /// origin index (later lookups of other lower names of the same file
+    /// get a node of their own: the copy-up broke the hard link), and its
+    /// names other than the first are forgotten (they still show the lower
+    /// file, once the kernel looks them up again).
+    pub(super) fn set_upper(&self, ino: u64, upper: Upper) {
+        let mut table = self.lock();
+        let t = &mut *table;
+        let Some(node) = t.nodes.get_mut(&ino) else {
+            return;
+        };
+        let key = upper.key;
+        node.upper = Some(upper);
+        if node.kind != libc::S_IFDIR {
+            node.lower = None;
+        }
+        let others: Vec<(u64, Vec<u8>)> = node.names.iter().skip(1).cloned().collect();
+        if let Some(origin) = node.origin.take() {
+            if t.by_origin.get(&origin) == Some(&ino) {
+                t.by_origin.remove(&origin);
+            }
+        }
+        t.by_upper.insert(key, ino);
+        for (p, n) in others {
+            t.unlink_name(p, &n);
+        }
+    }
+
+    /// Forgets the lower entry of `ino` and of every cached node below it:
+    /// after a directory moved (fully copied up), nothing shows through.
+    pub(super) fn drop_lower_below(&self, ino: u64) {
+        let mut table = self.lock();
+        let mut stack = vec![ino];
+        let mut seen = 0usize;
+        while let Some(cur) = stack.pop() {
+            seen += 1;
+            if seen > 1_000_000 {
+                break;
+            }
+            if let Some(node) = table.nodes.get_mut(&cur) {
+                node.lower = None;
+            }
+            stack.extend(table.names.children(cur).into_iter().map(|(_, i)| i));
+        }
+    }
+
+    /// Forgets that `parent/name` names anything.
+    pub(super) fn unlink(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.lock().unlink_name(parent, name)
+    }
+
+    /// Forgets `parent/name` only if it still names `ino`.
+    pub(super) fn unlink_if(&self, parent: u64, name: &[u8], ino: u64) {
+        let mut table = self.lock();
+        if table.names.get(parent, name) == Some(ino) {
+            table.unlink_name(parent, name);
+        }
+    }
+
+    /// Applies a successful rename to the known names.
+    pub(super) fn rename(&self, parent: u64, name: &[u8], np: u64, nn: &[u8], exchange: bool) {
+        let mut table = self.lock();
+        let moved = table.unlink_name(parent, name);
+        let replaced = table.unlink_name(np, nn);
+        if let Some(ino) = moved {
+            table.link_name(ino, np, nn);
+        }
+        if exchange {
+            if let Some(ino) = replaced {
+                table.link_name(ino, parent, name);
+            }
+        }
+    }
+
+    /// Records an open of `ino` at `now`; true if the previous open saw the
+    /// same stamp.
+    pub(super) fn opened(&self, ino: u64, now: Stamp) -> bool {
+        let mut table = self.lock();
+        let Some(node) = table.nodes.get_mut(&ino) else {
+            return false;
+        };
+        node.opened.replace(now) == Some(now)
+    }
+}
+
+fn new_node(kind: u32, upper: Option<Upper>, lower: Option<Attr>, origin: Option<u64>) -> Node {
+    Node {
+        lookups: 1,
+        names: Vec::new(),
+        kind,
+        upper,
+        lower,
+        origin,
+        opened: None,
+    }
+}

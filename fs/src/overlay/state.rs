@@ -1,0 +1,285 @@
+//! The overlay's state, name resolution (upper over lower, through
+//! whiteouts and opaque directories), lookup and attributes.
+//!
+//! **Paths.** Renames copy their source up completely (see `rename.rs`), so
+//! an entry's merged path is also its upper path and, when a lower entry
+//! shows through, its lower path. The hook is told upper-relative paths,
+//! which are therefore the node paths.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fuser::{Errno, FileAttr, INodeNo};
+use log::trace;
+
+use super::handle::OHandle;
+use super::lower::{Attr, Kind, Lower};
+use super::node::{Found, NodeInfo, Nodes, Upper};
+use super::whiteout::{self, reserved, whiteout_name};
+use crate::errno::errno;
+use crate::handle::Handles;
+use crate::hook::{Mutation, MutationHook};
+use crate::inode::{child, InodeKey};
+use crate::passthrough::attr::{attr, encode_dev};
+use crate::quiesce::Gate;
+use crate::reply::{Entry, Res};
+use crate::sys;
+
+/// State shared by the overlay's callbacks and the [`crate::Controller`].
+pub(crate) struct State {
+    pub(super) nodes: Nodes,
+    pub(super) handles: Handles<OHandle>,
+    pub(crate) gate: Arc<Gate>,
+    pub(super) hook: Arc<dyn MutationHook>,
+    pub(super) lower: Arc<dyn Lower>,
+    /// The scratch directory for atomic copy-up (real fd, not `O_PATH`).
+    pub(super) work: OwnedFd,
+    /// Serialises changes of the upper namespace (copy-up, create, remove,
+    /// rename), so two requests never copy the same entry up at once.
+    pub(super) ns: Mutex<()>,
+    /// Names of temporary copy-up files.
+    pub(super) tmp_seq: AtomicU64,
+    pub(super) attr_ttl: Duration,
+    pub(super) entry_ttl: Duration,
+    pub(super) keep_cache: bool,
+}
+
+/// The settings `mount_overlay` hands to [`State::new`].
+pub(crate) struct Settings {
+    pub(crate) attr_ttl: Duration,
+    pub(crate) entry_ttl: Duration,
+    pub(crate) keep_cache: bool,
+}
+
+/// The attributes of a lower entry that was not copied up.
+pub(super) fn lower_attr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: std::time::UNIX_EPOCH,
+        kind: whiteout::file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: encode_dev(a.rdev),
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl State {
+    /// The overlay over `lower` with the upper root `upper` (an `O_PATH`
+    /// directory fd) and the scratch directory `work`.
+    pub(crate) fn new(
+        upper: OwnedFd,
+        work: OwnedFd,
+        lower: Arc<dyn Lower>,
+        hook: Arc<dyn MutationHook>,
+        settings: &Settings,
+    ) -> std::io::Result<State> {
+        let st = sys::fstat(upper.as_fd())?;
+        let root_lower = lower.getattr(b"")?.filter(|a| a.kind == Kind::Dir);
+        let root = Upper {
+            fd: Arc::new(upper),
+            key: InodeKey::of(&st),
+        };
+        Ok(State {
+            nodes: Nodes::new(root, root_lower),
+            handles: Handles::default(),
+            gate: Arc::default(),
+            hook,
+            lower,
+            work,
+            ns: Mutex::new(()),
+            tmp_seq: AtomicU64::new(0),
+            attr_ttl: settings.attr_ttl,
+            entry_ttl: settings.entry_ttl,
+            keep_cache: settings.keep_cache,
+        })
+    }
+
+    /// The node `ino`; `ESTALE` if the table no longer has it.
+    pub(super) fn info(&self, ino: u64) -> Res<NodeInfo> {
+        self.nodes.info(ino).ok_or(Errno::ESTALE)
+    }
+
+    /// The path of `ino`; `ENOENT` for a node without a name (a mutation
+    /// there could not be recorded).
+    pub(super) fn path(&self, ino: u64) -> Res<Vec<u8>> {
+        self.nodes.path(ino).ok_or(Errno::ENOENT)
+    }
+
+    /// Asks the hook before `mutation`; its errno refuses the mutation.
+    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
+        trace!("overlay hook {mutation:?}");
+        self.hook.before(&mutation).map_err(Errno::from_i32)
+    }
+
+    /// Tells the hook `mutation` reached the upper layer.
+    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
+        self.hook.after(&mutation, now);
+    }
+
+    /// Reports `make(path)` for every known path of `ino`.
+    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
+        for path in self.nodes.paths(ino) {
+            self.before(make(&path))?;
+        }
+        Ok(())
+    }
+
+    /// Reports `make(path)` after the fact for every known path of `ino`,
+    /// with its upper attributes as they are now.
+    pub(super) fn after_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) {
+        let paths = self.nodes.paths(ino);
+        if paths.is_empty() {
+            return;
+        }
+        let now = self
+            .nodes
+            .info(ino)
+            .and_then(|n| n.upper)
+            .and_then(|u| sys::fstat(u.fd.as_fd()).ok());
+        for path in paths {
+            self.after(make(&path), now.as_ref());
+        }
+    }
+
+    /// Reports [`Mutation::Range`] for every known path of `ino`.
+    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
+        for path in self.nodes.paths(ino) {
+            self.before(Mutation::Range {
+                path: &path,
+                offset,
+                len,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// True when the upper file behind `fd` is written as ranges (see
+    /// `MutationHook::range_min`).
+    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
+        let min = self.hook.range_min();
+        min != u64::MAX
+            && sys::fstat(fd).is_ok_and(|st| {
+                st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_nlink == 1
+                    && st.st_size as u64 >= min
+            })
+    }
+
+    /// True when the lower children of the directory node `n` show: it has
+    /// a lower directory and its upper one (if any) is not opaque.
+    pub(super) fn lower_visible(&self, n: &NodeInfo) -> Res<bool> {
+        if !n.lower.as_ref().is_some_and(|l| l.kind == Kind::Dir) {
+            return Ok(false);
+        }
+        match &n.upper {
+            Some(up) => Ok(!whiteout::opaque(up.fd.as_fd())?),
+            None => Ok(true),
+        }
+    }
+
+    /// What `parent/name` is in the merged view: the upper entry (not a
+    /// reserved name) and the lower entry that shows through. Reserved
+    /// names never resolve to an upper entry; a lower one shows.
+    pub(super) fn resolve(&self, parent: u64, name: &[u8]) -> Res<Found> {
+        let dir = self.info(parent)?;
+        if dir.kind != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let cname = sys::cname(name).map_err(errno)?;
+        let mut upper = None;
+        let mut whited = false;
+        if let Some(up) = &dir.upper {
+            if !reserved(name) {
+                match sys::open_path(up.fd.as_fd(), &cname) {
+                    Ok(fd) => {
+                        let st = sys::fstat(fd.as_fd()).map_err(errno)?;
+                        upper = Some((fd, st));
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            whited = whiteout::has(up.fd.as_fd(), &whiteout_name(name))?;
+        }
+        let lower = if !whited && self.lower_visible(&dir)? {
+            let path = self.path(parent)?;
+            self.lower.lookup(&path, name).map_err(errno)?
+        } else {
+            None
+        };
+        Ok(Found { upper, lower })
+    }
+
+    /// True when `parent/name` exists in the merged view.
+    pub(super) fn exists(&self, parent: u64, name: &[u8]) -> Res<bool> {
+        let f = self.resolve(parent, name)?;
+        Ok(f.upper.is_some() || f.lower.is_some())
+    }
+
+    /// Looks `parent/name` up and counts one lookup of its node.
+    pub(super) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Res<FileAttr> {
+        let found = self.resolve(parent, name)?;
+        let ino = self
+            .nodes
+            .lookup(parent, name, found)
+            .ok_or(Errno::ENOENT)?;
+        match self.stat(ino) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                self.nodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// `lookup`: the entry `parent/name`.
+    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
+        self.lookup_entry(parent, name).map(|a| self.entry(a))
+    }
+
+    /// The entry reply for `attr`, with the mount's TTLs.
+    pub(super) fn entry(&self, attr: FileAttr) -> Entry {
+        Entry {
+            attr,
+            attr_ttl: self.attr_ttl,
+            entry_ttl: self.entry_ttl,
+        }
+    }
+
+    /// The attributes of `ino`: its upper entry's, else its lower entry's.
+    pub(super) fn stat(&self, ino: u64) -> Res<FileAttr> {
+        let n = self.info(ino)?;
+        match (&n.upper, &n.lower) {
+            (Some(up), _) => Ok(attr(ino, &sys::fstat(up.fd.as_fd()).map_err(errno)?)),
+            (None, Some(l)) => Ok(lower_attr(ino, l)),
+            (None, None) => Err(Errno::ESTALE),
+        }
+    }
+
+    /// The upper directory of `ino` and its path, copying it up first if it
+    /// is only in the lower layer.
+    pub(super) fn upper_dir(&self, ino: u64) -> Res<(Arc<OwnedFd>, Vec<u8>)> {
+        let n = self.info(ino)?;
+        if n.kind != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let fd = self.copy_up(ino, None)?;
+        Ok((fd, self.path(ino)?))
+    }
+
+    /// The path of `parent/name`.
+    pub(super) fn child_path(&self, parent: u64, name: &[u8]) -> Res<Vec<u8>> {
+        Ok(child(&self.path(parent)?, name))
+    }
+}

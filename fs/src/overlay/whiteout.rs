@@ -1,0 +1,225 @@
+//! Whiteouts and opaque directories, as plain files in the upper layer (the
+//! aufs / fuse-overlayfs unprivileged convention: no `mknod`, no trusted
+//! xattrs), and the merged directory listing they shape.
+//!
+//! - A **whiteout** for `d/x` is an empty regular file `d/.wh.x` in the
+//!   upper layer: the lower `d/x` does not show.
+//! - An **opaque** directory `d` holds an empty file `d/.wh..wh..opq`: no
+//!   lower child of `d` shows.
+//!
+//! A whiteout hides only the lower entry: an upper entry of the same name
+//! shows whether or not the whiteout is there. That makes every multi-step
+//! change crash-safe in the order the overlay takes them (the whiteout is
+//! made before an upper entry is removed, and removed only after the entry
+//! that replaces it exists), so a kill at any point never lets a deleted
+//! lower name reappear.
+//!
+//! The merged view never shows an upper name starting with `.wh.`; users
+//! cannot create one (`EINVAL`). Lower names starting with `.wh.` show, read
+//! only (`EROFS` for any change: a copy-up would turn them into whiteouts).
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use fuser::{Errno, FileType};
+
+use super::lower::Kind;
+use super::state::State;
+use crate::errno::errno;
+use crate::hook::Mutation;
+use crate::inode::child;
+use crate::reply::Res;
+use crate::sys;
+
+/// The prefix of whiteout names.
+pub(super) const PREFIX: &[u8] = b".wh.";
+
+/// The opaque marker's name.
+pub(super) const OPAQUE: &[u8] = b".wh..wh..opq";
+
+/// True for a name the overlay keeps for itself in the upper layer.
+pub(super) fn reserved(name: &[u8]) -> bool {
+    name.starts_with(PREFIX)
+}
+
+/// The whiteout name for `name`.
+pub(super) fn whiteout_name(name: &[u8]) -> Vec<u8> {
+    let mut out = PREFIX.to_vec();
+    out.extend_from_slice(name);
+    out
+}
+
+/// True when `dir` (an upper directory) holds the entry `name`.
+pub(super) fn has(dir: BorrowedFd<'_>, name: &[u8]) -> Res<bool> {
+    let cname = sys::cname(name).map_err(errno)?;
+    Ok(sys::stat_at(dir, &cname).map_err(errno)?.is_some())
+}
+
+/// True when the upper directory `dir` is opaque.
+pub(super) fn opaque(dir: BorrowedFd<'_>) -> Res<bool> {
+    has(dir, OPAQUE)
+}
+
+/// Where a merged entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum From {
+    /// The upper layer; the upper `d_ino`.
+    Upper(u64),
+    /// The lower layer.
+    Lower,
+}
+
+/// One entry of a merged listing.
+#[derive(Debug, Clone)]
+pub(super) struct Item {
+    pub(super) kind: FileType,
+    pub(super) from: From,
+}
+
+/// A merged directory listing.
+#[derive(Default)]
+pub(super) struct Listing {
+    /// The entries, sorted by name, without `.`, `..` and reserved names.
+    pub(super) items: BTreeMap<Vec<u8>, Item>,
+    /// The reserved entries of the upper directory (whiteouts and the
+    /// opaque marker): what must go before the directory can be removed.
+    pub(super) reserved: Vec<Vec<u8>>,
+}
+
+pub(super) fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+impl State {
+    /// The merged listing of the directory at `path`, whose upper directory
+    /// is `upper` (if any) and whose lower directory shows through when
+    /// `lower_visible` (and the upper one is not opaque).
+    pub(super) fn listing(
+        &self,
+        upper: Option<BorrowedFd<'_>>,
+        path: &[u8],
+        lower_visible: bool,
+    ) -> Res<Listing> {
+        let mut out = Listing::default();
+        let mut hidden: Vec<Vec<u8>> = Vec::new();
+        let mut opaque = false;
+        if let Some(dir) = upper {
+            let fd = sys::openat(
+                dir,
+                &CString::from(c"."),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+            )
+            .map_err(errno)?;
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                let n = sys::getdents(fd.as_fd(), &mut buf).map_err(errno)?;
+                if n == 0 {
+                    break;
+                }
+                for ent in sys::parse_dirents(&buf[..n]) {
+                    if ent.name == b"." || ent.name == b".." {
+                        continue;
+                    }
+                    if reserved(ent.name) {
+                        if ent.name == OPAQUE {
+                            opaque = true;
+                        } else {
+                            hidden.push(ent.name[PREFIX.len()..].to_vec());
+                        }
+                        out.reserved.push(ent.name.to_vec());
+                        continue;
+                    }
+                    out.items.insert(
+                        ent.name.to_vec(),
+                        Item {
+                            kind: crate::passthrough::attr::dtype_kind(ent.kind),
+                            from: From::Upper(ent.ino),
+                        },
+                    );
+                }
+            }
+        }
+        if lower_visible && !opaque {
+            let entries = self.lower.readdir(path).map_err(errno)?.unwrap_or_default();
+            hidden.sort_unstable();
+            for ent in entries {
+                if out.items.contains_key(&ent.name) || hidden.binary_search(&ent.name).is_ok() {
+                    continue;
+                }
+                out.items.insert(
+                    ent.name,
+                    Item {
+                        kind: file_type(ent.kind),
+                        from: From::Lower,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates the empty reserved file `name` (a whiteout or the opaque
+    /// marker) in the upper directory `dir` at `dir_path`, reporting
+    /// `Create`; nothing if it is there already.
+    pub(super) fn make_reserved(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_path: &[u8],
+        name: &[u8],
+    ) -> Res<()> {
+        if has(dir, name)? {
+            return Ok(());
+        }
+        let cname = sys::cname(name).map_err(errno)?;
+        let path = child(dir_path, name);
+        self.before(Mutation::Create { path: &path })?;
+        let fd = sys::openat(
+            dir,
+            &cname,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW,
+            0o644,
+        )
+        .map_err(errno)?;
+        let now = sys::fstat(fd.as_fd()).ok();
+        drop(fd);
+        self.after(Mutation::Create { path: &path }, now.as_ref());
+        Ok(())
+    }
+
+    /// Removes the reserved file `name` from the upper directory `dir` at
+    /// `dir_path`, reporting `Remove`; nothing if it is not there.
+    pub(super) fn drop_reserved(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_path: &[u8],
+        name: &[u8],
+    ) -> Res<()> {
+        if !has(dir, name)? {
+            return Ok(());
+        }
+        let cname = sys::cname(name).map_err(errno)?;
+        let path = child(dir_path, name);
+        self.before(Mutation::Remove { path: &path })?;
+        sys::unlinkat(dir, &cname, 0).map_err(errno)?;
+        self.after(Mutation::Remove { path: &path }, None);
+        Ok(())
+    }
+
+    /// Refuses a name users may not create (`EINVAL`).
+    pub(super) fn check_new_name(name: &[u8]) -> Res<()> {
+        if reserved(name) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+}
