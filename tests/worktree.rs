@@ -73,7 +73,10 @@ fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
     let before = manifest(&f.project);
     let w = create(&f, "fix-a", &[]);
     assert_ne!(w, f.mnt);
-    assert!(!w.starts_with(&f.project), "the worktree is outside the project");
+    assert!(
+        !w.starts_with(&f.project),
+        "the worktree is outside the project"
+    );
     assert_eq!(read(&w.join("src/main.rs")), "fn main() {}\n");
 
     // The project moves on: the worktree does not see it.
@@ -94,13 +97,20 @@ fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
         .expect("ls")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, ["new"], "an opaque directory shows only its own children");
+    assert_eq!(
+        names,
+        ["new"],
+        "an opaque directory shows only its own children"
+    );
 
     let list = wt(&f, &["list", "--json"]).ok().json();
     assert_eq!(list[0]["name"], "fix-a");
     assert_eq!(list[0]["mounted"], true);
     assert!(list[0]["base_turn"].as_u64().expect("base") >= base);
-    assert!(list[0]["changed"].as_u64().expect("changed") >= 5, "{list:#}");
+    assert!(
+        list[0]["changed"].as_u64().expect("changed") >= 5,
+        "{list:#}"
+    );
 
     let stat = wt(&f, &["diff", "fix-a", "--name-status"]).ok();
     assert!(stat.stdout.contains("src/main.rs"), "{stat}");
@@ -109,7 +119,11 @@ fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
     let dry = wt(&f, &["merge", "fix-a", "--dry-run", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
     assert_eq!(paths_of(&dry.json(), "conflicts"), ["README"], "{dry}");
-    assert_eq!(read(&f.p("src/main.rs")), "fn main() {}\n", "a dry run writes nothing");
+    assert_eq!(
+        read(&f.p("src/main.rs")),
+        "fn main() {}\n",
+        "a dry run writes nothing"
+    );
     let merged = wt(&f, &["merge", "fix-a", "--json"]);
     assert_eq!(merged.code, Some(3), "{merged}");
     let report = merged.json();
@@ -117,7 +131,11 @@ fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
     assert_eq!(read(&f.m("src/main.rs")), "fn main() { fixed() }\n");
     assert!(f.m("src/deep/new").exists() && !f.m("src/deep/x.txt").exists());
     assert_eq!(read(&f.m("new.txt")), "n\n");
-    assert_eq!(read(&f.m("README")), "changed in the project\n", "the conflict is left");
+    assert_eq!(
+        read(&f.m("README")),
+        "changed in the project\n",
+        "the conflict is left"
+    );
     let points = f.points(true);
     let kind = points
         .iter()
@@ -242,5 +260,8 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
     let list = wt(&f, &["list", "--json"]).ok().json();
     assert_eq!(list.as_array().map(Vec::len), Some(1));
     discard_all(&f);
-    assert_eq!(wt(&f, &["list", "--json"]).ok().json(), Value::Array(vec![]));
+    assert_eq!(
+        wt(&f, &["list", "--json"]).ok().json(),
+        Value::Array(vec![])
+    );
 }
