@@ -1117,6 +1117,179 @@ fn mmap_store_kept_mapped_across_a_turn_and_a_rewind() {
     );
 }
 
+/// Cases of the worktree property test per run when `PROPTEST_CASES` is
+/// not set (each case starts two daemons).
+const CI_WORKTREE_CASES: u32 = 24;
+
+/// Reads the tree at `root` and compares it with `expected`.
+fn check_tree_at(root: &Path, ctx: &str, side: &str, expected: &Tree) -> Result<(), TestCaseError> {
+    let (actual, _) = read_tree(root)
+        .map_err(|e| TestCaseError::fail(format!("{ctx}: reading the {side}: {e}")))?;
+    let diff = tree_diff(expected, &actual);
+    if diff.is_empty() {
+        Ok(())
+    } else {
+        Err(TestCaseError::fail(format!(
+            "{ctx}: the {side} differs from the model:\n{}",
+            diff.join("\n")
+        )))
+    }
+}
+
+/// The sequence through a worktree of the project instead of the project
+/// (`docs/worktrees.md`): the worktree starts as the project (the model
+/// after `setup`), the project is then emptied through its mount (the
+/// worktree must not see it: its base is frozen), every operation, turn and
+/// rewind runs in the worktree and must agree with the model, and at the
+/// end the project, rewound to the worktree's base, gets the worktree
+/// merged: it must then hold the model's tree exactly, and rewinding the
+/// merge turn gives the base back.
+///
+/// Hard links made before the worktree are left out of `setup` (a copy-up
+/// of one name of a lower hard link breaks the link, as in overlayfs
+/// without `index`: `docs/worktrees.md`); links made in the worktree are
+/// kept.
+fn run_case_worktree(setup: &[Op], ops: &[Op<Sel>]) -> Result<(), TestCaseError> {
+    static UMASK_ONCE: Once = Once::new();
+    UMASK_ONCE.call_once(|| {
+        // SAFETY: umask has no memory-safety preconditions.
+        unsafe { libc::umask(UMASK as libc::mode_t) };
+    });
+    let setup: Vec<Op> = setup
+        .iter()
+        .map(|op| match op {
+            Op::Link(_, b) => Op::Create(b.clone(), Vec::new(), 0o644),
+            other => other.clone(),
+        })
+        .collect();
+    let fx = Fixture::new();
+    let mut model = Model::new();
+    populate(&fx, &mut model, &setup)?;
+    let base_tree = model.snapshot().tree;
+    model.starts.insert(1, model.snapshot());
+    fx.mount();
+    let created = fx
+        .opfs_p(&["worktree", "create", "w", "--json"])
+        .ok()
+        .json();
+    let w = std::path::PathBuf::from(created["path"].as_str().expect("path"));
+    let base_turn = created["base_turn"].as_u64().expect("base_turn");
+    let in_w = |args: &[&str]| {
+        let mut all = vec!["-C", w.to_str().expect("utf8 path")];
+        all.extend(args);
+        fx.opfs(&all)
+    };
+    // The project moves on through its mount; the worktree must not see it.
+    fx.sh("find . -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {} +");
+    check_tree_at(&w, "after emptying the project", "worktree", &base_tree)?;
+    let mut trace: Vec<String> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let op = &op.resolve(&model);
+        trace.push(format!("{op:?}"));
+        let ctx = format!(
+            "worktree op #{i} {op:?} (open turn {})\nsetup: {setup:?}\nresolved ops: [\n  {}\n]\nfailure",
+            model.open,
+            trace.join(",\n  ")
+        );
+        match op {
+            Op::Turn => {
+                let run = in_w(&["turn", "--label", "model"]).ok();
+                let n: u64 = run.stdout.trim().parse().expect("turn number");
+                prop_assert_eq!(n, model.open + 1, "{}: turn number", ctx);
+                let snap = model.snapshot();
+                model.starts.insert(n, snap);
+                model.open = n;
+            }
+            Op::Rewind(k) => {
+                let n = 1 + u64::from(*k) % model.open;
+                let before = model.snapshot();
+                let v = in_w(&["rewind", &n.to_string(), "--json"]);
+                prop_assert_eq!(
+                    v.code,
+                    Some(0),
+                    "{}: rewind {} in the worktree: {}",
+                    ctx,
+                    n,
+                    v
+                );
+                let v = v.json();
+                let r = rewind_turn(&v);
+                prop_assert_eq!(r, model.open + 1, "{}: rewind turn number: {:#}", ctx, v);
+                let target = model.starts[&n].clone();
+                let ctx = format!("{ctx}: after rewind {n} (recorded as turn {r})");
+                check_tree_at(&w, &ctx, "worktree", &target.tree)?;
+                let (_, inos) = read_tree(&w)
+                    .map_err(|e| TestCaseError::fail(format!("{ctx}: reading: {e}")))?;
+                model.reset_to(&target.tree, &inos);
+                model.starts.insert(r, before);
+                model.open = r + 1;
+                model.starts.insert(model.open, model.snapshot());
+            }
+            Op::MapStore(..) => {}
+            _ => {
+                let expected = model.apply(op);
+                let real = exec(&w, op);
+                prop_assert_eq!(
+                    errno_name(&real),
+                    errno_name(&expected),
+                    "{}: the worktree and the model disagree",
+                    ctx
+                );
+            }
+        }
+    }
+    let end = model.snapshot().tree;
+    check_tree_at(&w, "at the end", "worktree", &end)?;
+    // Merge into the project as it was at the worktree's base.
+    let back = fx.rewind(base_turn);
+    let _ = back;
+    check_tree_at(
+        &fx.project,
+        "the project rewound to the base",
+        "project",
+        &base_tree,
+    )?;
+    let merged = fx.opfs_p(&["worktree", "merge", "w", "--json"]);
+    prop_assert_eq!(merged.code, Some(0), "merge: {}", merged);
+    let turn = merged.json()["turn"].as_u64().expect("merge turn");
+    check_tree_at(&fx.project, "after the merge", "project", &end)?;
+    check_tree_at(&fx.mnt, "after the merge", "project mount", &end)?;
+    fx.rewind(turn);
+    check_tree_at(
+        &fx.project,
+        "after rewinding the merge",
+        "project",
+        &base_tree,
+    )?;
+    fx.opfs_p(&["worktree", "discard", "w"]).ok();
+    fx.umount();
+    Ok(())
+}
+
+fn worktree_config() -> ProptestConfig {
+    let mut c = config();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        c.cases = CI_WORKTREE_CASES;
+    }
+    c
+}
+
+proptest! {
+    #![proptest_config(worktree_config())]
+
+    /// Random operation sequences through a worktree agree with the model,
+    /// its rewinds restore the model's tree for its turns, its base is
+    /// frozen against the project's changes, and merging it gives the
+    /// project the model's tree (`docs/worktrees.md`).
+    #[test]
+    fn worktree_agrees_with_model(
+        setup in prop::collection::vec(setup_entry(), 0..16),
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        run_case_worktree(&setup, &ops)?;
+    }
+}
+
 proptest! {
     #![proptest_config(config())]
 
