@@ -265,3 +265,88 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         Value::Array(vec![])
     );
 }
+
+fn sigkill(pid: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+fn pid_of(f: &Fixture, ctx: &Path) -> i32 {
+    let s = f
+        .opfs(&[
+            OsStr::new("-C"),
+            ctx.as_os_str(),
+            OsStr::new("status"),
+            OsStr::new("--json"),
+        ])
+        .ok()
+        .json();
+    s["pid"].as_i64().unwrap_or_else(|| panic!("no pid: {s:#}")) as i32
+}
+
+#[test]
+fn a_merge_killed_half_way_is_rolled_back_at_the_next_start() {
+    let f = Fixture::new();
+    for i in 0..30 {
+        fs::write(f.p(format!("f{i:02}")), format!("base {i}\n")).expect("write");
+    }
+    let run = f.try_mount(&[], &[("OPFS_FAILPOINT", "rewind-after-step:12")]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(wait_mount_state(&f.mnt, true, MOUNT_TIMEOUT));
+    let w = create(&f, "big", &[]);
+    for i in 0..30 {
+        fs::write(w.join(format!("f{i:02}")), format!("worktree {i}\n")).expect("write");
+    }
+    let before = manifest(&f.project);
+    let r = wt(&f, &["merge", "big"]);
+    assert_eq!(r.code, Some(1), "the daemon died during the merge: {r}");
+    let half = manifest(&f.project);
+    assert_ne!(half, before, "the failpoint stops the merge half way");
+    // The next start rolls the half-applied merge back, and says so.
+    f.mount();
+    let status = f.status();
+    let recovered = status["recovered"].as_str().unwrap_or_default().to_string();
+    assert!(recovered.contains("rolled back the merge"), "{status:#}");
+    assert_eq!(manifest(&f.project), before, "nothing of the merge is left");
+    // The worktree is untouched and merges whole now.
+    wt(&f, &["merge", "big"]).ok();
+    assert_eq!(read(&f.p("f29")), "worktree 29\n");
+    assert_eq!(read(&f.p("f00")), "worktree 0\n");
+    discard_all(&f);
+}
+
+#[test]
+fn a_copy_up_killed_half_way_never_shows_a_half_copied_file() {
+    let f = Fixture::new();
+    let big: Vec<u8> = (0..64u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(f.p("big"), &big).expect("write");
+    f.mount();
+    let w = create(&f, "cu", &[]);
+    for round in 0..3 {
+        let pid = pid_of(&f, &w);
+        let target = w.join("big");
+        let writer = std::thread::spawn(move || {
+            // The first write to a lower file copies it up (64 MiB).
+            let _ = fs::OpenOptions::new()
+                .append(true)
+                .open(&target)
+                .and_then(|mut h| std::io::Write::write_all(&mut h, b"tail"));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20 + 40 * round));
+        sigkill(pid);
+        let _ = writer.join();
+        wt(&f, &["mount", "cu"]).ok();
+        assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT));
+        let now = fs::read(w.join("big")).expect("read after the crash");
+        assert!(
+            now == big || (now.len() == big.len() + 4 && now.starts_with(&big)),
+            "round {round}: the file is either the lower one or the lower one plus the \
+             write, never half copied ({} bytes)",
+            now.len()
+        );
+        if now.len() > big.len() {
+            break;
+        }
+    }
+    discard_all(&f);
+}
