@@ -350,3 +350,32 @@ fn a_copy_up_killed_half_way_never_shows_a_half_copied_file() {
     }
     discard_all(&f);
 }
+
+#[test]
+fn the_worktree_guide_example_runs() {
+    let f = Fixture::new();
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bin_dir = Path::new(OPFS).parent().expect("bin dir");
+    let mut cmd = std::process::Command::new("bash");
+    f.pinned.pin(&mut cmd);
+    cmd.env(
+        "PATH",
+        format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    )
+    .current_dir(f.root())
+    .arg(here.join("docs/examples/worktrees.sh"))
+    .arg(f.root().join("example"));
+    let scratch = f.root().join("example-out");
+    fs::create_dir_all(&scratch).expect("mkdir");
+    let run = run_command(cmd, &scratch, COMMAND_TIMEOUT).expect("run");
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout.contains("try-a passes: no, try-b passes: yes"),
+        "{run}"
+    );
+    assert!(run.stdout.contains("example passed"), "{run}");
+}
