@@ -6,8 +6,11 @@
 //! merge turn first) and `opfs rewind <merge turn>` undoes it.
 //!
 //! A path is merged when the project still holds its base state (or
-//! already holds the worktree's). It is a **conflict**, left as the project
-//! has it, when the project changed it since the base too, when its base
+//! already holds the worktree's). A text file both sides changed is merged
+//! three-way (`diffy`) when the changes do not overlap (listed in
+//! `three_way`). It is a **conflict**, left as the project has it, when the
+//! project changed it since the base too (and no clean three-way merge
+//! exists), when its base
 //! is not known (changed behind the project's mount: the drift list), or
 //! for any reason a rewind would refuse it (changed behind the mount since
 //! opfs last saw it, a directory holding unrecorded entries, a failed
@@ -69,6 +72,11 @@ pub struct MergeReport {
     /// Paths the project now holds as the worktree has them (for a dry
     /// run: would hold), rendered.
     pub merged: Vec<String>,
+    /// Text files both the worktree and the project changed since the
+    /// base whose changes a three-way merge combined cleanly (also in
+    /// `merged`).
+    #[serde(default)]
+    pub three_way: Vec<String>,
     /// Paths left as the project has them, with the reason.
     pub conflicts: Vec<Conflict>,
     /// The plan that was (or would be) executed on the project.
@@ -233,6 +241,79 @@ fn special(kind: Kind) -> Option<Special> {
     })
 }
 
+/// The three-way merge of a text file both sides changed: `None` when it
+/// does not apply (not three text files, or the changes overlap), else the
+/// merged file as a target state (its bytes put in the blob store). Its
+/// permission bits are the worktree's when the worktree changed them, else
+/// the project's.
+///
+/// Errors: a side cannot be read, or the merged bytes cannot be stored.
+#[allow(clippy::too_many_arguments)]
+fn three_way(
+    base: &Base,
+    upper: &Dir,
+    journal: &Journal,
+    path: &[u8],
+    before: &Entry,
+    after: &Entry,
+    current: &Version,
+) -> Result<Option<PreImage>, BlobError> {
+    let (
+        Entry::File {
+            perm: base_perm, ..
+        },
+        Entry::File { perm: wt_perm, .. },
+        PreImage::File {
+            perm: project_perm, ..
+        },
+    ) = (before, after, &current.state)
+    else {
+        return Ok(None);
+    };
+    let io = |source| BlobError::Io {
+        path: PathBuf::from(paths::display(path)),
+        source,
+    };
+    let Some(ancestor) = super::changes::base_bytes(base, path).map_err(io)? else {
+        return Ok(None);
+    };
+    let ours = match &current.bytes {
+        Some(b) => b.clone(),
+        None => return Ok(None),
+    };
+    let theirs = {
+        let mut f = upper
+            .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+            .map_err(io)?;
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut v).map_err(io)?;
+        v
+    };
+    if [&ancestor, &ours, &theirs]
+        .iter()
+        .any(|b| crate::diff::is_binary(b))
+    {
+        return Ok(None);
+    }
+    let Ok(merged) = diffy::merge_bytes(&ancestor, &ours, &theirs) else {
+        return Ok(None);
+    };
+    let (blob, size) = journal
+        .blobs()
+        .put(&mut merged.as_slice(), merged.len() as u64)?;
+    let perm = if wt_perm != base_perm {
+        *wt_perm
+    } else {
+        *project_perm
+    };
+    Ok(Some(PreImage::File {
+        blob,
+        size,
+        perm,
+        ino: 0,
+    }))
+}
+
 /// Merges worktree `name` of the project `journal` records into the
 /// project, as one turn of kind `merge` (see the module docs). The caller
 /// holds the project mount's quiesce guard, if mounted, and invalidates
@@ -275,6 +356,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
 
     let mut conflicts = Vec::new();
     let mut already = Vec::new();
+    let mut three_way_merged = Vec::new();
     let mut states: Vec<(Vec<u8>, PreImage)> = Vec::new();
     for Change {
         path,
@@ -304,12 +386,25 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
                 continue;
             }
             if !holds(&before, &current) {
-                conflicts.push(Conflict::new(
-                    &path,
-                    ConflictReason::ChangedInProject {
-                        base: meta.base_turn,
-                    },
-                ));
+                match three_way(&base, &upper, journal, &path, &before, &after, &current) {
+                    Ok(Some(target)) => {
+                        three_way_merged.push(paths::display(&path));
+                        states.push((path, target));
+                    }
+                    Ok(None) => conflicts.push(Conflict::new(
+                        &path,
+                        ConflictReason::ChangedInProject {
+                            base: meta.base_turn,
+                        },
+                    )),
+                    Err(source) => {
+                        return Err(MergeError::Store {
+                            name: name.to_string(),
+                            path,
+                            source,
+                        })
+                    }
+                }
                 continue;
             }
         }
@@ -360,6 +455,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
             base_turn: meta.base_turn,
             dry_run: true,
             merged,
+            three_way: three_way_merged,
             conflicts,
             plan,
             open_turn: journal.open_turn(),
@@ -396,6 +492,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         base_turn: meta.base_turn,
         dry_run: false,
         merged,
+        three_way: three_way_merged,
         conflicts,
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,

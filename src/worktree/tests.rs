@@ -295,3 +295,35 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
     assert!(forced.conflicts.is_empty(), "{:?}", forced.conflicts);
     assert_eq!(fs::read(s.project.join("a")).expect("read"), b"a-worktree");
 }
+
+#[test]
+fn text_changed_on_both_sides_is_merged_three_way_when_clean() {
+    let s = setup();
+    fs::write(s.project.join("t"), b"one\ntwo\nthree\nfour\nfive\n").expect("write");
+    fs::write(s.project.join("u"), b"one\ntwo\nthree\n").expect("write");
+    s.journal.next_turn(NewTurn::agent()).expect("turn");
+    let base_turn = s.journal.open_turn();
+    let wt = upper_of(&s, "w", base_turn);
+    let up = wt.upper();
+    put(&up, "t", b"one\ntwo\nthree\nfour\nFIVE (worktree)\n");
+    put(&up, "u", b"one\nTWO (worktree)\nthree\n");
+    write_through(&s, "t", b"ONE (project)\ntwo\nthree\nfour\nfive\n");
+    write_through(&s, "u", b"one\nTWO (project)\nthree\n");
+    let report = merge(&s.journal, "w", MergeOptions::default()).expect("merge");
+    assert_eq!(report.three_way, ["t"]);
+    assert!(
+        report.merged.contains(&"t".to_string()),
+        "{:?}",
+        report.merged
+    );
+    assert_eq!(
+        fs::read(s.project.join("t")).expect("read"),
+        b"ONE (project)\ntwo\nthree\nfour\nFIVE (worktree)\n"
+    );
+    assert_eq!(report.conflicts.len(), 1, "{:?}", report.conflicts);
+    assert_eq!(report.conflicts[0].path, b"u");
+    assert_eq!(
+        fs::read(s.project.join("u")).expect("read"),
+        b"one\nTWO (project)\nthree\n"
+    );
+}

@@ -198,5 +198,8 @@ fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
     for p in &r.plan {
         writeln!(out, "  {}", opfs::restore::describe(p))?;
     }
+    for p in &r.three_way {
+        writeln!(out, "  {p}: merged three-way (both sides changed it)")?;
+    }
     Ok(())
 }
