@@ -396,13 +396,18 @@ pub fn request(socket: &Path, req: &Request) -> io::Result<Response> {
 
 /// Waits until `cond` holds, checking every 20 ms, for at most `limit`;
 /// returns whether it held.
-pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub fn wait_for(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_for_every(limit, Duration::from_millis(20), cond)
+}
+
+/// [`wait_for`], checking every `interval`.
+pub fn wait_for_every(limit: Duration, interval: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
     while start.elapsed() < limit {
         if cond() {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(interval);
     }
     cond()
 }

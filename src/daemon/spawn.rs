@@ -152,7 +152,10 @@ pub fn spawn(
     }
     let mut child = cmd.spawn().map_err(SpawnError::Start)?;
     let mut exited = None;
-    let ready = client::wait_for(READY_LIMIT, || {
+    // A short interval: the caller (`opfs mount`, `worktree create`) waits
+    // for exactly this, and one check is a read of the mount table and a
+    // connect.
+    let ready = client::wait_for_every(READY_LIMIT, Duration::from_millis(2), || {
         if let Ok(Some(status)) = child.try_wait() {
             exited = Some(status);
             return true;
