@@ -147,10 +147,13 @@ fn status_flags_a_stale_mount_of_a_killed_daemon() {
             && human.stdout.contains("Transport endpoint is not connected"),
         "{human}"
     );
-    // `turn` refuses, as with nothing mounted.
+    // `turn` refuses, as with nothing mounted, and names the stale mount.
     let run = fx.opfs_c(&["turn"]);
     assert_eq!(run.code, Some(1), "{run}");
-    assert!(run.stderr.contains(NOT_SERVED), "{run}");
+    assert!(
+        run.stderr.contains(NOT_SERVED) && run.stderr.contains(&format!("mount at {mnt} is stale")),
+        "{run}"
+    );
 
     // Mounting again cleans it up.
     fx.mount();

@@ -5,7 +5,9 @@
 
 use std::io::Write;
 
-use opfs::control::client::Via;
+use std::path::{Path, PathBuf};
+
+use opfs::control::client::{ClientError, Via};
 
 use crate::cli::args::TurnArgs;
 use crate::cli::error::CommandError;
@@ -18,7 +20,20 @@ pub fn run(
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let project = ctx.project()?;
-    let (turn, via) = project.turn_via(a.label.as_deref(), a.id.as_deref(), a.allow_unmounted)?;
+    let (turn, via) = project
+        .turn_via(a.label.as_deref(), a.id.as_deref(), a.allow_unmounted)
+        .map_err(|e| match e {
+            ClientError::NotServed(ref p) => match stale_mount(p) {
+                Some(m) => CommandError::failure(format!(
+                    "{e}; its mount at {m} is stale (the daemon is gone): `opfs mount {} {m}` \
+                     serves it again",
+                    p.display(),
+                    m = m.display()
+                )),
+                None => CommandError::from(e),
+            },
+            e => CommandError::from(e),
+        })?;
     let mounted = via == Via::Daemon;
     if ctx.format.is_json() {
         writeln!(
@@ -38,4 +53,12 @@ pub fn run(
         )?;
     }
     Ok(())
+}
+
+/// A stale opfs mount of `project` (its daemon gone), if there is one.
+fn stale_mount(project: &Path) -> Option<PathBuf> {
+    opfs::daemon::mounts_of(project)
+        .into_iter()
+        .find(|m| !m.alive)
+        .map(|m| m.mountpoint)
 }
