@@ -201,32 +201,23 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
             project,
         });
     }
-    if let Some(m) = mounts_of(&project).into_iter().find(|m| m.alive) {
+    if let Some(m) = mounts_of(&project).into_iter().find(|m| !is_dead_mount(m)) {
         return Err(MountError::ServedElsewhere {
             project,
-            mountpoint: m.mountpoint,
+            mountpoint: m,
         });
     }
     Ok(MountPlan { state, mountpoint })
 }
 
-/// An opfs mount of one project, as the kernel's mount table lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectMount {
-    /// Where it is mounted.
-    pub mountpoint: PathBuf,
-    /// False when its daemon is gone (the mountpoint answers `ENOTCONN`):
-    /// a stale mount that serves nothing.
-    pub alive: bool,
-}
-
-/// The opfs mounts serving `project` (a canonical path) in this mount
-/// namespace, whatever state dir their daemons use: every daemon names its
-/// mount `opfs:<project>` (the source field of `/proc/self/mountinfo`), so
-/// this finds them without writing anything, inside the project or out.
-/// Mounts in other mount namespaces (another container) are not seen. An
-/// unreadable mount table yields none.
-pub fn mounts_of(project: &Path) -> Vec<ProjectMount> {
+/// The mountpoints of the opfs mounts serving `project` (a canonical path)
+/// in this mount namespace, whatever state dir their daemons use, live or
+/// stale (check each with [`is_dead_mount`]): every daemon names its mount
+/// `opfs:<project>` (the source field of `/proc/self/mountinfo`), so this
+/// finds them without writing anything, inside the project or out, and
+/// without asking the mounts themselves. Mounts in other mount namespaces
+/// (another container) are not seen. An unreadable mount table yields none.
+pub fn mounts_of(project: &Path) -> Vec<PathBuf> {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
@@ -239,9 +230,7 @@ pub fn mounts_of(project: &Path) -> Vec<ProjectMount> {
             if !fstype.starts_with("fuse") || mountinfo::unescape(source) != want {
                 return None;
             }
-            let mountpoint = PathBuf::from(mountinfo::unescape(left.split(' ').nth(4)?));
-            let alive = !is_dead_mount(&mountpoint);
-            Some(ProjectMount { mountpoint, alive })
+            Some(PathBuf::from(mountinfo::unescape(left.split(' ').nth(4)?)))
         })
         .collect()
 }

@@ -25,7 +25,7 @@ mod options;
 pub mod signals;
 pub mod spawn;
 
-pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan, ProjectMount};
+pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan};
 pub use options::{
     default_threads, parse_range_min, range_min_from, BadRangeMin, DaemonOptions, FsTuning,
 };

@@ -62,11 +62,16 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
     let mut p = Protection::default();
     let project = &st.project;
     let mut stale: Vec<PathBuf> = Vec::new();
+    // The daemon that answered serves its own mount: only the others are
+    // asked whether they live (a busy daemon may keep them waiting).
     for m in opfs::daemon::mounts_of(project) {
-        if !m.alive {
-            stale.push(m.mountpoint);
-        } else if s.mountpoint.as_ref() != Some(&m.mountpoint) {
-            p.served_elsewhere.push(m.mountpoint);
+        if s.mountpoint.as_ref() == Some(&m) {
+            continue;
+        }
+        if opfs::daemon::is_dead_mount(&m) {
+            stale.push(m);
+        } else {
+            p.served_elsewhere.push(m);
         }
     }
     if !s.mounted {

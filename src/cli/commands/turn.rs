@@ -59,6 +59,5 @@ pub fn run(
 fn stale_mount(project: &Path) -> Option<PathBuf> {
     opfs::daemon::mounts_of(project)
         .into_iter()
-        .find(|m| !m.alive)
-        .map(|m| m.mountpoint)
+        .find(|m| opfs::daemon::is_dead_mount(m))
 }
