@@ -215,7 +215,9 @@ impl Project {
 
     /// [`Project::turn`], also saying who opened the turn. With no daemon
     /// serving the project the turn is opened directly on the state dir
-    /// only if `allow_direct`; else nothing is written.
+    /// only if `allow_direct`; else no turn is opened (opening the state
+    /// dir may still move records a crash left in its capture log into the
+    /// index, as any direct access does).
     ///
     /// Errors: [`ClientError::NotServed`] without a daemon and without
     /// `allow_direct` (checked after the state dir opened, so a damaged
