@@ -3,9 +3,11 @@
 //! work. Needs /dev/fuse, fusermount3 and bwrap; fails with a clear message
 //! when one is missing.
 //!
-//! Every test has its own temp root under `CARGO_TARGET_TMPDIR` (not under
+//! Every test has its own temp root under `CARGO_TARGET_TMPDIR`, or under
+//! `/var/tmp` when that lies under /tmp (a checkout under /tmp): never under
 //! /tmp, which is private inside the sandbox and would hide the test's
-//! files for the wrong reason), with its own `OPFS_HOME` and `HOME`.
+//! files, or take their writes, for the wrong reason. Each root has its own
+//! `OPFS_HOME` and `HOME`.
 
 // A failed unwrap is a failed test, with the error in the message.
 #![allow(clippy::unwrap_used)]
@@ -20,6 +22,26 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{TestEnv, OPFS};
+
+/// A temp dir the sandbox shows as it is: `CARGO_TARGET_TMPDIR`, unless it
+/// lies under /tmp (private inside), then `/var/tmp`.
+fn visible_tmp() -> PathBuf {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let target = target
+        .canonicalize()
+        .unwrap_or_else(|_| target.to_path_buf());
+    if !target.starts_with("/tmp") {
+        return target;
+    }
+    let var_tmp = Path::new("/var/tmp").canonicalize().unwrap();
+    assert!(
+        !var_tmp.starts_with("/tmp"),
+        "the target dir {} and /var/tmp both lie under /tmp, which the sandbox hides: \
+         set CARGO_TARGET_DIR to a directory outside /tmp",
+        target.display()
+    );
+    var_tmp
+}
 
 fn require_tools() {
     common::require_fuse();
@@ -46,7 +68,7 @@ impl World {
         require_tools();
         let tmp = tempfile::Builder::new()
             .prefix("sandbox-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(visible_tmp())
             .unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let w = World {
@@ -798,7 +820,9 @@ fn danger_full_access_runs_unsandboxed_only_when_named() {
 #[test]
 fn the_agents_guide_worked_example_runs() {
     let w = World::new();
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The examples as they are in the checkout, copied where the sandbox
+    // shows them (a checkout under /tmp is private inside it).
+    let examples = copy_examples(&w);
     let bin_dir = Path::new(OPFS).parent().unwrap();
     let out = w
         .command("bash")
@@ -807,7 +831,7 @@ fn the_agents_guide_worked_example_runs() {
             format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
         )
         .current_dir(&w.root)
-        .arg(here.join("docs/examples/agent-session.sh"))
+        .arg(examples.join("agent-session.sh"))
         .arg(&w.project)
         .output()
         .unwrap();
@@ -826,4 +850,65 @@ fn the_state_dir_is_invisible_with_a_private_mount_too() {
     );
     assert!(w.mounts_under_root().is_empty(), "{}", show(&out));
     assert_eq!(w.turns().len(), 1, "a turn was opened from inside");
+}
+
+/// `docs/examples/*.sh`, byte for byte and with their modes, in
+/// `<root>/examples`; the copy's directory.
+fn copy_examples(w: &World) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    let dst = w.root.join("examples");
+    std::fs::create_dir(&dst).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "sh") {
+            std::fs::copy(&p, dst.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    dst
+}
+
+#[test]
+fn a_command_under_the_private_tmp_is_refused_naming_it() {
+    let w = World::new();
+    let dir = tempfile::Builder::new()
+        .prefix("opfs-run-cmd-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let script = dir.path().canonicalize().unwrap().join("agent.sh");
+    std::fs::write(&script, "#!/bin/sh\necho RAN\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let run = |c: &mut Command| c.output().unwrap();
+    // By path, and found on $PATH.
+    for out in [
+        run(w
+            .opfs()
+            .arg("-C")
+            .arg(&w.project)
+            .args(["run", "--"])
+            .arg(&script)),
+        run(w
+            .opfs()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    dir.path().display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .arg("-C")
+            .arg(&w.project)
+            .args(["run", "--", "agent.sh"])),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&*script.to_string_lossy()) && err.contains("/tmp"),
+            "the error must name the command and /tmp: {}",
+            show(&out)
+        );
+        assert!(!stdout(&out).contains("RAN"), "{}", show(&out));
+    }
+    // Nothing was mounted for the refused runs.
+    assert!(w.mounts_under_root().is_empty());
 }

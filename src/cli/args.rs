@@ -29,7 +29,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Serve PROJECT at MOUNTPOINT, recording every change.
     Mount(MountArgs),
-    /// Stop serving MOUNTPOINT, flushing everything.
+    /// Stop serving MOUNTPOINT (default: the mount of `-C`), flushing everything.
     Umount(UmountArgs),
     /// Show mount state, open turn and store size.
     Status,
@@ -158,8 +158,8 @@ fn parse_range_min(s: &str) -> Result<u64, String> {
 // `opfs umount`.
 #[derive(Debug, clap::Args)]
 pub struct UmountArgs {
-    /// The mountpoint.
-    pub mountpoint: PathBuf,
+    /// The mountpoint (default: where the project `-C` names is mounted).
+    pub mountpoint: Option<PathBuf>,
 }
 
 // `opfs turn`.
@@ -171,6 +171,10 @@ pub struct TurnArgs {
     /// An external id for the new turn (e.g. the agent's message id).
     #[arg(long)]
     pub id: Option<String>,
+    /// Open the turn even when no daemon serves the project (nothing is
+    /// recorded until it is mounted); without it that is an error (exit 1).
+    #[arg(long)]
+    pub allow_unmounted: bool,
 }
 
 // `opfs rewind`.

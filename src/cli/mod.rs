@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -111,12 +112,19 @@ impl Ctx {
                 dir.display()
             )));
         }
-        state::resolve(self.home(), &dir).ok_or_else(|| {
-            CommandError::failure(format!(
+        state::resolve(self.home(), &dir).ok_or_else(|| match self.former_mount() {
+            Some((mp, st)) => CommandError::failure(format!(
+                "{} is not mounted any more (`opfs umount` unmounted it): it served the project {}; \
+                 use `-C {}`, or mount it again",
+                mp.display(),
+                st.project.display(),
+                st.project.display()
+            )),
+            None => CommandError::failure(format!(
                 "{} is not an opfs project or mountpoint (no state for it in {})",
                 state::absolute(&dir).display(),
                 self.home().display()
-            ))
+            )),
         })
     }
 
@@ -125,12 +133,57 @@ impl Ctx {
         Ok(Project::new(self.project_state()?))
     }
 
+    /// [`Ctx::project_state`], except that a former mountpoint that
+    /// `opfs umount` unmounted names the project it served; then also a
+    /// note saying so.
+    ///
+    /// Errors: as [`Ctx::project_state`] for anything else.
+    pub fn project_state_or_former(&self) -> Result<(StateDir, Option<String>), CommandError> {
+        match self.project_state() {
+            Ok(st) => Ok((st, None)),
+            Err(e) => match self.former_mount() {
+                Some((mp, st)) => {
+                    let note = format!(
+                        "{} is not mounted any more (`opfs umount` unmounted it); it served the project {}, shown here",
+                        mp.display(),
+                        st.project.display()
+                    );
+                    Ok((st, Some(note)))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The former mountpoint `-C` lies in, and the project it served, if
+    /// `opfs umount` left a record of it ([`former_mount_entry`]) and that
+    /// project still has a state dir.
+    fn former_mount(&self) -> Option<(PathBuf, StateDir)> {
+        let start = state::absolute(&self.dir());
+        start.ancestors().find_map(|p| {
+            let project = std::fs::read(former_mount_entry(self.home(), p)).ok()?;
+            let project = PathBuf::from(std::ffi::OsStr::from_bytes(&project));
+            let st = StateDir::for_project(self.home(), &project);
+            st.exists().then(|| (p.to_path_buf(), st))
+        })
+    }
+
     /// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,
     /// else the default. A bad value is bad usage, as it is for the option.
     pub fn range_min(&self) -> Result<u64, CommandError> {
         opfs::daemon::range_min_from(self.env.range_min.as_deref())
             .map_err(|e| CommandError::usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
     }
+}
+
+/// Where `opfs umount` records which project `mountpoint` served, so that
+/// `-C MOUNTPOINT` can still point to it afterwards:
+/// `$OPFS_HOME/unmounted/<key of the mountpoint>` holds the project's path.
+/// Outside the project, like all of opfs's state; a later mount at the same
+/// place takes precedence (its registry entry is found first).
+pub fn former_mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {
+    home.join("unmounted")
+        .join(opfs::store::layout::key_of(mountpoint))
 }
 
 fn is_enotconn(p: &Path) -> bool {

@@ -94,6 +94,29 @@ pub enum ClientError {
     /// Retention failed.
     #[error(transparent)]
     Gc(#[from] crate::gc::GcError),
+    /// No daemon serves the project, and the operation was asked to run
+    /// only through one: with nothing mounted, changes to the project are
+    /// not recorded, so a turn opened now would promise what it cannot keep.
+    #[error(
+        "no opfs daemon serves {}: changes to it are not being recorded, so no turn was opened; \
+         mount it first (`opfs mount {} MOUNTPOINT`), or pass --allow-unmounted to open the turn \
+         in its state dir anyway",
+        .0.display(),
+        .0.display()
+    )]
+    NotServed(PathBuf),
+}
+
+/// Who carried out an operation of a [`Project`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The daemon serving the project: what happened in its mount is
+    /// recorded.
+    Daemon,
+    /// Nothing serves the project: the operation ran on the state dir
+    /// under its lock, and changes made to the project meanwhile were not
+    /// recorded.
+    Direct,
 }
 
 impl ClientError {
@@ -171,22 +194,53 @@ impl Project {
         }
     }
 
+    /// True when a daemon serves the project (it answered a status
+    /// request).
+    ///
+    /// Errors: a daemon holds the lock but does not answer.
+    pub fn served(&self) -> Result<bool, ClientError> {
+        Ok(self.ask(&Request::Status)?.is_some())
+    }
+
     /// Closes the open turn and opens the next (kind agent) with `label`
     /// and the external `id`; returns its number. Durable when this
-    /// returns.
+    /// returns. Opens it directly on the state dir when no daemon serves
+    /// the project (see [`Project::turn_via`]).
     ///
     /// Errors: the daemon refused or does not answer, or the direct
     /// operation failed.
     pub fn turn(&self, label: Option<&str>, id: Option<&str>) -> Result<u64, ClientError> {
+        self.turn_via(label, id, true).map(|(turn, _)| turn)
+    }
+
+    /// [`Project::turn`], also saying who opened the turn. With no daemon
+    /// serving the project the turn is opened directly on the state dir
+    /// only if `allow_direct`; else no turn is opened (opening the state
+    /// dir may still move records a crash left in its capture log into the
+    /// index, as any direct access does).
+    ///
+    /// Errors: [`ClientError::NotServed`] without a daemon and without
+    /// `allow_direct` (checked after the state dir opened, so a damaged
+    /// index or capture log is reported as such first); the daemon refused
+    /// or does not answer; the direct operation failed.
+    pub fn turn_via(
+        &self,
+        label: Option<&str>,
+        id: Option<&str>,
+        allow_direct: bool,
+    ) -> Result<(u64, Via), ClientError> {
         let req = Request::Turn {
             label: label.map(String::from),
             id: id.map(String::from),
         };
         match self.ask(&req)? {
-            Some(Response::Turn { turn }) => Ok(turn),
+            Some(Response::Turn { turn }) => Ok((turn, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
+                if !allow_direct {
+                    return Err(ClientError::NotServed(self.state.project.clone()));
+                }
                 journal
                     .next_turn(NewTurn {
                         kind: TurnKind::Agent,
@@ -194,6 +248,7 @@ impl Project {
                         external_id: id,
                         rewound_to: None,
                     })
+                    .map(|turn| (turn, Via::Direct))
                     .map_err(|e| ClientError::Direct(e.to_string()))
             }
         }
@@ -211,17 +266,28 @@ impl Project {
     /// Errors: an unknown or dropped turn (usage), the daemon refused or
     /// does not answer, or the rewind failed.
     pub fn rewind(&self, to: u64, dry_run: bool, force: bool) -> Result<RewindReport, ClientError> {
+        self.rewind_via(to, dry_run, force).map(|(r, _)| r)
+    }
+
+    /// [`Project::rewind`], also saying who ran it: with [`Via::Direct`]
+    /// no daemon served the project, so what was changed in it since it
+    /// was last unmounted was not recorded (a rewind reports such paths as
+    /// conflicts unless `force`). Errors as [`Project::rewind`].
+    pub fn rewind_via(
+        &self,
+        to: u64,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<(RewindReport, Via), ClientError> {
         let req = Request::Rewind { to, dry_run, force };
         match self.ask(&req)? {
-            Some(Response::Rewind(report)) => Ok(report),
+            Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                Ok(rewind::rewind(
-                    &journal,
-                    to,
-                    rewind::RewindOptions { dry_run, force },
-                )?)
+                let report =
+                    rewind::rewind(&journal, to, rewind::RewindOptions { dry_run, force })?;
+                Ok((report, Via::Direct))
             }
         }
     }

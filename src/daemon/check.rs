@@ -67,6 +67,23 @@ pub enum MountError {
         /// Where, if known.
         at: Option<PathBuf>,
     },
+    /// Another opfs daemon, keeping its records in another state dir (e.g.
+    /// under another `OPFS_HOME`), already serves this project: two
+    /// daemons would each record only the changes made through their own
+    /// mount, and a rewind through one would undo what the other recorded
+    /// behind its back.
+    #[error(
+        "project {project} is already served by another opfs daemon at {mountpoint} \
+         (with another state dir, e.g. another OPFS_HOME): a project is served once; \
+         work in {mountpoint}, or unmount it first (`opfs umount {mountpoint}` with that \
+         daemon's OPFS_HOME, or `fusermount3 -u {mountpoint}`)"
+    )]
+    ServedElsewhere {
+        /// The project.
+        project: PathBuf,
+        /// The mountpoint of the daemon serving it.
+        mountpoint: PathBuf,
+    },
     /// The state dir would be inside the project (zero intrusion, design §2.7).
     #[error("state dir {state} is inside the project {project}; set OPFS_HOME to a directory outside it")]
     StateInsideProject {
@@ -184,7 +201,38 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
             project,
         });
     }
+    if let Some(m) = mounts_of(&project).into_iter().find(|m| !is_dead_mount(m)) {
+        return Err(MountError::ServedElsewhere {
+            project,
+            mountpoint: m,
+        });
+    }
     Ok(MountPlan { state, mountpoint })
+}
+
+/// The mountpoints of the opfs mounts serving `project` (a canonical path)
+/// in this mount namespace, whatever state dir their daemons use, live or
+/// stale (check each with [`is_dead_mount`]): every daemon names its mount
+/// `opfs:<project>` (the source field of `/proc/self/mountinfo`), so this
+/// finds them without writing anything, inside the project or out, and
+/// without asking the mounts themselves. Mounts in other mount namespaces
+/// (another container) are not seen. An unreadable mount table yields none.
+pub fn mounts_of(project: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let want = format!("opfs:{}", project.display());
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mut fields = right.split(' ');
+            let (fstype, source) = (fields.next()?, fields.next()?);
+            if !fstype.starts_with("fuse") || mountinfo::unescape(source) != want {
+                return None;
+            }
+            Some(PathBuf::from(mountinfo::unescape(left.split(' ').nth(4)?)))
+        })
+        .collect()
 }
 
 /// True when `path` is a FUSE mount whose daemon is gone (`ENOTCONN`, or
@@ -196,7 +244,7 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
 /// so the dead mount looks alive and a remount right after a crash would be
 /// refused as busy. `statfs` always asks the daemon, so it sees the dead
 /// connection at once.
-fn is_dead_mount(path: &Path) -> bool {
+pub fn is_dead_mount(path: &Path) -> bool {
     if let Err(e) = std::fs::metadata(path) {
         return is_dead_errno(&e);
     }

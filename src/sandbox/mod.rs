@@ -217,6 +217,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let policy = policy_for(opts, &home)?;
     let bwrap = find_bwrap(opts.bwrap.as_deref(), opts.env.search_path.as_deref())?;
     let st = locate(&home, &opts.dir)?;
+    command_is_visible(
+        Path::new(&opts.command[0]),
+        &st.project,
+        opts.env.search_path.as_deref(),
+    )?;
     let mut guard = MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?;
     if let Some(label) = &opts.turn {
         open_turn(&st, label)?;
@@ -258,6 +263,46 @@ fn locate(home: &Path, dir: &Path) -> Result<StateDir, RunError> {
         )));
     }
     Ok(StateDir::for_project(home, &abs))
+}
+
+/// Refuses a command the sandbox cannot show: one under `/tmp`, which is
+/// a fresh, empty tmpfs inside (only the project is bound into it, at its
+/// own path). `command` is the program as given: a path (checked when
+/// absolute; a relative one is found in the project inside), or a name
+/// looked up in `search_path` (the value of `$PATH`) as `execvp` would.
+///
+/// Errors: [`RunError::Usage`] naming the path and the fix.
+fn command_is_visible(
+    command: &Path,
+    project: &Path,
+    search_path: Option<&std::ffi::OsStr>,
+) -> Result<(), RunError> {
+    use std::os::unix::fs::PermissionsExt;
+    let found = if command.components().count() > 1 || command.is_absolute() {
+        command.is_absolute().then(|| command.to_path_buf())
+    } else {
+        search_path
+            .into_iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join(command))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    };
+    let Some(path) = found else {
+        return Ok(());
+    };
+    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    if real.starts_with("/tmp") && !real.starts_with(project) {
+        return Err(RunError::Usage(format!(
+            "the command {} lies under /tmp, which is private inside the sandbox (an empty \
+             tmpfs: only the project is bound into it), so it cannot run there; move it outside \
+             /tmp (e.g. under your home or /var/tmp) or into the project",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Closes the open turn and opens one labelled `label`: through the daemon

@@ -158,9 +158,19 @@ pub(super) fn run_unsandboxed(opts: &RunOptions, home: &Path) -> Result<RunOutco
             "--writable has no effect with danger-full-access (everything is writable)".into(),
         ));
     }
+    let mut warnings = Vec::new();
     if let Some(label) = &opts.turn {
         let st = super::locate(home, &opts.dir)?;
-        super::open_turn(&st, label)?;
+        let (turn, via) = crate::control::Project::new(st.clone())
+            .turn_via(Some(label), None, true)
+            .map_err(RunError::Turn)?;
+        if via == crate::control::client::Via::Direct {
+            warnings.push(format!(
+                "no opfs daemon serves {}: turn {turn} was opened in its state dir, but the \
+                 command's changes are not recorded (danger-full-access runs outside any mount)",
+                st.project.display()
+            ));
+        }
     }
     let mut cmd = Command::new(&opts.command[0]);
     cmd.args(&opts.command[1..])
@@ -192,6 +202,6 @@ pub(super) fn run_unsandboxed(opts: &RunOptions, home: &Path) -> Result<RunOutco
     .map_err(RunError::io("cannot wait for the command"))?;
     Ok(RunOutcome {
         code: exit_code(status),
-        warnings: Vec::new(),
+        warnings,
     })
 }

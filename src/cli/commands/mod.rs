@@ -32,8 +32,8 @@ pub fn run(
     match cmd {
         Cmd::Mount(a) => mount::run(ctx, a, out).map(|()| 0),
         Cmd::Umount(a) => umount::run(ctx, a, out).map(|()| 0),
-        Cmd::Status => status::run(ctx, out).map(|()| 0),
-        Cmd::Turn(a) => turn::run(ctx, a, out).map(|()| 0),
+        Cmd::Status => status::run(ctx, out, err).map(|()| 0),
+        Cmd::Turn(a) => turn::run(ctx, a, out, err).map(|()| 0),
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
         Cmd::Log => log::run(ctx, out).map(|()| 0),

@@ -1,8 +1,14 @@
 //! `opfs rewind`: without N, list the rewind points; with N (or `--id`),
 //! restore the start of turn N. Paths left unrestored exit 3.
+//!
+//! With no daemon serving the project both still work (a rewind runs
+//! directly on the project under the state lock), and a warning on stderr
+//! says so: changes made while unmounted were not recorded. `--json` adds
+//! `"mounted": false` to the rewind object then.
 
 use std::io::Write;
 
+use opfs::control::client::Via;
 use opfs::paths;
 use opfs::record::Turn;
 use opfs::rewind::RewindReport;
@@ -36,13 +42,25 @@ pub fn run(
     };
     let Some(n) = target else {
         project.commit_pending()?;
+        if !project.served()? {
+            writeln!(err, "opfs: warning: {}", unserved(st))?;
+        }
         return list_rewind_points(ctx, st, a.all, out);
     };
-    let report = project.rewind(n, a.dry_run, a.force)?;
+    let (report, via) = project.rewind_via(n, a.dry_run, a.force)?;
+    if via == Via::Direct {
+        writeln!(
+            err,
+            "opfs: warning: {}; this rewind {} the project directory directly",
+            unserved(st),
+            if a.dry_run { "planned on" } else { "ran on" }
+        )?;
+    }
     if ctx.format.is_json() {
         // Through a `Value`, whose objects keep their keys sorted: the order
         // `--json` has always printed.
-        let value = serde_json::to_value(&report).map_err(failure)?;
+        let mut value = serde_json::to_value(&report).map_err(failure)?;
+        value["mounted"] = serde_json::Value::Bool(via == Via::Daemon);
         writeln!(out, "{value}")?;
     } else {
         print_human(&report, out)?;
@@ -55,6 +73,15 @@ pub fn run(
     } else {
         Err(CommandError::reported(ErrorKind::Conflict))
     }
+}
+
+/// What a command says when no daemon serves the project.
+fn unserved(st: &StateDir) -> String {
+    format!(
+        "no opfs daemon serves {}: changes made to it while unmounted were not recorded \
+         (no turn holds them; mount it to record changes)",
+        st.project.display()
+    )
 }
 
 fn parse_turn(text: &str) -> Result<u64, CommandError> {

@@ -1,23 +1,155 @@
-//! `opfs status`.
+//! `opfs status`: the mount, the open turn and the store size, and what
+//! leaves the project unprotected, said plainly (`docs/cli.md`): no daemon
+//! serving it, a stale mount whose daemon is gone, another daemon (another
+//! state dir) serving it, a rewind a crash interrupted. `--json` adds
+//! `stale_mounts`, `served_elsewhere`, `interrupted_rewind` and `warnings`
+//! to the status object.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use opfs::control::Status;
+use opfs::record::TurnKind;
+use opfs::state::registry;
+use opfs::store::{Index, StateDir};
 
 use crate::cli::error::{failure, CommandError};
 use crate::cli::Ctx;
 
-pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
-    let status = ctx.project()?.status()?;
+/// What `status` adds to the daemon's (or the state dir's) status.
+#[derive(Debug, Default)]
+struct Protection {
+    /// opfs mounts of the project whose daemon is gone.
+    stale_mounts: Vec<PathBuf>,
+    /// Live opfs mounts of the project that this state dir's daemon does
+    /// not serve (another `OPFS_HOME`).
+    served_elsewhere: Vec<PathBuf>,
+    /// An interrupted rewind left in the index: `(rewind turn, to, started)`.
+    interrupted_rewind: Option<(u64, u64, bool)>,
+    /// One line per problem, for people.
+    warnings: Vec<String>,
+}
+
+pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CommandError> {
+    let (st, note) = ctx.project_state_or_former()?;
+    let project = opfs::control::Project::new(st);
+    let status = project.status()?;
+    let p = protection(project.state(), &status);
     if ctx.format.is_json() {
-        writeln!(out, "{}", serde_json::to_string(&status).map_err(failure)?)?;
-        return Ok(());
+        let mut v = serde_json::to_value(&status).map_err(failure)?;
+        v["stale_mounts"] = serde_json::json!(p.stale_mounts);
+        v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
+        v["interrupted_rewind"] = match p.interrupted_rewind {
+            Some((turn, to, started)) => {
+                serde_json::json!({ "turn": turn, "rewound_to": to, "started": started })
+            }
+            None => serde_json::Value::Null,
+        };
+        v["warnings"] = serde_json::json!(p.warnings);
+        writeln!(out, "{v}")?;
+    } else {
+        print_human(&status, &p, out)?;
     }
-    print_human(&status, out)?;
+    if let Some(n) = note {
+        writeln!(err, "opfs: note: {n}")?;
+    }
     Ok(())
 }
 
-fn print_human(s: &Status, out: &mut dyn Write) -> std::io::Result<()> {
+/// What leaves the project unprotected. Read-only: it changes nothing (an
+/// interrupted rewind is finished by the next mount, not here).
+fn protection(st: &StateDir, s: &Status) -> Protection {
+    let mut p = Protection::default();
+    let project = &st.project;
+    let mut stale: Vec<PathBuf> = Vec::new();
+    // The daemon that answered serves its own mount: only the others are
+    // asked whether they live (a busy daemon may keep them waiting).
+    for m in opfs::daemon::mounts_of(project) {
+        if s.mountpoint.as_ref() == Some(&m) {
+            continue;
+        }
+        if opfs::daemon::is_dead_mount(&m) {
+            stale.push(m);
+        } else {
+            p.served_elsewhere.push(m);
+        }
+    }
+    if !s.mounted {
+        // A killed daemon leaves its mountpoint recorded.
+        if let Some(m) = registry::recorded_mountpoint(st) {
+            if opfs::daemon::is_dead_mount(&m) && !stale.contains(&m) {
+                stale.push(m);
+            }
+        }
+    }
+    for m in &stale {
+        p.warnings.push(format!(
+            "stale mount at {m}: its daemon is gone (Transport endpoint is not connected), so \
+             nothing there is served or recorded; run `opfs mount {project} {m}` again (it \
+             cleans up the dead mount and finishes an interrupted rewind), or `fusermount3 -uz {m}`",
+            m = m.display(),
+            project = project.display()
+        ));
+    }
+    p.stale_mounts = stale;
+    for m in &p.served_elsewhere {
+        p.warnings.push(format!(
+            "{} is served by another opfs daemon at {}, with another state dir (another \
+             OPFS_HOME): this state dir records none of the changes made there",
+            project.display(),
+            m.display()
+        ));
+    }
+    if !s.mounted && p.served_elsewhere.is_empty() {
+        p.warnings.push(format!(
+            "no opfs daemon serves {}: changes to it are not recorded; mount it \
+             (`opfs mount {} MOUNTPOINT`) and work in the mountpoint",
+            project.display(),
+            project.display()
+        ));
+    }
+    if !s.mounted {
+        p.interrupted_rewind = interrupted_rewind(st);
+        if let Some((turn, to, started)) = p.interrupted_rewind {
+            p.warnings.push(if started {
+                format!(
+                    "a rewind to turn {to} (turn {turn}) was interrupted: the project may be \
+                     half restored; `opfs mount` finishes it before serving (so does the next \
+                     `opfs rewind` run while unmounted)"
+                )
+            } else {
+                format!(
+                    "a rewind to turn {to} (turn {turn}) was interrupted before it changed \
+                     anything; `opfs mount` closes its turn"
+                )
+            });
+        }
+    }
+    p
+}
+
+/// A rewind a crash interrupted: a restore still marked running, else a
+/// rewind turn left open. A daemon finishes either when it starts, so this
+/// is asked only while unmounted. An index that cannot be read has none
+/// to report (status itself has read it already).
+fn interrupted_rewind(st: &StateDir) -> Option<(u64, u64, bool)> {
+    let ix = Index::open_read_only(&st.index_path()).ok()?;
+    if let Ok(Some((turn, to))) = ix.unfinished_restore() {
+        return Some((turn, to, true));
+    }
+    let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
+    if open.kind == TurnKind::Rewind && open.ended_at.is_none() {
+        let started = ix.restore_started(open.number).unwrap_or(false);
+        // A finished restore whose next turn was not opened yet changed
+        // the project completely: nothing is half done.
+        if !started {
+            return Some((open.number, open.rewound_to.unwrap_or(0), false));
+        }
+    }
+    None
+}
+
+fn print_human(s: &Status, p: &Protection, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "project:    {}", s.project.display())?;
     match &s.mountpoint {
         Some(m) => writeln!(
@@ -26,7 +158,7 @@ fn print_human(s: &Status, out: &mut dyn Write) -> std::io::Result<()> {
             m.display(),
             s.pid.unwrap_or(0)
         )?,
-        None => writeln!(out, "mounted:    no")?,
+        None => writeln!(out, "mounted:    no (nothing is recorded)")?,
     }
     writeln!(out, "open turn:  {}", s.turn)?;
     writeln!(
@@ -41,6 +173,9 @@ fn print_human(s: &Status, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "warning:    the project directory was deleted while mounted; changes through the mount fail and rewinds are refused (unmount it)"
         )?;
+    }
+    for w in &p.warnings {
+        writeln!(out, "warning:    {w}")?;
     }
     if let Some(r) = &s.recovered {
         writeln!(out, "recovered:  {r}")?;

@@ -1,17 +1,63 @@
-//! `opfs turn [--label L] [--id ID]`.
+//! `opfs turn [--label L] [--id ID] [--allow-unmounted]`: refused (exit 1)
+//! when no daemon serves the project, unless `--allow-unmounted`; then the
+//! turn is opened in the state dir and a note on stderr says that nothing
+//! is recorded until the project is mounted.
 
 use std::io::Write;
+
+use std::path::{Path, PathBuf};
+
+use opfs::control::client::{ClientError, Via};
 
 use crate::cli::args::TurnArgs;
 use crate::cli::error::CommandError;
 use crate::cli::Ctx;
 
-pub fn run(ctx: &Ctx, a: &TurnArgs, out: &mut dyn Write) -> Result<(), CommandError> {
-    let turn = ctx.project()?.turn(a.label.as_deref(), a.id.as_deref())?;
+pub fn run(
+    ctx: &Ctx,
+    a: &TurnArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let project = ctx.project()?;
+    let (turn, via) = project
+        .turn_via(a.label.as_deref(), a.id.as_deref(), a.allow_unmounted)
+        .map_err(|e| match e {
+            ClientError::NotServed(ref p) => match stale_mount(p) {
+                Some(m) => CommandError::failure(format!(
+                    "{e}; its mount at {m} is stale (the daemon is gone): `opfs mount {} {m}` \
+                     serves it again",
+                    p.display(),
+                    m = m.display()
+                )),
+                None => CommandError::from(e),
+            },
+            e => CommandError::from(e),
+        })?;
+    let mounted = via == Via::Daemon;
     if ctx.format.is_json() {
-        writeln!(out, "{}", serde_json::json!({ "turn": turn }))?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "turn": turn, "mounted": mounted })
+        )?;
     } else {
         writeln!(out, "{turn}")?;
     }
+    if !mounted {
+        writeln!(
+            err,
+            "opfs: warning: no opfs daemon serves {}: turn {turn} was opened in its state dir, \
+             but changes to the project are not recorded until it is mounted",
+            project.state().project.display()
+        )?;
+    }
     Ok(())
+}
+
+/// A stale opfs mount of `project` (its daemon gone), if there is one.
+fn stale_mount(project: &Path) -> Option<PathBuf> {
+    opfs::daemon::mounts_of(project)
+        .into_iter()
+        .find(|m| opfs::daemon::is_dead_mount(m))
 }
