@@ -106,7 +106,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("daemon", &["control", "@below"]),
     (
         "sandbox",
-        &["daemon", "control", "state", "store", "record", "paths"],
+        &[
+            "daemon", "control", "worktree", "state", "store", "record", "paths",
+        ],
     ),
 ];
 

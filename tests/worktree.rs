@@ -379,3 +379,55 @@ fn the_worktree_guide_example_runs() {
     );
     assert!(run.stdout.contains("example passed"), "{run}");
 }
+
+#[test]
+fn opfs_run_over_a_worktree_shows_it_at_the_project_path() {
+    if which("bwrap").is_none() {
+        panic!("bubblewrap (bwrap) is needed for opfs run; scripts/setup installs it");
+    }
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a0\n").expect("write");
+    f.mount();
+    let w = create(&f, "sb", &[]);
+    let project = f.project.to_str().expect("utf8").to_string();
+    let run = f.opfs(&[
+        "-C",
+        &project,
+        "run",
+        "--worktree",
+        "sb",
+        "--turn",
+        "in the sandbox",
+        "--",
+        "sh",
+        "-c",
+        &format!("cat {project}/a && echo changed > {project}/a && echo new > {project}/b"),
+    ]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(run.stdout, "a0\n");
+    assert_eq!(
+        read(&w.join("a")),
+        "changed\n",
+        "the worktree took the change"
+    );
+    assert_eq!(read(&w.join("b")), "new\n");
+    assert_eq!(read(&f.p("a")), "a0\n", "the project did not");
+    assert!(!f.p("b").exists());
+    // --turn opened a turn in the worktree's own history.
+    let points = f
+        .opfs(&["-C", w.to_str().expect("utf8"), "rewind", "--json"])
+        .ok()
+        .json();
+    let labels: Vec<String> = points
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|p| p["label"].as_str().map(String::from))
+        .collect();
+    assert!(labels.iter().any(|l| l == "in the sandbox"), "{points:#}");
+    let r = wt(&f, &["list", "--json"]).ok().json();
+    assert_eq!(r[0]["mounted"], true, "left mounted: {r:#}");
+    let bad = f.opfs(&["-C", &project, "run", "--worktree", "nope", "--", "true"]);
+    assert_eq!(bad.code, Some(2), "{bad}");
+    discard_all(&f);
+}

@@ -216,6 +216,9 @@ pub struct RunArgs {
     /// Open a turn with this label before the command starts.
     #[arg(long, value_name = "LABEL")]
     pub turn: Option<String>,
+    /// Run over worktree NAME of the project (seen at the project's path).
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
     /// The command and its arguments.
     #[arg(
         required = true,

@@ -112,6 +112,10 @@ pub enum RunError {
     /// mounted to bind.
     #[error("cannot mount the project: {} is locked by another opfs command but not mounted; try again", .0.display())]
     LockedUnmounted(PathBuf),
+    /// `--worktree`: the worktree does not exist or cannot be mounted; the
+    /// command was not run.
+    #[error("{0}")]
+    Worktree(crate::daemon::worktree::WorktreeCmdError),
     /// `--turn` could not open a turn; the command was not run.
     #[error("cannot open a turn: {0}")]
     Turn(ClientError),
@@ -153,8 +157,13 @@ pub struct RunOptions {
     pub net: bool,
     /// `--writable` directories.
     pub writable: Vec<PathBuf>,
-    /// `--turn`: open a turn with this label before the command starts.
+    /// `--turn`: open a turn with this label before the command starts
+    /// (in the worktree's own history with `worktree`).
     pub turn: Option<String>,
+    /// `--worktree NAME`: run over this worktree of the project instead of
+    /// the project (mounted first if it is not; left mounted), seen inside
+    /// at the project's own path.
+    pub worktree: Option<String>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
     /// Defaults from the configuration file.
@@ -211,6 +220,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         ));
     }
     let home = state::absolute(&opts.home);
+    if opts.mode == Mode::DangerFullAccess && opts.worktree.is_some() {
+        return Err(RunError::Usage(
+            "--worktree needs a sandbox (it shows the worktree at the project's path);              without one, run the command in the worktree's path itself              (`opfs worktree path NAME`)"
+                .into(),
+        ));
+    }
     if opts.mode == Mode::DangerFullAccess {
         return process::run_unsandboxed(opts, &home);
     }
@@ -222,9 +237,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         &st.project,
         opts.env.search_path.as_deref(),
     )?;
-    let mut guard = MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?;
+    let (mut guard, history) = match &opts.worktree {
+        None => (
+            MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?,
+            st.clone(),
+        ),
+        Some(name) => MountGuard::worktree(&st, &home, name, &opts.daemon, opts.verbose)?,
+    };
     if let Some(label) = &opts.turn {
-        open_turn(&st, label)?;
+        open_turn(&history, label)?;
     }
     let layout = Layout {
         project: st.project.clone(),

@@ -52,6 +52,35 @@ impl MountGuard {
         })
     }
 
+    /// The mount of worktree `name` of `st`'s project, mounted first if it
+    /// is not (and left mounted afterwards: a worktree outlives the run);
+    /// with the worktree's own state dir, where `--turn` opens its turn.
+    pub(super) fn worktree(
+        st: &StateDir,
+        home: &std::path::Path,
+        name: &str,
+        opts: &DaemonOptions,
+        verbose: u8,
+    ) -> Result<(MountGuard, StateDir), RunError> {
+        use crate::daemon::worktree as wt_cmd;
+        let wt = crate::worktree::Worktree::of(st, name);
+        let meta = wt
+            .meta()
+            .map_err(|e| RunError::Worktree(wt_cmd::WorktreeCmdError::Worktree(e)))?;
+        if !wt_cmd::is_mounted(home, &wt, &meta) {
+            wt_cmd::mount(home, st, name, opts, verbose).map_err(RunError::Worktree)?;
+        }
+        let state = wt.state(home);
+        Ok((
+            MountGuard {
+                state: state.clone(),
+                mountpoint: meta.mountpoint,
+                owned: false,
+            },
+            state,
+        ))
+    }
+
     /// Unmounts a mount this run made and removes its mountpoint.
     pub(super) fn finish(&mut self) -> Result<(), String> {
         if !self.owned {

@@ -24,6 +24,7 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         net: a.net,
         writable: a.writable.iter().map(|w| state::absolute(w)).collect(),
         turn: a.turn.clone(),
+        worktree: a.worktree.clone(),
         command: a.command.clone(),
         config: config.sandbox,
         bwrap: ctx.env.bwrap.clone(),
@@ -43,6 +44,7 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
             Ok(outcome.code)
         }
         Err(e @ RunError::Usage(_)) => Err(CommandError::usage(e.to_string())),
+        Err(RunError::Worktree(e)) if e.is_usage() => Err(CommandError::usage(e.to_string())),
         Err(e) => Err(failure(e)),
     }
 }
