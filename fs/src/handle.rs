@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Epoch of a handle that was not opened for writing: never equal to a real
 /// epoch, so a write through it (which the kernel should not send) is
@@ -30,6 +30,13 @@ pub(crate) struct Handle {
     /// Opened for writing (a real epoch at open): the kernel may write
     /// mmap-dirtied pages back through it.
     pub(crate) writable: bool,
+    /// `fd` was opened with `O_DIRECT` (the caller's open asked for it).
+    pub(crate) direct: bool,
+    /// The same open with `O_DIRECT` flipped, made on the first read or
+    /// write whose mode differs from the open's (a page-cache writeback
+    /// through a direct handle, or `fcntl(F_SETFL)` on the caller's file);
+    /// see the crate README, "Direct I/O".
+    pub(crate) flipped: OnceLock<OwnedFd>,
 }
 
 impl Handle {
@@ -42,7 +49,15 @@ impl Handle {
             dir_lock: Mutex::new(()),
             dirty: AtomicBool::new(epoch != NO_EPOCH),
             writable: epoch != NO_EPOCH,
+            direct: false,
+            flipped: OnceLock::new(),
         }
+    }
+
+    /// The handle, noting whether its fd was opened with `O_DIRECT`.
+    pub(crate) fn with_direct(mut self, direct: bool) -> Handle {
+        self.direct = direct;
+        self
     }
 
     /// A handle opened as ranged (see `MutationHook::range_min`).

@@ -6,6 +6,13 @@
 //! so a write costs one atomic compare unless a turn boundary passed; a
 //! ranged handle reports the bytes each write may change instead (see the
 //! crate README, "Epochs" and "Ranged handles").
+//!
+//! Direct I/O: an open with `O_DIRECT` opens the backing file with it, and
+//! a read or write the caller makes as direct goes through an aligned
+//! bounce buffer to that fd, so the backing filesystem decides what is
+//! aligned enough; a request of the other mode (a page-cache writeback, a
+//! flag flipped with `fcntl(F_SETFL)`) uses a second open of the file with
+//! `O_DIRECT` flipped (crate README, "Direct I/O").
 
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -74,6 +81,7 @@ impl State {
         // itself, so O_NOFOLLOW has nothing left to do, and creation flags
         // belong to `create`.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let direct = flags & libc::O_DIRECT != 0;
         let handle = if !writes(flags) {
             Handle::new(
                 sys::reopen(node.fd.as_fd(), flags).map_err(errno)?,
@@ -95,7 +103,8 @@ impl State {
                 let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
                 Handle::new(fd, ino, epoch)
             }
-        };
+        }
+        .with_direct(direct);
         let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
         Ok(Opened {
             fh: self.handles.insert(handle),
@@ -159,15 +168,18 @@ impl State {
             };
             drop(_gate);
             let a = self.lookup_entry(parent, name)?;
-            let fh = self.handles.insert(Handle::new(
-                fd,
-                a.ino.0,
-                if writes(flags) || existing.is_none() {
-                    epoch
-                } else {
-                    NO_EPOCH
-                },
-            ));
+            let fh = self.handles.insert(
+                Handle::new(
+                    fd,
+                    a.ino.0,
+                    if writes(flags) || existing.is_none() {
+                        epoch
+                    } else {
+                        NO_EPOCH
+                    },
+                )
+                .with_direct(flags & libc::O_DIRECT != 0),
+            );
             return Ok(Created {
                 attr: a,
                 ttl: self.entry_ttl,
@@ -177,11 +189,45 @@ impl State {
         Err(Errno::EAGAIN)
     }
 
-    /// `read`: at most `size` bytes of handle `fh` at `offset`.
-    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
+    /// The fd of `h` for a read or write that is `direct` (`O_DIRECT`) or
+    /// not: the handle's own fd when its open was made the same way, else
+    /// the handle's second open with `O_DIRECT` flipped, made now if it is
+    /// the first such request. Fails as the reopen does (`EINVAL` where the
+    /// backing filesystem has no direct I/O).
+    fn io_fd<'h>(&self, h: &'h Handle, direct: bool) -> Res<BorrowedFd<'h>> {
+        if direct == h.direct {
+            return Ok(h.fd.as_fd());
+        }
+        if let Some(fd) = h.flipped.get() {
+            return Ok(fd.as_fd());
+        }
+        let flags = sys::status_flags(h.fd.as_fd()).map_err(errno)? ^ libc::O_DIRECT;
+        let fd = sys::reopen(
+            h.fd.as_fd(),
+            flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
+        )
+        .map_err(errno)?;
+        // Two requests may race to make it: the loser's fd is dropped.
+        let _ = h.flipped.set(fd);
+        h.flipped.get().map(AsFd::as_fd).ok_or(Errno::EIO)
+    }
+
+    /// `read`: at most `size` bytes of handle `fh` at `offset`; `direct`
+    /// when the caller's file is `O_DIRECT` now.
+    pub(super) fn read(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        direct: bool,
+    ) -> Res<Vec<u8>> {
         let h = self.handle(fh)?;
+        let fd = self.io_fd(&h, direct)?;
+        if direct {
+            return sys::pread_aligned(fd, size as usize, offset).map_err(errno);
+        }
         let mut buf = vec![0u8; size as usize];
-        let n = sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?;
+        let n = sys::pread(fd, &mut buf, offset).map_err(errno)?;
         buf.truncate(n);
         Ok(buf)
     }
@@ -201,11 +247,25 @@ impl State {
     }
 
     /// `write` of `data` at `offset` through handle `fh`; the bytes written.
-    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+    /// `direct`: the caller's file is `O_DIRECT` now and the write is its
+    /// own, not a page-cache writeback. A direct write is captured as any
+    /// other, before it reaches the backing file.
+    pub(super) fn write(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        direct: bool,
+    ) -> Res<usize> {
         let h = self.handle(fh)?;
+        let fd = self.io_fd(&h, direct)?;
         let _gate = self.gate.read();
         self.write_check(&h, offset, data.len() as u64)?;
-        sys::pwrite(h.fd.as_fd(), data, offset).map_err(errno)
+        if direct {
+            sys::pwrite_aligned(fd, data, offset).map_err(errno)
+        } else {
+            sys::pwrite(fd, data, offset).map_err(errno)
+        }
     }
 
     /// `flush` (each close(2) of the handle `fh`).

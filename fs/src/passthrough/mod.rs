@@ -216,12 +216,15 @@ impl Filesystem for Passthrough {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        trace!("read {ino:?} {offset} {size}");
-        self.state.read(fh, offset, size).answer(reply);
+        trace!("read {ino:?} {offset} {size} {:#x}", flags.0);
+        // `flags` are the caller's file flags now (an `fcntl(F_SETFL)`
+        // included): direct I/O is decided per request.
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        self.state.read(fh, offset, size, direct).answer(reply);
     }
 
     fn write(
@@ -231,13 +234,21 @@ impl Filesystem for Passthrough {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        write_flags: WriteFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        trace!("write {ino:?} {offset} {}", data.len());
-        self.state.write(fh, offset, data).answer(reply);
+        trace!(
+            "write {ino:?} {offset} {} {write_flags:?} {:#x}",
+            data.len(),
+            flags.0
+        );
+        // A page-cache writeback (of a shared mapping) is never direct,
+        // whichever handle the kernel sends it through.
+        let direct =
+            flags.0 & libc::O_DIRECT != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        self.state.write(fh, offset, data, direct).answer(reply);
     }
 
     fn flush(

@@ -1,5 +1,6 @@
 //! I/O on real (non-`O_PATH`) fds: read, write, sync, allocate, seek,
-//! copy, truncate, statvfs.
+//! copy, truncate, statvfs, and reads and writes through an aligned bounce
+//! buffer for fds opened with `O_DIRECT`.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -25,6 +26,49 @@ pub(crate) fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<
     let offset = libc::off_t::try_from(offset).map_err(|_| os(libc::EFBIG))?;
     // SAFETY: valid fd and buffer.
     cvt_size(unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), offset) })
+}
+
+/// Alignment of the bounce buffers of [`pread_aligned`] and
+/// [`pwrite_aligned`], in bytes: a page, which covers the memory alignment
+/// `O_DIRECT` asks for on every block device (its logical block size, at
+/// most a page).
+pub(crate) const DIRECT_ALIGN: usize = 4096;
+
+/// Where the first [`DIRECT_ALIGN`]-aligned byte of `buf`'s allocation is.
+fn aligned_start(buf: &[u8]) -> usize {
+    (DIRECT_ALIGN - (buf.as_ptr() as usize) % DIRECT_ALIGN) % DIRECT_ALIGN
+}
+
+/// `pread` of at most `len` bytes at `offset` into memory aligned to
+/// [`DIRECT_ALIGN`], as an `O_DIRECT` fd needs; the bytes read. The offset
+/// and length are passed on as they are, so a misaligned one fails as the
+/// filesystem decides (`EINVAL` on ext4).
+pub(crate) fn pread_aligned(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len + DIRECT_ALIGN];
+    let start = aligned_start(&buf);
+    let n = pread(fd, &mut buf[start..start + len], offset)?;
+    buf.truncate(start + n);
+    buf.drain(..start);
+    Ok(buf)
+}
+
+/// `pwrite` of `data` at `offset` from a copy aligned to [`DIRECT_ALIGN`],
+/// as an `O_DIRECT` fd needs; the bytes written. The offset and length are
+/// passed on as they are (see [`pread_aligned`]).
+pub(crate) fn pwrite_aligned(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> io::Result<usize> {
+    // The capacity is reserved up front, so the allocation never moves and
+    // the start computed from it stays aligned.
+    let mut buf = Vec::with_capacity(data.len() + DIRECT_ALIGN);
+    let start = aligned_start(&buf);
+    buf.resize(start, 0);
+    buf.extend_from_slice(data);
+    pwrite(fd, &buf[start..], offset)
+}
+
+/// The file status flags and access mode of `fd` (`fcntl(F_GETFL)`).
+pub(crate) fn status_flags(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: valid fd; F_GETFL takes no argument.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
 }
 
 pub(crate) fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> io::Result<()> {
