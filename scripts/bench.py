@@ -142,6 +142,7 @@ class Suite:
             h["home"] = home
             extra = dict(self.variants.get(layer, {}))
             h["bin"] = extra.pop("OPFS_BIN", self.opfs)
+            export = export and extra.pop("OPFS_EXPORT", "1") != "0"
             h["env"] = dict(os.environ, OPFS_HOME=home, **extra)
             cmd = [h["bin"], "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
             sh(cmd, env=h["env"])
@@ -654,7 +655,8 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:K=V,... an extra opfs column mounted with these environment "
                          "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
-                         "mounts with another opfs binary (e.g. the build before a change)")
+                         "mounts with another opfs binary (e.g. the build before a change); "
+                         "OPFS_EXPORT=0 mounts with --no-export")
     ap.add_argument("--label", default="")
     ap.add_argument("--no-fresh-fs", dest="fresh_fs", action="store_false",
                     help="destructive workloads run in a plain subdirectory of --work instead of "

@@ -247,25 +247,31 @@ class Way:
             self.sh(self.git + ["commit", "-q", "--allow-empty", "-m", f"turn {turn}"])
         elif self.way == "stat-scan":
             self.sh([sys.executable, __file__, "--scan", self.backing, self.state, self.side, str(turn)])
-        elif self.way == "opfs":
+        elif self.way.startswith("opfs"):
             self.suite.opfs_cli(self.h, "turn")
 
 
 def session(suite, way, plan_file, plan):
     """Runs the turns in `way.mp`; returns the wall time of each turn."""
-    walls = []
+    walls, steps = [], {}
     mp = way.mp
     for p in plan:
         t0 = time.perf_counter()
-        way.sh(["grep", "-rIl", "--exclude-dir=.git", p["word"], "."], cwd=mp, check=False)
-        way.sh([sys.executable, __file__, "--turn", mp, plan_file, str(p["turn"])])
-        way.sh(["sed", "-i", "s/e/E/", p["sed"]], cwd=mp)
-        way.sh(["mv", p["mv"][0], p["mv"][1]], cwd=mp)
-        way.sh(["git", "status"], cwd=mp)
-        way.sh(["git", "--no-pager", "diff", "--stat"], cwd=mp)
-        way.checkpoint(p["turn"])
+        for step, fn in (
+                ("grep", lambda: way.sh(["grep", "-rIl", "--exclude-dir=.git", p["word"], "."],
+                                        cwd=mp, check=False)),
+                ("read+edit+create+delete", lambda: way.sh(
+                    [sys.executable, __file__, "--turn", mp, plan_file, str(p["turn"])])),
+                ("sed -i", lambda: way.sh(["sed", "-i", "s/e/E/", p["sed"]], cwd=mp)),
+                ("mv", lambda: way.sh(["mv", p["mv"][0], p["mv"][1]], cwd=mp)),
+                ("git status", lambda: way.sh(["git", "status"], cwd=mp)),
+                ("git diff --stat", lambda: way.sh(["git", "--no-pager", "diff", "--stat"], cwd=mp)),
+                ("checkpoint", lambda: way.checkpoint(p["turn"]))):
+            s0 = time.perf_counter()
+            fn()
+            steps[step] = steps.get(step, 0.0) + time.perf_counter() - s0
         walls.append(time.perf_counter() - t0)
-    return walls
+    return walls, {k: round(v, 4) for k, v in steps.items()}
 
 
 def w11_agent(suite, bench):
@@ -274,7 +280,8 @@ def w11_agent(suite, bench):
     global B
     B = bench
     a = suite.args
-    ways = [w for w in WAYS if w in a.agent_ways]
+    # `--variant` columns run as extra opfs ways.
+    ways = [w for w in WAYS if w in a.agent_ways] + list(suite.variants)
     if a.requests:
         import bench_reqs
     res = {}
@@ -289,20 +296,21 @@ def w11_agent(suite, bench):
             for w in ways:
                 backing, fs = suite.fresh_backing()
                 bench.sh(["cp", "-a", tmpl + "/.", backing])
-                mp, h = suite.mount(LAYER.get(w, "plain"), backing, export=True)
+                layer = w if w.startswith("opfs") else LAYER.get(w, "plain")
+                mp, h = suite.mount(layer, backing, export=True)
                 try:
                     way = Way(suite, w, backing, mp, h)
                     pid = h and h["pid"]
                     reqs = bench_reqs.FuseRequests(mp) if a.requests and h else None
                     c0, d0 = bench.children_cpu(), bench.proc_cpu(pid)
                     t0 = time.perf_counter()
-                    walls = session(suite, way, plan_file, plan)
+                    walls, steps = session(suite, way, plan_file, plan)
                     wall = time.perf_counter() - t0
-                    if w == "opfs":
+                    if w.startswith("opfs"):
                         suite.opfs_cli(h, "export")
                     cpu = bench.children_cpu() - c0 + bench.proc_cpu(pid) - d0
                     run = {"wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
-                           "turn_wall_s": [round(x, 4) for x in walls]}
+                           "turn_wall_s": [round(x, 4) for x in walls], "step_wall_s": steps}
                     if reqs:
                         run["requests"] = reqs.stop()
                     runs[w].append(run)
