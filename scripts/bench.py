@@ -31,6 +31,8 @@ import sys
 import tarfile
 import time
 
+import bench_agent
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ["plain", "opfs", "bindfs", "overlay"]
 
@@ -140,6 +142,7 @@ class Suite:
             h["home"] = home
             extra = dict(self.variants.get(layer, {}))
             h["bin"] = extra.pop("OPFS_BIN", self.opfs)
+            export = export and extra.pop("OPFS_EXPORT", "1") != "0"
             h["env"] = dict(os.environ, OPFS_HOME=home, **extra)
             cmd = [h["bin"], "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
             sh(cmd, env=h["env"])
@@ -566,9 +569,10 @@ class Suite:
     # ---- report ---------------------------------------------------------
 
     def table(self):
-        return (self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
-                + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
-                + self.table_89_10())
+        main = any(not wl.startswith(("8", "9", "10", "11")) for wl in self.results)
+        return ((self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
+                 + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
+                 if main else "") + self.table_89_10() + bench_agent.table(self.results))
 
     def table_of(self, key, title):
         lines = [f"**{title}**", ""]
@@ -578,7 +582,7 @@ class Suite:
         lines.append("| workload | " + " | ".join(cols) + " |")
         lines.append("| --- |" + " --- |" * len(cols))
         for wl, by in self.results.items():
-            if wl.startswith(("8", "9", "10")):
+            if wl.startswith(("8", "9", "10", "11")):
                 continue
             cells = []
             for l in cols:
@@ -641,11 +645,18 @@ def main():
     ap.add_argument("--meta-files", type=int)
     ap.add_argument("--large-mib", type=int)
     ap.add_argument("--tree-sizes")
+    ap.add_argument("--agent-files", help="workload 11 tree sizes (default 3000,30000; quick 3000)")
+    ap.add_argument("--agent-turns", type=int, default=6)
+    ap.add_argument("--agent-seed", type=int, default=11)
+    ap.add_argument("--agent-ways", default=",".join(bench_agent.WAYS))
+    ap.add_argument("--requests", action="store_true",
+                    help="workload 11 also counts FUSE requests by opcode (bench_reqs.py)")
     ap.add_argument("--no-export-row", action="store_true")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:K=V,... an extra opfs column mounted with these environment "
                          "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
-                         "mounts with another opfs binary (e.g. the build before a change)")
+                         "mounts with another opfs binary (e.g. the build before a change); "
+                         "OPFS_EXPORT=0 mounts with --no-export")
     ap.add_argument("--label", default="")
     ap.add_argument("--no-fresh-fs", dest="fresh_fs", action="store_false",
                     help="destructive workloads run in a plain subdirectory of --work instead of "
@@ -660,6 +671,8 @@ def main():
     a.meta_files = a.meta_files or (3000 if q else 10000)
     a.large_mib = a.large_mib or (256 if q else 1024)
     a.tree_sizes = [int(x) for x in (a.tree_sizes or ("1000,10000" if q else "1000,10000,100000")).split(",")]
+    a.agent_files = [int(x) for x in (a.agent_files or ("3000" if q else "3000,30000")).split(",")]
+    a.agent_ways = a.agent_ways.split(",")
     a.layers = a.layers.split(",")
     only = set(a.only.split(",")) if a.only else None
     for tool in ["bindfs", "fuse-overlayfs"]:
@@ -670,7 +683,8 @@ def main():
     s = Suite(a)
     t0 = time.time()
     steps = [("1", s.w1_untar), ("2", s.w23_git_grep), ("4", s.w4_build), ("5", s.w5_rm),
-             ("6", s.w6_meta), ("7", s.w7_large), ("8", s.w89_turn_rewind), ("10", s.w10_store)]
+             ("6", s.w6_meta), ("7", s.w7_large), ("8", s.w89_turn_rewind), ("10", s.w10_store),
+             ("11", lambda: bench_agent.w11_agent(s, sys.modules[__name__]))]
     try:
         for key, fn in steps:
             if only and key not in only and not (key == "2" and "3" in only) and not (key == "8" and "9" in only):

@@ -46,11 +46,20 @@ pub(crate) struct Passthrough {
 
 impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // What each flag saves, and the flags tried and left off:
+        // fs/README.md, "Init flags".
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // A symlink's target never changes for one inode; a rewind's
+            // `inval_inode` drops the cached target with the pages.
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            // The kernel drops an inode's cached pages (and cached symlink
+            // target) when a refreshed mtime or size differs: a backstop
+            // for `FOPEN_KEEP_CACHE` and `CACHE_SYMLINKS`.
+            InitFlags::FUSE_AUTO_INVAL_DATA,
         ] {
             if let Err(unsupported) = config.add_capabilities(flag) {
                 log::debug!("kernel lacks {unsupported:?}");
