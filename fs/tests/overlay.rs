@@ -478,3 +478,26 @@ fn write_back_reaches_the_upper_file() {
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(ptr, 7) };
 }
+
+#[test]
+fn long_names() {
+    let long_lower = "l".repeat(252);
+    let short_enough = "s".repeat(251);
+    let mut o = Overlay::new(|l| {
+        fs::write(l.join(&long_lower), b"long").unwrap();
+        fs::write(l.join(&short_enough), b"short").unwrap();
+    });
+    // A 255-byte name made in the upper layer works like anywhere else.
+    let max = "m".repeat(255);
+    fs::write(o.m(&max), b"max").unwrap();
+    fs::rename(o.m(&max), o.m("n".repeat(255))).unwrap();
+    fs::remove_file(o.m("n".repeat(255))).unwrap();
+    // A lower name has room for its whiteout up to 251 bytes.
+    fs::remove_file(o.m(&short_enough)).unwrap();
+    assert_eq!(
+        errno_of(fs::remove_file(o.m(&long_lower))),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(fs::read(o.m(&long_lower)).unwrap(), b"long");
+    o.check_upper();
+}
