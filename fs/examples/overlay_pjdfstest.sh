@@ -5,7 +5,10 @@
 # the plain dir, the overlay's root (new names beside lower ones), and the
 # lower dir `src` through the overlay (copied up at the first create, its
 # lower files showing beside pjdfstest's), then the LINK_MAX check that
-# stands in for link::link_count_max (skipped on FUSE by its own guard).
+# stands in for link::link_count_max (skipped on FUSE by its own guard),
+# then fsx 0.3.2 (the config of scripts/conformance) on a lower file of
+# 777,777 random bytes: copied up at its first open for writing, then
+# FSX_OPS operations [100000] of every kind fsx has (mmap writes included).
 #
 # Usage (as root, /dev/fuse, fusermount3, pjdfstest on PATH):
 #   cargo build -p opfs-fs --example overlay
@@ -20,6 +23,7 @@ mkdir -p -m 755 "$W/lower/src/sub"
 for i in $(seq 1 50); do echo "file $i" >"$W/lower/src/f$i"; done
 echo deep >"$W/lower/src/sub/g"
 ln -s src/f1 "$W/lower/link"
+head -c 777777 /dev/urandom >"$W/lower/fsx.dat"
 lower_state() { (cd "$W/lower" && find . -printf '%p %y %m %s %T@\n' | sort); }
 lower_state >"$W/lower-before.txt"
 cat >"$W/pjdfstest.toml" <<EOT
@@ -61,6 +65,35 @@ perl -e '
     $!{EMLINK} or die "link number $max: $!, expected EMLINK\n";
     print "LINK_MAX     $max links to one file, then EMLINK\n";
 ' "$W/mnt/link-max" "$(getconf LINK_MAX "$W/plain")"
+cat >"$W/fsx.toml" <<EOT
+flen = 1048576
+[opsize]
+max = 131072
+[weights]
+close_open = 2
+read = 10
+write = 10
+mapread = 10
+mapwrite = 10
+invalidate = 1
+truncate = 4
+fsync = 1
+fdatasync = 1
+posix_fallocate = 2
+punch_hole = 2
+sendfile = 2
+posix_fadvise = 1
+copy_file_range = 4
+EOT
+mkdir -p "$W/fsx-artifacts"
+start=$(date +%s)
+if timeout -k 10 1800 fsx -f "$W/fsx.toml" -S 7 -N "${FSX_OPS:-100000}" -P "$W/fsx-artifacts" \
+    "$W/mnt/fsx.dat" >"$W/fsx.log" 2>&1; then
+    echo "fsx          seed 7, ${FSX_OPS:-100000} operations, no miscompare ($(($(date +%s) - start))s)"
+else
+    tail -20 "$W/fsx.log"
+    echo "fsx          FAILED (log $W/fsx.log)"
+fi
 fusermount3 -u "$W/mnt"
 wait $PID || true
 umount "$W/secondary"

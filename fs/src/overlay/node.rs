@@ -368,10 +368,9 @@ impl Nodes {
     }
 
     /// `ino` now has the upper entry `upper` (copied up): it leaves the
-    /// origin index (later lookups of other lower names of the same file
-    /// get a node of their own: the copy-up broke the hard link), and its
-    /// names other than the first are forgotten (they still show the lower
-    /// file, once the kernel looks them up again).
+    /// origin index, so later lookups of other lower names of the same file
+    /// get a node of their own (the copy-up broke the hard link for names
+    /// the kernel had not looked up; the known ones `copy_up` links).
     pub(super) fn set_upper(&self, ino: u64, upper: Upper) {
         let mut table = self.lock();
         let t = &mut *table;
@@ -383,16 +382,21 @@ impl Nodes {
         if node.kind != libc::S_IFDIR {
             node.lower = None;
         }
-        let others: Vec<(u64, Vec<u8>)> = node.names.iter().skip(1).cloned().collect();
         if let Some(origin) = node.origin.take() {
             if t.by_origin.get(&origin) == Some(&ino) {
                 t.by_origin.remove(&origin);
             }
         }
         t.by_upper.insert(key, ino);
-        for (p, n) in others {
-            t.unlink_name(p, &n);
-        }
+    }
+
+    /// The known names of `ino`, the one its path uses first.
+    pub(super) fn names(&self, ino: u64) -> Vec<(u64, Vec<u8>)> {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .map(|n| n.names.clone())
+            .unwrap_or_default()
     }
 
     /// Forgets the lower entry of `ino` and of every cached node below it:

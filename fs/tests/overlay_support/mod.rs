@@ -39,6 +39,8 @@ pub struct Recorder {
     /// What `after` was told: the mutations that reached the upper dir.
     pub done: Mutex<Vec<Seen>>,
     pub bad: Mutex<Vec<String>>,
+    /// When set, every `before` fails with this errno (fail closed).
+    pub fail: Mutex<Option<Errno>>,
     pub epoch: AtomicU64,
     pub range_min: AtomicU64,
 }
@@ -51,6 +53,9 @@ impl Recorder {
 
 impl MutationHook for Recorder {
     fn before(&self, m: &Mutation<'_>) -> Result<(), Errno> {
+        if let Some(errno) = *self.fail.lock().unwrap() {
+            return Err(errno);
+        }
         let seen = match *m {
             Mutation::Content { path } => Seen::Content(path.to_vec()),
             Mutation::Range { path, offset, len } => Seen::Range(path.to_vec(), offset, len),
@@ -168,6 +173,7 @@ impl Overlay {
             seen: Mutex::default(),
             done: Mutex::default(),
             bad: Mutex::default(),
+            fail: Mutex::default(),
             epoch: AtomicU64::new(1),
             range_min: AtomicU64::new(u64::MAX),
         });
