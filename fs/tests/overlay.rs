@@ -589,3 +589,61 @@ fn a_refusing_hook_leaves_the_upper_dir_alone() {
     assert_eq!(fs::read(o.m("d/sub/g")).unwrap(), b"lower d/sub/g");
     o.check_upper();
 }
+
+#[test]
+fn many_cached_nodes_within_a_small_fd_budget() {
+    let opts = opfs_fs::Options {
+        inode_fds: Some(16),
+        ..opfs_fs::Options::default()
+    };
+    let mut o = Overlay::with(opts, |l| {
+        fs::create_dir(l.join("many")).unwrap();
+        for i in 0..200 {
+            fs::write(l.join(format!("many/f{i}")), format!("lower {i}")).unwrap();
+        }
+    });
+    // Keep files open across the budget's closing of node fds.
+    let mut open = Vec::new();
+    for i in 0..200 {
+        let p = o.m(format!("many/f{i}"));
+        let mut f = fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b" +").unwrap();
+        if i % 20 == 0 {
+            open.push(f);
+        }
+    }
+    for i in (0..200).step_by(2) {
+        fs::rename(o.m(format!("many/f{i}")), o.m(format!("many/g{i}"))).unwrap();
+    }
+    for i in (1..200).step_by(4) {
+        fs::remove_file(o.m(format!("many/f{i}"))).unwrap();
+    }
+    for (n, f) in open.iter_mut().enumerate() {
+        // Open files still work after their names moved or went.
+        f.write_all(b"!").unwrap();
+        assert!(f.metadata().unwrap().len() > 0, "file {n}");
+    }
+    drop(open);
+    for i in 0..200 {
+        let name = if i % 2 == 0 {
+            format!("g{i}")
+        } else {
+            format!("f{i}")
+        };
+        let got = fs::read(o.m(format!("many/{name}")));
+        if i % 4 == 1 {
+            assert_eq!(errno_of(got), libc::ENOENT);
+        } else {
+            let want = if i % 20 == 0 {
+                format!("lower {i} +!")
+            } else {
+                format!("lower {i} +")
+            };
+            assert_eq!(String::from_utf8(got.unwrap()).unwrap(), want, "{name}");
+        }
+    }
+    o.check_upper();
+    o.remount();
+    assert_eq!(names(&o.m("many")).len(), 150);
+    o.check_upper();
+}

@@ -141,12 +141,18 @@ fn follows(op: &Op) -> Option<&str> {
     }
 }
 
-fn run(tree: &[Make], ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(tree: &[Make], ops: &[Op], small_budget: bool) -> Result<(), TestCaseError> {
     let refdir = tempfile::tempdir().unwrap();
     let reference = refdir.path().join("ref");
     fs::create_dir(&reference).unwrap();
     build(&reference, tree);
-    let mut o = Overlay::new(|l| build(l, tree));
+    // The smallest fd budget makes the overlay close and reopen node fds
+    // all the time.
+    let opts = opfs_fs::Options {
+        inode_fds: small_budget.then_some(16),
+        ..opfs_fs::Options::default()
+    };
+    let mut o = Overlay::with(opts, |l| build(l, tree));
     prop_assert_eq!(
         manifest(&o.mnt),
         manifest(&reference),
@@ -210,7 +216,11 @@ proptest! {
     })]
 
     #[test]
-    fn overlay_matches_a_plain_directory(tree in lower_tree(), ops in prop::collection::vec(op(), 1..30)) {
-        run(&tree, &ops)?;
+    fn overlay_matches_a_plain_directory(
+        tree in lower_tree(),
+        ops in prop::collection::vec(op(), 1..30),
+        small_budget in any::<bool>(),
+    ) {
+        run(&tree, &ops, small_budget)?;
     }
 }

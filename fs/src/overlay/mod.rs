@@ -61,8 +61,9 @@
 //!   shows its upper inode number. Copying up a lower hard link links the
 //!   copy at the node's other known names; a name the kernel never looked
 //!   up breaks off (as overlayfs without `index`).
-//! - The overlay holds an `O_PATH` fd per cached node that has an upper
-//!   entry and, unlike the passthrough's inode table, no fd budget yet.
+//! - A cached node with an upper entry holds an `O_PATH` fd on it, within
+//!   the passthrough's fd budget ([`crate::Options::inode_fds`]): past it,
+//!   fds of named nodes are closed and reopened by name when needed.
 
 mod cache;
 mod copy_up;
