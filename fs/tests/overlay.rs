@@ -647,3 +647,22 @@ fn many_cached_nodes_within_a_small_fd_budget() {
     assert_eq!(names(&o.m("many")).len(), 150);
     o.check_upper();
 }
+
+#[test]
+fn a_copy_up_cut_short_leaves_nothing_visible() {
+    let mut o = Overlay::new(tree);
+    o.unmount();
+    // What a kill during copy-up leaves: a temporary file in the work dir,
+    // nothing in the upper dir.
+    fs::write(o.work.join("copyup.1.0"), b"half a cop").unwrap();
+    fs::create_dir(o.work.join("stray")).unwrap();
+    o.mount();
+    assert!(names(&o.work).is_empty(), "the mount empties the work dir");
+    assert_eq!(fs::read(o.m("a")).unwrap(), b"lower a");
+    fs::write(o.m("a"), b"now").unwrap();
+    assert!(
+        names(&o.work).is_empty(),
+        "a copy-up leaves nothing in work"
+    );
+    o.check_upper();
+}
