@@ -133,6 +133,25 @@ impl Mount {
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns how many
+/// fds the inode table may keep: [`Options::inode_fds`], or the limit minus
+/// an eighth of it (at least 256).
+fn inode_budget(opts: &Options) -> usize {
+    let nofile = match sys::raise_nofile_limit() {
+        Ok(n) => n,
+        Err(err) => {
+            log::warn!("cannot raise RLIMIT_NOFILE: {err}");
+            1024
+        }
+    };
+    let inode_fds = opts.inode_fds.unwrap_or_else(|| {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX);
+        n.saturating_sub((n / 8).max(256))
+    });
+    log::info!("inode table: at most {inode_fds} fds (RLIMIT_NOFILE {nofile})");
+    inode_fds
+}
+
 /// Serves `backing` at `mountpoint`, calling `hook` before every mutation.
 ///
 /// The mount is established (kernel handshake done) when this returns `Ok`;
@@ -151,18 +170,7 @@ pub fn mount(
     hook: Arc<dyn MutationHook>,
     opts: &Options,
 ) -> io::Result<Mount> {
-    let nofile = match sys::raise_nofile_limit() {
-        Ok(n) => n,
-        Err(err) => {
-            log::warn!("cannot raise RLIMIT_NOFILE: {err}");
-            1024
-        }
-    };
-    let inode_fds = opts.inode_fds.unwrap_or_else(|| {
-        let n = usize::try_from(nofile).unwrap_or(usize::MAX);
-        n.saturating_sub((n / 8).max(256))
-    });
-    log::info!("inode table: at most {inode_fds} fds (RLIMIT_NOFILE {nofile})");
+    let inode_fds = inode_budget(opts);
     let backing_c = CString::new(backing.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
     let root_fd = sys::open_dir(&backing_c)?;
@@ -231,6 +239,9 @@ fn start<FS: fuser::Filesystem + Send + 'static>(
 /// paths (a whiteout `d/.wh.x` invalidates `d/x`, an opaque marker
 /// `d/.wh..wh..opq` every child of `d`).
 ///
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit: cached nodes with an
+/// upper entry hold fds, up to [`Options::inode_fds`].
+///
 /// `upper` and `work` are directories on one filesystem; `work` is scratch
 /// for atomic copy-up, and everything in it is deleted here (leftovers of a
 /// copy-up cut short by a crash). The lower layer's answers must not change
@@ -251,9 +262,7 @@ pub fn mount_overlay(
     hook: Arc<dyn MutationHook>,
     opts: &Options,
 ) -> io::Result<Mount> {
-    if let Err(err) = sys::raise_nofile_limit() {
-        log::warn!("cannot raise RLIMIT_NOFILE: {err}");
-    }
+    let inode_fds = inode_budget(opts);
     let named = |what: &str, path: &Path, err: io::Error| {
         io::Error::new(
             err.kind(),
@@ -297,6 +306,7 @@ pub fn mount_overlay(
         res.map_err(|e| named("work dir leftover", &path, e))?;
     }
     let settings = overlay::Settings {
+        inode_fds,
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
         keep_cache: opts.keep_cache,

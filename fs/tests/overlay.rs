@@ -215,7 +215,7 @@ fn hard_link_of_a_lower_file() {
 }
 
 #[test]
-fn lower_hard_links_share_an_inode_until_copy_up() {
+fn lower_hard_links_share_an_inode_and_known_names_stay_linked() {
     let mut o = Overlay::new(|l| {
         fs::write(l.join("x"), b"linked").unwrap();
         fs::hard_link(l.join("x"), l.join("y")).unwrap();
@@ -226,6 +226,64 @@ fn lower_hard_links_share_an_inode_until_copy_up() {
     );
     assert_eq!(x.ino(), y.ino());
     assert_eq!(x.nlink(), 2);
+    // Both names are known to the kernel: the copy-up links them.
+    fs::write(o.m("x"), b"changed through x").unwrap();
+    assert_eq!(fs::read(o.m("y")).unwrap(), b"changed through x");
+    assert_eq!(fs::metadata(o.m("y")).unwrap().ino(), x.ino());
+    assert_eq!(
+        fs::metadata(o.u("y")).unwrap().ino(),
+        fs::metadata(o.u("x")).unwrap().ino()
+    );
+    o.check_upper();
+    o.remount();
+    assert_eq!(fs::read(o.m("y")).unwrap(), b"changed through x");
+    assert_eq!(fs::metadata(o.m("x")).unwrap().nlink(), 2);
+    o.check_upper();
+}
+
+#[test]
+fn a_lower_hard_link_not_looked_up_breaks_at_copy_up() {
+    let mut o = Overlay::new(|l| {
+        fs::write(l.join("x"), b"linked").unwrap();
+        fs::hard_link(l.join("x"), l.join("y")).unwrap();
+    });
+    fs::write(o.m("x"), b"changed").unwrap();
+    // y was never looked up: it still shows the lower file (as overlayfs
+    // without `index`).
+    assert_eq!(fs::read(o.m("y")).unwrap(), b"linked");
+    o.check_upper();
+}
+
+#[test]
+fn renaming_a_lower_dir_keeps_hard_links_inside_it() {
+    let mut o = Overlay::new(|l| {
+        fs::create_dir(l.join("d")).unwrap();
+        fs::write(l.join("d/p"), b"pq").unwrap();
+        fs::hard_link(l.join("d/p"), l.join("d/q")).unwrap();
+        fs::create_dir(l.join("f")).unwrap();
+        fs::write(l.join("f/p"), b"pq").unwrap();
+        fs::hard_link(l.join("f/p"), l.join("f/q")).unwrap();
+    });
+    // f's names are known to the kernel before the rename, d's are not.
+    assert_eq!(
+        fs::metadata(o.m("f/p")).unwrap().ino(),
+        fs::metadata(o.m("f/q")).unwrap().ino()
+    );
+    fs::rename(o.m("f"), o.m("g")).unwrap();
+    let (p, q) = (
+        fs::metadata(o.u("g/p")).unwrap(),
+        fs::metadata(o.u("g/q")).unwrap(),
+    );
+    assert_eq!((p.ino(), p.nlink()), (q.ino(), 2));
+    fs::rename(o.m("d"), o.m("e")).unwrap();
+    let (p, q) = (
+        fs::metadata(o.u("e/p")).unwrap(),
+        fs::metadata(o.u("e/q")).unwrap(),
+    );
+    assert_eq!(p.ino(), q.ino());
+    assert_eq!(p.nlink(), 2);
+    fs::write(o.m("e/p"), b"both").unwrap();
+    assert_eq!(fs::read(o.m("e/q")).unwrap(), b"both");
     o.check_upper();
 }
 
@@ -477,4 +535,134 @@ fn write_back_reaches_the_upper_file() {
     assert_eq!(fs::read(o.u("a")).unwrap(), b"Lower a");
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(ptr, 7) };
+}
+
+#[test]
+fn long_names() {
+    let long_lower = "l".repeat(252);
+    let short_enough = "s".repeat(251);
+    let mut o = Overlay::new(|l| {
+        fs::write(l.join(&long_lower), b"long").unwrap();
+        fs::write(l.join(&short_enough), b"short").unwrap();
+    });
+    // A 255-byte name made in the upper layer works like anywhere else.
+    let max = "m".repeat(255);
+    fs::write(o.m(&max), b"max").unwrap();
+    fs::rename(o.m(&max), o.m("n".repeat(255))).unwrap();
+    fs::remove_file(o.m("n".repeat(255))).unwrap();
+    // A lower name has room for its whiteout up to 251 bytes.
+    fs::remove_file(o.m(&short_enough)).unwrap();
+    assert_eq!(
+        errno_of(fs::remove_file(o.m(&long_lower))),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(fs::read(o.m(&long_lower)).unwrap(), b"long");
+    o.check_upper();
+}
+
+#[test]
+fn a_refusing_hook_leaves_the_upper_dir_alone() {
+    let mut o = Overlay::new(tree);
+    fs::write(o.m("made"), b"before the refusal").unwrap();
+    o.check_upper();
+    let upper_before = support::manifest(&o.upper);
+    *o.hook.fail.lock().unwrap() = Some(libc::EACCES);
+    assert_eq!(errno_of(fs::write(o.m("d/sub/g"), b"x")), libc::EACCES);
+    assert_eq!(
+        errno_of(fs::OpenOptions::new().append(true).open(o.m("a"))),
+        libc::EACCES
+    );
+    assert_eq!(errno_of(fs::remove_file(o.m("b"))), libc::EACCES);
+    assert_eq!(errno_of(fs::remove_file(o.m("made"))), libc::EACCES);
+    assert_eq!(errno_of(fs::create_dir(o.m("d/new"))), libc::EACCES);
+    assert_eq!(errno_of(fs::rename(o.m("d"), o.m("e"))), libc::EACCES);
+    assert_eq!(
+        errno_of(fs::set_permissions(
+            o.m("a"),
+            fs::Permissions::from_mode(0o600)
+        )),
+        libc::EACCES
+    );
+    assert_eq!(support::manifest(&o.upper), upper_before);
+    *o.hook.fail.lock().unwrap() = None;
+    assert_eq!(names(&o.mnt), ["a", "b", "d", "made"]);
+    assert_eq!(fs::read(o.m("d/sub/g")).unwrap(), b"lower d/sub/g");
+    o.check_upper();
+}
+
+#[test]
+fn many_cached_nodes_within_a_small_fd_budget() {
+    let opts = opfs_fs::Options {
+        inode_fds: Some(16),
+        ..opfs_fs::Options::default()
+    };
+    let mut o = Overlay::with(opts, |l| {
+        fs::create_dir(l.join("many")).unwrap();
+        for i in 0..200 {
+            fs::write(l.join(format!("many/f{i}")), format!("lower {i}")).unwrap();
+        }
+    });
+    // Keep files open across the budget's closing of node fds.
+    let mut open = Vec::new();
+    for i in 0..200 {
+        let p = o.m(format!("many/f{i}"));
+        let mut f = fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b" +").unwrap();
+        if i % 20 == 0 {
+            open.push(f);
+        }
+    }
+    for i in (0..200).step_by(2) {
+        fs::rename(o.m(format!("many/f{i}")), o.m(format!("many/g{i}"))).unwrap();
+    }
+    for i in (1..200).step_by(4) {
+        fs::remove_file(o.m(format!("many/f{i}"))).unwrap();
+    }
+    for (n, f) in open.iter_mut().enumerate() {
+        // Open files still work after their names moved or went.
+        f.write_all(b"!").unwrap();
+        assert!(f.metadata().unwrap().len() > 0, "file {n}");
+    }
+    drop(open);
+    for i in 0..200 {
+        let name = if i % 2 == 0 {
+            format!("g{i}")
+        } else {
+            format!("f{i}")
+        };
+        let got = fs::read(o.m(format!("many/{name}")));
+        if i % 4 == 1 {
+            assert_eq!(errno_of(got), libc::ENOENT);
+        } else {
+            let want = if i % 20 == 0 {
+                format!("lower {i} +!")
+            } else {
+                format!("lower {i} +")
+            };
+            assert_eq!(String::from_utf8(got.unwrap()).unwrap(), want, "{name}");
+        }
+    }
+    o.check_upper();
+    o.remount();
+    assert_eq!(names(&o.m("many")).len(), 150);
+    o.check_upper();
+}
+
+#[test]
+fn a_copy_up_cut_short_leaves_nothing_visible() {
+    let mut o = Overlay::new(tree);
+    o.unmount();
+    // What a kill during copy-up leaves: a temporary file in the work dir,
+    // nothing in the upper dir.
+    fs::write(o.work.join("copyup.1.0"), b"half a cop").unwrap();
+    fs::create_dir(o.work.join("stray")).unwrap();
+    o.mount();
+    assert!(names(&o.work).is_empty(), "the mount empties the work dir");
+    assert_eq!(fs::read(o.m("a")).unwrap(), b"lower a");
+    fs::write(o.m("a"), b"now").unwrap();
+    assert!(
+        names(&o.work).is_empty(),
+        "a copy-up leaves nothing in work"
+    );
+    o.check_upper();
 }

@@ -28,6 +28,7 @@
 mod fds;
 mod table;
 
+pub(crate) use fds::MIN_FD_BUDGET;
 pub(crate) use table::{InodeKey, Inodes, Names, NodeRef, Stamp};
 
 /// FUSE inode number of the root.

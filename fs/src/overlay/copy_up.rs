@@ -16,6 +16,7 @@
 //!
 //! [`Lower::read_at`]: super::Lower::read_at
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -55,7 +56,50 @@ impl State {
         let up = self.copy_entry(parent_fd.as_fd(), &parent_path, &name, &lower, limit)?;
         let fd = Arc::clone(&up.fd);
         self.nodes.set_upper(ino, up);
+        // The other names the kernel knows for a lower hard link become
+        // links of the copy, so they stay one file.
+        for (p, n) in self.nodes.names(ino).into_iter().skip(1) {
+            if let Err(e) = self.link_known_name(fd.as_fd(), p, &n) {
+                log::debug!("copy-up: name {n:?} of inode {ino} not linked: {e:?}");
+                self.nodes.unlink_if(p, &n, ino);
+            }
+        }
         Ok(fd)
+    }
+
+    /// Links the upper file `fd` at `parent/name` (another lower name of
+    /// the same file), reporting `Create`.
+    fn link_known_name(&self, fd: BorrowedFd<'_>, parent: u64, name: &[u8]) -> Res<()> {
+        if reserved(name) {
+            return Err(Errno::EROFS);
+        }
+        let dir = self.copy_up(parent, None)?;
+        let path = self.child_path(parent, name)?;
+        self.link_at(fd, dir.as_fd(), &path, name).map(|_| ())
+    }
+
+    /// Links the upper file `fd` as `name` (at `path`) in the upper
+    /// directory `dir`, reporting `Create`.
+    fn link_at(
+        &self,
+        fd: BorrowedFd<'_>,
+        dir: BorrowedFd<'_>,
+        path: &[u8],
+        name: &[u8],
+    ) -> Res<Upper> {
+        if whiteout::has(dir, name)? {
+            return Err(Errno::EEXIST);
+        }
+        let cname = sys::cname(name).map_err(errno)?;
+        self.before(Mutation::Create { path })?;
+        sys::link_fd(fd, dir, &cname).map_err(errno)?;
+        let made = sys::open_path(dir, &cname).map_err(errno)?;
+        let st = sys::fstat(made.as_fd()).map_err(errno)?;
+        self.after(Mutation::Create { path }, Some(&st));
+        Ok(Upper {
+            fd: Arc::new(made),
+            key: InodeKey::of(&st),
+        })
     }
 
     /// Copies up `ino` and, for a directory, everything below it that
@@ -69,30 +113,49 @@ impl State {
             return Ok(());
         }
         let path = self.path(ino)?;
-        self.copy_children(fd.as_fd(), &path, Some(ino))
+        let mut links = HashMap::new();
+        self.copy_children(fd.as_fd(), &path, Some(ino), &mut links)
     }
 
     /// Copies up every lower entry below the merged directory `dir` at
-    /// `path` (cached as node `cached`, if it is).
-    fn copy_children(&self, dir: BorrowedFd<'_>, path: &[u8], cached: Option<u64>) -> Res<()> {
+    /// `path` (cached as node `cached`, if it is). A cached entry is copied
+    /// up as its node (with the node's other known names); lower hard links
+    /// met in the subtree become links of the first copy (`links`, by
+    /// origin).
+    fn copy_children(
+        &self,
+        dir: BorrowedFd<'_>,
+        path: &[u8],
+        cached: Option<u64>,
+        links: &mut HashMap<u64, Arc<OwnedFd>>,
+    ) -> Res<()> {
         let listing = self.listing(Some(dir), path, true)?;
         for (name, item) in listing.items {
             let cached_child = cached.and_then(|p| self.nodes.child(p, &name));
             let cpath = child(path, &name);
             match item.from {
                 From::Lower => {
+                    let cached_lower = cached_child
+                        .filter(|ci| self.nodes.info(*ci).is_some_and(|n| n.upper.is_none()));
+                    // Linked meanwhile as another known name of a file.
+                    if whiteout::has(dir, &name)? {
+                        continue;
+                    }
                     let Some(la) = self.lower.lookup(path, &name).map_err(errno)? else {
                         continue;
                     };
-                    let up = self.copy_entry(dir, path, &name, &la, None)?;
-                    let fd = Arc::clone(&up.fd);
-                    if let Some(ci) = cached_child {
-                        if self.nodes.info(ci).is_some_and(|n| n.upper.is_none()) {
-                            self.nodes.set_upper(ci, up);
+                    let fd = match (cached_lower, links.get(&la.origin)) {
+                        (Some(ci), _) => self.copy_up(ci, None)?,
+                        (None, Some(first)) if la.kind != Kind::Dir => {
+                            let first = Arc::clone(first);
+                            self.link_at(first.as_fd(), dir, &cpath, &name)?.fd
                         }
-                    }
+                        _ => self.copy_entry(dir, path, &name, &la, None)?.fd,
+                    };
                     if la.kind == Kind::Dir {
-                        self.copy_children(fd.as_fd(), &cpath, cached_child)?;
+                        self.copy_children(fd.as_fd(), &cpath, cached_child, links)?;
+                    } else if la.nlink > 1 {
+                        links.entry(la.origin).or_insert(fd);
                     }
                 }
                 From::Upper(_) if item.kind == fuser::FileType::Directory => {
@@ -108,7 +171,7 @@ impl State {
                         let cname = sys::cname(&name).map_err(errno)?;
                         let fd = sys::open_path(dir, &cname).map_err(errno)?;
                         if !whiteout::opaque(fd.as_fd())? {
-                            self.copy_children(fd.as_fd(), &cpath, cached_child)?;
+                            self.copy_children(fd.as_fd(), &cpath, cached_child, links)?;
                         }
                     }
                 }

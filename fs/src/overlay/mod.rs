@@ -58,11 +58,12 @@
 //!   redirect scheme is a later optimisation) and white out the old name.
 //! - *Inode numbers*: a node keeps its FUSE number and `st_ino` across
 //!   copy-up for the life of the mount. After a remount a copied-up file
-//!   shows its upper inode number. Copying up one name of a lower hard link
-//!   breaks the link (as overlayfs without `index`): the other names keep
-//!   showing the lower file.
-//! - The overlay holds an `O_PATH` fd per cached node that has an upper
-//!   entry and, unlike the passthrough's inode table, no fd budget yet.
+//!   shows its upper inode number. Copying up a lower hard link links the
+//!   copy at the node's other known names; a name the kernel never looked
+//!   up breaks off (as overlayfs without `index`).
+//! - A cached node with an upper entry holds an `O_PATH` fd on it, within
+//!   the passthrough's fd budget ([`crate::Options::inode_fds`]): past it,
+//!   fds of named nodes are closed and reopened by name when needed.
 
 mod cache;
 mod copy_up;

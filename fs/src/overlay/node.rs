@@ -26,7 +26,10 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::lower::{Attr, Kind};
-use crate::inode::{child, join, InodeKey, Names, Stamp, MAX_DEPTH, ROOT};
+use std::os::fd::AsFd;
+
+use crate::inode::{child, join, InodeKey, Names, Stamp, MAX_DEPTH, MIN_FD_BUDGET, ROOT};
+use crate::sys;
 
 /// First number handed out when an entry's preferred number is taken.
 const SYNTHETIC_BASE: u64 = 1 << 62;
@@ -42,20 +45,27 @@ pub(super) struct Upper {
     pub(super) key: InodeKey,
 }
 
+/// A node's upper entry as the table keeps it: the fd may be closed to
+/// stay within the fd budget, then reopened by name ([`Nodes::info`]).
+struct Slot {
+    fd: Option<Arc<OwnedFd>>,
+    key: InodeKey,
+}
+
 pub(super) struct Node {
     /// Entry replies the kernel got for this node minus what it forgot.
     lookups: u64,
     /// Known names as (parent inode, name), the first used for the path.
     names: Vec<(u64, Vec<u8>)>,
     /// `S_IFMT` bits.
-    pub(super) kind: u32,
+    kind: u32,
     /// The upper entry, once there is one.
-    pub(super) upper: Option<Upper>,
+    upper: Option<Slot>,
     /// The lower entry shown at the node's path (for a lower-only node its
     /// attributes; for a merged directory, the lower directory whose
     /// children show through unless the upper one is opaque). `None` for an
     /// entry that exists only in the upper layer.
-    pub(super) lower: Option<Attr>,
+    lower: Option<Attr>,
     /// The lower origin the node is indexed by while it has no upper entry.
     origin: Option<u64>,
     /// The stamp at the previous open (for `FOPEN_KEEP_CACHE`).
@@ -86,6 +96,10 @@ struct Table {
     by_origin: HashMap<u64, u64>,
     next_ino: u64,
     upper_dev: u64,
+    /// Nodes holding an upper fd now.
+    fds: usize,
+    /// Most upper fds the nodes may hold before some are closed.
+    fd_budget: usize,
 }
 
 /// The node table; every method takes its lock for a short critical
@@ -112,6 +126,31 @@ pub(super) fn kind_mode(kind: Kind) -> u32 {
 }
 
 impl Table {
+    /// Over the budget, closes the upper fds of nodes that can be reopened
+    /// by name (any but the root, `keep` and nodes without a name) until a
+    /// quarter of the budget is free; returns them, to be closed once the
+    /// lock is released.
+    fn trim(&mut self, keep: u64) -> Vec<Arc<OwnedFd>> {
+        let mut closed = Vec::new();
+        if self.fds <= self.fd_budget {
+            return closed;
+        }
+        let target = self.fd_budget - self.fd_budget / 4;
+        for (ino, node) in self.nodes.iter_mut() {
+            if self.fds <= target {
+                break;
+            }
+            if *ino == ROOT || *ino == keep || node.names.is_empty() {
+                continue;
+            }
+            if let Some(fd) = node.upper.as_mut().and_then(|s| s.fd.take()) {
+                closed.push(fd);
+                self.fds -= 1;
+            }
+        }
+        closed
+    }
+
     fn free(&self, ino: u64) -> bool {
         ino > ROOT && !self.nodes.contains_key(&ino)
     }
@@ -188,10 +227,15 @@ impl Table {
 impl Nodes {
     /// A table holding the root (FUSE inode 1) on the upper root `upper`,
     /// over the lower root `lower` (if the lower layer has one).
-    pub(super) fn new(upper: Upper, lower: Option<Attr>) -> Nodes {
+    /// At most about `fd_budget` (at least [`MIN_FD_BUDGET`]) upper fds
+    /// are held; past that, nodes that can be found again by name close
+    /// theirs (the passthrough's scheme, `inode/fds.rs`).
+    pub(super) fn new(upper: Upper, lower: Option<Attr>, fd_budget: usize) -> Nodes {
         let mut table = Table {
             next_ino: SYNTHETIC_BASE,
             upper_dev: upper.key.dev,
+            fds: 1,
+            fd_budget: fd_budget.max(MIN_FD_BUDGET),
             ..Table::default()
         };
         table.by_upper.insert(upper.key, ROOT);
@@ -201,7 +245,10 @@ impl Nodes {
                 lookups: 1,
                 names: Vec::new(),
                 kind: libc::S_IFDIR,
-                upper: Some(upper),
+                upper: Some(Slot {
+                    fd: Some(upper.fd),
+                    key: upper.key,
+                }),
                 lower,
                 origin: None,
                 opened: None,
@@ -237,18 +284,22 @@ impl Nodes {
                         if let Some(node) = t.nodes.get_mut(&ino) {
                             node.lookups += 1;
                             node.lower = lower;
+                            if let Some(slot) = node.upper.as_mut().filter(|s| s.fd.is_none()) {
+                                slot.fd = Some(Arc::new(fd));
+                                t.fds += 1;
+                            }
                         }
                         ino
                     }
                     None => {
                         let ino = t.fresh_upper(key);
-                        let upper = Upper {
-                            fd: Arc::new(fd),
+                        let slot = Slot {
+                            fd: Some(Arc::new(fd)),
                             key,
                         };
-                        t.nodes
-                            .insert(ino, new_node(kind, Some(upper), lower, None));
+                        t.nodes.insert(ino, new_node(kind, Some(slot), lower, None));
                         t.by_upper.insert(key, ino);
+                        t.fds += 1;
                         ino
                     }
                 }
@@ -280,6 +331,9 @@ impl Nodes {
             }
         };
         t.link_name(ino, parent, name);
+        let closed = t.trim(ino);
+        drop(table);
+        drop(closed);
         Some(ino)
     }
 
@@ -298,6 +352,9 @@ impl Nodes {
         }
         if let Some(node) = table.nodes.remove(&ino) {
             if let Some(up) = &node.upper {
+                if up.fd.is_some() {
+                    table.fds -= 1;
+                }
                 if table.by_upper.get(&up.key) == Some(&ino) {
                     table.by_upper.remove(&up.key);
                 }
@@ -315,15 +372,68 @@ impl Nodes {
         }
     }
 
-    /// What operations need of `ino`; `None` if the table lacks it.
+    /// What operations need of `ino`; `None` if the table lacks it, or
+    /// if its upper fd was closed for the budget and its first name no
+    /// longer leads to the same upper inode (the caller answers `ESTALE`).
+    /// A closed fd is reopened from the parent's and the first name.
     pub(super) fn info(&self, ino: u64) -> Option<NodeInfo> {
-        let table = self.lock();
-        let n = table.nodes.get(&ino)?;
-        Some(NodeInfo {
+        self.info_at(ino, 0)
+    }
+
+    fn info_at(&self, ino: u64, depth: usize) -> Option<NodeInfo> {
+        let (parent, name, key) = {
+            let table = self.lock();
+            let n = table.nodes.get(&ino)?;
+            let info = |upper| NodeInfo {
+                kind: n.kind,
+                upper,
+                lower: n.lower.clone(),
+            };
+            match &n.upper {
+                None => return Some(info(None)),
+                Some(Slot { fd: Some(fd), key }) => {
+                    return Some(info(Some(Upper {
+                        fd: Arc::clone(fd),
+                        key: *key,
+                    })))
+                }
+                Some(Slot { fd: None, key }) => {
+                    let (parent, name) = n.names.first()?.clone();
+                    (parent, name, *key)
+                }
+            }
+        };
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let dir = self.info_at(parent, depth + 1)?.upper?;
+        let fd = sys::open_path(dir.fd.as_fd(), &sys::cname(&name).ok()?).ok()?;
+        let st = sys::fstat(fd.as_fd()).ok()?;
+        if InodeKey::of(&st) != key {
+            return None;
+        }
+        let mut table = self.lock();
+        let t = &mut *table;
+        let n = t.nodes.get_mut(&ino)?;
+        let slot = n.upper.as_mut()?;
+        let fd = match &slot.fd {
+            Some(existing) => Arc::clone(existing),
+            None => {
+                let fd = Arc::new(fd);
+                slot.fd = Some(Arc::clone(&fd));
+                t.fds += 1;
+                fd
+            }
+        };
+        let info = NodeInfo {
             kind: n.kind,
-            upper: n.upper.clone(),
+            upper: Some(Upper { fd, key }),
             lower: n.lower.clone(),
-        })
+        };
+        let closed = t.trim(ino);
+        drop(table);
+        drop(closed);
+        Some(info)
     }
 
     /// The path of `ino` (merged and upper-relative alike; `""` for the
@@ -368,10 +478,9 @@ impl Nodes {
     }
 
     /// `ino` now has the upper entry `upper` (copied up): it leaves the
-    /// origin index (later lookups of other lower names of the same file
-    /// get a node of their own: the copy-up broke the hard link), and its
-    /// names other than the first are forgotten (they still show the lower
-    /// file, once the kernel looks them up again).
+    /// origin index, so later lookups of other lower names of the same file
+    /// get a node of their own (the copy-up broke the hard link for names
+    /// the kernel had not looked up; the known ones `copy_up` links).
     pub(super) fn set_upper(&self, ino: u64, upper: Upper) {
         let mut table = self.lock();
         let t = &mut *table;
@@ -379,20 +488,35 @@ impl Nodes {
             return;
         };
         let key = upper.key;
-        node.upper = Some(upper);
+        let had_fd = node.upper.as_ref().is_some_and(|s| s.fd.is_some());
+        node.upper = Some(Slot {
+            fd: Some(upper.fd),
+            key,
+        });
         if node.kind != libc::S_IFDIR {
             node.lower = None;
         }
-        let others: Vec<(u64, Vec<u8>)> = node.names.iter().skip(1).cloned().collect();
         if let Some(origin) = node.origin.take() {
             if t.by_origin.get(&origin) == Some(&ino) {
                 t.by_origin.remove(&origin);
             }
         }
         t.by_upper.insert(key, ino);
-        for (p, n) in others {
-            t.unlink_name(p, &n);
+        if !had_fd {
+            t.fds += 1;
         }
+        let closed = t.trim(ino);
+        drop(table);
+        drop(closed);
+    }
+
+    /// The known names of `ino`, the one its path uses first.
+    pub(super) fn names(&self, ino: u64) -> Vec<(u64, Vec<u8>)> {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .map(|n| n.names.clone())
+            .unwrap_or_default()
     }
 
     /// Forgets the lower entry of `ino` and of every cached node below it:
@@ -452,7 +576,7 @@ impl Nodes {
     }
 }
 
-fn new_node(kind: u32, upper: Option<Upper>, lower: Option<Attr>, origin: Option<u64>) -> Node {
+fn new_node(kind: u32, upper: Option<Slot>, lower: Option<Attr>, origin: Option<u64>) -> Node {
     Node {
         lookups: 1,
         names: Vec::new(),

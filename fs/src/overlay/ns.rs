@@ -218,6 +218,11 @@ impl State {
             self.make_reserved(up.as_fd(), &dir_path, &whiteout_name(name))?;
         }
         if let Some((fd, _)) = &found.upper {
+            // An open file keeps working once its name is gone only if its
+            // node holds its fd (it may have been closed for the budget).
+            if let Some(ino) = self.nodes.child(parent, name) {
+                let _ = self.nodes.info(ino);
+            }
             for r in &inner {
                 self.drop_reserved(fd.as_fd(), &path, r)?;
             }

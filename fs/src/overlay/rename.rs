@@ -233,6 +233,12 @@ impl State {
             exchange,
         };
         self.before(mutation)?;
+        if !exchange {
+            // The replaced node keeps its fd (an open file stays usable).
+            if let Some(ino) = self.nodes.child(np, nn) {
+                let _ = self.nodes.info(ino);
+            }
+        }
         let mut bits = 0;
         if exchange {
             bits |= libc::RENAME_EXCHANGE;

@@ -48,6 +48,8 @@ pub(crate) struct State {
 
 /// The settings `mount_overlay` hands to [`State::new`].
 pub(crate) struct Settings {
+    /// Most upper fds the nodes keep open (see `node.rs`).
+    pub(crate) inode_fds: usize,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
     pub(crate) keep_cache: bool,
@@ -91,7 +93,7 @@ impl State {
             key: InodeKey::of(&st),
         };
         Ok(State {
-            nodes: Nodes::new(root, root_lower),
+            nodes: Nodes::new(root, root_lower, settings.inode_fds),
             handles: Handles::default(),
             gate: Arc::default(),
             hook,

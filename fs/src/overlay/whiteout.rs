@@ -14,6 +14,10 @@
 //! that replaces it exists), so a kill at any point never lets a deleted
 //! lower name reappear.
 //!
+//! A lower name of more than 251 bytes has no room for its whiteout
+//! (`NAME_MAX` is 255): removing or renaming it away fails with
+//! `ENAMETOOLONG`; names made in the upper layer have no such limit.
+//!
 //! The merged view never shows an upper name starting with `.wh.`; users
 //! cannot create one (`EINVAL`). Lower names starting with `.wh.` show, read
 //! only (`EROFS` for any change: a copy-up would turn them into whiteouts).
@@ -50,8 +54,16 @@ pub(super) fn whiteout_name(name: &[u8]) -> Vec<u8> {
     out
 }
 
-/// True when `dir` (an upper directory) holds the entry `name`.
+/// The longest name the upper filesystem takes (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// True when `dir` (an upper directory) holds the entry `name`. A name
+/// longer than `NAME_MAX` (the whiteout of a name of more than 251 bytes)
+/// cannot be there.
 pub(super) fn has(dir: BorrowedFd<'_>, name: &[u8]) -> Res<bool> {
+    if name.len() > NAME_MAX {
+        return Ok(false);
+    }
     let cname = sys::cname(name).map_err(errno)?;
     Ok(sys::stat_at(dir, &cname).map_err(errno)?.is_some())
 }
@@ -179,6 +191,9 @@ impl State {
     ) -> Res<()> {
         if has(dir, name)? {
             return Ok(());
+        }
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
         }
         let cname = sys::cname(name).map_err(errno)?;
         let path = child(dir_path, name);

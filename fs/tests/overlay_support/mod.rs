@@ -36,7 +36,11 @@ pub enum Seen {
 pub struct Recorder {
     pub upper: PathBuf,
     pub seen: Mutex<Vec<Seen>>,
+    /// What `after` was told: the mutations that reached the upper dir.
+    pub done: Mutex<Vec<Seen>>,
     pub bad: Mutex<Vec<String>>,
+    /// When set, every `before` fails with this errno (fail closed).
+    pub fail: Mutex<Option<Errno>>,
     pub epoch: AtomicU64,
     pub range_min: AtomicU64,
 }
@@ -49,6 +53,9 @@ impl Recorder {
 
 impl MutationHook for Recorder {
     fn before(&self, m: &Mutation<'_>) -> Result<(), Errno> {
+        if let Some(errno) = *self.fail.lock().unwrap() {
+            return Err(errno);
+        }
         let seen = match *m {
             Mutation::Content { path } => Seen::Content(path.to_vec()),
             Mutation::Range { path, offset, len } => Seen::Range(path.to_vec(), offset, len),
@@ -82,6 +89,18 @@ impl MutationHook for Recorder {
         }
         self.seen.lock().unwrap().push(seen);
         Ok(())
+    }
+
+    fn after(&self, m: &Mutation<'_>, _now: Option<&libc::stat>) {
+        let done = match *m {
+            Mutation::Create { path } => Seen::Create(path.to_vec()),
+            Mutation::Remove { path } => Seen::Remove(path.to_vec()),
+            Mutation::Rename { from, to, exchange } => {
+                Seen::Rename(from.to_vec(), to.to_vec(), exchange)
+            }
+            _ => return,
+        };
+        self.done.lock().unwrap().push(done);
     }
 
     fn epoch(&self) -> u64 {
@@ -152,7 +171,9 @@ impl Overlay {
         let hook = Arc::new(Recorder {
             upper: upper.clone(),
             seen: Mutex::default(),
+            done: Mutex::default(),
             bad: Mutex::default(),
+            fail: Mutex::default(),
             epoch: AtomicU64::new(1),
             range_min: AtomicU64::new(u64::MAX),
         });
@@ -230,10 +251,7 @@ impl Overlay {
         );
         let bad = self.hook.bad.lock().unwrap().clone();
         assert!(bad.is_empty(), "unsound hook calls: {bad:?}");
-        let seen = std::mem::take(&mut *self.hook.seen.lock().unwrap());
-        for s in &seen {
-            replay(&mut self.replayed, s);
-        }
+        let seen = self.take_seen();
         let actual: std::collections::BTreeSet<Vec<u8>> =
             manifest(&self.upper).into_keys().collect();
         assert_eq!(
@@ -249,11 +267,13 @@ impl Overlay {
         );
     }
 
-    /// The hook's calls since the last check (and forgets them after
-    /// replaying them).
+    /// The hook's `before` calls since the last check; replays the
+    /// namespace changes `after` confirmed since.
     pub fn take_seen(&mut self) -> Vec<Seen> {
         let seen = std::mem::take(&mut *self.hook.seen.lock().unwrap());
-        for s in &seen {
+        let done = std::mem::take(&mut *self.hook.done.lock().unwrap());
+        for s in &done {
+            assert!(seen.contains(s), "after without before: {s:?}");
             replay(&mut self.replayed, s);
         }
         seen
