@@ -104,6 +104,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // L4: processes: anything of L0-L3, and the processes listed
     ("control", &["@below"]),
     ("daemon", &["control", "@below"]),
+    // the agent tools over MCP: worktrees (daemon) and read-only history
+    ("mcp", &["daemon", "control", "@below"]),
     (
         "sandbox",
         &[

@@ -54,6 +54,9 @@ pub enum Cmd {
     /// Copy-on-write worktrees of the project: try an idea, merge it back.
     #[command(subcommand)]
     Worktree(WorktreeCmd),
+    /// Serve the agent tools (worktrees, read-only history) over MCP on
+    /// stdin/stdout; register it with the agent (docs/mcp.md).
+    Mcp,
 }
 
 /// `opfs worktree ...` (`-C` names the project or its mountpoint).

@@ -1,8 +1,6 @@
 //! Output helpers shared by the commands: the format, times, and text made
 //! safe for a terminal.
 
-use std::time::Duration;
-
 /// What the commands print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -21,8 +19,7 @@ impl Format {
 
 /// Nanoseconds since the epoch as RFC 3339, in seconds, UTC.
 pub fn rfc3339(ns: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
+    opfs::history::rfc3339(ns)
 }
 
 /// `text` (a label or an external id) for a terminal: control characters

@@ -72,6 +72,16 @@ pub enum WorktreeCmdError {
         /// What the daemon said.
         reason: String,
     },
+    /// Its upper layer (what it changed) cannot be read.
+    #[error("cannot read the changes of worktree {name:?} in {}: {source}", .upper.display())]
+    Changes {
+        /// The worktree.
+        name: String,
+        /// Its upper layer.
+        upper: PathBuf,
+        /// The cause (it names the path when a file could not be read).
+        source: std::io::Error,
+    },
     /// A custom mountpoint is not usable.
     #[error("cannot use {} as the worktree's mountpoint: {why}", .path.display())]
     BadMountpoint {
@@ -269,6 +279,33 @@ pub fn discard(home: &Path, project: &StateDir, name: &str) -> Result<(), Worktr
     }
     wt.remove(home)?;
     Ok(())
+}
+
+/// What worktree `name` of `project` changed against its base, as the
+/// entries of a patch git can apply (render them with
+/// [`crate::diff::write_patch`], `write_stat` or `write_name_status`);
+/// returns its metadata too. Reads only: `opfs worktree diff` and the MCP
+/// tool `worktree_diff`.
+///
+/// Errors: no such worktree; its base cannot be resolved
+/// ([`WorktreeCmdError::Base`]); its upper layer or a file of either side
+/// cannot be read ([`WorktreeCmdError::Changes`]).
+pub fn diffs(
+    project: &StateDir,
+    name: &str,
+) -> Result<(Meta, Vec<crate::diff::FileDiff>), WorktreeCmdError> {
+    let wt = Worktree::of(project, name);
+    let meta = wt.meta()?;
+    let base = open_base(project, &wt, &meta)?;
+    let changes_err = |source| WorktreeCmdError::Changes {
+        name: name.to_string(),
+        upper: wt.upper(),
+        source,
+    };
+    let upper = crate::tree::Dir::open(&wt.upper()).map_err(changes_err)?;
+    let found = crate::worktree::changes::changes(&upper, &base).map_err(changes_err)?;
+    let diffs = crate::worktree::patch::file_diffs(&upper, &base, &found).map_err(changes_err)?;
+    Ok((meta, diffs))
 }
 
 /// One row of `worktree list`.

@@ -91,7 +91,7 @@ fn walk(
                 },
             };
             entries += 1;
-            if entries % 1000 == 0 {
+            if entries.is_multiple_of(1000) {
                 progress(Progress::Baseline { entries });
             }
             if v.state.is_dir() {

@@ -29,10 +29,12 @@ use crate::tree::Dir;
 use crate::view::{Reader, Resolved, Timeline, TurnError, Version, ViewError};
 
 mod changes;
+mod json;
 mod log;
 mod show;
 
 pub use changes::{changes, classify, git_file_mode, ChangeKind, PathChange};
+pub use json::{base64, log_json, rfc3339, show_json};
 pub use log::{log, LogEntry};
 pub use show::{show, show_entry, Shown};
 
@@ -94,6 +96,10 @@ pub enum HistoryError {
         paths::display(.0)
     )]
     Excluded(Vec<u8>),
+    /// A turn or turn range as given that is not `N` or `N..M` with turns
+    /// from 1 ([`parse_range_arg`]).
+    #[error("{0:?} is not a turn or a turn range (N or N..M, turns start at 1)")]
+    BadRange(String),
     /// The path given is not a valid project-relative path.
     #[error("{path:?} is not a path inside the project: {why}")]
     BadPath {
@@ -150,7 +156,10 @@ impl HistoryError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            HistoryError::Turn(_) | HistoryError::EmptyRange { .. } | HistoryError::BadPath { .. }
+            HistoryError::Turn(_)
+                | HistoryError::EmptyRange { .. }
+                | HistoryError::BadRange(_)
+                | HistoryError::BadPath { .. }
         )
     }
 }
@@ -309,6 +318,13 @@ pub fn parse_range(text: &str) -> Option<(u64, u64)> {
     }
 }
 
+/// [`parse_range`], failing with [`HistoryError::BadRange`] (usage) when
+/// `text` is not `N` or `N..M`: the one message `opfs diff` and the MCP
+/// tool `history_diff` give.
+pub fn parse_range_arg(text: &str) -> Result<(u64, u64), HistoryError> {
+    parse_range(text).ok_or_else(|| HistoryError::BadRange(text.to_string()))
+}
+
 /// Turns a path as the user typed it (`\xNN` escapes allowed, a leading
 /// `./` and trailing `/` ignored) into project-relative bytes.
 pub fn parse_path(text: &str) -> Result<Vec<u8>, HistoryError> {
@@ -342,6 +358,12 @@ mod tests {
         assert_eq!(parse_path("./a/b/").expect("ok"), b"a/b");
         assert_eq!(parse_path("caf\\xe9").expect("ok"), b"caf\xe9");
         assert!(parse_path("../x").is_err());
+        let e = parse_range_arg("0..x").expect_err("bad");
+        assert!(e.is_usage());
+        assert_eq!(
+            e.to_string(),
+            "\"0..x\" is not a turn or a turn range (N or N..M, turns start at 1)"
+        );
     }
 
     #[test]

@@ -427,7 +427,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// Decodes one line of [`hex`]; `None` for a malformed line.
 pub(crate) fn unhex(line: &str) -> Option<Vec<u8>> {
     let line = line.trim();
-    if line.len() % 2 != 0 {
+    if !line.len().is_multiple_of(2) {
         return None;
     }
     (0..line.len())

@@ -30,11 +30,7 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
         Mode::Patch
     };
     let range = &a.range;
-    let (from, to) = history::parse_range(range).ok_or_else(|| {
-        CommandError::usage(format!(
-            "{range:?} is not a turn or a turn range (N or N..M, turns start at 1)"
-        ))
-    })?;
+    let (from, to) = history::parse_range_arg(range)?;
     let filter = a
         .paths
         .iter()

@@ -19,28 +19,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
     )?;
     let entries = history::log(&opened.sources())?;
     if ctx.format.is_json() {
-        let v: Vec<_> = entries
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "turn": e.turn,
-                    "kind": e.kind,
-                    "label": e.label,
-                    "external_id": e.external_id,
-                    "started_at": rfc3339(e.started_at),
-                    "ended_at": e.ended_at.map(rfc3339),
-                    "started_at_ns": e.started_at,
-                    "ended_at_ns": e.ended_at,
-                    "rewound_to": e.rewound_to,
-                    "added": e.added,
-                    "modified": e.modified,
-                    "deleted": e.deleted,
-                    "paths": e.paths,
-                    "bytes_stored": e.bytes_stored,
-                })
-            })
-            .collect();
-        writeln!(out, "{}", serde_json::Value::Array(v))?;
+        writeln!(out, "{}", history::log_json(&entries))?;
         return Ok(());
     }
     for e in &entries {

@@ -11,6 +11,7 @@ mod diff;
 mod export;
 mod gc;
 mod log;
+mod mcp;
 mod mount;
 mod rewind;
 mod run;
@@ -43,5 +44,6 @@ pub fn run(
         Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
         Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
+        Cmd::Mcp => mcp::run(ctx).map(|()| 0),
     }
 }

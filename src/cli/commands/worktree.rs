@@ -7,9 +7,8 @@ use opfs::daemon::worktree::{self as wt_cmd, WorktreeCmdError};
 use opfs::daemon::DaemonOptions;
 use opfs::diff as patch;
 use opfs::store::StateDir;
-use opfs::tree::Dir;
 use opfs::worktree::merge::MergeReport;
-use opfs::worktree::{changes, patch as wt_patch, Worktree};
+use opfs::worktree::Worktree;
 
 use crate::cli::args::WorktreeCmd;
 use crate::cli::error::{failure, CommandError, ErrorKind};
@@ -120,11 +119,7 @@ pub fn run(
             stat,
             name_status,
         } => {
-            let (wt, meta) = meta_of(&st, name)?;
-            let base = wt_cmd::open_base(&st, &wt, &meta).map_err(err)?;
-            let upper = Dir::open(&wt.upper()).map_err(failure)?;
-            let found = changes::changes(&upper, &base).map_err(failure)?;
-            let diffs = wt_patch::file_diffs(&upper, &base, &found).map_err(failure)?;
+            let (meta, diffs) = wt_cmd::diffs(&st, name).map_err(err)?;
             let write = |w: &mut dyn Write| {
                 if *stat {
                     patch::write_stat(&diffs, w)

@@ -1,0 +1,530 @@
+//! The tool table of `opfs mcp`, independent of any transport: one
+//! function per tool, each taking its typed arguments and returning a
+//! typed result, plus [`TOOLS`] (name, description, argument schema) and
+//! [`Tools::call`], which decodes JSON arguments, runs the tool and encodes
+//! its result. The stdio server ([`super::serve`]) is one front end; a
+//! later narrow socket inside `opfs run`'s sandbox can be another.
+//!
+//! What is here and what is not is the guarantee-8 decision
+//! (`docs/mcp.md`): worktree tools and read-only history, nothing that
+//! rewinds, opens or closes a turn of its own accord, collects garbage,
+//! exports or deletes the project's history; `worktree_merge` has no
+//! `force` (an agent must not override the user's edits).
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::control::client::{commit_through_daemon, ClientError, Project};
+use crate::daemon::worktree::{self as wt_cmd, Listed, WorktreeCmdError};
+use crate::daemon::DaemonOptions;
+use crate::diff;
+use crate::history::{self, HistoryError, Opened};
+use crate::worktree::merge::MergeReport;
+
+/// One tool as an MCP client lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolSpec {
+    /// Its name (`tools/call`'s `name`).
+    pub name: &'static str,
+    /// What it does, for the agent.
+    pub description: &'static str,
+    /// True when it changes nothing (the history tools and the worktree
+    /// listing and diff).
+    pub read_only: bool,
+    /// The JSON schema of its arguments (an object schema).
+    pub input_schema: fn() -> Value,
+}
+
+fn schema<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Every tool, in the order `tools/list` gives them. Nothing else can be
+/// called: [`Tools::call`] dispatches on exactly these names.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "worktree_create",
+        description: "Make a copy-on-write worktree of the project, from the start of turn \
+                      `from_turn` or (default) from now, and mount it; returns its name, path \
+                      and base turn. Work in the returned path; the project is not touched.",
+        read_only: false,
+        input_schema: schema::<WorktreeCreateArgs>,
+    },
+    ToolSpec {
+        name: "worktree_list",
+        description: "List the project's worktrees: name, path, base turn, mounted, paths \
+                      changed, paths whose base is unknown.",
+        read_only: true,
+        input_schema: schema::<NoArgs>,
+    },
+    ToolSpec {
+        name: "worktree_diff",
+        description: "What worktree `name` changed against its base: a patch git can apply, \
+                      or with `stat` a summary of changed lines per path.",
+        read_only: true,
+        input_schema: schema::<WorktreeDiffArgs>,
+    },
+    ToolSpec {
+        name: "worktree_merge",
+        description: "Apply worktree `name`'s changes to the project as one turn of kind \
+                      `merge` (the user can rewind it). Paths the project changed too are \
+                      merged three-way when clean, else left as the project has them and \
+                      reported as conflicts (an error result with the report). `dry_run` \
+                      only plans.",
+        read_only: false,
+        input_schema: schema::<WorktreeMergeArgs>,
+    },
+    ToolSpec {
+        name: "worktree_discard",
+        description: "Unmount worktree `name` and delete it (its changes and its own \
+                      history; the project's history is untouched).",
+        read_only: false,
+        input_schema: schema::<NameArgs>,
+    },
+    ToolSpec {
+        name: "history_log",
+        description: "The project's turns, newest first (at most `limit`), with what each \
+                      added, modified and deleted; the JSON of `opfs log --json`.",
+        read_only: true,
+        input_schema: schema::<HistoryLogArgs>,
+    },
+    ToolSpec {
+        name: "history_diff",
+        description: "What turn N (`range` \"N\") or turns N..M (\"N..M\") changed, as a patch \
+                      git can apply; `paths` narrows it to those paths (and what is below \
+                      them).",
+        read_only: true,
+        input_schema: schema::<HistoryDiffArgs>,
+    },
+    ToolSpec {
+        name: "history_show",
+        description: "The file or symlink at `path` as it was when turn `turn` began; the \
+                      JSON of `opfs show N:PATH --json` (content in base64).",
+        read_only: true,
+        input_schema: schema::<HistoryShowArgs>,
+    },
+];
+
+/// No arguments.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+/// A worktree's name.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NameArgs {
+    /// The worktree's name.
+    pub name: String,
+}
+
+/// `worktree_create`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeCreateArgs {
+    /// Its name: letters, digits, '-', '_', '.'.
+    pub name: String,
+    /// The project turn whose start it shows (default: now).
+    #[serde(default)]
+    pub from_turn: Option<u64>,
+}
+
+/// `worktree_diff`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeDiffArgs {
+    /// The worktree's name.
+    pub name: String,
+    /// A summary of changed lines per path instead of the patch.
+    #[serde(default)]
+    pub stat: bool,
+}
+
+/// `worktree_merge`. There is no `force`: paths the user changed in the
+/// project stay the user's.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeMergeArgs {
+    /// The worktree's name.
+    pub name: String,
+    /// Only plan: report what would be merged, change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `history_log`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryLogArgs {
+    /// At most this many turns, newest first (default: all).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `history_diff`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryDiffArgs {
+    /// A turn `N` or an inclusive range `N..M` (turns start at 1).
+    pub range: String,
+    /// Only these project-relative paths (and what is below them).
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+/// `history_show`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryShowArgs {
+    /// The turn (from 1) at whose start to look.
+    pub turn: u64,
+    /// The project-relative path.
+    pub path: String,
+}
+
+/// What `worktree_create` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Created {
+    /// Its name.
+    pub name: String,
+    /// Where it is mounted: work there.
+    pub path: PathBuf,
+    /// The project turn whose start it shows.
+    pub base_turn: u64,
+}
+
+/// What `worktree_diff` and `history_diff` return.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiffOutput {
+    /// The patch (or the stat), as text (bytes that are not UTF-8 are
+    /// replaced).
+    pub output: String,
+}
+
+/// What `worktree_discard` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Discarded {
+    /// The worktree deleted.
+    pub discarded: String,
+}
+
+/// Why a tool call failed. The message is the one the CLI prints for the
+/// same failure (after `opfs: `).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// No tool has that name.
+    #[error("there is no tool {0:?}; the tools are {names}", names = tool_names())]
+    UnknownTool(String),
+    /// The arguments do not fit the tool's schema.
+    #[error("bad arguments for {tool}: {message}")]
+    BadArguments {
+        /// The tool.
+        tool: &'static str,
+        /// What serde said (names the field).
+        message: String,
+    },
+    /// A worktree operation failed.
+    #[error(transparent)]
+    Worktree(#[from] WorktreeCmdError),
+    /// The daemon refused, or the direct operation failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Reading the history failed.
+    #[error(transparent)]
+    History(#[from] HistoryError),
+    /// A merge left paths as the project has them (the CLI exits 3); the
+    /// report says what was merged.
+    #[error("{}", conflict_lines(.0))]
+    Conflicts(Box<MergeReport>),
+    /// A patch could not be rendered or a result encoded.
+    #[error("{0}")]
+    Output(String),
+}
+
+fn tool_names() -> String {
+    TOOLS.iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+}
+
+fn conflict_lines(r: &MergeReport) -> String {
+    r.conflicts
+        .iter()
+        .map(|c| format!("not merged: {c}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ToolError {
+    /// Data that goes with the error: the merge report of
+    /// [`ToolError::Conflicts`].
+    pub fn detail(&self) -> Option<Value> {
+        match self {
+            ToolError::Conflicts(r) => serde_json::to_value(r).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// The tools of one project.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    home: PathBuf,
+    project: Project,
+    opts: DaemonOptions,
+    verbose: u8,
+}
+
+fn decode<A: DeserializeOwned>(tool: &'static str, args: Value) -> Result<A, ToolError> {
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
+    serde_json::from_value(args).map_err(|e| ToolError::BadArguments {
+        tool,
+        message: e.to_string(),
+    })
+}
+
+fn encode<R: Serialize>(r: R) -> Result<Value, ToolError> {
+    serde_json::to_value(r).map_err(|e| ToolError::Output(format!("cannot encode the result: {e}")))
+}
+
+impl Tools {
+    /// The tools of `project`, whose state lives under `home`; worktree
+    /// daemons start with `opts` (the CLI passes its own, as for `opfs
+    /// worktree create`) and log at `verbose`.
+    pub fn new(home: PathBuf, project: Project, opts: DaemonOptions, verbose: u8) -> Tools {
+        Tools {
+            home,
+            project,
+            opts,
+            verbose,
+        }
+    }
+
+    /// Runs tool `name` with JSON `args` (an object; `null` counts as
+    /// `{}`) and returns its JSON result.
+    ///
+    /// Errors: [`ToolError::UnknownTool`], [`ToolError::BadArguments`], or
+    /// the tool's own.
+    pub fn call(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        let spec = TOOLS
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ToolError::UnknownTool(name.to_string()))?;
+        let tool = spec.name;
+        match tool {
+            "worktree_create" => encode(self.worktree_create(decode(tool, args)?)?),
+            "worktree_list" => encode(self.worktree_list(decode(tool, args)?)?),
+            "worktree_diff" => encode(self.worktree_diff(decode(tool, args)?)?),
+            "worktree_merge" => encode(self.worktree_merge(decode(tool, args)?)?),
+            "worktree_discard" => encode(self.worktree_discard(decode(tool, args)?)?),
+            "history_log" => self.history_log(decode(tool, args)?),
+            "history_diff" => encode(self.history_diff(decode(tool, args)?)?),
+            "history_show" => self.history_show(decode(tool, args)?),
+            _ => Err(ToolError::UnknownTool(name.to_string())),
+        }
+    }
+
+    /// `worktree_create`: as `opfs worktree create NAME [--from N]`
+    /// (mounted in its folder of the state dir; no custom mountpoint).
+    /// From now, when the open turn already has records, the project gets
+    /// a new turn labelled `worktree NAME` so the base is exact.
+    ///
+    /// Errors: as [`wt_cmd::create`].
+    pub fn worktree_create(&self, a: WorktreeCreateArgs) -> Result<Created, ToolError> {
+        let meta = wt_cmd::create(
+            &self.home,
+            &self.project,
+            &a.name,
+            a.from_turn,
+            None,
+            &self.opts,
+            self.verbose,
+        )?;
+        Ok(Created {
+            name: meta.name,
+            path: meta.mountpoint,
+            base_turn: meta.base_turn,
+        })
+    }
+
+    /// `worktree_list`: the rows of `opfs worktree list --json`.
+    ///
+    /// Errors: as [`wt_cmd::list`].
+    pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
+        Ok(wt_cmd::list(&self.home, self.project.state())?)
+    }
+
+    /// `worktree_diff`: the patch (or `--stat`) of `opfs worktree diff`.
+    ///
+    /// Errors: as [`wt_cmd::diffs`].
+    pub fn worktree_diff(&self, a: WorktreeDiffArgs) -> Result<DiffOutput, ToolError> {
+        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name)?;
+        render(&diffs, a.stat)
+    }
+
+    /// `worktree_merge`: `opfs worktree merge NAME [--dry-run]`, never
+    /// `--force`; recorded as one project turn of kind `merge`.
+    ///
+    /// Errors: as [`Project::merge`]; [`ToolError::Conflicts`] (with the
+    /// report) when paths were left as the project has them.
+    pub fn worktree_merge(&self, a: WorktreeMergeArgs) -> Result<MergeReport, ToolError> {
+        let report = self.project.merge(&a.name, a.dry_run, false)?;
+        if report.conflicts.is_empty() {
+            Ok(report)
+        } else {
+            Err(ToolError::Conflicts(Box::new(report)))
+        }
+    }
+
+    /// `worktree_discard`: `opfs worktree discard NAME`.
+    ///
+    /// Errors: as [`wt_cmd::discard`].
+    pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
+        wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
+        Ok(Discarded { discarded: a.name })
+    }
+
+    /// `history_log`: `opfs log --json`, the newest `limit` entries.
+    ///
+    /// Errors: the daemon cannot commit its capture log; the history
+    /// cannot be read.
+    pub fn history_log(&self, a: HistoryLogArgs) -> Result<Value, ToolError> {
+        self.project.commit_pending()?;
+        let st = self.project.state().clone();
+        let opened = Opened::open(
+            self.project.state(),
+            Box::new(move || commit_through_daemon(&st)),
+        )?;
+        let mut entries = history::log(&opened.sources())?;
+        if let Some(n) = a.limit {
+            entries.truncate(n);
+        }
+        Ok(history::log_json(&entries))
+    }
+
+    /// `history_diff`: the patch of `opfs diff RANGE [PATH...]`.
+    ///
+    /// Errors: a bad range or path (as the CLI's), an unknown turn, the
+    /// history cannot be read.
+    pub fn history_diff(&self, a: HistoryDiffArgs) -> Result<DiffOutput, ToolError> {
+        self.project.commit_pending()?;
+        let (from, to) = history::parse_range_arg(&a.range)?;
+        let filter = a
+            .paths
+            .iter()
+            .map(|p| history::parse_path(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let st = self.project.state().clone();
+        let opened = Opened::open(
+            self.project.state(),
+            Box::new(move || commit_through_daemon(&st)),
+        )?;
+        let src = opened.sources();
+        let changes = history::changes(&src, from, to, &filter)?;
+        let diffs = diff::build(&src, &changes)?;
+        render(&diffs, false)
+    }
+
+    /// `history_show`: `opfs show TURN:PATH --json`.
+    ///
+    /// Errors: a bad path, an unknown turn, the path absent, unknown or
+    /// without content then, the history cannot be read.
+    pub fn history_show(&self, a: HistoryShowArgs) -> Result<Value, ToolError> {
+        self.project.commit_pending()?;
+        let path = history::parse_path(&a.path)?;
+        let st = self.project.state().clone();
+        let opened = Opened::open(
+            self.project.state(),
+            Box::new(move || commit_through_daemon(&st)),
+        )?;
+        let shown = history::show_entry(&opened.sources(), a.turn, &path)?;
+        Ok(history::show_json(a.turn, &path, &shown))
+    }
+}
+
+fn render(diffs: &[diff::FileDiff], stat: bool) -> Result<DiffOutput, ToolError> {
+    let mut buf = Vec::new();
+    let written = if stat {
+        diff::write_stat(diffs, &mut buf)
+    } else {
+        diff::write_patch(diffs, &mut buf)
+    };
+    written.map_err(|e| ToolError::Output(format!("cannot render the patch: {e}")))?;
+    Ok(DiffOutput {
+        output: String::from_utf8_lossy(&buf).into_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tool_set_is_exactly_the_agent_tools() {
+        let names: Vec<_> = TOOLS.iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            [
+                "worktree_create",
+                "worktree_list",
+                "worktree_diff",
+                "worktree_merge",
+                "worktree_discard",
+                "history_log",
+                "history_diff",
+                "history_show",
+            ]
+        );
+        for t in TOOLS {
+            let s = (t.input_schema)();
+            assert_eq!(s["type"], "object", "{}: {s}", t.name);
+            assert_eq!(
+                t.read_only,
+                !matches!(
+                    t.name,
+                    "worktree_create" | "worktree_merge" | "worktree_discard"
+                )
+            );
+        }
+        let merge = (TOOLS[3].input_schema)();
+        assert!(merge["properties"].get("force").is_none(), "{merge}");
+        assert!(merge["properties"].get("dry_run").is_some(), "{merge}");
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_schema() {
+        let e = decode::<WorktreeMergeArgs>(
+            "worktree_merge",
+            serde_json::json!({"name": "a", "force": true}),
+        )
+        .expect_err("force is not an argument");
+        assert!(
+            e.to_string()
+                .starts_with("bad arguments for worktree_merge: unknown field `force`"),
+            "{e}"
+        );
+        let e = decode::<HistoryShowArgs>(
+            "history_show",
+            serde_json::json!({"turn": "x", "path": "a"}),
+        )
+        .expect_err("turn is a number");
+        assert!(
+            e.to_string().contains("bad arguments for history_show"),
+            "{e}"
+        );
+        let a: HistoryLogArgs = decode("history_log", Value::Null).expect("null is {}");
+        assert_eq!(a.limit, None);
+        let e = ToolError::UnknownTool("rewind".into());
+        assert_eq!(
+            e.to_string(),
+            "there is no tool \"rewind\"; the tools are worktree_create, worktree_list, \
+             worktree_diff, worktree_merge, worktree_discard, history_log, history_diff, history_show"
+        );
+    }
+}

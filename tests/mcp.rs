@@ -1,0 +1,428 @@
+//! `opfs mcp` on real mounts (`docs/mcp.md`): a client speaking MCP
+//! (JSON-RPC 2.0, one message per line) to `opfs -C PROJECT mcp` over its
+//! stdin and stdout, through the whole agent workflow: a worktree, its
+//! diff, a merge recorded as a rewindable turn, the history tools, a
+//! discard; the exact tool set; errors; a clean exit at end of input.
+//! Needs `/dev/fuse`.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// The tools `opfs mcp` must offer, and nothing else (guarantee 8: no
+/// rewind, turn, gc, export or delete tool may slip in).
+const TOOLS: &[&str] = &[
+    "history_diff",
+    "history_log",
+    "history_show",
+    "worktree_create",
+    "worktree_diff",
+    "worktree_discard",
+    "worktree_list",
+    "worktree_merge",
+];
+
+/// How long one answer may take (a merge, a daemon start, under load).
+const ANSWER: Duration = Duration::from_secs(120);
+
+/// A running `opfs mcp` and the lines it printed.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: PathBuf,
+    next_id: u64,
+}
+
+impl Client {
+    fn start(f: &Fixture) -> Client {
+        let stderr = f.root().join("mcp.stderr");
+        let mut cmd = f.opfs_command(&[
+            "-C".as_ref(),
+            f.project.as_os_str(),
+            "mcp".as_ref(),
+            "-v".as_ref(),
+        ]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(&stderr).expect("stderr file"));
+        let mut child = cmd.spawn().expect("spawn opfs mcp");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Client {
+            child,
+            stdin,
+            lines,
+            stderr,
+            next_id: 1,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn send(&mut self, msg: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{msg}").expect("write to opfs mcp");
+        stdin.flush().expect("flush");
+    }
+
+    /// Sends request `method` and returns its response (skipping any
+    /// notification the server sends meanwhile).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let line = match self.lines.recv_timeout(ANSWER) {
+                Ok(l) => l,
+                Err(e) => panic!("no answer to {method} ({e:?}); stderr:\n{}", self.stderr()),
+            };
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+            assert_eq!(v["jsonrpc"], "2.0", "{v}");
+            if v["id"] == json!(id) {
+                return v;
+            }
+            assert!(v.get("id").is_none(), "an answer to another request: {v}");
+        }
+    }
+
+    /// `tools/call NAME ARGS`: the result object (`isError` not checked).
+    fn call(&mut self, name: &str, args: Value) -> Value {
+        let v = self.request("tools/call", json!({"name": name, "arguments": args}));
+        v.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("tools/call {name} gave no result: {v}"))
+    }
+
+    /// A call that must succeed: its text content, parsed as JSON.
+    fn ok(&mut self, name: &str, args: Value) -> Value {
+        let r = self.call(name, args.clone());
+        assert_eq!(
+            r["isError"],
+            false,
+            "{name} {args} failed: {r}\n{}",
+            self.stderr()
+        );
+        let text = r["content"][0]["text"].as_str().expect("text content");
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"))
+    }
+
+    /// A call that must fail as a tool error: its message.
+    fn err(&mut self, name: &str, args: Value) -> String {
+        let r = self.call(name, args.clone());
+        assert_eq!(r["isError"], true, "{name} {args} should fail: {r}");
+        r["content"][0]["text"]
+            .as_str()
+            .expect("text content")
+            .to_string()
+    }
+
+    fn handshake(&mut self) -> Value {
+        let init = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "opfs-test", "version": "0"},
+            }),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        init
+    }
+
+    /// Closes stdin and waits for the server to exit; its exit code.
+    fn finish(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code();
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "opfs mcp did not exit at end of input; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+#[test]
+fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
+    let f = Fixture::new();
+    fs::write(f.p("a.txt"), "one\n").expect("write");
+    f.mount();
+    f.turn("before the agent");
+
+    let mut c = Client::start(&f);
+    let init = c.handshake();
+    assert_eq!(init["result"]["serverInfo"]["name"], "opfs", "{init}");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+
+    // Exactly the agent tools, each with an object schema.
+    let list = c.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().expect("tools").clone();
+    let mut names: Vec<&str> = tools
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS, "{list}");
+    for t in &tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+    }
+    let merge = tools
+        .iter()
+        .find(|t| t["name"] == "worktree_merge")
+        .expect("merge");
+    assert!(
+        merge["inputSchema"]["properties"].get("force").is_none(),
+        "{merge}"
+    );
+
+    // A worktree from now: a path outside the project, mounted.
+    let created = c.ok("worktree_create", json!({"name": "idea"}));
+    assert_eq!(created["name"], "idea");
+    let path = PathBuf::from(created["path"].as_str().expect("path"));
+    assert!(
+        wait_mount_state(&path, true, MOUNT_TIMEOUT),
+        "{created} is not mounted"
+    );
+    assert!(!path.starts_with(&f.project));
+    let base = created["base_turn"].as_u64().expect("base_turn");
+    assert_eq!(read(&path.join("a.txt")), "one\n");
+    let listed = c.ok("worktree_list", json!({}));
+    assert_eq!(listed[0]["name"], "idea", "{listed}");
+    assert_eq!(listed[0]["base_turn"], base, "{listed}");
+
+    // Work in it: the project does not change.
+    fs::write(path.join("new.txt"), "hello from the agent\n").expect("write");
+    fs::write(path.join("a.txt"), "one\ntwo\n").expect("write");
+    assert!(!f.p("new.txt").exists());
+    let diff = c.ok("worktree_diff", json!({"name": "idea"}));
+    let patch = diff["output"].as_str().expect("output");
+    assert!(patch.contains("+++ b/new.txt"), "{patch}");
+    assert!(patch.contains("+hello from the agent"), "{patch}");
+    assert!(patch.contains("+two"), "{patch}");
+    let stat = c.ok("worktree_diff", json!({"name": "idea", "stat": true}));
+    let stat = stat["output"].as_str().expect("output");
+    assert!(stat.contains("new.txt") && !stat.contains("+++"), "{stat}");
+
+    // No force: a bad argument, and nothing merged.
+    let e = c.err("worktree_merge", json!({"name": "idea", "force": true}));
+    assert!(e.contains("unknown field `force`"), "{e}");
+    assert!(!f.p("new.txt").exists());
+
+    // A dry run plans, the merge applies as one turn of kind merge.
+    let dry = c.ok("worktree_merge", json!({"name": "idea", "dry_run": true}));
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert!(!f.p("new.txt").exists());
+    let report = c.ok("worktree_merge", json!({"name": "idea"}));
+    let merge_turn = report["turn"].as_u64().expect("merge turn");
+    assert_eq!(report["conflicts"], json!([]), "{report}");
+    assert_eq!(read(&f.p("new.txt")), "hello from the agent\n");
+    assert_eq!(read(&f.m("a.txt")), "one\ntwo\n");
+    let points = f.points(false);
+    let row = points
+        .iter()
+        .find(|p| p["turn"] == merge_turn)
+        .unwrap_or_else(|| panic!("turn {merge_turn} is not a rewind point: {points:?}"));
+    assert_eq!(row["kind"], "merge", "{row}");
+
+    // The history tools see it; their JSON is the CLI's.
+    let log = c.ok("history_log", json!({}));
+    let entry = log
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|e| e["turn"] == merge_turn)
+        .unwrap_or_else(|| panic!("no turn {merge_turn} in {log}"));
+    assert_eq!(entry["kind"], "merge", "{entry}");
+    assert_eq!(entry["added"], 1, "{entry}");
+    assert_eq!(entry["modified"], 1, "{entry}");
+    let cli_log = f.opfs_p(&["log", "--json"]).ok().json();
+    assert_eq!(log, cli_log);
+    let newest = c.ok("history_log", json!({"limit": 1}));
+    assert_eq!(newest.as_array().map(Vec::len), Some(1), "{newest}");
+    assert_eq!(newest[0], log[0]);
+
+    let d = c.ok("history_diff", json!({"range": merge_turn.to_string()}));
+    let cli_diff = f
+        .opfs_p(&["diff", &merge_turn.to_string(), "--json"])
+        .ok()
+        .json();
+    assert_eq!(d["output"], cli_diff["output"]);
+    assert!(
+        d["output"]
+            .as_str()
+            .expect("output")
+            .contains("+hello from the agent"),
+        "{d}"
+    );
+    let only_a = c.ok(
+        "history_diff",
+        json!({"range": merge_turn.to_string(), "paths": ["a.txt"]}),
+    );
+    let only_a = only_a["output"].as_str().expect("output");
+    assert!(
+        only_a.contains("a.txt") && !only_a.contains("new.txt"),
+        "{only_a}"
+    );
+
+    let after = merge_turn + 1;
+    let shown = c.ok("history_show", json!({"turn": after, "path": "new.txt"}));
+    let spec = format!("{after}:new.txt");
+    assert_eq!(shown, f.opfs_p(&["show", &spec, "--json"]).ok().json());
+    assert_eq!(shown["kind"], "file", "{shown}");
+    let before = c.ok("history_show", json!({"turn": merge_turn, "path": "a.txt"}));
+    assert_eq!(before["content_base64"], "b25lCg==", "{before}"); // "one\n"
+
+    // Errors carry the CLI's message.
+    let e = c.err(
+        "history_show",
+        json!({"turn": merge_turn, "path": "new.txt"}),
+    );
+    let cli = f.opfs_p(&["show", &format!("{merge_turn}:new.txt")]);
+    assert_eq!(cli.code, Some(1), "{cli}");
+    assert_eq!(format!("opfs: {e}\n"), cli.stderr, "{cli}");
+    let e = c.err("history_diff", json!({"range": "0..x"}));
+    assert_eq!(
+        e,
+        "\"0..x\" is not a turn or a turn range (N or N..M, turns start at 1)"
+    );
+    let e = c.err("history_show", json!({"turn": "two", "path": "a.txt"}));
+    assert!(e.starts_with("bad arguments for history_show"), "{e}");
+    let e = c.err("worktree_diff", json!({"name": "nope"}));
+    let cli = f.opfs_p(&["worktree", "diff", "nope"]);
+    assert_eq!(format!("opfs: {e}\n"), cli.stderr, "{cli}");
+
+    // An unknown tool (a rewind, say) is a protocol error naming the tools.
+    let v = c.request(
+        "tools/call",
+        json!({"name": "rewind", "arguments": {"to": 1}}),
+    );
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    let msg = v["error"]["message"].as_str().expect("message");
+    assert!(
+        msg.contains("there is no tool \"rewind\"") && msg.contains("worktree_create"),
+        "{msg}"
+    );
+
+    // Discard: unmounted and gone; the merge stays.
+    let gone = c.ok("worktree_discard", json!({"name": "idea"}));
+    assert_eq!(gone, json!({"discarded": "idea"}));
+    assert!(wait_mount_state(&path, false, MOUNT_TIMEOUT));
+    assert_eq!(c.ok("worktree_list", json!({})), json!([]));
+    assert_eq!(read(&f.p("new.txt")), "hello from the agent\n");
+
+    let stderr_path = c.stderr.clone();
+    let code = c.finish();
+    assert_eq!(
+        code,
+        Some(0),
+        "opfs mcp at end of input; stderr:\n{}",
+        fs::read_to_string(stderr_path).unwrap_or_default()
+    );
+}
+
+#[test]
+fn a_worktree_from_a_turn_and_a_merge_with_conflicts() {
+    let f = Fixture::new();
+    fs::write(f.p("a.txt"), "one\n").expect("write");
+    f.mount();
+    let first = f.turn("first");
+    fs::write(f.m("a.txt"), "changed by the project\n").expect("write");
+    f.turn("second");
+
+    let mut c = Client::start(&f);
+    c.handshake();
+    let created = c.ok(
+        "worktree_create",
+        json!({"name": "old", "from_turn": first}),
+    );
+    assert_eq!(created["base_turn"], first);
+    let path = PathBuf::from(created["path"].as_str().expect("path"));
+    assert!(wait_mount_state(&path, true, MOUNT_TIMEOUT));
+    assert_eq!(read(&path.join("a.txt")), "one\n");
+    fs::write(path.join("a.txt"), "changed by the agent\n").expect("write");
+
+    // Both sides changed a.txt, without a clean three-way merge: a tool
+    // error listing the conflict, with the report; the project keeps its
+    // side.
+    let r = c.call("worktree_merge", json!({"name": "old"}));
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("not merged: a.txt: "), "{text}");
+    assert_eq!(r["structuredContent"]["worktree"], "old", "{r}");
+    assert_eq!(read(&f.p("a.txt")), "changed by the project\n");
+
+    let e = c.err("worktree_create", json!({"name": "old"}));
+    let cli = f.opfs_p(&["worktree", "create", "old"]);
+    assert_eq!(cli.code, Some(2), "{cli}");
+    assert_eq!(format!("opfs: {e}\n"), cli.stderr, "{cli}");
+    c.ok("worktree_discard", json!({"name": "old"}));
+    assert_eq!(c.finish(), Some(0));
+}
+
+#[test]
+fn mcp_ends_cleanly_at_once_and_needs_a_project() {
+    let f = Fixture::new();
+    f.mount();
+    // End of input before any message: a clean exit.
+    let mut c = Client::start(&f);
+    assert!(c.lines.recv_timeout(Duration::from_millis(200)) == Err(RecvTimeoutError::Timeout));
+    c.stdin.take();
+    assert_eq!(c.finish(), Some(0));
+
+    // Not a project: exit 1 with the CLI's message, before serving.
+    let run = f.opfs(&[
+        "-C".as_ref(),
+        f.root().join("scratch").as_os_str(),
+        "mcp".as_ref(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains("is not an opfs project or mountpoint"),
+        "{run}"
+    );
+}
