@@ -16,10 +16,27 @@ use crate::tree::Tree;
 /// Fingerprints not yet written to the index. `None`: the mount is in the
 /// middle of changing the path (a write handle is open), so there is
 /// nothing to compare against. Excluded paths (`.git/`) are never held.
+///
+/// `by_inode` keeps, for the life of the journal, the last fingerprint the
+/// mount left for each regular file's inode under any name (never
+/// dropped when a name goes): a write through one hard link moves the
+/// inode's mtime under its other names too, which is not a change made
+/// behind the mount ([`Journal::seen_under_some_name`]).
 #[derive(Default)]
-pub(super) struct Fingerprints(HashMap<Vec<u8>, Option<Fingerprint>>);
+pub(super) struct Fingerprints(
+    HashMap<Vec<u8>, Option<Fingerprint>>,
+    HashMap<u64, Fingerprint>,
+);
 
 impl Fingerprints {
+    /// Holds `fp` (or "changing", `None`) for `path`.
+    fn set(&mut self, path: &[u8], fp: Option<Fingerprint>) {
+        if let Some(f) = fp.filter(|f| f.file_type == libc::S_IFREG) {
+            self.1.insert(f.ino, f);
+        }
+        self.0.insert(path.to_vec(), fp);
+    }
+
     /// The mount is about to change `path`: nothing to compare against
     /// until it is done.
     pub(super) fn changing(&mut self, path: &[u8]) {
@@ -31,7 +48,7 @@ impl Fingerprints {
     /// The mount left `fp` at `path`.
     pub(super) fn left(&mut self, path: &[u8], fp: Fingerprint) {
         if !paths::is_excluded(path) {
-            self.0.insert(path.to_vec(), Some(fp));
+            self.set(path, Some(fp));
         }
     }
 }
@@ -77,8 +94,29 @@ impl<T: Tree> Journal<T> {
         let st = self.tree.lstat(path).ok();
         let is_dir = matches!(&st, Some(Some(s)) if s.file_type() == libc::S_IFDIR);
         let fp = st.map(|st| Fingerprint::of(st.as_ref()));
-        self.lock().fingerprints.0.insert(path.to_vec(), fp);
+        self.lock().fingerprints.set(path, fp);
         is_dir
+    }
+
+    /// True when the mount last left some name of `fp`'s inode exactly as
+    /// `fp` says (the remembered fingerprints, then the stored ones): for a
+    /// file with several hard links, a write through one name moves the
+    /// inode's mtime under every other name, which is not a change made
+    /// behind the mount.
+    ///
+    /// Errors: the index cannot be read.
+    pub fn seen_under_some_name(&self, fp: &Fingerprint) -> Result<bool, IndexError> {
+        let inner = self.lock();
+        if inner.fingerprints.1.get(&fp.ino) == Some(fp)
+            || inner
+                .fingerprints
+                .0
+                .values()
+                .any(|f| f.as_ref() == Some(fp))
+        {
+            return Ok(true);
+        }
+        inner.index.fingerprint_stored(fp)
     }
 
     /// What the mount last left at `path`, if known.

@@ -34,7 +34,19 @@ pub(crate) fn preflight(
             let seen = journal.last_seen(&p.raw);
             let now = journal.backing().lstat(&p.raw);
             if let (Ok(Some(fp)), Ok(now)) = (seen, now) {
-                if let Some(what) = fp.differs(now.as_ref()) {
+                let linked_elsewhere = |now: &crate::record::Stat| {
+                    // The same inode was written through the mount under
+                    // another name (a hard link, maybe gone since): its
+                    // mtime moved under this name too.
+                    now.ino == fp.ino
+                        && journal
+                            .seen_under_some_name(&crate::record::Fingerprint::of(Some(now)))
+                            .unwrap_or(false)
+                };
+                let differs = fp
+                    .differs(now.as_ref())
+                    .filter(|_| !now.as_ref().is_some_and(linked_elsewhere));
+                if let Some(what) = differs {
                     conflicts.push(Conflict::new(
                         &p.raw,
                         ConflictReason::ChangedOutsideMount { what },

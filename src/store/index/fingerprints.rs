@@ -40,6 +40,30 @@ impl Index {
         })
     }
 
+    /// True when some path's stored fingerprint is `fp` exactly (same
+    /// inode, type, size, mtime and permission bits): the mount last left
+    /// that inode in that state under some name. A scan of the table; used
+    /// only for a file with several links whose own fingerprint differs.
+    ///
+    /// Errors: those of SQLite.
+    pub fn fingerprint_stored(&self, fp: &Fingerprint) -> Result<bool, IndexError> {
+        self.conn
+            .prepare_cached(
+                "SELECT 1 FROM fingerprints WHERE ino = ?1 AND ftype = ?2 AND size = ?3
+                 AND mtime_ns = ?4 AND perm = ?5 LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.exists(params![
+                    Id(fp.ino),
+                    i64::from(fp.file_type),
+                    Uint(fp.size),
+                    fp.mtime_ns,
+                    i64::from(fp.perm)
+                ])
+            })
+            .map_err(self.err())
+    }
+
     /// The stored fingerprint of `path`, if any.
     ///
     /// Errors: [`IndexError::Corrupt`] when a stored field is out of range.
