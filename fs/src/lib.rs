@@ -310,6 +310,7 @@ pub fn mount_overlay(
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
         keep_cache: opts.keep_cache,
+        cache_dir: opts.cache_dir,
     };
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,

@@ -30,8 +30,9 @@ impl InodeKey {
 
 /// The backing inode's change stamp. Every change to the content, by
 /// anyone, moves the ctime, so an equal stamp at two opens means the
-/// kernel's page cache of the first is still exact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// kernel's page cache of the first is still exact. The default (all zero)
+/// stands for "never changes" (an overlay directory only in the lower layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Stamp {
     ctime_sec: i64,
     ctime_nsec: i64,

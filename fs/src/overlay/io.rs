@@ -352,14 +352,26 @@ impl State {
         if n.kind != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
         }
+        // The merged listing changes only with the upper dir (whose ctime
+        // moves with every entry, whiteout or marker added or removed in
+        // it) or when a lower-only dir gets its upper twin; the lower layer
+        // never changes. So an unchanged stamp keeps the kernel's listing.
+        let mut flags = FopenFlags::empty();
+        if self.cache_dir {
+            flags |= FopenFlags::FOPEN_CACHE_DIR;
+            let stamp = match &n.upper {
+                Some(up) => sys::fstat(up.fd.as_fd()).ok().map(|st| Stamp::of(&st)),
+                None => Some(Stamp::default()),
+            };
+            if stamp.is_some_and(|s| self.nodes.opened(ino, s)) {
+                flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            }
+        }
         let fh = self.handles.insert(OHandle::Dir {
             ino,
             entries: Mutex::new(None),
         });
-        Ok(Opened {
-            fh,
-            flags: FopenFlags::empty(),
-        })
+        Ok(Opened { fh, flags })
     }
 
     /// `releasedir` of the directory handle `fh`.

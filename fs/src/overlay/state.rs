@@ -44,6 +44,8 @@ pub(crate) struct State {
     pub(super) attr_ttl: Duration,
     pub(super) entry_ttl: Duration,
     pub(super) keep_cache: bool,
+    /// Let the kernel cache merged listings (`FOPEN_CACHE_DIR`).
+    pub(super) cache_dir: bool,
 }
 
 /// The settings `mount_overlay` hands to [`State::new`].
@@ -53,6 +55,7 @@ pub(crate) struct Settings {
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
     pub(crate) keep_cache: bool,
+    pub(crate) cache_dir: bool,
 }
 
 /// The attributes of a lower entry that was not copied up.
@@ -104,6 +107,7 @@ impl State {
             attr_ttl: settings.attr_ttl,
             entry_ttl: settings.entry_ttl,
             keep_cache: settings.keep_cache,
+            cache_dir: settings.cache_dir,
         })
     }
 
