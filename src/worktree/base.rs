@@ -78,6 +78,9 @@ struct Inner {
     timeline: Timeline,
     resolved: Resolved,
     seen: Option<Mark>,
+    /// Set when an answer read the project itself (not only records): only
+    /// such an answer can have raced with a capture ([`Base::fresh`]).
+    read_project: std::cell::Cell<bool>,
 }
 
 /// A path's state at the base.
@@ -168,6 +171,7 @@ impl Base {
                 timeline: Timeline::default(),
                 resolved: Resolved::default(),
                 seen: None,
+                read_project: std::cell::Cell::new(false),
             }),
             drift: Mutex::new(drift),
         };
@@ -253,7 +257,9 @@ impl Base {
 
     /// Runs `f` against the records, reloading them first when the
     /// project's records moved since last seen, and again (then running
-    /// `f` once more) when they moved while `f` ran: see the module docs.
+    /// `f` once more) when they moved while `f` read the project: see the
+    /// module docs. An answer from records alone needs no second look (a
+    /// path's earliest record since the base never changes once made).
     fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
         let mut inner = self.lock();
         let before = self.mark(&inner)?;
@@ -261,7 +267,11 @@ impl Base {
             self.reload(&mut inner).map_err(io::Error::other)?;
         }
         let before = inner.seen;
+        inner.read_project.set(false);
         let r = f(&inner)?;
+        if !inner.read_project.get() {
+            return Ok(r);
+        }
         let after = self.mark(&inner)?;
         if before == Some(after) {
             return Ok(r);
@@ -282,8 +292,11 @@ impl Base {
             });
         }
         Ok(match self.project.lstat(path)? {
+            // Absent now and never recorded since the base: absent then
+            // too, whatever a capture adds meanwhile.
             None => State::Absent,
             Some(st) => {
+                inner.read_project.set(true);
                 // A directory's times move with every child created or removed
                 // through the mount (each recorded on its own), so only
                 // the other kinds can tell a change behind the mount.
@@ -508,6 +521,7 @@ impl Lower for Base {
             // Children unchanged since the base, as the project holds them.
             let current = match self.project.lstat(path)? {
                 Some(st) if st.file_type() == libc::S_IFDIR => {
+                    inner.read_project.set(true);
                     enoent_to_none(self.project.list_dir(path))?.unwrap_or_default()
                 }
                 _ => Vec::new(),
