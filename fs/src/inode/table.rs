@@ -71,6 +71,19 @@ pub(super) struct Node {
     opened: Option<Stamp>,
 }
 
+/// A node that keeps its own list of the (parent, name) pairs naming it,
+/// in step with [`Names`] ([`Names::link`], [`Names::unlink`]).
+pub(crate) trait Named {
+    /// The (parent, name) pairs naming the node.
+    fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)>;
+}
+
+impl Named for Node {
+    fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)> {
+        &mut self.names
+    }
+}
+
 /// The (parent, name) → FUSE inode index. Keyed by parent first, so finding
 /// a name takes a borrowed `&[u8]` and allocates nothing; only adding one
 /// copies the name.
@@ -105,6 +118,50 @@ impl Names {
             self.by_parent.remove(&parent);
         }
         Some(ino)
+    }
+
+    /// Forgets `parent/name` here and in its node's own name list; returns
+    /// the node it named.
+    pub(crate) fn unlink<N: Named>(
+        &mut self,
+        nodes: &mut HashMap<u64, N>,
+        parent: u64,
+        name: &[u8],
+    ) -> Option<u64> {
+        let ino = self.remove(parent, name)?;
+        if let Some(node) = nodes.get_mut(&ino) {
+            node.names_mut()
+                .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+        }
+        Some(ino)
+    }
+
+    /// Makes `parent/name` name `ino`, here and in the node's own name list
+    /// (taking the name from the node it named before, if another).
+    pub(crate) fn link<N: Named>(
+        &mut self,
+        nodes: &mut HashMap<u64, N>,
+        ino: u64,
+        parent: u64,
+        name: &[u8],
+    ) {
+        if let Some(old) = self.insert(parent, name, ino) {
+            if old != ino {
+                if let Some(node) = nodes.get_mut(&old) {
+                    node.names_mut()
+                        .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
+                }
+            }
+        }
+        if let Some(node) = nodes.get_mut(&ino) {
+            let names = node.names_mut();
+            if !names
+                .iter()
+                .any(|(p, n)| *p == parent && n.as_slice() == name)
+            {
+                names.push((parent, name.to_vec()));
+            }
+        }
     }
 
     /// The known children of `parent`, as (name, node).
@@ -145,32 +202,11 @@ pub(crate) struct NodeRef {
 
 impl Table {
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
-        let ino = self.names.remove(parent, name)?;
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            node.names
-                .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
-        }
-        Some(ino)
+        self.names.unlink(&mut self.nodes, parent, name)
     }
 
     fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
-        if let Some(old) = self.names.insert(parent, name, ino) {
-            if old != ino {
-                if let Some(node) = self.nodes.get_mut(&old) {
-                    node.names
-                        .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
-                }
-            }
-        }
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            if !node
-                .names
-                .iter()
-                .any(|(p, n)| *p == parent && n.as_slice() == name)
-            {
-                node.names.push((parent, name.to_vec()));
-            }
-        }
+        self.names.link(&mut self.nodes, ino, parent, name)
     }
 
     /// The FUSE inode number for a new node of backing inode `key`: the

@@ -195,32 +195,17 @@ impl Table {
     }
 
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
-        let ino = self.names.remove(parent, name)?;
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            node.names
-                .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
-        }
-        Some(ino)
+        self.names.unlink(&mut self.nodes, parent, name)
     }
 
     fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
-        if let Some(old) = self.names.insert(parent, name, ino) {
-            if old != ino {
-                if let Some(node) = self.nodes.get_mut(&old) {
-                    node.names
-                        .retain(|(p, n)| !(*p == parent && n.as_slice() == name));
-                }
-            }
-        }
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            if !node
-                .names
-                .iter()
-                .any(|(p, n)| *p == parent && n.as_slice() == name)
-            {
-                node.names.push((parent, name.to_vec()));
-            }
-        }
+        self.names.link(&mut self.nodes, ino, parent, name)
+    }
+}
+
+impl crate::inode::Named for Node {
+    fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)> {
+        &mut self.names
     }
 }
 
