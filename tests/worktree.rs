@@ -431,3 +431,40 @@ fn opfs_run_over_a_worktree_shows_it_at_the_project_path() {
     assert_eq!(bad.code, Some(2), "{bad}");
     discard_all(&f);
 }
+
+/// git's index remembers each file's `st_ino` and `st_ctime`: a worktree
+/// shows the project's own for what it did not change, so `git status` in
+/// the worktree finds the index clean without re-reading every file.
+#[test]
+fn a_worktree_shows_the_projects_inode_numbers_and_ctimes_to_git() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("src")).expect("mkdir");
+    for i in 0..20 {
+        fs::write(f.p(&format!("src/f{i}.rs")), format!("// {i}\n")).expect("write");
+    }
+    f.sh_in(
+        &f.project,
+        "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm base",
+    );
+    f.mount();
+    let w = create(&f, "git", &[]);
+    for i in [0, 7, 19] {
+        let rel = format!("src/f{i}.rs");
+        let (a, b) = (
+            fs::metadata(w.join(&rel)).expect("stat in the worktree"),
+            fs::metadata(f.p(&rel)).expect("stat in the project"),
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (a.ino(), a.ctime(), a.ctime_nsec(), a.mtime(), a.mtime_nsec()),
+            (b.ino(), b.ctime(), b.ctime_nsec(), b.mtime(), b.mtime_nsec()),
+            "{rel}"
+        );
+    }
+    let out = f.sh_in(&w, "git status --porcelain");
+    assert_eq!(out.trim(), "", "a fresh worktree is clean to git");
+    fs::write(w.join("src/f7.rs"), "// changed\n").expect("write");
+    let out = f.sh_in(&w, "git status --porcelain");
+    assert_eq!(out.trim(), "M src/f7.rs");
+    discard_all(&f);
+}

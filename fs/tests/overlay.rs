@@ -666,3 +666,52 @@ fn a_copy_up_cut_short_leaves_nothing_visible() {
     );
     o.check_upper();
 }
+
+/// What git's index compares (`st_ino`, `st_ctime`, `st_mtime`, size,
+/// owner): a lower entry shows the lower directory's own, through `stat`
+/// and through a listing's `d_ino`, so `git status` in a worktree finds
+/// the project's index entries clean instead of re-reading every file.
+#[test]
+fn lower_entries_show_the_lower_inode_numbers_and_times() {
+    let mut o = Overlay::new(tree);
+    let listed: std::collections::BTreeMap<_, _> = fs::read_dir(o.m("d"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name(), std::os::unix::fs::DirEntryExt::ino(&e))
+        })
+        .collect();
+    for rel in ["a", "d", "d/f", "d/sub/g"] {
+        let (through, direct) = (
+            fs::symlink_metadata(o.m(rel)).unwrap(),
+            fs::symlink_metadata(o.lower.join(rel)).unwrap(),
+        );
+        let key = |m: &fs::Metadata| {
+            (
+                m.ino(),
+                m.ctime(),
+                m.ctime_nsec(),
+                m.mtime(),
+                m.mtime_nsec(),
+                if m.is_dir() { 0 } else { m.size() },
+                m.uid(),
+                m.gid(),
+            )
+        };
+        assert_eq!(key(&through), key(&direct), "{rel}");
+    }
+    for (name, ino) in &listed {
+        let direct = fs::symlink_metadata(o.lower.join("d").join(name)).unwrap();
+        assert_eq!(*ino, direct.ino(), "d_ino of d/{name:?}");
+    }
+    // A copied-up file keeps the number it was shown with.
+    let before = fs::metadata(o.m("d/f")).unwrap().ino();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(o.m("d/f"))
+        .unwrap()
+        .write_all(b"!")
+        .unwrap();
+    assert_eq!(fs::metadata(o.m("d/f")).unwrap().ino(), before);
+    o.check_upper();
+}

@@ -408,7 +408,7 @@ impl State {
                     .lookup(&path, &name)
                     .ok()
                     .flatten()
-                    .map_or(u64::MAX, |a| (1 << 63) | a.origin),
+                    .map_or(u64::MAX, |a| super::node::lower_number(a.origin)),
             };
             out.push(DirItem {
                 name,

@@ -66,8 +66,12 @@ pub struct Attr {
     pub uid: u32,
     /// Owner group id.
     pub gid: u32,
-    /// Last content change. The overlay shows it as mtime and ctime.
+    /// Last content change. The overlay shows it as mtime and atime.
     pub mtime: SystemTime,
+    /// Last status change (`st_ctime`). Tools that cache `stat` results,
+    /// git's index among them, compare it: a lower layer that serves
+    /// another directory's files should pass that directory's ctime on.
+    pub ctime: SystemTime,
     /// Hard links to the entry within the lower layer (1 for most files).
     pub nlink: u32,
     /// The device number (`dev_t`) of a character or block device; 0
@@ -76,7 +80,11 @@ pub struct Attr {
     /// The lower inode's identity, stable for the life of the [`Lower`]:
     /// two paths with equal origins are hard links of one file. The
     /// overlay's origin map keys on it, so an entry keeps its FUSE inode
-    /// number across copy-up.
+    /// number across copy-up. An origin below 2^62 is also the inode
+    /// number the overlay shows for the entry while that number is free
+    /// (a lower layer over a real directory passes its inode numbers, so
+    /// `st_ino` through the overlay equals the directory's own); a larger
+    /// origin is shown as `2^63 | origin`.
     pub origin: u64,
 }
 
@@ -181,6 +189,7 @@ mod tests {
             uid: 0,
             gid: 0,
             mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
             nlink: 1,
             rdev: 0,
             origin,

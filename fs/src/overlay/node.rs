@@ -10,8 +10,12 @@
 //!
 //! **FUSE numbers.** An upper entry gets its upper inode number when that is
 //! free and below 2^62 (so it survives a `forget` and a remount); a lower
-//! entry gets `2^63 | origin` when free (stable across remounts while it is
-//! not copied up); anything else a number from a counter starting at 2^62.
+//! entry gets its origin when that is free and below 2^62 (a lower layer
+//! over a real directory passes that directory's inode numbers, so a tool
+//! that remembers `st_ino`, git's index among them, sees the same numbers
+//! through the overlay), else `2^63 | origin` when free (stable across
+//! remounts while it is not copied up); anything else a number from a
+//! counter starting at 2^62.
 //! After a remount a copied-up file shows its upper inode number (the
 //! overlay keeps no persistent origin map; docs in `mod.rs`).
 //!
@@ -173,13 +177,29 @@ impl Table {
     }
 
     fn fresh_lower(&mut self, origin: u64) -> u64 {
+        if origin < SYNTHETIC_BASE && self.free(origin) {
+            return origin;
+        }
         let ino = LOWER_BIT | origin;
         if self.free(ino) {
             return ino;
         }
         self.counter()
     }
+}
 
+/// The number a lower entry of `origin` is shown with when it is free (see
+/// the module docs): what a listing reports for a lower entry the kernel
+/// has not looked up yet.
+pub(super) fn lower_number(origin: u64) -> u64 {
+    if origin < SYNTHETIC_BASE && origin > ROOT {
+        origin
+    } else {
+        LOWER_BIT | origin
+    }
+}
+
+impl Table {
     fn path(&self, ino: u64) -> Option<Vec<u8>> {
         let mut parts: Vec<&[u8]> = Vec::new();
         let mut cur = ino;

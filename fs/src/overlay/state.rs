@@ -66,7 +66,7 @@ pub(super) fn lower_attr(ino: u64, a: &Attr) -> FileAttr {
         blocks: a.size.div_ceil(512),
         atime: a.mtime,
         mtime: a.mtime,
-        ctime: a.mtime,
+        ctime: a.ctime,
         crtime: std::time::UNIX_EPOCH,
         kind: whiteout::file_type(a.kind),
         perm: (a.perm & 0o7777) as u16,

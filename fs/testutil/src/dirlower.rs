@@ -70,8 +70,14 @@ fn attr_of(md: &fs::Metadata) -> Attr {
     } else {
         UNIX_EPOCH - Duration::new(md.mtime().unsigned_abs(), 0)
     };
+    let ctime = if md.ctime() >= 0 {
+        UNIX_EPOCH + Duration::new(md.ctime().unsigned_abs(), md.ctime_nsec() as u32)
+    } else {
+        UNIX_EPOCH - Duration::new(md.ctime().unsigned_abs(), 0)
+    };
     Attr {
         kind,
+        ctime,
         perm: md.mode() & 0o7777,
         size: match kind {
             Kind::File | Kind::Symlink => md.size(),
