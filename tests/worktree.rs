@@ -440,7 +440,7 @@ fn a_worktree_shows_the_projects_inode_numbers_and_ctimes_to_git() {
     let f = Fixture::new();
     fs::create_dir_all(f.p("src")).expect("mkdir");
     for i in 0..20 {
-        fs::write(f.p(&format!("src/f{i}.rs")), format!("// {i}\n")).expect("write");
+        fs::write(f.p(format!("src/f{i}.rs")), format!("// {i}\n")).expect("write");
     }
     f.sh_in(
         &f.project,
