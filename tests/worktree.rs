@@ -456,8 +456,20 @@ fn a_worktree_shows_the_projects_inode_numbers_and_ctimes_to_git() {
         );
         use std::os::unix::fs::MetadataExt;
         assert_eq!(
-            (a.ino(), a.ctime(), a.ctime_nsec(), a.mtime(), a.mtime_nsec()),
-            (b.ino(), b.ctime(), b.ctime_nsec(), b.mtime(), b.mtime_nsec()),
+            (
+                a.ino(),
+                a.ctime(),
+                a.ctime_nsec(),
+                a.mtime(),
+                a.mtime_nsec()
+            ),
+            (
+                b.ino(),
+                b.ctime(),
+                b.ctime_nsec(),
+                b.mtime(),
+                b.mtime_nsec()
+            ),
             "{rel}"
         );
     }
@@ -466,5 +478,57 @@ fn a_worktree_shows_the_projects_inode_numbers_and_ctimes_to_git() {
     fs::write(w.join("src/f7.rs"), "// changed\n").expect("write");
     let out = f.sh_in(&w, "git status --porcelain");
     assert_eq!(out.trim(), "M src/f7.rs");
+    discard_all(&f);
+}
+
+/// A worktree mount caches entries and attributes for 60 s
+/// (`WORKTREE_TTL`): its own rewinds must still show at once, sizes,
+/// listings, removed and re-appearing names included.
+#[test]
+fn a_rewind_in_a_worktree_shows_at_once_through_its_caches() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "lower a, long enough\n").expect("write");
+    fs::write(f.p("gone"), "g\n").expect("write");
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::write(f.p("d/x"), "x\n").expect("write");
+    f.mount();
+    let w = create(&f, "cache", &[]);
+    let in_wt = |args: &[&str]| {
+        let mut all = vec!["-C", w.to_str().expect("utf8")];
+        all.extend(args);
+        f.opfs(&all)
+    };
+    let names = |dir: &Path| {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    fs::write(w.join("a"), "short\n").expect("write");
+    let t: u64 = in_wt(&["turn"]).ok().stdout.trim().parse().expect("turn");
+    // Change everything, and look at it all so the kernel caches it.
+    fs::write(w.join("a"), "a much longer content than before\n").expect("write");
+    fs::remove_file(w.join("gone")).expect("rm");
+    fs::remove_dir_all(w.join("d")).expect("rm -r");
+    fs::create_dir_all(w.join("d/new")).expect("mkdir");
+    fs::write(w.join("d/y"), "y\n").expect("write");
+    fs::write(w.join("added"), "n\n").expect("write");
+    for p in ["a", "d", "d/new", "d/y", "added"] {
+        fs::metadata(w.join(p)).expect("stat");
+    }
+    assert_eq!(names(&w), ["a", "added", "d"]);
+    assert_eq!(names(&w.join("d")), ["new", "y"]);
+
+    in_wt(&["rewind", &t.to_string(), "--json"]).ok();
+    assert_eq!(fs::metadata(w.join("a")).expect("stat").len(), 6);
+    assert_eq!(read(&w.join("a")), "short\n");
+    assert_eq!(names(&w), ["a", "d", "gone"]);
+    assert_eq!(read(&w.join("gone")), "g\n");
+    assert_eq!(names(&w.join("d")), ["x"]);
+    assert!(!w.join("added").exists());
+    assert!(!w.join("d/y").exists());
+    assert_eq!(read(&w.join("d/x")), "x\n");
     discard_all(&f);
 }

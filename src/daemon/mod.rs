@@ -96,7 +96,10 @@ pub fn run(
     let recovered = recover(&journal);
     let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
     let mount = match &opts.worktree {
-        Some(spec) => worktree::run_overlay(home, plan, spec, hook, &fs_options(plan, opts))?,
+        Some(spec) => {
+            let fs = worktree::overlay_options(fs_options(plan, opts), &opts.tuning);
+            worktree::run_overlay(home, plan, spec, hook, &fs)?
+        }
         None => opfs_fs::mount(
             &state.project,
             &plan.mountpoint,

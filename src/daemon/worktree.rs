@@ -363,6 +363,36 @@ pub fn list(home: &Path, project: &StateDir) -> Result<Vec<Listed>, WorktreeCmdE
     Ok(out)
 }
 
+/// How long the kernel may cache a worktree's entries and attributes
+/// unless `OPFS_ENTRY_TTL_MS` / `OPFS_ATTR_TTL_MS` say otherwise: 60 s.
+///
+/// A worktree's view changes only through its own mount: its base is
+/// frozen (later captures do not show), its upper layer is a private
+/// folder of the state dir, and what its daemon changes itself (a rewind
+/// of the worktree) it invalidates in the kernel, as the main mount does.
+/// The one change the daemon cannot see coming is drift (a project file
+/// edited behind the project's mount after the base): the cap bounds how
+/// long a cached entry hides it, and the drift is listed and stops a merge
+/// either way (`docs/worktrees.md`). With the project mount's 1 s, `git
+/// status` in a worktree re-looked-up every entry each second and cost
+/// several times the main mount's (`docs/benchmarks.md`, "Worktrees").
+pub const WORKTREE_TTL: Duration = Duration::from_secs(60);
+
+/// The FUSE options of a worktree mount: the project mount's `fs`, with
+/// [`WORKTREE_TTL`] where `tuning` sets no cache timeout.
+pub(super) fn overlay_options(
+    mut fs: opfs_fs::Options,
+    tuning: &super::options::FsTuning,
+) -> opfs_fs::Options {
+    if tuning.attr_ttl.is_none() {
+        fs.attr_ttl = WORKTREE_TTL;
+    }
+    if tuning.entry_ttl.is_none() {
+        fs.entry_ttl = WORKTREE_TTL;
+    }
+    fs
+}
+
 /// Serves the worktree `spec` at `plan.mountpoint`: the overlay of its
 /// upper layer over its base, with `hook` (the worktree's journal over the
 /// upper layer) told every change of the upper layer.
