@@ -686,6 +686,32 @@ fn writable_dirs_are_writable() {
 }
 
 #[test]
+fn a_writable_file_is_writable_and_its_directory_is_not() {
+    // An agent's own config file (`--writable ~/.claude.json`).
+    let w = World::new();
+    let cfg = w.pinned.home.join(".agent.json");
+    std::fs::create_dir_all(&w.pinned.home).unwrap();
+    std::fs::write(&cfg, "{}\n").unwrap();
+    let out = w.run(
+        &["--writable", cfg.to_str().unwrap()],
+        &format!(
+            r#"echo '{{"n": 1}}' > {cfg} && echo WROTE; echo x > {dir}/other && echo ESCAPED"#,
+            cfg = cfg.display(),
+            dir = w.pinned.home.display()
+        ),
+    );
+    assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
+    assert!(!stdout(&out).contains("ESCAPED"), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), "{\"n\": 1}\n");
+    assert!(!w.pinned.home.join("other").exists());
+    // A missing one is refused (usage), naming it.
+    let missing = w.pinned.home.join("missing.json");
+    let out = w.run(&["--writable", missing.to_str().unwrap()], "echo RAN");
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"));
+}
+
+#[test]
 fn a_writable_root_inside_a_hidden_path_is_refused() {
     let w = World::new();
     let out = w.run(

@@ -220,8 +220,8 @@ pub struct RunArgs {
     /// Give the command the network.
     #[arg(long)]
     pub net: bool,
-    /// Make DIR writable inside too (repeatable).
-    #[arg(long, value_name = "DIR")]
+    /// Make PATH (a directory or a file) writable inside too (repeatable).
+    #[arg(long, value_name = "PATH")]
     pub writable: Vec<PathBuf>,
     /// Open a turn with this label before the command starts.
     #[arg(long, value_name = "LABEL")]

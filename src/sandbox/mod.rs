@@ -155,7 +155,8 @@ pub struct RunOptions {
     pub mode: Mode,
     /// `--net`.
     pub net: bool,
-    /// `--writable` directories.
+    /// `--writable` directories and regular files (a file is bound alone:
+    /// it can be rewritten in place, not replaced by a rename).
     pub writable: Vec<PathBuf>,
     /// `--turn`: open a turn with this label before the command starts
     /// (in the worktree's own history with `worktree`).
@@ -235,6 +236,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     command_is_visible(
         Path::new(&opts.command[0]),
         &st.project,
+        &state::absolute(&opts.dir),
         opts.env.search_path.as_deref(),
     )?;
     let (mut guard, history) = match &opts.worktree {
@@ -288,19 +290,24 @@ fn locate(home: &Path, dir: &Path) -> Result<StateDir, RunError> {
 
 /// Refuses a command the sandbox cannot show: one under `/tmp`, which is
 /// a fresh, empty tmpfs inside (only the project is bound into it, at its
-/// own path). `command` is the program as given: a path (checked when
-/// absolute; a relative one is found in the project inside), or a name
-/// looked up in `search_path` (the value of `$PATH`) as `execvp` would.
+/// own path). `command` is the program as given: a path (absolute, or
+/// relative to `dir`, the directory it starts in: one that stays below
+/// `dir` is in the project or its mountpoint, which the sandbox shows; one
+/// that climbs out with `..` is checked), or a name looked up in
+/// `search_path` (the value of `$PATH`) as `execvp` would.
 ///
 /// Errors: [`RunError::Usage`] naming the path and the fix.
 fn command_is_visible(
     command: &Path,
     project: &Path,
+    dir: &Path,
     search_path: Option<&std::ffi::OsStr>,
 ) -> Result<(), RunError> {
     use std::os::unix::fs::PermissionsExt;
-    let found = if command.components().count() > 1 || command.is_absolute() {
-        command.is_absolute().then(|| command.to_path_buf())
+    let found = if command.is_absolute() {
+        Some(command.to_path_buf())
+    } else if command.components().count() > 1 {
+        climbs_out(command).then(|| dir.join(command))
     } else {
         search_path
             .into_iter()
@@ -326,6 +333,22 @@ fn command_is_visible(
     Ok(())
 }
 
+/// Whether relative path `p` climbs above its start (`../x`, `a/../../x`).
+fn climbs_out(p: &Path) -> bool {
+    let mut depth: i64 = 0;
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
+}
+
 /// Closes the open turn and opens one labelled `label`: through the daemon
 /// if one runs, else directly on the state dir.
 fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
@@ -338,6 +361,28 @@ fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_relative_command_that_climbs_into_tmp_is_refused() {
+        let tmp = tempfile_under_tmp();
+        let project = tmp.join("project");
+        std::fs::create_dir_all(project.join("a")).unwrap();
+        let script = tmp.join("agent.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let p = Path::new;
+        assert!(command_is_visible(p("../agent.sh"), &project, &project, None).is_err());
+        assert!(command_is_visible(p("a/../../agent.sh"), &project, &project, None).is_err());
+        assert!(command_is_visible(&script, &project, &project, None).is_err());
+        assert!(command_is_visible(p("./agent.sh"), &project, &project, None).is_ok());
+        assert!(command_is_visible(p("sub/../agent.sh"), &project, &project, None).is_ok());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    fn tempfile_under_tmp() -> PathBuf {
+        let d = Path::new("/tmp").join(format!("opfs-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.canonicalize().unwrap()
+    }
 
     #[test]
     fn modes_parse_by_name_only() {
