@@ -686,6 +686,51 @@ fn writable_dirs_are_writable() {
 }
 
 #[test]
+fn the_agent_hook_inside_the_sandbox_says_turns_are_opened_outside() {
+    // `opfs integrate` configures the hook user-wide, so it also runs when
+    // the agent runs inside `opfs run`: it must not claim that nothing is
+    // recorded (the mount records into the turn opened outside), nor block.
+    let w = World::new();
+    // The binary where the sandbox shows it (a checkout under /tmp is
+    // private inside).
+    let bin = if Path::new(OPFS).canonicalize().unwrap().starts_with("/tmp") {
+        let copy = w.root.join("opfs");
+        std::fs::hard_link(OPFS, &copy)
+            .or_else(|_| std::fs::copy(OPFS, &copy).map(|_| ()))
+            .unwrap();
+        copy
+    } else {
+        PathBuf::from(OPFS)
+    };
+    let out = w.run(
+        &["--turn", "outside"],
+        &format!(
+            r#"echo '{{"hook_event_name":"UserPromptSubmit","prompt":"p","session_id":"s"}}' | OPFS_HOOK_STRICT=1 {} hook; echo "rc=$?"; echo x > made.txt"#,
+            bin.display()
+        ),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(text.contains("rc=0"), "{}", show(&out));
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let msg = first["systemMessage"].as_str().unwrap();
+    assert!(
+        msg.contains("cannot open turns") && msg.contains("are recorded"),
+        "{msg}"
+    );
+    let turns = w.turns();
+    let t = turns.iter().find(|t| t["label"] == "outside").unwrap();
+    assert!(
+        t["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "made.txt"),
+        "{t}"
+    );
+}
+
+#[test]
 fn a_writable_file_is_writable_and_its_directory_is_not() {
     // An agent's own config file (`--writable ~/.claude.json`).
     let w = World::new();

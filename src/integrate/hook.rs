@@ -158,6 +158,22 @@ pub fn not_opened(reason: &str, strict: bool) -> HookReply {
     }
 }
 
+/// The answer inside `opfs run`'s sandbox (`OPFS_SANDBOX` set, not
+/// `danger-full-access`): no hook there can reach the daemon (guarantee
+/// 8), but the mount records everything, into the turn opened from
+/// outside; so exit 0 with a `systemMessage` saying so, even when strict.
+pub fn in_sandbox() -> HookReply {
+    let msg = "opfs: inside opfs run's sandbox a hook cannot open turns (the agent cannot \
+               change its own history); this message's changes are recorded in the turn \
+               opened outside (`opfs run --turn LABEL`, or `opfs turn` from a terminal \
+               outside the sandbox)";
+    HookReply {
+        stdout: format!("{}\n", serde_json::json!({ "systemMessage": msg })),
+        stderr: format!("{msg}\n"),
+        code: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,9 @@
 //! (`/dev/tty`, if the hook has one) and as `{"systemMessage": ...}` on
 //! stdout, with exit 0 so the agent goes on unprotected; with
 //! `OPFS_HOOK_STRICT=1` it exits 2 instead, which blocks the prompt.
+//! Inside `opfs run`'s sandbox (`OPFS_SANDBOX`), where no turn can be
+//! opened but the mount records everything into the turn opened outside,
+//! it says so in a `systemMessage` and exits 0.
 
 use std::io::{Read, Write};
 
@@ -33,12 +36,19 @@ pub fn run(
     // agents document it as the hook's own switch.
     let strict = std::env::var_os("OPFS_HOOK_STRICT").is_some_and(|v| v == "1");
     let agent = a.agent.as_deref().and_then(Agent::from_name);
-    let reply = match open_turn(ctx, agent) {
-        Ok(agent) => hook::opened(agent),
-        Err(reason) => {
-            let reply = hook::not_opened(&reason, strict);
-            tell_terminal(&reply);
-            reply
+    let sandboxed = std::env::var_os("OPFS_SANDBOX").is_some_and(|m| m != "danger-full-access");
+    let reply = if sandboxed {
+        // Drain the event: the agent may wait for its hook to read it.
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        hook::in_sandbox()
+    } else {
+        match open_turn(ctx, agent) {
+            Ok(agent) => hook::opened(agent),
+            Err(reason) => {
+                let reply = hook::not_opened(&reason, strict);
+                tell_terminal(&reply);
+                reply
+            }
         }
     };
     out.write_all(reply.stdout.as_bytes())?;
