@@ -456,8 +456,13 @@ fn integrate_never_writes_inside_a_project() {
     fx.mount();
     fx.umount();
     let before = manifest(&fx.project);
+    // HOME inside the project, through the one pinned environment.
+    let inside = TestEnv {
+        home: fx.project.clone(),
+        ..fx.pinned.clone()
+    };
     let mut cmd = fx.opfs_command(&["integrate", "claude-code"]);
-    cmd.env("HOME", &fx.project);
+    inside.pin(&mut cmd);
     let run = run_command(cmd, fx.root(), COMMAND_TIMEOUT).expect("integrate");
     assert_eq!(run.code, Some(1), "{run}");
     assert!(
