@@ -110,7 +110,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "sandbox",
         &[
-            "daemon", "control", "worktree", "state", "store", "record", "paths",
+            "mcp", "daemon", "control", "worktree", "state", "store", "record", "paths",
         ],
     ),
 ];

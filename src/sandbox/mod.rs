@@ -34,6 +34,8 @@ use std::str::FromStr;
 use crate::control::{ClientError, Project};
 use crate::daemon::spawn::SpawnError;
 use crate::daemon::DaemonOptions;
+use crate::mcp::narrow::NarrowServer;
+use crate::mcp::Tools;
 use crate::state;
 use crate::store::StateDir;
 
@@ -249,10 +251,30 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if let Some(label) = &opts.turn {
         open_turn(&history, label)?;
     }
+    // The agent's MCP tools, for this project only, on a socket of their
+    // own: the state dir and control socket stay hidden (docs/mcp.md).
+    let narrow = if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
+        let tools = Tools::new(
+            home.clone(),
+            Project::new(st.clone()),
+            opts.daemon.clone(),
+            opts.verbose,
+        );
+        let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
+        Some(NarrowServer::start(tools, &path).map_err(|e| {
+            RunError::Setup(format!(
+                "cannot start the narrow MCP socket {}: {e}",
+                path.display()
+            ))
+        })?)
+    } else {
+        None
+    };
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
+        narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
@@ -263,8 +285,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         .arg(info.fd().to_string())
         .arg("--")
         .args(&opts.command);
-    bwrap::apply_env(&mut cmd, &policy);
+    bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
     let code = process::spawn_and_wait(cmd, info)?;
+    drop(narrow);
     let mut warnings = Vec::new();
     if let Err(e) = guard.finish() {
         warnings.push(e);
