@@ -767,7 +767,7 @@ fn mcp_inside_the_sandbox_reaches_only_its_tools_through_the_narrow_socket() {
     let out = w.run(
         &["--turn", "t1"],
         &format!(
-            r#"echo one > one.txt; /usr/bin/python3 {client} {bin} < {requests}; echo "CLIENT_RC=$?"; ls -A "$OPFS_HOME"; "$OPFS" -C "$PROJECT" turn --label evil && echo ESCAPED; true"#,
+            r#"echo one > one.txt; /usr/bin/python3 {client} {bin} < {requests}; echo "CLIENT_RC=$?"; echo "HOME_LS=[$(ls -A "$OPFS_HOME")]"; "$OPFS" -C "$PROJECT" turn --label evil && echo ESCAPED; true"#,
             client = client.display(),
             bin = bin.display(),
             requests = requests.display(),
@@ -777,6 +777,11 @@ fn mcp_inside_the_sandbox_reaches_only_its_tools_through_the_narrow_socket() {
     assert!(out.status.success(), "{}", show(&out));
     assert!(text.contains("CLIENT_RC=0"), "{}", show(&out));
     assert!(!text.contains("ESCAPED"), "{}", show(&out));
+    assert!(
+        text.contains("HOME_LS=[]"),
+        "the state dir is hidden: {}",
+        show(&out)
+    );
     let field = |tag: &str| -> serde_json::Value {
         let line = text
             .lines()

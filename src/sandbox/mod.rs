@@ -251,6 +251,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if let Some(label) = &opts.turn {
         open_turn(&history, label)?;
     }
+    let mut warnings = Vec::new();
     // The agent's MCP tools, for this project only, on a socket of their
     // own: the state dir and control socket stay hidden (docs/mcp.md).
     let narrow = if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
@@ -261,12 +262,19 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             opts.verbose,
         );
         let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
-        Some(NarrowServer::start(tools, &path).map_err(|e| {
-            RunError::Setup(format!(
-                "cannot start the narrow MCP socket {}: {e}",
-                path.display()
-            ))
-        })?)
+        // Optional: without it the command runs as before, only `opfs mcp`
+        // inside cannot reach the tools.
+        match NarrowServer::start(tools, &path) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                warnings.push(format!(
+                    "cannot start the narrow MCP socket {} ({e}): `opfs mcp` inside the \
+                     sandbox could not reach the tools",
+                    path.display()
+                ));
+                None
+            }
+        }
     } else {
         None
     };
@@ -288,7 +296,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
     let code = process::spawn_and_wait(cmd, info)?;
     drop(narrow);
-    let mut warnings = Vec::new();
     if let Err(e) = guard.finish() {
         warnings.push(e);
     }
