@@ -24,6 +24,7 @@ pub mod export;
 pub mod failpoint;
 pub mod gc;
 pub mod history;
+pub mod integrate;
 pub mod mcp;
 pub mod paths;
 pub mod record;

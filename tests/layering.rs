@@ -32,6 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // L0: leaves (pure data and helpers, no I/O of the project)
     ("paths", &[]),
     ("failpoint", &[]),
+    ("integrate", &[]),
     ("record", &["paths"]),
     // L1: project access, storage, and where state lives
     ("tree", &["paths", "record"]),
@@ -109,7 +110,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "sandbox",
         &[
-            "daemon", "control", "worktree", "state", "store", "record", "paths",
+            "mcp", "daemon", "control", "worktree", "state", "store", "record", "paths",
         ],
     ),
 ];

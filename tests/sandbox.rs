@@ -685,6 +685,239 @@ fn writable_dirs_are_writable() {
     assert_eq!(stdout(&out).trim(), "tmp");
 }
 
+/// The binary under test where the sandbox shows it: a copy in the
+/// world's root if it lies under /tmp (a checkout there), which is private
+/// inside.
+fn visible_opfs(w: &World) -> PathBuf {
+    if !Path::new(OPFS).canonicalize().unwrap().starts_with("/tmp") {
+        return PathBuf::from(OPFS);
+    }
+    let copy = w.root.join("opfs");
+    std::fs::hard_link(OPFS, &copy)
+        .or_else(|_| std::fs::copy(OPFS, &copy).map(|_| ()))
+        .unwrap();
+    copy
+}
+
+/// Inside the sandbox: `opfs mcp` driven as an MCP client drives it, then
+/// raw requests on the narrow socket. Prints `MCP_*` and `RAW` lines.
+const NARROW_CLIENT: &str = r#"
+import json, os, socket, subprocess, sys
+p = subprocess.Popen([sys.argv[1], "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def send(m):
+    p.stdin.write(json.dumps(m) + chr(10)); p.stdin.flush()
+def rpc(i, method, params):
+    send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            raise SystemExit("opfs mcp closed its output")
+        m = json.loads(line)
+        if m.get("id") == i:
+            return m
+rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+print("MCP_LOG " + json.dumps(rpc(2, "tools/call", {"name": "history_log", "arguments": {}})))
+print("MCP_WT " + json.dumps(rpc(3, "tools/call", {"name": "worktree_list", "arguments": {}})))
+print("MCP_BAD " + json.dumps(rpc(4, "tools/call", {"name": "rewind", "arguments": {"to": 1}})))
+p.stdin.close()
+print("MCP_RC %d" % p.wait())
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["OPFS_MCP_SOCKET"])
+f = s.makefile("rw")
+for line in sys.stdin:
+    f.write(line); f.flush()
+    print("RAW " + f.readline().strip())
+"#;
+
+/// Requests no narrow socket may run: control requests, tools that do not
+/// exist, extra fields, bad JSON.
+const REFUSED: &[&str] = &[
+    r#"{"op":"rewind","to":1,"dry_run":false}"#,
+    r#"{"op":"turn","label":"evil","id":null}"#,
+    r#"{"op":"unmount"}"#,
+    r#"{"op":"status"}"#,
+    r#"{"op":"commit"}"#,
+    r#"{"tool":"rewind","arguments":{"to":1}}"#,
+    r#"{"tool":"turn","arguments":{"label":"evil"}}"#,
+    r#"{"tool":"gc","arguments":{}}"#,
+    r#"{"tool":"history_log","arguments":{},"project":"/elsewhere"}"#,
+    r#"not json"#,
+];
+
+#[test]
+fn mcp_inside_the_sandbox_reaches_only_its_tools_through_the_narrow_socket() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let client = w.root.join("client.py");
+    std::fs::write(&client, NARROW_CLIENT).unwrap();
+    let requests = w.root.join("requests.jsonl");
+    let mut lines: Vec<&str> = REFUSED.to_vec();
+    lines.push(r#"{"tool":"worktree_merge","arguments":{"name":"x","force":true}}"#);
+    lines.push(r#"{"tool":"history_log","arguments":{"limit":1}}"#);
+    std::fs::write(
+        &requests,
+        lines.join(
+            "
+",
+        ) + "
+",
+    )
+    .unwrap();
+    let out = w.run(
+        &["--turn", "t1"],
+        &format!(
+            r#"echo one > one.txt; /usr/bin/python3 {client} {bin} < {requests}; echo "CLIENT_RC=$?"; echo "HOME_LS=[$(ls -A "$OPFS_HOME")]"; "$OPFS" -C "$PROJECT" turn --label evil && echo ESCAPED; true"#,
+            client = client.display(),
+            bin = bin.display(),
+            requests = requests.display(),
+        ),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(text.contains("CLIENT_RC=0"), "{}", show(&out));
+    assert!(!text.contains("ESCAPED"), "{}", show(&out));
+    assert!(
+        text.contains("HOME_LS=[]"),
+        "the state dir is hidden: {}",
+        show(&out)
+    );
+    let field = |tag: &str| -> serde_json::Value {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag}: {}", show(&out)));
+        serde_json::from_str(line.trim()).unwrap()
+    };
+    // The MCP tools work inside, for this project: its history and its
+    // (empty) worktree list.
+    let log = field("MCP_LOG ");
+    assert_eq!(log["result"]["isError"], false, "{log}");
+    let log_text = log["result"]["content"][0]["text"].as_str().unwrap();
+    let turns: serde_json::Value = serde_json::from_str(log_text).unwrap();
+    assert_eq!(turns[0]["label"], "t1", "{turns}");
+    assert!(turns[0]["added"].as_u64() >= Some(1), "one.txt: {turns}");
+    let wt = field("MCP_WT ");
+    assert_eq!(wt["result"]["isError"], false, "{wt}");
+    assert_eq!(wt["result"]["content"][0]["text"], "[]", "{wt}");
+    assert!(
+        field("MCP_BAD ").get("error").is_some(),
+        "an unknown tool is a JSON-RPC error"
+    );
+    assert_eq!(field("MCP_RC ").as_i64(), Some(0));
+
+    // Raw requests on the narrow socket: only the tools run.
+    let raw: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("RAW "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(raw.len(), lines.len(), "{}", show(&out));
+    for (req, answer) in REFUSED.iter().zip(&raw) {
+        let msg = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with("refused:"),
+            "{req} must be refused: {answer}"
+        );
+    }
+    let merge = &raw[REFUSED.len()];
+    let msg = merge["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("bad arguments") && msg.contains("force"),
+        "{merge}"
+    );
+    let last = &raw[REFUSED.len() + 1];
+    assert_eq!(last["ok"][0]["label"], "t1", "{last}");
+
+    // Nothing those requests asked for happened, and the socket is gone.
+    let labels: Vec<_> = w.turns().iter().map(|t| t["label"].clone()).collect();
+    assert!(!labels.iter().any(|l| l == "evil"), "{labels:?}");
+    assert!(
+        labels.iter().any(|l| l == "t1"),
+        "the run's turn is still there: {labels:?}"
+    );
+    let leftovers: Vec<_> = walk_names(&w.pinned.opfs_home)
+        .into_iter()
+        .filter(|n| n.ends_with(".sock") && n.contains("mcp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.to_string_lossy().into_owned());
+            if p.is_dir() && !p.is_symlink() {
+                out.extend(walk_names(&p));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_agent_hook_inside_the_sandbox_says_turns_are_opened_outside() {
+    // `opfs integrate` configures the hook user-wide, so it also runs when
+    // the agent runs inside `opfs run`: it must not claim that nothing is
+    // recorded (the mount records into the turn opened outside), nor block.
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let out = w.run(
+        &["--turn", "outside"],
+        &format!(
+            r#"echo '{{"hook_event_name":"UserPromptSubmit","prompt":"p","session_id":"s"}}' | OPFS_HOOK_STRICT=1 {} hook; echo "rc=$?"; echo x > made.txt"#,
+            bin.display()
+        ),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(text.contains("rc=0"), "{}", show(&out));
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let msg = first["systemMessage"].as_str().unwrap();
+    assert!(
+        msg.contains("cannot open turns") && msg.contains("are recorded"),
+        "{msg}"
+    );
+    let turns = w.turns();
+    let t = turns.iter().find(|t| t["label"] == "outside").unwrap();
+    assert!(
+        t["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "made.txt"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_writable_file_is_writable_and_its_directory_is_not() {
+    // An agent's own config file (`--writable ~/.claude.json`).
+    let w = World::new();
+    let cfg = w.pinned.home.join(".agent.json");
+    std::fs::create_dir_all(&w.pinned.home).unwrap();
+    std::fs::write(&cfg, "{}\n").unwrap();
+    let out = w.run(
+        &["--writable", cfg.to_str().unwrap()],
+        &format!(
+            r#"echo '{{"n": 1}}' > {cfg} && echo WROTE; echo x > {dir}/other && echo ESCAPED"#,
+            cfg = cfg.display(),
+            dir = w.pinned.home.display()
+        ),
+    );
+    assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
+    assert!(!stdout(&out).contains("ESCAPED"), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), "{\"n\": 1}\n");
+    assert!(!w.pinned.home.join("other").exists());
+    // A missing one is refused (usage), naming it.
+    let missing = w.pinned.home.join("missing.json");
+    let out = w.run(&["--writable", missing.to_str().unwrap()], "echo RAN");
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"));
+}
+
 #[test]
 fn a_writable_root_inside_a_hidden_path_is_refused() {
     let w = World::new();

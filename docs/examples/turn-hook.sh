@@ -1,28 +1,30 @@
 #!/bin/sh
-# A "user prompt submitted" hook (e.g. Claude Code's UserPromptSubmit): reads
-# the hook event as JSON on stdin and opens an opfs turn labelled with the
-# prompt. The project (or its mountpoint) is $OPFS_PROJECT, else the current
-# directory. The label is cut at the first double quote and 200 bytes.
+# A "user prompt submitted" hook (Claude Code's UserPromptSubmit, Codex's
+# UserPromptSubmit, Gemini CLI's BeforeAgent) for agents configured by hand:
+# `opfs integrate AGENT` writes `opfs hook` itself into the agent's
+# configuration, which is the recommended way (docs/integrations.md).
 #
-# When no turn can be opened (opfs not on $PATH, no daemon serving the
-# project, a stale mount), the user must see it, not only the hook's stderr:
-# the hook prints the reason on stderr, on the terminal (/dev/tty, if there
-# is one) and as {"systemMessage": "..."} on stdout, which agents with JSON
-# hook output (Claude Code, Gemini CLI) show to the user. It exits 0 so the
-# agent goes on, unprotected; with OPFS_HOOK_STRICT=1 it exits 2, which
-# such agents take as "block this prompt" (and show stderr).
-event=$(cat)
-prompt=$(printf '%s' "$event" | sed -n 's/.*"prompt" *: *"\([^"]*\)".*/\1/p' | head -c 200)
-dir=${OPFS_PROJECT:-$PWD}
-if ! command -v opfs >/dev/null 2>&1; then
-  why="opfs is not on the hook's PATH ($PATH): install it (see opfs's README) or set PATH for the agent's hooks"
-elif why=$(opfs -C "$dir" turn --label "${prompt:-user message}" 2>&1 >/dev/null); then
-  exit 0
+# It runs `opfs hook`, which reads the hook event (JSON on stdin), opens an
+# opfs turn labelled with the prompt (intact) and the agent's session id as
+# its id, in the project $OPFS_PROJECT (or its mountpoint), else the event's
+# cwd. All that is left here is the one case `opfs hook` cannot handle: opfs
+# not on $PATH. Then, as `opfs hook` does for every other failure, the user
+# is told, not only the hook's stderr: the reason goes to stderr, to the
+# terminal (/dev/tty, if there is one) and as {"systemMessage": "..."} on
+# stdout, which these agents show to the user. It exits 0 so the agent goes
+# on, unprotected; with OPFS_HOOK_STRICT=1 it exits 2, which they take as
+# "block this prompt" (and show stderr).
+if command -v opfs >/dev/null 2>&1; then
+  if [ -n "${OPFS_PROJECT:-}" ]; then
+    exec opfs -C "$OPFS_PROJECT" hook
+  fi
+  exec opfs hook
 fi
-msg="opfs: no turn was opened for this message, so its changes are NOT recorded and cannot be rewound: ${why#opfs: }"
+cat >/dev/null
+msg="opfs: no turn was opened for this message, so its changes are NOT recorded and cannot be rewound: opfs is not on the hook's PATH ($PATH): install it (see opfs's README) or set PATH for the agent's hooks"
 printf '%s\n' "$msg" >&2
 { printf '%s\n' "$msg" >/dev/tty; } 2>/dev/null
 json=$(printf '%s' "$msg" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')
-printf '{"systemMessage": "%s"}\n' "$json"
 [ "${OPFS_HOOK_STRICT:-0}" = 1 ] && exit 2
+printf '{"systemMessage": "%s"}\n' "$json"
 exit 0

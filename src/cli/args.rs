@@ -57,6 +57,13 @@ pub enum Cmd {
     /// Serve the agent tools (worktrees, read-only history) over MCP on
     /// stdin/stdout; register it with the agent (docs/mcp.md).
     Mcp,
+    /// Open a turn from an agent's prompt-submitted hook: reads the hook
+    /// event (JSON) on stdin, labels the turn with the prompt
+    /// (docs/integrations.md).
+    Hook(HookArgs),
+    /// Write the user-level configuration that makes AGENT open a turn per
+    /// user message and register `opfs mcp` (docs/integrations.md).
+    Integrate(IntegrateArgs),
 }
 
 /// `opfs worktree ...` (`-C` names the project or its mountpoint).
@@ -213,8 +220,8 @@ pub struct RunArgs {
     /// Give the command the network.
     #[arg(long)]
     pub net: bool,
-    /// Make DIR writable inside too (repeatable).
-    #[arg(long, value_name = "DIR")]
+    /// Make PATH (a directory or a file) writable inside too (repeatable).
+    #[arg(long, value_name = "PATH")]
     pub writable: Vec<PathBuf>,
     /// Open a turn with this label before the command starts.
     #[arg(long, value_name = "LABEL")]
@@ -294,4 +301,26 @@ pub struct ExportArgs {
     /// The bare repository to write (default: export.git in the state dir).
     #[arg(long, value_name = "DIR")]
     pub git_dir: Option<PathBuf>,
+}
+
+// `opfs hook`.
+#[derive(Debug, clap::Args)]
+pub struct HookArgs {
+    /// The agent whose event is on stdin (default: told from the event).
+    #[arg(long, value_name = "AGENT", value_parser = ["claude-code", "codex", "gemini"])]
+    pub agent: Option<String>,
+}
+
+// `opfs integrate`.
+#[derive(Debug, clap::Args)]
+pub struct IntegrateArgs {
+    /// claude-code, codex, gemini or aider.
+    #[arg(value_parser = ["claude-code", "codex", "gemini", "aider"])]
+    pub agent: String,
+    /// Print what would be added to each file and write nothing.
+    #[arg(long)]
+    pub print: bool,
+    /// Take opfs's entries out again.
+    #[arg(long, visible_alias = "undo")]
+    pub remove: bool,
 }

@@ -10,11 +10,39 @@
 //! the project's history.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
+pub mod narrow;
 mod server;
 pub mod tools;
 
 pub use tools::{ToolError, ToolSpec, Tools, TOOLS};
+
+/// Where `tools/call` runs.
+#[derive(Debug)]
+pub enum Backend {
+    /// In this process, on the project's state ([`Tools::call`]).
+    Local(Tools),
+    /// Behind `opfs run`'s narrow socket at this path ([`narrow::call`]):
+    /// inside the sandbox, where the state is invisible.
+    Narrow(PathBuf),
+}
+
+impl Backend {
+    /// Runs tool `name` with `args` where this backend runs tools.
+    ///
+    /// Errors: as [`Tools::call`] or [`narrow::call`].
+    pub fn call(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        match self {
+            Backend::Local(t) => t.call(name, args),
+            Backend::Narrow(socket) => narrow::call(socket, name, args),
+        }
+    }
+}
 
 /// Why the MCP server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +58,7 @@ pub enum ServeError {
     Stopped(String),
 }
 
-/// Serves `tools` over MCP (JSON-RPC 2.0, one message per line): reads
+/// Serves the tools of `tools` over MCP (JSON-RPC 2.0, one message per line): reads
 /// requests from `input`, writes responses to `output`, until `input`
 /// reaches end of file (or the client quits). A client that closes its end
 /// before the handshake is a clean end too. Tool calls run one blocking
@@ -39,7 +67,7 @@ pub enum ServeError {
 /// Errors: [`ServeError::Runtime`], [`ServeError::Handshake`] (the first
 /// message is not `initialize`, or writing the answer failed),
 /// [`ServeError::Stopped`].
-pub fn serve(tools: Tools, input: OwnedFd, output: OwnedFd) -> Result<(), ServeError> {
+pub fn serve(tools: Backend, input: OwnedFd, output: OwnedFd) -> Result<(), ServeError> {
     use rmcp::service::ServerInitializeError;
     use rmcp::ServiceExt;
 

@@ -17,7 +17,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use super::tools::{ToolError, Tools, TOOLS};
+use super::tools::{ToolError, TOOLS};
+use super::Backend;
 
 /// What the server tells the agent at `initialize`.
 const INSTRUCTIONS: &str = "opfs records every change to this project per turn so the user \
@@ -29,7 +30,7 @@ history_show read the project's history. Rewinding and deleting history are the 
 /// The rmcp handler over a tool table.
 #[derive(Debug, Clone)]
 pub(super) struct Handler {
-    pub(super) tools: Arc<Tools>,
+    pub(super) tools: Arc<Backend>,
 }
 
 fn tool_list() -> Vec<Tool> {

@@ -243,6 +243,15 @@ pub enum ToolError {
     /// A patch could not be rendered or a result encoded.
     #[error("{0}")]
     Output(String),
+    /// The tool ran behind the narrow socket (`super::narrow`) and failed
+    /// there, or the socket could not be reached: its message and detail.
+    #[error("{message}")]
+    Remote {
+        /// The message of the failure.
+        message: String,
+        /// Data that goes with it (a merge report).
+        detail: Option<Value>,
+    },
 }
 
 fn tool_names() -> String {
@@ -263,6 +272,7 @@ impl ToolError {
     pub fn detail(&self) -> Option<Value> {
         match self {
             ToolError::Conflicts(r) => serde_json::to_value(r).ok(),
+            ToolError::Remote { detail, .. } => detail.clone(),
             _ => None,
         }
     }

@@ -18,7 +18,14 @@ pub struct Layout {
     pub source: PathBuf,
     /// The working directory inside.
     pub cwd: PathBuf,
+    /// The narrow socket of `opfs mcp` (`crate::mcp::narrow`), outside,
+    /// if any: bound alone at [`NARROW_SOCKET`] inside.
+    pub narrow: Option<PathBuf>,
 }
+
+/// Where the narrow socket appears inside the sandbox (on its private
+/// `/tmp`); `OPFS_MCP_SOCKET` names it there.
+pub const NARROW_SOCKET: &str = "/tmp/.opfs-mcp.sock";
 
 /// The bwrap arguments (everything before `--`) for `policy` and `layout`,
 /// in the order the module documentation gives. Looks at the filesystem
@@ -72,6 +79,9 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
         for w in &policy.writable {
             push(&["--bind".as_ref(), w.as_os_str(), w.as_os_str()]);
         }
+    }
+    if let Some(sock) = &layout.narrow {
+        push(&["--bind".as_ref(), sock.as_os_str(), NARROW_SOCKET.as_ref()]);
     }
     let hides = hide_targets(&policy.hide);
     let (inside, outside): (Vec<_>, Vec<_>) = hides
@@ -177,7 +187,7 @@ pub(super) fn preflight(bwrap: &Path, args: &[OsString], policy: &Policy) -> Res
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    apply_env(&mut cmd, policy);
+    apply_env(&mut cmd, policy, false);
     let out = cmd
         .output()
         .map_err(|e| RunError::Setup(format!("cannot start {}: {e}", bwrap.display())))?;
@@ -192,11 +202,19 @@ pub(super) fn preflight(bwrap: &Path, args: &[OsString], policy: &Policy) -> Res
     }))
 }
 
-pub(super) fn apply_env(cmd: &mut Command, policy: &Policy) {
+/// The sandbox's environment on `cmd`: the secret variables removed,
+/// `OPFS_SANDBOX` set, and `OPFS_MCP_SOCKET` set when the narrow socket is
+/// bound (`narrow`), else removed.
+pub(super) fn apply_env(cmd: &mut Command, policy: &Policy, narrow: bool) {
     for k in &policy.secret_env {
         cmd.env_remove(k);
     }
     cmd.env("OPFS_SANDBOX", policy.mode.as_str());
+    if narrow {
+        cmd.env("OPFS_MCP_SOCKET", NARROW_SOCKET);
+    } else {
+        cmd.env_remove("OPFS_MCP_SOCKET");
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +234,7 @@ mod tests {
 
     fn layout() -> Layout {
         Layout {
+            narrow: None,
             project: PathBuf::from("/srv/app"),
             source: PathBuf::from("/state/run/1"),
             cwd: PathBuf::from("/srv/app/src"),

@@ -34,6 +34,8 @@ use std::str::FromStr;
 use crate::control::{ClientError, Project};
 use crate::daemon::spawn::SpawnError;
 use crate::daemon::DaemonOptions;
+use crate::mcp::narrow::NarrowServer;
+use crate::mcp::Tools;
 use crate::state;
 use crate::store::StateDir;
 
@@ -155,7 +157,8 @@ pub struct RunOptions {
     pub mode: Mode,
     /// `--net`.
     pub net: bool,
-    /// `--writable` directories.
+    /// `--writable` directories and regular files (a file is bound alone:
+    /// it can be rewritten in place, not replaced by a rename).
     pub writable: Vec<PathBuf>,
     /// `--turn`: open a turn with this label before the command starts
     /// (in the worktree's own history with `worktree`).
@@ -235,6 +238,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     command_is_visible(
         Path::new(&opts.command[0]),
         &st.project,
+        &state::absolute(&opts.dir),
         opts.env.search_path.as_deref(),
     )?;
     let (mut guard, history) = match &opts.worktree {
@@ -247,10 +251,38 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if let Some(label) = &opts.turn {
         open_turn(&history, label)?;
     }
+    let mut warnings = Vec::new();
+    // The agent's MCP tools, for this project only, on a socket of their
+    // own: the state dir and control socket stay hidden (docs/mcp.md).
+    let narrow = if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
+        let tools = Tools::new(
+            home.clone(),
+            Project::new(st.clone()),
+            opts.daemon.clone(),
+            opts.verbose,
+        );
+        let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
+        // Optional: without it the command runs as before, only `opfs mcp`
+        // inside cannot reach the tools.
+        match NarrowServer::start(tools, &path) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                warnings.push(format!(
+                    "cannot start the narrow MCP socket {} ({e}): `opfs mcp` inside the \
+                     sandbox could not reach the tools",
+                    path.display()
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
+        narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
@@ -261,9 +293,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         .arg(info.fd().to_string())
         .arg("--")
         .args(&opts.command);
-    bwrap::apply_env(&mut cmd, &policy);
+    bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
     let code = process::spawn_and_wait(cmd, info)?;
-    let mut warnings = Vec::new();
+    drop(narrow);
     if let Err(e) = guard.finish() {
         warnings.push(e);
     }
@@ -288,19 +320,24 @@ fn locate(home: &Path, dir: &Path) -> Result<StateDir, RunError> {
 
 /// Refuses a command the sandbox cannot show: one under `/tmp`, which is
 /// a fresh, empty tmpfs inside (only the project is bound into it, at its
-/// own path). `command` is the program as given: a path (checked when
-/// absolute; a relative one is found in the project inside), or a name
-/// looked up in `search_path` (the value of `$PATH`) as `execvp` would.
+/// own path). `command` is the program as given: a path (absolute, or
+/// relative to `dir`, the directory it starts in: one that stays below
+/// `dir` is in the project or its mountpoint, which the sandbox shows; one
+/// that climbs out with `..` is checked), or a name looked up in
+/// `search_path` (the value of `$PATH`) as `execvp` would.
 ///
 /// Errors: [`RunError::Usage`] naming the path and the fix.
 fn command_is_visible(
     command: &Path,
     project: &Path,
+    dir: &Path,
     search_path: Option<&std::ffi::OsStr>,
 ) -> Result<(), RunError> {
     use std::os::unix::fs::PermissionsExt;
-    let found = if command.components().count() > 1 || command.is_absolute() {
-        command.is_absolute().then(|| command.to_path_buf())
+    let found = if command.is_absolute() {
+        Some(command.to_path_buf())
+    } else if command.components().count() > 1 {
+        climbs_out(command).then(|| dir.join(command))
     } else {
         search_path
             .into_iter()
@@ -326,6 +363,22 @@ fn command_is_visible(
     Ok(())
 }
 
+/// Whether relative path `p` climbs above its start (`../x`, `a/../../x`).
+fn climbs_out(p: &Path) -> bool {
+    let mut depth: i64 = 0;
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
+}
+
 /// Closes the open turn and opens one labelled `label`: through the daemon
 /// if one runs, else directly on the state dir.
 fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
@@ -338,6 +391,28 @@ fn open_turn(st: &StateDir, label: &str) -> Result<u64, RunError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_relative_command_that_climbs_into_tmp_is_refused() {
+        let tmp = tempfile_under_tmp();
+        let project = tmp.join("project");
+        std::fs::create_dir_all(project.join("a")).unwrap();
+        let script = tmp.join("agent.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let p = Path::new;
+        assert!(command_is_visible(p("../agent.sh"), &project, &project, None).is_err());
+        assert!(command_is_visible(p("a/../../agent.sh"), &project, &project, None).is_err());
+        assert!(command_is_visible(&script, &project, &project, None).is_err());
+        assert!(command_is_visible(p("./agent.sh"), &project, &project, None).is_ok());
+        assert!(command_is_visible(p("sub/../agent.sh"), &project, &project, None).is_ok());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    fn tempfile_under_tmp() -> PathBuf {
+        let d = Path::new("/tmp").join(format!("opfs-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.canonicalize().unwrap()
+    }
 
     #[test]
     fn modes_parse_by_name_only() {

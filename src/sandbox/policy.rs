@@ -45,7 +45,7 @@ pub struct Policy {
     pub mode: Mode,
     /// Share the host's network namespace.
     pub net: bool,
-    /// Writable roots (existing directories, canonical).
+    /// Writable roots (existing directories or regular files, canonical).
     pub writable: Vec<PathBuf>,
     /// Paths made unreadable (missing ones are skipped).
     pub hide: Vec<PathBuf>,
@@ -57,7 +57,8 @@ pub struct Policy {
 /// configuration's list) and the secret environment variables.
 ///
 /// Errors: `--writable` in `read-only` mode, a writable root that does not
-/// exist, is not a directory, or lies inside a hidden path.
+/// exist, is neither a directory nor a regular file, or lies inside a
+/// hidden path.
 pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
     let user_home = opts.user_home.clone();
     let expand = |s: &str| match &user_home {
@@ -106,7 +107,7 @@ pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
         // Configured roots are defaults for any project: skip missing ones.
         for w in &opts.config.writable {
             let p = expand(w);
-            if p.is_dir() {
+            if p.exists() {
                 writable.push(writable_root(&p, &hidden_real)?);
             }
         }
@@ -129,9 +130,9 @@ fn writable_root(path: &Path, hidden: &[PathBuf]) -> Result<PathBuf, RunError> {
             path.display()
         ))
     })?;
-    if !c.is_dir() {
+    if !c.is_dir() && !c.is_file() {
         return Err(RunError::Usage(format!(
-            "writable root {} is not a directory",
+            "writable root {} is neither a directory nor a regular file",
             path.display()
         )));
     }

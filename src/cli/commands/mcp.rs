@@ -1,22 +1,37 @@
 //! `opfs mcp`: the agent tools over MCP on stdin/stdout (`docs/mcp.md`).
-//! `-C` names the project (or its mountpoint), resolved once at start.
+//! `-C` names the project (or its mountpoint), resolved once at start;
+//! with `OPFS_MCP_SOCKET` (set by `opfs run` inside its sandbox) the tools
+//! run behind that narrow socket instead.
 
 use std::os::fd::AsFd;
 
 use opfs::daemon::DaemonOptions;
-use opfs::mcp::{self, Tools};
+use opfs::mcp::{self, Backend, Tools};
 
 use crate::cli::error::{failure, CommandError};
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx) -> Result<(), CommandError> {
-    let project = ctx.project()?;
-    let opts = DaemonOptions {
-        range_min: ctx.range_min()?,
-        tuning: ctx.env.tuning.clone(),
-        ..DaemonOptions::default()
+    // Inside `opfs run`'s sandbox the state is invisible; `opfs run` names
+    // its narrow socket instead (docs/mcp.md). Read here: it is this
+    // command's alone.
+    let tools = match std::env::var_os("OPFS_MCP_SOCKET").filter(|s| !s.is_empty()) {
+        Some(socket) => Backend::Narrow(socket.into()),
+        None => {
+            let project = ctx.project()?;
+            let opts = DaemonOptions {
+                range_min: ctx.range_min()?,
+                tuning: ctx.env.tuning.clone(),
+                ..DaemonOptions::default()
+            };
+            Backend::Local(Tools::new(
+                ctx.home().to_path_buf(),
+                project,
+                opts,
+                ctx.verbose,
+            ))
+        }
     };
-    let tools = Tools::new(ctx.home().to_path_buf(), project, opts, ctx.verbose);
     // Copies of fds 0 and 1: the CLI holds the lock of Rust's stdout for
     // its output, which the server's writer must not wait for.
     let dup = |what: &str, fd: std::io::Result<std::os::fd::OwnedFd>| {

@@ -10,6 +10,8 @@ use super::Ctx;
 mod diff;
 mod export;
 mod gc;
+mod hook;
+mod integrate;
 mod log;
 mod mcp;
 mod mount;
@@ -45,5 +47,7 @@ pub fn run(
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
         Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),
+        Cmd::Hook(a) => hook::run(ctx, a, out, err),
+        Cmd::Integrate(a) => integrate::run(ctx, a, out).map(|()| 0),
     }
 }

@@ -1,0 +1,251 @@
+//! The "user prompt submitted" hook event each agent sends on stdin, and
+//! the answer each expects (`opfs hook`, `docs/integrations.md`).
+//!
+//! | agent | event (`hook_event_name`) | fields used |
+//! | --- | --- | --- |
+//! | Claude Code | `UserPromptSubmit` | `prompt`, `session_id`, `cwd` |
+//! | Codex CLI | `UserPromptSubmit` (with `turn_id`) | `prompt`, `session_id`, `cwd` |
+//! | Gemini CLI | `BeforeAgent` | `prompt`, `session_id`, `cwd` |
+//!
+//! All three take the same answers: on exit 0 a JSON object on stdout
+//! whose `systemMessage` is shown to the user, and exit 2 with the reason
+//! on stderr to block the prompt. The parser is a real JSON parser
+//! (`serde_json`), so a prompt with quotes, backslashes, newlines or any
+//! Unicode arrives intact; other fields are ignored.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::Agent;
+
+/// The most bytes of hook input read (a prompt larger than this is not a
+/// prompt a person typed; the hook refuses it rather than hold it all).
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+
+/// One prompt-submitted event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookEvent {
+    /// Which agent sent it (given, or told from the event's shape).
+    pub agent: Agent,
+    /// The user's message, exactly as the agent passed it; `None` when
+    /// absent or empty.
+    pub prompt: Option<String>,
+    /// The agent's session id (`session_id`), if any.
+    pub session_id: Option<String>,
+    /// The agent's working directory (`cwd`), if any.
+    pub cwd: Option<PathBuf>,
+}
+
+/// Why a hook event could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The input is not one JSON object.
+    #[error(
+        "the hook input on stdin is not a JSON object ({0}): the agent must pass its \
+         hook event as JSON on stdin"
+    )]
+    NotJson(String),
+    /// A field has the wrong type.
+    #[error("the hook event's field {field} is not a string")]
+    FieldType {
+        /// The field.
+        field: &'static str,
+    },
+    /// The event is not one opfs knows, and `--agent` was not given.
+    #[error(
+        "cannot tell which agent sent this hook event (hook_event_name {0}): pass \
+         --agent claude-code|codex|gemini"
+    )]
+    UnknownAgent(String),
+    /// `--agent aider`: aider has no hooks.
+    #[error("aider has no hook mechanism: use `opfs run --turn` (docs/integrations.md)")]
+    NoHooks,
+}
+
+/// Reads one event. `agent` is `--agent`, if given; otherwise the agent is
+/// told from the event: `BeforeAgent` is Gemini CLI, `UserPromptSubmit`
+/// with a `turn_id` is Codex, without one Claude Code.
+///
+/// Errors: [`HookError`] for input that is not a JSON object, a field of
+/// the wrong type, or an event opfs cannot place.
+pub fn parse_event(input: &[u8], agent: Option<Agent>) -> Result<HookEvent, HookError> {
+    let v: Value = serde_json::from_slice(input).map_err(|e| HookError::NotJson(e.to_string()))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| HookError::NotJson("not an object".into()))?;
+    let text = |field: &'static str| -> Result<Option<String>, HookError> {
+        match obj.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(HookError::FieldType { field }),
+        }
+    };
+    let event = text("hook_event_name")?;
+    let agent = match agent {
+        Some(Agent::Aider) => return Err(HookError::NoHooks),
+        Some(a) => a,
+        None => match event.as_deref() {
+            Some("BeforeAgent") => Agent::Gemini,
+            Some("UserPromptSubmit") if obj.contains_key("turn_id") => Agent::Codex,
+            Some("UserPromptSubmit") => Agent::ClaudeCode,
+            other => {
+                return Err(HookError::UnknownAgent(match other {
+                    Some(e) => format!("{e:?}"),
+                    None => "missing".into(),
+                }))
+            }
+        },
+    };
+    Ok(HookEvent {
+        agent,
+        prompt: text("prompt")?.filter(|p| !p.is_empty()),
+        session_id: text("session_id")?.filter(|s| !s.is_empty()),
+        cwd: text("cwd")?.filter(|c| !c.is_empty()).map(PathBuf::from),
+    })
+}
+
+/// What the hook prints and how it exits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookReply {
+    /// For stdout (empty: nothing).
+    pub stdout: String,
+    /// For stderr (empty: nothing).
+    pub stderr: String,
+    /// The exit code.
+    pub code: i32,
+}
+
+/// The answer when the turn was opened: nothing for Claude Code and Codex
+/// (whose plain stdout would become context for the model), `{}` for
+/// Gemini CLI (which parses stdout as JSON).
+pub fn opened(agent: Option<Agent>) -> HookReply {
+    HookReply {
+        stdout: if agent == Some(Agent::Gemini) {
+            "{}\n".into()
+        } else {
+            String::new()
+        },
+        stderr: String::new(),
+        code: 0,
+    }
+}
+
+/// The message shown when no turn was opened, for `reason`.
+pub fn not_recorded_message(reason: &str) -> String {
+    let reason = reason.strip_prefix("opfs: ").unwrap_or(reason);
+    format!(
+        "opfs: no turn was opened for this message, so its changes are NOT recorded and \
+         cannot be rewound: {reason}"
+    )
+}
+
+/// The answer when no turn was opened (for `reason`): the message on
+/// stderr always; then, by default, exit 0 with `{"systemMessage": MSG}`
+/// on stdout (every agent here shows it to the user and goes on,
+/// unprotected); with `strict`, exit 2, which every agent here takes as
+/// "block this prompt" and whose stderr it shows.
+pub fn not_opened(reason: &str, strict: bool) -> HookReply {
+    let msg = not_recorded_message(reason);
+    HookReply {
+        stdout: if strict {
+            String::new()
+        } else {
+            format!("{}\n", serde_json::json!({ "systemMessage": msg }))
+        },
+        stderr: format!("{msg}\n"),
+        code: if strict { 2 } else { 0 },
+    }
+}
+
+/// The answer inside `opfs run`'s sandbox (`OPFS_SANDBOX` set, not
+/// `danger-full-access`): no hook there can reach the daemon (guarantee
+/// 8), but the mount records everything, into the turn opened from
+/// outside; so exit 0 with a `systemMessage` saying so, even when strict.
+pub fn in_sandbox() -> HookReply {
+    let msg = "opfs: inside opfs run's sandbox a hook cannot open turns (the agent cannot \
+               change its own history); this message's changes are recorded in the turn \
+               opened outside (`opfs run --turn LABEL`, or `opfs turn` from a terminal \
+               outside the sandbox)";
+    HookReply {
+        stdout: format!("{}\n", serde_json::json!({ "systemMessage": msg })),
+        stderr: format!("{msg}\n"),
+        code: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_agent_is_told_from_its_event() {
+        let claude = br#"{"session_id":"s1","transcript_path":"/t","cwd":"/w","hook_event_name":"UserPromptSubmit","prompt":"say \"hi\"\nthen \\ bye \u00e9"}"#;
+        let e = parse_event(claude, None).expect("claude");
+        assert_eq!(e.agent, Agent::ClaudeCode);
+        assert_eq!(e.prompt.as_deref(), Some("say \"hi\"\nthen \\ bye é"));
+        assert_eq!(e.session_id.as_deref(), Some("s1"));
+        assert_eq!(e.cwd, Some(PathBuf::from("/w")));
+        let codex = br#"{"session_id":"s2","turn_id":"t","cwd":"/w","hook_event_name":"UserPromptSubmit","model":"m","permission_mode":"default","transcript_path":null,"prompt":"p"}"#;
+        assert_eq!(parse_event(codex, None).expect("codex").agent, Agent::Codex);
+        let gemini = br#"{"session_id":"s3","cwd":"/w","hook_event_name":"BeforeAgent","timestamp":"2026-01-01T00:00:00Z","prompt":"p"}"#;
+        assert_eq!(
+            parse_event(gemini, None).expect("gemini").agent,
+            Agent::Gemini
+        );
+        // --agent wins over the shape.
+        assert_eq!(
+            parse_event(claude, Some(Agent::Codex))
+                .expect("given")
+                .agent,
+            Agent::Codex
+        );
+    }
+
+    #[test]
+    fn bad_events_are_refused_with_the_reason() {
+        assert!(matches!(
+            parse_event(b"prompt=x", None),
+            Err(HookError::NotJson(_))
+        ));
+        assert!(matches!(
+            parse_event(b"[]", None),
+            Err(HookError::NotJson(_))
+        ));
+        assert!(matches!(
+            parse_event(br#"{"prompt":"x"}"#, None),
+            Err(HookError::UnknownAgent(_))
+        ));
+        assert!(matches!(
+            parse_event(
+                br#"{"hook_event_name":"UserPromptSubmit","prompt":3}"#,
+                None
+            ),
+            Err(HookError::FieldType { field: "prompt" })
+        ));
+        assert!(matches!(
+            parse_event(br#"{"prompt":"x"}"#, Some(Agent::Aider)),
+            Err(HookError::NoHooks)
+        ));
+        // An empty prompt is no label.
+        let e = parse_event(br#"{"prompt":""}"#, Some(Agent::ClaudeCode)).expect("empty");
+        assert_eq!(e.prompt, None);
+    }
+
+    #[test]
+    fn replies() {
+        assert_eq!(opened(Some(Agent::ClaudeCode)).stdout, "");
+        assert_eq!(opened(Some(Agent::Gemini)).stdout, "{}\n");
+        let r = not_opened("opfs: no daemon \"x\"", false);
+        assert_eq!(r.code, 0);
+        let v: Value = serde_json::from_str(&r.stdout).expect("json");
+        assert_eq!(
+            v["systemMessage"],
+            "opfs: no turn was opened for this message, so its changes are NOT recorded \
+             and cannot be rewound: no daemon \"x\""
+        );
+        let r = not_opened("why", true);
+        assert_eq!((r.code, r.stdout.as_str()), (2, ""));
+        assert!(r.stderr.contains("NOT recorded"));
+    }
+}
