@@ -17,6 +17,9 @@ mod args;
 mod commands;
 mod error;
 mod output;
+mod pager;
+mod pathspec;
+mod refs;
 
 use args::{Cli, Cmd};
 use error::{CommandError, ErrorKind};
@@ -40,6 +43,8 @@ pub struct Env {
     /// The configuration file (`$OPFS_CONFIG`, else from
     /// `$XDG_CONFIG_HOME` / `$HOME`), if any can be named.
     pub config: Option<PathBuf>,
+    /// The terminal: stdout a tty, the pager, `NO_COLOR`.
+    pub term: pager::TermEnv,
 }
 
 impl Env {
@@ -70,6 +75,15 @@ impl Env {
                 search_path: var("PATH"),
             },
             config,
+            term: pager::TermEnv {
+                stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
+                pager: std::env::var("OPFS_PAGER")
+                    .or_else(|_| std::env::var("PAGER"))
+                    .ok(),
+                no_color: nonempty("NO_COLOR").is_some(),
+                dumb: var("TERM").is_some_and(|t| t == "dumb"),
+                less_set: var("LESS").is_some(),
+            },
         }
     }
 }
@@ -83,6 +97,10 @@ pub struct Ctx {
     pub format: Format,
     /// How many `-v`.
     pub verbose: u8,
+    /// `--color`.
+    pub color: args::ColorWhen,
+    /// `--no-pager`.
+    pub no_pager: bool,
     /// The environment.
     pub env: Env,
 }
@@ -224,6 +242,8 @@ pub fn main() -> i32 {
             Format::Human
         },
         verbose: cli.verbose,
+        color: cli.color,
+        no_pager: cli.no_pager,
         env: Env::read(),
     };
     let mut out = io::stdout().lock();

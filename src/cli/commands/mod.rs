@@ -10,6 +10,7 @@ use super::Ctx;
 mod diff;
 mod export;
 mod gc;
+mod label;
 mod log;
 mod mcp;
 mod mount;
@@ -19,6 +20,7 @@ mod show;
 mod status;
 mod turn;
 mod umount;
+mod undo;
 mod verify;
 mod worktree;
 
@@ -37,7 +39,7 @@ pub fn run(
         Cmd::Turn(a) => turn::run(ctx, a, out, err).map(|()| 0),
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
-        Cmd::Log => log::run(ctx, out).map(|()| 0),
+        Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
         Cmd::Show(a) => show::run(ctx, a, out).map(|()| 0),
         Cmd::Verify => verify::run(ctx, out).map(|()| 0),
@@ -45,5 +47,7 @@ pub fn run(
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
         Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),
+        Cmd::Label(a) => label::run(ctx, a, out).map(|()| 0),
+        Cmd::Undo(a) => undo::run(ctx, a, out, err).map(|()| 0),
     }
 }
