@@ -75,6 +75,31 @@ pub enum Cmd {
     /// Undo the last action: the last rewind (redo), else the open turn's
     /// changes, else the last turn's (see docs/cli.md).
     Undo(UndoArgs),
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page, or write one page per command into DIR.
+    Man(ManArgs),
+    /// Check what opfs needs from this machine (/dev/fuse, fusermount3,
+    /// the kernel, bubblewrap, the state home); exit 1 if something
+    /// required is missing.
+    Doctor,
+}
+
+// `opfs completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+// `opfs man`.
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Write opfs.1 and opfs-COMMAND.1 here (an existing directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// `--color`.

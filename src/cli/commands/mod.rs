@@ -7,7 +7,9 @@ use super::args::Cmd;
 use super::error::CommandError;
 use super::Ctx;
 
+mod completions;
 mod diff;
+mod doctor;
 mod export;
 mod gc;
 mod label;
@@ -49,5 +51,8 @@ pub fn run(
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),
         Cmd::Label(a) => label::run(ctx, a, out).map(|()| 0),
         Cmd::Undo(a) => undo::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Completions(a) => completions::completions(a, out).map(|()| 0),
+        Cmd::Man(a) => completions::man(ctx, a, out).map(|()| 0),
+        Cmd::Doctor => doctor::run(ctx, out).map(|()| 0),
     }
 }
