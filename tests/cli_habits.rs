@@ -364,3 +364,22 @@ fn colour_only_when_asked_or_on_a_terminal_and_no_pager_under_a_pipe() {
     let run = on_tty("");
     assert!(!run.stdout.contains("\x1b[32m"), "NO_COLOR: {run}");
 }
+
+#[test]
+fn the_daemon_log_stays_quiet_on_terminal_ioctls() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"x\n", 0o644);
+    fx.mount();
+    // `[ -t 0 ]` is isatty(): a TCGETS ioctl on the file, through the mount.
+    let out = fx.sh("n=0; for i in $(seq 40); do [ -t 0 ] < f || n=$((n+1)); done; echo $n");
+    assert_eq!(out.trim(), "40", "a file through the mount is no terminal");
+    fx.umount();
+    let log = fs::read_to_string(fx.state_dir().join("daemon.log")).expect("daemon.log");
+    let ioctl_lines: Vec<&str> = log.lines().filter(|l| l.contains("ioctl")).collect();
+    assert_eq!(ioctl_lines.len(), 1, "one line per ioctl number:\n{log}");
+    assert!(
+        ioctl_lines[0].contains("0x5401"),
+        "TCGETS is 0x5401:\n{log}"
+    );
+    assert!(!log.contains("Not Implemented"), "{log}");
+}

@@ -204,6 +204,17 @@ pub fn former_mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {
         .join(opfs::store::layout::key_of(mountpoint))
 }
 
+/// The log file stderr is (a background daemon's `daemon.log`), opened to
+/// rotate; `None` when stderr is not a regular file.
+fn stderr_log_file() -> Option<opfs::daemon::logfile::RotatingLog> {
+    use opfs::daemon::logfile::{RotatingLog, LOG_CAP, LOG_KEEP};
+    let path = std::fs::read_link("/proc/self/fd/2").ok()?;
+    if !std::fs::metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    RotatingLog::open(&path, LOG_CAP, LOG_KEEP).ok()
+}
+
 fn is_enotconn(p: &Path) -> bool {
     matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
@@ -227,10 +238,16 @@ pub fn main() -> i32 {
         (2, _) => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     };
-    env_logger::Builder::new()
-        .filter_level(level)
-        .format_timestamp_millis()
-        .init();
+    let mut logger = env_logger::Builder::new();
+    logger.filter_level(level).format_timestamp_millis();
+    // A daemon started in the background logs to `daemon.log`, its stderr:
+    // through a writer that rotates it (`opfs::daemon::logfile`).
+    if matches!(&cli.command, Cmd::Mount(m) if m.setsid) {
+        if let Some(log) = stderr_log_file() {
+            logger.target(env_logger::Target::Pipe(Box::new(log)));
+        }
+    }
+    logger.init();
     if let Some(Err(e)) = detached {
         log::warn!("cannot start a new session: {e}");
     }
