@@ -19,6 +19,7 @@ mod error;
 mod output;
 mod pager;
 mod pathspec;
+mod progress;
 mod refs;
 
 use args::{Cli, Cmd};
@@ -77,6 +78,7 @@ impl Env {
             config,
             term: pager::TermEnv {
                 stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
+                stderr_tty: std::io::IsTerminal::is_terminal(&io::stderr()),
                 pager: std::env::var("OPFS_PAGER")
                     .or_else(|_| std::env::var("PAGER"))
                     .ok(),

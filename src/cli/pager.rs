@@ -27,6 +27,8 @@ pub const DEFAULT_PAGER: &str = "less -FRX";
 pub struct TermEnv {
     /// stdout is a terminal.
     pub stdout_tty: bool,
+    /// stderr is a terminal (progress bars).
+    pub stderr_tty: bool,
     /// `$OPFS_PAGER`, else `$PAGER`, as given.
     pub pager: Option<String>,
     /// `$NO_COLOR` is set and not empty.
