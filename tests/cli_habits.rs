@@ -246,11 +246,20 @@ fn diff_without_a_turn_is_the_open_turn_and_shows_modes_and_links() {
     let fx = Fixture::new();
     write_file(&fx.p("f"), b"x\n", 0o644);
     write_file(&fx.p("run"), b"#!/bin/sh\n", 0o644);
+    fs::create_dir(fx.p("old")).expect("mkdir");
     fx.mount();
     fx.sh("echo y > f");
     fx.turn("two");
-    fx.sh("chmod +x run && ln -s f link && echo z > f");
+    fx.sh("chmod +x run && ln -s f link && echo z > f && mkdir -p new/deep full && rmdir old && echo x > full/x");
     let d = fx.opfs_c(&["diff"]).ok().stdout;
+    // Empty directories made or removed show (git apply skips the lines);
+    // one with a file in it shows through the file.
+    assert!(d.contains("\nnew empty directory new/deep/\n"), "{d}");
+    assert!(d.ends_with("deleted empty directory old/\n"), "{d}");
+    assert!(
+        !d.contains("directory new/\n") && !d.contains("full/\n"),
+        "{d}"
+    );
     assert!(
         d.contains("diff --git a/run b/run\nold mode 100644\nnew mode 100755\n"),
         "{d}"
@@ -261,14 +270,9 @@ fn diff_without_a_turn_is_the_open_turn_and_shows_modes_and_links() {
     // `diff PATH` with no turn: the open turn, limited.
     let only = fx.opfs_c(&["diff", "--name-status", "f"]).ok().stdout;
     assert_eq!(only, "M\tf\n");
-    assert_eq!(
-        fx.opfs_c(&["diff", "--name-status"])
-            .ok()
-            .stdout
-            .lines()
-            .count(),
-        3
-    );
+    let ns = fx.opfs_c(&["diff", "--name-status"]).ok().stdout;
+    assert_eq!(ns.lines().count(), 6, "{ns}");
+    assert!(ns.ends_with("A\tnew/deep/\nD\told/\n"), "{ns}");
 }
 
 #[test]

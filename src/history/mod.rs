@@ -34,7 +34,9 @@ mod log;
 mod refs;
 mod show;
 
-pub use changes::{changes, classify, git_file_mode, ChangeKind, PathChange};
+pub use changes::{
+    changes, classify, dir_changes, git_file_mode, ChangeKind, DirChange, PathChange,
+};
 pub use json::{base64, log_json, rfc3339, show_json};
 pub use log::{log, LogEntry};
 pub use refs::{resolve_range_ref, resolve_turn_ref, undo_target, Undo};

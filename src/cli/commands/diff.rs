@@ -63,10 +63,15 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
     let src = opened.sources();
     let changes = history::changes(&src, from, to, &filter)?;
     let diffs = patch::build(&src, &changes)?;
+    let dirs = patch::empty_dirs(&history::dir_changes(&src, from, to, &filter)?, &diffs);
     let write = |w: &mut dyn Write| match mode {
         Mode::Stat => patch::write_stat(&diffs, w),
-        Mode::NameStatus => patch::write_name_status(&diffs, w),
-        Mode::Patch => patch::write_patch(&diffs, w),
+        Mode::NameStatus => {
+            patch::write_name_status(&diffs, w).and_then(|()| patch::write_dirs(&dirs, true, w))
+        }
+        Mode::Patch => {
+            patch::write_patch(&diffs, w).and_then(|()| patch::write_dirs(&dirs, false, w))
+        }
     };
     if ctx.format.is_json() {
         let mut buf = Vec::new();
