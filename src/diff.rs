@@ -11,13 +11,15 @@
 //! test) are reported as `Binary files ... differ` and carry no data. A
 //! change between a file and a symlink is a deletion plus an addition. A
 //! path deleted and another added with identical content and mode is shown
-//! as a rename (`similarity index 100%`). Directories and special files are
-//! not shown: git has no way to represent them.
+//! as a rename (`similarity index 100%`). Special files are not shown, nor
+//! directories, which git has no way to represent, except that
+//! [`write_dirs`] adds a line for each empty directory created or removed
+//! (`new empty directory d/`), which `git apply` skips.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::history::{git_file_mode, HistoryError, PathChange, Sources};
+use crate::history::{git_file_mode, DirChange, HistoryError, PathChange, Sources};
 use crate::record::PreImage;
 
 /// One side of a changed path as git sees it.
@@ -350,6 +352,46 @@ pub fn write_patch(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
                 out.write_all(b"\n")?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The directories of `dirs` that are empty at the end where they exist:
+/// no path of `diffs` lies beneath them (everything beneath a created or
+/// removed directory changed with it, so the diff lists it).
+pub fn empty_dirs(dirs: &[DirChange], diffs: &[FileDiff]) -> Vec<DirChange> {
+    let beneath = |d: &[u8], p: &[u8]| p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/';
+    dirs.iter()
+        .filter(|d| {
+            !diffs.iter().any(|f| match f {
+                FileDiff::Renamed { from, to, .. } => {
+                    beneath(&d.path, from) || beneath(&d.path, to)
+                }
+                other => beneath(&d.path, other.sort_key()),
+            }) && !dirs
+                .iter()
+                .any(|o| o.added == d.added && beneath(&d.path, &o.path))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Writes one line per empty directory created or removed, after a patch
+/// (`new empty directory d/`, `deleted empty directory d/`; `git apply`
+/// skips such lines) or, with `name_status`, as `A\td/` / `D\td/`.
+pub fn write_dirs(dirs: &[DirChange], name_status: bool, out: &mut dyn Write) -> io::Result<()> {
+    for d in dirs {
+        let mut name = d.path.clone();
+        name.push(b'/');
+        let name = quote_path("", &name);
+        match (name_status, d.added) {
+            (true, true) => out.write_all(b"A\t")?,
+            (true, false) => out.write_all(b"D\t")?,
+            (false, true) => out.write_all(b"new empty directory ")?,
+            (false, false) => out.write_all(b"deleted empty directory ")?,
+        }
+        out.write_all(&name)?;
+        out.write_all(b"\n")?;
     }
     Ok(())
 }

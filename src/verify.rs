@@ -152,6 +152,19 @@ type Wanted = BTreeMap<Hash, (i64, String)>;
 /// Returns the report (problems listed in it); `Err` only when the index
 /// cannot be opened or queried at all.
 pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
+    verify_with_progress(state, &mut |_, _| {})
+}
+
+/// [`verify`], calling `progress(done, total)` as the blobs are checked
+/// (the part that reads every byte): `total` is the number of blobs the
+/// records use, `done` how many are checked so far (from 0 to `total`).
+/// The library never prints; the CLI draws a progress bar with it.
+///
+/// Errors: as [`verify`].
+pub fn verify_with_progress(
+    state: &StateDir,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<VerifyReport, VerifyError> {
     let path = state.index_path();
     if !path.exists() {
         return Err(VerifyError::NoIndex(path));
@@ -177,7 +190,7 @@ pub fn verify(state: &StateDir) -> Result<VerifyReport, VerifyError> {
     let mut wanted = Wanted::new();
     let records = check_records(&db, &numbers, &mut wanted, &mut c)?;
     check_ranges(&db, &numbers, &mut wanted, &mut c)?;
-    check_blobs(&db, state, &wanted, &mut c)?;
+    check_blobs(&db, state, &wanted, &mut c, progress)?;
     let unreferenced = check_blob_dir(state, &wanted, &mut c);
     check_log(state, &mut c);
     check_restores(&db, &mut c)?;
@@ -435,7 +448,10 @@ fn check_blobs(
     state: &StateDir,
     wanted: &Wanted,
     c: &mut Checker,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), VerifyError> {
+    let total = wanted.len() as u64;
+    progress(0, total);
     let listed: BTreeMap<Vec<u8>, i64> = db
         .rows("SELECT hash, size FROM blobs", |r| {
             Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
@@ -453,7 +469,8 @@ fn check_blobs(
             .query_row([hash], |r| r.get(0))
             .optional()
     };
-    for (hash, (size, at)) in wanted {
+    for (done, (hash, (size, at))) in wanted.iter().enumerate() {
+        progress(done as u64, total);
         let name = hex(hash);
         match listed.get(&hash[..]) {
             None => c.add(
@@ -489,6 +506,7 @@ fn check_blobs(
             Err(e) => c.add("blob", format!("{e} (used by {at})")),
         }
     }
+    progress(total, total);
     Ok(())
 }
 

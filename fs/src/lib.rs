@@ -14,6 +14,7 @@ mod errno;
 mod handle;
 mod hook;
 mod inode;
+mod ioctl;
 pub mod overlay;
 mod passthrough;
 mod quiesce;

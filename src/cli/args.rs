@@ -21,6 +21,19 @@ pub struct Cli {
     /// More log output (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Colour in `diff` and `log`: auto (on a terminal, unless NO_COLOR
+    /// is set), always or never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value = "auto"
+    )]
+    pub color: ColorWhen,
+    /// Never page the output of `diff` and `log`.
+    #[arg(long, global = true)]
+    pub no_pager: bool,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -40,7 +53,7 @@ pub enum Cmd {
     /// Run CMD in a sandbox with the project (through the mount) at its own path.
     Run(RunArgs),
     /// List the turns, newest first, with what each changed.
-    Log,
+    Log(LogArgs),
     /// Show what turn N (or turns N..M) changed, as a patch git can apply.
     Diff(DiffArgs),
     /// Print PATH as it was when turn N began (`N:PATH`).
@@ -64,6 +77,77 @@ pub enum Cmd {
     /// Write the user-level configuration that makes AGENT open a turn per
     /// user message and register `opfs mcp` (docs/integrations.md).
     Integrate(IntegrateArgs),
+    /// Set the label of turn TURN (a number, @, @- or @-K).
+    Label(LabelArgs),
+    /// Undo the last action: the last rewind (redo), else the open turn's
+    /// changes, else the last turn's (see docs/cli.md).
+    Undo(UndoArgs),
+    /// Print the completion script for SHELL (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page, or write one page per command into DIR.
+    Man(ManArgs),
+    /// Check what opfs needs from this machine (/dev/fuse, fusermount3,
+    /// the kernel, bubblewrap, the state home); exit 1 if something
+    /// required is missing.
+    Doctor,
+}
+
+// `opfs completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+// `opfs man`.
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// Write opfs.1 and opfs-COMMAND.1 here (an existing directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+// `opfs label`.
+#[derive(Debug, clap::Args)]
+pub struct LabelArgs {
+    /// The turn: a number, @ (the open turn), @- or @-K.
+    pub turn: String,
+    /// The new label; an empty TEXT removes the label.
+    pub text: String,
+}
+
+// `opfs undo`.
+#[derive(Debug, clap::Args)]
+pub struct UndoArgs {
+    /// Print what it would do and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Restore paths even where they conflict.
+    #[arg(long)]
+    pub force: bool,
+}
+
+// `opfs log`.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Show only the newest N turns.
+    #[arg(short = 'n', long = "max-count", value_name = "N")]
+    pub max_count: Option<usize>,
+    /// One line per turn.
+    #[arg(long)]
+    pub oneline: bool,
+    /// Only turns that recorded one of these paths (or a path beneath).
+    pub paths: Vec<String>,
 }
 
 /// `opfs worktree ...` (`-C` names the project or its mountpoint).
@@ -74,9 +158,9 @@ pub enum WorktreeCmd {
     Create {
         /// Its name: letters, digits, '-', '_', '.'.
         name: String,
-        /// The project turn whose start it shows.
+        /// The project turn whose start it shows (a number, @, @- or @-K).
         #[arg(long, value_name = "N")]
-        from: Option<u64>,
+        from: Option<String>,
         /// Mount it here instead of its folder in the state dir.
         #[arg(long, value_name = "PATH")]
         at: Option<PathBuf>,
@@ -143,6 +227,10 @@ pub struct MountArgs {
     /// Do not export each closed turn to the shadow git repository.
     #[arg(long)]
     pub no_export: bool,
+    /// Label the first turn of this mount: turn 1 at a first mount, else
+    /// a new turn opened as `opfs turn --label` opens one.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
     /// Files of at least BYTES written in place save only the bytes
     /// each write overwrites (docs/ranges.md); `off` saves whole files.
     /// Default: $OPFS_RANGE_MIN, else 1048576.
@@ -190,7 +278,8 @@ pub struct TurnArgs {
 // `opfs rewind`.
 #[derive(Debug, clap::Args)]
 pub struct RewindArgs {
-    /// The turn whose start to restore.
+    /// The turn whose start to restore: a number, @ (the open turn), @-
+    /// or @-K.
     pub turn: Option<String>,
     /// Select the turn by its external id instead.
     #[arg(long, conflicts_with = "turn")]
@@ -261,15 +350,16 @@ impl From<SandboxMode> for opfs::sandbox::Mode {
 // `opfs diff`.
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
-    /// A turn N, or a range N..M (the start of N to the end of M).
-    pub range: String,
+    /// A turn N, or a range N..M (the start of N to the end of M); refs
+    /// @, @-, @-K work too. Default: @, the open turn.
+    pub range: Option<String>,
     /// Show a summary of changed lines per path instead of the patch.
     #[arg(long)]
     pub stat: bool,
     /// Show the status letter and path of each change instead.
     #[arg(long, conflicts_with = "stat")]
     pub name_status: bool,
-    /// Limit to these paths (relative to the project root).
+    /// Limit to these paths (relative to the current directory).
     pub paths: Vec<String>,
 }
 

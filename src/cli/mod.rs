@@ -17,6 +17,10 @@ mod args;
 mod commands;
 mod error;
 mod output;
+mod pager;
+mod pathspec;
+mod progress;
+mod refs;
 
 use args::{Cli, Cmd};
 use error::{CommandError, ErrorKind};
@@ -40,6 +44,8 @@ pub struct Env {
     /// The configuration file (`$OPFS_CONFIG`, else from
     /// `$XDG_CONFIG_HOME` / `$HOME`), if any can be named.
     pub config: Option<PathBuf>,
+    /// The terminal: stdout a tty, the pager, `NO_COLOR`.
+    pub term: pager::TermEnv,
 }
 
 impl Env {
@@ -70,6 +76,16 @@ impl Env {
                 search_path: var("PATH"),
             },
             config,
+            term: pager::TermEnv {
+                stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
+                stderr_tty: std::io::IsTerminal::is_terminal(&io::stderr()),
+                pager: std::env::var("OPFS_PAGER")
+                    .or_else(|_| std::env::var("PAGER"))
+                    .ok(),
+                no_color: nonempty("NO_COLOR").is_some(),
+                dumb: var("TERM").is_some_and(|t| t == "dumb"),
+                less_set: var("LESS").is_some(),
+            },
         }
     }
 }
@@ -83,6 +99,10 @@ pub struct Ctx {
     pub format: Format,
     /// How many `-v`.
     pub verbose: u8,
+    /// `--color`.
+    pub color: args::ColorWhen,
+    /// `--no-pager`.
+    pub no_pager: bool,
     /// The environment.
     pub env: Env,
 }
@@ -186,6 +206,17 @@ pub fn former_mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {
         .join(opfs::store::layout::key_of(mountpoint))
 }
 
+/// The log file stderr is (a background daemon's `daemon.log`), opened to
+/// rotate; `None` when stderr is not a regular file.
+fn stderr_log_file() -> Option<opfs::daemon::logfile::RotatingLog> {
+    use opfs::daemon::logfile::{RotatingLog, LOG_CAP, LOG_KEEP};
+    let path = std::fs::read_link("/proc/self/fd/2").ok()?;
+    if !std::fs::metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    RotatingLog::open(&path, LOG_CAP, LOG_KEEP).ok()
+}
+
 fn is_enotconn(p: &Path) -> bool {
     matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
@@ -209,10 +240,16 @@ pub fn main() -> i32 {
         (2, _) => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     };
-    env_logger::Builder::new()
-        .filter_level(level)
-        .format_timestamp_millis()
-        .init();
+    let mut logger = env_logger::Builder::new();
+    logger.filter_level(level).format_timestamp_millis();
+    // A daemon started in the background logs to `daemon.log`, its stderr:
+    // through a writer that rotates it (`opfs::daemon::logfile`).
+    if matches!(&cli.command, Cmd::Mount(m) if m.setsid) {
+        if let Some(log) = stderr_log_file() {
+            logger.target(env_logger::Target::Pipe(Box::new(log)));
+        }
+    }
+    logger.init();
     if let Some(Err(e)) = detached {
         log::warn!("cannot start a new session: {e}");
     }
@@ -224,6 +261,8 @@ pub fn main() -> i32 {
             Format::Human
         },
         verbose: cli.verbose,
+        color: cli.color,
+        no_pager: cli.no_pager,
         env: Env::read(),
     };
     let mut out = io::stdout().lock();

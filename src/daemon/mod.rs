@@ -21,6 +21,7 @@ use crate::state::{mountinfo, registry};
 use crate::store::StateDir;
 
 mod check;
+pub mod logfile;
 mod options;
 pub mod signals;
 pub mod spawn;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use super::{DaemonOptions, MountError, MountPlan};
+use super::{logfile, DaemonOptions, MountError, MountPlan};
 use crate::control::client;
 use crate::control::{Request, Response};
 use crate::state::{self, mountinfo};
@@ -108,6 +108,9 @@ pub fn spawn(
         source,
     })?;
     let log_path = plan.state.log_path();
+    if let Err(e) = logfile::rotate_if_over(&log_path, logfile::LOG_CAP, logfile::LOG_KEEP) {
+        log::warn!("cannot rotate {}: {e}", log_path.display());
+    }
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -101,6 +101,60 @@ pub fn changes(
     Ok(out)
 }
 
+/// A directory that turns `from..=to` created or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirChange {
+    /// The directory, project-relative.
+    pub path: Vec<u8>,
+    /// True: absent at the start of `from`, a directory at the end of `to`;
+    /// false: the other way round.
+    pub added: bool,
+}
+
+/// The directories turns `from..=to` created or removed (absent at one
+/// end, a directory at the other), within `filter` as for [`changes`].
+/// Sorted by path. git cannot show a directory; `opfs diff` shows the
+/// empty ones (those with no visible change beneath, see
+/// [`crate::diff::empty_dirs`]).
+///
+/// Errors: as [`changes`].
+pub fn dir_changes(
+    src: &Sources<'_>,
+    from: u64,
+    to: u64,
+    filter: &[Vec<u8>],
+) -> Result<Vec<DirChange>, HistoryError> {
+    if from > to {
+        return Err(HistoryError::EmptyRange { from, to });
+    }
+    src.turn(from)?;
+    src.turn(to)?;
+    let timeline = src.timeline(from)?;
+    let wanted: Vec<Vec<u8>> = timeline
+        .paths_in(from, to)
+        .into_iter()
+        .filter(|p| filter.is_empty() || filter.iter().any(|f| paths::is_within(p, f)))
+        .filter(|p| {
+            matches!(
+                timeline.state_at(p, from),
+                Some(PreImage::Dir { .. } | PreImage::Absent)
+            )
+        })
+        .collect();
+    let end = src.states_at(&timeline, &wanted, to + 1)?;
+    let mut out = Vec::new();
+    for (path, new) in end {
+        let old = timeline.state_at(&path, from);
+        let added = match (old, &new.state) {
+            (Some(PreImage::Absent), PreImage::Dir { .. }) => true,
+            (Some(PreImage::Dir { .. }), PreImage::Absent) => false,
+            _ => continue,
+        };
+        out.push(DirChange { path, added });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

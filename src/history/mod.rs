@@ -31,11 +31,15 @@ use crate::view::{Reader, Resolved, Timeline, TurnError, Version, ViewError};
 mod changes;
 mod json;
 mod log;
+mod refs;
 mod show;
 
-pub use changes::{changes, classify, git_file_mode, ChangeKind, PathChange};
+pub use changes::{
+    changes, classify, dir_changes, git_file_mode, ChangeKind, DirChange, PathChange,
+};
 pub use json::{base64, log_json, rfc3339, show_json};
 pub use log::{log, LogEntry};
+pub use refs::{resolve_range_ref, resolve_turn_ref, undo_target, Undo};
 pub use show::{show, show_entry, Shown};
 
 /// Errors from history commands. Each names the turn or path it concerns;
@@ -100,6 +104,20 @@ pub enum HistoryError {
     /// from 1 ([`parse_range_arg`]).
     #[error("{0:?} is not a turn or a turn range (N or N..M, turns start at 1)")]
     BadRange(String),
+    /// A turn as given that is neither a number from 1 nor `@`, `@-` or
+    /// `@-K` ([`resolve_turn_ref`]).
+    #[error("{0:?} is not a turn: give a number (from 1), @ (the open turn), @- or @-K (K turns before it)")]
+    BadTurnRef(String),
+    /// A relative turn ref that points before the oldest turn kept.
+    #[error("{text} is out of range: {}", ref_range(*.open, *.first))]
+    RefOutOfRange {
+        /// The ref as given.
+        text: String,
+        /// The open turn (0: no turn yet).
+        open: u64,
+        /// The oldest turn kept (0: no turn yet).
+        first: u64,
+    },
     /// The path given is not a valid project-relative path.
     #[error("{path:?} is not a path inside the project: {why}")]
     BadPath {
@@ -160,7 +178,22 @@ impl HistoryError {
                 | HistoryError::EmptyRange { .. }
                 | HistoryError::BadRange(_)
                 | HistoryError::BadPath { .. }
+                | HistoryError::BadTurnRef(_)
+                | HistoryError::RefOutOfRange { .. }
         )
+    }
+}
+
+/// The refs that exist, for [`HistoryError::RefOutOfRange`].
+fn ref_range(open: u64, first: u64) -> String {
+    if open == 0 {
+        return "no turn has been recorded yet".to_string();
+    }
+    match open - first {
+        0 => format!("only @ (turn {open}) exists"),
+        k => format!(
+            "@ is turn {open} and the oldest turn kept is {first}, so refs run from @ to @-{k}"
+        ),
     }
 }
 

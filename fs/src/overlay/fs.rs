@@ -405,4 +405,18 @@ impl Filesystem for Overlay {
             .copy_file_range(fh_in, offset_in, fh_out, offset_out, len)
             .answer(reply);
     }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        crate::ioctl::unsupported(cmd, reply);
+    }
 }

@@ -1,5 +1,7 @@
-//! `opfs diff N[..M] [PATH...]`: a patch git can apply, `--stat` or
-//! `--name-status`.
+//! `opfs diff [N[..M]] [PATH...]`: a patch git can apply, `--stat` or
+//! `--name-status`. Without a turn, the open turn (`@`); turns may be refs
+//! (`@-2..@`); PATHs are relative to the current directory inside the
+//! project or its mountpoint, as git's pathspecs are.
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
@@ -9,7 +11,7 @@ use opfs::history::{self, Opened};
 
 use crate::cli::args::DiffArgs;
 use crate::cli::error::{failure, CommandError};
-use crate::cli::Ctx;
+use crate::cli::{pager, pathspec, refs, Ctx};
 
 /// What `opfs diff` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +19,18 @@ enum Mode {
     Patch,
     Stat,
     NameStatus,
+}
+
+/// Whether a first argument names turns (`3`, `2..5`, `@-`, `@-2..@`)
+/// rather than a path: only digits, `@`, `-` and `.`, and not `.` alone.
+fn looks_like_range(text: &str) -> bool {
+    !text.is_empty()
+        && text != "."
+        && text != ".."
+        && text.chars().any(|c| c.is_ascii_digit() || c == '@')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '@' | '-' | '.'))
 }
 
 pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -29,12 +43,17 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
     } else {
         Mode::Patch
     };
-    let range = &a.range;
-    let (from, to) = history::parse_range_arg(range)?;
-    let filter = a
-        .paths
+    // `opfs diff PATH` (no turn): the open turn, limited to PATH, as
+    // `git diff PATH`. A first argument that is a turn or a range is one.
+    let (range, paths): (&str, Vec<&String>) = match &a.range {
+        None => ("@", a.paths.iter().collect()),
+        Some(r) if looks_like_range(r) => (r, a.paths.iter().collect()),
+        Some(p) => ("@", std::iter::once(p).chain(&a.paths).collect()),
+    };
+    let (from, to) = refs::range(project.state(), range)?;
+    let filter = paths
         .iter()
-        .map(|p| history::parse_path(p))
+        .map(|p| pathspec::pathspec(ctx, project.state(), p))
         .collect::<Result<Vec<_>, _>>()?;
     let st = project.state().clone();
     let opened = Opened::open(
@@ -44,10 +63,15 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
     let src = opened.sources();
     let changes = history::changes(&src, from, to, &filter)?;
     let diffs = patch::build(&src, &changes)?;
+    let dirs = patch::empty_dirs(&history::dir_changes(&src, from, to, &filter)?, &diffs);
     let write = |w: &mut dyn Write| match mode {
         Mode::Stat => patch::write_stat(&diffs, w),
-        Mode::NameStatus => patch::write_name_status(&diffs, w),
-        Mode::Patch => patch::write_patch(&diffs, w),
+        Mode::NameStatus => {
+            patch::write_name_status(&diffs, w).and_then(|()| patch::write_dirs(&dirs, true, w))
+        }
+        Mode::Patch => {
+            patch::write_patch(&diffs, w).and_then(|()| patch::write_dirs(&dirs, false, w))
+        }
     };
     if ctx.format.is_json() {
         let mut buf = Vec::new();
@@ -60,5 +84,9 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
         writeln!(out, "{v}")?;
         return Ok(());
     }
-    Ok(write(out)?)
+    pager::page(ctx, out, |w, paint| {
+        let mut buf = Vec::new();
+        write(&mut buf)?;
+        paint.write_diff(&buf, w)
+    })
 }

@@ -74,6 +74,8 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<Option<Agent>, String> {
         dir: ctx.dir.clone().or(event.cwd.clone()),
         format: Format::Human,
         verbose: ctx.verbose,
+        color: ctx.color,
+        no_pager: true,
         env: ctx.env.clone(),
     };
     let args = TurnArgs {

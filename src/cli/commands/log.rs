@@ -1,36 +1,105 @@
-//! `opfs log`: the turns, newest first, with what each changed.
+//! `opfs log [-n N] [--oneline] [PATH...]`: the turns, newest first, with
+//! what each changed; with PATHs only the turns that recorded one of them
+//! (or a path beneath), PATHs relative to the current directory as git's
+//! are. Coloured and paged on a terminal ([`crate::cli::pager`]).
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
-use opfs::history::{self, Opened};
+use opfs::history::{self, LogEntry, Opened};
 
-use crate::cli::error::CommandError;
+use crate::cli::args::LogArgs;
+use crate::cli::error::{failure, CommandError};
 use crate::cli::output::{printable, rfc3339};
+use crate::cli::pager::{self, Paint};
+use crate::cli::pathspec::{self, is_within};
 use crate::cli::Ctx;
 
-pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
+pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
+    let filter = a
+        .paths
+        .iter()
+        .map(|p| pathspec::pathspec(ctx, project.state(), p))
+        .collect::<Result<Vec<_>, _>>()?;
     let st = project.state().clone();
     let opened = Opened::open(
         project.state(),
         Box::new(move || commit_through_daemon(&st)),
     )?;
-    let entries = history::log(&opened.sources())?;
+    let src = opened.sources();
+    let mut entries = history::log(&src)?;
+    if !filter.is_empty() {
+        let mut kept = Vec::new();
+        for e in entries {
+            let recorded = src.index.paths_of_turn(e.turn).map_err(failure)?;
+            if recorded
+                .iter()
+                .any(|p| filter.iter().any(|f| is_within(p, f)))
+            {
+                kept.push(e);
+            }
+        }
+        entries = kept;
+    }
+    if let Some(n) = a.max_count {
+        entries.truncate(n);
+    }
     if ctx.format.is_json() {
         writeln!(out, "{}", history::log_json(&entries))?;
         return Ok(());
     }
-    for e in &entries {
-        let kind = match e.rewound_to {
-            Some(r) => format!("{} to {r}", e.kind),
-            None => e.kind.to_string(),
-        };
+    pager::page(ctx, out, |w, paint| {
+        if a.oneline {
+            oneline(&entries, w, paint)
+        } else {
+            long(&entries, w, paint)
+        }
+    })
+}
+
+/// `turn N (kind)` and, for a rewind, its target.
+fn kind_of(e: &LogEntry) -> String {
+    match e.rewound_to {
+        Some(r) => format!("{} to {r}", e.kind),
+        None => e.kind.to_string(),
+    }
+}
+
+/// `--oneline`: `N kind +A ~M -D label`, the label cut to fit a line.
+fn oneline(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Result<()> {
+    for e in entries {
+        let label = e.label.as_deref().map(printable).unwrap_or_default();
         writeln!(
             out,
-            "turn {} ({kind}){}",
-            e.turn,
+            "{} {:<6} +{} ~{} -{}{}{}",
+            paint.turn(&format!("{:>4}", e.turn)),
+            e.kind,
+            e.added,
+            e.modified,
+            e.deleted,
+            if label.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " {}",
+                    super::rewind::cut(&label, super::rewind::LABEL_WIDTH)
+                )
+            },
+            if e.ended_at.is_none() { " (open)" } else { "" }
+        )?;
+    }
+    Ok(())
+}
+
+fn long(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Result<()> {
+    for e in entries {
+        writeln!(
+            out,
+            "{} ({}){}",
+            paint.turn(&format!("turn {}", e.turn)),
+            kind_of(e),
             if e.ended_at.is_none() { " (open)" } else { "" }
         )?;
         if let Some(l) = &e.label {

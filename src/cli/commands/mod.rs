@@ -7,11 +7,14 @@ use super::args::Cmd;
 use super::error::CommandError;
 use super::Ctx;
 
+mod completions;
 mod diff;
+mod doctor;
 mod export;
 mod gc;
 mod hook;
 mod integrate;
+mod label;
 mod log;
 mod mcp;
 mod mount;
@@ -21,6 +24,7 @@ mod show;
 mod status;
 mod turn;
 mod umount;
+mod undo;
 mod verify;
 mod worktree;
 
@@ -39,7 +43,7 @@ pub fn run(
         Cmd::Turn(a) => turn::run(ctx, a, out, err).map(|()| 0),
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
-        Cmd::Log => log::run(ctx, out).map(|()| 0),
+        Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
         Cmd::Show(a) => show::run(ctx, a, out).map(|()| 0),
         Cmd::Verify => verify::run(ctx, out).map(|()| 0),
@@ -49,5 +53,10 @@ pub fn run(
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),
         Cmd::Hook(a) => hook::run(ctx, a, out, err),
         Cmd::Integrate(a) => integrate::run(ctx, a, out).map(|()| 0),
+        Cmd::Label(a) => label::run(ctx, a, out).map(|()| 0),
+        Cmd::Undo(a) => undo::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Completions(a) => completions::completions(a, out).map(|()| 0),
+        Cmd::Man(a) => completions::man(ctx, a, out).map(|()| 0),
+        Cmd::Doctor => doctor::run(ctx, out).map(|()| 0),
     }
 }

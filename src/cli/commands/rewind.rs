@@ -9,8 +9,9 @@
 use std::io::Write;
 
 use opfs::control::client::Via;
+use opfs::control::Project;
 use opfs::paths;
-use opfs::record::Turn;
+use opfs::record::{Turn, TurnKind};
 use opfs::rewind::RewindReport;
 use opfs::store::Index;
 use opfs::store::StateDir;
@@ -18,7 +19,7 @@ use opfs::store::StateDir;
 use crate::cli::args::RewindArgs;
 use crate::cli::error::{failure, CommandError, ErrorKind};
 use crate::cli::output::{printable, rfc3339};
-use crate::cli::Ctx;
+use crate::cli::{refs, Ctx};
 
 pub fn run(
     ctx: &Ctx,
@@ -29,7 +30,10 @@ pub fn run(
     let project = ctx.project()?;
     let st = project.state();
     let target = match (&a.turn, &a.id) {
-        (Some(t), _) => Some(parse_turn(t)?),
+        (Some(t), _) => Some(match refs::relative_turn(st, t)? {
+            Some(n) => n,
+            None => parse_turn(t)?,
+        }),
         (None, Some(id)) => {
             let ix = open_index(st)?;
             let t = ix
@@ -47,13 +51,31 @@ pub fn run(
         }
         return list_rewind_points(ctx, st, a.all, out);
     };
-    let (report, via) = project.rewind_via(n, a.dry_run, a.force)?;
+    execute(ctx, &project, n, a.dry_run, a.force, None, out, err)
+}
+
+/// Rewinds to the start of turn `n` and prints the report (`opfs rewind N`
+/// and `opfs undo`); `extra` is one more field for the JSON object.
+/// Conflicts exit 3.
+#[allow(clippy::too_many_arguments)]
+pub fn execute(
+    ctx: &Ctx,
+    project: &Project,
+    n: u64,
+    dry_run: bool,
+    force: bool,
+    extra: Option<(&str, serde_json::Value)>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let st = project.state();
+    let (report, via) = project.rewind_via(n, dry_run, force)?;
     if via == Via::Direct {
         writeln!(
             err,
             "opfs: warning: {}; this rewind {} the project directory directly",
             unserved(st),
-            if a.dry_run { "planned on" } else { "ran on" }
+            if dry_run { "planned on" } else { "ran on" }
         )?;
     }
     if ctx.format.is_json() {
@@ -61,6 +83,9 @@ pub fn run(
         // `--json` has always printed.
         let mut value = serde_json::to_value(&report).map_err(failure)?;
         value["mounted"] = serde_json::Value::Bool(via == Via::Daemon);
+        if let Some((k, v)) = extra {
+            value[k] = v;
+        }
         writeln!(out, "{value}")?;
     } else {
         print_human(&report, out)?;
@@ -120,15 +145,29 @@ fn list_rewind_points(
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let ix = open_index(st)?;
+    let json = ctx.format.is_json();
+    // JSON lists the newest 10 turns; the text list the newest 10 rows it
+    // shows, so turns it leaves out do not shorten it.
     let turns = ix
-        .turns(if all { None } else { Some(10) })
+        .turns(if all || !json {
+            None
+        } else {
+            Some(LIST_ROWS as u64)
+        })
         .map_err(failure)?;
     let mut rows = Vec::new();
+    let mut shown = 0;
     for t in turns {
+        if !all && shown == LIST_ROWS {
+            break;
+        }
         let p = ix.paths_of_turn(t.number).map_err(failure)?;
+        if json || t.ended_at.is_none() || !is_empty_row(&t, &p) {
+            shown += 1;
+        }
         rows.push((t, p));
     }
-    if ctx.format.is_json() {
+    if json {
         let v: Vec<_> = rows.iter().map(|(t, p)| turn_json(t, p)).collect();
         writeln!(out, "{}", serde_json::Value::Array(v))?;
         return Ok(());
@@ -138,20 +177,71 @@ fn list_rewind_points(
         "{:>5}  {:<6}  {:<20}  {:>5}  LABEL",
         "TURN", "KIND", "STARTED", "PATHS"
     )?;
-    for (t, p) in &rows {
-        let open = if t.ended_at.is_none() { " (open)" } else { "" };
+    let mut hidden = 0;
+    for (i, (t, p)) in rows.iter().enumerate() {
+        let open = t.ended_at.is_none();
+        if !open && is_empty_row(t, p) {
+            hidden += 1;
+            continue;
+        }
+        let label = match t.label.as_deref().filter(|l| !l.is_empty()) {
+            Some(l) => cut(&printable(l), LABEL_WIDTH),
+            // The turn before, if listed, may say where this one began.
+            None => match rows.get(i + 1) {
+                Some((prev, _)) if prev.number + 1 == t.number && prev.kind == TurnKind::Rewind => {
+                    format!(
+                        "(after the rewind to turn {})",
+                        prev.rewound_to.unwrap_or(0)
+                    )
+                }
+                _ => "-".to_string(),
+            },
+        };
         writeln!(
             out,
-            "{:>5}  {:<6}  {:<20}  {:>5}  {}{}",
+            "{:>5}  {:<6}  {:<20}  {:>5}  {label}{}",
             t.number,
             t.kind.as_str(),
             rfc3339(t.started_at),
             p.len(),
-            printable(t.label.as_deref().unwrap_or("")),
-            open
+            if open { " (open)" } else { "" }
+        )?;
+    }
+    if hidden > 0 {
+        writeln!(
+            out,
+            "({hidden} closed turn{s} that changed nothing and had no label not shown: \
+             rewinding to one is the same as rewinding to the turn after it; --json lists them)",
+            s = if hidden == 1 { "" } else { "s" }
         )?;
     }
     Ok(())
+}
+
+/// How many rows the rewind list shows without `--all`.
+const LIST_ROWS: usize = 10;
+
+/// How many characters of a label the rewind list shows; longer labels
+/// are cut and end in `…` (`--json` keeps them whole).
+pub const LABEL_WIDTH: usize = 60;
+
+/// A row the rewind list leaves out: a closed agent turn with no label
+/// that recorded nothing (a rewind opens one; so does an idle `turn`).
+/// Rewinding to it restores exactly what rewinding to the next turn does.
+fn is_empty_row(t: &Turn, paths_changed: &[Vec<u8>]) -> bool {
+    t.kind == TurnKind::Agent
+        && paths_changed.is_empty()
+        && t.label.as_deref().is_none_or(str::is_empty)
+}
+
+/// `text` cut to `width` characters, the last one `…` when cut.
+pub fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
+    s.push('…');
+    s
 }
 
 fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {

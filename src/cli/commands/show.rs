@@ -1,5 +1,6 @@
 //! `opfs show N:PATH`: the raw bytes; with `--json` one object
-//! (`docs/export.md`).
+//! (`docs/export.md`). N may be a turn ref (`@`, `@-2`); `N:./PATH` is
+//! relative to the current directory inside the mount, as in git.
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
@@ -8,7 +9,7 @@ use opfs::history::{self, Opened, Shown};
 
 use crate::cli::args::ShowArgs;
 use crate::cli::error::CommandError;
-use crate::cli::Ctx;
+use crate::cli::{pathspec, refs, Ctx};
 
 pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let project = ctx.project()?;
@@ -17,15 +18,24 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
     let (n, path) = spec
         .split_once(':')
         .ok_or_else(|| CommandError::usage(format!("{spec:?} is not N:PATH")))?;
-    let turn = match n.parse::<u64>() {
-        Ok(t) if t >= 1 => t,
-        _ => {
-            return Err(CommandError::usage(format!(
-                "{n:?} is not a turn number (turns start at 1)"
-            )))
-        }
+    let turn = match refs::relative_turn(project.state(), n)? {
+        Some(t) => t,
+        None => match n.parse::<u64>() {
+            Ok(t) if t >= 1 => t,
+            _ => {
+                return Err(CommandError::usage(format!(
+                    "{n:?} is not a turn number (turns start at 1; @, @- and @-K work too)"
+                )))
+            }
+        },
     };
-    let path = history::parse_path(path)?;
+    // As git's `REV:./PATH`: relative to where the user stands; a plain
+    // PATH is from the project root.
+    let path = if path == "." || path == ".." || path.starts_with("./") || path.starts_with("../") {
+        pathspec::pathspec(ctx, project.state(), path)?
+    } else {
+        history::parse_path(path)?
+    };
     let st = project.state().clone();
     let opened = Opened::open(
         project.state(),

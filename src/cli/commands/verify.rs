@@ -1,8 +1,10 @@
-//! `opfs verify`: exits 1 when the check found problems.
+//! `opfs verify`: exits 1 when the check found problems. A progress bar
+//! on a terminal while the blobs are checked ([`Bar`]).
 
 use std::io::Write;
 
 use crate::cli::error::{failure, CommandError, ErrorKind};
+use crate::cli::progress::Bar;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -12,7 +14,11 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
     if let Err(e) = project.commit_pending() {
         log::debug!("verify: pending captures not committed: {e}");
     }
-    let report = opfs::verify::verify(project.state()).map_err(failure)?;
+    let report = {
+        let mut bar = Bar::new(ctx, "checking blobs");
+        opfs::verify::verify_with_progress(project.state(), &mut |d, t| bar.update(d, t))
+            .map_err(failure)?
+    };
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&report).map_err(failure)?;
         v["ok"] = serde_json::Value::Bool(report.ok());

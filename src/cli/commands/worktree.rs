@@ -45,11 +45,15 @@ pub fn run(
     };
     match cmd {
         WorktreeCmd::Create { name, from, at } => {
+            let from = match from {
+                Some(f) => Some(crate::cli::refs::turn(&st, f)?),
+                None => None,
+            };
             let meta = wt_cmd::create(
                 home,
                 &project,
                 name,
-                *from,
+                from,
                 at.as_deref(),
                 &opts,
                 ctx.verbose,

@@ -132,4 +132,21 @@ impl Index {
             .map(|v| v.map(|n| n.0))
             .map_err(self.err())
     }
+
+    /// Sets the label of turn `number` (`None` removes it): `opfs label`.
+    /// Returns false when there is no such turn (nothing changed).
+    ///
+    /// Durable after `Ok` to the level the index was opened with; one
+    /// statement, so a crash leaves the old label or the new one. Errors:
+    /// SQLite's (a busy database waits up to the busy timeout).
+    pub fn set_label(&mut self, number: u64, label: Option<&str>) -> Result<bool, IndexError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE turns SET label = ?1 WHERE number = ?2",
+                params![label, Uint(number)],
+            )
+            .map_err(self.err())?;
+        Ok(n > 0)
+    }
 }
