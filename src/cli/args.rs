@@ -294,4 +294,11 @@ pub struct ExportArgs {
     /// The bare repository to write (default: export.git in the state dir).
     #[arg(long, value_name = "DIR")]
     pub git_dir: Option<PathBuf>,
+    /// Export ignored paths too (.gitignore, .git/info/exclude, global
+    /// excludes); kept for this repository, the daemon's exports included.
+    #[arg(long, conflicts_with = "no_export_ignored")]
+    pub export_ignored: bool,
+    /// Follow the project's ignore rules again (the default).
+    #[arg(long)]
+    pub no_export_ignored: bool,
 }

@@ -100,6 +100,13 @@ impl Exporter<'_> {
     /// writing its blob unless a blob of the same BLAKE3 was written by
     /// this run.
     pub(super) fn git_state(&mut self, path: &[u8], v: &Version) -> Result<GitState, ExportError> {
+        // Checked before any blob is read or written: build output can be
+        // most of a project's bytes.
+        if !matches!(v.state, PreImage::Absent | PreImage::Unknown)
+            && self.ignored(path, v.state.is_dir())
+        {
+            return Ok(GitState::Absent);
+        }
         Ok(match &v.state {
             // Unknown: created outside the mount during the next turn; the
             // commit before it shows the path as absent, the next one shows
@@ -154,6 +161,13 @@ impl Exporter<'_> {
             }
             return Ok(());
         }
+        // An ignored path is absent from the export (removed, if an
+        // earlier commit held it before the rules changed).
+        let state = match state {
+            GitState::Absent => GitState::Absent,
+            s if self.ignored(path, s == GitState::Dir) => GitState::Absent,
+            s => s,
+        };
         let git_dir = &self.git_dir;
         let what = || format!("editing the tree at {}", paths::display(path));
         match state {
@@ -255,6 +269,15 @@ fn current_states(
     let mut current = HashMap::new();
     for p in before.paths_in(from, newest) {
         if before.state_at(&p, newest + 1).is_none() && !excluded(&p, false) {
+            // An ignored file is not read (apply() leaves it out anyway).
+            if ex.ignore.is_some() {
+                let is_dir = matches!(ex.src.backing.lstat(&p),
+                    Ok(Some(st)) if st.mode & libc::S_IFMT == libc::S_IFDIR);
+                if ex.ignored(&p, is_dir) {
+                    current.insert(p, GitState::Absent);
+                    continue;
+                }
+            }
             let v = ex.read_current(&p)?;
             let g = ex.git_state(&p, &v)?;
             current.insert(p, g);
