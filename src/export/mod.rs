@@ -20,7 +20,9 @@
 //! The pieces: [`export`] (this file) runs the steps; `repo` opens the
 //! repository, `lock` serializes runs, `baseline` writes the first commit,
 //! `tree_edit` the commit of each turn, `commit` the commits, messages and
-//! refs; [`spawn_background`] is the daemon's exporter thread.
+//! refs; `ignore` the project's ignore rules; `prune` takes dropped turns
+//! out and packs ([`prune`]); [`spawn_background`] is the daemon's
+//! exporter thread.
 //!
 //! The export reads the index, the blob store and the project (through
 //! `history`'s sources); it never talks to a daemon. A caller that runs
@@ -31,10 +33,12 @@ mod baseline;
 mod commit;
 mod ignore;
 mod lock;
+mod prune;
 mod repo;
 mod tree_edit;
 
 pub use background::spawn_background;
+pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
 
 use std::collections::HashMap;
 use std::io;
@@ -237,6 +241,9 @@ pub struct ExportReport {
     /// Whether this run followed the ignore rules (false: the repository
     /// exports ignored paths too, see [`ExportOptions::export_ignored`]).
     pub follows_ignore_rules: bool,
+    /// Whether `git gc --auto` ran afterwards ([`Packed::No`] when nothing
+    /// was written).
+    pub packed: Packed,
     /// Wall time in ms.
     pub elapsed_ms: u64,
 }
@@ -342,6 +349,11 @@ pub fn export_with(
     let closed = closed_after(src.index, tip.turn)?;
     let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
     report.turns = turns;
+    if ex.objects > 0 {
+        // Loose objects are packed once there are enough of them (git's
+        // `gc --auto`): a baseline at once, turns every few hundred objects.
+        report.packed = prune::pack(&git_dir, true);
+    }
     report.last_turn = (tip.turn >= first).then_some(tip.turn);
     report.objects = ex.objects;
     report.skipped = std::mem::take(&mut ex.skipped);
@@ -363,6 +375,7 @@ impl ExportReport {
             skipped: Vec::new(),
             ignored: 0,
             follows_ignore_rules: true,
+            packed: Packed::No,
             elapsed_ms: 0,
         }
     }
