@@ -39,6 +39,7 @@ mod tree_edit;
 
 pub use background::spawn_background;
 pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;
 use std::io;
@@ -349,9 +350,12 @@ pub fn export_with(
     let closed = closed_after(src.index, tip.turn)?;
     let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
     report.turns = turns;
-    if ex.objects > 0 {
-        // Loose objects are packed once there are enough of them (git's
-        // `gc --auto`): a baseline at once, turns every few hundred objects.
+    if report.baseline {
+        // The baseline is most of the objects the export will ever hold:
+        // packed at once.
+        report.packed = prune::pack(&git_dir, false);
+    } else if ex.objects > 0 {
+        // Turns: once there are enough loose objects (git's `gc --auto`).
         report.packed = prune::pack(&git_dir, true);
     }
     report.last_turn = (tip.turn >= first).then_some(tip.turn);

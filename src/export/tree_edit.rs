@@ -22,6 +22,23 @@ use crate::record::Turn;
 use crate::store::BlobError;
 use crate::view::{Timeline, Version};
 
+/// Files of at least this many bytes are exported as a pointer file
+/// ([`pointer`]) instead of their bytes (`docs/export.md` "Large files"):
+/// 8 MiB, above nearly every source file, lockfiles included.
+pub const POINTER_MIN: u64 = 8 << 20;
+
+/// The pointer file standing for a large file's bytes: three lines naming
+/// the format, the content's BLAKE3 (the hash opfs's blob store and index
+/// use) and its length in bytes. Deterministic: a version exports to the
+/// same pointer every time.
+pub fn pointer(blob: &crate::record::Hash, size: u64) -> Vec<u8> {
+    format!(
+        "opfs-pointer v1\nblake3 {}\nsize {size}\n",
+        blake3::Hash::from_bytes(*blob).to_hex()
+    )
+    .into_bytes()
+}
+
 /// What one path becomes in a git tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum GitState {
@@ -124,15 +141,19 @@ impl Exporter<'_> {
                 let id = self.write_blob(target)?;
                 GitState::Leaf(EntryKind::Link, id)
             }
-            PreImage::File { blob, perm, .. } => {
+            PreImage::File {
+                blob, perm, size, ..
+            } => {
                 let kind = if history::git_file_mode(*perm) == 0o100755 {
                     EntryKind::BlobExecutable
                 } else {
                     EntryKind::Blob
                 };
                 let id = match (&v.bytes, self.known.get(blob)) {
+                    (_, Some(id)) => *id,
+                    // A large file is a pointer (its bytes stay in opfs).
+                    _ if *size >= POINTER_MIN => self.write_blob(&pointer(blob, *size))?,
                     (Some(bytes), _) => self.write_blob(bytes)?,
-                    (None, Some(id)) => *id,
                     (None, None) => {
                         let data = self.src.blob(blob).blob_of(path)?;
                         self.write_blob(&data)?
