@@ -31,7 +31,8 @@ pub struct Usage {
     pub logs: u64,
     /// The shadow git export (`export.git`).
     pub export: u64,
-    /// Worktrees: their upper layers and metadata.
+    /// Worktrees: their upper layers and metadata (`opfs status` also
+    /// adds each worktree's own history, a state dir of its own).
     pub worktrees: u64,
     /// Anything else (socket, lock, markers, leftovers).
     pub other: u64,

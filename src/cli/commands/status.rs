@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let project = opfs::control::Project::new(st);
     let status = project.status()?;
     let p = protection(project.state(), &status);
-    let disk = opfs::state::usage::of(project.state());
+    let disk = disk_use(project.state());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
         v["disk"] = serde_json::to_value(disk).map_err(failure)?;
@@ -58,6 +58,20 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         writeln!(err, "opfs: note: {n}")?;
     }
     Ok(())
+}
+
+/// The disk use of the state dir, with each worktree's own history (a
+/// state dir of its own, keyed by its upper layer) counted as worktrees.
+fn disk_use(st: &StateDir) -> opfs::state::usage::Usage {
+    let mut disk = opfs::state::usage::of(st);
+    if let Some(home) = st.dir.parent().and_then(|p| p.parent()) {
+        for (wt, _) in opfs::worktree::list(st) {
+            let b = opfs::state::usage::disk_bytes(&wt.state(home).dir);
+            disk.worktrees += b;
+            disk.total += b;
+        }
+    }
+    disk
 }
 
 /// What leaves the project unprotected. Read-only: it changes nothing (an
