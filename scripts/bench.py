@@ -500,67 +500,84 @@ class Suite:
         self.results["9 rewind 100 files"] = res9
 
     def w10_store(self):
+        """State growth (issue 15 item 2): the whole state dir (index, blobs,
+        capture log, export.git, logs) of a mount with the export on, for a
+        tree of small files plus one large file: after the baseline, each of
+        10 small edits, one 4 KiB write into the large file, and a rewind.
+        Each turn is followed by `opfs export`, which waits for the daemon's
+        background export and catches up, so the export is counted."""
         if "opfs" not in self.layers():
             return
-        n = self.args.git_files
+        n, big_mib = self.args.growth_files, self.args.growth_big_mib
         backing = self.fresh("b")
         self.gen_tree(backing, n, size=1000)
-        with open(os.path.join(backing, "big.bin"), "wb") as f:
-            f.write(os.urandom(16 << 20))
-        path, h = self.mount("opfs", backing)
+        big = os.path.join(backing, "big.bin")
+        with open(big, "wb") as f:
+            for _ in range(big_mib):
+                f.write(os.urandom(1 << 20))
+        tree_bytes = sum(os.lstat(os.path.join(d, f)).st_size
+                         for d, _, fs in os.walk(backing) for f in fs)
+        gz = os.path.join(self.work, "w10-tree.tar.gz")
+        sh(["tar", "-C", backing, "-czf", gz, "."])
+        tree_gz = os.path.getsize(gz)
+        os.unlink(gz)
+        path, h = self.mount("opfs", backing, export=True)
         rows = []
-        rng = random.Random(1)
 
-        def store_bytes():
-            """(blob bytes, index bytes incl. SQLite WAL) in the state dir."""
-            blobs = other = 0
+        def state_bytes():
+            """(whole state dir, of which export.git): apparent bytes."""
+            total = export = 0
             for dirpath, _, files in os.walk(h["home"]):
                 for f in files:
                     try:
                         size = os.lstat(os.path.join(dirpath, f)).st_size
                     except OSError:
                         continue
-                    if "/blobs" in dirpath:
-                        blobs += size
-                    else:
-                        other += size
-            return blobs, other
-        try:
+                    total += size
+                    if "/export.git" in dirpath:
+                        export += size
+            return total, export
+
+        def step(label, written, fn):
+            before = state_bytes()
+            t0 = time.time()
+            fn()
             self.opfs_cli(h, "turn")
+            self.opfs_cli(h, "export")
+            after = state_bytes()
+            rows.append({"turn": label, "bytes written": written,
+                         "state dir growth": after[0] - before[0],
+                         "export growth": after[1] - before[1],
+                         "seconds": round(time.time() - t0, 2)})
+            log(f"  10 {label}: wrote {written} B, state dir +{after[0] - before[0]} B "
+                f"(export +{after[1] - before[1]} B) in {time.time() - t0:.1f} s")
+        try:
+            t0 = time.time()
+            self.opfs_cli(h, "export")  # waits for the baseline
+            base = state_bytes()
+            rows.append({"turn": f"baseline ({n} files + {big_mib} MiB, {tree_bytes} B; tar.gz {tree_gz} B)",
+                         "bytes written": 0, "state dir growth": base[0], "export growth": base[1],
+                         "seconds": round(time.time() - t0, 2)})
+            log(f"  10 baseline: state dir {base[0]} B (export {base[1]} B), tree {tree_bytes} B, "
+                f"tar.gz {tree_gz} B, {time.time() - t0:.1f} s")
             names = [os.path.join(f"d{i // 100:05d}", f"f{i:06d}.txt") for i in range(n)]
-            plans = [("edit 100 files", 100, 0, False), ("delete 100 files", 0, 100, False),
-                     ("edit 1 B of a 16 MiB file", 0, 0, True),
-                     ("edit the same 100 files again", 100, 0, False),
-                     ("edit 1000 files", 1000, 0, False)]
-            edited = rng.sample(names[: n // 2], 1000 if n >= 2000 else n // 4)
-            deletable = names[n // 2:]
-            for label, k_edit, k_del, big in plans:
-                before = store_bytes()
-                changed = 0
-                for rel in edited[:k_edit]:
-                    p = os.path.join(path, rel)
-                    changed += os.path.getsize(p)
-                    with open(p, "r+b") as f:
+            rng = random.Random(1)
+            for k, rel in enumerate(rng.sample(names, 10)):
+                def edit(rel=rel):
+                    with open(os.path.join(path, rel), "r+b") as f:
                         f.seek(0)
-                        f.write(b"X")
-                for rel in deletable[:k_del]:
-                    p = os.path.join(path, rel)
-                    changed += os.path.getsize(p)
-                    os.unlink(p)
-                deletable = deletable[k_del:]
-                if big:
-                    p = os.path.join(path, "big.bin")
-                    changed += os.path.getsize(p)
-                    with open(p, "r+b") as f:
-                        f.seek(12345)
-                        f.write(b"Y")
-                self.opfs_cli(h, "turn")
-                after = store_bytes()
-                rows.append({"turn": label, "bytes of files touched": changed,
-                             "blob growth bytes": after[0] - before[0],
-                             "index growth bytes": after[1] - before[1]})
-                log(f"  10 {label}: touched {changed} B, blobs +{after[0] - before[0]} B, "
-                    f"index +{after[1] - before[1]} B")
+                        f.write(b"X" * 64)
+                step(f"small edit {k + 1} (64 B)", 64, edit)
+
+            def big_write():
+                with open(os.path.join(path, "big.bin"), "r+b") as f:
+                    f.seek((big_mib << 20) // 2)
+                    f.write(os.urandom(4096))
+            step("4 KiB write into the large file", 4096, big_write)
+            step("rewind to turn 2", 0, lambda: self.opfs_cli(h, "rewind", "2"))
+            end = state_bytes()
+            rows.append({"turn": "state dir at the end", "bytes written": 0,
+                         "state dir growth": end[0], "export growth": end[1], "seconds": 0})
         finally:
             self.umount(h)
             rmtree(backing)
@@ -607,10 +624,12 @@ class Suite:
             for n, r in self.results[key].items():
                 lines.append(f"| {n} | " + " | ".join("" if r[c] is None else f"{r[c]:.3f}" for c in cols) + " |")
         if "10 store growth" in self.results:
-            lines += ["", "**10 store growth** (bytes; index = SQLite file + WAL)", "",
-                      "| turn | bytes of files touched | blobs growth | index growth |", "| --- | --- | --- | --- |"]
+            lines += ["", "**10 state growth** (apparent bytes of the whole state dir, export on)", "",
+                      "| step | bytes written | state dir growth | of which export.git | seconds |",
+                      "| --- | --- | --- | --- | --- |"]
             for r in self.results["10 store growth"]:
-                lines.append(f"| {r['turn']} | {r['bytes of files touched']} | {r['blob growth bytes']} | {r['index growth bytes']} |")
+                lines.append(f"| {r['turn']} | {r['bytes written']} | {r['state dir growth']} | "
+                             f"{r['export growth']} | {r['seconds']} |")
         return "\n".join(lines) + "\n"
 
 
@@ -645,6 +664,8 @@ def main():
     ap.add_argument("--meta-files", type=int)
     ap.add_argument("--large-mib", type=int)
     ap.add_argument("--tree-sizes")
+    ap.add_argument("--growth-files", type=int, help="workload 10 small files (default 50000; quick 3000)")
+    ap.add_argument("--growth-big-mib", type=int, help="workload 10 large file in MiB (default 500; quick 16)")
     ap.add_argument("--agent-files", help="workload 11 tree sizes (default 3000,30000; quick 3000)")
     ap.add_argument("--agent-turns", type=int, default=6)
     ap.add_argument("--agent-seed", type=int, default=11)
@@ -667,6 +688,8 @@ def main():
     a.runs = a.runs or (2 if q else 3)
     a.untar_files = a.untar_files or (2000 if q else 5000)
     a.git_files = a.git_files or (3000 if q else 10000)
+    a.growth_files = a.growth_files or (3000 if q else 50000)
+    a.growth_big_mib = a.growth_big_mib or (16 if q else 500)
     a.rm_files = a.rm_files or (5000 if q else 20000)
     a.meta_files = a.meta_files or (3000 if q else 10000)
     a.large_mib = a.large_mib or (256 if q else 1024)

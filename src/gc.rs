@@ -18,7 +18,12 @@
 //! removed only after it commits. A crash or power loss in between leaves
 //! unreferenced blob files (removed by the next gc), never a record whose
 //! blob is gone. The caller must hold the state lock (no daemon running),
-//! since a daemon writes a blob before the record naming it.
+//! since a daemon writes a blob before the record naming it; a dry run
+//! only reads and may run beside a daemon (its figures are then a
+//! snapshot).
+//!
+//! The export (`export.git`) is pruned after: the commits of dropped
+//! turns leave its history and it is packed ([`crate::export::prune`]).
 
 use std::collections::BTreeSet;
 
@@ -147,8 +152,13 @@ pub struct GcReport {
     pub bytes_freed: u64,
     /// True when nothing was changed.
     pub dry_run: bool,
-    /// Why fewer turns were dropped than asked, if so.
+    /// Why fewer turns were dropped than asked, if so; also a failure to
+    /// prune the export (gc itself then succeeded).
     pub note: Option<String>,
+    /// What happened to the export (`export.git` in the state dir): the
+    /// commits of dropped turns taken out, then packed. `None` without an
+    /// export.
+    pub export: Option<crate::export::PruneReport>,
 }
 
 /// The oldest turn to keep among `first..=last`: the policy's choice
@@ -187,8 +197,13 @@ fn cut_point(
 /// written ([`GcError::Index`]); blob files that cannot be removed are
 /// skipped (not counted), for the next gc.
 pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcReport, GcError> {
-    // Opening the index upgrades an older schema in place.
-    let mut index = Index::open(&state.index_path(), true)?;
+    // Opening the index upgrades an older schema in place; a dry run only
+    // reads (it may run beside a daemon).
+    let mut index = if dry_run {
+        Index::open_read_only(&state.index_path())?
+    } else {
+        Index::open(&state.index_path(), true)?
+    };
     // Records still in the capture log (a crash) name blobs and turns; they
     // go into the index first so the decisions below see them. A dry run
     // writes nothing, so it keeps every blob the log names instead.
@@ -213,6 +228,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
             bytes_freed: 0,
             dry_run,
             note: None,
+            export: None,
         });
     };
     let pins = pins(&index, state)?;
@@ -262,6 +278,17 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     if !dry_run {
         store.clear_tmp();
     }
+    let (export, note) = match crate::export::prune(state, cut, dry_run) {
+        Ok(r) => (r, note),
+        Err(e) => {
+            let failed = format!("the export was not pruned: {e} (the next gc tries again)");
+            let note = Some(match note {
+                Some(n) => format!("{n}; {failed}"),
+                None => failed,
+            });
+            (None, note)
+        }
+    };
     Ok(GcReport {
         dropped_turns: (cut > first).then(|| (first, cut - 1)),
         oldest_kept: Some(cut),
@@ -270,6 +297,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
         bytes_freed,
         dry_run,
         note,
+        export,
     })
 }
 

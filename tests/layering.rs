@@ -82,7 +82,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "history", "view", "store", "state", "tree", "record", "paths",
         ],
     ),
-    ("gc", &["worktree", "view", "store", "record", "paths"]),
+    (
+        "gc",
+        &["export", "worktree", "view", "store", "record", "paths"],
+    ),
     // worktrees: the lower layer (a view), the changes, and the merge (a
     // restore)
     (

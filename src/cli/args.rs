@@ -377,10 +377,12 @@ pub struct GcArgs {
     #[arg(long, value_name = "N", default_value_t = opfs::gc::DEFAULT_KEEP,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub keep: u64,
-    /// Also drop old turns until the kept blobs take at most BYTES.
-    #[arg(long, value_name = "BYTES")]
+    /// Also drop old turns until the kept blobs take at most SIZE (bytes,
+    /// or with K, M, G, T: 512K, 10M, 2G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_bytes: Option<u64>,
-    /// Report what would be removed and change nothing.
+    /// Report what would be removed and change nothing (works while
+    /// mounted).
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -391,6 +393,19 @@ pub struct ExportArgs {
     /// The bare repository to write (default: export.git in the state dir).
     #[arg(long, value_name = "DIR")]
     pub git_dir: Option<PathBuf>,
+    /// Export ignored paths too (.gitignore, .git/info/exclude, global
+    /// excludes); kept for this repository, the daemon's exports included.
+    #[arg(long, conflicts_with = "no_export_ignored")]
+    pub export_ignored: bool,
+    /// Follow the project's ignore rules again (the default).
+    #[arg(long)]
+    pub no_export_ignored: bool,
+}
+
+/// `--max-bytes` and other sizes: `opfs::state::usage::parse_size` (clap
+/// names the flag in its error).
+fn parse_size(v: &str) -> Result<u64, opfs::state::usage::BadSize> {
+    opfs::state::usage::parse_size(v)
 }
 
 // `opfs hook`.

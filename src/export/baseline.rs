@@ -78,6 +78,19 @@ fn walk(
             if paths::is_excluded(&p) {
                 continue;
             }
+            if ex.ignore.is_some() {
+                // The type decides dir-only patterns (`target/`); an
+                // ignored directory is not read at all.
+                let is_dir = match ex.src.backing.lstat(&p) {
+                    Ok(Some(st)) => st.mode & libc::S_IFMT == libc::S_IFDIR,
+                    Ok(None) => continue,
+                    Err(e) => return Err(e).in_project(&p),
+                };
+                if ex.ignored(&p, is_dir) {
+                    ex.ignored += 1;
+                    continue;
+                }
+            }
             let rec = recorded.state_at(&p, first);
             let v: Version = match rec {
                 // Taken from the records after the walk.

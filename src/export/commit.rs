@@ -146,7 +146,7 @@ impl Exporter<'_> {
 
 /// Author and committer of every commit: `opfs <opfs@localhost>` at
 /// `time_ns` (whole seconds, UTC), so commits are deterministic.
-fn signature(time_ns: i64) -> gix::actor::Signature {
+pub(super) fn signature(time_ns: i64) -> gix::actor::Signature {
     gix::actor::Signature {
         name: "opfs".into(),
         email: "opfs@localhost".into(),
@@ -196,7 +196,7 @@ pub(super) fn baseline_message(first: u64) -> String {
 
 /// The turn a commit of ours holds: `Some(n)` for `opfs-turn: n`,
 /// `Some(f - 1)` for a baseline of turn f.
-fn exported_turn(message: &[u8]) -> Option<u64> {
+pub(super) fn exported_turn(message: &[u8]) -> Option<u64> {
     for line in message.lines() {
         if let Some(n) = line.strip_prefix(b"opfs-turn: ") {
             return n.to_str().ok()?.trim().parse().ok();

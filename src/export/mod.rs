@@ -20,7 +20,9 @@
 //! The pieces: [`export`] (this file) runs the steps; `repo` opens the
 //! repository, `lock` serializes runs, `baseline` writes the first commit,
 //! `tree_edit` the commit of each turn, `commit` the commits, messages and
-//! refs; [`spawn_background`] is the daemon's exporter thread.
+//! refs; `ignore` the project's ignore rules; `prune` takes dropped turns
+//! out and packs ([`prune`]); [`spawn_background`] is the daemon's
+//! exporter thread.
 //!
 //! The export reads the index, the blob store and the project (through
 //! `history`'s sources); it never talks to a daemon. A caller that runs
@@ -29,11 +31,15 @@
 mod background;
 mod baseline;
 mod commit;
+mod ignore;
 mod lock;
+mod prune;
 mod repo;
 mod tree_edit;
 
 pub use background::spawn_background;
+pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;
 use std::io;
@@ -50,6 +56,7 @@ use crate::store::StateDir;
 use crate::store::{BlobError, Index, IndexError};
 use crate::view::ViewError;
 
+use ignore::IgnoreRules;
 use lock::ExportLock;
 
 /// The branch that follows the newest exported turn.
@@ -229,9 +236,33 @@ pub struct ExportReport {
     pub objects: u64,
     /// Paths left out because git cannot hold them (see `docs/export.md`).
     pub skipped: Vec<String>,
+    /// Entries left out because the project's ignore rules ignore them
+    /// (an ignored directory counts once; its contents are not read).
+    pub ignored: u64,
+    /// Whether this run followed the ignore rules (false: the repository
+    /// exports ignored paths too, see [`ExportOptions::export_ignored`]).
+    pub follows_ignore_rules: bool,
+    /// Whether `git gc --auto` ran afterwards ([`Packed::No`] when nothing
+    /// was written).
+    pub packed: Packed,
     /// Wall time in ms.
     pub elapsed_ms: u64,
 }
+
+/// Choices for one export run.
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    /// `Some(true)`: export ignored paths too; `Some(false)`: follow the
+    /// project's ignore rules (the default). The choice is recorded in the
+    /// repository (the file `opfs-export-ignored` in the git dir, present
+    /// when on), so later runs, the daemon's included, keep it; it applies
+    /// from the next path each turn changes (see `docs/export.md`). `None`
+    /// keeps the recorded choice.
+    pub export_ignored: Option<bool>,
+}
+
+/// The marker file that says a repository exports ignored paths too.
+const EXPORT_IGNORED_MARKER: &str = "opfs-export-ignored";
 
 /// The default repository: `export.git` in the project's state dir.
 pub fn default_git_dir(state: &StateDir) -> PathBuf {
@@ -267,16 +298,43 @@ pub fn export(
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
+    export_with(state, git_dir, &ExportOptions::default(), progress, commit)
+}
+
+/// [`export`] with `options` (see [`ExportOptions`]). Errors as
+/// [`export`], and [`ExportError::Io`] when the choice of
+/// [`ExportOptions::export_ignored`] cannot be recorded.
+pub fn export_with(
+    state: &StateDir,
+    git_dir: Option<&Path>,
+    options: &ExportOptions,
+    progress: &mut dyn FnMut(Progress),
+    commit: &dyn Fn(),
+) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_git_dir(state));
     let repo = repo::open(state, &git_dir)?;
     let _lock = ExportLock::acquire(&git_dir)?;
+    let marker = git_dir.join(EXPORT_IGNORED_MARKER);
+    match options.export_ignored {
+        Some(true) => std::fs::write(&marker, b"").at(&marker)?,
+        Some(false) => match std::fs::remove_file(&marker) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e).at(&marker),
+            _ => {}
+        },
+        None => {}
+    }
+    let export_ignored = marker.exists();
     let opened = history::Opened::open(state, Box::new(commit))?;
     let src = opened.sources();
     let mut ex = Exporter::new(&repo, &git_dir, src);
+    if !export_ignored {
+        ex.ignore = Some(IgnoreRules::load(src.backing));
+    }
     let mut report = ExportReport::empty(git_dir.clone());
+    report.follows_ignore_rules = !export_ignored;
     let Some(first) = src.index.first_turn()? else {
         return Ok(report);
     };
@@ -292,9 +350,18 @@ pub fn export(
     let closed = closed_after(src.index, tip.turn)?;
     let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
     report.turns = turns;
+    if report.baseline {
+        // The baseline is most of the objects the export will ever hold:
+        // packed at once.
+        report.packed = prune::pack(&git_dir, false);
+    } else if ex.objects > 0 {
+        // Turns: once there are enough loose objects (git's `gc --auto`).
+        report.packed = prune::pack(&git_dir, true);
+    }
     report.last_turn = (tip.turn >= first).then_some(tip.turn);
     report.objects = ex.objects;
     report.skipped = std::mem::take(&mut ex.skipped);
+    report.ignored = ex.ignored;
     report.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(report)
 }
@@ -310,6 +377,9 @@ impl ExportReport {
             last_turn: None,
             objects: 0,
             skipped: Vec::new(),
+            ignored: 0,
+            follows_ignore_rules: true,
+            packed: Packed::No,
             elapsed_ms: 0,
         }
     }
@@ -338,6 +408,10 @@ struct Exporter<'a> {
     objects: u64,
     /// Paths left out (see [`ExportReport::skipped`]).
     skipped: Vec<String>,
+    /// The project's ignore rules, unless ignored paths are exported too.
+    ignore: Option<IgnoreRules>,
+    /// Entries left out by them (see [`ExportReport::ignored`]).
+    ignored: u64,
 }
 
 impl<'a> Exporter<'a> {
@@ -349,6 +423,17 @@ impl<'a> Exporter<'a> {
             known: HashMap::new(),
             objects: 0,
             skipped: Vec::new(),
+            ignore: None,
+            ignored: 0,
+        }
+    }
+
+    /// True when the ignore rules (if followed) leave `path` out of the
+    /// export; `is_dir`: it is a directory.
+    fn ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
+        match &mut self.ignore {
+            Some(rules) => rules.is_ignored(self.src.backing, path, is_dir),
+            None => false,
         }
     }
 }

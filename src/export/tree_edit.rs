@@ -22,6 +22,23 @@ use crate::record::Turn;
 use crate::store::BlobError;
 use crate::view::{Timeline, Version};
 
+/// Files of at least this many bytes are exported as a pointer file
+/// ([`pointer`]) instead of their bytes (`docs/export.md` "Large files"):
+/// 8 MiB, above nearly every source file, lockfiles included.
+pub const POINTER_MIN: u64 = 8 << 20;
+
+/// The pointer file standing for a large file's bytes: three lines naming
+/// the format, the content's BLAKE3 (the hash opfs's blob store and index
+/// use) and its length in bytes. Deterministic: a version exports to the
+/// same pointer every time.
+pub fn pointer(blob: &crate::record::Hash, size: u64) -> Vec<u8> {
+    format!(
+        "opfs-pointer v1\nblake3 {}\nsize {size}\n",
+        blake3::Hash::from_bytes(*blob).to_hex()
+    )
+    .into_bytes()
+}
+
 /// What one path becomes in a git tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum GitState {
@@ -100,6 +117,13 @@ impl Exporter<'_> {
     /// writing its blob unless a blob of the same BLAKE3 was written by
     /// this run.
     pub(super) fn git_state(&mut self, path: &[u8], v: &Version) -> Result<GitState, ExportError> {
+        // Checked before any blob is read or written: build output can be
+        // most of a project's bytes.
+        if !matches!(v.state, PreImage::Absent | PreImage::Unknown)
+            && self.ignored(path, v.state.is_dir())
+        {
+            return Ok(GitState::Absent);
+        }
         Ok(match &v.state {
             // Unknown: created outside the mount during the next turn; the
             // commit before it shows the path as absent, the next one shows
@@ -117,15 +141,19 @@ impl Exporter<'_> {
                 let id = self.write_blob(target)?;
                 GitState::Leaf(EntryKind::Link, id)
             }
-            PreImage::File { blob, perm, .. } => {
+            PreImage::File {
+                blob, perm, size, ..
+            } => {
                 let kind = if history::git_file_mode(*perm) == 0o100755 {
                     EntryKind::BlobExecutable
                 } else {
                     EntryKind::Blob
                 };
                 let id = match (&v.bytes, self.known.get(blob)) {
+                    (_, Some(id)) => *id,
+                    // A large file is a pointer (its bytes stay in opfs).
+                    _ if *size >= POINTER_MIN => self.write_blob(&pointer(blob, *size))?,
                     (Some(bytes), _) => self.write_blob(bytes)?,
-                    (None, Some(id)) => *id,
                     (None, None) => {
                         let data = self.src.blob(blob).blob_of(path)?;
                         self.write_blob(&data)?
@@ -154,6 +182,13 @@ impl Exporter<'_> {
             }
             return Ok(());
         }
+        // An ignored path is absent from the export (removed, if an
+        // earlier commit held it before the rules changed).
+        let state = match state {
+            GitState::Absent => GitState::Absent,
+            s if self.ignored(path, s == GitState::Dir) => GitState::Absent,
+            s => s,
+        };
         let git_dir = &self.git_dir;
         let what = || format!("editing the tree at {}", paths::display(path));
         match state {
@@ -255,6 +290,15 @@ fn current_states(
     let mut current = HashMap::new();
     for p in before.paths_in(from, newest) {
         if before.state_at(&p, newest + 1).is_none() && !excluded(&p, false) {
+            // An ignored file is not read (apply() leaves it out anyway).
+            if ex.ignore.is_some() {
+                let is_dir = matches!(ex.src.backing.lstat(&p),
+                    Ok(Some(st)) if st.mode & libc::S_IFMT == libc::S_IFDIR);
+                if ex.ignored(&p, is_dir) {
+                    current.insert(p, GitState::Absent);
+                    continue;
+                }
+            }
             let v = ex.read_current(&p)?;
             let g = ex.git_state(&p, &v)?;
             current.insert(p, g);

@@ -19,6 +19,7 @@ pub mod home;
 pub mod lock;
 pub mod mountinfo;
 pub mod registry;
+pub mod usage;
 
 /// The registry entry for a mountpoint.
 pub fn mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {

@@ -1,4 +1,5 @@
-//! `opfs export [--git-dir DIR]`. Progress goes to stderr.
+//! `opfs export [--git-dir DIR] [--export-ignored | --no-export-ignored]`.
+//! Progress goes to stderr.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -38,8 +39,15 @@ pub fn run(
         }
     };
     let commit = || commit_through_daemon(st);
-    let report =
-        export::export(st, a.git_dir.as_deref(), &mut progress, &commit).map_err(failure)?;
+    let options = export::ExportOptions {
+        export_ignored: match (a.export_ignored, a.no_export_ignored) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+    };
+    let report = export::export_with(st, a.git_dir.as_deref(), &options, &mut progress, &commit)
+        .map_err(failure)?;
     progress_written?;
     if json {
         writeln!(out, "{}", serde_json::to_string(&report).map_err(failure)?)?;
@@ -68,6 +76,13 @@ fn print_human(report: &ExportReport, out: &mut dyn Write) -> io::Result<()> {
             "{} paths left out (git cannot hold them), e.g. {}",
             report.skipped.len(),
             report.skipped[0]
+        )?;
+    }
+    if report.ignored > 0 {
+        writeln!(
+            out,
+            "{} ignored entries left out (the project's ignore rules; --export-ignored keeps them)",
+            report.ignored
         )?;
     }
     writeln!(

@@ -1,4 +1,6 @@
-//! `opfs status`: the mount, the open turn and the store size, and what
+//! `opfs status`: the mount, the open turn, the store size and the disk
+//! use of everything opfs keeps (`disk`: blobs, index, export, worktrees,
+//! logs; `state::usage`), and what
 //! leaves the project unprotected, said plainly (`docs/cli.md`): no daemon
 //! serving it, a stale mount whose daemon is gone, another daemon (another
 //! state dir) serving it, a rewind a crash interrupted. `--json` adds
@@ -35,8 +37,10 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let project = opfs::control::Project::new(st);
     let status = project.status()?;
     let p = protection(project.state(), &status);
+    let disk = disk_use(project.state());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
+        v["disk"] = serde_json::to_value(disk).map_err(failure)?;
         v["stale_mounts"] = serde_json::json!(p.stale_mounts);
         v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
         v["interrupted_rewind"] = match p.interrupted_rewind {
@@ -48,12 +52,26 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["warnings"] = serde_json::json!(p.warnings);
         writeln!(out, "{v}")?;
     } else {
-        print_human(&status, &p, out)?;
+        print_human(&status, &p, &disk, out)?;
     }
     if let Some(n) = note {
         writeln!(err, "opfs: note: {n}")?;
     }
     Ok(())
+}
+
+/// The disk use of the state dir, with each worktree's own history (a
+/// state dir of its own, keyed by its upper layer) counted as worktrees.
+fn disk_use(st: &StateDir) -> opfs::state::usage::Usage {
+    let mut disk = opfs::state::usage::of(st);
+    if let Some(home) = st.dir.parent().and_then(|p| p.parent()) {
+        for (wt, _) in opfs::worktree::list(st) {
+            let b = opfs::state::usage::disk_bytes(&wt.state(home).dir);
+            disk.worktrees += b;
+            disk.total += b;
+        }
+    }
+    disk
 }
 
 /// What leaves the project unprotected. Read-only: it changes nothing (an
@@ -149,7 +167,13 @@ fn interrupted_rewind(st: &StateDir) -> Option<(u64, u64, bool)> {
     None
 }
 
-fn print_human(s: &Status, p: &Protection, out: &mut dyn Write) -> std::io::Result<()> {
+fn print_human(
+    s: &Status,
+    p: &Protection,
+    disk: &opfs::state::usage::Usage,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    use opfs::state::usage::format_size as size;
     writeln!(out, "project:    {}", s.project.display())?;
     match &s.mountpoint {
         Some(m) => writeln!(
@@ -167,6 +191,17 @@ fn print_human(s: &Status, p: &Protection, out: &mut dyn Write) -> std::io::Resu
         s.store_bytes,
         s.records,
         s.state_dir.display()
+    )?;
+    writeln!(
+        out,
+        "disk:       {} in the state dir: blobs {}, index {}, export {}, worktrees {}, logs {}, other {}",
+        size(disk.total),
+        size(disk.blobs),
+        size(disk.index),
+        size(disk.export),
+        size(disk.worktrees),
+        size(disk.logs),
+        size(disk.other)
     )?;
     if s.project_deleted {
         writeln!(

@@ -1,0 +1,281 @@
+//! Keeping the export as small as the history it shows (issue 14 item 4,
+//! issue 15 item 2): after `opfs gc` drops turns, their commits leave the
+//! export ([`prune`]); loose objects are packed ([`pack`]).
+//!
+//! **Pruning** rewrites the chain from the oldest kept turn C on: the new
+//! baseline is the tree of turn C - 1's commit (the project at the end of
+//! C - 1 = the start of C, exactly what a baseline of turn C holds), and
+//! each kept turn's commit is written again with the same tree, message,
+//! author and committer on the new parent. Trees and blobs are reused, so
+//! this writes one object per kept commit. Refs move in one transaction
+//! (the baseline, each kept turn, the branch); the refs of dropped turns
+//! are deleted in it. A crash before the transaction leaves the old chain
+//! (a rerun prunes again); after it, the old commits are unreachable.
+//!
+//! **Packing** runs the `git` binary (`git gc`), because gix 0.87 writes
+//! loose objects only: it can read packs but has no repack, prune or gc.
+//! Without `git` on `PATH` the export stays loose and the reports say so.
+
+use std::path::Path;
+use std::process::Command;
+
+use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+use gix::refs::Target;
+use gix::ObjectId;
+use serde::Serialize;
+
+use super::commit::{baseline_message, exported_turn, signature};
+use super::lock::ExportLock;
+use super::{default_git_dir, ExportError, GitContext, BASELINE_REF, BRANCH, TURN_REF_PREFIX};
+use crate::state::usage::disk_bytes;
+use crate::store::{Index, StateDir};
+
+/// What [`prune`] did (or, in a dry run, would do) to the export.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Commits of dropped turns taken out of the history (the old baseline
+    /// included).
+    pub commits_dropped: u64,
+    /// Kept commits written again on the new baseline.
+    pub commits_rewritten: u64,
+    /// Disk bytes of the repository before.
+    pub bytes_before: u64,
+    /// Disk bytes after (the same as before in a dry run).
+    pub bytes_after: u64,
+    /// How the repository was packed afterwards (see [`Packed`]).
+    pub packed: Packed,
+}
+
+/// Whether loose objects were packed.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Packed {
+    /// Not asked, or nothing to do (a dry run).
+    #[default]
+    No,
+    /// `git gc` packed the repository and removed unreachable objects.
+    Git,
+    /// `git` is not on `PATH`: the objects stay loose.
+    GitNotFound,
+}
+
+/// Takes the commits of turns before `oldest_kept` out of the project's
+/// default export (`export.git` in the state dir) and packs it, unless
+/// `dry_run`. `Ok(None)` when there is no export. A repository written
+/// with `--git-dir` elsewhere is not known to opfs and is left alone.
+///
+/// Durable after `Ok`: the refs point at the rewritten chain (not
+/// fsynced: the export can always be rebuilt). After `Err`, the refs are
+/// either all old or all new, and objects already written stay (unused).
+///
+/// Errors: [`ExportError::Git`] when the repository cannot be read or
+/// written, [`ExportError::Io`] for its lock file, the index when the
+/// start time of turn `oldest_kept` cannot be read. A failing `git gc` is
+/// not an error: [`Packed::No`] is reported and the next run tries again.
+pub fn prune(
+    state: &StateDir,
+    oldest_kept: u64,
+    dry_run: bool,
+) -> Result<Option<PruneReport>, ExportError> {
+    let git_dir = default_git_dir(state);
+    if !git_dir.join("HEAD").exists() {
+        return Ok(None);
+    }
+    let repo = gix::open_opts(&git_dir, gix::open::Options::isolated())
+        .git(&git_dir, "opening the repository")?;
+    let _lock = ExportLock::acquire(&git_dir)?;
+    let bytes_before = disk_bytes(&git_dir);
+    let mut report = PruneReport {
+        bytes_before,
+        bytes_after: bytes_before,
+        ..PruneReport::default()
+    };
+    // The chain, newest first: (id, commit, the turn it holds).
+    let mut chain: Vec<(ObjectId, gix::objs::Commit, u64)> = Vec::new();
+    let mut next = repo
+        .try_find_reference(BRANCH)
+        .git(&git_dir, "reading refs/heads/opfs")?
+        .and_then(|r| r.try_id().map(|id| id.detach()));
+    while let Some(id) = next {
+        let c = repo.find_commit(id).git(&git_dir, "reading the history")?;
+        let owned = c
+            .decode()
+            .and_then(|c| c.to_owned())
+            .git(&git_dir, "reading the history")?;
+        let Some(turn) = exported_turn(&owned.message) else {
+            break; // not ours: nothing below it is either
+        };
+        next = owned.parents.first().copied();
+        chain.push((id, owned, turn));
+    }
+    chain.reverse();
+    let Some(base_turn) = chain.first().map(|c| c.2) else {
+        return Ok(Some(report));
+    };
+    // The baseline holds turn F - 1 (the start of F): nothing older to drop.
+    if base_turn + 1 >= oldest_kept {
+        if !dry_run {
+            report.packed = pack(&git_dir, true);
+            report.bytes_after = disk_bytes(&git_dir);
+        }
+        return Ok(Some(report));
+    }
+    let start = chain.iter().position(|c| c.2 + 1 == oldest_kept);
+    let mut edits = Vec::new();
+    let sig_time;
+    match start {
+        Some(i) => {
+            report.commits_dropped = i as u64;
+            report.commits_rewritten = (chain.len() - i - 1) as u64;
+            if dry_run {
+                return Ok(Some(report));
+            }
+            let index = Index::open_read_only(&state.index_path())?;
+            sig_time = index.turn(oldest_kept)?.map(|t| t.started_at).unwrap_or(0);
+            let sig = signature(sig_time);
+            let base = gix::objs::Commit {
+                tree: chain[i].1.tree,
+                parents: Default::default(),
+                author: sig.clone(),
+                committer: sig,
+                encoding: None,
+                message: baseline_message(oldest_kept).into(),
+                extra_headers: Vec::new(),
+            };
+            let mut parent = write(&repo, &git_dir, &base)?;
+            edits.push(update(&git_dir, BASELINE_REF, parent)?);
+            for (_, c, turn) in &chain[i + 1..] {
+                let mut c = c.clone();
+                c.parents = vec![parent].into();
+                parent = write(&repo, &git_dir, &c)?;
+                edits.push(update(
+                    &git_dir,
+                    &format!("{TURN_REF_PREFIX}{turn}"),
+                    parent,
+                )?);
+            }
+            edits.push(update(&git_dir, BRANCH, parent)?);
+        }
+        None => {
+            // The export has not reached the start of the oldest kept turn
+            // yet: start over (the next export writes a new baseline).
+            report.commits_dropped = chain.len() as u64;
+            if dry_run {
+                return Ok(Some(report));
+            }
+            sig_time = 0;
+            edits.push(delete(&git_dir, BRANCH)?);
+            edits.push(delete(&git_dir, BASELINE_REF)?);
+        }
+    }
+    let refs = repo.references().git(&git_dir, "listing refs")?;
+    let turn_refs = refs
+        .prefixed(TURN_REF_PREFIX)
+        .git(&git_dir, "listing refs")?;
+    for r in turn_refs.flatten() {
+        let name = r.name().as_bstr().to_string();
+        let n: Option<u64> = name
+            .strip_prefix(TURN_REF_PREFIX)
+            .and_then(|n| n.parse().ok());
+        if n.is_some_and(|n| n < oldest_kept || start.is_none()) {
+            edits.push(delete(&git_dir, &name)?);
+        }
+    }
+    let mut buf = gix::date::parse::TimeBuf::default();
+    let sig = signature(sig_time);
+    repo.edit_references_as(edits, Some(sig.to_ref(&mut buf)))
+        .git(&git_dir, "moving refs to the pruned history")?;
+    report.packed = pack(&git_dir, false);
+    report.bytes_after = disk_bytes(&git_dir);
+    Ok(Some(report))
+}
+
+fn write(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    c: &gix::objs::Commit,
+) -> Result<ObjectId, ExportError> {
+    Ok(repo
+        .write_object(c)
+        .git(git_dir, "writing a commit")?
+        .detach())
+}
+
+fn update(git_dir: &Path, name: &str, id: ObjectId) -> Result<RefEdit, ExportError> {
+    Ok(RefEdit {
+        change: Change::Update {
+            log: LogChange {
+                mode: RefLog::AndReference,
+                force_create_reflog: false,
+                message: "opfs gc".into(),
+            },
+            expected: PreviousValue::Any,
+            new: Target::Object(id),
+        },
+        name: name
+            .try_into()
+            .git_with(git_dir, || format!("ref name {name}"))?,
+        deref: false,
+    })
+}
+
+fn delete(git_dir: &Path, name: &str) -> Result<RefEdit, ExportError> {
+    Ok(RefEdit {
+        change: Change::Delete {
+            expected: PreviousValue::Any,
+            log: RefLog::AndReference,
+        },
+        name: name
+            .try_into()
+            .git_with(git_dir, || format!("ref name {name}"))?,
+        deref: false,
+    })
+}
+
+/// Packs the repository at `git_dir` with `git gc` (reflogs expired, so a
+/// dropped turn's objects really go). `auto`: only when git's own
+/// heuristic finds enough loose objects (`git gc --auto`, threshold
+/// lowered to [`AUTO_PACK_LOOSE`]), which costs a few ms otherwise; this
+/// is what every export runs. The caller holds the export lock, so no
+/// export writes meanwhile.
+pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(git_dir)
+        .args(["-c", "gc.reflogExpire=now"])
+        .args(["-c", "gc.reflogExpireUnreachable=now"])
+        .args(["-c", "gc.autoDetach=false"])
+        .args(["-c", &format!("gc.auto={AUTO_PACK_LOOSE}")])
+        .args(["-c", "gc.autoPackLimit=20"])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    if auto {
+        cmd.args(["gc", "--auto", "--quiet"]);
+    } else {
+        cmd.args(["gc", "--prune=now", "--quiet"]);
+    }
+    match cmd.output() {
+        Ok(o) if o.status.success() => Packed::Git,
+        Ok(o) => {
+            log::warn!(
+                "git gc in {}: {}",
+                git_dir.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            Packed::No
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Packed::GitNotFound,
+        Err(e) => {
+            log::warn!("git gc in {}: {e}", git_dir.display());
+            Packed::No
+        }
+    }
+}
+
+/// Loose objects above which an export packs the repository (git's
+/// `gc.auto`, sampled by git itself): a baseline of a large tree is packed
+/// at once, a run of small turns every few hundred objects.
+pub const AUTO_PACK_LOOSE: u64 = 500;
