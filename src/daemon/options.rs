@@ -97,6 +97,11 @@ pub struct FsTuning {
     pub attr_ttl: Option<Duration>,
     /// `OPFS_ENTRY_TTL_MS`: the entry cache timeout.
     pub entry_ttl: Option<Duration>,
+    /// `OPFS_NEGATIVE_TTL_MS`: how long a miss is cached (0: never).
+    pub negative_ttl: Option<Duration>,
+    /// `OPFS_WATCH` (`auto`, `inotify` or `off`): the watch on the project
+    /// that keeps long TTLs coherent (`docs/coherence.md`).
+    pub watch: Option<opfs_fs::WatchMode>,
     /// `OPFS_KEEP_CACHE` (0 or 1): keep the page cache across opens.
     pub keep_cache: Option<bool>,
     /// `OPFS_CACHE_DIR` (0 or 1): cache directory listings.
@@ -125,6 +130,13 @@ impl FsTuning {
         FsTuning {
             attr_ttl: ms("OPFS_ATTR_TTL_MS"),
             entry_ttl: ms("OPFS_ENTRY_TTL_MS"),
+            negative_ttl: ms("OPFS_NEGATIVE_TTL_MS"),
+            watch: var("OPFS_WATCH").and_then(|v| match v.as_str() {
+                "auto" => Some(opfs_fs::WatchMode::Auto),
+                "inotify" => Some(opfs_fs::WatchMode::Inotify),
+                "off" | "0" => Some(opfs_fs::WatchMode::Off),
+                _ => None,
+            }),
             keep_cache: flag("OPFS_KEEP_CACHE"),
             cache_dir: flag("OPFS_CACHE_DIR"),
             no_flush: flag("OPFS_NO_FLUSH"),
@@ -140,6 +152,12 @@ impl FsTuning {
         }
         if let Some(d) = self.entry_ttl {
             o.entry_ttl = d;
+        }
+        if let Some(d) = self.negative_ttl {
+            o.negative_ttl = d;
+        }
+        if let Some(w) = self.watch {
+            o.watch = w;
         }
         if let Some(v) = self.keep_cache {
             o.keep_cache = v;
@@ -172,8 +190,12 @@ mod tests {
             "OPFS_KEEP_CACHE" => Some("0".into()),
             "OPFS_THREADS" => Some("0".into()),
             "OPFS_INODE_FDS" => Some("8".into()),
+            "OPFS_WATCH" => Some("inotify".into()),
+            "OPFS_NEGATIVE_TTL_MS" => Some("0".into()),
             _ => None,
         });
+        assert_eq!(t.watch, Some(opfs_fs::WatchMode::Inotify));
+        assert_eq!(t.negative_ttl, Some(Duration::ZERO));
         assert_eq!(t.attr_ttl, Some(Duration::from_millis(250)));
         assert_eq!(t.entry_ttl, None);
         assert_eq!(t.keep_cache, Some(false));

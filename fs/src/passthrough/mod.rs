@@ -34,7 +34,7 @@ use fuser::{
 };
 use log::trace;
 
-pub(crate) use ops::State;
+pub(crate) use ops::{State, Ttls};
 
 use crate::reply::Answer;
 use ops::SetAttr;
@@ -76,7 +76,7 @@ impl Filesystem for Passthrough {
     // `batch_forget` keeps fuser's default, which calls `forget` per inode
     // (fuser does not export the type its signature needs).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.state.inodes.forget(ino.0, nlookup);
+        self.state.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
