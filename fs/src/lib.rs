@@ -87,6 +87,11 @@ pub struct Options {
     /// report at a close, and it saves one request in four per file read,
     /// docs/benchmarks.md).
     pub no_flush: bool,
+    /// Ask the kernel for `READDIRPLUS_AUTO` (plus only at the start of a
+    /// listing or after a lookup in it) on top of `DO_READDIRPLUS`
+    /// (default on; off: every listing is a READDIRPLUS, whose entries the
+    /// kernel caches for the entry TTL).
+    pub readdirplus_auto: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -109,6 +114,7 @@ impl Default for Options {
             keep_cache: true,
             cache_dir: true,
             no_flush: true,
+            readdirplus_auto: true,
             inode_fds: None,
         }
     }
@@ -237,6 +243,7 @@ pub fn mount(
         keep_cache: opts.keep_cache,
         cache_dir: opts.cache_dir,
         no_flush: opts.no_flush,
+        readdirplus_auto: opts.readdirplus_auto,
     });
     let fs = Passthrough {
         state: Arc::clone(&state),

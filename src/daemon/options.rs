@@ -108,6 +108,9 @@ pub struct FsTuning {
     pub cache_dir: Option<bool>,
     /// `OPFS_NO_FLUSH` (0 or 1): skip the flush on close.
     pub no_flush: Option<bool>,
+    /// `OPFS_READDIRPLUS_AUTO` (0 or 1): `FUSE_READDIRPLUS_AUTO` on top of
+    /// `DO_READDIRPLUS`.
+    pub readdirplus_auto: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -140,6 +143,7 @@ impl FsTuning {
             keep_cache: flag("OPFS_KEEP_CACHE"),
             cache_dir: flag("OPFS_CACHE_DIR"),
             no_flush: flag("OPFS_NO_FLUSH"),
+            readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
         }
@@ -167,6 +171,9 @@ impl FsTuning {
         }
         if let Some(v) = self.no_flush {
             o.no_flush = v;
+        }
+        if let Some(v) = self.readdirplus_auto {
+            o.readdirplus_auto = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;

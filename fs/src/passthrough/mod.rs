@@ -48,9 +48,13 @@ impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // What each flag saves, and the flags tried and left off:
         // fs/README.md, "Init flags".
+        if self.state.readdirplus_auto {
+            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
+                log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // A symlink's target never changes for one inode; a rewind's

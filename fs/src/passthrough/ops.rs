@@ -49,6 +49,8 @@ pub(crate) struct State {
     pub(crate) cache_dir: bool,
     /// Tell the kernel not to send `flush` when a read-only handle closes.
     pub(crate) no_flush: bool,
+    /// Ask for `FUSE_READDIRPLUS_AUTO` at init.
+    pub(crate) readdirplus_auto: bool,
 }
 
 /// How long the kernel may cache what one reply tells it.
