@@ -328,7 +328,16 @@ impl State {
             let now = sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten();
             self.after(Mutation::Create { path: &path }, now.as_ref());
         }
-        self.lookup(parent, name)
+        // A positive entry or the error: a negative entry is no answer to
+        // a creation (the kernel takes inode 0 there for EIO).
+        let gen = self.gen(parent);
+        let attr = self.lookup_entry(parent, name)?;
+        let ttl = self.ttls_since(parent, gen);
+        Ok(Entry {
+            attr,
+            attr_ttl: ttl.attr,
+            entry_ttl: ttl.entry,
+        })
     }
 
     /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
