@@ -55,12 +55,13 @@ pub struct Options {
     /// Threads serving FUSE requests (default 2; 0 is treated as 1).
     pub threads: usize,
     /// How long the kernel may cache attributes while the watch keeps it
-    /// coherent (default [`WATCHED_TTL`]). Without a working watch (and
-    /// for the overlay) at most [`UNWATCHED_TTL`].
+    /// coherent (default [`WATCHED_TTL`]). Without a working watch at
+    /// most [`UNWATCHED_TTL`]. The overlay (no watch) takes it as given.
     pub attr_ttl: Duration,
     /// How long the kernel may cache name → inode lookups while the watch
     /// keeps it coherent (default [`WATCHED_TTL`]). Without a working
-    /// watch (and for the overlay) at most [`UNWATCHED_TTL`].
+    /// watch at most [`UNWATCHED_TTL`]. The overlay (no watch) takes it
+    /// as given.
     pub entry_ttl: Duration,
     /// How long the kernel may cache a name's absence (a negative entry)
     /// while the watch keeps it coherent (default [`WATCHED_TTL`]; zero:
@@ -389,11 +390,12 @@ pub fn mount_overlay(
         };
         res.map_err(|e| named("work dir leftover", &path, e))?;
     }
-    // No watch on the upper layer: never cache longer than without one.
+    // No watch: the overlay's view changes only through its own mount, so
+    // its TTLs are taken as given (the daemon picks them).
     let settings = overlay::Settings {
         inode_fds,
-        attr_ttl: opts.attr_ttl.min(UNWATCHED_TTL),
-        entry_ttl: opts.entry_ttl.min(UNWATCHED_TTL),
+        attr_ttl: opts.attr_ttl,
+        entry_ttl: opts.entry_ttl,
         keep_cache: opts.keep_cache,
         cache_dir: opts.cache_dir,
     };
