@@ -459,7 +459,7 @@ fn find_log(home: &Path) -> std::path::PathBuf {
 
 #[test]
 fn changes_behind_the_mount_show_at_once_with_fanotify() {
-    run(13, &[], "fanotify");
+    run(13, &[("OPFS_WATCH", "auto")], "fanotify");
 }
 
 #[test]
