@@ -10,12 +10,13 @@ use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier, SessionUnmounter};
 
 use crate::quiesce::{Gate, QuiesceGuard};
+use crate::watch::Watch;
 
 /// How long [`Controller::invalidate`] waits for the kernel to take its
 /// notifications before giving up on waiting (the notifications still go
@@ -34,6 +35,22 @@ pub(crate) enum Inval {
     Entry(u64, Vec<u8>),
     /// Drop the cached attributes and pages of an inode.
     Inode(u64),
+    /// Drop the cached attributes of an inode, keeping its pages.
+    Attr(u64),
+}
+
+/// Posts invalidations to the controller's invalidation thread without
+/// waiting for the kernel to take them (the watch's thread uses it).
+pub(crate) struct Poster {
+    tx: mpsc::Sender<InvalJob>,
+}
+
+impl Poster {
+    /// Queues `ops`; false once the invalidation thread is gone (the
+    /// mount's controller was dropped).
+    pub(crate) fn post(&self, ops: Vec<Inval>) -> bool {
+        self.tx.send(InvalJob { ops, done: None }).is_ok()
+    }
 }
 
 /// What a served filesystem lets its [`Controller`] do to the kernel's
@@ -44,9 +61,10 @@ pub(crate) trait Invalidate: Send + Sync {
     /// [`crate::Mutation`]; `""` is the root) visible through the mount:
     /// the cached name, its inode and its parent directory. Forgets the
     /// filesystem's own mapping of the name first if it now leads to a
-    /// different inode, so the next lookup re-reads it. Appends nothing for
-    /// a path under a directory the kernel never looked up. Costs O(depth);
-    /// must not wait for the quiesce gate.
+    /// different inode, so the next lookup re-reads it. For a path under a
+    /// directory the kernel never looked up, only that directory's name
+    /// (the kernel may cache it as a miss). Costs O(depth); must not wait
+    /// for the quiesce gate.
     fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>);
 
     /// Each file that has a handle open for writing, by FUSE inode number
@@ -63,7 +81,8 @@ pub(crate) trait Invalidate: Send + Sync {
 
 struct InvalJob {
     ops: Vec<Inval>,
-    done: mpsc::Sender<()>,
+    /// Told when the ops went out; `None` when nobody waits.
+    done: Option<mpsc::Sender<()>>,
 }
 
 /// Notifications go out from their own thread: writing one can block while
@@ -81,12 +100,15 @@ fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
                             notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
                         }
                         Inval::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                        Inval::Attr(ino) => notifier.inval_inode(INodeNo(*ino), -1, 0),
                     };
                     if let Err(err) = res {
                         log::debug!("invalidation failed: {err}");
                     }
                 }
-                let _ = job.done.send(());
+                if let Some(done) = job.done {
+                    let _ = done.send(());
+                }
             }
         })?;
     Ok(tx)
@@ -98,6 +120,8 @@ struct ControlInner {
     invalidations: Mutex<mpsc::Sender<InvalJob>>,
     unmounter: Mutex<Option<SessionUnmounter>>,
     mountpoint: PathBuf,
+    /// The watch on the backing directory, once set up.
+    watch: OnceLock<Option<Arc<Watch>>>,
 }
 
 /// Controls a running mount from other threads. Cheap to clone.
@@ -135,8 +159,39 @@ impl Controller {
                 mountpoint: mountpoint
                     .canonicalize()
                     .unwrap_or_else(|_| mountpoint.to_path_buf()),
+                watch: OnceLock::new(),
             }),
         })
+    }
+
+    /// Records the mount's watch (once, at mount time).
+    pub(crate) fn set_watch(&self, watch: Option<Arc<Watch>>) {
+        let _ = self.inner.watch.set(watch);
+    }
+
+    /// What keeps the kernel's caches coherent with changes made behind
+    /// the mount's back: `Some("fanotify")` or `Some("inotify")` while the
+    /// watch is active (long TTLs), `None` when there is no working watch
+    /// (TTLs capped at [`crate::UNWATCHED_TTL`]: the watch could not be set
+    /// up, a mark hit `max_user_marks`/`max_user_watches`, it is off, or the
+    /// mount is an overlay).
+    pub fn watching(&self) -> Option<&'static str> {
+        match self.inner.watch.get() {
+            Some(Some(w)) if w.active() => Some(w.backend()),
+            _ => None,
+        }
+    }
+
+    /// A sender of invalidations that does not wait for the kernel.
+    pub(crate) fn poster(&self) -> Poster {
+        Poster {
+            tx: self
+                .inner
+                .invalidations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
 
     /// The mountpoint (canonical when it could be resolved at mount time).
@@ -239,7 +294,10 @@ impl Controller {
             .invalidations
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .send(InvalJob { ops, done: done_tx });
+            .send(InvalJob {
+                ops,
+                done: Some(done_tx),
+            });
         if sent.is_err() {
             log::warn!("invalidation thread is gone");
             return;

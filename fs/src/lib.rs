@@ -20,6 +20,7 @@ mod passthrough;
 mod quiesce;
 mod reply;
 mod sys;
+mod watch;
 
 use std::ffi::CString;
 use std::io;
@@ -34,6 +35,18 @@ use fuser::{Config, MountOption, Session, SessionACL};
 pub use controller::{Controller, UNMOUNT_GRACE, UNMOUNT_POLL};
 pub use hook::{Errno, Mutation, MutationHook, NoHook};
 pub use quiesce::QuiesceGuard;
+pub use watch::WatchMode;
+
+/// The longest the kernel may cache anything without a working watch on
+/// the backing directory (today's TTLs before the watch): a change behind
+/// the mount's back then shows within this.
+pub const UNWATCHED_TTL: Duration = Duration::from_secs(1);
+
+/// The default entry, attribute and negative-entry TTL while the watch is
+/// active: the cap on staleness for changes no event reports (stores
+/// through a shared mapping of a backing file, a write through a hard link
+/// outside every watched directory; `docs/coherence.md`).
+pub const WATCHED_TTL: Duration = Duration::from_secs(60);
 
 use passthrough::{Passthrough, State};
 
@@ -42,10 +55,23 @@ use passthrough::{Passthrough, State};
 pub struct Options {
     /// Threads serving FUSE requests (default 2; 0 is treated as 1).
     pub threads: usize,
-    /// How long the kernel may cache attributes (default 1 s).
+    /// How long the kernel may cache attributes while the watch keeps it
+    /// coherent (default [`WATCHED_TTL`]). Without a working watch at
+    /// most [`UNWATCHED_TTL`]. The overlay (no watch) takes it as given.
     pub attr_ttl: Duration,
-    /// How long the kernel may cache name → inode lookups (default 1 s).
+    /// How long the kernel may cache name → inode lookups while the watch
+    /// keeps it coherent (default [`WATCHED_TTL`]). Without a working
+    /// watch at most [`UNWATCHED_TTL`]. The overlay (no watch) takes it
+    /// as given.
     pub entry_ttl: Duration,
+    /// How long the kernel may cache a name's absence (a negative entry)
+    /// while the watch keeps it coherent (default [`WATCHED_TTL`]; zero:
+    /// no negative entries). Never without a working watch.
+    pub negative_ttl: Duration,
+    /// The watch on the backing directory that keeps the kernel's caches
+    /// coherent with changes made behind the mount's back (default
+    /// [`WatchMode::Auto`]).
+    pub watch: WatchMode,
     /// Let users other than the mounting one use the mount (`allow_other`;
     /// needs root or `user_allow_other` in `/etc/fuse.conf`).
     pub allow_other: bool,
@@ -63,6 +89,11 @@ pub struct Options {
     /// report at a close, and it saves one request in four per file read,
     /// docs/benchmarks.md).
     pub no_flush: bool,
+    /// Ask the kernel for `READDIRPLUS_AUTO` (plus only at the start of a
+    /// listing or after a lookup in it) on top of `DO_READDIRPLUS`
+    /// (default on; off: every listing is a READDIRPLUS, whose entries the
+    /// kernel caches for the entry TTL).
+    pub readdirplus_auto: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -76,13 +107,16 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             threads: 2,
-            attr_ttl: Duration::from_secs(1),
-            entry_ttl: Duration::from_secs(1),
+            attr_ttl: WATCHED_TTL,
+            entry_ttl: WATCHED_TTL,
+            negative_ttl: WATCHED_TTL,
+            watch: WatchMode::Auto,
             allow_other: false,
             fsname: "opfs".to_string(),
             keep_cache: true,
             cache_dir: true,
             no_flush: true,
+            readdirplus_auto: true,
             inode_fds: None,
         }
     }
@@ -94,6 +128,17 @@ impl Default for Options {
 pub struct Mount {
     session: Box<dyn Serve>,
     controller: Controller,
+    /// Stops the watch's thread when the mount is done.
+    watch_stop: Option<WatchStop>,
+}
+
+/// Stops a watch's event thread when dropped.
+struct WatchStop(Arc<watch::Watch>);
+
+impl Drop for WatchStop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// A mounted FUSE session of any of the crate's filesystems, so [`Mount`]
@@ -176,23 +221,62 @@ pub fn mount(
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in backing path"))?;
     let root_fd = sys::open_dir(&backing_c)?;
     let st = sys::fstat(root_fd.as_fd())?;
+    let root_key = inode::InodeKey::of(&st);
+    let watch = watch::Watch::new(opts.watch, root_fd.as_fd());
+    if let Some(w) = &watch {
+        w.add(inode::ROOT, root_key, root_fd.as_fd());
+    }
     let state = Arc::new(State {
-        inodes: inode::Inodes::new(root_fd, inode::InodeKey::of(&st), inode_fds),
+        inodes: inode::Inodes::new(root_fd, root_key, inode_fds),
         handles: handle::Handles::default(),
         gate: Arc::default(),
         hook,
-        attr_ttl: opts.attr_ttl,
-        entry_ttl: opts.entry_ttl,
+        watched: passthrough::Ttls {
+            attr: opts.attr_ttl,
+            entry: opts.entry_ttl,
+            negative: opts.negative_ttl,
+        },
+        unwatched: passthrough::Ttls {
+            attr: opts.attr_ttl.min(UNWATCHED_TTL),
+            entry: opts.entry_ttl.min(UNWATCHED_TTL),
+            negative: Duration::ZERO,
+        },
+        watch: watch.clone(),
         keep_cache: opts.keep_cache,
         cache_dir: opts.cache_dir,
         no_flush: opts.no_flush,
+        readdirplus_auto: opts.readdirplus_auto,
     });
     let fs = Passthrough {
         state: Arc::clone(&state),
     };
 
     let gate = Arc::clone(&state.gate);
-    start(fs, state, gate, mountpoint, opts)
+    let mut mount = start(fs, Arc::clone(&state) as _, gate, mountpoint, opts)?;
+    match &watch {
+        Some(w) if w.active() => {
+            w.start(state, mount.controller.poster())?;
+            log::info!(
+                "watching {} with {}: entries and attributes cached for {:?}, misses for {:?}",
+                backing.display(),
+                w.backend(),
+                opts.entry_ttl.max(opts.attr_ttl),
+                opts.negative_ttl
+            );
+            mount.watch_stop = Some(WatchStop(Arc::clone(w)));
+        }
+        _ => log::warn!(
+            "not watching {} ({}): changes made behind the mount's back show within {:?}              (kernel caching capped at that)",
+            backing.display(),
+            match opts.watch {
+                WatchMode::Off => "watch off",
+                _ => "no watch could be set up",
+            },
+            UNWATCHED_TTL
+        ),
+    }
+    mount.controller.set_watch(watch);
+    Ok(mount)
 }
 
 /// Mounts `fs` at `mountpoint` with the crate's mount options and hands out
@@ -229,6 +313,7 @@ fn start<FS: fuser::Filesystem + Send + 'static>(
     Ok(Mount {
         session: Box::new(session),
         controller,
+        watch_stop: None,
     })
 }
 
@@ -306,6 +391,8 @@ pub fn mount_overlay(
         };
         res.map_err(|e| named("work dir leftover", &path, e))?;
     }
+    // No watch: the overlay's view changes only through its own mount, so
+    // its TTLs are taken as given (the daemon picks them).
     let settings = overlay::Settings {
         inode_fds,
         attr_ttl: opts.attr_ttl,

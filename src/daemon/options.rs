@@ -97,12 +97,21 @@ pub struct FsTuning {
     pub attr_ttl: Option<Duration>,
     /// `OPFS_ENTRY_TTL_MS`: the entry cache timeout.
     pub entry_ttl: Option<Duration>,
+    /// `OPFS_NEGATIVE_TTL_MS`: how long a miss is cached (0: never).
+    pub negative_ttl: Option<Duration>,
+    /// `OPFS_WATCH` (`auto`, `inotify` or `off`): the watch on the project
+    /// that keeps long TTLs coherent (`docs/coherence.md`). Unset: off (the
+    /// daemon's default for now; 1 s TTLs).
+    pub watch: Option<opfs_fs::WatchMode>,
     /// `OPFS_KEEP_CACHE` (0 or 1): keep the page cache across opens.
     pub keep_cache: Option<bool>,
     /// `OPFS_CACHE_DIR` (0 or 1): cache directory listings.
     pub cache_dir: Option<bool>,
     /// `OPFS_NO_FLUSH` (0 or 1): skip the flush on close.
     pub no_flush: Option<bool>,
+    /// `OPFS_READDIRPLUS_AUTO` (0 or 1): `FUSE_READDIRPLUS_AUTO` on top of
+    /// `DO_READDIRPLUS`.
+    pub readdirplus_auto: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -125,9 +134,17 @@ impl FsTuning {
         FsTuning {
             attr_ttl: ms("OPFS_ATTR_TTL_MS"),
             entry_ttl: ms("OPFS_ENTRY_TTL_MS"),
+            negative_ttl: ms("OPFS_NEGATIVE_TTL_MS"),
+            watch: var("OPFS_WATCH").and_then(|v| match v.as_str() {
+                "auto" => Some(opfs_fs::WatchMode::Auto),
+                "inotify" => Some(opfs_fs::WatchMode::Inotify),
+                "off" | "0" => Some(opfs_fs::WatchMode::Off),
+                _ => None,
+            }),
             keep_cache: flag("OPFS_KEEP_CACHE"),
             cache_dir: flag("OPFS_CACHE_DIR"),
             no_flush: flag("OPFS_NO_FLUSH"),
+            readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
         }
@@ -141,6 +158,12 @@ impl FsTuning {
         if let Some(d) = self.entry_ttl {
             o.entry_ttl = d;
         }
+        if let Some(d) = self.negative_ttl {
+            o.negative_ttl = d;
+        }
+        // Off unless asked for: with the watch on, a SIGKILL of the daemon
+        // during a rewind leaves it stuck (docs/coherence.md, "Status").
+        o.watch = self.watch.unwrap_or(opfs_fs::WatchMode::Off);
         if let Some(v) = self.keep_cache {
             o.keep_cache = v;
         }
@@ -149,6 +172,9 @@ impl FsTuning {
         }
         if let Some(v) = self.no_flush {
             o.no_flush = v;
+        }
+        if let Some(v) = self.readdirplus_auto {
+            o.readdirplus_auto = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;
@@ -172,8 +198,12 @@ mod tests {
             "OPFS_KEEP_CACHE" => Some("0".into()),
             "OPFS_THREADS" => Some("0".into()),
             "OPFS_INODE_FDS" => Some("8".into()),
+            "OPFS_WATCH" => Some("inotify".into()),
+            "OPFS_NEGATIVE_TTL_MS" => Some("0".into()),
             _ => None,
         });
+        assert_eq!(t.watch, Some(opfs_fs::WatchMode::Inotify));
+        assert_eq!(t.negative_ttl, Some(Duration::ZERO));
         assert_eq!(t.attr_ttl, Some(Duration::from_millis(250)));
         assert_eq!(t.entry_ttl, None);
         assert_eq!(t.keep_cache, Some(false));

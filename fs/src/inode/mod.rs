@@ -29,7 +29,7 @@ mod fds;
 mod table;
 
 pub(crate) use fds::MIN_FD_BUDGET;
-pub(crate) use table::{InodeKey, Inodes, Named, Names, NodeRef, Stamp};
+pub(crate) use table::{Everything, InodeKey, Inodes, Named, Names, NodeRef, Stamp};
 
 /// FUSE inode number of the root.
 pub(crate) const ROOT: u64 = 1;

@@ -187,6 +187,14 @@ pub(super) struct Table {
     pub(super) fd_budget: usize,
 }
 
+/// What [`Inodes::everything`] lists.
+pub(crate) struct Everything {
+    /// Each known name as (parent, name).
+    pub(crate) names: Vec<(u64, Vec<u8>)>,
+    /// Each node as (FUSE inode, `S_IFMT` type).
+    pub(crate) nodes: Vec<(u64, u32)>,
+}
+
 /// The inode table; every method takes the table's lock for a short,
 /// system-call-free critical section.
 pub(crate) struct Inodes {
@@ -283,8 +291,9 @@ impl Inodes {
     /// Counts one lookup of `parent/name`, which resolved to the backing
     /// inode `key` through `fd`: reuses the node for that inode (a hard
     /// link, or a repeated lookup; `fd` is then closed) or creates one, and
-    /// records the name. Returns the FUSE inode number. The caller sends
-    /// the entry reply, or calls [`Inodes::forget`] once if it cannot.
+    /// records the name. Returns the FUSE inode number, and whether the
+    /// node is new. The caller sends the entry reply, or calls
+    /// [`Inodes::forget`] once if it cannot.
     pub(crate) fn lookup(
         &self,
         parent: u64,
@@ -292,9 +301,10 @@ impl Inodes {
         fd: OwnedFd,
         key: InodeKey,
         kind: u32,
-    ) -> u64 {
+    ) -> (u64, bool) {
         let mut table = self.lock();
         let mut spare = None;
+        let created = !table.by_key.contains_key(&key);
         let ino = match table.by_key.get(&key).copied() {
             Some(ino) => {
                 let t = &mut *table;
@@ -333,23 +343,26 @@ impl Inodes {
         // Closed outside the lock.
         drop(closed);
         drop(spare);
-        ino
+        (ino, created)
     }
 
-    /// Drops `n` lookups of `ino`; removes the node at zero.
-    pub(crate) fn forget(&self, ino: u64, n: u64) {
+    /// Drops `n` lookups of `ino`; removes the node at zero. Returns the
+    /// backing identity of a directory node removed (its watch mark goes).
+    pub(crate) fn forget(&self, ino: u64, n: u64) -> Option<InodeKey> {
         if ino == ROOT {
-            return;
+            return None;
         }
         let mut table = self.lock();
-        let Some(node) = table.nodes.get_mut(&ino) else {
-            return;
-        };
+        let node = table.nodes.get_mut(&ino)?;
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups > 0 {
-            return;
+            return None;
         }
+        let mut removed_dir = None;
         if let Some(node) = table.nodes.remove(&ino) {
+            if node.kind == libc::S_IFDIR {
+                removed_dir = Some(node.key);
+            }
             if node.fd.is_some() {
                 table.fds -= 1;
             }
@@ -362,6 +375,22 @@ impl Inodes {
                 }
             }
         }
+        removed_dir
+    }
+
+    /// Everything the kernel may hold: each known name as (parent, name),
+    /// and each node with its type.
+    pub(crate) fn everything(&self) -> Everything {
+        let table = self.lock();
+        let mut names = Vec::new();
+        let mut nodes = Vec::with_capacity(table.nodes.len());
+        for (ino, node) in &table.nodes {
+            nodes.push((*ino, node.kind));
+            for (parent, name) in &node.names {
+                names.push((*parent, name.clone()));
+            }
+        }
+        Everything { names, nodes }
     }
 
     /// The path of `ino` relative to the backing root (empty for the root),

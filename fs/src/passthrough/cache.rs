@@ -1,7 +1,9 @@
 //! The passthrough's side of [`crate::Controller::invalidate`] (a path
 //! changed in the backing directory, resolved to what the kernel may have
 //! cached for it through the (parent, name) index) and of
-//! [`crate::Controller::write_back`] (the files open for writing).
+//! [`crate::Controller::write_back`] (the files open for writing), and what
+//! the watch on the backing directory needs (`crate::watch::Target`: an
+//! event at a name, or lost events).
 
 use std::os::fd::AsFd;
 
@@ -11,6 +13,7 @@ use crate::handle::NO_EPOCH;
 use crate::hook::Mutation;
 use crate::inode::{InodeKey, ROOT};
 use crate::sys;
+use crate::watch::{Target, What};
 
 impl Invalidate for State {
     fn written_files(&self) -> Vec<(u64, Vec<u8>)> {
@@ -46,12 +49,29 @@ impl Invalidate for State {
             out.push(Inval::Inode(ROOT));
             return;
         };
-        let mut parent = Some(ROOT);
+        let mut parent = ROOT;
         for dir in dirs {
-            parent = parent.and_then(|p| inodes.child(p, dir));
+            match inodes.child(parent, dir) {
+                Some(ino) => parent = ino,
+                None => {
+                    // A directory the kernel never looked up has no cached
+                    // children, but the kernel may cache its absence.
+                    out.push(Inval::Entry(parent, dir.to_vec()));
+                    return;
+                }
+            }
         }
-        // A directory the kernel never looked up has no cached children.
-        let Some(parent) = parent else { return };
+        self.name_changed(parent, name, out);
+    }
+}
+
+impl State {
+    /// The invalidations for a name created, removed or renamed behind the
+    /// mount: the cached name (also a negative entry), the node it named
+    /// (forgetting the mapping if the name now leads to another inode) and
+    /// the directory's attributes and listing.
+    fn name_changed(&self, parent: u64, name: &[u8], out: &mut Vec<Inval>) {
+        let inodes = &self.inodes;
         let cached = inodes.child(parent, name);
         if let Some(ino) = cached {
             let now = inodes.get(parent).and_then(|dir| {
@@ -67,5 +87,68 @@ impl Invalidate for State {
             out.push(Inval::Inode(ino));
         }
         out.push(Inval::Inode(parent));
+    }
+}
+
+impl Target for State {
+    fn changed(&self, dir: u64, name: Option<&[u8]>, what: What, out: &mut Vec<Inval>) {
+        let Some(name) = name else {
+            // The directory itself: its attributes (its listing changes
+            // come as events on names).
+            out.push(if what.content {
+                Inval::Inode(dir)
+            } else {
+                Inval::Attr(dir)
+            });
+            return;
+        };
+        if what.entry {
+            self.name_changed(dir, name, out);
+            return;
+        }
+        if let Some(ino) = self.inodes.child(dir, name) {
+            out.push(if what.content {
+                Inval::Inode(ino)
+            } else {
+                Inval::Attr(ino)
+            });
+        }
+    }
+
+    fn everything(&self, out: &mut Vec<Inval>) {
+        let crate::inode::Everything { names, nodes } = self.inodes.everything();
+        for (parent, name) in &names {
+            self.name_changed(*parent, name, out);
+        }
+        for (ino, kind) in nodes {
+            out.push(Inval::Inode(ino));
+            if kind != libc::S_IFDIR {
+                continue;
+            }
+            // A name created while events were lost may be cached as a
+            // miss: every name the directory holds now is invalidated.
+            let Some(node) = self.inodes.get(ino) else {
+                continue;
+            };
+            let Ok(fd) = sys::openat(
+                node.fd.as_fd(),
+                &std::ffi::CString::from(c"."),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+            ) else {
+                continue;
+            };
+            let mut buf = vec![0u8; 32 * 1024];
+            while let Ok(n) = sys::getdents(fd.as_fd(), &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                for ent in sys::parse_dirents(&buf[..n]) {
+                    if ent.name != b"." && ent.name != b".." {
+                        out.push(Inval::Entry(ino, ent.name.to_vec()));
+                    }
+                }
+            }
+        }
     }
 }

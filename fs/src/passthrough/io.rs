@@ -133,6 +133,7 @@ impl State {
         // A file that appears between the existence check and the open (made
         // behind the mount's back) turns a reported Create into a retry.
         for _ in 0..4 {
+            let gen = self.gen(parent);
             let epoch = self.hook.epoch();
             let _gate = self.gate.read();
             let path = self.child_path(parent, name)?;
@@ -182,7 +183,7 @@ impl State {
             );
             return Ok(Created {
                 attr: a,
-                ttl: self.entry_ttl,
+                ttl: self.ttls_since(parent, gen).entry,
                 fh,
             });
         }
@@ -437,6 +438,7 @@ impl State {
         offset: u64,
         reply: &mut ReplyDirectoryPlus,
     ) -> Res<()> {
+        let gen = self.gen(ino);
         self.readdir_entries(ino, fh, offset, |ent| {
             let name = OsStr::from_bytes(ent.name);
             if is_dot(ent.name) {
@@ -451,7 +453,7 @@ impl State {
                     INodeNo(dot),
                     ent.offset,
                     name,
-                    &self.entry_ttl,
+                    &self.ttls_since(ino, gen).entry,
                     &dot_attr(dot),
                     Generation(0),
                 ));
@@ -461,10 +463,13 @@ impl State {
                 // Gone since getdents: skip it, as a later readdir would.
                 Err(_) => return Ok(false),
             };
-            let full = reply.add(a.ino, ent.offset, name, &self.entry_ttl, &a, Generation(0));
+            // Read after the entry's lookup: an event handled meanwhile
+            // makes it uncached.
+            let ttl = self.ttls_since(ino, gen).entry;
+            let full = reply.add(a.ino, ent.offset, name, &ttl, &a, Generation(0));
             if full {
                 // Not sent: the kernel will not count this lookup.
-                self.inodes.forget(a.ino.0, 1);
+                self.forget(a.ino.0, 1);
             }
             Ok(full)
         })

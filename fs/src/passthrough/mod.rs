@@ -34,7 +34,7 @@ use fuser::{
 };
 use log::trace;
 
-pub(crate) use ops::State;
+pub(crate) use ops::{State, Ttls};
 
 use crate::reply::Answer;
 use ops::SetAttr;
@@ -48,9 +48,13 @@ impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // What each flag saves, and the flags tried and left off:
         // fs/README.md, "Init flags".
+        if self.state.readdirplus_auto {
+            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
+                log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // A symlink's target never changes for one inode; a rewind's
@@ -76,7 +80,7 @@ impl Filesystem for Passthrough {
     // `batch_forget` keeps fuser's default, which calls `forget` per inode
     // (fuser does not export the type its signature needs).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.state.inodes.forget(ino.0, nlookup);
+        self.state.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -26,6 +26,7 @@ use crate::inode::{child, InodeKey, Inodes, NodeRef};
 use crate::quiesce::Gate;
 use crate::reply::{Attr, Entry, Res, Xattr};
 use crate::sys;
+use crate::watch::Watch;
 
 /// State shared by the callbacks and the [`crate::Controller`].
 pub(crate) struct State {
@@ -33,8 +34,13 @@ pub(crate) struct State {
     pub(crate) handles: Handles,
     pub(crate) gate: Arc<Gate>,
     pub(crate) hook: Arc<dyn MutationHook>,
-    pub(crate) attr_ttl: Duration,
-    pub(crate) entry_ttl: Duration,
+    /// How long the kernel may cache while the watch keeps it coherent.
+    pub(crate) watched: Ttls,
+    /// How long without a working watch (at most [`crate::UNWATCHED_TTL`];
+    /// no negative entries).
+    pub(crate) unwatched: Ttls,
+    /// The watch on the backing directory, if one could be set up.
+    pub(crate) watch: Option<Arc<Watch>>,
     /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
     /// its previous open.
     pub(crate) keep_cache: bool,
@@ -43,6 +49,28 @@ pub(crate) struct State {
     pub(crate) cache_dir: bool,
     /// Tell the kernel not to send `flush` when a read-only handle closes.
     pub(crate) no_flush: bool,
+    /// Ask for `FUSE_READDIRPLUS_AUTO` at init.
+    pub(crate) readdirplus_auto: bool,
+}
+
+/// How long the kernel may cache what one reply tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ttls {
+    /// Attributes.
+    pub(crate) attr: Duration,
+    /// A name → inode entry.
+    pub(crate) entry: Duration,
+    /// A miss (a negative entry); zero answers `ENOENT` uncached.
+    pub(crate) negative: Duration,
+}
+
+impl Ttls {
+    /// Nothing cached: the answer of a lookup raced by a change.
+    const ZERO: Ttls = Ttls {
+        attr: Duration::ZERO,
+        entry: Duration::ZERO,
+        negative: Duration::ZERO,
+    };
 }
 
 /// The optional fields of a `setattr` call.
@@ -156,12 +184,47 @@ impl State {
         Ok(child(&parent_path, name))
     }
 
-    /// The entry reply for `attr`, with the mount's TTLs.
-    pub(super) fn entry(&self, attr: FileAttr) -> Entry {
-        Entry {
-            attr,
-            attr_ttl: self.attr_ttl,
-            entry_ttl: self.entry_ttl,
+    /// The event counter of directory `dir` (0 without a watch): read
+    /// before reading the backing directory, handed to
+    /// [`State::ttls_since`] when answering.
+    pub(super) fn gen(&self, dir: u64) -> u64 {
+        self.watch.as_ref().map_or(0, |w| w.gen(dir))
+    }
+
+    /// The TTLs for an answer about a name in `dir` whose backing state was
+    /// read after `gen` was [`State::gen`]: the long ones while the watch
+    /// is active and no event for `dir` was handled since (else the
+    /// invalidation could have gone out before the answer: nothing is
+    /// cached), the short ones without a working watch.
+    pub(super) fn ttls_since(&self, dir: u64, gen: u64) -> Ttls {
+        match &self.watch {
+            Some(w) if w.active() => {
+                if w.gen(dir) == gen {
+                    self.watched
+                } else {
+                    Ttls::ZERO
+                }
+            }
+            _ => self.unwatched,
+        }
+    }
+
+    /// The TTLs for attributes (the kernel's attribute version guards them
+    /// against an invalidation in flight).
+    pub(super) fn ttls(&self) -> Ttls {
+        match &self.watch {
+            Some(w) if w.active() => self.watched,
+            _ => self.unwatched,
+        }
+    }
+
+    /// Drops `n` lookups of `ino` (a forget, or an entry that was never
+    /// sent), and the watch's mark of a directory node that goes with it.
+    pub(super) fn forget(&self, ino: u64, n: u64) {
+        if let Some(key) = self.inodes.forget(ino, n) {
+            if let Some(w) = &self.watch {
+                w.remove(key);
+            }
         }
     }
 
@@ -173,19 +236,47 @@ impl State {
         let cname = sys::cname(name).map_err(errno)?;
         let fd = sys::open_path(dir.fd.as_fd(), &cname).map_err(errno)?;
         let st = sys::fstat(fd.as_fd()).map_err(errno)?;
-        let ino = self.inodes.lookup(
-            parent,
-            name,
-            fd,
-            InodeKey::of(&st),
-            st.st_mode & libc::S_IFMT,
-        );
+        let kind = st.st_mode & libc::S_IFMT;
+        let key = InodeKey::of(&st);
+        let (ino, created) = self.inodes.lookup(parent, name, fd, key, kind);
+        // A new directory node is marked before the kernel can look
+        // anything up in it (its children's answers are cached only once
+        // this reply is out).
+        if let (Some(w), true, true) = (&self.watch, created, kind == libc::S_IFDIR) {
+            if let Some(node) = self.inodes.get(ino) {
+                w.add(ino, key, node.fd.as_fd());
+            }
+        }
         Ok(attr(ino, &st))
     }
 
-    /// `lookup`: the entry `parent/name`.
+    /// `lookup`: the entry `parent/name`; a missing name is a negative
+    /// entry (inode 0) cached for the negative TTL when the watch is
+    /// active, else `ENOENT`.
     pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
-        self.lookup_entry(parent, name).map(|a| self.entry(a))
+        let gen = self.gen(parent);
+        match self.lookup_entry(parent, name) {
+            Ok(attr) => {
+                let ttl = self.ttls_since(parent, gen);
+                Ok(Entry {
+                    attr,
+                    attr_ttl: ttl.attr,
+                    entry_ttl: ttl.entry,
+                })
+            }
+            Err(e) if e == Errno::ENOENT => {
+                let ttl = self.ttls_since(parent, gen);
+                if ttl.negative.is_zero() {
+                    return Err(e);
+                }
+                Ok(Entry {
+                    attr: super::attr::dot_attr(0),
+                    attr_ttl: ttl.negative,
+                    entry_ttl: ttl.negative,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn stat(&self, ino: u64, fh: Option<FileHandle>) -> Res<FileAttr> {
@@ -202,7 +293,7 @@ impl State {
     pub(super) fn getattr(&self, ino: u64, fh: Option<FileHandle>) -> Res<Attr> {
         Ok(Attr {
             attr: self.stat(ino, fh)?,
-            ttl: self.attr_ttl,
+            ttl: self.ttls().attr,
         })
     }
 
@@ -237,7 +328,16 @@ impl State {
             let now = sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten();
             self.after(Mutation::Create { path: &path }, now.as_ref());
         }
-        self.lookup(parent, name)
+        // A positive entry or the error: a negative entry is no answer to
+        // a creation (the kernel takes inode 0 there for EIO).
+        let gen = self.gen(parent);
+        let attr = self.lookup_entry(parent, name)?;
+        let ttl = self.ttls_since(parent, gen);
+        Ok(Entry {
+            attr,
+            attr_ttl: ttl.attr,
+            entry_ttl: ttl.entry,
+        })
     }
 
     /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
