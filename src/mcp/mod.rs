@@ -22,7 +22,7 @@ pub use tools::{ToolError, ToolSpec, Tools, TOOLS};
 #[derive(Debug)]
 pub enum Backend {
     /// In this process, on the project's state ([`Tools::call`]).
-    Local(Tools),
+    Local(Box<Tools>),
     /// Behind `opfs run`'s narrow socket at this path ([`narrow::call`]):
     /// inside the sandbox, where the state is invisible.
     Narrow(PathBuf),

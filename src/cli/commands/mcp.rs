@@ -24,12 +24,12 @@ pub fn run(ctx: &Ctx) -> Result<(), CommandError> {
                 tuning: ctx.env.tuning.clone(),
                 ..DaemonOptions::default()
             };
-            Backend::Local(Tools::new(
+            Backend::Local(Box::new(Tools::new(
                 ctx.home().to_path_buf(),
                 project,
                 opts,
                 ctx.verbose,
-            ))
+            )))
         }
     };
     // Copies of fds 0 and 1: the CLI holds the lock of Rust's stdout for
