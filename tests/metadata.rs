@@ -219,3 +219,108 @@ fn removed_entries_come_back_with_their_owner_and_attributes() {
 
     rewind_and_redo(&fx, 2, (&before.0, &before.1));
 }
+
+fn mknod(path: &Path, kind: rustix::fs::FileType, perm: u32, rdev: u64) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        kind,
+        rustix::fs::Mode::from_bits_retain(perm),
+        rdev,
+    )
+    .unwrap_or_else(|e| panic!("mknod {}: {e}", path.display()));
+}
+
+/// Fifos, sockets and device nodes keep their type, bits, device number,
+/// owner and attributes across a rewind and its redo.
+#[test]
+fn special_files_keep_type_mode_and_device_number() {
+    use rustix::fs::FileType;
+    let fx = Fixture::new();
+    mknod(&fx.p("fifo"), FileType::Fifo, 0o640, 0);
+    let _listener =
+        std::os::unix::net::UnixListener::bind(fx.p("sock")).expect("bind a socket node");
+    fs::set_permissions(fx.p("sock"), fs::Permissions::from_mode(0o700)).expect("chmod");
+    let null = rustix::fs::makedev(1, 3);
+    let loop0 = rustix::fs::makedev(7, 0);
+    mknod(&fx.p("chr"), FileType::CharacterDevice, 0o620, null);
+    mknod(&fx.p("blk"), FileType::BlockDevice, 0o600, loop0);
+    chown(&fx.p("chr"), 1000, 5);
+    set(&fx.p("fifo"), "trusted.kind", b"fifo");
+    fx.mount();
+    assert_eq!(fx.turn("specials"), 2);
+    let start = (fx.tree(), attr_manifest(&fx.project));
+
+    fs::remove_file(fx.m("fifo")).expect("rm fifo");
+    fs::write(fx.m("fifo"), b"a file now").expect("a file at the fifo's name");
+    fs::remove_file(fx.m("sock")).expect("rm socket");
+    fs::set_permissions(fx.m("chr"), fs::Permissions::from_mode(0o666)).expect("chmod chr");
+    fs::remove_file(fx.m("blk")).expect("rm blk");
+    mknod(
+        &fx.m("blk"),
+        FileType::BlockDevice,
+        0o600,
+        rustix::fs::makedev(7, 1),
+    );
+    mknod(&fx.m("new-fifo"), FileType::Fifo, 0o600, 0);
+    rewind_and_redo(&fx, 2, (&start.0, &start.1));
+}
+
+/// Allocated bytes of `path` (`st_blocks` is in 512-byte units).
+fn allocated(path: &Path) -> u64 {
+    fs::symlink_metadata(path).expect("stat").blocks() * 512
+}
+
+/// A 256 MiB file holding 8 KiB of data: captured whole (removed;
+/// truncated and refilled), stored and written back with its holes. (256
+/// MiB, not the 1 GiB of the issue: the debug build hashes the holes at
+/// about 50 MB/s; the allocation limits below are what makes it fail.)
+#[test]
+fn sparse_files_come_back_sparse() {
+    use std::os::unix::fs::FileExt;
+    const SIZE: u64 = 256 << 20;
+    let fx = Fixture::new();
+    for name in ["removed", "refilled"] {
+        let f = fs::File::create(fx.p(name)).expect("create");
+        f.set_len(SIZE).expect("set_len");
+        f.write_all_at(&[b'a'; 4096], 0).expect("write");
+        f.write_all_at(&[b'z'; 4096], SIZE / 2).expect("write");
+    }
+    let sparse = |p: &Path| allocated(p) < 16 << 20;
+    assert!(
+        sparse(&fx.p("removed")),
+        "the backing filesystem keeps holes"
+    );
+    fx.mount();
+    assert_eq!(fx.turn("sparse"), 2);
+    // Not walked through the mount: reading it all through FUSE is slow.
+    let start = manifest(&fx.project);
+
+    fs::remove_file(fx.m("removed")).expect("rm");
+    {
+        // O_TRUNC: captured whole; then 64 MiB of data, holes before.
+        let f = fs::File::create(fx.m("refilled")).expect("truncate");
+        let chunk = vec![b'x'; 1 << 20];
+        for i in 0..64u64 {
+            f.write_all_at(&chunk, i << 20).expect("write");
+        }
+    }
+    assert!(allocated(&fx.p("refilled")) >= 64 << 20);
+    let blobs = fx.state_dir().join("blobs");
+    let stored: u64 = walk_tree(&blobs, &[])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .iter()
+        .map(|f| f.meta.blocks() * 512)
+        .sum();
+    assert!(
+        stored < 16 << 20,
+        "the blobs of two 256 MiB pre-images allocate {stored} bytes"
+    );
+
+    fx.rewind(2);
+    assert_manifest_eq("after rewind 2", &start, &manifest(&fx.project));
+    for name in ["removed", "refilled"] {
+        let a = allocated(&fx.p(name));
+        assert!(a < 16 << 20, "{name} allocates {a} bytes after the rewind");
+    }
+}

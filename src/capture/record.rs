@@ -186,8 +186,13 @@ impl<T: Tree> Journal<T> {
                     // Large, or grew past the limit since the stat: a blob
                     // file, written (and renamed into place) before the
                     // record that names it.
-                    let mut src = io::Cursor::new(head).chain(f);
-                    let (blob, size) = self.blobs.put(&mut src, st.size).at(path)?;
+                    let (blob, size) = if head.is_empty() {
+                        // Holes are not read and stay holes in the blob.
+                        self.blobs.put_file(&f, st.size).at(path)?
+                    } else {
+                        let mut src = io::Cursor::new(head).chain(f);
+                        self.blobs.put(&mut src, st.size).at(path)?
+                    };
                     (blob, size, None)
                 };
                 crate::failpoint::failpoint("capture-after-blob");

@@ -13,7 +13,7 @@
 //! the crash tests stop it anywhere.
 
 use std::collections::BTreeSet;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Seek, Write};
 
 use crate::capture::{CaptureError, Journal};
 use crate::failpoint::failpoint;
@@ -30,15 +30,12 @@ fn copy_blob(journal: &Journal, blob: &[u8; 32], out: &mut std::fs::File) -> io:
     if let Some(data) = journal.inline_blob(blob).map_err(blob_err)? {
         return out.write_all(&data);
     }
-    let mut src = journal.blobs().open_verified(blob).map_err(blob_err)?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = src.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        out.write_all(&buf[..n])?;
-    }
+    let src = journal.blobs().open_verified(blob).map_err(blob_err)?;
+    // Holes of the blob become holes of the file (punched where it held
+    // bytes); the position ends at the end, as after a plain copy.
+    let size = src.metadata()?.len();
+    crate::store::copy_sparse(&src, size, out)?;
+    out.seek(io::SeekFrom::Start(size))?;
     Ok(())
 }
 
