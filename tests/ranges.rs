@@ -399,6 +399,7 @@ fn overlapping_saved_ranges_read_back_earliest_first() {
             },
             data: Some(bytes.to_vec()),
             op: Op::Range { offset: *offset },
+            meta: None,
         })
         .collect();
     index.apply(&entries).expect("apply");

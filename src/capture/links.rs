@@ -41,7 +41,11 @@ impl<T: Tree> Journal<T> {
                 || matches!(self.tree.lstat(&other), Ok(Some(st)) if st.ino == ino),
             );
             if still {
-                inner.index.add_preimage(turn, path, &pre).at(path)?;
+                let meta = inner.index.meta_of(turn, &other).at(path)?;
+                inner
+                    .index
+                    .add_record(turn, path, &pre, meta.as_ref())
+                    .at(path)?;
             }
         }
         Ok(())

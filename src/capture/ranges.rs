@@ -104,7 +104,10 @@ impl<T: Tree> Journal<T> {
                             perm: st.perm(),
                             ino: st.ino,
                         };
-                        inner.append(Entry::record(turn, path.to_vec(), pre, None))?;
+                        let meta = self.tree.meta(path, &st, Some(&file)).at(path)?;
+                        inner.append(
+                            Entry::record(turn, path.to_vec(), pre, None).with_meta(meta),
+                        )?;
                         RangeState {
                             file: Some(file),
                             size: st.size,
@@ -181,6 +184,7 @@ impl<T: Tree> Journal<T> {
                     pre: piece,
                     data,
                     op: Op::Range { offset: at },
+                    meta: None,
                 })?;
                 crate::failpoint::failpoint("capture-after-record");
                 state.covered.insert(at, at + n);
@@ -245,6 +249,7 @@ impl<T: Tree> Journal<T> {
         )
         .at(path)?;
         let (blob, data) = (laid.blob, laid.bytes);
+        let meta = inner.index.meta_of(turn, path).at(path)?;
         let pre = PreImage::File {
             blob,
             size,
@@ -257,6 +262,7 @@ impl<T: Tree> Journal<T> {
             pre,
             data,
             op: Op::Replace,
+            meta,
         })
     }
 }

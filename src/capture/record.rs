@@ -6,7 +6,7 @@ use std::io::{self, Read};
 
 use super::{CaptureError, Inner, Journal};
 use crate::paths::{self, PathContext};
-use crate::record::{PreImage, Special};
+use crate::record::{Meta, PreImage, Special};
 use crate::store::{CaptureLog, Entry, Index, IndexError, INLINE_MAX};
 use crate::tree::Tree;
 
@@ -111,8 +111,8 @@ impl<T: Tree> Journal<T> {
         if inner.turn.ranged.contains_key(path) {
             return self.materialize(inner, path);
         }
-        let (pre, data, nlink) = match known {
-            Some(pre) => (pre, None, 0),
+        let (pre, data, nlink, meta) = match known {
+            Some(pre) => (pre, None, 0, None),
             None => self.read_state(inner, path)?,
         };
         if let PreImage::File { ino, .. } = pre {
@@ -127,7 +127,7 @@ impl<T: Tree> Journal<T> {
         // known" (no check) instead of a false "changed behind the mount's
         // back".
         let turn = inner.turn.number;
-        inner.append(Entry::record(turn, path.to_vec(), pre, data))?;
+        inner.append(Entry::record(turn, path.to_vec(), pre, data).with_meta(meta))?;
         crate::failpoint::failpoint("capture-after-record");
         inner.turn.captured.insert(path.to_vec());
         Ok(())
@@ -136,19 +136,22 @@ impl<T: Tree> Journal<T> {
     /// Reads `path`'s current state from the project. A regular file's
     /// bytes are returned for an inline record when they fit in
     /// [`INLINE_MAX`], else stored as a blob file first. Also returns the
-    /// link count (0 when absent).
+    /// link count (0 when absent) and the owner and extended attributes.
+    #[allow(clippy::type_complexity)]
     fn read_state(
         &self,
         inner: &mut Inner,
         path: &[u8],
-    ) -> Result<(PreImage, Option<Vec<u8>>, u64), CaptureError> {
+    ) -> Result<(PreImage, Option<Vec<u8>>, u64, Option<Meta>), CaptureError> {
         let Some((st, file)) = self.tree.lstat_open(path).at(path)? else {
-            return Ok((PreImage::Absent, None, 0));
+            return Ok((PreImage::Absent, None, 0, None));
         };
         let nlink = st.nlink;
         if self.note_birth(inner, path, file.as_ref())? {
-            return Ok((PreImage::Unknown, None, nlink));
+            return Ok((PreImage::Unknown, None, nlink, None));
         }
+        // One `flistxattr` (or `llistxattr`) when the set is empty.
+        let meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
         let key = (st.dev, st.ino);
         let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.turn.linked.contains_key(&key) => {
@@ -183,8 +186,13 @@ impl<T: Tree> Journal<T> {
                     // Large, or grew past the limit since the stat: a blob
                     // file, written (and renamed into place) before the
                     // record that names it.
-                    let mut src = io::Cursor::new(head).chain(f);
-                    let (blob, size) = self.blobs.put(&mut src, st.size).at(path)?;
+                    let (blob, size) = if head.is_empty() {
+                        // Holes are not read and stay holes in the blob.
+                        self.blobs.put_file(&f, st.size).at(path)?
+                    } else {
+                        let mut src = io::Cursor::new(head).chain(f);
+                        self.blobs.put(&mut src, st.size).at(path)?
+                    };
                     (blob, size, None)
                 };
                 crate::failpoint::failpoint("capture-after-blob");
@@ -215,6 +223,6 @@ impl<T: Tree> Journal<T> {
                 None,
             ),
         };
-        Ok((pre, data, nlink))
+        Ok((pre, data, nlink, meta))
     }
 }

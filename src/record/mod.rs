@@ -1,13 +1,16 @@
 //! Records: pure data the store keeps and the core passes around, with no
 //! I/O: a path's state ([`PreImage`]: what one path looked like just before
 //! its first mutation in a turn), blob hashes, the [`Stat`] fields the core
-//! reads and the [`Fingerprint`] it remembers.
+//! reads, the [`Fingerprint`] it remembers and a path's owner and extended
+//! attributes ([`Meta`]).
 
 mod fingerprint;
+mod meta;
 mod stat;
 mod turn;
 
 pub use fingerprint::Fingerprint;
+pub use meta::{Meta, Xattr};
 pub use stat::Stat;
 pub use turn::{Turn, TurnKind};
 

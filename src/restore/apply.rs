@@ -3,7 +3,9 @@
 //! Order (see `docs/design.md`): record the current state of every planned
 //! path in the open turn; removals, deepest path first; creations and
 //! rewrites, shallowest first, directories created owner-writable;
-//! directory permission bits, deepest first. Regular files that exist on
+//! directory owners, attributes and permission bits, deepest first (each
+//! other path gets its owner and extended attributes right after its own
+//! step, then its permission bits again). Regular files that exist on
 //! both sides are rewritten in place, which keeps hard links to them
 //! intact; a file the turn moved to a name with other links is moved back
 //! through a parked link (`moved_inode_pairs`). Failpoints
@@ -11,7 +13,7 @@
 //! the crash tests stop it anywhere.
 
 use std::collections::BTreeSet;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Seek, Write};
 
 use crate::capture::{CaptureError, Journal};
 use crate::failpoint::failpoint;
@@ -28,15 +30,12 @@ fn copy_blob(journal: &Journal, blob: &[u8; 32], out: &mut std::fs::File) -> io:
     if let Some(data) = journal.inline_blob(blob).map_err(blob_err)? {
         return out.write_all(&data);
     }
-    let mut src = journal.blobs().open_verified(blob).map_err(blob_err)?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = src.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        out.write_all(&buf[..n])?;
-    }
+    let src = journal.blobs().open_verified(blob).map_err(blob_err)?;
+    // Holes of the blob become holes of the file (punched where it held
+    // bytes); the position ends at the end, as after a plain copy.
+    let size = src.metadata()?.len();
+    crate::store::copy_sparse(&src, size, out)?;
+    out.seek(io::SeekFrom::Start(size))?;
     Ok(())
 }
 
@@ -135,6 +134,50 @@ fn rewrite(journal: &Journal, p: &PathPlan) -> io::Result<()> {
     let len = f.stream_position()?;
     f.set_len(len)?;
     set_perm(&f, *perm)
+}
+
+/// Gives `p`'s path the owner and extended attributes of its target
+/// (when its record holds them), then its permission bits again if that
+/// changed them (a chown clears setuid and setgid; an access ACL sets the
+/// group bits). Directories get their bits in the executor's last pass.
+///
+/// Errors: the first failure (a chown or attribute the process may not
+/// set: `EPERM` without privilege); the other settings are still made.
+fn restore_attrs(backing: &Dir, p: &PathPlan) -> io::Result<()> {
+    let Some(want) = &p.target_meta else {
+        return Ok(());
+    };
+    let perm = match &p.target_state {
+        PreImage::Absent | PreImage::Unknown => return Ok(()),
+        PreImage::File { perm, .. }
+        | PreImage::Ranged { perm, .. }
+        | PreImage::Special { perm, .. } => Some(*perm),
+        PreImage::Dir { .. } | PreImage::Symlink { .. } => None,
+    };
+    let st = backing
+        .lstat(&p.raw)?
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+    let mut first: Option<io::Error> = None;
+    if st.uid != want.uid || st.gid != want.gid {
+        if let Err(e) = backing.set_owner(&p.raw, want.uid, want.gid) {
+            first = Some(io::Error::new(
+                e.kind(),
+                format!(
+                    "chown to {}:{} (from {}:{}): {e}",
+                    want.uid, want.gid, st.uid, st.gid
+                ),
+            ));
+        }
+    }
+    if let Err(e) = backing.set_xattrs(&p.raw, None, &want.xattrs) {
+        first.get_or_insert(e);
+    }
+    if let Some(perm) = perm {
+        if backing.lstat(&p.raw)?.is_some_and(|now| now.perm() != perm) {
+            backing.chmod(&p.raw, perm)?;
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Pairs of plan entries `(q, p)`: `q` is a path this plan removes whose
@@ -259,6 +302,10 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
         };
         if let Err(e) = result {
             fail(i, FailedStep::Restore, e, &mut failed);
+        } else if !p.target_state.is_dir() {
+            if let Err(e) = restore_attrs(backing, p) {
+                fail(i, FailedStep::Attrs, e, &mut failed);
+            }
         }
         failpoint("rewind-after-step");
     }
@@ -267,6 +314,9 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
             continue;
         }
         if let PreImage::Dir { perm } = p.target_state {
+            if let Err(e) = restore_attrs(backing, p) {
+                fail(i, FailedStep::Attrs, e, &mut failed);
+            }
             if let Err(e) = backing.chmod(&p.raw, perm) {
                 fail(i, FailedStep::Chmod, e, &mut failed);
             }

@@ -49,6 +49,11 @@ pub enum FailedStep {
     Restore,
     /// Setting a directory's permission bits (last, deepest first).
     Chmod,
+    /// Setting the owner or the extended attributes (the content and
+    /// permission bits are restored). Without privilege a chown to another
+    /// user, or a `trusted.*`/`security.*` attribute, fails with `EPERM`:
+    /// run the rewind as root to restore them.
+    Attrs,
 }
 
 impl FailedStep {
@@ -57,6 +62,9 @@ impl FailedStep {
             FailedStep::Remove => "remove",
             FailedStep::Restore => "restore",
             FailedStep::Chmod => "chmod",
+            FailedStep::Attrs => {
+                "setting the owner and extended attributes (the content and mode are restored)"
+            }
         }
     }
 }

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::capture::Journal;
 use crate::paths;
-use crate::record::{hex, PreImage};
+use crate::record::{hex, Meta, PreImage};
+use crate::store::Target;
 use crate::tree::Dir;
 use crate::view::chain::{self, RangeError, Resolved};
 use crate::view::current::{self, Current};
@@ -35,17 +36,21 @@ pub enum Step {
     Rewrite,
     /// Set the permission bits only.
     Chmod,
+    /// Set the owner and the extended attributes (exactly the recorded
+    /// set: others are removed).
+    Attrs,
 }
 
 impl Step {
-    /// The word serialized: `remove`, `create`, `rewrite`, `chmod` (the
-    /// CLI's dry run prints these too).
+    /// The word serialized: `remove`, `create`, `rewrite`, `chmod`,
+    /// `attrs` (the CLI's dry run prints these too).
     pub fn as_str(&self) -> &'static str {
         match self {
             Step::Remove => "remove",
             Step::Create => "create",
             Step::Rewrite => "rewrite",
             Step::Chmod => "chmod",
+            Step::Attrs => "attrs",
         }
     }
 }
@@ -68,6 +73,10 @@ pub struct PathPlan {
     /// `absent` here).
     #[serde(skip, default = "absent_target")]
     pub(crate) target_state: PreImage,
+    /// The owner and extended attributes to restore (`None`: the record
+    /// holds none; they are left as they are).
+    #[serde(skip)]
+    pub(crate) target_meta: Option<Meta>,
     /// What the planner found there (not serialized).
     #[serde(skip, default = "absent_current")]
     pub(crate) current_state: Current,
@@ -257,6 +266,39 @@ pub(crate) fn plan(
     states: Vec<(Vec<u8>, PreImage)>,
     force: bool,
 ) -> (Vec<PathPlan>, Vec<Conflict>) {
+    let targets = states
+        .into_iter()
+        .map(|(path, pre)| Target {
+            path,
+            turn: to,
+            pre,
+            meta: None,
+        })
+        .collect();
+    plan_targets(journal, to, targets, force)
+}
+
+/// True when the owner or the extended attributes of `path` differ from
+/// `want` (a path that cannot be read differs).
+fn attrs_differ(backing: &Dir, path: &[u8], want: &Meta) -> bool {
+    let Ok(Some(st)) = backing.lstat(path) else {
+        return true;
+    };
+    if st.uid != want.uid || st.gid != want.gid {
+        return true;
+    }
+    !matches!(backing.xattrs(path, None), Ok(have) if have == want.xattrs)
+}
+
+/// [`plan`] over targets that carry their owner and extended attributes
+/// (`Index::targets_at`): a path whose owner or attributes differ is
+/// planned too (step `attrs`).
+pub(crate) fn plan_targets(
+    journal: &Journal,
+    to: u64,
+    targets: Vec<Target>,
+    force: bool,
+) -> (Vec<PathPlan>, Vec<Conflict>) {
     let backing = journal.backing();
     let mut plan = Vec::new();
     let mut conflicts = Vec::new();
@@ -268,7 +310,13 @@ pub(crate) fn plan(
     // a change made outside the mount (say, a file created directly in the
     // project inside a directory the agent then removed through the mount).
     let mut not_dirs: BTreeMap<Vec<u8>, &'static str> = BTreeMap::new();
-    for (path, target) in states {
+    for Target {
+        path,
+        pre: target,
+        meta: target_meta,
+        ..
+    } in targets
+    {
         if paths::is_excluded(&path) {
             continue;
         }
@@ -352,6 +400,16 @@ pub(crate) fn plan(
                     };
                 }
             }
+            // Owner and attributes: whatever else the path needs, unless it
+            // is created (which sets them).
+            if let Some(want) = &target_meta {
+                if !steps.contains(&Step::Create)
+                    && !matches!(target, PreImage::Absent)
+                    && attrs_differ(backing, &path, want)
+                {
+                    steps.push(Step::Attrs);
+                }
+            }
             Ok((current, steps))
         });
         let under_removed_link = |path: &[u8]| {
@@ -387,6 +445,7 @@ pub(crate) fn plan(
                     steps,
                     raw: path,
                     target_state: target,
+                    target_meta,
                     current_state: current,
                     patch: patch.take(),
                 })
@@ -409,6 +468,7 @@ pub fn describe(p: &PathPlan) -> String {
             Step::Create => "create",
             Step::Rewrite => "rewrite",
             Step::Chmod => "chmod",
+            Step::Attrs => "attrs",
         })
         .collect();
     let detail = match &p.target_state {
@@ -433,7 +493,13 @@ mod tests {
 
     #[test]
     fn a_step_prints_the_word_it_serializes_as() {
-        for step in [Step::Remove, Step::Create, Step::Rewrite, Step::Chmod] {
+        for step in [
+            Step::Remove,
+            Step::Create,
+            Step::Rewrite,
+            Step::Chmod,
+            Step::Attrs,
+        ] {
             assert_eq!(
                 serde_json::to_value(&step).expect("json"),
                 serde_json::Value::from(step.as_str())

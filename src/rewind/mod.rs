@@ -98,8 +98,8 @@ fn plan_until(
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
     journal.with_index(|ix| check_turn(ix, to))??;
-    let states = journal.with_index(|ix| ix.states_at(to, until))?;
-    Ok(restore::plan::plan(journal, to, states, force))
+    let targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    Ok(restore::plan::plan_targets(journal, to, targets, force))
 }
 
 /// Rewinds the project to the start of turn `to`.

@@ -15,7 +15,7 @@ use crate::record::{hex, Hash};
 
 /// Content of at most this many bytes is hashed in memory before anything is
 /// written, so content already stored costs no write at all.
-const IN_MEMORY_LIMIT: u64 = 8 << 20;
+pub(super) const IN_MEMORY_LIMIT: u64 = 8 << 20;
 
 const CHUNK: usize = 1 << 20;
 
@@ -158,7 +158,7 @@ impl BlobStore {
         }
     }
 
-    fn tmp_path(&self) -> PathBuf {
+    pub(super) fn tmp_path(&self) -> PathBuf {
         let n = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         self.dir
             .join(TMP_DIR)
@@ -186,7 +186,7 @@ impl BlobStore {
         self.install(&tmp, hash)
     }
 
-    fn install(&self, tmp: &Path, hash: &Hash) -> Result<(), BlobError> {
+    pub(super) fn install(&self, tmp: &Path, hash: &Hash) -> Result<(), BlobError> {
         let dest = self.path_of(hash);
         let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
         let new_parent = !parent.is_dir();

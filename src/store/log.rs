@@ -26,7 +26,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::paths;
-use crate::record::{Hash, PreImage, Special};
+use crate::record::{Hash, Meta, PreImage, Special};
 
 /// Content of at most this many bytes is stored inline in the index
 /// instead of as a blob file.
@@ -78,6 +78,10 @@ pub struct Entry {
     pub data: Option<Vec<u8>>,
     /// What the entry does.
     pub op: Op,
+    /// The path's owner and extended attributes when recorded (`None`:
+    /// not read, as for an absent path, or a log written before schema
+    /// version 5).
+    pub meta: Option<Meta>,
 }
 
 impl Entry {
@@ -89,7 +93,14 @@ impl Entry {
             pre,
             data,
             op: Op::Record,
+            meta: None,
         }
+    }
+
+    /// This entry with the path's owner and extended attributes.
+    pub fn with_meta(mut self, meta: Option<Meta>) -> Entry {
+        self.meta = meta;
+        self
     }
 }
 
@@ -290,7 +301,10 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 /// Payload: turn u64, path (u32 length + bytes), kind u8, perm u32,
 /// size u64, rdev u64, ino u64, blob [32], target (u32 length + bytes),
-/// data flag u8 (1: u32 length + bytes follow). Integers little-endian.
+/// data flag u8 (1: u32 length + bytes follow), metadata flag u8 (1: uid
+/// u32, gid u32, u32 length + the attributes as [`Meta::encode_xattrs`]
+/// follow; absent in a log written before schema version 5). Integers
+/// little-endian.
 /// The kind byte is the pre-image's code ([`PreImage::code`]) for
 /// [`Op::Record`], 16 + that code for [`Op::Replace`], and
 /// [`RANGE_CODE`] for [`Op::Range`], whose offset travels in the rdev slot.
@@ -326,6 +340,15 @@ fn encode(e: &Entry, out: &mut Vec<u8>) {
         Some(d) => {
             out.push(1);
             put_bytes(out, d);
+        }
+        None => out.push(0),
+    }
+    match &e.meta {
+        Some(m) => {
+            out.push(1);
+            out.extend_from_slice(&m.uid.to_le_bytes());
+            out.extend_from_slice(&m.gid.to_le_bytes());
+            put_bytes(out, &m.encode_xattrs().unwrap_or_default());
         }
         None => out.push(0),
     }
@@ -386,6 +409,17 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
         1 => Some(c.bytes()?.to_vec()),
         f => return Err(format!("bad data flag {f}")),
     };
+    // A log written before schema version 5 ends here.
+    let meta = match if c.0.is_empty() { 0 } else { c.u8()? } {
+        0 => None,
+        1 => {
+            let uid = c.u32()?;
+            let gid = c.u32()?;
+            let xattrs = Meta::decode_xattrs(Some(c.bytes()?))?;
+            Some(Meta { uid, gid, xattrs })
+        }
+        f => return Err(format!("bad metadata flag {f}")),
+    };
     if !c.0.is_empty() {
         return Err("trailing bytes in a record".into());
     }
@@ -433,6 +467,7 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
         pre,
         data,
         op,
+        meta,
     })
 }
 
@@ -454,6 +489,7 @@ mod tests {
                 },
                 data: Some(data),
                 op: Op::Record,
+                meta: Some(Meta::new(0, 0, vec![])),
             },
             Entry {
                 turn: 3,
@@ -463,6 +499,11 @@ mod tests {
                 },
                 data: None,
                 op: Op::Record,
+                meta: Some(Meta::new(
+                    1000,
+                    100,
+                    vec![(b"trusted.x".to_vec(), b"v\0".to_vec())],
+                )),
             },
             Entry {
                 turn: 4,
@@ -470,6 +511,7 @@ mod tests {
                 pre: PreImage::Absent,
                 data: None,
                 op: Op::Record,
+                meta: None,
             },
             Entry {
                 turn: 5,
@@ -481,6 +523,7 @@ mod tests {
                 },
                 data: None,
                 op: Op::Record,
+                meta: None,
             },
             Entry {
                 turn: 5,
@@ -493,6 +536,7 @@ mod tests {
                 },
                 data: Some(b"old".to_vec()),
                 op: Op::Range { offset: 4096 },
+                meta: None,
             },
             Entry {
                 turn: 5,
@@ -505,6 +549,7 @@ mod tests {
                 },
                 data: None,
                 op: Op::Replace,
+                meta: None,
             },
         ]
     }
@@ -522,6 +567,22 @@ mod tests {
         assert_eq!(read(&p).expect("read"), Vec::new());
         log.append(&entries()[2]).expect("append after truncate");
         assert_eq!(read(&p).expect("read"), vec![entries()[2].clone()]);
+    }
+
+    #[test]
+    fn a_record_without_metadata_reads_as_before_version_5() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("capture.log");
+        let e = entries()[2].clone();
+        let mut payload = Vec::new();
+        encode(&e, &mut payload);
+        assert_eq!(payload.pop(), Some(0), "the metadata flag ends the record");
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        file.extend_from_slice(&checksum(&payload));
+        file.extend_from_slice(&payload);
+        std::fs::write(&p, &file).expect("write");
+        assert_eq!(read(&p).expect("read"), vec![e]);
     }
 
     #[test]

@@ -9,11 +9,13 @@ pub mod blob;
 pub mod index;
 pub mod layout;
 pub mod log;
+pub mod sparse;
 
 pub use blob::{BlobError, BlobStore};
-pub use index::{Index, IndexError};
+pub use index::{Index, IndexError, Target};
 pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
+pub use sparse::copy_sparse;
 
 use std::path::Path;
 

@@ -72,6 +72,11 @@ impl Dir {
         })
     }
 
+    /// The descriptor of the project root.
+    pub(super) fn root_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
     /// The project directory this tree was opened on.
     pub fn path(&self) -> &Path {
         &self.path
@@ -99,7 +104,8 @@ impl Dir {
         )?)
     }
 
-    fn parent(&self, rel: &[u8]) -> io::Result<(OwnedFd, CString)> {
+    /// The parent directory of `rel` (opened confined) and the final name.
+    pub(super) fn parent(&self, rel: &[u8]) -> io::Result<(OwnedFd, CString)> {
         let (parent, name) =
             paths::split(rel).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         Ok((self.open_dir(parent)?, cstr(name)?))

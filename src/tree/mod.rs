@@ -2,7 +2,8 @@
 //!
 //! [`Tree`] is the read side the capture needs: what is at a path
 //! ([`Tree::lstat`], [`Tree::lstat_open`]), a symlink's target, a
-//! directory's names, and when an inode was born. [`Dir`] implements it
+//! directory's names, when an inode was born, and its owner and extended
+//! attributes. [`Dir`] implements it
 //! over the project directory itself, confined beneath its root (no
 //! symlink is ever followed); it also carries the write side a restore
 //! uses. A second implementation (a worktree's merged view) can stand
@@ -12,13 +13,14 @@
 //! the root.
 
 mod dir;
+mod xattr;
 
 use std::fs::File;
 use std::io;
 
 pub use dir::Dir;
 
-use crate::record::Stat;
+use crate::record::{Meta, Stat};
 
 /// True when the error means "no such path" (a missing name or a parent that
 /// is not a directory).
@@ -51,6 +53,15 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
     /// The names in the directory at `rel`, without `.` and `..`, in no
     /// particular order.
     fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>>;
+
+    /// The owner and extended attributes of `rel`, whose `lstat` is `st`
+    /// (`file`: that inode already open). `Ok(None)` (the default) when
+    /// this tree cannot tell: the pre-image then holds none and a rewind
+    /// leaves the path's owner and attributes as they are.
+    fn meta(&self, rel: &[u8], st: &Stat, file: Option<&File>) -> io::Result<Option<Meta>> {
+        let _ = (rel, st, file);
+        Ok(None)
+    }
 }
 
 impl Tree for Dir {
@@ -72,5 +83,10 @@ impl Tree for Dir {
 
     fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>> {
         Dir::list_dir(self, rel)
+    }
+
+    fn meta(&self, rel: &[u8], st: &Stat, file: Option<&File>) -> io::Result<Option<Meta>> {
+        let xattrs = self.xattrs(rel, file)?;
+        Ok(Some(Meta::new(st.uid, st.gid, xattrs)))
     }
 }

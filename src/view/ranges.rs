@@ -399,6 +399,7 @@ mod tests {
                 },
                 data: Some(data.clone()),
                 op: crate::store::log::Op::Range { offset: p.offset },
+                meta: None,
             });
         }
         let mut index = index;

@@ -45,7 +45,7 @@ impl Index {
                 }
                 match e.op {
                     Op::Record => {
-                        insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                        insert_preimage(&mut record, e.turn, &e.path, &e.pre, e.meta.as_ref())?;
                     }
                     Op::Replace => {
                         // Only a ranged record is replaced: any other first
@@ -53,7 +53,7 @@ impl Index {
                         if drop_ranged.execute(params![Uint(e.turn), &e.path])? > 0 {
                             drop_pieces.execute(params![Uint(e.turn), &e.path])?;
                         }
-                        insert_preimage(&mut record, e.turn, &e.path, &e.pre)?;
+                        insert_preimage(&mut record, e.turn, &e.path, &e.pre, e.meta.as_ref())?;
                     }
                     Op::Range { offset } => {
                         if let PreImage::File {

@@ -6,7 +6,7 @@
 //! process, with `synchronous=FULL` (the `--sync` option) also a power loss.
 //!
 //! One file per table family, each adding methods to [`Index`]:
-//! - [`schema`] (the tables and the upgrades from versions 1 to 3),
+//! - [`schema`] (the tables and the upgrades from versions 1 to 4),
 //! - `turns`, `records` (reading and writing pre-image records), `apply`
 //!   (committing the capture log), `ranges`, `blobs`, `fingerprints`,
 //!   `restores`, and `retention` (what `opfs gc` reads and deletes);
@@ -30,6 +30,7 @@ mod schema;
 mod turns;
 
 pub use ranges::Piece;
+pub use records::Target;
 pub use schema::SCHEMA_VERSION;
 
 /// Errors from the index. Each names the database file.
@@ -83,6 +84,9 @@ pub struct Index {
     /// The `ranges` table exists (false only for a version-1 or -2 file
     /// opened read-only, which has no ranged records).
     ranges_table: bool,
+    /// The `preimages.uid`, `gid` and `xattrs` columns exist (false only
+    /// for a file older than version 5 opened read-only).
+    meta_columns: bool,
 }
 
 /// Current time in ns since the Unix epoch (0 before it, `i64::MAX` after
@@ -158,6 +162,7 @@ impl Index {
             path: path.to_path_buf(),
             inline_column: true,
             ranges_table: true,
+            meta_columns: true,
         };
         schema::create_or_upgrade(&index)?;
         Ok(index)
@@ -182,6 +187,7 @@ impl Index {
             path: path.to_path_buf(),
             inline_column: false,
             ranges_table: false,
+            meta_columns: false,
         };
         // Touch the schema so a garbage file fails here, with its name.
         index
@@ -190,6 +196,7 @@ impl Index {
             .map_err(err)?;
         index.inline_column = index.has_column("blobs", "data")?;
         index.ranges_table = index.has_column("ranges", "offset")?;
+        index.meta_columns = index.has_column("preimages", "xattrs")?;
         Ok(index)
     }
 
@@ -352,6 +359,51 @@ mod tests {
             Index::open(&path, false),
             Err(IndexError::Version { found, .. }) if found == SCHEMA_VERSION + 1
         ));
+    }
+
+    #[test]
+    fn a_version_4_index_gains_owner_and_attribute_columns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("index.db");
+        {
+            let mut ix = Index::open(&path, false).expect("open");
+            ix.next_turn(None, TurnKind::Agent, None, None, None)
+                .expect("t1");
+            ix.add_preimage(1, b"a", &file(1)).expect("add");
+            // What a version 4 file looks like: no uid, gid, xattrs.
+            ix.conn
+                .execute_batch(
+                    "ALTER TABLE preimages DROP COLUMN uid;
+                     ALTER TABLE preimages DROP COLUMN gid;
+                     ALTER TABLE preimages DROP COLUMN xattrs;
+                     UPDATE meta SET value = '4' WHERE key = 'schema_version';",
+                )
+                .expect("downgrade");
+        }
+        {
+            let ro = Index::open_read_only(&path).expect("read-only, as it is");
+            assert_eq!(ro.meta_of(1, b"a").expect("no columns: none"), None);
+            assert_eq!(ro.states_at(1, None).expect("states").len(), 1);
+        }
+        let ix = Index::open(&path, false).expect("upgrade");
+        let targets = ix.targets_at(1, None).expect("targets");
+        assert_eq!(targets.len(), 1);
+        assert_eq!(targets[0].meta, None, "an old record holds no metadata");
+        let meta = crate::record::Meta::new(1000, 100, vec![(b"user.x".to_vec(), b"1".to_vec())]);
+        assert!(ix.add_record(1, b"b", &file(2), Some(&meta)).expect("add"));
+        assert_eq!(ix.meta_of(1, b"b").expect("read"), Some(meta));
+        let bare = crate::record::Meta::new(5, 6, vec![]);
+        assert!(ix.add_record(1, b"c", &file(3), Some(&bare)).expect("add"));
+        let stored: Option<Vec<u8>> = ix
+            .conn
+            .query_row(
+                "SELECT xattrs FROM preimages WHERE path = ?1",
+                [&b"c"[..]],
+                |r| r.get(0),
+            )
+            .expect("xattrs column");
+        assert_eq!(stored, None, "an empty attribute set is NULL");
+        assert_eq!(ix.meta_of(1, b"c").expect("read"), Some(bare));
     }
 
     #[test]

@@ -8,13 +8,30 @@ use rusqlite::params;
 use super::codec::{self, kind, Id, Uint};
 use super::{Index, IndexError};
 use crate::paths;
-use crate::record::PreImage;
+use crate::record::{Meta, PreImage};
+
+/// A path's state at a rewind point with where it comes from: the record
+/// [`Index::targets_at`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The path.
+    pub path: Vec<u8>,
+    /// The turn of the record (the path's first record at or after the
+    /// rewind point).
+    pub turn: u64,
+    /// The path's state.
+    pub pre: PreImage,
+    /// Its owner and extended attributes; `None` when the record holds
+    /// none (absent, unknown, or recorded before schema version 5).
+    pub meta: Option<Meta>,
+}
 
 /// Inserts a record unless its (turn, path) has one: the first record of a
 /// turn is the pre-image.
 pub(super) const INSERT_PREIMAGE: &str =
-    "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    "INSERT OR IGNORE INTO preimages(turn, path, kind, perm, blob, size, target, rdev, ino,
+                                     uid, gid, xattrs)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /// Runs [`INSERT_PREIMAGE`] for one record; returns the rows inserted (0 or 1).
 pub(super) fn insert_preimage(
@@ -22,8 +39,10 @@ pub(super) fn insert_preimage(
     turn: u64,
     path: &[u8],
     pre: &PreImage,
+    meta: Option<&Meta>,
 ) -> rusqlite::Result<usize> {
     let (kind, perm, blob, size, target, rdev, ino) = codec::columns(pre);
+    let xattrs = meta.and_then(Meta::encode_xattrs);
     stmt.execute(params![
         Uint(turn),
         path,
@@ -33,8 +52,29 @@ pub(super) fn insert_preimage(
         size,
         target,
         rdev,
-        ino
+        ino,
+        meta.map(|m| m.uid),
+        meta.map(|m| m.gid),
+        xattrs
     ])
+}
+
+/// The owner and attributes in columns uid, gid, xattrs of `r` from column
+/// `first` (`None` when uid is NULL). `Err` says what is malformed.
+fn meta_from_row(r: &rusqlite::Row<'_>, first: usize) -> Result<Option<Meta>, String> {
+    let get_err = |e: rusqlite::Error| e.to_string();
+    let uid: Option<u32> = r.get(first).map_err(get_err)?;
+    let gid: Option<u32> = r.get(first + 1).map_err(get_err)?;
+    let xattrs: Option<Vec<u8>> = r.get(first + 2).map_err(get_err)?;
+    match (uid, gid) {
+        (None, _) => Ok(None),
+        (Some(uid), Some(gid)) => Ok(Some(Meta {
+            uid,
+            gid,
+            xattrs: Meta::decode_xattrs(xattrs.as_deref())?,
+        })),
+        (Some(_), None) => Err("a record with an owner but no group".into()),
+    }
 }
 
 /// An exclusive upper turn bound for SQL: `None` (no bound) and bounds
@@ -50,12 +90,86 @@ impl Index {
     ///
     /// Durable after `Ok` to the level the index was opened with.
     pub fn add_preimage(&self, turn: u64, path: &[u8], pre: &PreImage) -> Result<bool, IndexError> {
+        self.add_record(turn, path, pre, None)
+    }
+
+    /// [`Index::add_preimage`] with the path's owner and extended
+    /// attributes (`None`: not known).
+    pub fn add_record(
+        &self,
+        turn: u64,
+        path: &[u8],
+        pre: &PreImage,
+        meta: Option<&Meta>,
+    ) -> Result<bool, IndexError> {
         let n = self
             .conn
             .prepare_cached(INSERT_PREIMAGE)
-            .and_then(|mut s| insert_preimage(&mut s, turn, path, pre))
+            .and_then(|mut s| insert_preimage(&mut s, turn, path, pre, meta))
             .map_err(self.err())?;
         Ok(n == 1)
+    }
+
+    /// [`Index::states_at`] with each record's turn and metadata: for every
+    /// path recorded in turns `from..until`, its earliest record there.
+    /// Sorted by path bytes.
+    ///
+    /// Errors: [`IndexError::Corrupt`] when a stored path is not a valid
+    /// project-relative path or a record is malformed.
+    pub fn targets_at(&self, from: u64, until: Option<u64>) -> Result<Vec<Target>, IndexError> {
+        let meta_cols = if self.meta_columns {
+            "p.uid, p.gid, p.xattrs"
+        } else {
+            "NULL, NULL, NULL"
+        };
+        let sql = format!(
+            "SELECT p.path, p.kind, p.perm, p.blob, p.size, p.target, p.rdev, p.ino,
+                    p.turn, {meta_cols}
+             FROM preimages p
+             JOIN (SELECT path, MIN(turn) AS t FROM preimages
+                   WHERE turn >= ?1 AND turn < ?2 GROUP BY path) m
+               ON p.turn = m.t AND p.path = m.path
+             ORDER BY p.path"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(self.err())?;
+        let mut rows = stmt
+            .query(params![Uint(from), until_bound(until)])
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let (path, pre) = self.record_from_row(r, 0)?;
+            let turn: Uint = r.get(8).map_err(self.err())?;
+            let meta = meta_from_row(r, 9).map_err(|w| {
+                self.corrupt(format!("record for {:?}: {w}", paths::display(&path)))
+            })?;
+            out.push(Target {
+                path,
+                turn: turn.0,
+                pre,
+                meta,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The owner and extended attributes recorded with `path`'s record in
+    /// exactly turn `turn` (`None`: no record, or one without them).
+    ///
+    /// Errors: [`IndexError::Corrupt`] for a malformed attribute set.
+    pub fn meta_of(&self, turn: u64, path: &[u8]) -> Result<Option<Meta>, IndexError> {
+        if !self.meta_columns {
+            return Ok(None);
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT uid, gid, xattrs FROM preimages WHERE turn = ?1 AND path = ?2")
+            .map_err(self.err())?;
+        let mut rows = stmt.query(params![Uint(turn), path]).map_err(self.err())?;
+        match rows.next().map_err(self.err())? {
+            None => Ok(None),
+            Some(r) => meta_from_row(r, 0)
+                .map_err(|w| self.corrupt(format!("record for {:?}: {w}", paths::display(path)))),
+        }
     }
 
     /// A record's path (column `col`, checked: a malformed path is

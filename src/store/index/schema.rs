@@ -1,16 +1,18 @@
 //! The index's tables (`docs/format.md`) and the upgrade of older files.
 //!
-//! Versions 1 to 3 lack only columns, a table and indexes that
+//! Versions 1 to 4 lack only columns, a table and indexes that
 //! [`create_or_upgrade`] adds in place; version 4 also allows the record
-//! kind 10 (unknown), which older builds refuse, so the version number is
-//! raised once they are added. A newer version is refused.
+//! kind 10 (unknown), which older builds refuse, and version 5 records a
+//! path's owner and extended attributes (`uid`, `gid`, `xattrs`), which a
+//! version 4 build would drop when it copies records, so the version number
+//! is raised once they are added. A newer version is refused.
 
 use rusqlite::OptionalExtension;
 
 use super::{Index, IndexError};
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Every table, as version [`SCHEMA_VERSION`] has it (`IF NOT EXISTS`: a
 /// no-op on a current file).
@@ -44,6 +46,9 @@ CREATE TABLE IF NOT EXISTS preimages(
     target BLOB,
     rdev   INTEGER,
     ino    INTEGER,
+    uid    INTEGER,
+    gid    INTEGER,
+    xattrs BLOB,
     PRIMARY KEY (turn, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ranges(
@@ -72,15 +77,20 @@ CREATE TABLE IF NOT EXISTS restores(
 /// Columns added since the first release: `(table, column, type)`. They
 /// are optional (NULL: unknown inode, content in a blob file), so older
 /// files gain them in place.
-const ADDED_COLUMNS: [(&str, &str, &str); 2] =
-    [("preimages", "ino", "INTEGER"), ("blobs", "data", "BLOB")];
+const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+    ("preimages", "ino", "INTEGER"),
+    ("blobs", "data", "BLOB"),
+    ("preimages", "uid", "INTEGER"),
+    ("preimages", "gid", "INTEGER"),
+    ("preimages", "xattrs", "BLOB"),
+];
 
 /// Indexes added since the first release.
 const ADDED_INDEXES: &str =
     "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
      CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);";
 
-/// Creates the tables of a fresh file, or brings a version 1 to 3 file up
+/// Creates the tables of a fresh file, or brings a version 1 to 4 file up
 /// to [`SCHEMA_VERSION`] (durable with the connection's `synchronous`
 /// level). Errors: [`IndexError::Version`] for a newer file,
 /// [`IndexError::Corrupt`] for an unreadable version, else SQLite's.
