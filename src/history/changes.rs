@@ -2,7 +2,7 @@
 
 use crate::paths;
 use crate::record::PreImage;
-use crate::view::Version;
+use crate::view::{Timeline, Version};
 
 use super::{HistoryError, Sources};
 
@@ -73,17 +73,7 @@ pub fn changes(
     to: u64,
     filter: &[Vec<u8>],
 ) -> Result<Vec<PathChange>, HistoryError> {
-    if from > to {
-        return Err(HistoryError::EmptyRange { from, to });
-    }
-    src.turn(from)?;
-    src.turn(to)?;
-    let timeline = src.timeline(from)?;
-    let wanted: Vec<Vec<u8>> = timeline
-        .paths_in(from, to)
-        .into_iter()
-        .filter(|p| filter.is_empty() || filter.iter().any(|f| paths::is_within(p, f)))
-        .collect();
+    let (timeline, wanted) = recorded_in(src, from, to, filter)?;
     let end = src.states_at(&timeline, &wanted, to + 1)?;
     let mut out = Vec::new();
     for (path, new) in end {
@@ -99,6 +89,28 @@ pub fn changes(
         }
     }
     Ok(out)
+}
+
+/// The timeline from `from` and the paths turns `from..=to` recorded
+/// within one of `filter` (all when empty), after checking the range.
+fn recorded_in(
+    src: &Sources<'_>,
+    from: u64,
+    to: u64,
+    filter: &[Vec<u8>],
+) -> Result<(Timeline, Vec<Vec<u8>>), HistoryError> {
+    if from > to {
+        return Err(HistoryError::EmptyRange { from, to });
+    }
+    src.turn(from)?;
+    src.turn(to)?;
+    let timeline = src.timeline(from)?;
+    let wanted = timeline
+        .paths_in(from, to)
+        .into_iter()
+        .filter(|p| filter.is_empty() || filter.iter().any(|f| paths::is_within(p, f)))
+        .collect();
+    Ok((timeline, wanted))
 }
 
 /// A directory that turns `from..=to` created or removed.
@@ -124,23 +136,13 @@ pub fn dir_changes(
     to: u64,
     filter: &[Vec<u8>],
 ) -> Result<Vec<DirChange>, HistoryError> {
-    if from > to {
-        return Err(HistoryError::EmptyRange { from, to });
-    }
-    src.turn(from)?;
-    src.turn(to)?;
-    let timeline = src.timeline(from)?;
-    let wanted: Vec<Vec<u8>> = timeline
-        .paths_in(from, to)
-        .into_iter()
-        .filter(|p| filter.is_empty() || filter.iter().any(|f| paths::is_within(p, f)))
-        .filter(|p| {
-            matches!(
-                timeline.state_at(p, from),
-                Some(PreImage::Dir { .. } | PreImage::Absent)
-            )
-        })
-        .collect();
+    let (timeline, mut wanted) = recorded_in(src, from, to, filter)?;
+    wanted.retain(|p| {
+        matches!(
+            timeline.state_at(p, from),
+            Some(PreImage::Dir { .. } | PreImage::Absent)
+        )
+    });
     let end = src.states_at(&timeline, &wanted, to + 1)?;
     let mut out = Vec::new();
     for (path, new) in end {
