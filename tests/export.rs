@@ -128,22 +128,7 @@ fn materialize(m: &Manifest, root: &Path) {
     }
 }
 
-fn git(git_dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap()
-}
-
-fn git_ok(git_dir: &Path, args: &[&str]) -> Vec<u8> {
-    let out = git(git_dir, args);
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    out.stdout
-}
+use common::{git_in as git, git_in_ok as git_ok};
 
 /// The tree of `rev` as stock git reads it: `ls-tree -r -z` for modes and
 /// ids, `cat-file --batch` for the bytes.

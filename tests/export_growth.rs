@@ -11,24 +11,8 @@ mod common;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::Command;
 
-fn git_ok(git_dir: &Path, args: &[&str]) -> Vec<u8> {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use common::git_in_ok as git_ok;
 
 /// Apparent bytes of every file under `dir` (what the state dir holds).
 fn bytes_under(dir: &Path) -> u64 {

@@ -13,24 +13,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 /// Every path in the tree of `rev` in the bare repository `git_dir`.
 fn ls_tree(git_dir: &Path, rev: &str) -> BTreeSet<String> {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(["ls-tree", "-r", "--name-only", rev])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git ls-tree {rev}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
+    let out = common::git_in_ok(git_dir, &["ls-tree", "-r", "--name-only", rev]);
+    String::from_utf8(out)
         .unwrap()
         .lines()
         .map(String::from)

@@ -13,25 +13,11 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-fn git(git_dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap()
-}
+use common::git_in as git;
 
 fn git_ok(git_dir: &Path, args: &[&str]) -> String {
-    let out = git(git_dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    let out = common::git_in_ok(git_dir, args);
+    String::from_utf8(out).unwrap().trim().to_string()
 }
 
 fn turn_refs(git_dir: &Path) -> Vec<u64> {

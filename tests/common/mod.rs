@@ -1043,3 +1043,27 @@ pub fn random_shell_op(rng: &mut Rng, list: &Manifest, n: usize) -> String {
         }
     }
 }
+
+/// Stock git on the bare repository `git_dir` (the export), with no system
+/// or global configuration.
+pub fn git_in(git_dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git")
+}
+
+/// [`git_in`], asserting success; its stdout.
+pub fn git_in_ok(git_dir: &Path, args: &[&str]) -> Vec<u8> {
+    let out = git_in(git_dir, args);
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
