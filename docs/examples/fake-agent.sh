@@ -9,7 +9,10 @@
 set -eu
 msg=$1
 if [ -n "${AGENT_HOOK:-}" ]; then
-  printf '{"hook_event_name":"UserPromptSubmit","prompt":"%s"}\n' "$msg" | "$AGENT_HOOK"
+  # json.dumps, so a message with quotes or newlines stays valid JSON.
+  python3 -c 'import json, sys
+print(json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": sys.argv[1]}))' "$msg" |
+    "$AGENT_HOOK"
 fi
 case "$msg" in
   "create a hello module")
