@@ -38,18 +38,38 @@ fn count_files(dir: &Path) -> (usize, u64) {
     (files, bytes)
 }
 
+/// The `NAME-VERSION` folder names of the packages `Cargo.lock` pins: the
+/// soak project is drawn from these only, so it is the same on every
+/// machine that built this workspace, whatever else the registry holds.
+fn locked_crates() -> std::collections::BTreeSet<std::ffi::OsString> {
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
+    let text = fs::read_to_string(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
+    let mut out = std::collections::BTreeSet::new();
+    let mut name = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("name = ") {
+            name = Some(v.trim_matches('"').to_owned());
+        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take()) {
+            out.insert(format!("{n}-{}", v.trim_matches('"')).into());
+        }
+    }
+    out
+}
+
 /// Crate sources from the cargo registry (present after any build of this
-/// workspace), chosen deterministically: whole crates in name order, skipping
-/// very large ones, up to `MAX_FILES` files.
+/// workspace), chosen deterministically among the packages `Cargo.lock`
+/// pins: whole crates in name order, skipping very large ones, up to
+/// `MAX_FILES` files.
 fn pick_sources() -> Vec<PathBuf> {
     let src = cargo_home().join("registry/src");
+    let locked = locked_crates();
     let mut crates = Vec::new();
     for index in fs::read_dir(&src)
         .unwrap_or_else(|e| panic!("{}: {e} (run `cargo fetch` first)", src.display()))
         .flatten()
     {
         for krate in fs::read_dir(index.path()).into_iter().flatten().flatten() {
-            if krate.path().is_dir() {
+            if krate.path().is_dir() && locked.contains(&krate.file_name()) {
                 crates.push(krate.path());
             }
         }
