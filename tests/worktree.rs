@@ -532,3 +532,131 @@ fn a_rewind_in_a_worktree_shows_at_once_through_its_caches() {
     assert_eq!(read(&w.join("d/x")), "x\n");
     discard_all(&f);
 }
+
+/// `opfs -C WORKTREE ARGS...`.
+fn in_wt<S: AsRef<OsStr>>(f: &Fixture, w: &Path, args: &[S]) -> Run {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("-C"), w.as_os_str()];
+    all.extend(args.iter().map(AsRef::as_ref));
+    f.opfs(&all)
+}
+
+/// A worktree's `log`, `diff`, `show` and `status` show the worktree as
+/// its user sees it, not its upper layer: no `.wh.` name, a deleted lower
+/// file is a deletion with the lower bytes as its old side, an edit of a
+/// lower file a modification against the lower bytes, an opaque directory
+/// (`rm -r d; mkdir d; touch d/new`) its hidden lower children deleted.
+#[test]
+fn a_worktrees_log_diff_and_show_are_its_view_not_its_upper_layer() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::create_dir_all(f.p("dir")).expect("mkdir");
+    fs::write(f.p("a.txt"), "a0\n").expect("write");
+    fs::write(f.p("del.txt"), "d0\n").expect("write");
+    fs::write(f.p("ren.txt"), "r0\n").expect("write");
+    fs::write(f.p("d/x"), "x0\n").expect("write");
+    fs::write(f.p("d/y"), "y0\n").expect("write");
+    fs::write(f.p("dir/in"), "in0\n").expect("write");
+    fs::write(f.p("keep"), "k\n").expect("write");
+    f.mount();
+    let w = create(&f, "view", &[]);
+    f.sh_in(
+        &w,
+        "echo a1 > a.txt; rm del.txt; mv ren.txt renamed.txt; rm -r d; mkdir d; touch d/new; \
+         mv dir moved",
+    );
+    let t1 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("open turn");
+    in_wt(&f, &w, &["turn", "--label", "first"]).ok();
+    fs::write(w.join("a.txt"), "a2\n").expect("write");
+    fs::write(w.join("moved/in"), "in1\n").expect("write");
+    let t2 = t1 + 1;
+
+    let ns = in_wt(&f, &w, &["diff", &t1.to_string(), "--name-status"]).ok();
+    assert!(!ns.stdout.contains(".wh."), "{ns}");
+    let lines: Vec<&str> = ns.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "M\ta.txt",
+            "A\td/new",
+            "D\td/x",
+            "D\td/y",
+            "D\tdel.txt",
+            "R100\tdir/in\tmoved/in",
+            "R100\tren.txt\trenamed.txt",
+        ],
+        "{ns}"
+    );
+    let patch = in_wt(&f, &w, &["diff", &t1.to_string()]).ok().stdout;
+    assert!(patch.contains("-a0\n+a1\n"), "{patch}");
+    assert!(
+        patch.contains(
+            "deleted file mode 100644\n--- a/del.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-d0\n"
+        ),
+        "the lower bytes are the old side of a deletion: {patch}"
+    );
+    // The open turn: against the end of turn 1, the lower bytes no more.
+    let open = in_wt(&f, &w, &["diff", "--name-status"]).ok();
+    assert_eq!(open.stdout, "M\ta.txt\nM\tmoved/in\n", "{open}");
+    let range = in_wt(&f, &w, &["diff", &format!("{t1}..{t2}"), "--name-status"]).ok();
+    assert!(range.stdout.contains("M\ta.txt\n"), "{range}");
+    assert!(
+        range.stdout.contains("R100\tren.txt\trenamed.txt\n"),
+        "{range}"
+    );
+    assert!(
+        range.stdout.contains("D\tdir/in\n") && range.stdout.contains("A\tmoved/in\n"),
+        "{range}"
+    );
+
+    let log = in_wt(&f, &w, &["log", "--json"]).ok().json();
+    let entry = |t: u64| {
+        log.as_array()
+            .expect("array")
+            .iter()
+            .find(|e| e["turn"].as_u64() == Some(t))
+            .cloned()
+            .unwrap_or_else(|| panic!("no turn {t}: {log:#}"))
+    };
+    let e1 = entry(t1);
+    assert_eq!(
+        (&e1["added"], &e1["modified"], &e1["deleted"]),
+        (&Value::from(3), &Value::from(1), &Value::from(5)),
+        "added d/new, renamed.txt, moved/in; modified a.txt; deleted del.txt, ren.txt, d/x, d/y, dir/in: {e1:#}"
+    );
+    let e2 = entry(t2);
+    assert_eq!(
+        (&e2["added"], &e2["modified"], &e2["deleted"]),
+        (&Value::from(0), &Value::from(2), &Value::from(0)),
+        "{e2:#}"
+    );
+    let only_d = in_wt(&f, &w, &["log", "--json", "d"]).ok().json();
+    assert_eq!(only_d.as_array().map(Vec::len), Some(1), "{only_d:#}");
+
+    let show = |spec: String| in_wt(&f, &w, &["show", &spec]);
+    assert_eq!(show(format!("{t1}:a.txt")).ok().stdout, "a0\n");
+    assert_eq!(show(format!("{t2}:a.txt")).ok().stdout, "a1\n");
+    assert_eq!(show(format!("{t1}:del.txt")).ok().stdout, "d0\n");
+    assert_eq!(show(format!("{t1}:d/x")).ok().stdout, "x0\n");
+    assert_eq!(show(format!("{t2}:d/new")).ok().stdout, "");
+    assert_eq!(show(format!("{t2}:moved/in")).ok().stdout, "in0\n");
+    assert_eq!(show(format!("{t1}:keep")).ok().stdout, "k\n");
+    for gone in ["del.txt", "d/x", "ren.txt", "dir/in"] {
+        let r = show(format!("{t2}:{gone}"));
+        assert_eq!(r.code, Some(1), "{r}");
+        assert!(r.stderr.contains("did not exist"), "{r}");
+    }
+    let r = show(format!("{t2}:.wh.del.txt"));
+    assert_eq!(r.code, Some(1), "a whiteout is not a path of the view: {r}");
+
+    let st = in_wt(&f, &w, &["status", "--json"]).ok().json();
+    assert_eq!(st["worktree"]["name"], "view", "{st:#}");
+    assert_eq!(
+        st["worktree"]["project"].as_str().map(PathBuf::from),
+        Some(f.project.clone())
+    );
+    let human = in_wt(&f, &w, &["status"]).ok().stdout;
+    assert!(human.contains("worktree:   view of "), "{human}");
+    discard_all(&f);
+}

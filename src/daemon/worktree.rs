@@ -128,6 +128,22 @@ pub fn open_base(project: &StateDir, wt: &Worktree, meta: &Meta) -> Result<Base,
     })
 }
 
+/// When `state` is the own history of a worktree (`-C <worktree path>`):
+/// the worktree, its metadata and its base, for the history commands to
+/// show the worktree as its user sees it
+/// ([`crate::worktree::history::WorktreeHistory`]). `None` for a
+/// project's state dir.
+///
+/// Errors: the worktree's metadata or its base cannot be read.
+pub fn history_base(state: &StateDir) -> Option<Result<(Worktree, Meta, Base), WorktreeCmdError>> {
+    let (project, wt) = crate::worktree::of_state(state)?;
+    Some((|| {
+        let meta = wt.meta()?;
+        let base = open_base(&project, &wt, &meta)?;
+        Ok((wt, meta, base))
+    })())
+}
+
 /// The base turn and its start for a worktree made now (`from: None`) or
 /// from the start of turn `from`.
 ///
@@ -330,37 +346,58 @@ pub struct Listed {
 ///
 /// Errors: a worktree's base or upper layer cannot be read.
 pub fn list(home: &Path, project: &StateDir) -> Result<Vec<Listed>, WorktreeCmdError> {
-    let mut out = Vec::new();
-    for (wt, meta) in crate::worktree::list(project) {
-        let base = open_base(project, &wt, &meta)?;
-        let upper = crate::tree::Dir::open(&wt.upper()).map_err(|e| WorktreeCmdError::Base {
-            name: wt.name.clone(),
-            source: Box::new(BaseError::Project {
-                path: wt.upper(),
-                source: e,
-            }),
-        })?;
-        let changed = crate::worktree::changes::changes(&upper, &base)
-            .map_err(|e| WorktreeCmdError::Base {
-                name: wt.name.clone(),
-                source: Box::new(BaseError::Project {
-                    path: wt.upper(),
-                    source: e,
-                }),
-            })?
-            .len();
-        let mut drift = read_drift(&wt.drift_path());
-        drift.extend(base.drifted());
-        out.push(Listed {
-            name: wt.name.clone(),
-            path: meta.mountpoint.clone(),
-            base_turn: meta.base_turn,
-            mounted: is_mounted(home, &wt, &meta),
-            changed,
-            drifted: drift.len(),
-        });
-    }
-    Ok(out)
+    crate::worktree::list(project)
+        .into_iter()
+        .map(|(wt, meta)| listed(home, project, &wt, &meta))
+        .collect()
+}
+
+/// The row of `worktree list` for the worktree whose own history `state`
+/// is (`opfs -C <worktree path> status`), with its project's state dir;
+/// `None` for a project's state dir.
+///
+/// Errors: its metadata, base or upper layer cannot be read.
+pub fn describe(
+    home: &Path,
+    state: &StateDir,
+) -> Option<Result<(StateDir, Listed), WorktreeCmdError>> {
+    let (project, wt) = crate::worktree::of_state(state)?;
+    Some((|| {
+        let meta = wt.meta()?;
+        let row = listed(home, &project, &wt, &meta)?;
+        Ok((project, row))
+    })())
+}
+
+/// One row of `worktree list`.
+fn listed(
+    home: &Path,
+    project: &StateDir,
+    wt: &Worktree,
+    meta: &Meta,
+) -> Result<Listed, WorktreeCmdError> {
+    let base = open_base(project, wt, meta)?;
+    let unreadable = |e| WorktreeCmdError::Base {
+        name: wt.name.clone(),
+        source: Box::new(BaseError::Project {
+            path: wt.upper(),
+            source: e,
+        }),
+    };
+    let upper = crate::tree::Dir::open(&wt.upper()).map_err(unreadable)?;
+    let changed = crate::worktree::changes::changes(&upper, &base)
+        .map_err(unreadable)?
+        .len();
+    let mut drift = read_drift(&wt.drift_path());
+    drift.extend(base.drifted());
+    Ok(Listed {
+        name: wt.name.clone(),
+        path: meta.mountpoint.clone(),
+        base_turn: meta.base_turn,
+        mounted: is_mounted(home, wt, meta),
+        changed,
+        drifted: drift.len(),
+    })
 }
 
 /// How long the kernel may cache a worktree's entries and attributes

@@ -24,6 +24,7 @@
 
 pub mod base;
 pub mod changes;
+pub mod history;
 pub mod merge;
 pub mod patch;
 #[cfg(test)]
@@ -251,6 +252,25 @@ impl Worktree {
         }
         Ok(())
     }
+}
+
+/// The worktree whose own history `state` is, and its project's state dir:
+/// `state`'s project is `<project state dir>/worktrees/NAME/upper` of a
+/// worktree that exists. `None` for any other state dir (a project's).
+pub fn of_state(state: &StateDir) -> Option<(StateDir, Worktree)> {
+    let upper = &state.project;
+    if upper.file_name()? != "upper" {
+        return None;
+    }
+    let dir = upper.parent()?;
+    let name = dir.file_name()?.to_str()?;
+    let wts = dir.parent()?;
+    if wts.file_name()? != "worktrees" {
+        return None;
+    }
+    let project = StateDir::open_existing(wts.parent()?).ok()?;
+    let wt = Worktree::of(&project, name);
+    (check_name(name).is_ok() && wt.exists() && wt.upper() == *upper).then_some((project, wt))
 }
 
 /// `<project state dir>/worktrees`.
