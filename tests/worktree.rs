@@ -660,3 +660,195 @@ fn a_worktrees_log_diff_and_show_are_its_view_not_its_upper_layer() {
     assert!(human.contains("worktree:   view of "), "{human}");
     discard_all(&f);
 }
+
+/// What a git tree holds, as the worktree's view should: path → (git mode,
+/// BLAKE3 of the bytes, hex). Files and symlinks only (git has no
+/// directories).
+type GitView = std::collections::BTreeMap<Vec<u8>, (u32, String)>;
+
+/// The view a worktree mount shows, as git would hold it (`.git` left out).
+fn git_view_of(root: &Path) -> GitView {
+    manifest_without_git(root)
+        .into_iter()
+        .filter_map(|(p, e)| match e {
+            Entry::File { mode, blake3, .. } => Some((
+                p,
+                (
+                    if mode & 0o111 != 0 {
+                        0o100755
+                    } else {
+                        0o100644
+                    },
+                    blake3,
+                ),
+            )),
+            Entry::Symlink { target } => {
+                Some((p, (0o120000, blake3::hash(&target).to_hex().to_string())))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tree of `rev` in the export `git_dir`, as [`git_view_of`] gives it.
+fn git_view_in(git_dir: &Path, rev: &str) -> GitView {
+    let list = git_in_ok(git_dir, &["ls-tree", "-r", "-z", rev]);
+    let mut out = GitView::new();
+    for entry in list.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let tab = entry.iter().position(|&b| b == b'\t').expect("tab");
+        let meta = String::from_utf8_lossy(&entry[..tab]).into_owned();
+        let mut parts = meta.split(' ');
+        let mode = u32::from_str_radix(parts.next().expect("mode"), 8).expect("octal");
+        let id = parts.nth(1).expect("id");
+        let bytes = git_in_ok(git_dir, &["cat-file", "blob", id]);
+        out.insert(
+            entry[tab + 1..].to_vec(),
+            (mode, blake3::hash(&bytes).to_hex().to_string()),
+        );
+    }
+    out
+}
+
+/// The commit of `branch` that holds worktree turn `turn` (its
+/// `opfs-turn:` trailer), if any.
+fn commit_of_turn(git_dir: &Path, branch: &str, turn: u64) -> Option<String> {
+    let out = git_in(git_dir, &["log", "--format=%H%x00%B%x01", branch]);
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split('\u{1}')
+        .filter_map(|c| c.trim_start().split_once('\0'))
+        .find(|(_, body)| {
+            body.contains("opfs-worktree: ")
+                && body.lines().any(|l| l == format!("opfs-turn: {turn}"))
+        })
+        .map(|(id, _)| id.to_string())
+}
+
+/// A worktree's history is exported as its own branch of the project's
+/// export, `refs/opfs/worktrees/NAME`: it starts from the project's commit
+/// for the base turn's start, each commit's tree is what the worktree
+/// showed at the end of its turn (a walk of the mount; never a `.wh.`
+/// name), the worktree daemon writes it after each turn, the project's own
+/// branch holds none of it, stock `git log -p` reads it, and `worktree
+/// discard` deletes it.
+#[test]
+fn a_worktrees_history_is_its_own_branch_of_the_export() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::create_dir_all(f.p("dir/sub")).expect("mkdir");
+    fs::write(f.p("a.txt"), "a0\n").expect("write");
+    fs::write(f.p("del.txt"), "d0\n").expect("write");
+    fs::write(f.p("d/x"), "x0\n").expect("write");
+    fs::write(f.p("d/y"), "y0\n").expect("write");
+    fs::write(f.p("dir/sub/in"), "in0\n").expect("write");
+    fs::write(f.p(".gitignore"), "*.log\n").expect("write");
+    std::os::unix::fs::symlink("a.txt", f.p("link")).expect("symlink");
+    f.mount();
+    f.turn("project work before the worktree");
+    let w = create(&f, "exp", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    let git_dir = PathBuf::from(
+        f.opfs_p(&["status", "--json"]).ok().json()["state_dir"]
+            .as_str()
+            .expect("state dir"),
+    )
+    .join("export.git");
+    let branch = "refs/opfs/worktrees/exp";
+
+    f.sh_in(
+        &w,
+        "echo a1 > a.txt; rm del.txt; rm -r d; mkdir d; touch d/new; mv dir moved; \
+         echo noise > build.log; ln -sf moved/sub/in link",
+    );
+    let view1 = git_view_of(&w);
+    let t1: u64 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("turn");
+    in_wt(&f, &w, &["turn", "--label", "first try"]).ok();
+    // The worktree's daemon exports after the turn, off the request path.
+    assert!(
+        opfs::control::client::wait_for(std::time::Duration::from_secs(60), || {
+            commit_of_turn(&git_dir, branch, t1).is_some()
+        }),
+        "the worktree daemon did not export turn {t1} to {branch}"
+    );
+    f.sh_in(
+        &w,
+        "echo a2 > a.txt; mkdir -p e && echo e > e/f; rm -r moved/sub",
+    );
+    let view2 = git_view_of(&w);
+    in_wt(&f, &w, &["turn", "--label", "second try"]).ok();
+    // An explicit export (of this worktree alone) catches up at once.
+    let r = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    assert_eq!(r["branch"], branch, "{r:#}");
+
+    let c1 = commit_of_turn(&git_dir, branch, t1).expect("turn 1 on the branch");
+    let c2 = commit_of_turn(&git_dir, branch, t1 + 1).expect("turn 2 on the branch");
+    let mut expected1 = view1.clone();
+    expected1.remove(b"build.log".as_slice());
+    let mut expected2 = view2.clone();
+    expected2.remove(b"build.log".as_slice());
+    assert_eq!(git_view_in(&git_dir, &c1), expected1, "turn {t1}'s tree");
+    assert_eq!(
+        git_view_in(&git_dir, &c2),
+        expected2,
+        "turn {}'s tree",
+        t1 + 1
+    );
+    assert!(git_view_in(&git_dir, &c1).contains_key(b"d/new".as_slice()));
+    let names =
+        String::from_utf8_lossy(&git_in_ok(&git_dir, &["log", "--name-only", branch])).into_owned();
+    assert!(!names.contains(".wh."), "{names}");
+
+    // Its first commit's parent is the project's commit for the base.
+    let parent = String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", &format!("{c1}^")]))
+        .trim()
+        .to_string();
+    let base_ref = format!("refs/opfs/turns/{}", base - 1);
+    let want = String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", &base_ref]))
+        .trim()
+        .to_string();
+    assert_eq!(
+        parent, want,
+        "the branch starts at the project's {base_ref}"
+    );
+
+    // The project's own branch has none of the worktree's work.
+    let main_log = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["log", "--format=%B", "refs/heads/opfs"],
+    ))
+    .into_owned();
+    assert!(!main_log.contains("opfs-worktree"), "{main_log}");
+    let main = git_view_in(&git_dir, "refs/heads/opfs");
+    assert!(main.contains_key(b"del.txt".as_slice()) && main.contains_key(b"d/x".as_slice()));
+    assert!(
+        !main.contains_key(b"d/new".as_slice()) && !main.contains_key(b"moved/sub/in".as_slice())
+    );
+
+    // Stock git reads it, patches included.
+    let patch = String::from_utf8_lossy(&git_in_ok(&git_dir, &["log", "-p", branch])).into_owned();
+    assert!(
+        patch.contains("-a0\n+a1\n") && patch.contains("-a1\n+a2\n"),
+        "{patch}"
+    );
+    assert!(patch.contains("opfs-worktree: exp"), "{patch}");
+
+    // The project's `opfs export` exports the worktrees' branches too.
+    let all = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(all["worktrees"][0]["name"], "exp", "{all:#}");
+
+    // Discard deletes the branch.
+    wt(&f, &["discard", "exp"]).ok();
+    let gone = git_in(&git_dir, &["show-ref", "--verify", branch]);
+    assert!(!gone.status.success(), "{branch} is gone after discard");
+    assert!(
+        git_in(&git_dir, &["show-ref", "--verify", "refs/heads/opfs"])
+            .status
+            .success()
+    );
+}

@@ -82,6 +82,14 @@ pub enum WorktreeCmdError {
         /// The cause (it names the path when a file could not be read).
         source: std::io::Error,
     },
+    /// Its branch of the export cannot be written (or read: its history).
+    #[error("worktree {name:?}: {source}")]
+    Export {
+        /// The worktree.
+        name: String,
+        /// Why.
+        source: Box<crate::export::ExportError>,
+    },
     /// A custom mountpoint is not usable.
     #[error("cannot use {} as the worktree's mountpoint: {why}", .path.display())]
     BadMountpoint {
@@ -256,7 +264,6 @@ pub fn mount(
     })?;
     let plan = super::check(home, &wt.upper(), &meta.mountpoint)?;
     let opts = DaemonOptions {
-        export: false,
         worktree: Some(WorktreeSpec {
             project: project.project.clone(),
             name: name.to_string(),
@@ -294,7 +301,98 @@ pub fn discard(home: &Path, project: &StateDir, name: &str) -> Result<(), Worktr
         })?;
     }
     wt.remove(home)?;
+    // Its branch of the export goes with it (`docs/export.md`): a later
+    // worktree of the same name starts a branch of its own.
+    if let Err(e) = crate::export::delete_branch(project, None, name) {
+        log::warn!(
+            "worktree {name:?} was discarded, but its export branch could not be deleted: {e}"
+        );
+    }
     Ok(())
+}
+
+/// Exports worktree `name`'s closed turns not on its branch yet
+/// (`refs/opfs/worktrees/NAME`) into `git_dir` (default: the project's
+/// export repository); `wt_commit` makes the worktree's pending records
+/// visible (its daemon's group commit, or
+/// [`commit_through_daemon`] of its state dir).
+///
+/// Errors: no such worktree; its base cannot be resolved; the export
+/// fails ([`WorktreeCmdError::Export`]).
+pub fn export_branch(
+    home: &Path,
+    project: &StateDir,
+    name: &str,
+    git_dir: Option<&Path>,
+    wt_commit: Box<dyn Fn() + '_>,
+) -> Result<crate::export::BranchReport, WorktreeCmdError> {
+    let wt = Worktree::of(project, name);
+    let meta = wt.meta()?;
+    let base = open_base(project, &wt, &meta)?;
+    let failed = |e: crate::export::ExportError| WorktreeCmdError::Export {
+        name: name.to_string(),
+        source: Box::new(e),
+    };
+    let opened =
+        crate::history::Opened::open(&wt.state(home), wt_commit).map_err(|e| failed(e.into()))?;
+    let pst = project.clone();
+    crate::worktree::branch::export(
+        project,
+        &wt,
+        &meta,
+        opened.sources(),
+        &base,
+        git_dir,
+        &move || commit_through_daemon(&pst),
+    )
+    .map_err(failed)
+}
+
+/// Starts a worktree daemon's background exporter: after every request
+/// that closes a turn of the worktree (woken like the project's, off the
+/// request path), its branch of the project's export is brought up to
+/// date. Woken once at start, to catch up with turns closed while it was
+/// not mounted; a worktree with no closed turn writes nothing (the branch
+/// appears with its first closed turn).
+pub(super) fn start_exporter(
+    home: &Path,
+    spec: &WorktreeSpec,
+    state: &StateDir,
+    journal: &Arc<crate::capture::Journal>,
+) -> crossbeam_channel::Sender<()> {
+    let project = StateDir::for_project(home, &spec.project);
+    let home = home.to_path_buf();
+    let name = spec.name.clone();
+    let state = state.clone();
+    let journal = journal.clone();
+    let tx = crate::export::spawn_worker(Box::new(move || {
+        let j = journal.clone();
+        let commit = move || {
+            if let Err(e) = j.apply_pending() {
+                log::warn!("group commit before the export deferred: {e}");
+            }
+        };
+        commit();
+        let any_closed = Index::open_read_only(&state.index_path())
+            .and_then(|ix| ix.turns(Some(2)))
+            .map(|ts| ts.iter().any(|t| t.ended_at.is_some()))
+            .unwrap_or(false);
+        if !any_closed {
+            return;
+        }
+        match export_branch(&home, &project, &name, None, Box::new(commit)) {
+            Ok(r) if !r.turns.is_empty() || r.rewritten => log::info!(
+                "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
+                r.turns,
+                r.branch,
+                r.elapsed_ms
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("background export of worktree {name:?} failed: {e}"),
+        }
+    }));
+    let _ = tx.try_send(());
+    tx
 }
 
 /// What worktree `name` of `project` changed against its base, as the

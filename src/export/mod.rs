@@ -30,6 +30,7 @@
 
 mod background;
 mod baseline;
+mod branch;
 mod commit;
 mod ignore;
 mod lock;
@@ -37,7 +38,11 @@ mod prune;
 mod repo;
 mod tree_edit;
 
-pub use background::spawn_background;
+pub use background::{spawn_background, spawn_worker};
+pub use branch::{
+    branch_ref, delete_branch, export_branch, BranchReport, BranchSource, BranchSpec,
+    WORKTREE_REF_PREFIX,
+};
 pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
@@ -51,6 +56,7 @@ use serde::Serialize;
 
 use crate::history::{self, HistoryError, Sources};
 use crate::record::Hash;
+use crate::record::PreImage;
 use crate::record::Turn;
 use crate::store::StateDir;
 use crate::store::{BlobError, Index, IndexError};
@@ -412,6 +418,9 @@ struct Exporter<'a> {
     ignore: Option<IgnoreRules>,
     /// Entries left out by them (see [`ExportReport::ignored`]).
     ignored: u64,
+    /// Where the bytes of a file state come from when they are not in the
+    /// project's store (a branch's history: `branch`); `None`: the store.
+    fetch: Option<&'a dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError>>,
 }
 
 impl<'a> Exporter<'a> {
@@ -425,6 +434,7 @@ impl<'a> Exporter<'a> {
             skipped: Vec::new(),
             ignore: None,
             ignored: 0,
+            fetch: None,
         }
     }
 

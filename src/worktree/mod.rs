@@ -23,6 +23,7 @@
 //! mountpoint.
 
 pub mod base;
+pub mod branch;
 pub mod changes;
 pub mod history;
 pub mod merge;
