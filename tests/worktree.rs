@@ -852,3 +852,56 @@ fn a_worktrees_history_is_its_own_branch_of_the_export() {
             .success()
     );
 }
+
+/// `opfs gc` rewrites the project's export under a worktree's branch (its
+/// kept commits get new parents): the next export writes the branch's
+/// commits again on the project's new commit for the base, same trees.
+#[test]
+fn a_worktree_branch_follows_the_project_export_rewritten_by_gc() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "0\n").expect("write");
+    f.mount();
+    for i in 1..=3 {
+        fs::write(f.m("a"), format!("{i}\n")).expect("write");
+        f.turn(&format!("project turn {i}"));
+    }
+    let w = create(&f, "gcd", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    fs::write(w.join("a"), "in the worktree\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    let git_dir = PathBuf::from(r["git_dir"].as_str().expect("git dir"));
+    let branch = "refs/opfs/worktrees/gcd";
+    let before = git_view_in(&git_dir, branch);
+    assert_eq!(
+        before.get(b"a".as_slice()).map(|e| e.1.clone()),
+        Some(blake3::hash(b"in the worktree\n").to_hex().to_string())
+    );
+
+    f.umount();
+    let gc = f.opfs_p(&["gc", "--keep", "1", "--json"]);
+    assert_eq!(gc.code, Some(0), "{gc}");
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(r["worktrees"][0]["rewritten"], true, "{r:#}");
+    let first = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["rev-list", "--max-parents=0", branch],
+    ))
+    .trim()
+    .to_string();
+    let baseline =
+        String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", "refs/opfs/baseline"]))
+            .trim()
+            .to_string();
+    assert_eq!(first, baseline, "the branch sits on the new baseline");
+    let msg = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["log", "-1", "--format=%B", "refs/opfs/baseline"],
+    ))
+    .into_owned();
+    assert!(msg.contains(&format!("opfs-baseline: {base}")), "{msg}");
+    assert_eq!(git_view_in(&git_dir, branch), before, "same trees");
+    discard_all(&f);
+}
