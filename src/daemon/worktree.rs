@@ -2,7 +2,9 @@
 //! daemon. A worktree is served by a daemon of its own (the same `opfs
 //! mount` process as a project's, with the overlay instead of the
 //! passthrough: [`run_overlay`]), whose journal records the upper layer,
-//! so the worktree has turns and rewinds of its own.
+//! so the worktree has turns and rewinds of its own, and whose background
+//! exporter writes the worktree's branch of the project's export
+//! ([`start_exporter`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,7 +5,8 @@
 //! first seen (the start of the oldest turn kept), then one commit per
 //! closed turn whose tree is the project at the end of that turn;
 //! `refs/opfs/baseline`, `refs/opfs/turns/<N>` per turn, and the branch
-//! `refs/heads/opfs` (which `HEAD` names) at the newest exported turn.
+//! `refs/heads/opfs` (which `HEAD` names) at the newest exported turn;
+//! each worktree's history as `refs/opfs/worktrees/<NAME>` (`branch`).
 //!
 //! Incremental: the branch tip's message says which turn it holds (an
 //! `opfs-turn:` trailer). An export starts from that commit's tree and, for
@@ -420,8 +421,11 @@ struct Exporter<'a> {
     ignored: u64,
     /// Where the bytes of a file state come from when they are not in the
     /// project's store (a branch's history: `branch`); `None`: the store.
-    fetch: Option<&'a dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError>>,
+    fetch: Option<&'a Fetch<'a>>,
 }
+
+/// Reads the bytes of a file state at a path (see [`Exporter`]'s `fetch`).
+type Fetch<'a> = dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError> + 'a;
 
 impl<'a> Exporter<'a> {
     fn new(repo: &'a gix::Repository, git_dir: &Path, src: Sources<'a>) -> Exporter<'a> {

@@ -18,9 +18,11 @@
 //! is a plain directory (whiteouts are empty files named `.wh.NAME`, an
 //! opaque directory holds `.wh..wh..opq`: `opfs_fs::overlay`), so the
 //! worktree's own history is an ordinary journal over `upper/`, with its own
-//! state dir (`StateDir::for_project(home, upper)`): turns, rewinds, log and
-//! diff of a worktree are the project commands pointed at the worktree's
-//! mountpoint.
+//! state dir (`StateDir::for_project(home, upper)`): turns and rewinds of a
+//! worktree are the project commands pointed at the worktree's mountpoint;
+//! its log, diff and show map that history through the base so they show
+//! the worktree's view ([`history`]), and [`branch`] exports it as the
+//! worktree's branch of the project's export.
 
 pub mod base;
 pub mod branch;
