@@ -905,3 +905,222 @@ fn a_worktree_branch_follows_the_project_export_rewritten_by_gc() {
     assert_eq!(git_view_in(&git_dir, branch), before, "same trees");
     discard_all(&f);
 }
+
+/// Files and directories of a worktree mount, for picking random targets
+/// (`.git` never).
+fn entries_of(root: &Path) -> (Vec<String>, Vec<String>) {
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for (p, e) in manifest_without_git(root) {
+        let p = String::from_utf8(p).expect("utf8 names");
+        match e {
+            Entry::Dir { .. } => dirs.push(p),
+            _ => files.push(p),
+        }
+    }
+    (files, dirs)
+}
+
+/// One random change of the worktree at `w`; returns what it did.
+fn random_change(rng: &mut Rng, w: &Path, n: &mut u32) -> String {
+    let (files, dirs) = entries_of(w);
+    *n += 1;
+    let fresh = format!("n{n}");
+    let mut in_dir = dirs.clone();
+    in_dir.push(String::new());
+    let dir = rng.pick(&in_dir).clone();
+    let join = |d: &str, name: &str| {
+        if d.is_empty() {
+            name.to_string()
+        } else {
+            format!("{d}/{name}")
+        }
+    };
+    let p = |rel: &str| w.join(rel);
+    match rng.below(10) {
+        0 | 1 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            if p(&f).is_symlink() {
+                return format!("skip symlink {f}");
+            }
+            fs::write(p(&f), format!("edited {n}\n")).expect("write");
+            format!("edit {f}")
+        }
+        2 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            fs::remove_file(p(&f)).expect("rm");
+            format!("rm {f}")
+        }
+        3 if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::remove_dir_all(p(&d)).expect("rm -r");
+            if rng.below(2) == 0 {
+                fs::create_dir(p(&d)).expect("mkdir");
+                fs::write(p(&join(&d, &fresh)), "under a remade dir\n").expect("write");
+                format!("rm -r {d}; mkdir {d}; touch {d}/{fresh}")
+            } else {
+                format!("rm -r {d}")
+            }
+        }
+        4 => {
+            let d = join(&dir, &fresh);
+            fs::create_dir(p(&d)).expect("mkdir");
+            fs::write(p(&join(&d, "f")), format!("{n}\n")).expect("write");
+            format!("mkdir {d} + file")
+        }
+        5 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            let to = join(&dir, &fresh);
+            fs::rename(p(&f), p(&to)).expect("mv");
+            format!("mv {f} {to}")
+        }
+        6 if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::rename(p(&d), p(&fresh)).expect("mv dir");
+            format!("mv {d} {fresh}")
+        }
+        7 if !files.is_empty() => {
+            use std::os::unix::fs::PermissionsExt;
+            let f = rng.pick(&files).clone();
+            if p(&f).is_symlink() {
+                return format!("skip symlink {f}");
+            }
+            let mode = fs::metadata(p(&f)).expect("stat").permissions().mode();
+            fs::set_permissions(p(&f), fs::Permissions::from_mode(mode ^ 0o111)).expect("chmod");
+            format!("chmod {f}")
+        }
+        8 => {
+            let l = join(&dir, &fresh);
+            std::os::unix::fs::symlink(format!("target-{n}"), p(&l)).expect("symlink");
+            format!("ln -s {l}")
+        }
+        _ if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::remove_dir_all(p(&d)).expect("rm -r");
+            fs::write(p(&d), "a file where a directory was\n").expect("write");
+            format!("replace dir {d} by a file")
+        }
+        _ => {
+            let f = join(&dir, &fresh);
+            fs::write(p(&f), format!("new {n}\n")).expect("write");
+            format!("new {f}")
+        }
+    }
+}
+
+/// `git diff --name-status` between two views, renames as delete + add.
+fn expected_status(old: &GitView, new: &GitView) -> Vec<String> {
+    let mut out = Vec::new();
+    let keys: std::collections::BTreeSet<&Vec<u8>> = old.keys().chain(new.keys()).collect();
+    for k in keys {
+        let k_s = String::from_utf8_lossy(k);
+        match (old.get(k), new.get(k)) {
+            (None, Some(_)) => out.push(format!("A\t{k_s}")),
+            (Some(_), None) => out.push(format!("D\t{k_s}")),
+            (Some(a), Some(b)) if a != b => {
+                let t = (a.0 == 0o120000) != (b.0 == 0o120000);
+                out.push(format!("{}\t{k_s}", if t { "T" } else { "M" }));
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `opfs diff --name-status` output as [`expected_status`] gives it.
+fn actual_status(out: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for l in out.lines().filter(|l| !l.ends_with('/')) {
+        let parts: Vec<&str> = l.split('\t').collect();
+        match parts.as_slice() {
+            [s, from, to] if s.starts_with('R') => {
+                v.push(format!("D\t{from}"));
+                v.push(format!("A\t{to}"));
+            }
+            _ => v.push(l.to_string()),
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Random changes of a worktree over several turns (edits, deletions,
+/// `rm -r` with and without a remade directory, renames of files and
+/// directories, mode changes, symlinks, a directory replaced by a file):
+/// after each turn, what the worktree's `diff N`, `show N:PATH` and its
+/// export branch say is what walks of the mount saw.
+#[test]
+fn a_worktrees_history_and_branch_match_its_mount_under_random_changes() {
+    let (mut rng, seed) = Rng::from_env("OPFS_WORKTREE_SEED", 0x5eed_0012);
+    let f = Fixture::new();
+    for d in ["src/a", "src/b", "docs", "empty"] {
+        fs::create_dir_all(f.p(d)).expect("mkdir");
+    }
+    for (i, rel) in ["src/a/x", "src/a/y", "src/b/z", "docs/r", "top", "src/m"]
+        .iter()
+        .enumerate()
+    {
+        fs::write(f.p(rel), format!("lower {i}\n")).expect("write");
+    }
+    std::os::unix::fs::symlink("top", f.p("link")).expect("symlink");
+    f.mount();
+    let w = create(&f, "rnd", &[]);
+    let mut views = vec![git_view_of(&w)];
+    let mut first = None;
+    let mut n = 0;
+    let mut done = Vec::new();
+    for _ in 0..5 {
+        let t = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+            .as_u64()
+            .expect("turn");
+        first.get_or_insert(t);
+        for _ in 0..4 {
+            done.push(format!("turn {t}: {}", random_change(&mut rng, &w, &mut n)));
+        }
+        views.push(git_view_of(&w));
+        in_wt(&f, &w, &["turn"]).ok();
+    }
+    let first = first.expect("turns");
+    let ctx = format!("seed {seed:#x}, changes:\n{}", done.join("\n"));
+    let r = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    let git_dir = PathBuf::from(r["git_dir"].as_str().expect("git dir"));
+    for (i, pair) in views.windows(2).enumerate() {
+        let t = first + i as u64;
+        let ns = in_wt(&f, &w, &["diff", &t.to_string(), "--name-status"]).ok();
+        assert_eq!(
+            actual_status(&ns.stdout),
+            expected_status(&pair[0], &pair[1]),
+            "diff {t}; {ctx}"
+        );
+        let c = commit_of_turn(&git_dir, "refs/opfs/worktrees/rnd", t)
+            .unwrap_or_else(|| panic!("turn {t} on the branch; {ctx}"));
+        assert_eq!(
+            git_view_in(&git_dir, &c),
+            pair[1],
+            "tree of turn {t}; {ctx}"
+        );
+        // `show t:PATH`: the view when turn t began.
+        let mut some: Vec<&Vec<u8>> = pair[0].keys().collect();
+        rng.shuffle(&mut some);
+        for path in some.into_iter().take(3) {
+            let p = String::from_utf8_lossy(path).into_owned();
+            let shown = in_wt(&f, &w, &["show", &format!("{t}:{p}")]).ok();
+            assert_eq!(
+                blake3::hash(shown.stdout.as_bytes()).to_hex().to_string(),
+                pair[0][path].1,
+                "show {t}:{p}; {ctx}"
+            );
+        }
+        for (path, _) in pair[1]
+            .iter()
+            .filter(|(p, _)| !pair[0].contains_key(*p))
+            .take(2)
+        {
+            let p = String::from_utf8_lossy(path).into_owned();
+            let shown = in_wt(&f, &w, &["show", &format!("{t}:{p}")]);
+            assert_eq!(shown.code, Some(1), "show {t}:{p} (absent then); {ctx}");
+        }
+    }
+    discard_all(&f);
+}
