@@ -355,7 +355,8 @@ pub fn export_branch(
 /// request path), its branch of the project's export is brought up to
 /// date. Woken once at start, to catch up with turns closed while it was
 /// not mounted; a worktree with no closed turn writes nothing (the branch
-/// appears with its first closed turn).
+/// appears with its first closed turn), nor one whose project has no
+/// export repository yet (a project mounted with `--no-export`).
 pub(super) fn start_exporter(
     home: &Path,
     spec: &WorktreeSpec,
@@ -379,7 +380,13 @@ pub(super) fn start_exporter(
             .and_then(|ix| ix.turns(Some(2)))
             .map(|ts| ts.iter().any(|t| t.ended_at.is_some()))
             .unwrap_or(false);
-        if !any_closed {
+        // Only into a repository the project's export made: a project
+        // mounted with `--no-export` never gets one behind its back (`opfs
+        // export` then writes the project's history and the branches).
+        let repo_made = crate::export::default_git_dir(&project)
+            .join("HEAD")
+            .exists();
+        if !any_closed || !repo_made {
             return;
         }
         match export_branch(&home, &project, &name, None, Box::new(commit)) {
