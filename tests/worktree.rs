@@ -1124,3 +1124,33 @@ fn a_worktrees_history_and_branch_match_its_mount_under_random_changes() {
     }
     discard_all(&f);
 }
+
+/// A project mounted with `--no-export` gets no export repository behind
+/// its back from a worktree's daemon; `opfs export` then writes the
+/// project's history and the worktree's branch.
+#[test]
+fn a_worktree_of_a_no_export_project_exports_only_when_asked() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a0\n").expect("write");
+    f.mount_with(&["--no-export"]);
+    let w = create(&f, "quiet", &[]);
+    fs::write(w.join("a"), "a1\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let state = PathBuf::from(
+        f.opfs_p(&["status", "--json"]).ok().json()["state_dir"]
+            .as_str()
+            .expect("state dir"),
+    );
+    let git_dir = state.join("export.git");
+    let appeared =
+        opfs::control::client::wait_for(std::time::Duration::from_secs(3), || git_dir.exists());
+    assert!(!appeared, "a worktree daemon made {}", git_dir.display());
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(r["worktrees"][0]["turns"], serde_json::json!([1]), "{r:#}");
+    let tree = git_view_in(&git_dir, "refs/opfs/worktrees/quiet");
+    assert_eq!(
+        tree.get(b"a".as_slice()).map(|e| e.1.clone()),
+        Some(blake3::hash(b"a1\n").to_hex().to_string())
+    );
+    discard_all(&f);
+}
