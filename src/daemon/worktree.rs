@@ -285,7 +285,9 @@ pub fn is_mounted(home: &Path, wt: &Worktree, meta: &Meta) -> bool {
 }
 
 /// Unmounts worktree `name` if it is mounted, then deletes it (its upper
-/// layer and its history).
+/// layer and its history), and its branch `refs/opfs/worktrees/NAME` from
+/// the project's default export repository (best effort: a failure there
+/// is logged, the worktree is gone all the same).
 ///
 /// Errors: no such worktree; its daemon refused to unmount (a process
 /// still uses the mount: [`WorktreeCmdError::Busy`]); a file cannot be
