@@ -86,11 +86,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "gc",
         &["export", "worktree", "view", "store", "record", "paths"],
     ),
-    // worktrees: the lower layer (a view), the changes, and the merge (a
-    // restore)
+    // worktrees: the lower layer (a view), the changes, the merge (a
+    // restore), its history as its view and its branch of the export
     (
         "worktree",
         &[
+            "export",
             "diff",
             "history",
             "rewind",

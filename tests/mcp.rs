@@ -44,10 +44,15 @@ struct Client {
 
 impl Client {
     fn start(f: &Fixture) -> Client {
+        Client::start_in(f, &f.project)
+    }
+
+    /// `opfs -C DIR mcp -v`.
+    fn start_in(f: &Fixture, dir: &Path) -> Client {
         let stderr = f.root().join("mcp.stderr");
         let mut cmd = f.opfs_command(&[
             "-C".as_ref(),
-            f.project.as_os_str(),
+            dir.as_os_str(),
             "mcp".as_ref(),
             "-v".as_ref(),
         ]);
@@ -425,4 +430,63 @@ fn mcp_ends_cleanly_at_once_and_needs_a_project() {
         run.stderr.contains("is not an opfs project or mountpoint"),
         "{run}"
     );
+}
+
+/// `opfs -C <worktree path> mcp`: the history tools show the worktree's
+/// view, as `opfs -C <worktree path> log|diff|show` do (a deleted lower
+/// file is a deletion with its lower bytes, never a `.wh.` name).
+#[test]
+fn the_history_tools_inside_a_worktree_show_its_view() {
+    let f = Fixture::new();
+    fs::write(f.p("gone"), "lower bytes\n").expect("write");
+    fs::write(f.p("a.txt"), "one\n").expect("write");
+    f.mount();
+    let w = PathBuf::from(
+        f.opfs_p(&["worktree", "create", "hist"])
+            .ok()
+            .stdout
+            .trim_end(),
+    );
+    fs::remove_file(w.join("gone")).expect("rm");
+    fs::write(w.join("a.txt"), "two\n").expect("write");
+    let wc = |args: &[&str]| {
+        let mut all = vec!["-C", w.to_str().expect("utf8")];
+        all.extend(args);
+        f.opfs(&all)
+    };
+    let t: u64 = wc(&["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("turn");
+    wc(&["turn"]).ok();
+    let mut c = Client::start_in(&f, &w);
+    c.handshake();
+    let d = c.ok("history_diff", json!({"range": t.to_string()}));
+    let out = d["output"].as_str().expect("output");
+    assert!(!out.contains(".wh."), "{out}");
+    assert!(
+        out.contains("-lower bytes") && out.contains("-one\n+two"),
+        "{out}"
+    );
+    assert_eq!(
+        d["output"],
+        wc(&["diff", &t.to_string(), "--json"]).ok().json()["output"]
+    );
+    let log = c.ok("history_log", json!({}));
+    let e = log
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|e| e["turn"].as_u64() == Some(t))
+        .cloned()
+        .expect("the turn");
+    assert_eq!(
+        (&e["modified"], &e["deleted"]),
+        (&json!(1), &json!(1)),
+        "{e}"
+    );
+    let shown = c.ok("history_show", json!({"turn": t, "path": "gone"}));
+    assert_eq!(shown["kind"], "file", "{shown}");
+    assert_eq!(shown["content_base64"], "bG93ZXIgYnl0ZXMK", "{shown}"); // "lower bytes\n"
+    drop(c);
+    f.opfs_p(&["worktree", "discard", "hist"]).ok();
 }

@@ -532,3 +532,625 @@ fn a_rewind_in_a_worktree_shows_at_once_through_its_caches() {
     assert_eq!(read(&w.join("d/x")), "x\n");
     discard_all(&f);
 }
+
+/// `opfs -C WORKTREE ARGS...`.
+fn in_wt<S: AsRef<OsStr>>(f: &Fixture, w: &Path, args: &[S]) -> Run {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("-C"), w.as_os_str()];
+    all.extend(args.iter().map(AsRef::as_ref));
+    f.opfs(&all)
+}
+
+/// A worktree's `log`, `diff`, `show` and `status` show the worktree as
+/// its user sees it, not its upper layer: no `.wh.` name, a deleted lower
+/// file is a deletion with the lower bytes as its old side, an edit of a
+/// lower file a modification against the lower bytes, an opaque directory
+/// (`rm -r d; mkdir d; touch d/new`) its hidden lower children deleted.
+#[test]
+fn a_worktrees_log_diff_and_show_are_its_view_not_its_upper_layer() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::create_dir_all(f.p("dir")).expect("mkdir");
+    fs::write(f.p("a.txt"), "a0\n").expect("write");
+    fs::write(f.p("del.txt"), "d0\n").expect("write");
+    fs::write(f.p("ren.txt"), "r0\n").expect("write");
+    fs::write(f.p("d/x"), "x0\n").expect("write");
+    fs::write(f.p("d/y"), "y0\n").expect("write");
+    fs::write(f.p("dir/in"), "in0\n").expect("write");
+    fs::write(f.p("keep"), "k\n").expect("write");
+    f.mount();
+    let w = create(&f, "view", &[]);
+    f.sh_in(
+        &w,
+        "echo a1 > a.txt; rm del.txt; mv ren.txt renamed.txt; rm -r d; mkdir d; touch d/new; \
+         mv dir moved",
+    );
+    let t1 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("open turn");
+    in_wt(&f, &w, &["turn", "--label", "first"]).ok();
+    fs::write(w.join("a.txt"), "a2\n").expect("write");
+    fs::write(w.join("moved/in"), "in1\n").expect("write");
+    let t2 = t1 + 1;
+
+    let ns = in_wt(&f, &w, &["diff", &t1.to_string(), "--name-status"]).ok();
+    assert!(!ns.stdout.contains(".wh."), "{ns}");
+    let lines: Vec<&str> = ns.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "M\ta.txt",
+            "A\td/new",
+            "D\td/x",
+            "D\td/y",
+            "D\tdel.txt",
+            "R100\tdir/in\tmoved/in",
+            "R100\tren.txt\trenamed.txt",
+        ],
+        "{ns}"
+    );
+    let patch = in_wt(&f, &w, &["diff", &t1.to_string()]).ok().stdout;
+    assert!(patch.contains("-a0\n+a1\n"), "{patch}");
+    assert!(
+        patch.contains(
+            "deleted file mode 100644\n--- a/del.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-d0\n"
+        ),
+        "the lower bytes are the old side of a deletion: {patch}"
+    );
+    // The open turn: against the end of turn 1, the lower bytes no more.
+    let open = in_wt(&f, &w, &["diff", "--name-status"]).ok();
+    assert_eq!(open.stdout, "M\ta.txt\nM\tmoved/in\n", "{open}");
+    let range = in_wt(&f, &w, &["diff", &format!("{t1}..{t2}"), "--name-status"]).ok();
+    assert!(range.stdout.contains("M\ta.txt\n"), "{range}");
+    assert!(
+        range.stdout.contains("R100\tren.txt\trenamed.txt\n"),
+        "{range}"
+    );
+    assert!(
+        range.stdout.contains("D\tdir/in\n") && range.stdout.contains("A\tmoved/in\n"),
+        "{range}"
+    );
+
+    let log = in_wt(&f, &w, &["log", "--json"]).ok().json();
+    let entry = |t: u64| {
+        log.as_array()
+            .expect("array")
+            .iter()
+            .find(|e| e["turn"].as_u64() == Some(t))
+            .cloned()
+            .unwrap_or_else(|| panic!("no turn {t}: {log:#}"))
+    };
+    let e1 = entry(t1);
+    assert_eq!(
+        (&e1["added"], &e1["modified"], &e1["deleted"]),
+        (&Value::from(3), &Value::from(1), &Value::from(5)),
+        "added d/new, renamed.txt, moved/in; modified a.txt; deleted del.txt, ren.txt, d/x, d/y, dir/in: {e1:#}"
+    );
+    let e2 = entry(t2);
+    assert_eq!(
+        (&e2["added"], &e2["modified"], &e2["deleted"]),
+        (&Value::from(0), &Value::from(2), &Value::from(0)),
+        "{e2:#}"
+    );
+    let only_d = in_wt(&f, &w, &["log", "--json", "d"]).ok().json();
+    assert_eq!(only_d.as_array().map(Vec::len), Some(1), "{only_d:#}");
+
+    let show = |spec: String| in_wt(&f, &w, &["show", &spec]);
+    assert_eq!(show(format!("{t1}:a.txt")).ok().stdout, "a0\n");
+    assert_eq!(show(format!("{t2}:a.txt")).ok().stdout, "a1\n");
+    assert_eq!(show(format!("{t1}:del.txt")).ok().stdout, "d0\n");
+    assert_eq!(show(format!("{t1}:d/x")).ok().stdout, "x0\n");
+    assert_eq!(show(format!("{t2}:d/new")).ok().stdout, "");
+    assert_eq!(show(format!("{t2}:moved/in")).ok().stdout, "in0\n");
+    assert_eq!(show(format!("{t1}:keep")).ok().stdout, "k\n");
+    for gone in ["del.txt", "d/x", "ren.txt", "dir/in"] {
+        let r = show(format!("{t2}:{gone}"));
+        assert_eq!(r.code, Some(1), "{r}");
+        assert!(r.stderr.contains("did not exist"), "{r}");
+    }
+    let r = show(format!("{t2}:.wh.del.txt"));
+    assert_eq!(r.code, Some(1), "a whiteout is not a path of the view: {r}");
+
+    let st = in_wt(&f, &w, &["status", "--json"]).ok().json();
+    assert_eq!(st["worktree"]["name"], "view", "{st:#}");
+    assert_eq!(
+        st["worktree"]["project"].as_str().map(PathBuf::from),
+        Some(f.project.clone())
+    );
+    let human = in_wt(&f, &w, &["status"]).ok().stdout;
+    assert!(human.contains("worktree:   view of "), "{human}");
+    discard_all(&f);
+}
+
+/// What a git tree holds, as the worktree's view should: path → (git mode,
+/// BLAKE3 of the bytes, hex). Files and symlinks only (git has no
+/// directories).
+type GitView = std::collections::BTreeMap<Vec<u8>, (u32, String)>;
+
+/// The view a worktree mount shows, as git would hold it (`.git` left out).
+fn git_view_of(root: &Path) -> GitView {
+    manifest_without_git(root)
+        .into_iter()
+        .filter_map(|(p, e)| match e {
+            Entry::File { mode, blake3, .. } => Some((
+                p,
+                (
+                    if mode & 0o111 != 0 {
+                        0o100755
+                    } else {
+                        0o100644
+                    },
+                    blake3,
+                ),
+            )),
+            Entry::Symlink { target } => {
+                Some((p, (0o120000, blake3::hash(&target).to_hex().to_string())))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tree of `rev` in the export `git_dir`, as [`git_view_of`] gives it.
+fn git_view_in(git_dir: &Path, rev: &str) -> GitView {
+    let list = git_in_ok(git_dir, &["ls-tree", "-r", "-z", rev]);
+    let mut out = GitView::new();
+    for entry in list.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let tab = entry.iter().position(|&b| b == b'\t').expect("tab");
+        let meta = String::from_utf8_lossy(&entry[..tab]).into_owned();
+        let mut parts = meta.split(' ');
+        let mode = u32::from_str_radix(parts.next().expect("mode"), 8).expect("octal");
+        let id = parts.nth(1).expect("id");
+        let bytes = git_in_ok(git_dir, &["cat-file", "blob", id]);
+        out.insert(
+            entry[tab + 1..].to_vec(),
+            (mode, blake3::hash(&bytes).to_hex().to_string()),
+        );
+    }
+    out
+}
+
+/// The commit of `branch` that holds worktree turn `turn` (its
+/// `opfs-turn:` trailer), if any.
+fn commit_of_turn(git_dir: &Path, branch: &str, turn: u64) -> Option<String> {
+    let out = git_in(git_dir, &["log", "--format=%H%x00%B%x01", branch]);
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split('\u{1}')
+        .filter_map(|c| c.trim_start().split_once('\0'))
+        .find(|(_, body)| {
+            body.contains("opfs-worktree: ")
+                && body.lines().any(|l| l == format!("opfs-turn: {turn}"))
+        })
+        .map(|(id, _)| id.to_string())
+}
+
+/// A worktree's history is exported as its own branch of the project's
+/// export, `refs/opfs/worktrees/NAME`: it starts from the project's commit
+/// for the base turn's start, each commit's tree is what the worktree
+/// showed at the end of its turn (a walk of the mount; never a `.wh.`
+/// name), the worktree daemon writes it after each turn, the project's own
+/// branch holds none of it, stock `git log -p` reads it, and `worktree
+/// discard` deletes it.
+#[test]
+fn a_worktrees_history_is_its_own_branch_of_the_export() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::create_dir_all(f.p("dir/sub")).expect("mkdir");
+    fs::write(f.p("a.txt"), "a0\n").expect("write");
+    fs::write(f.p("del.txt"), "d0\n").expect("write");
+    fs::write(f.p("d/x"), "x0\n").expect("write");
+    fs::write(f.p("d/y"), "y0\n").expect("write");
+    fs::write(f.p("dir/sub/in"), "in0\n").expect("write");
+    fs::write(f.p(".gitignore"), "*.log\n").expect("write");
+    std::os::unix::fs::symlink("a.txt", f.p("link")).expect("symlink");
+    f.mount();
+    f.turn("project work before the worktree");
+    let w = create(&f, "exp", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    let git_dir = PathBuf::from(
+        f.opfs_p(&["status", "--json"]).ok().json()["state_dir"]
+            .as_str()
+            .expect("state dir"),
+    )
+    .join("export.git");
+    let branch = "refs/opfs/worktrees/exp";
+
+    f.sh_in(
+        &w,
+        "echo a1 > a.txt; rm del.txt; rm -r d; mkdir d; touch d/new; mv dir moved; \
+         echo noise > build.log; ln -sf moved/sub/in link",
+    );
+    let view1 = git_view_of(&w);
+    let t1: u64 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("turn");
+    in_wt(&f, &w, &["turn", "--label", "first try"]).ok();
+    // The worktree's daemon exports after the turn, off the request path.
+    assert!(
+        opfs::control::client::wait_for(std::time::Duration::from_secs(60), || {
+            commit_of_turn(&git_dir, branch, t1).is_some()
+        }),
+        "the worktree daemon did not export turn {t1} to {branch}"
+    );
+    f.sh_in(
+        &w,
+        "echo a2 > a.txt; mkdir -p e && echo e > e/f; rm -r moved/sub",
+    );
+    let view2 = git_view_of(&w);
+    in_wt(&f, &w, &["turn", "--label", "second try"]).ok();
+    // An explicit export (of this worktree alone) catches up at once.
+    let r = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    assert_eq!(r["branch"], branch, "{r:#}");
+
+    let c1 = commit_of_turn(&git_dir, branch, t1).expect("turn 1 on the branch");
+    let c2 = commit_of_turn(&git_dir, branch, t1 + 1).expect("turn 2 on the branch");
+    let mut expected1 = view1.clone();
+    expected1.remove(b"build.log".as_slice());
+    let mut expected2 = view2.clone();
+    expected2.remove(b"build.log".as_slice());
+    assert_eq!(git_view_in(&git_dir, &c1), expected1, "turn {t1}'s tree");
+    assert_eq!(
+        git_view_in(&git_dir, &c2),
+        expected2,
+        "turn {}'s tree",
+        t1 + 1
+    );
+    assert!(git_view_in(&git_dir, &c1).contains_key(b"d/new".as_slice()));
+    let names =
+        String::from_utf8_lossy(&git_in_ok(&git_dir, &["log", "--name-only", branch])).into_owned();
+    assert!(!names.contains(".wh."), "{names}");
+
+    // Its first commit's parent is the project's commit for the base.
+    let parent = String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", &format!("{c1}^")]))
+        .trim()
+        .to_string();
+    let base_ref = format!("refs/opfs/turns/{}", base - 1);
+    let want = String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", &base_ref]))
+        .trim()
+        .to_string();
+    assert_eq!(
+        parent, want,
+        "the branch starts at the project's {base_ref}"
+    );
+
+    // The project's own branch has none of the worktree's work.
+    let main_log = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["log", "--format=%B", "refs/heads/opfs"],
+    ))
+    .into_owned();
+    assert!(!main_log.contains("opfs-worktree"), "{main_log}");
+    let main = git_view_in(&git_dir, "refs/heads/opfs");
+    assert!(main.contains_key(b"del.txt".as_slice()) && main.contains_key(b"d/x".as_slice()));
+    assert!(
+        !main.contains_key(b"d/new".as_slice()) && !main.contains_key(b"moved/sub/in".as_slice())
+    );
+
+    // Stock git reads it, patches included.
+    let patch = String::from_utf8_lossy(&git_in_ok(&git_dir, &["log", "-p", branch])).into_owned();
+    assert!(
+        patch.contains("-a0\n+a1\n") && patch.contains("-a1\n+a2\n"),
+        "{patch}"
+    );
+    assert!(patch.contains("opfs-worktree: exp"), "{patch}");
+
+    // The project's `opfs export` exports the worktrees' branches too.
+    let all = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(all["worktrees"][0]["name"], "exp", "{all:#}");
+
+    // Discard deletes the branch.
+    wt(&f, &["discard", "exp"]).ok();
+    let gone = git_in(&git_dir, &["show-ref", "--verify", branch]);
+    assert!(!gone.status.success(), "{branch} is gone after discard");
+    assert!(
+        git_in(&git_dir, &["show-ref", "--verify", "refs/heads/opfs"])
+            .status
+            .success()
+    );
+}
+
+/// `opfs gc` rewrites the project's export under a worktree's branch (its
+/// kept commits get new parents): the next export writes the branch's
+/// commits again on the project's new commit for the base, same trees.
+#[test]
+fn a_worktree_branch_follows_the_project_export_rewritten_by_gc() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "0\n").expect("write");
+    f.mount();
+    for i in 1..=3 {
+        fs::write(f.m("a"), format!("{i}\n")).expect("write");
+        f.turn(&format!("project turn {i}"));
+    }
+    let w = create(&f, "gcd", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    fs::write(w.join("a"), "in the worktree\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    let git_dir = PathBuf::from(r["git_dir"].as_str().expect("git dir"));
+    let branch = "refs/opfs/worktrees/gcd";
+    let before = git_view_in(&git_dir, branch);
+    assert_eq!(
+        before.get(b"a".as_slice()).map(|e| e.1.clone()),
+        Some(blake3::hash(b"in the worktree\n").to_hex().to_string())
+    );
+
+    f.umount();
+    let gc = f.opfs_p(&["gc", "--keep", "1", "--json"]);
+    assert_eq!(gc.code, Some(0), "{gc}");
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(r["worktrees"][0]["rewritten"], true, "{r:#}");
+    let first = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["rev-list", "--max-parents=0", branch],
+    ))
+    .trim()
+    .to_string();
+    let baseline =
+        String::from_utf8_lossy(&git_in_ok(&git_dir, &["rev-parse", "refs/opfs/baseline"]))
+            .trim()
+            .to_string();
+    assert_eq!(first, baseline, "the branch sits on the new baseline");
+    let msg = String::from_utf8_lossy(&git_in_ok(
+        &git_dir,
+        &["log", "-1", "--format=%B", "refs/opfs/baseline"],
+    ))
+    .into_owned();
+    assert!(msg.contains(&format!("opfs-baseline: {base}")), "{msg}");
+    assert_eq!(git_view_in(&git_dir, branch), before, "same trees");
+    discard_all(&f);
+}
+
+/// Files and directories of a worktree mount, for picking random targets
+/// (`.git` never).
+fn entries_of(root: &Path) -> (Vec<String>, Vec<String>) {
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for (p, e) in manifest_without_git(root) {
+        let p = String::from_utf8(p).expect("utf8 names");
+        match e {
+            Entry::Dir { .. } => dirs.push(p),
+            _ => files.push(p),
+        }
+    }
+    (files, dirs)
+}
+
+/// One random change of the worktree at `w`; returns what it did.
+fn random_change(rng: &mut Rng, w: &Path, n: &mut u32) -> String {
+    let (files, dirs) = entries_of(w);
+    *n += 1;
+    let fresh = format!("n{n}");
+    let mut in_dir = dirs.clone();
+    in_dir.push(String::new());
+    let dir = rng.pick(&in_dir).clone();
+    let join = |d: &str, name: &str| {
+        if d.is_empty() {
+            name.to_string()
+        } else {
+            format!("{d}/{name}")
+        }
+    };
+    let p = |rel: &str| w.join(rel);
+    match rng.below(10) {
+        0 | 1 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            if p(&f).is_symlink() {
+                return format!("skip symlink {f}");
+            }
+            fs::write(p(&f), format!("edited {n}\n")).expect("write");
+            format!("edit {f}")
+        }
+        2 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            fs::remove_file(p(&f)).expect("rm");
+            format!("rm {f}")
+        }
+        3 if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::remove_dir_all(p(&d)).expect("rm -r");
+            if rng.below(2) == 0 {
+                fs::create_dir(p(&d)).expect("mkdir");
+                fs::write(p(&join(&d, &fresh)), "under a remade dir\n").expect("write");
+                format!("rm -r {d}; mkdir {d}; touch {d}/{fresh}")
+            } else {
+                format!("rm -r {d}")
+            }
+        }
+        4 => {
+            let d = join(&dir, &fresh);
+            fs::create_dir(p(&d)).expect("mkdir");
+            fs::write(p(&join(&d, "f")), format!("{n}\n")).expect("write");
+            format!("mkdir {d} + file")
+        }
+        5 if !files.is_empty() => {
+            let f = rng.pick(&files).clone();
+            let to = join(&dir, &fresh);
+            fs::rename(p(&f), p(&to)).expect("mv");
+            format!("mv {f} {to}")
+        }
+        6 if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::rename(p(&d), p(&fresh)).expect("mv dir");
+            format!("mv {d} {fresh}")
+        }
+        7 if !files.is_empty() => {
+            use std::os::unix::fs::PermissionsExt;
+            let f = rng.pick(&files).clone();
+            if p(&f).is_symlink() {
+                return format!("skip symlink {f}");
+            }
+            let mode = fs::metadata(p(&f)).expect("stat").permissions().mode();
+            fs::set_permissions(p(&f), fs::Permissions::from_mode(mode ^ 0o111)).expect("chmod");
+            format!("chmod {f}")
+        }
+        8 => {
+            let l = join(&dir, &fresh);
+            std::os::unix::fs::symlink(format!("target-{n}"), p(&l)).expect("symlink");
+            format!("ln -s {l}")
+        }
+        _ if !dirs.is_empty() => {
+            let d = rng.pick(&dirs).clone();
+            fs::remove_dir_all(p(&d)).expect("rm -r");
+            fs::write(p(&d), "a file where a directory was\n").expect("write");
+            format!("replace dir {d} by a file")
+        }
+        _ => {
+            let f = join(&dir, &fresh);
+            fs::write(p(&f), format!("new {n}\n")).expect("write");
+            format!("new {f}")
+        }
+    }
+}
+
+/// `git diff --name-status` between two views, renames as delete + add.
+fn expected_status(old: &GitView, new: &GitView) -> Vec<String> {
+    let mut out = Vec::new();
+    let keys: std::collections::BTreeSet<&Vec<u8>> = old.keys().chain(new.keys()).collect();
+    for k in keys {
+        let k_s = String::from_utf8_lossy(k);
+        match (old.get(k), new.get(k)) {
+            (None, Some(_)) => out.push(format!("A\t{k_s}")),
+            (Some(_), None) => out.push(format!("D\t{k_s}")),
+            (Some(a), Some(b)) if a != b => {
+                let t = (a.0 == 0o120000) != (b.0 == 0o120000);
+                out.push(format!("{}\t{k_s}", if t { "T" } else { "M" }));
+            }
+            _ => {}
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `opfs diff --name-status` output as [`expected_status`] gives it.
+fn actual_status(out: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for l in out.lines().filter(|l| !l.ends_with('/')) {
+        let parts: Vec<&str> = l.split('\t').collect();
+        match parts.as_slice() {
+            [s, from, to] if s.starts_with('R') => {
+                v.push(format!("D\t{from}"));
+                v.push(format!("A\t{to}"));
+            }
+            _ => v.push(l.to_string()),
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Random changes of a worktree over several turns (edits, deletions,
+/// `rm -r` with and without a remade directory, renames of files and
+/// directories, mode changes, symlinks, a directory replaced by a file):
+/// after each turn, what the worktree's `diff N`, `show N:PATH` and its
+/// export branch say is what walks of the mount saw.
+#[test]
+fn a_worktrees_history_and_branch_match_its_mount_under_random_changes() {
+    let (mut rng, seed) = Rng::from_env("OPFS_WORKTREE_SEED", 0x5eed_0012);
+    let f = Fixture::new();
+    for d in ["src/a", "src/b", "docs", "empty"] {
+        fs::create_dir_all(f.p(d)).expect("mkdir");
+    }
+    for (i, rel) in ["src/a/x", "src/a/y", "src/b/z", "docs/r", "top", "src/m"]
+        .iter()
+        .enumerate()
+    {
+        fs::write(f.p(rel), format!("lower {i}\n")).expect("write");
+    }
+    std::os::unix::fs::symlink("top", f.p("link")).expect("symlink");
+    f.mount();
+    let w = create(&f, "rnd", &[]);
+    let mut views = vec![git_view_of(&w)];
+    let mut first = None;
+    let mut n = 0;
+    let mut done = Vec::new();
+    for _ in 0..5 {
+        let t = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+            .as_u64()
+            .expect("turn");
+        first.get_or_insert(t);
+        for _ in 0..4 {
+            done.push(format!("turn {t}: {}", random_change(&mut rng, &w, &mut n)));
+        }
+        views.push(git_view_of(&w));
+        in_wt(&f, &w, &["turn"]).ok();
+    }
+    let first = first.expect("turns");
+    let ctx = format!("seed {seed:#x}, changes:\n{}", done.join("\n"));
+    let r = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    let git_dir = PathBuf::from(r["git_dir"].as_str().expect("git dir"));
+    for (i, pair) in views.windows(2).enumerate() {
+        let t = first + i as u64;
+        let ns = in_wt(&f, &w, &["diff", &t.to_string(), "--name-status"]).ok();
+        assert_eq!(
+            actual_status(&ns.stdout),
+            expected_status(&pair[0], &pair[1]),
+            "diff {t}; {ctx}"
+        );
+        let c = commit_of_turn(&git_dir, "refs/opfs/worktrees/rnd", t)
+            .unwrap_or_else(|| panic!("turn {t} on the branch; {ctx}"));
+        assert_eq!(
+            git_view_in(&git_dir, &c),
+            pair[1],
+            "tree of turn {t}; {ctx}"
+        );
+        // `show t:PATH`: the view when turn t began.
+        let mut some: Vec<&Vec<u8>> = pair[0].keys().collect();
+        rng.shuffle(&mut some);
+        for path in some.into_iter().take(3) {
+            let p = String::from_utf8_lossy(path).into_owned();
+            let shown = in_wt(&f, &w, &["show", &format!("{t}:{p}")]).ok();
+            assert_eq!(
+                blake3::hash(shown.stdout.as_bytes()).to_hex().to_string(),
+                pair[0][path].1,
+                "show {t}:{p}; {ctx}"
+            );
+        }
+        for (path, _) in pair[1]
+            .iter()
+            .filter(|(p, _)| !pair[0].contains_key(*p))
+            .take(2)
+        {
+            let p = String::from_utf8_lossy(path).into_owned();
+            let shown = in_wt(&f, &w, &["show", &format!("{t}:{p}")]);
+            assert_eq!(shown.code, Some(1), "show {t}:{p} (absent then); {ctx}");
+        }
+    }
+    discard_all(&f);
+}
+
+/// A project mounted with `--no-export` gets no export repository behind
+/// its back from a worktree's daemon; `opfs export` then writes the
+/// project's history and the worktree's branch.
+#[test]
+fn a_worktree_of_a_no_export_project_exports_only_when_asked() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a0\n").expect("write");
+    f.mount_with(&["--no-export"]);
+    let w = create(&f, "quiet", &[]);
+    fs::write(w.join("a"), "a1\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let state = PathBuf::from(
+        f.opfs_p(&["status", "--json"]).ok().json()["state_dir"]
+            .as_str()
+            .expect("state dir"),
+    );
+    let git_dir = state.join("export.git");
+    let appeared =
+        opfs::control::client::wait_for(std::time::Duration::from_secs(3), || git_dir.exists());
+    assert!(!appeared, "a worktree daemon made {}", git_dir.display());
+    let r = f.opfs_p(&["export", "--json"]).ok().json();
+    assert_eq!(r["worktrees"][0]["turns"], serde_json::json!([1]), "{r:#}");
+    let tree = git_view_in(&git_dir, "refs/opfs/worktrees/quiet");
+    assert_eq!(
+        tree.get(b"a".as_slice()).map(|e| e.1.clone()),
+        Some(blake3::hash(b"a1\n").to_hex().to_string())
+    );
+    discard_all(&f);
+}

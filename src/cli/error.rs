@@ -91,6 +91,16 @@ impl From<ClientError> for CommandError {
     }
 }
 
+impl From<opfs::daemon::worktree::WorktreeCmdError> for CommandError {
+    fn from(e: opfs::daemon::worktree::WorktreeCmdError) -> CommandError {
+        if e.is_usage() {
+            CommandError::usage(e.to_string())
+        } else {
+            CommandError::failure(e.to_string())
+        }
+    }
+}
+
 impl From<opfs::history::HistoryError> for CommandError {
     fn from(e: opfs::history::HistoryError) -> CommandError {
         if e.is_usage() {

@@ -113,7 +113,10 @@ pub fn run(
             plan.mountpoint.display()
         )))?,
     };
-    let exporter = opts.export.then(|| start_exporter(state, &journal));
+    let exporter = opts.export.then(|| match &opts.worktree {
+        Some(spec) => worktree::start_exporter(home, spec, state, &journal),
+        None => start_exporter(state, &journal),
+    });
     let ops: Arc<dyn MountOps> = Arc::new(Served {
         controller: mount.controller(),
         exporter,

@@ -2,7 +2,9 @@
 //! daemon. A worktree is served by a daemon of its own (the same `opfs
 //! mount` process as a project's, with the overlay instead of the
 //! passthrough: [`run_overlay`]), whose journal records the upper layer,
-//! so the worktree has turns and rewinds of its own.
+//! so the worktree has turns and rewinds of its own, and whose background
+//! exporter writes the worktree's branch of the project's export
+//! ([`start_exporter`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -82,6 +84,14 @@ pub enum WorktreeCmdError {
         /// The cause (it names the path when a file could not be read).
         source: std::io::Error,
     },
+    /// Its branch of the export cannot be written (or read: its history).
+    #[error("worktree {name:?}: {source}")]
+    Export {
+        /// The worktree.
+        name: String,
+        /// Why.
+        source: Box<crate::export::ExportError>,
+    },
     /// A custom mountpoint is not usable.
     #[error("cannot use {} as the worktree's mountpoint: {why}", .path.display())]
     BadMountpoint {
@@ -126,6 +136,22 @@ pub fn open_base(project: &StateDir, wt: &Worktree, meta: &Meta) -> Result<Base,
         name: wt.name.clone(),
         source: Box::new(source),
     })
+}
+
+/// When `state` is the own history of a worktree (`-C <worktree path>`):
+/// the worktree, its metadata and its base, for the history commands to
+/// show the worktree as its user sees it
+/// ([`crate::worktree::history::WorktreeHistory`]). `None` for a
+/// project's state dir.
+///
+/// Errors: the worktree's metadata or its base cannot be read.
+pub fn history_base(state: &StateDir) -> Option<Result<(Worktree, Meta, Base), WorktreeCmdError>> {
+    let (project, wt) = crate::worktree::of_state(state)?;
+    Some((|| {
+        let meta = wt.meta()?;
+        let base = open_base(&project, &wt, &meta)?;
+        Ok((wt, meta, base))
+    })())
 }
 
 /// The base turn and its start for a worktree made now (`from: None`) or
@@ -240,7 +266,6 @@ pub fn mount(
     })?;
     let plan = super::check(home, &wt.upper(), &meta.mountpoint)?;
     let opts = DaemonOptions {
-        export: false,
         worktree: Some(WorktreeSpec {
             project: project.project.clone(),
             name: name.to_string(),
@@ -260,7 +285,9 @@ pub fn is_mounted(home: &Path, wt: &Worktree, meta: &Meta) -> bool {
 }
 
 /// Unmounts worktree `name` if it is mounted, then deletes it (its upper
-/// layer and its history).
+/// layer and its history), and its branch `refs/opfs/worktrees/NAME` from
+/// the project's default export repository (best effort: a failure there
+/// is logged, the worktree is gone all the same).
 ///
 /// Errors: no such worktree; its daemon refused to unmount (a process
 /// still uses the mount: [`WorktreeCmdError::Busy`]); a file cannot be
@@ -278,7 +305,105 @@ pub fn discard(home: &Path, project: &StateDir, name: &str) -> Result<(), Worktr
         })?;
     }
     wt.remove(home)?;
+    // Its branch of the export goes with it (`docs/export.md`): a later
+    // worktree of the same name starts a branch of its own.
+    if let Err(e) = crate::export::delete_branch(project, None, name) {
+        log::warn!(
+            "worktree {name:?} was discarded, but its export branch could not be deleted: {e}"
+        );
+    }
     Ok(())
+}
+
+/// Exports worktree `name`'s closed turns not on its branch yet
+/// (`refs/opfs/worktrees/NAME`) into `git_dir` (default: the project's
+/// export repository); `wt_commit` makes the worktree's pending records
+/// visible (its daemon's group commit, or
+/// [`commit_through_daemon`] of its state dir).
+///
+/// Errors: no such worktree; its base cannot be resolved; the export
+/// fails ([`WorktreeCmdError::Export`]).
+pub fn export_branch(
+    home: &Path,
+    project: &StateDir,
+    name: &str,
+    git_dir: Option<&Path>,
+    wt_commit: Box<dyn Fn() + '_>,
+) -> Result<crate::export::BranchReport, WorktreeCmdError> {
+    let wt = Worktree::of(project, name);
+    let meta = wt.meta()?;
+    let base = open_base(project, &wt, &meta)?;
+    let failed = |e: crate::export::ExportError| WorktreeCmdError::Export {
+        name: name.to_string(),
+        source: Box::new(e),
+    };
+    let opened =
+        crate::history::Opened::open(&wt.state(home), wt_commit).map_err(|e| failed(e.into()))?;
+    let pst = project.clone();
+    crate::worktree::branch::export(
+        project,
+        &wt,
+        &meta,
+        opened.sources(),
+        &base,
+        git_dir,
+        &move || commit_through_daemon(&pst),
+    )
+    .map_err(failed)
+}
+
+/// Starts a worktree daemon's background exporter: after every request
+/// that closes a turn of the worktree (woken like the project's, off the
+/// request path), its branch of the project's export is brought up to
+/// date. Woken once at start, to catch up with turns closed while it was
+/// not mounted; a worktree with no closed turn writes nothing (the branch
+/// appears with its first closed turn), nor one whose project has no
+/// export repository yet (a project mounted with `--no-export`).
+pub(super) fn start_exporter(
+    home: &Path,
+    spec: &WorktreeSpec,
+    state: &StateDir,
+    journal: &Arc<crate::capture::Journal>,
+) -> crossbeam_channel::Sender<()> {
+    let project = StateDir::for_project(home, &spec.project);
+    let home = home.to_path_buf();
+    let name = spec.name.clone();
+    let state = state.clone();
+    let journal = journal.clone();
+    let tx = crate::export::spawn_worker(Box::new(move || {
+        let j = journal.clone();
+        let commit = move || {
+            if let Err(e) = j.apply_pending() {
+                log::warn!("group commit before the export deferred: {e}");
+            }
+        };
+        commit();
+        let any_closed = Index::open_read_only(&state.index_path())
+            .and_then(|ix| ix.turns(Some(2)))
+            .map(|ts| ts.iter().any(|t| t.ended_at.is_some()))
+            .unwrap_or(false);
+        // Only into a repository the project's export made: a project
+        // mounted with `--no-export` never gets one behind its back (`opfs
+        // export` then writes the project's history and the branches).
+        let repo_made = crate::export::default_git_dir(&project)
+            .join("HEAD")
+            .exists();
+        if !any_closed || !repo_made {
+            return;
+        }
+        match export_branch(&home, &project, &name, None, Box::new(commit)) {
+            Ok(r) if !r.turns.is_empty() || r.rewritten => log::info!(
+                "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
+                r.turns,
+                r.branch,
+                r.elapsed_ms
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("background export of worktree {name:?} failed: {e}"),
+        }
+    }));
+    let _ = tx.try_send(());
+    tx
 }
 
 /// What worktree `name` of `project` changed against its base, as the
@@ -330,37 +455,58 @@ pub struct Listed {
 ///
 /// Errors: a worktree's base or upper layer cannot be read.
 pub fn list(home: &Path, project: &StateDir) -> Result<Vec<Listed>, WorktreeCmdError> {
-    let mut out = Vec::new();
-    for (wt, meta) in crate::worktree::list(project) {
-        let base = open_base(project, &wt, &meta)?;
-        let upper = crate::tree::Dir::open(&wt.upper()).map_err(|e| WorktreeCmdError::Base {
-            name: wt.name.clone(),
-            source: Box::new(BaseError::Project {
-                path: wt.upper(),
-                source: e,
-            }),
-        })?;
-        let changed = crate::worktree::changes::changes(&upper, &base)
-            .map_err(|e| WorktreeCmdError::Base {
-                name: wt.name.clone(),
-                source: Box::new(BaseError::Project {
-                    path: wt.upper(),
-                    source: e,
-                }),
-            })?
-            .len();
-        let mut drift = read_drift(&wt.drift_path());
-        drift.extend(base.drifted());
-        out.push(Listed {
-            name: wt.name.clone(),
-            path: meta.mountpoint.clone(),
-            base_turn: meta.base_turn,
-            mounted: is_mounted(home, &wt, &meta),
-            changed,
-            drifted: drift.len(),
-        });
-    }
-    Ok(out)
+    crate::worktree::list(project)
+        .into_iter()
+        .map(|(wt, meta)| listed(home, project, &wt, &meta))
+        .collect()
+}
+
+/// The row of `worktree list` for the worktree whose own history `state`
+/// is (`opfs -C <worktree path> status`), with its project's state dir;
+/// `None` for a project's state dir.
+///
+/// Errors: its metadata, base or upper layer cannot be read.
+pub fn describe(
+    home: &Path,
+    state: &StateDir,
+) -> Option<Result<(StateDir, Listed), WorktreeCmdError>> {
+    let (project, wt) = crate::worktree::of_state(state)?;
+    Some((|| {
+        let meta = wt.meta()?;
+        let row = listed(home, &project, &wt, &meta)?;
+        Ok((project, row))
+    })())
+}
+
+/// One row of `worktree list`.
+fn listed(
+    home: &Path,
+    project: &StateDir,
+    wt: &Worktree,
+    meta: &Meta,
+) -> Result<Listed, WorktreeCmdError> {
+    let base = open_base(project, wt, meta)?;
+    let unreadable = |e| WorktreeCmdError::Base {
+        name: wt.name.clone(),
+        source: Box::new(BaseError::Project {
+            path: wt.upper(),
+            source: e,
+        }),
+    };
+    let upper = crate::tree::Dir::open(&wt.upper()).map_err(unreadable)?;
+    let changed = crate::worktree::changes::changes(&upper, &base)
+        .map_err(unreadable)?
+        .len();
+    let mut drift = read_drift(&wt.drift_path());
+    drift.extend(base.drifted());
+    Ok(Listed {
+        name: wt.name.clone(),
+        path: meta.mountpoint.clone(),
+        base_turn: meta.base_turn,
+        mounted: is_mounted(home, wt, meta),
+        changed,
+        drifted: drift.len(),
+    })
 }
 
 /// How long the kernel may cache a worktree's entries and attributes

@@ -20,24 +20,37 @@ pub fn spawn_background(
     state: StateDir,
     commit: Box<dyn Fn() + Send>,
 ) -> crossbeam_channel::Sender<()> {
+    spawn_worker(Box::new(move || {
+        commit();
+        match export(&state, None, &mut |_| {}, &*commit) {
+            Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
+                "exported {} turn(s){} to {} in {} ms",
+                r.turns.len(),
+                if r.baseline { " and the baseline" } else { "" },
+                r.git_dir.display(),
+                r.elapsed_ms
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("background export failed: {e}"),
+        }
+    }))
+}
+
+/// Starts a background exporter that runs `job` each time it is woken
+/// through the returned sender (wake-ups arriving during a run are merged
+/// into one more run), on a thread of its own; `job` logs its own
+/// failures. [`spawn_background`] is the project's; a worktree's daemon
+/// runs its branch export this way.
+///
+/// The thread ends when every sender is dropped.
+pub fn spawn_worker(mut job: Box<dyn FnMut() + Send>) -> crossbeam_channel::Sender<()> {
     // Size one: a wake-up sent while one is pending is merged into it.
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("opfs-export".into())
         .spawn(move || {
             for () in rx {
-                commit();
-                match export(&state, None, &mut |_| {}, &*commit) {
-                    Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
-                        "exported {} turn(s){} to {} in {} ms",
-                        r.turns.len(),
-                        if r.baseline { " and the baseline" } else { "" },
-                        r.git_dir.display(),
-                        r.elapsed_ms
-                    ),
-                    Ok(_) => {}
-                    Err(e) => log::warn!("background export failed: {e}"),
-                }
+                job();
             }
         });
     if let Err(e) = spawned {

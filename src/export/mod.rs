@@ -5,7 +5,8 @@
 //! first seen (the start of the oldest turn kept), then one commit per
 //! closed turn whose tree is the project at the end of that turn;
 //! `refs/opfs/baseline`, `refs/opfs/turns/<N>` per turn, and the branch
-//! `refs/heads/opfs` (which `HEAD` names) at the newest exported turn.
+//! `refs/heads/opfs` (which `HEAD` names) at the newest exported turn;
+//! each worktree's history as `refs/opfs/worktrees/<NAME>` (`branch`).
 //!
 //! Incremental: the branch tip's message says which turn it holds (an
 //! `opfs-turn:` trailer). An export starts from that commit's tree and, for
@@ -30,6 +31,7 @@
 
 mod background;
 mod baseline;
+mod branch;
 mod commit;
 mod ignore;
 mod lock;
@@ -37,7 +39,11 @@ mod prune;
 mod repo;
 mod tree_edit;
 
-pub use background::spawn_background;
+pub use background::{spawn_background, spawn_worker};
+pub use branch::{
+    branch_ref, delete_branch, export_branch, BranchReport, BranchSource, BranchSpec,
+    WORKTREE_REF_PREFIX,
+};
 pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
@@ -51,6 +57,7 @@ use serde::Serialize;
 
 use crate::history::{self, HistoryError, Sources};
 use crate::record::Hash;
+use crate::record::PreImage;
 use crate::record::Turn;
 use crate::store::StateDir;
 use crate::store::{BlobError, Index, IndexError};
@@ -412,7 +419,13 @@ struct Exporter<'a> {
     ignore: Option<IgnoreRules>,
     /// Entries left out by them (see [`ExportReport::ignored`]).
     ignored: u64,
+    /// Where the bytes of a file state come from when they are not in the
+    /// project's store (a branch's history: `branch`); `None`: the store.
+    fetch: Option<&'a Fetch<'a>>,
 }
+
+/// Reads the bytes of a file state at a path (see [`Exporter`]'s `fetch`).
+type Fetch<'a> = dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError> + 'a;
 
 impl<'a> Exporter<'a> {
     fn new(repo: &'a gix::Repository, git_dir: &Path, src: Sources<'a>) -> Exporter<'a> {
@@ -425,6 +438,7 @@ impl<'a> Exporter<'a> {
             skipped: Vec::new(),
             ignore: None,
             ignored: 0,
+            fetch: None,
         }
     }
 

@@ -219,7 +219,7 @@ fn update(git_dir: &Path, name: &str, id: ObjectId) -> Result<RefEdit, ExportErr
     })
 }
 
-fn delete(git_dir: &Path, name: &str) -> Result<RefEdit, ExportError> {
+pub(super) fn delete(git_dir: &Path, name: &str) -> Result<RefEdit, ExportError> {
     Ok(RefEdit {
         change: Change::Delete {
             expected: PreviousValue::Any,

@@ -155,7 +155,10 @@ impl Exporter<'_> {
                     _ if *size >= POINTER_MIN => self.write_blob(&pointer(blob, *size))?,
                     (Some(bytes), _) => self.write_blob(bytes)?,
                     (None, None) => {
-                        let data = self.src.blob(blob).blob_of(path)?;
+                        let data = match self.fetch {
+                            Some(fetch) => fetch(path, &v.state)?,
+                            None => self.src.blob(blob).blob_of(path)?,
+                        };
                         self.write_blob(&data)?
                     }
                 };

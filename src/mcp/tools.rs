@@ -23,6 +23,7 @@ use crate::daemon::worktree::{self as wt_cmd, Listed, WorktreeCmdError};
 use crate::daemon::DaemonOptions;
 use crate::diff;
 use crate::history::{self, HistoryError, Opened};
+use crate::worktree::history::WorktreeHistory;
 use crate::worktree::merge::MergeReport;
 
 /// One tool as an MCP client lists it.
@@ -411,7 +412,11 @@ impl Tools {
             self.project.state(),
             Box::new(move || commit_through_daemon(&st)),
         )?;
-        let mut entries = history::log(&opened.sources())?;
+        // In a worktree (`opfs -C <worktree path> mcp`): its view.
+        let mut entries = match wt_cmd::history_base(self.project.state()).transpose()? {
+            Some((_, _, base)) => WorktreeHistory::new(opened.sources(), &base).log()?,
+            None => history::log(&opened.sources())?,
+        };
         if let Some(n) = a.limit {
             entries.truncate(n);
         }
@@ -436,7 +441,14 @@ impl Tools {
             Box::new(move || commit_through_daemon(&st)),
         )?;
         let src = opened.sources();
-        let changes = history::changes(&src, from, to, &filter)?;
+        let changes = match wt_cmd::history_base(self.project.state()).transpose()? {
+            Some((_, _, base)) => {
+                WorktreeHistory::new(src, &base)
+                    .changes(from, to, &filter)?
+                    .0
+            }
+            None => history::changes(&src, from, to, &filter)?,
+        };
         let diffs = diff::build(&src, &changes)?;
         render(&diffs, false)
     }
@@ -453,7 +465,12 @@ impl Tools {
             self.project.state(),
             Box::new(move || commit_through_daemon(&st)),
         )?;
-        let shown = history::show_entry(&opened.sources(), a.turn, &path)?;
+        let shown = match wt_cmd::history_base(self.project.state()).transpose()? {
+            Some((_, _, base)) => {
+                WorktreeHistory::new(opened.sources(), &base).show_entry(a.turn, &path)?
+            }
+            None => history::show_entry(&opened.sources(), a.turn, &path)?,
+        };
         Ok(history::show_json(a.turn, &path, &shown))
     }
 }

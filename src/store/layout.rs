@@ -65,6 +65,17 @@ impl StateDir {
         }
     }
 
+    /// The existing state dir `dir`, its project read from its marker file.
+    ///
+    /// Errors: the marker cannot be read (`dir` is not a state dir).
+    pub fn open_existing(dir: &Path) -> io::Result<StateDir> {
+        let project = fs::read(dir.join(PROJECT_MARKER))?;
+        Ok(StateDir {
+            dir: dir.to_path_buf(),
+            project: PathBuf::from(std::ffi::OsStr::from_bytes(&project)),
+        })
+    }
+
     /// Creates the folder and records which project it belongs to.
     ///
     /// Errors: the folder or its marker file cannot be created.

@@ -18,12 +18,16 @@
 //! is a plain directory (whiteouts are empty files named `.wh.NAME`, an
 //! opaque directory holds `.wh..wh..opq`: `opfs_fs::overlay`), so the
 //! worktree's own history is an ordinary journal over `upper/`, with its own
-//! state dir (`StateDir::for_project(home, upper)`): turns, rewinds, log and
-//! diff of a worktree are the project commands pointed at the worktree's
-//! mountpoint.
+//! state dir (`StateDir::for_project(home, upper)`): turns and rewinds of a
+//! worktree are the project commands pointed at the worktree's mountpoint;
+//! its log, diff and show map that history through the base so they show
+//! the worktree's view ([`history`]), and [`branch`] exports it as the
+//! worktree's branch of the project's export.
 
 pub mod base;
+pub mod branch;
 pub mod changes;
+pub mod history;
 pub mod merge;
 pub mod patch;
 #[cfg(test)]
@@ -251,6 +255,25 @@ impl Worktree {
         }
         Ok(())
     }
+}
+
+/// The worktree whose own history `state` is, and its project's state dir:
+/// `state`'s project is `<project state dir>/worktrees/NAME/upper` of a
+/// worktree that exists. `None` for any other state dir (a project's).
+pub fn of_state(state: &StateDir) -> Option<(StateDir, Worktree)> {
+    let upper = &state.project;
+    if upper.file_name()? != "upper" {
+        return None;
+    }
+    let dir = upper.parent()?;
+    let name = dir.file_name()?.to_str()?;
+    let wts = dir.parent()?;
+    if wts.file_name()? != "worktrees" {
+        return None;
+    }
+    let project = StateDir::open_existing(wts.parent()?).ok()?;
+    let wt = Worktree::of(&project, name);
+    (check_name(name).is_ok() && wt.exists() && wt.upper() == *upper).then_some((project, wt))
 }
 
 /// `<project state dir>/worktrees`.

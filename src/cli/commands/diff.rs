@@ -1,13 +1,17 @@
 //! `opfs diff [N[..M]] [PATH...]`: a patch git can apply, `--stat` or
 //! `--name-status`. Without a turn, the open turn (`@`); turns may be refs
 //! (`@-2..@`); PATHs are relative to the current directory inside the
-//! project or its mountpoint, as git's pathspecs are.
+//! project or its mountpoint, as git's pathspecs are. In a worktree (`-C
+//! <worktree path>`), its own turns as the worktree shows its paths: a
+//! deleted lower file is a deletion, an edit of one a modification against
+//! its lower bytes (`opfs::worktree::history`).
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::diff as patch;
 use opfs::history::{self, Opened};
+use opfs::worktree::history::WorktreeHistory;
 
 use crate::cli::args::DiffArgs;
 use crate::cli::error::{failure, CommandError};
@@ -61,9 +65,15 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
         Box::new(move || commit_through_daemon(&st)),
     )?;
     let src = opened.sources();
-    let changes = history::changes(&src, from, to, &filter)?;
+    let (changes, dirs) = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
+        Some((_, _, base)) => WorktreeHistory::new(src, &base).changes(from, to, &filter)?,
+        None => (
+            history::changes(&src, from, to, &filter)?,
+            history::dir_changes(&src, from, to, &filter)?,
+        ),
+    };
     let diffs = patch::build(&src, &changes)?;
-    let dirs = patch::empty_dirs(&history::dir_changes(&src, from, to, &filter)?, &diffs);
+    let dirs = patch::empty_dirs(&dirs, &diffs);
     let write = |w: &mut dyn Write| match mode {
         Mode::Stat => patch::write_stat(&diffs, w),
         Mode::NameStatus => {

@@ -1,5 +1,7 @@
 //! `opfs export [--git-dir DIR] [--export-ignored | --no-export-ignored]`.
-//! Progress goes to stderr.
+//! Progress goes to stderr. The project's history, then each worktree's
+//! as its branch `refs/opfs/worktrees/NAME`; with `-C <worktree path>`,
+//! that worktree's branch alone (`docs/export.md`).
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -19,6 +21,22 @@ pub fn run(
 ) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
+    if let Some((project_st, wt)) = opfs::worktree::of_state(project.state()) {
+        let wst = project.state().clone();
+        let r = opfs::daemon::worktree::export_branch(
+            ctx.home(),
+            &project_st,
+            &wt.name,
+            a.git_dir.as_deref(),
+            Box::new(move || commit_through_daemon(&wst)),
+        )?;
+        if ctx.format.is_json() {
+            writeln!(out, "{}", serde_json::to_string(&r).map_err(failure)?)?;
+        } else {
+            print_branch(&r, out)?;
+        }
+        return Ok(());
+    }
     let st = project.state();
     let json = ctx.format.is_json();
     let mut last_shown = Instant::now();
@@ -49,12 +67,46 @@ pub fn run(
     let report = export::export_with(st, a.git_dir.as_deref(), &options, &mut progress, &commit)
         .map_err(failure)?;
     progress_written?;
+    let mut branches = Vec::new();
+    for (wt, _) in opfs::worktree::list(st) {
+        let wst = wt.state(ctx.home());
+        branches.push(opfs::daemon::worktree::export_branch(
+            ctx.home(),
+            st,
+            &wt.name,
+            a.git_dir.as_deref(),
+            Box::new(move || commit_through_daemon(&wst)),
+        )?);
+    }
     if json {
-        writeln!(out, "{}", serde_json::to_string(&report).map_err(failure)?)?;
+        let mut v = serde_json::to_value(&report).map_err(failure)?;
+        v["worktrees"] = serde_json::to_value(&branches).map_err(failure)?;
+        writeln!(out, "{v}")?;
         return Ok(());
     }
     print_human(&report, out)?;
+    for b in &branches {
+        print_branch(b, out)?;
+    }
     Ok(())
+}
+
+fn print_branch(r: &opfs::export::BranchReport, out: &mut dyn Write) -> io::Result<()> {
+    match (r.turns.first(), r.turns.last()) {
+        (Some(a), Some(b)) if a == b => {
+            writeln!(
+                out,
+                "worktree {}: exported its turn {a} to {}",
+                r.name, r.branch
+            )
+        }
+        (Some(a), Some(b)) => writeln!(
+            out,
+            "worktree {}: exported its turns {a} to {b} to {}",
+            r.name, r.branch
+        ),
+        _ => writeln!(out, "worktree {}: {} is up to date", r.name, r.branch),
+    }
 }
 
 fn print_human(report: &ExportReport, out: &mut dyn Write) -> io::Result<()> {

@@ -1,12 +1,16 @@
 //! `opfs log [-n N] [--oneline] [PATH...]`: the turns, newest first, with
 //! what each changed; with PATHs only the turns that recorded one of them
 //! (or a path beneath), PATHs relative to the current directory as git's
-//! are. Coloured and paged on a terminal ([`crate::cli::pager`]).
+//! are. Coloured and paged on a terminal ([`crate::cli::pager`]). In a
+//! worktree (`-C <worktree path>`), the turns of the worktree's own
+//! history, counted as the worktree shows its paths
+//! (`opfs::worktree::history`).
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::history::{self, LogEntry, Opened};
+use opfs::worktree::history::{view_path_of, WorktreeHistory};
 
 use crate::cli::args::LogArgs;
 use crate::cli::error::{failure, CommandError};
@@ -29,11 +33,20 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
         Box::new(move || commit_through_daemon(&st)),
     )?;
     let src = opened.sources();
-    let mut entries = history::log(&src)?;
+    let worktree = opfs::daemon::worktree::history_base(project.state()).transpose()?;
+    let mut entries = match &worktree {
+        Some((_, _, base)) => WorktreeHistory::new(src, base).log()?,
+        None => history::log(&src)?,
+    };
     if !filter.is_empty() {
         let mut kept = Vec::new();
         for e in entries {
-            let recorded = src.index.paths_of_turn(e.turn).map_err(failure)?;
+            let mut recorded = src.index.paths_of_turn(e.turn).map_err(failure)?;
+            if worktree.is_some() {
+                // A whiteout names the path it hides, an opaque marker
+                // its directory.
+                recorded = recorded.iter().filter_map(|p| view_path_of(p)).collect();
+            }
             if recorded
                 .iter()
                 .any(|p| filter.iter().any(|f| is_within(p, f)))

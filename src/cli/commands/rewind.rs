@@ -146,6 +146,7 @@ fn list_rewind_points(
 ) -> Result<(), CommandError> {
     let ix = open_index(st)?;
     let json = ctx.format.is_json();
+    let in_worktree = opfs::worktree::of_state(st).is_some();
     // JSON lists the newest 10 turns; the text list the newest 10 rows it
     // shows, so turns it leaves out do not shorten it.
     let turns = ix
@@ -161,7 +162,16 @@ fn list_rewind_points(
         if !all && shown == LIST_ROWS {
             break;
         }
-        let p = ix.paths_of_turn(t.number).map_err(failure)?;
+        let mut p = ix.paths_of_turn(t.number).map_err(failure)?;
+        if in_worktree {
+            // The paths the worktree shows: a whiteout is the name it
+            // hides, an opaque marker its directory.
+            let named: std::collections::BTreeSet<Vec<u8>> = p
+                .iter()
+                .filter_map(|u| opfs::worktree::history::view_path_of(u))
+                .collect();
+            p = named.into_iter().collect();
+        }
         if json || t.ended_at.is_none() || !is_empty_row(&t, &p) {
             shown += 1;
         }

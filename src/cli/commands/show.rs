@@ -1,11 +1,14 @@
 //! `opfs show N:PATH`: the raw bytes; with `--json` one object
 //! (`docs/export.md`). N may be a turn ref (`@`, `@-2`); `N:./PATH` is
-//! relative to the current directory inside the mount, as in git.
+//! relative to the current directory inside the mount, as in git. In a
+//! worktree (`-C <worktree path>`), what the worktree showed at the start
+//! of its own turn N (`opfs::worktree::history`).
 
 use opfs::control::client::commit_through_daemon;
 use std::io::Write;
 
 use opfs::history::{self, Opened, Shown};
+use opfs::worktree::history::WorktreeHistory;
 
 use crate::cli::args::ShowArgs;
 use crate::cli::error::CommandError;
@@ -41,7 +44,12 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
         project.state(),
         Box::new(move || commit_through_daemon(&st)),
     )?;
-    let shown = history::show_entry(&opened.sources(), turn, &path)?;
+    let shown = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
+        Some((_, _, base)) => {
+            WorktreeHistory::new(opened.sources(), &base).show_entry(turn, &path)?
+        }
+        None => history::show_entry(&opened.sources(), turn, &path)?,
+    };
     if !ctx.format.is_json() {
         let bytes = match &shown {
             Shown::File { bytes, .. } => bytes,

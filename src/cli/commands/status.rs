@@ -36,10 +36,29 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let (st, note) = ctx.project_state_or_former()?;
     let project = opfs::control::Project::new(st);
     let status = project.status()?;
-    let p = protection(project.state(), &status);
+    let worktree = opfs::daemon::worktree::describe(ctx.home(), project.state()).transpose()?;
+    let mut p = protection(project.state(), &status);
+    if let Some((_, w)) = &worktree {
+        // The upper layer is never mounted as a project: say how to bring
+        // the worktree back instead.
+        p.warnings
+            .retain(|w| !w.starts_with("no opfs daemon serves"));
+        if !status.mounted {
+            p.warnings.push(format!(
+                "worktree {:?} is not mounted: its changes are kept; `opfs worktree mount {}` \
+                 (with -C the project) serves it again",
+                w.name, w.name
+            ));
+        }
+    }
     let disk = disk_use(project.state());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
+        if let Some((project, w)) = &worktree {
+            let mut o = serde_json::to_value(w).map_err(failure)?;
+            o["project"] = serde_json::json!(project.project);
+            v["worktree"] = o;
+        }
         v["disk"] = serde_json::to_value(disk).map_err(failure)?;
         v["stale_mounts"] = serde_json::json!(p.stale_mounts);
         v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
@@ -52,6 +71,21 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["warnings"] = serde_json::json!(p.warnings);
         writeln!(out, "{v}")?;
     } else {
+        if let Some((project, w)) = &worktree {
+            writeln!(
+                out,
+                "worktree:   {} of {}, from the start of its turn {}; {} path(s) changed against that base{}",
+                w.name,
+                project.project.display(),
+                w.base_turn,
+                w.changed,
+                if w.drifted > 0 {
+                    format!(", {} drifted", w.drifted)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
         print_human(&status, &p, &disk, out)?;
     }
     if let Some(n) = note {

@@ -1,0 +1,660 @@
+//! A worktree's own history as its user sees the worktree (`opfs -C
+//! <worktree> log|diff|show`, and the worktree's export branch).
+//!
+//! The worktree's journal records its **upper layer**, a plain directory
+//! where a deleted lower name is a whiteout `.wh.NAME` and a directory
+//! removed and made again holds the opaque marker `.wh..wh..opq`
+//! (`opfs_fs::overlay`). Rewinds restore that layer exactly, so they stay
+//! as they are; only the read side is mapped here, through the worktree's
+//! base (the lower layer, frozen):
+//!
+//! - the **view** of a path at a worktree turn is what the overlay shows
+//!   for it when the upper layer is as the journal says it was then: the
+//!   upper entry if there is one, else the lower entry unless a whiteout
+//!   hides it or an ancestor stops the lower layer from showing (an opaque
+//!   directory, a directory that is not one in the lower layer, or a
+//!   hidden ancestor); names starting with `.wh.` in the upper layer are
+//!   never shown. The rules are the overlay's own
+//!   (`fs/src/overlay/state.rs`, `resolve` and `lower_visible`).
+//! - the **paths a range of turns may have changed** in the view are those
+//!   its upper records name, each whiteout read as the name it hides and
+//!   each opaque marker as its directory, plus, for a directory whose lower
+//!   children start or stop showing across the range (a whiteout or opaque
+//!   marker made or removed, a lower directory replaced by a file), every
+//!   path of the lower subtree beneath it. Cost: what the turns recorded
+//!   times the depth of each path, plus the lower subtrees whose visibility
+//!   flipped (what the user deleted or brought back), never the tree.
+//!
+//! A file of the lower layer has no blob in the worktree's store: its
+//! state carries the BLAKE3 of its bytes (read once, cached; the base is
+//! frozen) and its bytes are read from the base when a diff or an export
+//! needs them ([`WorktreeHistory::content`]).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use opfs_fs::overlay::{Kind, Lower};
+
+use crate::history::{
+    classify, ChangeKind, DirChange, HistoryError, LogEntry, PathChange, Shown, Sources,
+};
+use crate::paths;
+use crate::record::{PreImage, Special};
+use crate::view::{Timeline, Version, ViewError};
+
+use super::changes::{base_bytes, base_hash};
+use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
+
+/// Which layer a path's view state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// The upper layer (its bytes are in the worktree's history or its
+    /// upper directory), or nothing at all.
+    Upper,
+    /// The lower layer: the project at the worktree's base turn.
+    Lower,
+}
+
+/// A path's state in the worktree's view at some point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The state; a lower file's `blob` is the BLAKE3 of its bytes.
+    pub version: Version,
+    /// Where it comes from.
+    pub layer: Layer,
+}
+
+impl Seen {
+    fn absent() -> Seen {
+        Seen {
+            version: Version::recorded(PreImage::Absent),
+            layer: Layer::Upper,
+        }
+    }
+
+    fn is_dir(&self) -> bool {
+        matches!(self.version.state, PreImage::Dir { .. })
+    }
+}
+
+/// The upper layer's states at one turn boundary, for the upper paths the
+/// view of some paths needs.
+type UpperAt = BTreeMap<Vec<u8>, Version>;
+
+/// A worktree's history read as the worktree's view: its own journal (over
+/// its upper layer) mapped through its base.
+pub struct WorktreeHistory<'a> {
+    src: Sources<'a>,
+    base: &'a dyn Lower,
+    /// The base's state per path (files hashed, bytes not kept).
+    base_states: RefCell<BTreeMap<Vec<u8>, PreImage>>,
+}
+
+impl std::fmt::Debug for WorktreeHistory<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorktreeHistory")
+            .field("src", &self.src)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The view path an upper path stands for: a whiteout the name it hides,
+/// an opaque marker its directory, anything else itself. `None` for the
+/// root (or the root's opaque marker: the root is never a change).
+pub fn view_path_of(upper: &[u8]) -> Option<Vec<u8>> {
+    let (dir, name) = paths::split(upper)?;
+    if name == OPAQUE_MARKER {
+        return (!dir.is_empty()).then(|| dir.to_vec());
+    }
+    match name.strip_prefix(WHITEOUT_PREFIX) {
+        Some(hidden) if !hidden.is_empty() => Some(paths::join(dir, hidden)),
+        Some(_) => None,
+        None => Some(upper.to_vec()),
+    }
+}
+
+fn whiteout_of(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut w = WHITEOUT_PREFIX.to_vec();
+    w.extend_from_slice(name);
+    paths::join(dir, &w)
+}
+
+/// Every upper path the view of `q` depends on: each ancestor's opaque
+/// marker (the root's too), each prefix of `q` and its whiteout.
+fn needed_for(q: &[u8], out: &mut BTreeSet<Vec<u8>>) {
+    out.insert(OPAQUE_MARKER.to_vec());
+    let mut prefix: Vec<u8> = Vec::new();
+    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
+    for (i, name) in comps.iter().enumerate() {
+        let p = paths::join(&prefix, name);
+        out.insert(whiteout_of(&prefix, name));
+        out.insert(p.clone());
+        if i + 1 < comps.len() {
+            out.insert(paths::join(&p, OPAQUE_MARKER));
+        }
+        prefix = p;
+    }
+}
+
+fn present(up: &UpperAt, p: &[u8]) -> bool {
+    up.get(p)
+        .is_some_and(|v| !matches!(v.state, PreImage::Absent | PreImage::Unknown))
+}
+
+fn lower_err(path: &[u8]) -> impl FnOnce(std::io::Error) -> HistoryError + '_ {
+    move |source| {
+        HistoryError::Read(ViewError::Project {
+            path: path.to_vec(),
+            source,
+        })
+    }
+}
+
+impl<'a> WorktreeHistory<'a> {
+    /// The history of a worktree: `src` reads its own journal (the state
+    /// dir of its upper layer), `base` is its lower layer.
+    pub fn new(src: Sources<'a>, base: &'a dyn Lower) -> WorktreeHistory<'a> {
+        WorktreeHistory {
+            src,
+            base,
+            base_states: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// The worktree's own history (its index, blobs, upper layer).
+    pub fn sources(&self) -> Sources<'a> {
+        self.src
+    }
+
+    /// The base's state of `path` (a file's blob is the BLAKE3 of its
+    /// bytes, read once).
+    fn base_state(&self, path: &[u8]) -> Result<PreImage, HistoryError> {
+        if let Some(s) = self.base_states.borrow().get(path) {
+            return Ok(s.clone());
+        }
+        let err = lower_err(path);
+        let state = match self.base.getattr(path) {
+            Err(e) => return Err(err(e)),
+            Ok(None) => PreImage::Absent,
+            Ok(Some(a)) => match a.kind {
+                Kind::File => match base_hash(self.base, path) {
+                    Ok(Some(blob)) => PreImage::File {
+                        blob,
+                        size: a.size,
+                        perm: a.perm,
+                        ino: 0,
+                    },
+                    Ok(None) => PreImage::Absent,
+                    Err(e) => return Err(err(e)),
+                },
+                Kind::Dir => PreImage::Dir { perm: a.perm },
+                Kind::Symlink => match self.base.readlink(path) {
+                    Ok(t) => PreImage::Symlink {
+                        target: t.unwrap_or_default(),
+                    },
+                    Err(e) => return Err(err(e)),
+                },
+                kind => PreImage::Special {
+                    kind: match kind {
+                        Kind::Socket => Special::Socket,
+                        Kind::CharDevice => Special::Char,
+                        Kind::BlockDevice => Special::Block,
+                        _ => Special::Fifo,
+                    },
+                    perm: a.perm,
+                    rdev: a.rdev,
+                },
+            },
+        };
+        self.base_states
+            .borrow_mut()
+            .insert(path.to_vec(), state.clone());
+        Ok(state)
+    }
+
+    /// The bytes of a file or symlink state of the view (`None` for
+    /// anything else): a lower file read from the base, an upper one from
+    /// the worktree's history or its upper layer.
+    ///
+    /// Errors: the base or a recorded blob cannot be read.
+    pub fn content(&self, path: &[u8], seen: &Seen) -> Result<Option<Vec<u8>>, HistoryError> {
+        match (&seen.layer, &seen.version.state) {
+            (Layer::Lower, PreImage::File { .. }) => base_bytes(self.base, path)
+                .map_err(lower_err(path))
+                .map(|b| Some(b.unwrap_or_default())),
+            _ => Ok(self.src.content(path, &seen.version)?),
+        }
+    }
+
+    /// The upper states at the start of `turn` of every upper path the
+    /// views of `views` need (see [`needed_for`]).
+    fn upper_at(
+        &self,
+        timeline: &Timeline,
+        views: &BTreeSet<Vec<u8>>,
+        turn: u64,
+    ) -> Result<UpperAt, HistoryError> {
+        let mut needed = BTreeSet::new();
+        for q in views {
+            needed_for(q, &mut needed);
+        }
+        let wanted: Vec<Vec<u8>> = needed.into_iter().collect();
+        self.src.states_at(timeline, &wanted, turn)
+    }
+
+    /// The view of `q` (not the root) when the upper layer is `up`, and
+    /// whether the lower children of `q` show (it is a directory of both
+    /// layers, or of the lower one only, and not opaque).
+    fn view(&self, up: &UpperAt, q: &[u8]) -> Result<(Seen, bool), HistoryError> {
+        view_of(up, q, &mut |p| self.base_state(p))
+    }
+
+    /// Every path of the base beneath directory `dir` (not `dir`).
+    fn lower_subtree(&self, dir: &[u8], out: &mut BTreeSet<Vec<u8>>) -> Result<(), HistoryError> {
+        let mut stack = vec![dir.to_vec()];
+        while let Some(d) = stack.pop() {
+            let entries = self
+                .base
+                .readdir(&d)
+                .map_err(lower_err(&d))?
+                .unwrap_or_default();
+            for e in entries {
+                let p = paths::join(&d, &e.name);
+                if e.kind == Kind::Dir {
+                    stack.push(p.clone());
+                }
+                out.insert(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each view path that may differ between the start of `from` and the
+    /// start of `to_next`, with its view at both points, given the upper
+    /// paths recorded between them (`recorded`) and a `timeline` holding
+    /// every record from `from` on.
+    fn compare(
+        &self,
+        timeline: &Timeline,
+        recorded: &[Vec<u8>],
+        from: u64,
+        to_next: u64,
+    ) -> Result<BTreeMap<Vec<u8>, (Seen, Seen)>, HistoryError> {
+        let mut views: BTreeSet<Vec<u8>> = recorded
+            .iter()
+            .filter_map(|p| view_path_of(p))
+            .filter(|q| !paths::is_excluded(q))
+            .collect();
+        let mut out = BTreeMap::new();
+        let mut round = 0;
+        while !views.is_empty() {
+            round += 1;
+            let before = self.upper_at(timeline, &views, from)?;
+            let after = self.upper_at(timeline, &views, to_next)?;
+            let mut more = BTreeSet::new();
+            for q in &views {
+                let (old, old_lower) = self.view(&before, q)?;
+                let (new, new_lower) = self.view(&after, q)?;
+                // Lower children start or stop showing: each may change
+                // with no record of its own. (The first round only: the
+                // subtree walk is whole.)
+                if round == 1 && old_lower != new_lower {
+                    self.lower_subtree(q, &mut more)?;
+                }
+                out.insert(q.clone(), (old, new));
+            }
+            more.retain(|q| !out.contains_key(q) && !paths::is_excluded(q));
+            views = more;
+        }
+        Ok(out)
+    }
+
+    /// [`crate::history::changes`] for the worktree's view: each path
+    /// whose view at the start of `from` differs (as git sees it) from its
+    /// view at the end of `to`, within one of `filter` (all when empty),
+    /// sorted by path, both sides with their bytes (ready for
+    /// [`crate::diff::build`]). Also the directories created or removed
+    /// (absent at one end, a directory at the other), as
+    /// [`crate::history::dir_changes`].
+    ///
+    /// Errors: an unknown turn or empty range (usage); the worktree's
+    /// history, its upper layer or its base cannot be read.
+    pub fn changes(
+        &self,
+        from: u64,
+        to: u64,
+        filter: &[Vec<u8>],
+    ) -> Result<(Vec<PathChange>, Vec<DirChange>), HistoryError> {
+        if from > to {
+            return Err(HistoryError::EmptyRange { from, to });
+        }
+        self.src.turn(from)?;
+        self.src.turn(to)?;
+        let timeline = self.src.timeline(from)?;
+        let recorded = timeline.paths_in(from, to);
+        let compared = self.compare(&timeline, &recorded, from, to + 1)?;
+        let mut files = Vec::new();
+        let mut dirs = Vec::new();
+        for (path, (old, new)) in compared {
+            if !(filter.is_empty() || filter.iter().any(|f| paths::is_within(&path, f))) {
+                continue;
+            }
+            match (&old.version.state, &new.version.state) {
+                (PreImage::Absent, PreImage::Dir { .. }) => dirs.push(DirChange {
+                    path: path.clone(),
+                    added: true,
+                }),
+                (PreImage::Dir { .. }, PreImage::Absent) => dirs.push(DirChange {
+                    path: path.clone(),
+                    added: false,
+                }),
+                _ => {}
+            }
+            if classify(&old.version.state, &new.version.state).is_none() {
+                continue;
+            }
+            let old = self.with_bytes(&path, old)?;
+            let new = self.with_bytes(&path, new)?;
+            files.push(PathChange { path, old, new });
+        }
+        Ok((files, dirs))
+    }
+
+    /// `seen`'s version with a file's bytes in it (a lower file's read
+    /// from the base; an upper one as the history holds it).
+    fn with_bytes(&self, path: &[u8], seen: Seen) -> Result<Version, HistoryError> {
+        if seen.layer == Layer::Lower && matches!(seen.version.state, PreImage::File { .. }) {
+            let bytes = self.content(path, &seen)?;
+            return Ok(Version {
+                state: seen.version.state,
+                bytes,
+            });
+        }
+        Ok(seen.version)
+    }
+
+    /// What one closed or open turn changed in the view: each path that
+    /// may differ between the turn's start and its end, with its view at
+    /// its end (for the export branch: a path whose end state equals its
+    /// start state is harmless to set again). `timeline` holds every record
+    /// from `turn` on.
+    ///
+    /// Errors: the worktree's history, its upper layer or its base cannot
+    /// be read.
+    pub fn turn_end_states(
+        &self,
+        timeline: &Timeline,
+        turn: u64,
+    ) -> Result<Vec<(Vec<u8>, Seen)>, HistoryError> {
+        let recorded = timeline.by_turn().remove(&turn).unwrap_or_default();
+        let compared = self.compare(timeline, &recorded, turn, turn + 1)?;
+        Ok(compared
+            .into_iter()
+            .filter(|(_, (old, new))| old != new)
+            .map(|(p, (_, new))| (p, new))
+            .collect())
+    }
+
+    /// [`crate::history::log`] for the worktree's view: the entries of the
+    /// worktree's own log (turn, kind, label, times, bytes stored), with
+    /// `added`, `modified` and `deleted` counted in the view, and `paths`
+    /// the view paths its records name (a whiteout counts as the name it
+    /// hides, an opaque marker as its directory).
+    ///
+    /// Errors: the worktree's history, its upper layer or its base cannot
+    /// be read.
+    pub fn log(&self) -> Result<Vec<LogEntry>, HistoryError> {
+        let mut entries = crate::history::log(&self.src)?;
+        let Some(first) = entries.iter().map(|e| e.turn).min() else {
+            return Ok(entries);
+        };
+        let timeline = self.src.timeline(first)?;
+        let by_turn = timeline.by_turn();
+        for e in &mut entries {
+            let recorded = by_turn.get(&e.turn).cloned().unwrap_or_default();
+            let named: BTreeSet<Vec<u8>> = recorded
+                .iter()
+                .filter_map(|p| view_path_of(p))
+                .filter(|q| !paths::is_excluded(q))
+                .collect();
+            e.paths = named.len() as u64;
+            e.added = 0;
+            e.modified = 0;
+            e.deleted = 0;
+            for (old, new) in self
+                .compare(&timeline, &recorded, e.turn, e.turn + 1)?
+                .values()
+            {
+                match classify(&old.version.state, &new.version.state) {
+                    Some(ChangeKind::Added) => e.added += 1,
+                    Some(ChangeKind::Modified) => e.modified += 1,
+                    Some(ChangeKind::Deleted) => e.deleted += 1,
+                    None => {}
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// The view of `path` at the start of `turn`.
+    ///
+    /// Errors: unknown turn (usage); the worktree's history, its upper
+    /// layer or its base cannot be read.
+    pub fn seen_at(&self, turn: u64, path: &[u8]) -> Result<Seen, HistoryError> {
+        self.src.turn(turn)?;
+        if path.is_empty() {
+            return Ok(Seen {
+                version: Version::recorded(PreImage::Dir { perm: 0o755 }),
+                layer: Layer::Upper,
+            });
+        }
+        let timeline = self.src.timeline(turn)?;
+        let views: BTreeSet<Vec<u8>> = std::iter::once(path.to_vec()).collect();
+        let up = self.upper_at(&timeline, &views, turn)?;
+        Ok(self.view(&up, path)?.0)
+    }
+
+    /// [`crate::history::show_entry`] for the worktree's view: the file or
+    /// symlink at `path` when worktree turn `turn` began.
+    ///
+    /// Errors: as [`crate::history::show_entry`].
+    pub fn show_entry(&self, turn: u64, path: &[u8]) -> Result<Shown, HistoryError> {
+        if paths::is_excluded(path) {
+            return Err(HistoryError::Excluded(path.to_vec()));
+        }
+        let seen = self.seen_at(turn, path)?;
+        match &seen.version.state {
+            PreImage::Absent => Err(HistoryError::Absent {
+                path: path.to_vec(),
+                turn,
+            }),
+            PreImage::Unknown => Err(HistoryError::Unknown {
+                path: path.to_vec(),
+                turn,
+            }),
+            PreImage::File { perm, .. } => Ok(Shown::File {
+                bytes: self.content(path, &seen)?.unwrap_or_default(),
+                perm: *perm,
+            }),
+            PreImage::Symlink { target } => Ok(Shown::Symlink {
+                target: target.clone(),
+            }),
+            other => Err(HistoryError::NoContent {
+                path: if path.is_empty() {
+                    b".".to_vec()
+                } else {
+                    path.to_vec()
+                },
+                turn,
+                kind: other.kind_name(),
+            }),
+        }
+    }
+}
+
+/// The view of `q` (not the root) when the upper layer is `up` and the
+/// base's state of a path is `base(path)`, and whether the lower children
+/// of `q` show: the overlay's rules (see the module docs).
+fn view_of(
+    up: &UpperAt,
+    q: &[u8],
+    base: &mut dyn FnMut(&[u8]) -> Result<PreImage, HistoryError>,
+) -> Result<(Seen, bool), HistoryError> {
+    let mut lower_visible = !present(up, OPAQUE_MARKER);
+    let mut prefix: Vec<u8> = Vec::new();
+    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
+    for (i, name) in comps.iter().enumerate() {
+        let p = paths::join(&prefix, name);
+        let upper = if name.starts_with(WHITEOUT_PREFIX) {
+            None
+        } else {
+            up.get(&p)
+                .filter(|v| !matches!(v.state, PreImage::Absent))
+                .cloned()
+        };
+        let whited = present(up, &whiteout_of(&prefix, name));
+        let lower = if !whited && lower_visible {
+            base(&p)?
+        } else {
+            PreImage::Absent
+        };
+        let lower_is_dir = matches!(lower, PreImage::Dir { .. });
+        let seen = match upper {
+            Some(version) => Seen {
+                version,
+                layer: Layer::Upper,
+            },
+            None if lower == PreImage::Absent => Seen::absent(),
+            None => Seen {
+                version: Version::recorded(lower),
+                layer: Layer::Lower,
+            },
+        };
+        let shows_lower = seen.is_dir()
+            && lower_is_dir
+            && (seen.layer == Layer::Lower || !present(up, &paths::join(&p, OPAQUE_MARKER)));
+        if i + 1 == comps.len() {
+            return Ok((seen, shows_lower));
+        }
+        if !seen.is_dir() {
+            return Ok((Seen::absent(), false));
+        }
+        lower_visible = shows_lower;
+        prefix = p;
+    }
+    Ok((Seen::absent(), false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_names_map_to_the_paths_they_stand_for() {
+        assert_eq!(view_path_of(b"d/.wh.x"), Some(b"d/x".to_vec()));
+        assert_eq!(view_path_of(b".wh.top"), Some(b"top".to_vec()));
+        assert_eq!(view_path_of(b"d/.wh..wh..opq"), Some(b"d".to_vec()));
+        assert_eq!(view_path_of(b".wh..wh..opq"), None);
+        assert_eq!(view_path_of(b"d/e/f"), Some(b"d/e/f".to_vec()));
+        assert_eq!(view_path_of(b""), None);
+    }
+
+    fn file(b: u8) -> Version {
+        Version::recorded(PreImage::File {
+            blob: [b; 32],
+            size: 1,
+            perm: 0o644,
+            ino: 0,
+        })
+    }
+
+    fn dir() -> Version {
+        Version::recorded(PreImage::Dir { perm: 0o755 })
+    }
+
+    /// The base: `d/` (with `d/x`), `f`, `e/` (with `e/y`).
+    fn base(p: &[u8]) -> Result<PreImage, HistoryError> {
+        Ok(match p {
+            b"d" | b"e" => PreImage::Dir { perm: 0o755 },
+            b"d/x" | b"f" | b"e/y" => PreImage::File {
+                blob: [9; 32],
+                size: 1,
+                perm: 0o644,
+                ino: 0,
+            },
+            _ => PreImage::Absent,
+        })
+    }
+
+    fn seen(up: &[(&str, Version)], q: &str) -> (PreImage, Layer, bool) {
+        let up: UpperAt = up
+            .iter()
+            .map(|(p, v)| (p.as_bytes().to_vec(), v.clone()))
+            .collect();
+        let (s, lower) = view_of(&up, q.as_bytes(), &mut base).expect("view");
+        (s.version.state, s.layer, lower)
+    }
+
+    #[test]
+    fn the_view_follows_the_overlays_rules() {
+        let absent = PreImage::Absent;
+        // Nothing in the upper layer: the base shows.
+        assert_eq!(seen(&[], "d/x").1, Layer::Lower);
+        assert!(seen(&[], "d").2, "a lower directory shows its children");
+        // A whiteout hides the lower entry, and everything under it.
+        assert_eq!(seen(&[(".wh.d", file(0))], "d").0, absent);
+        assert_eq!(seen(&[(".wh.d", file(0))], "d/x").0, absent);
+        // An upper entry shows even with its whiteout there (the crash-safe
+        // order of the overlay makes the whiteout first).
+        assert_eq!(
+            seen(&[(".wh.f", file(0)), ("f", file(1))], "f"),
+            (file(1).state, Layer::Upper, false)
+        );
+        // A copied-up directory merges; an opaque one hides the base's
+        // children but shows its own.
+        assert_eq!(seen(&[("d", dir())], "d/x").1, Layer::Lower);
+        let opaque = [
+            ("d", dir()),
+            ("d/.wh..wh..opq", file(0)),
+            ("d/new", file(2)),
+        ];
+        assert_eq!(seen(&opaque, "d/x").0, absent);
+        assert_eq!(seen(&opaque, "d/new").0, file(2).state);
+        assert!(!seen(&opaque, "d").2);
+        // An upper file over a lower directory hides its children; an upper
+        // directory over a lower file shows none of the base beneath.
+        assert_eq!(seen(&[("e", file(3))], "e/y").0, absent);
+        assert!(!seen(&[("f", dir())], "f").2);
+        // A lower directory whited out and made again in the upper layer:
+        // its own children show, the base's do not.
+        assert_eq!(
+            seen(&[(".wh.d", file(0)), ("d", dir()), ("d/n", file(4))], "d/n").0,
+            file(4).state
+        );
+        assert_eq!(
+            seen(&[(".wh.d", file(0)), ("d", dir())], "d/x").0,
+            absent,
+            "a whited-out lower directory under a new upper one stays hidden"
+        );
+        // Upper names starting with `.wh.` never show.
+        assert_eq!(seen(&[("d/.wh.x", file(0))], "d/.wh.x").0, absent);
+    }
+
+    #[test]
+    fn the_view_of_a_path_needs_its_ancestors_whiteouts_and_markers() {
+        let mut n = BTreeSet::new();
+        needed_for(b"a/b", &mut n);
+        let got: Vec<String> = n.iter().map(|p| paths::display(p)).collect();
+        assert_eq!(
+            got,
+            [
+                ".wh..wh..opq",
+                ".wh.a",
+                "a",
+                "a/.wh..wh..opq",
+                "a/.wh.b",
+                "a/b"
+            ]
+        );
+    }
+}
