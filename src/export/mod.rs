@@ -333,6 +333,11 @@ pub fn export_with(
     if !export_ignored {
         ex.ignore = Some(IgnoreRules::load(src.backing));
     }
+    // Like an ignore file, a list that cannot be read never stops an export.
+    ex.exclude = state.record_exclude().unwrap_or_else(|e| {
+        log::warn!("{e}");
+        crate::paths::Exclude::none()
+    });
     let mut report = ExportReport::empty(git_dir.clone());
     report.follows_ignore_rules = !export_ignored;
     let Some(first) = src.index.first_turn()? else {
@@ -412,6 +417,10 @@ struct Exporter<'a> {
     ignore: Option<IgnoreRules>,
     /// Entries left out by them (see [`ExportReport::ignored`]).
     ignored: u64,
+    /// The `[record] exclude` list in effect: paths with no history are
+    /// left out whatever `--export-ignored` says (`docs/design.md`
+    /// "Excluded paths").
+    exclude: crate::paths::Exclude,
 }
 
 impl<'a> Exporter<'a> {
@@ -425,12 +434,16 @@ impl<'a> Exporter<'a> {
             skipped: Vec::new(),
             ignore: None,
             ignored: 0,
+            exclude: crate::paths::Exclude::none(),
         }
     }
 
     /// True when the ignore rules (if followed) leave `path` out of the
     /// export; `is_dir`: it is a directory.
     fn ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
+        if self.exclude.excludes(path) {
+            return true;
+        }
         match &mut self.ignore {
             Some(rules) => rules.is_ignored(self.src.backing, path, is_dir),
             None => false,

@@ -98,7 +98,12 @@ fn plan_until(
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
     journal.with_index(|ix| check_turn(ix, to))??;
-    let targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    let mut targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    // A rewind never touches an excluded path, whatever records it has
+    // from a mount that recorded it (`docs/design.md` "Excluded paths").
+    if !journal.exclude().is_empty() {
+        targets.retain(|t| !journal.excludes(&t.path));
+    }
     Ok(restore::plan::plan_targets(journal, to, targets, force))
 }
 
