@@ -129,6 +129,23 @@ pub fn rewind(
     to: u64,
     opts: RewindOptions,
 ) -> Result<RewindReport, RewindError> {
+    rewind_with_progress(journal, to, opts, &mut |_, _| {})
+}
+
+/// [`rewind`], calling `progress(done, total)` while the restore runs
+/// (units of work: a path recorded in the rewind turn, a removal, a path
+/// restored): `done` grows to `total`, which the last call reaches. Not
+/// called for a dry run or when the rewind fails before writing. The
+/// callback runs on the rewinding thread, under the mount's quiesce guard:
+/// it must return quickly and must not touch the mount.
+///
+/// Errors: as [`rewind`].
+pub fn rewind_with_progress(
+    journal: &Journal,
+    to: u64,
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
     let RewindOptions { dry_run, force } = opts;
     if !dry_run {
         // Only reachable without a daemon (a daemon resumes at start): finish
@@ -164,7 +181,7 @@ pub fn rewind(
     })?;
     failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
-    let (restored, exec_conflicts) = restore::apply(journal, &plan);
+    let (restored, exec_conflicts) = restore::apply::apply_with_progress(journal, &plan, progress);
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     failpoint("rewind-before-done");

@@ -1,42 +1,32 @@
 //! `opfs export [--git-dir DIR] [--export-ignored | --no-export-ignored]`.
-//! Progress goes to stderr.
+//! A progress spinner goes to stderr on a terminal (`cli::progress`).
 
 use std::io::{self, Write};
-use std::time::{Duration, Instant};
 
 use opfs::control::client::commit_through_daemon;
 use opfs::export::{self, ExportReport, Progress};
 
 use crate::cli::args::ExportArgs;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::progress::Bar;
 use crate::cli::Ctx;
 
 pub fn run(
     ctx: &Ctx,
     a: &ExportArgs,
     out: &mut dyn Write,
-    err: &mut dyn Write,
+    _err: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
     let st = project.state();
     let json = ctx.format.is_json();
-    let mut last_shown = Instant::now();
-    let mut progress_written: io::Result<()> = Ok(());
-    let mut progress = |p: Progress| {
-        if json || progress_written.is_err() {
-            return;
-        }
-        match p {
-            Progress::Baseline { entries } => {
-                if last_shown.elapsed() >= Duration::from_millis(500) {
-                    progress_written =
-                        writeln!(err, "opfs: baseline: {entries} entries of the project read");
-                    last_shown = Instant::now();
-                }
-            }
-            Progress::Turn { .. } => {}
-        }
+    // The baseline walk reads the whole project: a spinner with the count
+    // on a terminal once it runs for a second; nothing otherwise.
+    let mut bar = Bar::new(ctx, "baseline: entries of the project read");
+    let mut progress = |p: Progress| match p {
+        Progress::Baseline { entries } => bar.tick(entries),
+        Progress::Turn { .. } => {}
     };
     let commit = || commit_through_daemon(st);
     let options = export::ExportOptions {
@@ -48,7 +38,8 @@ pub fn run(
     };
     let report = export::export_with(st, a.git_dir.as_deref(), &options, &mut progress, &commit)
         .map_err(failure)?;
-    progress_written?;
+    // The bar is cleared before the report is printed.
+    drop(bar);
     if json {
         writeln!(out, "{}", serde_json::to_string(&report).map_err(failure)?)?;
         return Ok(());
