@@ -186,6 +186,11 @@ pub struct HistoryShowArgs {
     pub path: String,
 }
 
+/// Where `opfs run`'s sandbox shows the project's worktrees that were
+/// mounted when it started, each at `WORKTREES_INSIDE/NAME` (on the
+/// sandbox's private `/tmp`).
+pub const WORKTREES_INSIDE: &str = "/tmp/opfs-worktrees";
+
 /// What `worktree_create` returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Created {
@@ -195,6 +200,10 @@ pub struct Created {
     pub path: PathBuf,
     /// The project turn whose start it shows.
     pub base_turn: u64,
+    /// Inside `opfs run`'s sandbox only: `path` is outside it, and how to
+    /// reach the worktree (`docs/mcp.md` "Worktrees inside the sandbox").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What `worktree_diff` and `history_diff` return.
@@ -285,6 +294,9 @@ pub struct Tools {
     project: Project,
     opts: DaemonOptions,
     verbose: u8,
+    /// Serving `opfs run`'s sandbox: the worktrees bound into it, by name,
+    /// and where they appear inside ([`Tools::in_sandbox`]).
+    sandbox: Option<std::collections::BTreeMap<String, PathBuf>>,
 }
 
 fn decode<A: DeserializeOwned>(tool: &'static str, args: Value) -> Result<A, ToolError> {
@@ -313,7 +325,17 @@ impl Tools {
             project,
             opts,
             verbose,
+            sandbox: None,
         }
+    }
+
+    /// These tools serve `opfs run`'s sandbox, into which the worktrees
+    /// of `visible` (name → path inside) were bound when it started:
+    /// `worktree_list` gives those paths, and `worktree_create` says that a
+    /// new worktree is reachable inside from the next run on.
+    pub fn in_sandbox(mut self, visible: std::collections::BTreeMap<String, PathBuf>) -> Tools {
+        self.sandbox = Some(visible);
+        self
     }
 
     /// Runs tool `name` with JSON `args` (an object; `null` counts as
@@ -356,10 +378,23 @@ impl Tools {
             &self.opts,
             self.verbose,
         )?;
+        let note = self.sandbox.as_ref().map(|_| {
+            format!(
+                "the worktree is mounted outside this sandbox, at {}: a sandbox shows the \
+                 worktrees that were mounted when `opfs run` started (at {}/NAME), so files of \
+                 this one can be edited from the next `opfs run` on (or by the user outside, or \
+                 in `opfs run --worktree {}`); worktree_diff, worktree_merge and \
+                 worktree_discard work on it by name now",
+                meta.mountpoint.display(),
+                WORKTREES_INSIDE,
+                meta.name
+            )
+        });
         Ok(Created {
             name: meta.name,
             path: meta.mountpoint,
             base_turn: meta.base_turn,
+            note,
         })
     }
 
@@ -367,7 +402,15 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::list`].
     pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
-        Ok(wt_cmd::list(&self.home, self.project.state())?)
+        let mut rows = wt_cmd::list(&self.home, self.project.state())?;
+        if let Some(visible) = &self.sandbox {
+            for r in &mut rows {
+                if let Some(inside) = visible.get(&r.name) {
+                    r.path = inside.clone();
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// `worktree_diff`: the patch (or `--stat`) of `opfs worktree diff`.
