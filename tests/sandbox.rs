@@ -1153,7 +1153,7 @@ import json, os, socket
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ["OPFS_MCP_SOCKET"])
 f = s.makefile("rw")
-for req in [{"tool": "worktree_list", "arguments": {}}, {"tool": "worktree_create", "arguments": {"name": "w2"}}]:
+for req in [{"tool": "worktree_list", "arguments": {}}, {"tool": "worktree_create", "arguments": {"name": "w2"}}, {"tool": "worktree_discard", "arguments": {"name": "w1"}}]:
     f.write(json.dumps(req) + chr(10)); f.flush()
     print("RAW " + f.readline().strip())
 "#;
@@ -1196,7 +1196,7 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
         .filter_map(|l| l.strip_prefix("RAW "))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(raw.len(), 2, "{}", show(&out));
+    assert_eq!(raw.len(), 3, "{}", show(&out));
     let rows = raw[0]["ok"]
         .as_array()
         .unwrap_or_else(|| panic!("{}", raw[0]));
@@ -1213,6 +1213,25 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
         note.contains("next `opfs run`") && note.contains("/tmp/opfs-worktrees"),
         "a worktree made inside says how to reach it: {}",
         raw[1]
+    );
+    // A bound worktree cannot be discarded from inside (its mount cannot
+    // stop while the sandbox holds it): refused at once, still mounted.
+    let refused = raw[2]["error"]["message"].as_str().unwrap_or_default();
+    assert!(refused.contains("bound into this sandbox"), "{}", raw[2]);
+    let list = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "list", "--json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "w1" && r["mounted"] == true),
+        "{rows}"
     );
     // The project itself is untouched; the worktree holds the change.
     assert_eq!(

@@ -252,6 +252,14 @@ pub enum ToolError {
     /// A patch could not be rendered or a result encoded.
     #[error("{0}")]
     Output(String),
+    /// `worktree_discard` of a worktree bound into the running sandbox:
+    /// its mount cannot stop while the sandbox holds it.
+    #[error(
+        "worktree {0:?} is bound into this sandbox (at {WORKTREES_INSIDE}/{0}) and cannot be \
+         unmounted while the sandbox runs: discard it after this `opfs run` ends (the user can \
+         run `opfs worktree discard {0}`); worktree_diff and worktree_merge work on it now"
+    )]
+    BoundInSandbox(String),
     /// The tool ran behind the narrow socket (`super::narrow`) and failed
     /// there, or the socket could not be reached: its message and detail.
     #[error("{message}")]
@@ -439,6 +447,16 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::discard`].
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
+        // Refused before anything is unmounted: the host's unmount would
+        // succeed, the daemon would wait for the sandbox's copy of the
+        // mount, and the worktree would be left unmounted outside.
+        if self
+            .sandbox
+            .as_ref()
+            .is_some_and(|visible| visible.contains_key(&a.name))
+        {
+            return Err(ToolError::BoundInSandbox(a.name));
+        }
         wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
         Ok(Discarded { discarded: a.name })
     }
