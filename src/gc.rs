@@ -197,6 +197,21 @@ fn cut_point(
 /// written ([`GcError::Index`]); blob files that cannot be removed are
 /// skipped (not counted), for the next gc.
 pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcReport, GcError> {
+    gc_with_progress(state, retention, dry_run, &mut |_, _| {})
+}
+
+/// [`gc`], calling `progress(done, total)` while it sweeps the blob store,
+/// the part whose cost grows with the store: `total` is the number of
+/// blob folders (at most 256), `done` those swept so far; the last call
+/// has `done == total`. The library never prints; the CLI draws a bar.
+///
+/// Errors and durability: as [`gc`].
+pub fn gc_with_progress(
+    state: &StateDir,
+    retention: Retention,
+    dry_run: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<GcReport, GcError> {
     // Opening the index upgrades an older schema in place; a dry run only
     // reads (it may run beside a daemon).
     let mut index = if dry_run {
@@ -249,11 +264,14 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     let mut blobs_removed = inline_removed;
     let mut bytes_freed = inline_bytes;
     if let Ok(dirs) = std::fs::read_dir(state.blobs_dir()) {
-        for d in dirs.flatten() {
+        let dirs: Vec<_> = dirs
+            .flatten()
+            .filter(|d| d.file_name().len() == 2)
+            .collect();
+        let total = dirs.len() as u64;
+        for (i, d) in dirs.into_iter().enumerate() {
+            progress(i as u64, total);
             let dname = d.file_name().to_string_lossy().into_owned();
-            if dname.len() != 2 {
-                continue;
-            }
             let Ok(files) = std::fs::read_dir(d.path()) else {
                 continue;
             };
@@ -274,6 +292,7 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
                 }
             }
         }
+        progress(total, total);
     }
     if !dry_run {
         store.clear_tmp();

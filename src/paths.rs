@@ -79,6 +79,140 @@ pub fn is_excluded(path: &[u8]) -> bool {
     path == b".git" || path.starts_with(b".git/")
 }
 
+/// The paths a mount does not record: `.git/` at the root (always, see
+/// [`is_excluded`]) and the user's `[record] exclude` list
+/// (`docs/design.md` "Excluded paths"), gitignore patterns matched by the
+/// `ignore` crate as if they sat in a `.gitignore` at the project root.
+///
+/// The verdict depends on the path's bytes only, never on what the path
+/// holds now: a path is excluded when one of its ancestors matches a
+/// pattern as a directory, or when the path itself matches a pattern as a
+/// directory or as a file (so `target/` excludes a name `target` whatever
+/// its type). That keeps a path recorded or not for the whole life of a
+/// mount, whatever type it takes from one turn to the next. A directory
+/// excluded whole is never looked inside: a later `!pattern` cannot
+/// re-include a path below it (as in git).
+#[derive(Clone, Default)]
+pub struct Exclude {
+    /// The patterns as given, in order.
+    patterns: Vec<String>,
+    /// Their matcher; `None` when there are none.
+    matcher: Option<ignore::gitignore::Gitignore>,
+}
+
+impl std::fmt::Debug for Exclude {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Exclude").field(&self.patterns).finish()
+    }
+}
+
+impl PartialEq for Exclude {
+    fn eq(&self, other: &Exclude) -> bool {
+        self.patterns == other.patterns
+    }
+}
+
+/// A `[record] exclude` pattern that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ExcludePatternError {
+    /// The pattern holds a line break (one pattern is one line).
+    #[error("exclude pattern {0:?} holds a line break: give one pattern per list entry")]
+    LineBreak(String),
+    /// The glob does not parse.
+    #[error("exclude pattern {pattern:?}: {source}")]
+    Glob {
+        /// The pattern as given.
+        pattern: String,
+        /// The parser's complaint.
+        source: ignore::Error,
+    },
+}
+
+impl Exclude {
+    /// Only `.git/` is excluded.
+    pub fn none() -> Exclude {
+        Exclude::default()
+    }
+
+    /// `.git/` and `patterns` (gitignore syntax, one pattern each; blank
+    /// entries and `#` comments are allowed and match nothing).
+    ///
+    /// Errors: a pattern holds a line break, or is not a valid glob; the
+    /// error names it.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Exclude, ExcludePatternError> {
+        let patterns: Vec<String> = patterns.iter().map(|p| p.as_ref().to_string()).collect();
+        if patterns.is_empty() {
+            return Ok(Exclude::none());
+        }
+        // Root "." : the paths matched are project-relative already, and
+        // the crate strips nothing from them.
+        let mut b = ignore::gitignore::GitignoreBuilder::new(".");
+        for p in &patterns {
+            if p.contains(['\n', '\r']) {
+                return Err(ExcludePatternError::LineBreak(p.clone()));
+            }
+            b.add_line(None, p)
+                .map_err(|source| ExcludePatternError::Glob {
+                    pattern: p.clone(),
+                    source,
+                })?;
+        }
+        let matcher = b.build().map_err(|source| ExcludePatternError::Glob {
+            pattern: patterns.join(", "),
+            source,
+        })?;
+        Ok(Exclude {
+            patterns,
+            matcher: Some(matcher),
+        })
+    }
+
+    /// The patterns as given (not `.git/`).
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// True when only `.git/` is excluded.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// True when the mount does not record `path` (project-relative): it
+    /// is `.git` or under it, or the list excludes it or an ancestor. The
+    /// root is never excluded. Cost: one glob-set match per component
+    /// (two for the last), nothing when the list is empty.
+    pub fn excludes(&self, path: &[u8]) -> bool {
+        if is_excluded(path) {
+            return true;
+        }
+        let Some(m) = &self.matcher else {
+            return false;
+        };
+        if path.is_empty() {
+            return false;
+        }
+        let hit = |p: &[u8], is_dir: bool| {
+            use std::os::unix::ffi::OsStrExt;
+            m.matched(std::path::Path::new(std::ffi::OsStr::from_bytes(p)), is_dir)
+                .is_ignore()
+        };
+        // Outermost ancestor first: git never looks inside an excluded
+        // directory.
+        let mut ends: Vec<usize> = path
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'/')
+            .map(|(i, _)| i)
+            .collect();
+        ends.push(path.len());
+        let last = ends.len() - 1;
+        ends.iter().enumerate().any(|(k, &end)| {
+            let p = &path[..end];
+            hit(p, true) || (k == last && hit(p, false))
+        })
+    }
+}
+
 /// True when `path` equals `ancestor` or lies under it.
 pub fn is_within(path: &[u8], ancestor: &[u8]) -> bool {
     ancestor.is_empty()
@@ -176,6 +310,7 @@ impl<T, E> PathContext<T, E> for Result<T, E> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -187,6 +322,38 @@ mod tests {
         assert!(validate(b"a//b").is_err());
         assert!(validate(b"a/").is_err());
         assert!(validate(b"./a").is_err());
+    }
+
+    #[test]
+    fn exclude_list_by_name_whatever_the_type() {
+        let e = Exclude::new(&["target/", "*.log", "!keep.log", "/top", "build/**/gen"]).unwrap();
+        assert!(e.excludes(b".git/HEAD"), ".git stays excluded");
+        assert!(
+            e.excludes(b"target"),
+            "a dir pattern excludes the name itself"
+        );
+        assert!(e.excludes(b"target/debug/x.o"));
+        assert!(e.excludes(b"sub/target/x"), "unanchored");
+        assert!(!e.excludes(b"targets/x"));
+        assert!(e.excludes(b"a.log") && e.excludes(b"d/b.log"));
+        assert!(!e.excludes(b"keep.log"), "re-included");
+        assert!(
+            e.excludes(b"target/keep.log"),
+            "nothing comes back below an excluded dir"
+        );
+        assert!(e.excludes(b"top") && !e.excludes(b"sub/top"), "anchored");
+        assert!(e.excludes(b"build/a/b/gen/f"));
+        assert!(!e.excludes(b"src/main.rs") && !e.excludes(b""));
+        assert!(e.excludes(b"\xff/x.log"), "non-UTF-8 names");
+        assert!(Exclude::none().is_empty() && !Exclude::none().excludes(b"target"));
+        assert!(matches!(
+            Exclude::new(&["a\nb"]),
+            Err(ExcludePatternError::LineBreak(_))
+        ));
+        assert!(matches!(
+            Exclude::new(&["a{b"]),
+            Err(ExcludePatternError::Glob { .. })
+        ));
     }
 
     #[test]

@@ -79,3 +79,19 @@ fn doctor_fails_on_what_is_required_and_warns_on_the_rest() {
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stdout.contains("fail  state home"), "{run}");
 }
+
+#[test]
+fn completions_into_a_closed_pipe_exit_quietly_instead_of_panicking() {
+    let fx = Fixture::new();
+    let mut cmd = fx.opfs_command(&["completions", "bash"]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn opfs");
+    // The reader goes away before the script (more than a pipe's buffer)
+    // is written: `opfs completions bash | head -1`.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}

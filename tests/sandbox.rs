@@ -1145,3 +1145,105 @@ fn a_command_under_the_private_tmp_is_refused_naming_it() {
     // Nothing was mounted for the refused runs.
     assert!(w.mounts_under_root().is_empty());
 }
+
+/// Inside the sandbox: raw `worktree_list` and `worktree_create` requests
+/// on the narrow socket. Prints `RAW` lines.
+const WORKTREE_CLIENT: &str = r#"
+import json, os, socket
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["OPFS_MCP_SOCKET"])
+f = s.makefile("rw")
+for req in [{"tool": "worktree_list", "arguments": {}}, {"tool": "worktree_create", "arguments": {"name": "w2"}}, {"tool": "worktree_discard", "arguments": {"name": "w1"}}]:
+    f.write(json.dumps(req) + chr(10)); f.flush()
+    print("RAW " + f.readline().strip())
+"#;
+
+#[test]
+fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
+    let w = World::new();
+    let _mp = w.mount();
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "create", "w1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let client = w.root.join("wt-client.py");
+    std::fs::write(&client, WORKTREE_CLIENT).unwrap();
+    let out = w.run(
+        &[],
+        &format!(
+            r#"cat /tmp/opfs-worktrees/w1/a.txt; echo "from inside" > /tmp/opfs-worktrees/w1/a.txt && echo WROTE; echo "HOME_LS=[$(ls -A "$OPFS_HOME")]"; /usr/bin/python3 {client}; true"#,
+            client = client.display()
+        ),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains("original a") && text.contains("WROTE"),
+        "the worktree is readable and writable inside: {}",
+        show(&out)
+    );
+    assert!(
+        text.contains("HOME_LS=[]"),
+        "the state dir stays hidden: {}",
+        show(&out)
+    );
+    let raw: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("RAW "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(raw.len(), 3, "{}", show(&out));
+    let rows = raw[0]["ok"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", raw[0]));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["path"], "/tmp/opfs-worktrees/w1", "{rows:?}");
+    assert_eq!(
+        rows[0]["changed"], 1,
+        "the write inside landed in the worktree: {rows:?}"
+    );
+    let created = &raw[1]["ok"];
+    assert_eq!(created["name"], "w2", "{}", raw[1]);
+    let note = created["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("next `opfs run`") && note.contains("/tmp/opfs-worktrees"),
+        "a worktree made inside says how to reach it: {}",
+        raw[1]
+    );
+    // A bound worktree cannot be discarded from inside (its mount cannot
+    // stop while the sandbox holds it): refused at once, still mounted.
+    let refused = raw[2]["error"]["message"].as_str().unwrap_or_default();
+    assert!(refused.contains("bound into this sandbox"), "{}", raw[2]);
+    let list = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "list", "--json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "w1" && r["mounted"] == true),
+        "{rows}"
+    );
+    // The project itself is untouched; the worktree holds the change.
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+    let diff = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "diff", "w1"])
+        .output()
+        .unwrap();
+    assert!(stdout(&diff).contains("+from inside"), "{}", show(&diff));
+}

@@ -130,6 +130,10 @@ pub enum OpenError {
     /// The capture log cannot be read, replayed or opened.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// The `[record] exclude` list in effect cannot be read (the message
+    /// names the state dir's file and the fix).
+    #[error("{0}")]
+    Exclude(io::Error),
 }
 
 /// An index failure where a blob error is expected (the journal's blob

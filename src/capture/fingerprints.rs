@@ -15,7 +15,8 @@ use crate::tree::Tree;
 
 /// Fingerprints not yet written to the index. `None`: the mount is in the
 /// middle of changing the path (a write handle is open), so there is
-/// nothing to compare against. Excluded paths (`.git/`) are never held.
+/// nothing to compare against. Excluded paths (`.git/`, and the
+/// `[record] exclude` list: the journal does not pass them) are never held.
 ///
 /// `by_inode` keeps, for the life of the journal, the last fingerprint the
 /// mount left for each regular file's inode under any name (never
@@ -88,7 +89,7 @@ impl<T: Tree> Journal<T> {
 
     /// [`Journal::remember`]; true when a directory is there now.
     pub(super) fn remember_is_dir(&self, path: &[u8]) -> bool {
-        if paths::is_excluded(path) {
+        if self.excludes(path) {
             return false;
         }
         let st = self.tree.lstat(path).ok();
@@ -142,7 +143,7 @@ impl<T: Tree> Journal<T> {
             | Mutation::Create { path } => match now {
                 // The layer's stat of the inode it holds for the path.
                 Some(st) => {
-                    if !paths::is_excluded(path) {
+                    if !self.excludes(path) {
                         let fp = Fingerprint::of(Some(&Stat::from_raw(st)));
                         self.lock().fingerprints.left(path, fp);
                     }
@@ -152,7 +153,7 @@ impl<T: Tree> Journal<T> {
             // The layer reports a removal only once it succeeded: the path
             // is absent now, no stat needed.
             Mutation::Remove { path } => {
-                if !paths::is_excluded(path) {
+                if !self.excludes(path) {
                     self.lock().fingerprints.left(path, Fingerprint::of(None));
                 }
             }

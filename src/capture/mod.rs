@@ -85,6 +85,9 @@ pub struct Journal<T = Dir> {
     inner: Mutex<Inner>,
     epoch: AtomicU64,
     range_min: u64,
+    /// The paths not recorded: `.git/` and the list in effect for the
+    /// state dir (`StateDir::record_exclude`), read once at open.
+    exclude: crate::paths::Exclude,
 }
 
 impl<T> std::fmt::Debug for Journal<T> {
@@ -125,6 +128,7 @@ impl<T: Tree> Journal<T> {
             path: state.dir.clone(),
             source,
         })?;
+        let exclude = state.record_exclude().map_err(OpenError::Exclude)?;
         let blobs = BlobStore::open(&state.blobs_dir(), sync)?;
         blobs.clear_tmp();
         let mut index = Index::open(&state.index_path(), sync)?;
@@ -184,7 +188,20 @@ impl<T: Tree> Journal<T> {
             }),
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
+            exclude,
         })
+    }
+
+    /// The paths this journal does not record (`docs/design.md` "Excluded
+    /// paths"): `.git/` and the `[record] exclude` list that was in effect
+    /// for the state dir when the journal was opened.
+    pub fn exclude(&self) -> &crate::paths::Exclude {
+        &self.exclude
+    }
+
+    /// True when `path` is not recorded ([`Self::exclude`]).
+    pub fn excludes(&self, path: &[u8]) -> bool {
+        self.exclude.excludes(path)
     }
 
     /// Sets the size (bytes) from which a file written in place is
@@ -277,11 +294,17 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
             Mutation::Content { path } => {
                 // One lock for both: record the pre-image, then mark the
                 // fingerprint unknown while the mount changes the file.
+                if self.excludes(path) {
+                    return Ok(());
+                }
                 let mut inner = self.lock();
                 self.capture_locked(&mut inner, path)
                     .map(|()| inner.fingerprints.changing(path))
             }
             Mutation::Range { path, offset, len } => {
+                if self.excludes(path) {
+                    return Ok(());
+                }
                 let mut inner = self.lock();
                 self.capture_range(&mut inner, path, offset, len)
                     .map(|()| inner.fingerprints.changing(path))

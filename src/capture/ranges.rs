@@ -5,7 +5,7 @@
 use std::io;
 
 use super::{CaptureError, Inner, Journal};
-use crate::paths::{self, PathContext};
+use crate::paths::PathContext;
 use crate::record::PreImage;
 use crate::store::log::Op;
 use crate::store::{Entry, INLINE_MAX};
@@ -72,7 +72,7 @@ impl<T: Tree> Journal<T> {
         offset: u64,
         len: u64,
     ) -> Result<(), CaptureError> {
-        if path.is_empty() || paths::is_excluded(path) || inner.turn.captured.contains(path) {
+        if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
             return Ok(());
         }
         // The common case of a file written again and again: nothing new

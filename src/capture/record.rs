@@ -5,7 +5,7 @@
 use std::io::{self, Read};
 
 use super::{CaptureError, Inner, Journal};
-use crate::paths::{self, PathContext};
+use crate::paths::PathContext;
 use crate::record::{Meta, PreImage, Special};
 use crate::store::{CaptureLog, Entry, Index, IndexError, INLINE_MAX};
 use crate::tree::Tree;
@@ -81,7 +81,8 @@ impl Inner {
 
 impl<T: Tree> Journal<T> {
     /// Records the current state of `path` as its pre-image in the open turn,
-    /// unless already recorded in this turn or excluded (`.git/`).
+    /// unless already recorded in this turn or excluded (`.git/` and the
+    /// `[record] exclude` list: [`Journal::excludes`]).
     pub fn capture(&self, path: &[u8]) -> Result<(), CaptureError> {
         let mut inner = self.lock();
         self.capture_locked(&mut inner, path)
@@ -105,7 +106,7 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         known: Option<PreImage>,
     ) -> Result<(), CaptureError> {
-        if path.is_empty() || paths::is_excluded(path) || inner.turn.captured.contains(path) {
+        if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
             return Ok(());
         }
         if inner.turn.ranged.contains_key(path) {

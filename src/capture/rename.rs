@@ -35,6 +35,11 @@ impl<T: Tree> Journal<T> {
         src: &[u8],
         dst: &[u8],
     ) -> Result<(), CaptureError> {
+        // Every path under an excluded directory is excluded: a move
+        // between two excluded names records nothing.
+        if self.excludes(src) && self.excludes(dst) {
+            return Ok(());
+        }
         match self.tree.lstat(src).at(src)? {
             Some(st) if st.file_type() == libc::S_IFDIR => {}
             _ => return Ok(()),
@@ -73,11 +78,15 @@ impl<T: Tree> Journal<T> {
             Some(st) if !exchange => {
                 let st = Stat::from_raw(st);
                 let mut inner = self.lock();
-                inner.fingerprints.left(from, Fingerprint::of(None));
-                inner.fingerprints.left(to, Fingerprint::of(Some(&st)));
+                if !self.excludes(from) {
+                    inner.fingerprints.left(from, Fingerprint::of(None));
+                }
+                if !self.excludes(to) {
+                    inner.fingerprints.left(to, Fingerprint::of(Some(&st)));
+                }
                 (
                     false,
-                    st.file_type() == libc::S_IFDIR && !paths::is_excluded(to),
+                    st.file_type() == libc::S_IFDIR && !(self.excludes(to) && self.excludes(from)),
                 )
             }
             _ => (self.remember_is_dir(from), self.remember_is_dir(to)),

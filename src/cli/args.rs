@@ -41,6 +41,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Serve PROJECT at MOUNTPOINT, recording every change.
+    ///
+    /// Paths the configuration file's `[record] exclude` list names
+    /// (gitignore patterns, read now) are served but not recorded, and a
+    /// rewind never restores them (docs/design.md "Excluded paths").
     Mount(MountArgs),
     /// Stop serving MOUNTPOINT (default: the mount of `-C`), flushing everything.
     Umount(UmountArgs),

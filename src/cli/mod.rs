@@ -188,6 +188,29 @@ impl Ctx {
         })
     }
 
+    /// The user's configuration file ([`Env::config`]); defaults when
+    /// there is none.
+    ///
+    /// Errors: it cannot be read or does not parse (exit 1, naming it).
+    pub fn config(&self) -> Result<opfs::sandbox::config::Config, CommandError> {
+        match &self.env.config {
+            Some(p) => opfs::sandbox::config::load(p).map_err(error::failure),
+            None => Ok(Default::default()),
+        }
+    }
+
+    /// The configuration's `[record] exclude` list, ready to match.
+    ///
+    /// Errors: as [`Ctx::config`], or a pattern is not valid (exit 1,
+    /// naming the file and the pattern).
+    pub fn record_exclude(&self) -> Result<opfs::paths::Exclude, CommandError> {
+        let config = self.config()?;
+        opfs::paths::Exclude::new(&config.record.exclude).map_err(|e| {
+            let file = self.env.config.as_deref().unwrap_or(Path::new("config"));
+            CommandError::failure(format!("{}: [record] exclude: {e}", file.display()))
+        })
+    }
+
     /// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,
     /// else the default. A bad value is bad usage, as it is for the option.
     pub fn range_min(&self) -> Result<u64, CommandError> {

@@ -179,6 +179,28 @@ impl Project {
         Ok(crate::gc::gc(&self.state, retention, dry_run)?)
     }
 
+    /// [`Project::gc`], calling `progress(done, total)` as
+    /// [`crate::gc::gc_with_progress`] says. Errors as [`Project::gc`].
+    pub fn gc_with_progress(
+        &self,
+        retention: crate::gc::Retention,
+        dry_run: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<crate::gc::GcReport, ClientError> {
+        let _lock = StateLock::try_acquire(&self.state)
+            .map_err(|source| ClientError::Lock {
+                path: self.state.lock_path(),
+                source,
+            })?
+            .ok_or_else(|| ClientError::Mounted(self.state.project.clone()))?;
+        Ok(crate::gc::gc_with_progress(
+            &self.state,
+            retention,
+            dry_run,
+            progress,
+        )?)
+    }
+
     /// The mount state, open turn and store size.
     ///
     /// Errors: a daemon that does not answer, or the state dir cannot be
@@ -279,14 +301,44 @@ impl Project {
         dry_run: bool,
         force: bool,
     ) -> Result<(RewindReport, Via), ClientError> {
-        let req = Request::Rewind { to, dry_run, force };
-        match self.ask(&req)? {
+        self.rewind_with_progress(to, dry_run, force, None)
+    }
+
+    /// [`Project::rewind_via`], calling `progress(done, total)` while the
+    /// restore runs, when given: through the daemon (which sends
+    /// [`Response::Progress`] lines, at most about ten a second) or
+    /// directly ([`rewind::rewind_with_progress`]). `done` grows to
+    /// `total`; a dry run reports none. Errors as [`Project::rewind`].
+    pub fn rewind_with_progress(
+        &self,
+        to: u64,
+        dry_run: bool,
+        force: bool,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
+        let mut none = |_: u64, _: u64| {};
+        let wants = progress.is_some();
+        let progress: &mut dyn FnMut(u64, u64) = match progress {
+            Some(p) => p,
+            None => &mut none,
+        };
+        let req = Request::Rewind {
+            to,
+            dry_run,
+            force,
+            progress: wants,
+        };
+        match self.ask_with_progress(&req, progress)? {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                let report =
-                    rewind::rewind(&journal, to, rewind::RewindOptions { dry_run, force })?;
+                let report = rewind::rewind_with_progress(
+                    &journal,
+                    to,
+                    rewind::RewindOptions { dry_run, force },
+                    progress,
+                )?;
                 Ok((report, Via::Direct))
             }
         }
@@ -377,8 +429,17 @@ impl Project {
 
     /// Asks the running daemon; `None` when no daemon runs for this project.
     fn ask(&self, req: &Request) -> Result<Option<Response>, ClientError> {
+        self.ask_with_progress(req, &mut |_, _| {})
+    }
+
+    /// [`Project::ask`], passing the daemon's progress lines to `progress`.
+    fn ask_with_progress(
+        &self,
+        req: &Request,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Option<Response>, ClientError> {
         let st = &self.state;
-        match request(&st.socket_path(), req) {
+        match request_with_progress(&st.socket_path(), req, progress) {
             Ok(r) => Ok(Some(r)),
             // Connected and sent, but no answer: the daemon died while
             // handling the request. Running it again directly could repeat
@@ -447,17 +508,34 @@ fn is_cut_off(e: &io::Error) -> bool {
 /// Errors: the socket is missing or refuses (no daemon), or the daemon
 /// closed the connection without answering (`UnexpectedEof`).
 pub fn request(socket: &Path, req: &Request) -> io::Result<Response> {
+    request_with_progress(socket, req, &mut |_, _| {})
+}
+
+/// [`request`], passing each [`Response::Progress`] line that comes before
+/// the answer to `progress(done, total)`.
+///
+/// Errors: as [`request`].
+pub fn request_with_progress(
+    socket: &Path,
+    req: &Request,
+    progress: &mut dyn FnMut(u64, u64),
+) -> io::Result<Response> {
     let mut conn = UnixStream::connect(socket)?;
     protocol::write_message(&mut conn, req)?;
     let mut reader = BufReader::new(conn);
     let mut line = String::new();
-    if !protocol::read_line(&mut reader, &mut line)? {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the daemon closed the connection without answering",
-        ));
+    loop {
+        if !protocol::read_line(&mut reader, &mut line)? {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the daemon closed the connection without answering",
+            ));
+        }
+        match serde_json::from_str(&line).map_err(io::Error::other)? {
+            Response::Progress { done, total } => progress(done, total),
+            answer => return Ok(answer),
+        }
     }
-    serde_json::from_str(&line).map_err(io::Error::other)
 }
 
 /// Waits until `cond` holds, checking every 20 ms, for at most `limit`;

@@ -1,6 +1,9 @@
 //! The control protocol: one JSON object per line in each direction over
 //! the daemon's `control.sock`, a [`Request`] from the client and one
-//! [`Response`] from the daemon.
+//! [`Response`] from the daemon. A rewind that asks for progress
+//! (`"progress": true`) gets [`Response::Progress`] lines before its one
+//! answer; a request that does not ask gets none, so a client that never
+//! asks reads exactly one line per request as before.
 
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
@@ -32,6 +35,10 @@ pub enum Request {
         /// Restore paths changed behind the mount's back too.
         #[serde(default)]
         force: bool,
+        /// Send [`Response::Progress`] lines while the restore runs
+        /// (absent: false).
+        #[serde(default)]
+        progress: bool,
     },
     /// Unmount and exit.
     Unmount,
@@ -83,6 +90,17 @@ pub enum Response {
     Unmounting,
     /// The pending capture records are in the index.
     Committed,
+    /// Not an answer: how far the request has got, `done` of `total`
+    /// units of work (for a rewind: see `rewind::rewind_with_progress`).
+    /// Sent only to a request that asked for it, before its answer: at
+    /// most about ten times a second while the work runs, then once with
+    /// where it ended (`done == total` for a rewind that restored).
+    Progress {
+        /// Units done.
+        done: u64,
+        /// Units in all.
+        total: u64,
+    },
     /// The request failed.
     Error {
         /// Usage or failure.

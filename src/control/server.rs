@@ -60,6 +60,7 @@ pub fn rewind_mounted(
     to: u64,
     dry_run: bool,
     force: bool,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
     // A dirty mmap page written back after the restore would clobber the
     // restored bytes: write it back first, so it is captured in the turn
@@ -68,7 +69,12 @@ pub fn rewind_mounted(
         m.write_back();
     }
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind(journal, to, rewind::RewindOptions { dry_run, force });
+    let report = rewind::rewind_with_progress(
+        journal,
+        to,
+        rewind::RewindOptions { dry_run, force },
+        progress,
+    );
     drop(guard);
     if let (Some(m), Ok(r)) = (mount, &report) {
         invalidate_with_parents(m, &r.touched);
@@ -109,13 +115,16 @@ fn invalidate_with_parents(m: &dyn MountOps, touched: &[Vec<u8>]) {
     m.invalidate(&paths);
 }
 
-/// Handles one request.
+/// Handles one request. `progress(done, total)` is called while a rewind
+/// restores (on this thread, under the mount's quiesce guard: it must
+/// never block).
 pub fn handle(
     journal: &Journal,
     mount: &dyn MountOps,
     mountpoint: &Path,
     recovered: &Option<String>,
     req: Request,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Response {
     match req {
         Request::Commit => match journal.apply_pending() {
@@ -151,8 +160,10 @@ pub fn handle(
                 },
             }
         }
-        Request::Rewind { to, dry_run, force } => {
-            let result = rewind_mounted(journal, Some(mount), to, dry_run, force);
+        Request::Rewind {
+            to, dry_run, force, ..
+        } => {
+            let result = rewind_mounted(journal, Some(mount), to, dry_run, force, progress);
             if result.is_ok() && !dry_run {
                 mount.turns_closed();
             }
@@ -253,7 +264,11 @@ fn serve_one(
         let resp = match serde_json::from_str::<Request>(&line) {
             Ok(req) => {
                 log::info!("control request: {req:?}");
-                handle(journal, mount, mountpoint, recovered, req)
+                if matches!(req, Request::Rewind { progress: true, .. }) {
+                    handle_with_progress_lines(&writer, journal, mount, mountpoint, recovered, req)?
+                } else {
+                    handle(journal, mount, mountpoint, recovered, req, &mut |_, _| {})
+                }
             }
             Err(e) => Response::Error {
                 kind: FailureKind::Usage,
@@ -263,4 +278,66 @@ fn serve_one(
         protocol::write_message(&mut writer, &resp)?;
     }
     Ok(())
+}
+
+/// The shortest time between two progress lines.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// [`handle`] for a request that asked for progress: the handling thread
+/// only stores the newest `(done, total)` (a mutex held for a copy, never
+/// across I/O), and a thread of its own writes it to `conn` as a
+/// [`Response::Progress`] line every [`PROGRESS_EVERY`] when it changed,
+/// and once more when the request is done, so the last line says where the
+/// work ended. A client that stops reading blocks that thread only, never
+/// the mount's quiesce guard. The answer is written by the caller after
+/// that thread is done, so lines never interleave.
+///
+/// Errors: the connection cannot be cloned for the progress thread.
+fn handle_with_progress_lines(
+    conn: &UnixStream,
+    journal: &Journal,
+    mount: &dyn MountOps,
+    mountpoint: &Path,
+    recovered: &Option<String>,
+    req: Request,
+) -> io::Result<Response> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    use std::sync::Mutex;
+    let mut out = conn.try_clone()?;
+    let latest: Arc<Mutex<Option<(u64, u64)>>> = Arc::default();
+    // Never sent on: dropping it tells the writer the request is done.
+    let (done_tx, done_rx) = channel::<()>();
+    let seen = latest.clone();
+    let writer = std::thread::spawn(move || {
+        let mut sent = None;
+        loop {
+            let finished = !matches!(
+                done_rx.recv_timeout(PROGRESS_EVERY),
+                Err(RecvTimeoutError::Timeout)
+            );
+            let now = *seen.lock().unwrap_or_else(|p| p.into_inner());
+            if let (Some((done, total)), true) = (now, now != sent) {
+                if protocol::write_message(&mut out, &Response::Progress { done, total }).is_err() {
+                    break;
+                }
+                sent = now;
+            }
+            if finished {
+                break;
+            }
+        }
+    });
+    let resp = handle(
+        journal,
+        mount,
+        mountpoint,
+        recovered,
+        req,
+        &mut |done, total| {
+            *latest.lock().unwrap_or_else(|p| p.into_inner()) = Some((done, total));
+        },
+    );
+    drop(done_tx);
+    let _ = writer.join();
+    Ok(resp)
 }

@@ -163,6 +163,16 @@ fn lock_state(state: &StateDir) -> Result<StateLock, MountError> {
 }
 
 fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, MountError> {
+    if let (Some(exclude), None) = (&opts.record_exclude, &opts.worktree) {
+        // Under the state lock: the list in effect changes only here.
+        state
+            .create()
+            .and_then(|()| state.set_record_exclude(exclude))
+            .map_err(io_err(format!(
+                "cannot write {}",
+                state.record_exclude_path().display()
+            )))?;
+    }
     let mut journal = Journal::open(state, opts.sync)?;
     journal.set_range_min(opts.range_min);
     Ok(Arc::new(journal))

@@ -27,6 +27,11 @@ pub struct DaemonOptions {
     /// Serve this worktree (an overlay over the project's base) instead of
     /// a project (`super::worktree`).
     pub worktree: Option<super::worktree::WorktreeSpec>,
+    /// The `[record] exclude` list (`docs/design.md` "Excluded paths"):
+    /// a project's mount makes it the list in effect for its state dir
+    /// before it opens the journal. `None` keeps the list in effect.
+    /// Ignored for a worktree.
+    pub record_exclude: Option<crate::paths::Exclude>,
 }
 
 impl Default for DaemonOptions {
@@ -38,6 +43,7 @@ impl Default for DaemonOptions {
             range_min: crate::capture::DEFAULT_RANGE_MIN,
             tuning: FsTuning::default(),
             worktree: None,
+            record_exclude: None,
         }
     }
 }

@@ -75,7 +75,7 @@ fn walk(
         names.sort();
         for name in names {
             let p = paths::join(&dir, &name);
-            if paths::is_excluded(&p) {
+            if ex.exclude.excludes(&p) {
                 continue;
             }
             if ex.ignore.is_some() {

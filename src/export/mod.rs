@@ -340,6 +340,11 @@ pub fn export_with(
     if !export_ignored {
         ex.ignore = Some(IgnoreRules::load(src.backing));
     }
+    // Like an ignore file, a list that cannot be read never stops an export.
+    ex.exclude = state.record_exclude().unwrap_or_else(|e| {
+        log::warn!("{e}");
+        crate::paths::Exclude::none()
+    });
     let mut report = ExportReport::empty(git_dir.clone());
     report.follows_ignore_rules = !export_ignored;
     let Some(first) = src.index.first_turn()? else {
@@ -422,6 +427,10 @@ struct Exporter<'a> {
     /// Where the bytes of a file state come from when they are not in the
     /// project's store (a branch's history: `branch`); `None`: the store.
     fetch: Option<&'a Fetch<'a>>,
+    /// The `[record] exclude` list in effect: paths with no history are
+    /// left out whatever `--export-ignored` says (`docs/design.md`
+    /// "Excluded paths").
+    exclude: crate::paths::Exclude,
 }
 
 /// Reads the bytes of a file state at a path (see [`Exporter`]'s `fetch`).
@@ -439,12 +448,16 @@ impl<'a> Exporter<'a> {
             ignore: None,
             ignored: 0,
             fetch: None,
+            exclude: crate::paths::Exclude::none(),
         }
     }
 
     /// True when the ignore rules (if followed) leave `path` out of the
     /// export; `is_dir`: it is a directory.
     fn ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
+        if self.exclude.excludes(path) {
+            return true;
+        }
         match &mut self.ignore {
             Some(rules) => rules.is_ignored(self.src.backing, path, is_dir),
             None => false,

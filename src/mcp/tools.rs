@@ -187,6 +187,11 @@ pub struct HistoryShowArgs {
     pub path: String,
 }
 
+/// Where `opfs run`'s sandbox shows the project's worktrees that were
+/// mounted when it started, each at `WORKTREES_INSIDE/NAME` (on the
+/// sandbox's private `/tmp`).
+pub const WORKTREES_INSIDE: &str = "/tmp/opfs-worktrees";
+
 /// What `worktree_create` returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Created {
@@ -196,6 +201,10 @@ pub struct Created {
     pub path: PathBuf,
     /// The project turn whose start it shows.
     pub base_turn: u64,
+    /// Inside `opfs run`'s sandbox only: `path` is outside it, and how to
+    /// reach the worktree (`docs/mcp.md` "Worktrees inside the sandbox").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What `worktree_diff` and `history_diff` return.
@@ -244,6 +253,14 @@ pub enum ToolError {
     /// A patch could not be rendered or a result encoded.
     #[error("{0}")]
     Output(String),
+    /// `worktree_discard` of a worktree bound into the running sandbox:
+    /// its mount cannot stop while the sandbox holds it.
+    #[error(
+        "worktree {0:?} is bound into this sandbox (at {WORKTREES_INSIDE}/{0}) and cannot be \
+         unmounted while the sandbox runs: discard it after this `opfs run` ends (the user can \
+         run `opfs worktree discard {0}`); worktree_diff and worktree_merge work on it now"
+    )]
+    BoundInSandbox(String),
     /// The tool ran behind the narrow socket (`super::narrow`) and failed
     /// there, or the socket could not be reached: its message and detail.
     #[error("{message}")]
@@ -286,6 +303,9 @@ pub struct Tools {
     project: Project,
     opts: DaemonOptions,
     verbose: u8,
+    /// Serving `opfs run`'s sandbox: the worktrees bound into it, by name,
+    /// and where they appear inside ([`Tools::in_sandbox`]).
+    sandbox: Option<std::collections::BTreeMap<String, PathBuf>>,
 }
 
 fn decode<A: DeserializeOwned>(tool: &'static str, args: Value) -> Result<A, ToolError> {
@@ -314,7 +334,17 @@ impl Tools {
             project,
             opts,
             verbose,
+            sandbox: None,
         }
+    }
+
+    /// These tools serve `opfs run`'s sandbox, into which the worktrees
+    /// of `visible` (name → path inside) were bound when it started:
+    /// `worktree_list` gives those paths, and `worktree_create` says that a
+    /// new worktree is reachable inside from the next run on.
+    pub fn in_sandbox(mut self, visible: std::collections::BTreeMap<String, PathBuf>) -> Tools {
+        self.sandbox = Some(visible);
+        self
     }
 
     /// Runs tool `name` with JSON `args` (an object; `null` counts as
@@ -357,10 +387,23 @@ impl Tools {
             &self.opts,
             self.verbose,
         )?;
+        let note = self.sandbox.as_ref().map(|_| {
+            format!(
+                "the worktree is mounted outside this sandbox, at {}: a sandbox shows the \
+                 worktrees that were mounted when `opfs run` started (at {}/NAME), so files of \
+                 this one can be edited from the next `opfs run` on (or by the user outside, or \
+                 in `opfs run --worktree {}`); worktree_diff, worktree_merge and \
+                 worktree_discard work on it by name now",
+                meta.mountpoint.display(),
+                WORKTREES_INSIDE,
+                meta.name
+            )
+        });
         Ok(Created {
             name: meta.name,
             path: meta.mountpoint,
             base_turn: meta.base_turn,
+            note,
         })
     }
 
@@ -368,7 +411,15 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::list`].
     pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
-        Ok(wt_cmd::list(&self.home, self.project.state())?)
+        let mut rows = wt_cmd::list(&self.home, self.project.state())?;
+        if let Some(visible) = &self.sandbox {
+            for r in &mut rows {
+                if let Some(inside) = visible.get(&r.name) {
+                    r.path = inside.clone();
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// `worktree_diff`: the patch (or `--stat`) of `opfs worktree diff`.
@@ -397,6 +448,16 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::discard`].
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
+        // Refused before anything is unmounted: the host's unmount would
+        // succeed, the daemon would wait for the sandbox's copy of the
+        // mount, and the worktree would be left unmounted outside.
+        if self
+            .sandbox
+            .as_ref()
+            .is_some_and(|visible| visible.contains_key(&a.name))
+        {
+            return Err(ToolError::BoundInSandbox(a.name));
+        }
         wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
         Ok(Discarded { discarded: a.name })
     }

@@ -213,7 +213,7 @@ pub(crate) fn moved_inode_pairs(plan: &[PathPlan]) -> Vec<(usize, usize)> {
 }
 
 /// Applies the plan's steps; returns the conflicts met.
-fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
+fn execute(journal: &Journal, plan: &[PathPlan], tick: &mut dyn FnMut()) -> Vec<Conflict> {
     let backing = journal.backing();
     let pairs = moved_inode_pairs(plan);
     // p index -> parked link to the inode that moves back to p.
@@ -259,9 +259,11 @@ fn execute(journal: &Journal, plan: &[PathPlan]) -> Vec<Conflict> {
                 fail(i, FailedStep::Remove, e, &mut failed);
             }
             failpoint("rewind-after-step");
+            tick();
         }
     }
     for (i, p) in plan.iter().enumerate() {
+        tick();
         if failed.contains(&i) {
             continue;
         }
@@ -354,9 +356,34 @@ pub(crate) fn sync_project(journal: &Journal) {
 /// error: what is durable is what the index's records say (each captured
 /// path), and the project's bytes once [`sync_project`] ran.
 pub(crate) fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
+    apply_with_progress(journal, plan, &mut |_, _| {})
+}
+
+/// The units of work [`apply_with_progress`] counts for `plan`: one per
+/// path recorded, one per removal, one per path restored.
+pub(crate) fn work_units(plan: &[PathPlan]) -> u64 {
+    let removals = plan
+        .iter()
+        .filter(|p| p.steps.contains(&Step::Remove))
+        .count();
+    (2 * plan.len() + removals) as u64
+}
+
+/// [`apply`], calling `progress(done, total)` as it goes: `total` is
+/// [`work_units`] of `plan`, `done` grows by one per unit and ends at
+/// `total` (the last call), whatever failed on the way.
+pub(crate) fn apply_with_progress(
+    journal: &Journal,
+    plan: &[PathPlan],
+    progress: &mut dyn FnMut(u64, u64),
+) -> (Vec<String>, Vec<Conflict>) {
+    let total = work_units(plan);
+    let mut done = 0u64;
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
     for p in plan {
+        done += 1;
+        progress(done, total);
         let capture = match (&p.patch, &p.target_state) {
             // Only what the restore overwrites, as ranges of the rewind turn.
             (Some(segments), PreImage::Ranged { size, .. }) => {
@@ -391,7 +418,11 @@ pub(crate) fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<C
             Err(e) => conflicts.push(Conflict::new(&p.raw, ConflictReason::Capture(e))),
         }
     }
-    let exec = execute(journal, &runnable);
+    let exec = execute(journal, &runnable, &mut || {
+        done += 1;
+        progress(done.min(total), total);
+    });
+    progress(total, total);
     for p in &runnable {
         journal.remember(&p.raw);
     }

@@ -98,7 +98,12 @@ fn plan_until(
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
     journal.with_index(|ix| check_turn(ix, to))??;
-    let targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    let mut targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    // A rewind never touches an excluded path, whatever records it has
+    // from a mount that recorded it (`docs/design.md` "Excluded paths").
+    if !journal.exclude().is_empty() {
+        targets.retain(|t| !journal.excludes(&t.path));
+    }
     Ok(restore::plan::plan_targets(journal, to, targets, force))
 }
 
@@ -123,6 +128,23 @@ pub fn rewind(
     journal: &Journal,
     to: u64,
     opts: RewindOptions,
+) -> Result<RewindReport, RewindError> {
+    rewind_with_progress(journal, to, opts, &mut |_, _| {})
+}
+
+/// [`rewind`], calling `progress(done, total)` while the restore runs
+/// (units of work: a path recorded in the rewind turn, a removal, a path
+/// restored): `done` grows to `total`, which the last call reaches. Not
+/// called for a dry run or when the rewind fails before writing. The
+/// callback runs on the rewinding thread, under the mount's quiesce guard:
+/// it must return quickly and must not touch the mount.
+///
+/// Errors: as [`rewind`].
+pub fn rewind_with_progress(
+    journal: &Journal,
+    to: u64,
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
     let RewindOptions { dry_run, force } = opts;
     if !dry_run {
@@ -159,7 +181,7 @@ pub fn rewind(
     })?;
     failpoint("rewind-begin");
     journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
-    let (restored, exec_conflicts) = restore::apply(journal, &plan);
+    let (restored, exec_conflicts) = restore::apply::apply_with_progress(journal, &plan, progress);
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     failpoint("rewind-before-done");

@@ -230,3 +230,53 @@ fn the_report_reads_back_from_its_json() {
     let back: RewindReport = serde_json::from_value(value.clone()).expect("parse");
     assert_eq!(serde_json::to_value(&back).expect("json"), value);
 }
+
+#[test]
+fn rewind_progress_grows_one_unit_at_a_time_to_its_total() {
+    let s = setup();
+    let j = &s.journal;
+    for i in 0..20 {
+        let name = format!("new{i}");
+        j.before(&Mutation::Create {
+            path: name.as_bytes(),
+        })
+        .expect("hook");
+        fs::write(s.project.join(&name), b"n").expect("write");
+    }
+    j.before(&Mutation::Content {
+        path: b"src/main.rs",
+    })
+    .expect("hook");
+    fs::write(s.project.join("src/main.rs"), b"changed").expect("write");
+
+    let mut dry_calls = 0;
+    rewind_with_progress(j, 1, dry(), &mut |_, _| dry_calls += 1).expect("dry run");
+    assert_eq!(
+        dry_calls, 0,
+        "a dry run restores nothing, so reports nothing"
+    );
+
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let report = rewind_with_progress(j, 1, real(), &mut |d, t| seen.push((d, t))).expect("rewind");
+    assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
+    // Each path recorded, each removal, each path restored: 20 created
+    // files go, src/main.rs is rewritten.
+    let total = crate::restore::apply::work_units(&report.plan);
+    assert!(total >= 21 * 2 + 20, "{total}");
+    assert!(seen.iter().all(|&(d, t)| t == total && d <= t), "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].0 <= w[1].0),
+        "done never goes back: {seen:?}"
+    );
+    assert_eq!(
+        seen.last(),
+        Some(&(total, total)),
+        "the last call reaches the total"
+    );
+    let distinct: std::collections::BTreeSet<u64> = seen.iter().map(|&(d, _)| d).collect();
+    assert_eq!(
+        distinct.len() as u64,
+        total,
+        "every unit is reported: {seen:?}"
+    );
+}

@@ -21,6 +21,11 @@ pub struct Layout {
     /// The narrow socket of `opfs mcp` (`crate::mcp::narrow`), outside,
     /// if any: bound alone at [`NARROW_SOCKET`] inside.
     pub narrow: Option<PathBuf>,
+    /// Worktree mountpoints (outside) and where each appears inside
+    /// (`crate::mcp::tools::WORKTREES_INSIDE`), bound writable in
+    /// `workspace-write` mode: their mounts only, never the state dir
+    /// around them.
+    pub worktrees: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Where the narrow socket appears inside the sandbox (on its private
@@ -82,6 +87,11 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
     }
     if let Some(sock) = &layout.narrow {
         push(&["--bind".as_ref(), sock.as_os_str(), NARROW_SOCKET.as_ref()]);
+    }
+    if policy.mode == Mode::WorkspaceWrite {
+        for (outside, inside) in &layout.worktrees {
+            push(&["--bind".as_ref(), outside.as_os_str(), inside.as_os_str()]);
+        }
     }
     let hides = hide_targets(&policy.hide);
     let (inside, outside): (Vec<_>, Vec<_>) = hides
@@ -235,6 +245,7 @@ mod tests {
     fn layout() -> Layout {
         Layout {
             narrow: None,
+            worktrees: Vec::new(),
             project: PathBuf::from("/srv/app"),
             source: PathBuf::from("/state/run/1"),
             cwd: PathBuf::from("/srv/app/src"),

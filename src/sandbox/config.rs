@@ -1,4 +1,5 @@
-//! The user's configuration file (defaults for `opfs run`).
+//! The user's configuration file (defaults for `opfs run`, and what a
+//! mount does not record).
 //!
 //! Location (resolved by the CLI from the environment and passed to
 //! [`load`]): `$OPFS_CONFIG` if set, else `$XDG_CONFIG_HOME/opfs/config.toml`,
@@ -12,7 +13,13 @@
 //! hide = ["~/.config/openai"]          # unreadable inside, added to the defaults
 //! secret_env = ["OPENAI_API_KEY"]      # removed from the environment inside
 //! net = false                          # network by default (`--net` turns it on)
+//!
+//! [record]
+//! exclude = ["target/", "node_modules/"]  # not recorded, never restored
 //! ```
+//!
+//! `[record] exclude` is read when a project is mounted (`docs/design.md`
+//! "Excluded paths"); a change takes effect at the next mount.
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +53,19 @@ pub struct Config {
     /// The `[sandbox]` table.
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// The `[record]` table.
+    #[serde(default)]
+    pub record: RecordConfig,
+}
+
+/// What a mount records (the `[record]` table).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordConfig {
+    /// Gitignore patterns of paths the mount does not record and a rewind
+    /// never restores (`crate::paths::Exclude`), on top of `.git/`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 /// Defaults for `opfs run` (the `[sandbox]` table).
@@ -115,6 +135,13 @@ mod tests {
         assert_eq!(c.sandbox.hide, vec!["/x"]);
         assert_eq!(c.sandbox.secret_env, vec!["A"]);
         assert!(c.sandbox.net);
+    }
+
+    #[test]
+    fn record_exclude_list() {
+        let c: Config = toml::from_str("[record]\nexclude = [\"target/\", \"*.log\"]\n").unwrap();
+        assert_eq!(c.record.exclude, vec!["target/", "*.log"]);
+        assert!(toml::from_str::<Config>("[record]\nexclud = []\n").is_err());
     }
 
     #[test]

@@ -254,12 +254,34 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let mut warnings = Vec::new();
     // The agent's MCP tools, for this project only, on a socket of their
     // own: the state dir and control socket stay hidden (docs/mcp.md).
+    // The project's worktrees mounted now, bound into the sandbox at
+    // WORKTREES_INSIDE/NAME (their mounts alone: the state dir around them
+    // stays hidden), so the paths the tools give work inside.
+    let worktrees: Vec<(String, PathBuf, PathBuf)> =
+        if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
+            crate::worktree::list(&st)
+                .into_iter()
+                .filter(|(wt, meta)| crate::daemon::worktree::is_mounted(&home, wt, meta))
+                .map(|(wt, meta)| {
+                    let inside = Path::new(crate::mcp::tools::WORKTREES_INSIDE).join(&wt.name);
+                    (wt.name, meta.mountpoint, inside)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
     let narrow = if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
         let tools = Tools::new(
             home.clone(),
             Project::new(st.clone()),
             opts.daemon.clone(),
             opts.verbose,
+        )
+        .in_sandbox(
+            worktrees
+                .iter()
+                .map(|(name, _, inside)| (name.clone(), inside.clone()))
+                .collect(),
         );
         let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
         // Optional: without it the command runs as before, only `opfs mcp`
@@ -283,6 +305,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         source: guard.mountpoint.clone(),
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
+        worktrees: worktrees
+            .into_iter()
+            .map(|(_, outside, inside)| (outside, inside))
+            .collect(),
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;

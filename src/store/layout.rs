@@ -12,6 +12,7 @@
 //!   daemon.log     the daemon's log
 //!   lock           held by the daemon or a direct CLI operation
 //!   mountpoint     the current mountpoint, while mounted
+//!   record-exclude the `[record] exclude` list of the last mount
 //! ```
 //!
 //! `<key>` is [`key_of`] the canonical project path.
@@ -31,6 +32,8 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::paths::Exclude;
 
 /// The name of the index file in a scope.
 pub const INDEX: &str = "index.db";
@@ -137,5 +140,60 @@ impl StateDir {
     /// The file naming the current mountpoint while mounted.
     pub fn mount_record(&self) -> PathBuf {
         self.scoped("mountpoint")
+    }
+
+    /// The `[record] exclude` list in effect: the one the last mount was
+    /// given (one pattern per line), which every later operation on the
+    /// state dir (a rewind while unmounted too) applies until the next
+    /// mount writes it again.
+    pub fn record_exclude_path(&self) -> PathBuf {
+        self.scoped("record-exclude")
+    }
+
+    /// The `[record] exclude` list in effect ([`Self::record_exclude_path`]);
+    /// none when the file is missing (no mount has set one).
+    ///
+    /// Errors: the file cannot be read, or a pattern in it no longer
+    /// parses (the file was changed by hand); both name the file.
+    pub fn record_exclude(&self) -> io::Result<Exclude> {
+        let path = self.record_exclude_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Exclude::none()),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot read {}: {e}", path.display()),
+                ))
+            }
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        Exclude::new(&lines).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {e} (delete the file, then mount again)",
+                    path.display()
+                ),
+            )
+        })
+    }
+
+    /// Makes `exclude` the list in effect (written atomically: temp file,
+    /// then rename). After `Ok` it is durable against a process crash;
+    /// after `Err` the previous list (or none) is still in effect.
+    ///
+    /// Errors: the file cannot be written.
+    pub fn set_record_exclude(&self, exclude: &Exclude) -> io::Result<()> {
+        let path = self.record_exclude_path();
+        let tmp = self
+            .dir
+            .join(format!("record-exclude.tmp-{}", std::process::id()));
+        let mut text = exclude.patterns().join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        fs::write(&tmp, text)?;
+        fs::rename(&tmp, &path)
     }
 }

@@ -14,7 +14,12 @@ use crate::cli::Ctx;
 
 pub fn completions(a: &CompletionsArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let mut cmd = Cli::command();
-    clap_complete::generate(a.shell, &mut cmd, "opfs", out);
+    // Into a buffer first: `generate` panics when its writer fails, and a
+    // closed pipe (`opfs completions bash | head`) must exit quietly like
+    // every other command's output.
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "opfs", &mut script);
+    out.write_all(&script)?;
     Ok(())
 }
 

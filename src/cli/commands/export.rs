@@ -1,23 +1,24 @@
 //! `opfs export [--git-dir DIR] [--export-ignored | --no-export-ignored]`.
-//! Progress goes to stderr. The project's history, then each worktree's
-//! as its branch `refs/opfs/worktrees/NAME`; with `-C <worktree path>`,
-//! that worktree's branch alone (`docs/export.md`).
+//! The project's history, then each worktree's as its branch
+//! `refs/opfs/worktrees/NAME`; with `-C <worktree path>`, that worktree's
+//! branch alone (`docs/export.md`). A progress spinner goes to stderr on a
+//! terminal (`cli::progress`).
 
 use std::io::{self, Write};
-use std::time::{Duration, Instant};
 
 use opfs::control::client::commit_through_daemon;
 use opfs::export::{self, ExportReport, Progress};
 
 use crate::cli::args::ExportArgs;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::progress::Bar;
 use crate::cli::Ctx;
 
 pub fn run(
     ctx: &Ctx,
     a: &ExportArgs,
     out: &mut dyn Write,
-    err: &mut dyn Write,
+    _err: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
@@ -39,22 +40,12 @@ pub fn run(
     }
     let st = project.state();
     let json = ctx.format.is_json();
-    let mut last_shown = Instant::now();
-    let mut progress_written: io::Result<()> = Ok(());
-    let mut progress = |p: Progress| {
-        if json || progress_written.is_err() {
-            return;
-        }
-        match p {
-            Progress::Baseline { entries } => {
-                if last_shown.elapsed() >= Duration::from_millis(500) {
-                    progress_written =
-                        writeln!(err, "opfs: baseline: {entries} entries of the project read");
-                    last_shown = Instant::now();
-                }
-            }
-            Progress::Turn { .. } => {}
-        }
+    // The baseline walk reads the whole project: a spinner with the count
+    // on a terminal once it runs for a second; nothing otherwise.
+    let mut bar = Bar::new(ctx, "baseline: entries of the project read");
+    let mut progress = |p: Progress| match p {
+        Progress::Baseline { entries } => bar.tick(entries),
+        Progress::Turn { .. } => {}
     };
     let commit = || commit_through_daemon(st);
     let options = export::ExportOptions {
@@ -66,7 +57,6 @@ pub fn run(
     };
     let report = export::export_with(st, a.git_dir.as_deref(), &options, &mut progress, &commit)
         .map_err(failure)?;
-    progress_written?;
     let mut branches = Vec::new();
     for (wt, _) in opfs::worktree::list(st) {
         let wst = wt.state(ctx.home());
@@ -78,6 +68,8 @@ pub fn run(
             Box::new(move || commit_through_daemon(&wst)),
         )?);
     }
+    // The bar is cleared before the report is printed.
+    drop(bar);
     if json {
         let mut v = serde_json::to_value(&report).map_err(failure)?;
         v["worktrees"] = serde_json::to_value(&branches).map_err(failure)?;

@@ -9,6 +9,7 @@ use opfs::state::usage::format_size as size;
 
 use crate::cli::args::GcArgs;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::progress::Bar;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, a: &GcArgs, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -17,14 +18,20 @@ pub fn run(ctx: &Ctx, a: &GcArgs, out: &mut dyn Write) -> Result<(), CommandErro
         keep: a.keep,
         max_bytes: a.max_bytes,
     };
+    let mut bar = Bar::new(ctx, "sweeping blobs");
+    let mut progress = |d, t| bar.update(d, t);
     let r = if a.dry_run {
         // Records a daemon still holds in its capture log reach the index
         // first, so the plan names every kept blob.
         commit_through_daemon(&st);
-        opfs::gc::gc(&st, retention, true).map_err(failure)?
+        opfs::gc::gc_with_progress(&st, retention, true, &mut progress).map_err(failure)?
     } else {
-        Project::new(st).gc(retention, false).map_err(failure)?
+        Project::new(st)
+            .gc_with_progress(retention, false, &mut progress)
+            .map_err(failure)?
     };
+    // The bar is cleared before the report is printed.
+    drop(bar);
     if ctx.format.is_json() {
         let v = serde_json::to_value(&r).map_err(failure)?;
         writeln!(out, "{v}")?;

@@ -31,6 +31,11 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
             }),
             _ => None,
         },
+        // Read at every mount of a project; a worktree records all it sees.
+        record_exclude: match a.worktree {
+            Some(_) => None,
+            None => Some(ctx.record_exclude()?),
+        },
     };
     let home = ctx.home();
     let plan = daemon::check(home, &a.project, &a.mountpoint).map_err(failure)?;

@@ -69,7 +69,14 @@ pub fn execute(
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let st = project.state();
-    let (report, via) = project.rewind_via(n, dry_run, force)?;
+    // A bar on a terminal for a restore that runs longer than a second;
+    // the daemon is asked for progress lines only when one may be drawn.
+    let (report, via) = {
+        let mut bar = crate::cli::progress::Bar::new(ctx, "restoring");
+        let shown = bar.is_shown() && !dry_run;
+        let mut update = |d, t| bar.update(d, t);
+        project.rewind_with_progress(n, dry_run, force, shown.then_some(&mut update as _))?
+    };
     if via == Via::Direct {
         writeln!(
             err,

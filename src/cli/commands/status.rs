@@ -4,8 +4,9 @@
 //! leaves the project unprotected, said plainly (`docs/cli.md`): no daemon
 //! serving it, a stale mount whose daemon is gone, another daemon (another
 //! state dir) serving it, a rewind a crash interrupted. `--json` adds
-//! `stale_mounts`, `served_elsewhere`, `interrupted_rewind` and `warnings`
-//! to the status object.
+//! `stale_mounts`, `served_elsewhere`, `interrupted_rewind`, `warnings`
+//! and `record_exclude` (the `[record] exclude` list in effect, set by the
+//! last mount; `docs/design.md` "Excluded paths") to the status object.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,6 +53,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         }
     }
     let disk = disk_use(project.state());
+    let exclude = record_exclude(ctx, project.state());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
         if let Some((project, w)) = &worktree {
@@ -69,6 +71,8 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             None => serde_json::Value::Null,
         };
         v["warnings"] = serde_json::json!(p.warnings);
+        v["record_exclude"] = serde_json::json!(exclude.0);
+        v["record_exclude_next_mount"] = serde_json::json!(exclude.1);
         writeln!(out, "{v}")?;
     } else {
         if let Some((project, w)) = &worktree {
@@ -87,11 +91,39 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             )?;
         }
         print_human(&status, &p, &disk, out)?;
+        if !exclude.0.is_empty() {
+            writeln!(
+                out,
+                "excluded:   {} (not recorded, never restored)",
+                exclude.0.join(", ")
+            )?;
+        }
+        if let Some(next) = &exclude.1 {
+            writeln!(
+                out,
+                "note:       the configuration's [record] exclude is [{}]: it takes effect at the next mount",
+                next.join(", ")
+            )?;
+        }
     }
     if let Some(n) = note {
         writeln!(err, "opfs: note: {n}")?;
     }
     Ok(())
+}
+
+/// The `[record] exclude` patterns in effect for the state dir, and the
+/// configuration's list when it differs (it takes effect at the next
+/// mount). An unreadable file or configuration shows as no list: `status`
+/// reports, it does not fail on them.
+fn record_exclude(ctx: &Ctx, st: &StateDir) -> (Vec<String>, Option<Vec<String>>) {
+    let now = st
+        .record_exclude()
+        .map(|e| e.patterns().to_vec())
+        .unwrap_or_default();
+    let configured = ctx.config().ok().map(|c| c.record.exclude);
+    let next = configured.filter(|c| *c != now);
+    (now, next)
 }
 
 /// The disk use of the state dir, with each worktree's own history (a
