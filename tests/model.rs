@@ -586,9 +586,8 @@ impl Model {
     }
 
     /// Makes the live model hold `tree`, with files grouped into inodes as
-    /// the real project groups them (`real_inos`: path → st_ino). The
-    /// contract promises contents after a rewind, not inode identity, so the
-    /// model takes identity from the real tree (after checking contents).
+    /// the real project groups them (`real_inos`: path → st_ino), which
+    /// `check_links` has found to be the grouping of the rewind's target.
     fn reset_to(&mut self, tree: &Tree, real_inos: &BTreeMap<String, u64>) {
         self.nodes.clear();
         self.inodes.clear();
@@ -840,15 +839,18 @@ fn check_project(fx: &Fixture, ctx: &str, expected: &Tree) -> Result<(), TestCas
     }
 }
 
-/// After a rewind to `n`: files that were separate inodes when turn `n`
-/// began must not have become hard links of each other (a later write
-/// through one name would change the other).
-fn check_no_new_links(
+/// After a rewind to `n`: files are hard links of one inode exactly when
+/// they were when turn `n` began. Two separate files must not have become
+/// links of each other (a later write through one name would change the
+/// other), and names of one inode must be one inode again (issue 15: a
+/// write through one must show under all).
+fn check_links(
     ctx: &str,
     start: &Snapshot,
     real_inos: &BTreeMap<String, u64>,
 ) -> Result<(), TestCaseError> {
     let mut first_name: HashMap<u64, &String> = HashMap::new();
+    let mut by_group: HashMap<u64, (&String, u64)> = HashMap::new();
     for (p, ino) in real_inos {
         match first_name.get(ino) {
             None => {
@@ -861,6 +863,20 @@ fn check_no_new_links(
                          but are hard links of one inode after the rewind"
                     )));
                 }
+            }
+        }
+        if let Some(group) = start.links.get(p) {
+            match by_group.get(group) {
+                None => {
+                    by_group.insert(*group, (p, *ino));
+                }
+                Some((q, q_ino)) if q_ino != ino => {
+                    return Err(TestCaseError::fail(format!(
+                        "{ctx}: {q} and {p} were hard links of one inode when the turn \
+                         began, but are separate files after the rewind"
+                    )));
+                }
+                Some(_) => {}
             }
         }
     }
@@ -948,7 +964,7 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
                 let target = model.starts[&n].clone();
                 let ctx = format!("{ctx}: after rewind {n} (recorded as turn {r})");
                 let inos = check_trees(&fx, &ctx, &target.tree)?;
-                check_no_new_links(&ctx, &target, &inos)?;
+                check_links(&ctx, &target, &inos)?;
                 model.reset_to(&target.tree, &inos);
                 model.starts.insert(r, before);
                 model.open = r + 1;

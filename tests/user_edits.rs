@@ -7,6 +7,7 @@ mod common;
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 
 use common::*;
 
@@ -231,12 +232,71 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     let v = fx.rewind(3);
     assert!(conflicts(&v).is_empty(), "{v:#}");
     assert_eq!(fs::read(fx.p("b")).expect("read"), b"a0\n");
+    // a and b were one file when turn 3 began, and are again (issue 15).
+    assert_eq!(fx.p("a").metadata().expect("stat a").ino(), ino(&fx.p("b")));
 
-    // Behind the mount, through the remaining name: a conflict.
+    // Behind the mount, through one name: a conflict. a and b are one
+    // file, so the edit changed both names, and both are left alone.
     fx.sh("echo a2 >> a");
     std::thread::sleep(std::time::Duration::from_millis(10));
     fs::write(fx.p("b"), b"the user's\n").expect("write behind the mount");
     let run = fx.opfs_c(&["rewind", "3", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
-    assert_eq!(conflicts(&run.json()), vec!["b".to_string()]);
+    assert_eq!(conflicts(&run.json()), vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(fs::read(fx.p("a")).expect("read"), b"the user's\n");
+}
+
+fn ino(p: &std::path::Path) -> u64 {
+    p.metadata().expect("stat").ino()
+}
+
+/// Issue 15: names that were one file when the turn began are one file
+/// again after the rewind, and an edit behind the mount through any name
+/// of that file is still a conflict for every name of it (the relinked
+/// group), also when only a name the rewind did not touch carries the edit.
+#[test]
+fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name() {
+    let fx = Fixture::new();
+    fs::write(fx.p("a"), b"shared\n").expect("write");
+    fs::hard_link(fx.p("a"), fx.p("b")).expect("link");
+    fs::hard_link(fx.p("a"), fx.p("c")).expect("link");
+    fx.mount();
+    assert_eq!(fx.turn("split"), 2);
+    // b and c become separate files with the same bytes; a keeps the inode.
+    fx.sh("rm b c && printf 'shared\\n' > b && cp b c");
+    let v = fx.rewind(2);
+    assert!(conflicts(&v).is_empty(), "{v:#}");
+    let i = ino(&fx.p("a"));
+    assert_eq!((ino(&fx.p("b")), ino(&fx.p("c"))), (i, i), "{v:#}");
+    assert_eq!(fx.p("a").metadata().expect("stat").nlink(), 3);
+
+    // Write through the mount (every name changes), then behind it
+    // through c only: every name of the file is a conflict, nothing is
+    // written, the user's bytes stay.
+    assert_eq!(fx.turn("write"), 5);
+    fx.sh("echo agent >> b");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("c"))
+        .and_then(|mut f| f.write_all(b"user\n"))
+        .expect("write behind the mount");
+    let run = fx.opfs_c(&["rewind", "5", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    let c = conflicts(&run.json());
+    assert!(
+        c.contains(&"b".to_string()) && !c.is_empty(),
+        "the names of the edited file are conflicts: {run}"
+    );
+    assert_eq!(
+        fs::read(fx.p("a")).expect("read"),
+        b"shared\nagent\nuser\n",
+        "{run}"
+    );
+    // Forced, the file comes back as it was, one inode with three names.
+    let forced = fx.opfs_c(&["rewind", "5", "--force", "--json"]);
+    assert_eq!(forced.code, Some(0), "{forced}");
+    assert_eq!(fs::read(fx.p("c")).expect("read"), b"shared\n");
+    let i = ino(&fx.p("a"));
+    assert_eq!((ino(&fx.p("b")), ino(&fx.p("c"))), (i, i));
 }

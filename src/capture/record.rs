@@ -117,7 +117,14 @@ impl<T: Tree> Journal<T> {
         };
         if let PreImage::File { ino, .. } = pre {
             if nlink > 1 {
-                self.backfill_other_names(inner, path, ino)?;
+                self.backfill_other_names(inner, path, ino, nlink)?;
+                // Written straight to the index (hard links are rare): a
+                // rewind looks for the other names of this inode only when
+                // it had more names than the rewind has records of.
+                inner
+                    .index
+                    .note_links(inner.turn.number, path, nlink)
+                    .at(path)?;
             }
         }
         // The entry also forgets the stored fingerprint (written at the

@@ -172,7 +172,11 @@ pub fn rewind(
         dry_run,
         restored,
         conflicts,
-        touched: plan.iter().map(|p| p.raw.clone()).collect(),
+        touched: plan
+            .iter()
+            .flat_map(|p| std::iter::once(&p.raw).chain(&p.link_raw))
+            .cloned()
+            .collect(),
         plan,
         open_turn,
     })
