@@ -242,7 +242,10 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     fs::write(fx.p("b"), b"the user's\n").expect("write behind the mount");
     let run = fx.opfs_c(&["rewind", "3", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
-    assert_eq!(conflicts(&run.json()), vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(
+        conflicts(&run.json()),
+        vec!["a".to_string(), "b".to_string()]
+    );
     assert_eq!(fs::read(fx.p("a")).expect("read"), b"the user's\n");
 }
 

@@ -10,9 +10,11 @@ use crate::tree::Tree;
 
 /// Files with several hard links whose content was recorded in the open
 /// turn, by `(dev, ino)`: another name of the same inode recorded later in
-/// the turn (after a write through the first name) gets this turn-start
-/// content (blob, size), not the bytes written since.
-pub(super) type Linked = HashMap<(u64, u64), (crate::record::Hash, u64)>;
+/// the turn (after a write or chmod through the first name) gets this
+/// turn-start state (blob, size, permission bits, owner and attributes),
+/// not what the turn made of the inode since.
+pub(super) type Linked =
+    HashMap<(u64, u64), (crate::record::Hash, u64, u32, Option<crate::record::Meta>)>;
 
 impl<T: Tree> Journal<T> {
     /// A file with several hard links may have changed in earlier turns

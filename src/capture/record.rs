@@ -158,15 +158,16 @@ impl<T: Tree> Journal<T> {
             return Ok((PreImage::Unknown, None, nlink, None));
         }
         // One `flistxattr` (or `llistxattr`) when the set is empty.
-        let meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
+        let mut meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
         let key = (st.dev, st.ino);
         let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.turn.linked.contains_key(&key) => {
-                let (blob, size) = inner.turn.linked[&key];
+                let (blob, size, perm, first_meta) = inner.turn.linked[&key].clone();
+                meta = first_meta;
                 let pre = PreImage::File {
                     blob,
                     size,
-                    perm: st.perm(),
+                    perm,
                     ino: st.ino,
                 };
                 (pre, None)
@@ -204,7 +205,10 @@ impl<T: Tree> Journal<T> {
                 };
                 crate::failpoint::failpoint("capture-after-blob");
                 if st.nlink > 1 {
-                    inner.turn.linked.insert(key, (blob, size));
+                    inner
+                        .turn
+                        .linked
+                        .insert(key, (blob, size, st.perm(), meta.clone()));
                 }
                 let pre = PreImage::File {
                     blob,

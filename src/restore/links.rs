@@ -98,9 +98,7 @@ pub(super) fn relink(
     };
     let mut wanted = BTreeSet::new();
     for (&ino, members) in &groups {
-        if members.iter().any(|&i| current_ino(&all[i]) == Some(ino))
-            || removed_holder(ino, &all)
-        {
+        if members.iter().any(|&i| current_ino(&all[i]) == Some(ino)) || removed_holder(ino, &all) {
             continue;
         }
         // Every name the inode had when the first of these records was made
@@ -128,15 +126,11 @@ pub(super) fn relink(
         if members.iter().any(|&i| content(&all[i]) != first) {
             continue;
         }
-        let anchor = if let Some(&a) = members
-            .iter()
-            .find(|&&i| current_ino(&all[i]) == Some(ino))
+        let anchor = if let Some(&a) = members.iter().find(|&&i| current_ino(&all[i]) == Some(ino))
         {
             Anchor::Member(a)
         } else if let Some(name) = outside.get(&ino) {
             Anchor::Outside(name.clone())
-        } else if members.len() == 1 {
-            continue;
         } else if removed_holder(ino, &all) {
             // The member that is created gets the inode back through the
             // parked link; make sure one is.
@@ -153,6 +147,8 @@ pub(super) fn relink(
                 };
             }
             Anchor::Member(a)
+        } else if members.len() == 1 {
+            continue;
         } else {
             Anchor::Member(members[0])
         };
@@ -184,8 +180,8 @@ pub(super) fn relink(
                 // the first member, after it is linked.
                 let (rewrite, chmod) = match backing.lstat(&name) {
                     Ok(Some(st)) => {
-                        let same = st.size == size
-                            && hash_file(backing, &name).is_ok_and(|h| h == blob);
+                        let same =
+                            st.size == size && hash_file(backing, &name).is_ok_and(|h| h == blob);
                         (!same, st.perm() != perm)
                     }
                     _ => (true, true),

@@ -330,8 +330,7 @@ impl Dir {
         let mut first = true;
         while let Some(dir) = stack.pop() {
             let listing = self.open_dir(&dir).and_then(|fd| {
-                std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                    .map(|it| (fd, it))
+                std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|it| (fd, it))
             });
             let (_fd, entries) = match listing {
                 Ok(l) => l,
