@@ -90,15 +90,16 @@ pub(super) fn relink(
             groups.entry(ino).or_default().push(i);
         }
     }
-    // Inodes held only by a path this plan removes: the executor moves
-    // them back through a parked link (`apply::moved_inode_pairs`).
-    let removed_holder = |ino: u64, all: &[PathPlan]| {
-        all.iter()
-            .any(|p| current_ino(p) == Some(ino) && p.steps.contains(&Step::Remove))
-    };
+    // Inodes a path this plan removes holds: the executor moves them back
+    // through a parked link (`apply::moved_inode_pairs`).
+    let removed: BTreeSet<u64> = all
+        .iter()
+        .filter(|p| p.steps.contains(&Step::Remove))
+        .filter_map(current_ino)
+        .collect();
     let mut wanted = BTreeSet::new();
     for (&ino, members) in &groups {
-        if members.iter().any(|&i| current_ino(&all[i]) == Some(ino)) || removed_holder(ino, &all) {
+        if members.iter().any(|&i| current_ino(&all[i]) == Some(ino)) || removed.contains(&ino) {
             continue;
         }
         // Every name the inode had when the first of these records was made
@@ -131,7 +132,7 @@ pub(super) fn relink(
             Anchor::Member(a)
         } else if let Some(name) = outside.get(&ino) {
             Anchor::Outside(name.clone())
-        } else if removed_holder(ino, &all) {
+        } else if removed.contains(&ino) {
             // The member that is created gets the inode back through the
             // parked link; make sure one is.
             let a = members
