@@ -301,3 +301,41 @@ fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name
     let i = ino(&fx.p("a"));
     assert_eq!((ino(&fx.p("b")), ino(&fx.p("c"))), (i, i));
 }
+
+/// A change behind the mount through one name of a hard-linked file changed
+/// every name of it: a planned name without a fingerprint of its own (the
+/// daemon that left it was killed before storing one) is left alone too,
+/// since restoring it in place would overwrite the user's bytes under the
+/// name that is reported.
+#[test]
+fn an_edit_behind_the_mount_spreads_to_a_hard_link_without_a_fingerprint() {
+    let fx = Fixture::new();
+    fs::write(fx.p("a"), b"one\n").expect("write");
+    fs::hard_link(fx.p("a"), fx.p("b")).expect("link");
+    fx.mount();
+    assert_eq!(fx.turn("write"), 2);
+    // Both names known to the mount, both recorded; their fingerprints
+    // live in the daemon's memory only.
+    fx.sh("stat b >/dev/null && echo two >> a");
+    let pid = fx.status()["pid"].as_u64().expect("pid") as i32;
+    sigkill(pid);
+    assert!(wait_dead(pid, std::time::Duration::from_secs(10)));
+    fx.mount();
+    // A fingerprint for a again (a timestamp change through the mount);
+    // b has none.
+    fx.sh("touch a");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("b"))
+        .and_then(|mut f| f.write_all(b"user\n"))
+        .expect("write behind the mount");
+    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    assert_eq!(
+        conflicts(&run.json()),
+        vec!["a".to_string(), "b".to_string()],
+        "{run}"
+    );
+    assert_eq!(fs::read(fx.p("b")).expect("read"), b"one\ntwo\nuser\n");
+}
