@@ -586,9 +586,8 @@ impl Model {
     }
 
     /// Makes the live model hold `tree`, with files grouped into inodes as
-    /// the real project groups them (`real_inos`: path → st_ino). The
-    /// contract promises contents after a rewind, not inode identity, so the
-    /// model takes identity from the real tree (after checking contents).
+    /// the real project groups them (`real_inos`: path → st_ino), which
+    /// `check_links` has found to be the grouping of the rewind's target.
     fn reset_to(&mut self, tree: &Tree, real_inos: &BTreeMap<String, u64>) {
         self.nodes.clear();
         self.inodes.clear();
@@ -840,15 +839,18 @@ fn check_project(fx: &Fixture, ctx: &str, expected: &Tree) -> Result<(), TestCas
     }
 }
 
-/// After a rewind to `n`: files that were separate inodes when turn `n`
-/// began must not have become hard links of each other (a later write
-/// through one name would change the other).
-fn check_no_new_links(
+/// After a rewind to `n`: files are hard links of one inode exactly when
+/// they were when turn `n` began. Two separate files must not have become
+/// links of each other (a later write through one name would change the
+/// other), and names of one inode must be one inode again (issue 15: a
+/// write through one must show under all).
+fn check_links(
     ctx: &str,
     start: &Snapshot,
     real_inos: &BTreeMap<String, u64>,
 ) -> Result<(), TestCaseError> {
     let mut first_name: HashMap<u64, &String> = HashMap::new();
+    let mut by_group: HashMap<u64, (&String, u64)> = HashMap::new();
     for (p, ino) in real_inos {
         match first_name.get(ino) {
             None => {
@@ -861,6 +863,20 @@ fn check_no_new_links(
                          but are hard links of one inode after the rewind"
                     )));
                 }
+            }
+        }
+        if let Some(group) = start.links.get(p) {
+            match by_group.get(group) {
+                None => {
+                    by_group.insert(*group, (p, *ino));
+                }
+                Some((q, q_ino)) if q_ino != ino => {
+                    return Err(TestCaseError::fail(format!(
+                        "{ctx}: {q} and {p} were hard links of one inode when the turn \
+                         began, but are separate files after the rewind"
+                    )));
+                }
+                Some(_) => {}
             }
         }
     }
@@ -948,7 +964,7 @@ fn run_case(setup: &[Op], ops: &[Op<Sel>], ranged: bool) -> Result<(), TestCaseE
                 let target = model.starts[&n].clone();
                 let ctx = format!("{ctx}: after rewind {n} (recorded as turn {r})");
                 let inos = check_trees(&fx, &ctx, &target.tree)?;
-                check_no_new_links(&ctx, &target, &inos)?;
+                check_links(&ctx, &target, &inos)?;
                 model.reset_to(&target.tree, &inos);
                 model.starts.insert(r, before);
                 model.open = r + 1;
@@ -1094,6 +1110,54 @@ fn file_replaced_by_a_hard_link_of_another() {
             Op::Create(p("y"), b"BB".to_vec(), 0o600),
         ],
         &[Op::Unlink(p("y")), Op::Link(p("x"), p("y")), Op::Rewind(0)],
+    );
+}
+
+/// Issue 15, found by `scripts/model 150 20261201`: three names of one
+/// empty file (none looked up by the mount), one of them moved over a
+/// separate file and written there. The rewind must give the three names
+/// one inode again (the moved one back in place), and the redo the byte
+/// under all of them, with the separate file gone.
+#[test]
+fn hard_link_moved_over_a_file_written_then_rewound_and_redone() {
+    replay(
+        &[
+            Op::Create(p("b/c"), Vec::new(), 0o644),
+            Op::Link(p("b/c"), p("b/b/a")),
+            Op::Link(p("b/c"), p("a/a/a")),
+            Op::Create(p("a/b"), Vec::new(), 0o644),
+        ],
+        &[
+            Op::Mkdir(p("c/b"), 0o755),
+            Op::Rename(p("b/b/a"), p("a/b")),
+            Op::WriteAt(p("a/b"), 0, b"x".to_vec()),
+            Op::Rewind(0),
+            Op::Rewind(1),
+        ],
+    );
+}
+
+/// Issue 15: three names of one file whose bits the turn changed through
+/// one name, then split up (one unlinked and made again, one moved away):
+/// the rewind gives the bits back to one inode with three names.
+#[test]
+fn linked_names_split_and_chmodded_come_back_as_one_file() {
+    replay(
+        &[
+            Op::Create(p("a"), b"ab".to_vec(), 0o444),
+            Op::Link(p("a"), p("b")),
+            Op::Link(p("a"), p("c/a")),
+        ],
+        &[
+            Op::Chmod(p("b"), 0o644),
+            Op::Unlink(p("b")),
+            Op::Create(p("b"), b"ab".to_vec(), 0o444),
+            Op::Rename(p("c/a"), p("c/b")),
+            Op::Turn,
+            Op::Rewind(0),
+            Op::Rewind(1),
+            Op::Rewind(0),
+        ],
     );
 }
 

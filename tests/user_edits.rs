@@ -7,6 +7,7 @@ mod common;
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 
 use common::*;
 
@@ -231,12 +232,110 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     let v = fx.rewind(3);
     assert!(conflicts(&v).is_empty(), "{v:#}");
     assert_eq!(fs::read(fx.p("b")).expect("read"), b"a0\n");
+    // a and b were one file when turn 3 began, and are again (issue 15).
+    assert_eq!(fx.p("a").metadata().expect("stat a").ino(), ino(&fx.p("b")));
 
-    // Behind the mount, through the remaining name: a conflict.
+    // Behind the mount, through one name: a conflict. a and b are one
+    // file, so the edit changed both names, and both are left alone.
     fx.sh("echo a2 >> a");
     std::thread::sleep(std::time::Duration::from_millis(10));
     fs::write(fx.p("b"), b"the user's\n").expect("write behind the mount");
     let run = fx.opfs_c(&["rewind", "3", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
-    assert_eq!(conflicts(&run.json()), vec!["b".to_string()]);
+    assert_eq!(
+        conflicts(&run.json()),
+        vec!["a".to_string(), "b".to_string()]
+    );
+    assert_eq!(fs::read(fx.p("a")).expect("read"), b"the user's\n");
+}
+
+fn ino(p: &std::path::Path) -> u64 {
+    p.metadata().expect("stat").ino()
+}
+
+/// Issue 15: names that were one file when the turn began are one file
+/// again after the rewind, and an edit behind the mount through any name
+/// of that file is still a conflict for every name of it (the relinked
+/// group), also when only a name the rewind did not touch carries the edit.
+#[test]
+fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name() {
+    let fx = Fixture::new();
+    fs::write(fx.p("a"), b"shared\n").expect("write");
+    fs::hard_link(fx.p("a"), fx.p("b")).expect("link");
+    fs::hard_link(fx.p("a"), fx.p("c")).expect("link");
+    fx.mount();
+    assert_eq!(fx.turn("split"), 2);
+    // b and c become separate files with the same bytes; a keeps the inode.
+    fx.sh("rm b c && printf 'shared\\n' > b && cp b c");
+    let v = fx.rewind(2);
+    assert!(conflicts(&v).is_empty(), "{v:#}");
+    let i = ino(&fx.p("a"));
+    assert_eq!((ino(&fx.p("b")), ino(&fx.p("c"))), (i, i), "{v:#}");
+    assert_eq!(fx.p("a").metadata().expect("stat").nlink(), 3);
+
+    // Write through the mount (every name changes), then behind it
+    // through c only: the planned name of the file is a conflict, nothing
+    // is written, the user's bytes stay.
+    assert_eq!(fx.turn("write"), 5);
+    fx.sh("echo agent >> b");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("c"))
+        .and_then(|mut f| f.write_all(b"user\n"))
+        .expect("write behind the mount");
+    let run = fx.opfs_c(&["rewind", "5", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    // b, the name the turn wrote through, is the one path the rewind
+    // plans; a and c were never recorded, so they are not touched either.
+    assert_eq!(conflicts(&run.json()), vec!["b".to_string()], "{run}");
+    assert_eq!(
+        fs::read(fx.p("a")).expect("read"),
+        b"shared\nagent\nuser\n",
+        "{run}"
+    );
+    // Forced, the file comes back as it was, one inode with three names.
+    let forced = fx.opfs_c(&["rewind", "5", "--force", "--json"]);
+    assert_eq!(forced.code, Some(0), "{forced}");
+    assert_eq!(fs::read(fx.p("c")).expect("read"), b"shared\n");
+    let i = ino(&fx.p("a"));
+    assert_eq!((ino(&fx.p("b")), ino(&fx.p("c"))), (i, i));
+}
+
+/// A change behind the mount through one name of a hard-linked file changed
+/// every name of it: a planned name without a fingerprint of its own (the
+/// daemon that left it was killed before storing one) is left alone too,
+/// since restoring it in place would overwrite the user's bytes under the
+/// name that is reported.
+#[test]
+fn an_edit_behind_the_mount_spreads_to_a_hard_link_without_a_fingerprint() {
+    let fx = Fixture::new();
+    fs::write(fx.p("a"), b"one\n").expect("write");
+    fs::hard_link(fx.p("a"), fx.p("b")).expect("link");
+    fx.mount();
+    assert_eq!(fx.turn("write"), 2);
+    // Both names known to the mount, both recorded; their fingerprints
+    // live in the daemon's memory only.
+    fx.sh("stat b >/dev/null && echo two >> a");
+    let pid = fx.status()["pid"].as_u64().expect("pid") as i32;
+    sigkill(pid);
+    assert!(wait_dead(pid, std::time::Duration::from_secs(10)));
+    fx.mount();
+    // A fingerprint for a again (a timestamp change through the mount);
+    // b has none.
+    fx.sh("touch a");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("b"))
+        .and_then(|mut f| f.write_all(b"user\n"))
+        .expect("write behind the mount");
+    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    assert_eq!(
+        conflicts(&run.json()),
+        vec!["a".to_string(), "b".to_string()],
+        "{run}"
+    );
+    assert_eq!(fs::read(fx.p("b")).expect("read"), b"one\ntwo\nuser\n");
 }

@@ -10,9 +10,11 @@ use crate::tree::Tree;
 
 /// Files with several hard links whose content was recorded in the open
 /// turn, by `(dev, ino)`: another name of the same inode recorded later in
-/// the turn (after a write through the first name) gets this turn-start
-/// content (blob, size), not the bytes written since.
-pub(super) type Linked = HashMap<(u64, u64), (crate::record::Hash, u64)>;
+/// the turn (after a write or chmod through the first name) gets this
+/// turn-start state (blob, size, permission bits, owner and attributes),
+/// not what the turn made of the inode since.
+pub(super) type Linked =
+    HashMap<(u64, u64), (crate::record::Hash, u64, u32, Option<crate::record::Meta>)>;
 
 impl<T: Tree> Journal<T> {
     /// A file with several hard links may have changed in earlier turns
@@ -21,13 +23,15 @@ impl<T: Tree> Journal<T> {
     /// name that still names it, this name had the same content then: record
     /// that for this name too, in that turn. Only for a name the mount never
     /// recorded before this turn (one it recorded has a history of its own,
-    /// which already says what it was). Cost: two queries, and only for
-    /// multiply-linked files (the caller checks the link count).
+    /// which already says what it was). Each copied record notes `nlink`
+    /// (the link count now) as its link count. Cost: two queries, and only
+    /// for multiply-linked files (the caller checks the link count).
     pub(super) fn backfill_other_names(
         &self,
         inner: &mut Inner,
         path: &[u8],
         ino: u64,
+        nlink: u64,
     ) -> Result<(), CaptureError> {
         inner.apply_pending().at(path)?;
         let turn = inner.turn.number;
@@ -46,6 +50,7 @@ impl<T: Tree> Journal<T> {
                     .index
                     .add_record(turn, path, &pre, meta.as_ref())
                     .at(path)?;
+                inner.index.note_links(turn, path, nlink).at(path)?;
             }
         }
         Ok(())

@@ -118,7 +118,14 @@ impl<T: Tree> Journal<T> {
         };
         if let PreImage::File { ino, .. } = pre {
             if nlink > 1 {
-                self.backfill_other_names(inner, path, ino)?;
+                self.backfill_other_names(inner, path, ino, nlink)?;
+                // Written straight to the index (hard links are rare): a
+                // rewind looks for the other names of this inode only when
+                // it had more names than the rewind has records of.
+                inner
+                    .index
+                    .note_links(inner.turn.number, path, nlink)
+                    .at(path)?;
             }
         }
         // The entry also forgets the stored fingerprint (written at the
@@ -152,15 +159,16 @@ impl<T: Tree> Journal<T> {
             return Ok((PreImage::Unknown, None, nlink, None));
         }
         // One `flistxattr` (or `llistxattr`) when the set is empty.
-        let meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
+        let mut meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
         let key = (st.dev, st.ino);
         let (pre, data) = match st.file_type() {
             libc::S_IFREG if st.nlink > 1 && inner.turn.linked.contains_key(&key) => {
-                let (blob, size) = inner.turn.linked[&key];
+                let (blob, size, perm, first_meta) = inner.turn.linked[&key].clone();
+                meta = first_meta;
                 let pre = PreImage::File {
                     blob,
                     size,
-                    perm: st.perm(),
+                    perm,
                     ino: st.ino,
                 };
                 (pre, None)
@@ -198,7 +206,10 @@ impl<T: Tree> Journal<T> {
                 };
                 crate::failpoint::failpoint("capture-after-blob");
                 if st.nlink > 1 {
-                    inner.turn.linked.insert(key, (blob, size));
+                    inner
+                        .turn
+                        .linked
+                        .insert(key, (blob, size, st.perm(), meta.clone()));
                 }
                 let pre = PreImage::File {
                     blob,

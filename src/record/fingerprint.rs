@@ -79,13 +79,6 @@ impl Fingerprint {
         if self.file_type == libc::S_IFDIR {
             return None;
         }
-        // A file with several names changes through any of them: through a
-        // name the mount knows, one it never saw, or a rewind restoring
-        // another name in place. Its content cannot be pinned to this path,
-        // so only its identity is compared (documented in docs/design.md).
-        if current.is_some_and(|st| st.nlink > 1) {
-            return None;
-        }
         if now.size != self.size {
             return Some(format!(
                 "its size changed ({} -> {} bytes)",

@@ -8,7 +8,9 @@
 //! step, then its permission bits again). Regular files that exist on
 //! both sides are rewritten in place, which keeps hard links to them
 //! intact; a file the turn moved to a name with other links is moved back
-//! through a parked link (`moved_inode_pairs`). Failpoints
+//! through a parked link (`moved_inode_pairs`); names that were hard links
+//! of one inode become links again after the creations and rewrites
+//! ([`Step::Link`], `super::links`). Failpoints
 //! (`rewind-after-capture`, `rewind-patch-run`, `rewind-after-step`) let
 //! the crash tests stop it anywhere.
 
@@ -264,7 +266,7 @@ fn execute(journal: &Journal, plan: &[PathPlan], tick: &mut dyn FnMut()) -> Vec<
     }
     for (i, p) in plan.iter().enumerate() {
         tick();
-        if failed.contains(&i) {
+        if failed.contains(&i) || p.steps.contains(&Step::Link) {
             continue;
         }
         let result = if let Some(park) = parked.remove(&i) {
@@ -308,6 +310,35 @@ fn execute(journal: &Journal, plan: &[PathPlan], tick: &mut dyn FnMut()) -> Vec<
             if let Err(e) = restore_attrs(backing, p) {
                 fail(i, FailedStep::Attrs, e, &mut failed);
             }
+        }
+        failpoint("rewind-after-step");
+    }
+    // Hard links, once every file they may link to exists (`links`):
+    // the link, then the inode's bytes or bits when this name carries
+    // them, then its owner and attributes.
+    for (i, p) in plan.iter().enumerate() {
+        let Some(to) = p.link_raw.as_deref() else {
+            continue;
+        };
+        if failed.contains(&i) || !p.steps.contains(&Step::Link) {
+            continue;
+        }
+        let result = backing.link(to, &p.raw).and_then(|()| {
+            if p.steps.contains(&Step::Rewrite) {
+                rewrite(journal, p)
+            } else if p.steps.contains(&Step::Chmod) {
+                match &p.target_state {
+                    PreImage::File { perm, .. } => backing.chmod(&p.raw, *perm),
+                    _ => Ok(()),
+                }
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = result {
+            fail(i, FailedStep::Restore, e, &mut failed);
+        } else if let Err(e) = restore_attrs(backing, p) {
+            fail(i, FailedStep::Attrs, e, &mut failed);
         }
         failpoint("rewind-after-step");
     }
@@ -381,6 +412,16 @@ pub(crate) fn apply_with_progress(
     let mut done = 0u64;
     let mut conflicts = Vec::new();
     let mut runnable = Vec::with_capacity(plan.len());
+    // Names a link step makes this plan's paths share an inode with that
+    // the plan has no entry of: a `rewrite` or `chmod` through the link
+    // changes them too, so they are recorded in the turn (a redo puts them
+    // back) and remembered after.
+    let planned: BTreeSet<&[u8]> = plan.iter().map(|p| p.raw.as_slice()).collect();
+    let anchors: BTreeSet<&[u8]> = plan
+        .iter()
+        .filter_map(|p| p.link_raw.as_deref())
+        .filter(|a| !planned.contains(a))
+        .collect();
     for p in plan {
         done += 1;
         progress(done, total);
@@ -412,6 +453,12 @@ pub(crate) fn apply_with_progress(
             }
             other => other,
         };
+        // A path that links to a name outside the plan records that name
+        // first (once per turn: later captures of it are no-ops).
+        let captured = captured.and_then(|()| match p.link_raw.as_deref() {
+            Some(a) if anchors.contains(a) => journal.capture(a),
+            _ => Ok(()),
+        });
         failpoint("rewind-after-capture");
         match captured {
             Ok(()) => runnable.push(p.clone()),
@@ -425,6 +472,9 @@ pub(crate) fn apply_with_progress(
     progress(total, total);
     for p in &runnable {
         journal.remember(&p.raw);
+    }
+    for a in &anchors {
+        journal.remember(a);
     }
     if let Err(e) = journal.flush() {
         log::warn!("cannot store fingerprints after the rewind: {e}");

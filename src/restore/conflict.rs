@@ -105,6 +105,19 @@ pub enum ConflictReason {
         /// What changed, as [`crate::record::Fingerprint::differs`] words it.
         what: String,
     },
+    /// Another name of its file (a hard link) changed behind the mount's
+    /// back: so did this one.
+    #[error("{} changed outside the mount since opfs last saw it, and it is a hard link of this path's file, so this path changed too; left as it is (--force restores it anyway)", paths::display(.other))]
+    LinkChangedOutsideMount {
+        /// The other name's raw path.
+        other: Vec<u8>,
+    },
+    /// It was a hard link of a path this restore leaves as it is.
+    #[error("it was a hard link of {} when the turn began, and that path is left as it is, so this one is too", paths::display(.other))]
+    LinkNotRestored {
+        /// The other name's raw path.
+        other: Vec<u8>,
+    },
     /// The target's blob is missing or corrupt.
     #[error("cannot restore its content: {0}")]
     Content(#[source] BlobError),

@@ -7,11 +7,14 @@
 //!   a [`PathPlan`] per path that needs steps;
 //! - [`preflight`]: the checks that move a path from the plan to the
 //!   conflicts before anything is written;
+//! - `links`: names that were hard links of one inode when the turn began
+//!   become one inode's names again ([`Step::Link`]);
 //! - [`apply`]: the executor;
 //! - [`conflict`]: [`Conflict`] and its typed [`ConflictReason`].
 
 pub mod apply;
 pub mod conflict;
+mod links;
 pub mod plan;
 pub mod preflight;
 

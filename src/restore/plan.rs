@@ -39,6 +39,11 @@ pub enum Step {
     /// Set the owner and the extended attributes (exactly the recorded
     /// set: others are removed).
     Attrs,
+    /// Make the path another name of the file at [`PathPlan::link_to`]
+    /// (after the creations and rewrites): the two were hard links of one
+    /// inode when the turn began (`restore::links`). A `rewrite` or `chmod`
+    /// after it restores that inode through this name.
+    Link,
 }
 
 impl Step {
@@ -51,6 +56,7 @@ impl Step {
             Step::Rewrite => "rewrite",
             Step::Chmod => "chmod",
             Step::Attrs => "attrs",
+            Step::Link => "link",
         }
     }
 }
@@ -69,6 +75,13 @@ pub struct PathPlan {
     pub target: StateKind,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// For a [`Step::Link`]: the path (rendered) whose file this path
+    /// becomes another name of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_to: Option<String>,
+    /// [`PathPlan::link_to`]'s raw bytes.
+    #[serde(skip)]
+    pub(crate) link_raw: Option<Vec<u8>>,
     /// The state to restore (not serialized: a deserialized plan holds
     /// `absent` here).
     #[serde(skip, default = "absent_target")]
@@ -174,7 +187,8 @@ fn absent_current() -> Current {
     Current::Absent
 }
 
-fn hash_file(backing: &Dir, path: &[u8]) -> io::Result<[u8; 32]> {
+/// BLAKE3 of the regular file at `path`.
+pub(super) fn hash_file(backing: &Dir, path: &[u8]) -> io::Result<[u8; 32]> {
     let mut f = backing.open_file(path, libc::O_RDONLY, 0)?;
     let mut hasher = blake3::Hasher::new();
     io::copy(&mut f, &mut hasher)?;
@@ -301,7 +315,14 @@ pub(crate) fn plan_targets(
 ) -> (Vec<PathPlan>, Vec<Conflict>) {
     let backing = journal.backing();
     let mut plan = Vec::new();
+    // File targets that need no step of their own (the right bytes), which
+    // may still have to become a hard link of another target.
+    let mut idle = Vec::new();
     let mut conflicts = Vec::new();
+    // Every path with a target, and the turn of its record (where the
+    // link count it had then is noted).
+    let record_turns: BTreeMap<Vec<u8>, u64> =
+        targets.iter().map(|t| (t.path.clone(), t.turn)).collect();
     // Symlinks this plan removes. States come sorted by path, so an
     // ancestor is planned before anything under it.
     let mut removed_links: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -418,7 +439,23 @@ pub(crate) fn plan_targets(
                 .any(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/'))
         };
         match planned {
-            Ok((_, steps)) if steps.is_empty() => {}
+            Ok((current, steps)) if steps.is_empty() => {
+                if matches!(target, PreImage::File { ino, .. } if ino != 0) {
+                    idle.push(PathPlan {
+                        path: paths::display(&path),
+                        current: StateKind::of_current(&current),
+                        target: StateKind::of_target(&target),
+                        steps,
+                        link_to: None,
+                        link_raw: None,
+                        raw: path,
+                        target_state: target,
+                        target_meta,
+                        current_state: current,
+                        patch: None,
+                    })
+                }
+            }
             // Something must be created under a directory that is a symlink
             // now (made so behind the mount's back; the plan does not remove
             // it): opfs never writes through a symlink.
@@ -443,6 +480,8 @@ pub(crate) fn plan_targets(
                     current: StateKind::of_current(&current),
                     target: StateKind::of_target(&target),
                     steps,
+                    link_to: None,
+                    link_raw: None,
                     raw: path,
                     target_state: target,
                     target_meta,
@@ -453,6 +492,14 @@ pub(crate) fn plan_targets(
             Err(e) => conflicts.push(Conflict::new(&path, ConflictReason::ReadCurrent(e))),
         }
     }
+    let targets: BTreeSet<Vec<u8>> = record_turns.keys().cloned().collect();
+    let nlink_of = |p: &PathPlan| {
+        let turn = record_turns.get(&p.raw).copied().unwrap_or(to);
+        journal
+            .with_index(|ix| ix.links_of(turn, &p.raw))
+            .unwrap_or(1)
+    };
+    let mut plan = super::links::relink(journal, plan, idle, &targets, &nlink_of);
     preflight(journal, &mut plan, &mut conflicts, force);
     (plan, conflicts)
 }
@@ -469,6 +516,7 @@ pub fn describe(p: &PathPlan) -> String {
             Step::Rewrite => "rewrite",
             Step::Chmod => "chmod",
             Step::Attrs => "attrs",
+            Step::Link => "link",
         })
         .collect();
     let detail = match &p.target_state {
@@ -484,7 +532,18 @@ pub fn describe(p: &PathPlan) -> String {
         PreImage::Absent => " -> absent".to_string(),
         PreImage::Unknown => " -> unknown".to_string(),
     };
-    format!("{} {} ({}){}", steps.join("+"), p.path, p.current, detail)
+    let link = p
+        .link_to
+        .as_ref()
+        .map(|to| format!(" (hard link of {to})"))
+        .unwrap_or_default();
+    format!(
+        "{} {} ({}){}{link}",
+        steps.join("+"),
+        p.path,
+        p.current,
+        detail
+    )
 }
 
 #[cfg(test)]
@@ -499,6 +558,7 @@ mod tests {
             Step::Rewrite,
             Step::Chmod,
             Step::Attrs,
+            Step::Link,
         ] {
             assert_eq!(
                 serde_json::to_value(&step).expect("json"),

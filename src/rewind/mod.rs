@@ -194,7 +194,11 @@ pub fn rewind_with_progress(
         dry_run,
         restored,
         conflicts,
-        touched: plan.iter().map(|p| p.raw.clone()).collect(),
+        touched: plan
+            .iter()
+            .flat_map(|p| std::iter::once(&p.raw).chain(&p.link_raw))
+            .cloned()
+            .collect(),
         plan,
         open_turn,
     })

@@ -44,7 +44,11 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
         dry_run: false,
         restored,
         conflicts,
-        touched: plan.iter().map(|p| p.raw.clone()).collect(),
+        touched: plan
+            .iter()
+            .flat_map(|p| std::iter::once(&p.raw).chain(&p.link_raw))
+            .cloned()
+            .collect(),
         plan,
         open_turn,
     }))

@@ -291,6 +291,83 @@ impl Dir {
         )?)
     }
 
+    /// Makes `to` another name of the file at `from` (`linkat` within the
+    /// project, not following a final symlink at `from`).
+    ///
+    /// Errors: `EEXIST` when `to` exists, `ENOENT` when `from` does not,
+    /// `ELOOP` for a symlink on either way, else the kernel's error.
+    pub fn link(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
+        let (from_dir, from_name) = self.parent(from)?;
+        let (to_dir, to_name) = self.parent(to)?;
+        Ok(rustix::fs::linkat(
+            &from_dir,
+            from_name.as_c_str(),
+            &to_dir,
+            to_name.as_c_str(),
+            AtFlags::empty(),
+        )?)
+    }
+
+    /// For each inode number in `inos`, one path of the tree that names a
+    /// regular file with that inode on the project's filesystem, except
+    /// the paths `skip` accepts and the excluded ones (`.git/`). Walks the
+    /// whole tree: one `getdents` per directory (the directory entries'
+    /// inode numbers), and one `lstat` per entry whose number matches, to
+    /// confirm it (entries on another filesystem, or numbers a filesystem
+    /// reports differently in `getdents`, are not taken). Stops early once
+    /// every number has a name. Unreadable directories are skipped.
+    ///
+    /// Errors: the root cannot be listed.
+    pub fn find_names(
+        &self,
+        inos: &std::collections::BTreeSet<u64>,
+        skip: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<std::collections::BTreeMap<u64, Vec<u8>>> {
+        use std::os::unix::fs::DirEntryExt;
+        let mut found = std::collections::BTreeMap::new();
+        let root_dev = rustix::fs::fstat(&self.root)?.st_dev;
+        let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut first = true;
+        while let Some(dir) = stack.pop() {
+            let listing = self.open_dir(&dir).and_then(|fd| {
+                std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).map(|it| (fd, it))
+            });
+            let (_fd, entries) = match listing {
+                Ok(l) => l,
+                Err(e) if first => return Err(e),
+                Err(_) => continue,
+            };
+            first = false;
+            for entry in entries.flatten() {
+                let rel = paths::join(&dir, entry.file_name().as_bytes());
+                if paths::is_excluded(&rel) {
+                    continue;
+                }
+                let Ok(ft) = entry.file_type() else { continue };
+                if ft.is_dir() {
+                    stack.push(rel);
+                } else if ft.is_file()
+                    && inos.contains(&entry.ino())
+                    && !found.contains_key(&entry.ino())
+                    && !skip(&rel)
+                {
+                    if let Ok(Some(st)) = self.lstat(&rel) {
+                        if st.ino == entry.ino()
+                            && st.dev == root_dev
+                            && st.file_type() == libc::S_IFREG
+                        {
+                            found.insert(st.ino, rel);
+                            if found.len() == inos.len() {
+                                return Ok(found);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Removes the non-directory at `rel`.
     pub fn unlink(&self, rel: &[u8]) -> io::Result<()> {
         let (dir, name) = self.parent(rel)?;

@@ -421,4 +421,37 @@ impl Index {
             .map_err(self.err())?;
         Ok((records.0, bytes.0))
     }
+
+    /// Notes that `path`'s record in `turn` is a file that had `nlink`
+    /// names when it was recorded (only kept for more than one: a rewind
+    /// then looks for the names of that inode it has no record of, see
+    /// `restore::links`). The first note of a (turn, path) wins, as with
+    /// records. Durable once the statement returns (autocommit).
+    ///
+    /// Errors: SQLite's.
+    pub fn note_links(&self, turn: u64, path: &[u8], nlink: u64) -> Result<(), IndexError> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO links(turn, path, nlink) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![Uint(turn), path, Uint(nlink)]))
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    /// The link count noted with `path`'s record in `turn`
+    /// ([`Index::note_links`]); 1 when none was noted (a file with one
+    /// name, or a record made before links were noted).
+    ///
+    /// Errors: SQLite's.
+    pub fn links_of(&self, turn: u64, path: &[u8]) -> Result<u64, IndexError> {
+        use rusqlite::OptionalExtension;
+        let n: Option<Uint> = self
+            .conn
+            .prepare_cached("SELECT nlink FROM links WHERE turn = ?1 AND path = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![Uint(turn), path], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(self.err())?;
+        Ok(n.map_or(1, |n| n.0))
+    }
 }

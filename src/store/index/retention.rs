@@ -97,6 +97,7 @@ impl Index {
             let cut = Uint(cut);
             tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM links WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
             tx.execute(
                 "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",

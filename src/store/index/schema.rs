@@ -51,6 +51,12 @@ CREATE TABLE IF NOT EXISTS preimages(
     xattrs BLOB,
     PRIMARY KEY (turn, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS links(
+    turn  INTEGER NOT NULL,
+    path  BLOB NOT NULL,
+    nlink INTEGER NOT NULL,
+    PRIMARY KEY (turn, path)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ranges(
     turn   INTEGER NOT NULL,
     path   BLOB NOT NULL,
