@@ -26,11 +26,13 @@
 //! turns leave its history and it is packed ([`crate::export::prune`]).
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::capture::Journal;
 use crate::record::Hash;
-use crate::store::{BlobStore, Index, IndexError, StateDir};
+use crate::store::{BlobStore, Index, IndexError, StateDir, Sweep};
 
 /// Turns kept when no other number is given.
 pub const DEFAULT_KEEP: u64 = 100;
@@ -138,7 +140,7 @@ pub fn pins(index: &Index, state: &StateDir) -> Result<Vec<Pin>, IndexError> {
 }
 
 /// What gc did (or, with `dry_run`, would do).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GcReport {
     /// Turns dropped: `[first, last]`, or `None`.
     pub dropped_turns: Option<(u64, u64)>,
@@ -188,8 +190,171 @@ fn cut_point(
     Ok((cut, note))
 }
 
+/// What the first phase of gc decided (and, unless a dry run, did to the
+/// index): the cut, and what the records before it held.
+struct Decided {
+    first: u64,
+    cut: u64,
+    note: Option<String>,
+    records_deleted: u64,
+    inline_removed: u64,
+    inline_bytes: u64,
+}
+
+/// Decides the cut among the turns `index` holds and, unless `dry_run`,
+/// deletes the turns before it ([`Index::drop_turns_before`]). `None` when
+/// there is no turn.
+fn decide_and_drop(
+    index: &mut Index,
+    retention: Retention,
+    pins: &[Pin],
+    dry_run: bool,
+) -> Result<Option<Decided>, IndexError> {
+    let Some((first, last)) = index.turn_bounds()? else {
+        return Ok(None);
+    };
+    let (cut, note) = cut_point(first, last, retention, pins, |from| {
+        index.kept_blob_bytes(from)
+    })?;
+    drop_before(index, first, cut, note, dry_run).map(Some)
+}
+
+/// Counts what the turns before `cut` hold and, unless `dry_run`, deletes
+/// them.
+fn drop_before(
+    index: &mut Index,
+    first: u64,
+    cut: u64,
+    note: Option<String>,
+    dry_run: bool,
+) -> Result<Decided, IndexError> {
+    let records_deleted = index.records_before(cut)?;
+    // Inline blobs (small files) go with their rows.
+    let (inline_removed, inline_bytes) = if cut > first {
+        index.unkept_inline_blobs(cut)?
+    } else {
+        (0, 0)
+    };
+    if !dry_run && cut > first {
+        index.drop_turns_before(cut)?;
+    }
+    Ok(Decided {
+        first,
+        cut,
+        note,
+        records_deleted,
+        inline_removed,
+        inline_bytes,
+    })
+}
+
+/// Removes (or, with `dry_run`, counts) every blob file whose hash is
+/// neither in `kept` nor in `logged` nor handed out by a `put` since
+/// `sweep` began; returns `(files, bytes)`. Names that are not blobs are
+/// left alone (`opfs verify` reports them); files that cannot be removed
+/// are skipped, for the next gc.
+fn sweep_files(
+    sweep: &Sweep<'_>,
+    dir: &Path,
+    kept: &BTreeSet<Hash>,
+    logged: &BTreeSet<Hash>,
+    dry_run: bool,
+) -> (u64, u64) {
+    let mut removed = 0;
+    let mut bytes = 0;
+    let Ok(dirs) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    for d in dirs.flatten() {
+        let dname = d.file_name().to_string_lossy().into_owned();
+        if dname.len() != 2 {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let full = format!("{dname}{}", f.file_name().to_string_lossy());
+            let Ok(h) = blake3::Hash::from_hex(&full) else {
+                continue; // not a blob: verify reports it, gc leaves it
+            };
+            let hash: Hash = *h.as_bytes();
+            if kept.contains(&hash) || logged.contains(&hash) {
+                continue;
+            }
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if dry_run || matches!(sweep.remove(&hash), Ok(true)) {
+                removed += 1;
+                bytes += len;
+                if !dry_run {
+                    crate::failpoint::failpoint("gc-after-remove");
+                }
+            }
+        }
+    }
+    (removed, bytes)
+}
+
+/// Prunes the export after gc kept turns from `cut` on (as the holder of
+/// `hold`, when given); a failure becomes part of the note (gc itself
+/// succeeded).
+fn prune_export(
+    state: &StateDir,
+    hold: Option<&crate::export::ExportHold>,
+    cut: u64,
+    dry_run: bool,
+    note: Option<String>,
+) -> (Option<crate::export::PruneReport>, Option<String>) {
+    let pruned = match hold {
+        Some(h) => crate::export::prune_held(state, h, cut, dry_run),
+        None => crate::export::prune(state, cut, dry_run),
+    };
+    match pruned {
+        Ok(r) => (r, note),
+        Err(e) => {
+            let failed = format!("the export was not pruned: {e} (the next gc tries again)");
+            let note = Some(match note {
+                Some(n) => format!("{n}; {failed}"),
+                None => failed,
+            });
+            (None, note)
+        }
+    }
+}
+
+impl GcReport {
+    /// The report of a gc that found no turn.
+    fn nothing(dry_run: bool) -> GcReport {
+        GcReport {
+            dropped_turns: None,
+            oldest_kept: None,
+            records_deleted: 0,
+            blobs_removed: 0,
+            bytes_freed: 0,
+            dry_run,
+            note: None,
+            export: None,
+        }
+    }
+
+    fn of(d: Decided, swept: (u64, u64), dry_run: bool) -> GcReport {
+        GcReport {
+            dropped_turns: (d.cut > d.first).then(|| (d.first, d.cut - 1)),
+            oldest_kept: Some(d.cut),
+            records_deleted: d.records_deleted,
+            blobs_removed: d.inline_removed + swept.0,
+            bytes_freed: d.inline_bytes + swept.1,
+            dry_run,
+            note: d.note,
+            export: None,
+        }
+    }
+}
+
 /// Applies `retention` to the state dir, keeping every pinned turn
-/// ([`pins`]). The caller holds the state lock.
+/// ([`pins`]). The caller holds the state lock (nothing is mounted; a
+/// daemon applies retention with [`gc_served`]); a dry run only reads and
+/// may run beside a daemon (its figures are then a snapshot).
 ///
 /// Durable after `Ok`: the deletions are committed (power-loss safe)
 /// before any blob file is removed. Errors: the capture log cannot be
@@ -219,86 +384,150 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     } else {
         crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
     }
-    let Some((first, last)) = index.turn_bounds()? else {
-        return Ok(GcReport {
-            dropped_turns: None,
-            oldest_kept: None,
-            records_deleted: 0,
-            blobs_removed: 0,
-            bytes_freed: 0,
-            dry_run,
-            note: None,
-            export: None,
-        });
-    };
     let pins = pins(&index, state)?;
-    let (cut, note) = cut_point(first, last, retention, &pins, |from| {
-        index.kept_blob_bytes(from)
-    })?;
-    let records_deleted = index.records_before(cut)?;
-    let kept = index.kept_blobs(cut)?;
-    // Inline blobs (small files) go with their rows.
-    let (inline_removed, inline_bytes) = index.unkept_inline_blobs(cut)?;
-    if !dry_run && cut > first {
-        index.drop_turns_before(cut)?;
+    let Some(d) = decide_and_drop(&mut index, retention, &pins, dry_run)? else {
+        return Ok(GcReport::nothing(dry_run));
+    };
+    if !dry_run && d.cut > d.first {
+        crate::failpoint::failpoint("gc-after-drop");
     }
-    drop(index);
     // Blob files no kept record names (including leftovers of earlier runs
-    // and of failed captures).
+    // and of failed captures). No `put` runs beside this one.
+    let kept = index.kept_blobs(d.cut)?;
+    drop(index);
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let mut blobs_removed = inline_removed;
-    let mut bytes_freed = inline_bytes;
-    if let Ok(dirs) = std::fs::read_dir(state.blobs_dir()) {
-        for d in dirs.flatten() {
-            let dname = d.file_name().to_string_lossy().into_owned();
-            if dname.len() != 2 {
-                continue;
-            }
-            let Ok(files) = std::fs::read_dir(d.path()) else {
-                continue;
-            };
-            for f in files.flatten() {
-                let full = format!("{dname}{}", f.file_name().to_string_lossy());
-                let Ok(h) = blake3::Hash::from_hex(&full) else {
-                    continue; // not a blob: verify reports it, gc leaves it
-                };
-                let hash: Hash = *h.as_bytes();
-                if kept.contains(&hash) || logged.contains(&hash) {
-                    continue;
-                }
-                let path = store.path_of(&hash);
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                if dry_run || std::fs::remove_file(&path).is_ok() {
-                    blobs_removed += 1;
-                    bytes_freed += len;
-                }
-            }
-        }
-    }
+    let sweep = store.begin_sweep();
+    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &logged, dry_run);
+    drop(sweep);
     if !dry_run {
         store.clear_tmp();
     }
-    let (export, note) = match crate::export::prune(state, cut, dry_run) {
-        Ok(r) => (r, note),
-        Err(e) => {
-            let failed = format!("the export was not pruned: {e} (the next gc tries again)");
-            let note = Some(match note {
-                Some(n) => format!("{n}; {failed}"),
-                None => failed,
-            });
-            (None, note)
+    let cut = d.cut;
+    let mut report = GcReport::of(d, swept, dry_run);
+    (report.export, report.note) = prune_export(state, None, cut, dry_run, report.note.take());
+    Ok(report)
+}
+
+/// Applies `retention` inside the daemon serving the project of `journal`,
+/// while the mount runs. `quiesce` blocks new mutations through the mount
+/// and waits for those in flight (the mount's gate, released when the
+/// returned guard drops); rewinds and merges run under the same gate.
+///
+/// Order (see `docs/crash-model.md`, "gc"):
+///
+/// 1. The export is held ([`crate::export::hold`]), so no background or
+///    manual export reads records that are going away.
+/// 2. A blob sweep begins ([`BlobStore::begin_sweep`]): from now on every
+///    blob a capture, rewind or merge stores is marked and never removed
+///    by this gc.
+/// 3. The cut is decided on a read-only snapshot of the index (no lock:
+///    captures go on).
+/// 4. Under the gate and the journal's lock: pending capture records are
+///    committed, the pins read again (the cut moves back to the oldest),
+///    and the turns before the cut deleted in one transaction. Mutations
+///    wait only for this step.
+/// 5. Off the gate: blob files that no record of a kept turn names and no
+///    `put` handed out since step 2 are removed; the export is pruned.
+///
+/// Durable after `Ok`: as [`gc`]; the index transaction commits before
+/// any blob file is removed. Errors: [`GcError::Index`] when the index
+/// cannot be read or written (nothing was deleted when it comes from
+/// steps 3–4).
+pub fn gc_served(
+    journal: &Journal,
+    quiesce: &dyn Fn() -> Box<dyn std::any::Any>,
+    retention: Retention,
+) -> Result<GcReport, GcError> {
+    let state = journal.state().clone();
+    let (hold, mut held_note) = match crate::export::hold(&state) {
+        Ok(h) => (h, None),
+        Err(e) => (None, Some(format!("the export could not be held: {e}"))),
+    };
+    let sweep = journal.blobs().begin_sweep();
+    journal.apply_pending()?;
+    let planned = {
+        let index = Index::open_read_only(&state.index_path())?;
+        match index.turn_bounds()? {
+            None => None,
+            Some((first, last)) => {
+                let pins = pins(&index, &state)?;
+                Some(cut_point(first, last, retention, &pins, |from| {
+                    index.kept_blob_bytes(from)
+                })?)
+            }
         }
     };
-    Ok(GcReport {
-        dropped_turns: (cut > first).then(|| (first, cut - 1)),
-        oldest_kept: Some(cut),
-        records_deleted,
-        blobs_removed,
-        bytes_freed,
-        dry_run,
-        note,
-        export,
-    })
+    let Some((planned_cut, planned_note)) = planned else {
+        return Ok(GcReport::nothing(false));
+    };
+    let guard = quiesce();
+    let decided = journal.with_index(|ix| {
+        // Between the plan and the gate a worktree may have been created
+        // or a rewind interrupted: their pins win.
+        let pins = pins(ix, &state)?;
+        let Some((first, _)) = ix.turn_bounds()? else {
+            return Ok(None);
+        };
+        let mut cut = planned_cut.max(first);
+        let mut note = planned_note.clone();
+        if let Some(pin) = pins.iter().min_by_key(|p| p.turn()) {
+            if cut > pin.turn() {
+                cut = pin.turn().max(first);
+                note = Some(pin.note(cut));
+            }
+        }
+        drop_before(ix, first, cut, note, false).map(Some)
+    });
+    drop(guard);
+    let Some(d) = decided? else {
+        return Ok(GcReport::nothing(false));
+    };
+    if d.cut > d.first {
+        crate::failpoint::failpoint("gc-after-drop");
+        if let Err(e) = journal.recount_stored_bytes() {
+            log::warn!("cannot sum the stored bytes after gc: {e}");
+        }
+    }
+    // Every record now in the index belongs to a kept turn; records added
+    // from here on name blobs their `put` marked.
+    let kept = Index::open_read_only(&state.index_path())?.kept_blobs(d.cut)?;
+    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &BTreeSet::new(), false);
+    drop(sweep);
+    let cut = d.cut;
+    let mut report = GcReport::of(d, swept, false);
+    let note = match (report.note.take(), held_note.take()) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    (report.export, report.note) = prune_export(&state, hold.as_ref(), cut, false, note);
+    Ok(report)
+}
+
+/// Whether the daemon's automatic retention has work: more turns than
+/// `retention.keep`, or (with a byte budget) more stored bytes than it,
+/// and a turn older than every pin and than the open turn to drop. Cost:
+/// three lookups in the index (the oldest and newest turn, the running
+/// restores), one listing of the worktrees, and the journal's running
+/// total of stored bytes ([`Journal::stored_bytes`]; its first call after
+/// a start sums the `blobs` table once). No scan of records or blobs.
+///
+/// Errors: the index cannot be read.
+pub fn due(journal: &Journal, retention: Retention) -> Result<bool, IndexError> {
+    let (bounds, pins) =
+        journal.with_index(|ix| Ok((ix.turn_bounds()?, pins(ix, journal.state())?)))?;
+    let Some((first, last)) = bounds else {
+        return Ok(false);
+    };
+    let floor = pins.iter().map(Pin::turn).min().unwrap_or(last).min(last);
+    if first >= floor {
+        return Ok(false);
+    }
+    let by_count = (last + 1).saturating_sub(retention.keep.max(1)) > first;
+    let by_bytes = match retention.max_bytes {
+        Some(budget) => journal.stored_bytes()? > budget,
+        None => false,
+    };
+    Ok(by_count || by_bytes)
 }
 
 #[cfg(test)]

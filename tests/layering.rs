@@ -84,7 +84,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "gc",
-        &["export", "worktree", "view", "store", "record", "paths"],
+        &[
+            "export",
+            "worktree",
+            "capture",
+            "view",
+            "store",
+            "failpoint",
+            "record",
+            "paths",
+        ],
     ),
     // worktrees: the lower layer (a view), the changes, and the merge (a
     // restore)

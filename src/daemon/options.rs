@@ -27,6 +27,11 @@ pub struct DaemonOptions {
     /// Serve this worktree (an overlay over the project's base) instead of
     /// a project (`super::worktree`).
     pub worktree: Option<super::worktree::WorktreeSpec>,
+    /// Apply this retention policy by itself after turns (off the request
+    /// path, when [`crate::gc::due`] says it has work); `None`: only
+    /// `opfs gc` applies retention. The CLI sets it from the `[retention]`
+    /// table of the configuration file.
+    pub retention: Option<crate::gc::Retention>,
 }
 
 impl Default for DaemonOptions {
@@ -38,6 +43,7 @@ impl Default for DaemonOptions {
             range_min: crate::capture::DEFAULT_RANGE_MIN,
             tuning: FsTuning::default(),
             worktree: None,
+            retention: None,
         }
     }
 }

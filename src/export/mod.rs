@@ -38,7 +38,7 @@ mod repo;
 mod tree_edit;
 
 pub use background::spawn_background;
-pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use prune::{hold, prune, prune_held, ExportHold, Packed, PruneReport, AUTO_PACK_LOOSE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;
