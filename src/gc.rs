@@ -491,6 +491,7 @@ pub fn gc_served(
     // Every record now in the index belongs to a kept turn; records added
     // from here on name blobs their `put` marked.
     let kept = Index::open_read_only(&state.index_path())?.kept_blobs(d.cut)?;
+    crate::failpoint::failpoint("gc-before-sweep");
     let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &BTreeSet::new(), false);
     drop(sweep);
     let cut = d.cut;
