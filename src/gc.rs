@@ -65,6 +65,14 @@ pub enum GcError {
     /// The capture log could not be moved into the index first.
     #[error(transparent)]
     Replay(#[from] crate::store::ReplayError),
+    /// The lock on the pins ([`PinsLock`]) could not be taken.
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
 }
 
 /// A turn gc must keep, with every turn after it, whatever the
@@ -112,6 +120,32 @@ impl Pin {
                 "kept turns from {cut}: worktree {name:?} shows the project at turn {base} (`opfs worktree discard {name}` releases them)"
             ),
         }
+    }
+}
+
+/// The lock on a project's pins ([`StateDir::pins_lock_path`]): gc holds
+/// it from reading its [`pins`] until its deletions commit, and whatever
+/// adds a pin that is not a running restore (`worktree create`, from
+/// checking that its base turn exists until its metadata is written) holds
+/// it too, so a new worktree's base is never dropped under it. Restores
+/// need no lock: they run under the mount's gate, which gc takes for its
+/// deletions, or under the state lock. Released on drop.
+#[must_use = "the lock is released when this value is dropped"]
+#[derive(Debug)]
+pub struct PinsLock {
+    _lock: crate::state::lock::FileLock,
+}
+
+impl PinsLock {
+    /// Waits for the lock on `state`'s pins.
+    ///
+    /// Errors: [`GcError::Lock`] when the lock file cannot be opened or
+    /// locked.
+    pub fn acquire(state: &StateDir) -> Result<PinsLock, GcError> {
+        let path = state.pins_lock_path();
+        crate::state::lock::FileLock::exclusive(&path)
+            .map(|lock| PinsLock { _lock: lock })
+            .map_err(|source| GcError::Lock { path, source })
     }
 }
 
@@ -384,10 +418,16 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
     } else {
         crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
     }
+    let pins_lock = if dry_run {
+        None
+    } else {
+        Some(PinsLock::acquire(state)?)
+    };
     let pins = pins(&index, state)?;
     let Some(d) = decide_and_drop(&mut index, retention, &pins, dry_run)? else {
         return Ok(GcReport::nothing(dry_run));
     };
+    drop(pins_lock);
     if !dry_run && d.cut > d.first {
         crate::failpoint::failpoint("gc-after-drop");
     }
@@ -422,17 +462,17 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
 ///    by this gc.
 /// 3. The cut is decided on a read-only snapshot of the index (no lock:
 ///    captures go on).
-/// 4. Under the gate and the journal's lock: pending capture records are
-///    committed, the pins read again (the cut moves back to the oldest),
-///    and the turns before the cut deleted in one transaction. Mutations
-///    wait only for this step.
+/// 4. Under the [`PinsLock`], the gate and the journal's lock: pending
+///    capture records are committed, the pins read again (the cut moves
+///    back to the oldest), and the turns before the cut deleted in one
+///    transaction. Mutations wait only for this step.
 /// 5. Off the gate: blob files that no record of a kept turn names and no
 ///    `put` handed out since step 2 are removed; the export is pruned.
 ///
 /// Durable after `Ok`: as [`gc`]; the index transaction commits before
 /// any blob file is removed. Errors: [`GcError::Index`] when the index
 /// cannot be read or written (nothing was deleted when it comes from
-/// steps 3–4).
+/// steps 3–4); [`GcError::Lock`] when the pins lock cannot be taken.
 pub fn gc_served(
     journal: &Journal,
     quiesce: &dyn Fn() -> Box<dyn std::any::Any>,
@@ -460,6 +500,9 @@ pub fn gc_served(
     let Some((planned_cut, planned_note)) = planned else {
         return Ok(GcReport::nothing(false));
     };
+    // The pins lock before the gate: `worktree create` holds the pins lock
+    // while it may open a turn through the daemon (which takes the gate).
+    let pins_lock = PinsLock::acquire(&state)?;
     let guard = quiesce();
     let decided = journal.with_index(|ix| {
         // Between the plan and the gate a worktree may have been created
@@ -479,6 +522,7 @@ pub fn gc_served(
         drop_before(ix, first, cut, note, false).map(Some)
     });
     drop(guard);
+    drop(pins_lock);
     let Some(d) = decided? else {
         return Ok(GcReport::nothing(false));
     };

@@ -91,6 +91,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "view",
             "store",
             "failpoint",
+            "state",
             "record",
             "paths",
         ],

@@ -14,7 +14,9 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
@@ -179,6 +181,64 @@ fn a_worktree_base_stays_pinned_while_mounted() {
     assert_eq!(r["oldest_kept"], f.open_turn(), "{r:#}");
     f.umount();
     verify_ok(&f, "after the pin went");
+}
+
+/// `worktree create --from N` checks turn N, then writes the metadata
+/// that pins it; a gc in between must wait (the pins lock) and then keep
+/// N, so the worktree shows the project as N began.
+#[test]
+fn a_worktree_created_during_gc_keeps_its_base() {
+    let f = Fixture::new();
+    f.mount();
+    let starts = history(&f, 4);
+    let (base, at_base) = &starts[1];
+    let mut cmd = f.opfs_command(&[
+        OsStr::new("-C"),
+        f.project.as_os_str(),
+        OsStr::new("worktree"),
+        OsStr::new("create"),
+        OsStr::new("w"),
+        OsStr::new("--from"),
+        OsStr::new(&base.to_string()),
+    ]);
+    cmd.env("OPFS_FAILPOINT", "worktree-before-meta:1:pause=1500")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap_or_default();
+            if line.contains("failpoint worktree-before-meta:1 reached") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
+        "worktree create never reached its failpoint"
+    );
+    let r = gc(&f, &["--keep", "1"]);
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let err = reader.join().unwrap();
+    assert!(status.success(), "worktree create failed: {err}");
+    assert_eq!(r["oldest_kept"], *base, "{r:#}");
+    let w = PathBuf::from(out.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT));
+    assert_manifest_eq("the worktree", at_base, &manifest_without_git(&w));
+    f.opfs_p(&["worktree", "discard", "w"]).ok();
 }
 
 /// The race gc must win: while it sweeps, the agent writes, and its
