@@ -195,6 +195,11 @@ pub struct GcReport {
     /// commits of dropped turns taken out, then packed. `None` without an
     /// export.
     pub export: Option<crate::export::PruneReport>,
+    /// Run by the daemon while mounted: how long (ms) mutations through
+    /// the mount waited for gc (its deletions under the gate). `None` when
+    /// nothing was mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_ms: Option<u64>,
 }
 
 /// The oldest turn to keep among `first..=last`: the policy's choice
@@ -262,16 +267,17 @@ fn drop_before(
     note: Option<String>,
     dry_run: bool,
 ) -> Result<Decided, IndexError> {
-    let records_deleted = index.records_before(cut)?;
-    // Inline blobs (small files) go with their rows.
-    let (inline_removed, inline_bytes) = if cut > first {
-        index.unkept_inline_blobs(cut)?
+    // Inline blobs (small files) go with their rows; a real run counts
+    // what its deletions deleted, a dry run what they would.
+    let (records_deleted, inline_removed, inline_bytes) = if cut <= first {
+        (0, 0, 0)
+    } else if dry_run {
+        let (n, bytes) = index.unkept_inline_blobs(cut)?;
+        (index.records_before(cut)?, n, bytes)
     } else {
-        (0, 0)
+        let d = index.drop_turns_before(cut)?;
+        (d.records, d.inline_blobs, d.inline_bytes)
     };
-    if !dry_run && cut > first {
-        index.drop_turns_before(cut)?;
-    }
     Ok(Decided {
         first,
         cut,
@@ -368,6 +374,7 @@ impl GcReport {
             dry_run,
             note: None,
             export: None,
+            paused_ms: None,
         }
     }
 
@@ -381,6 +388,7 @@ impl GcReport {
             dry_run,
             note: d.note,
             export: None,
+            paused_ms: None,
         }
     }
 }
@@ -503,6 +511,7 @@ pub fn gc_served(
     // The pins lock before the gate: `worktree create` holds the pins lock
     // while it may open a turn through the daemon (which takes the gate).
     let pins_lock = PinsLock::acquire(&state)?;
+    let gated = std::time::Instant::now();
     let guard = quiesce();
     let decided = journal.with_index(|ix| {
         // Between the plan and the gate a worktree may have been created
@@ -522,6 +531,7 @@ pub fn gc_served(
         drop_before(ix, first, cut, note, false).map(Some)
     });
     drop(guard);
+    let paused_ms = gated.elapsed().as_millis() as u64;
     drop(pins_lock);
     let Some(d) = decided? else {
         return Ok(GcReport::nothing(false));
@@ -540,6 +550,7 @@ pub fn gc_served(
     drop(sweep);
     let cut = d.cut;
     let mut report = GcReport::of(d, swept, false);
+    report.paused_ms = Some(paused_ms);
     let note = match (report.note.take(), held_note.take()) {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),

@@ -88,25 +88,48 @@ impl Index {
     /// Deletes, in one transaction, the records, saved ranges and rows of
     /// the turns before `cut`, the finished restores recorded before it,
     /// and the `blobs` rows (inline content included) nothing kept names.
-    /// Blob files are the caller's to remove, after this returns.
+    /// Blob files are the caller's to remove, after this returns. Returns
+    /// what it deleted, counted by the deletions themselves.
     ///
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing was deleted.
-    pub fn drop_turns_before(&mut self, cut: u64) -> Result<(), IndexError> {
+    pub fn drop_turns_before(&mut self, cut: u64) -> Result<Dropped, IndexError> {
         self.in_transaction(|tx| {
             let cut = Uint(cut);
-            tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
+            let records = tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
             tx.execute(
                 "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
                 params![cut],
             )?;
-            tx.execute(
-                &format!("DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})"),
-                [cut],
-            )?;
-            Ok(())
+            let mut dropped = Dropped {
+                records: records as u64,
+                ..Dropped::default()
+            };
+            let mut rows = tx.prepare(&format!(
+                "DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})
+                 RETURNING size, data IS NOT NULL"
+            ))?;
+            let mut it = rows.query([cut])?;
+            while let Some(r) = it.next()? {
+                if r.get::<_, bool>(1)? {
+                    dropped.inline_blobs += 1;
+                    dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+                }
+            }
+            Ok(dropped)
         })
     }
+}
+
+/// What [`Index::drop_turns_before`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// Pre-image records.
+    pub records: u64,
+    /// Inline blobs (small files' content, deleted with their rows).
+    pub inline_blobs: u64,
+    /// Their bytes.
+    pub inline_bytes: u64,
 }
