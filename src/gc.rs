@@ -537,6 +537,18 @@ pub fn gc_served(
         return Ok(GcReport::nothing(false));
     };
     if d.cut > d.first {
+        // The daemon's index may commit with `synchronous=NORMAL` (no
+        // `--sync`): the deletions must be on disk before any blob file
+        // goes, or a power loss could keep a record whose blob is gone.
+        if let Err(e) = sync_index(&state) {
+            log::warn!("cannot sync the index after gc; no blob file is removed: {e}");
+            let mut report = GcReport::of(d, (0, 0), false);
+            report.paused_ms = Some(paused_ms);
+            report.note = Some(format!(
+                "no blob file was removed: the index could not be synced ({e}); the next gc removes them"
+            ));
+            return Ok(report);
+        }
         crate::failpoint::failpoint("gc-after-drop");
         if let Err(e) = journal.recount_stored_bytes() {
             log::warn!("cannot sum the stored bytes after gc: {e}");
@@ -557,6 +569,25 @@ pub fn gc_served(
     };
     (report.export, report.note) = prune_export(&state, hold.as_ref(), cut, false, note);
     Ok(report)
+}
+
+/// Makes every committed transaction of the index at `state` durable:
+/// fsyncs its write-ahead log (where a commit lands) and the database
+/// file (where a checkpoint moves it).
+///
+/// Errors: either file exists and cannot be opened or synced.
+fn sync_index(state: &StateDir) -> std::io::Result<()> {
+    let db = state.index_path();
+    let mut wal = db.clone().into_os_string();
+    wal.push("-wal");
+    for path in [std::path::PathBuf::from(wal), db] {
+        match std::fs::File::open(&path) {
+            Ok(f) => f.sync_all()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Whether the daemon's automatic retention has work: more turns than
