@@ -571,23 +571,22 @@ pub fn gc_served(
     Ok(report)
 }
 
-/// Makes every committed transaction of the index at `state` durable:
-/// fsyncs its write-ahead log (where a commit lands) and the database
-/// file (where a checkpoint moves it).
+/// Makes every committed transaction of the index at `state` durable by
+/// fsyncing its write-ahead log, where a commit lands. (A checkpoint that
+/// moved frames into the database file synced that file itself: SQLite
+/// does with `synchronous=NORMAL` or above.) The database file itself is
+/// never opened here: closing a second descriptor of it would drop the
+/// POSIX locks SQLite holds on it in this process.
 ///
-/// Errors: either file exists and cannot be opened or synced.
+/// Errors: the log exists and cannot be opened or synced.
 fn sync_index(state: &StateDir) -> std::io::Result<()> {
-    let db = state.index_path();
-    let mut wal = db.clone().into_os_string();
+    let mut wal = state.index_path().into_os_string();
     wal.push("-wal");
-    for path in [std::path::PathBuf::from(wal), db] {
-        match std::fs::File::open(&path) {
-            Ok(f) => f.sync_all()?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+    match std::fs::File::open(&wal) {
+        Ok(f) => f.sync_all(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// Whether the daemon's automatic retention has work: more turns than
