@@ -229,6 +229,25 @@ fn cut_point(
     Ok((cut, note))
 }
 
+/// [`cut_point`] over the turns `first..=last` of `index`; with a byte
+/// budget, the bytes each cut keeps come from one pass over the records
+/// ([`Index::bytes_by_last_use`]).
+fn plan_cut(
+    index: &Index,
+    first: u64,
+    last: u64,
+    retention: Retention,
+    pins: &[Pin],
+) -> Result<(u64, Option<String>), IndexError> {
+    let by_last = match retention.max_bytes {
+        Some(_) => index.bytes_by_last_use()?,
+        None => Default::default(),
+    };
+    cut_point(first, last, retention, pins, |from| {
+        Ok(by_last.range(from..).map(|(_, b)| *b).sum())
+    })
+}
+
 /// What the first phase of gc decided (and, unless a dry run, did to the
 /// index): the cut, and what the records before it held.
 struct Decided {
@@ -252,9 +271,7 @@ fn decide_and_drop(
     let Some((first, last)) = index.turn_bounds()? else {
         return Ok(None);
     };
-    let (cut, note) = cut_point(first, last, retention, pins, |from| {
-        index.kept_blob_bytes(from)
-    })?;
+    let (cut, note) = plan_cut(index, first, last, retention, pins)?;
     drop_before(index, first, cut, note, dry_run).map(Some)
 }
 
@@ -499,9 +516,7 @@ pub fn gc_served(
             None => None,
             Some((first, last)) => {
                 let pins = pins(&index, &state)?;
-                Some(cut_point(first, last, retention, &pins, |from| {
-                    index.kept_blob_bytes(from)
-                })?)
+                Some(plan_cut(&index, first, last, retention, &pins)?)
             }
         }
     };
