@@ -25,7 +25,9 @@
 /// mutation has not run), and in gc `gc-after-drop` (the turns are
 /// deleted from the index, no blob file is removed yet), `gc-before-sweep`
 /// (while mounted: the kept blobs are read, the sweep has not begun) and
-/// `gc-after-remove` (after each blob file removed), and
+/// `gc-between-steps` (while mounted: one step of the deletions is
+/// committed, the next has not begun), `gc-after-remove` (after each blob
+/// file removed), and
 /// `worktree-before-meta` (`worktree create` checked its base turn and has
 /// not written the metadata that pins it).
 pub fn failpoint(name: &str) {

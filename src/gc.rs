@@ -195,9 +195,9 @@ pub struct GcReport {
     /// commits of dropped turns taken out, then packed. `None` without an
     /// export.
     pub export: Option<crate::export::PruneReport>,
-    /// Run by the daemon while mounted: how long (ms) mutations through
-    /// the mount waited for gc (its deletions under the gate). `None` when
-    /// nothing was mounted.
+    /// Run by the daemon while mounted: the longest time (ms) mutations
+    /// through the mount waited for gc (one step of its deletions, under
+    /// the gate). `None` when nothing was mounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_ms: Option<u64>,
 }
@@ -247,6 +247,11 @@ fn plan_cut(
         Ok(by_last.range(from..).map(|(_, b)| *b).sum())
     })
 }
+
+/// Records a daemon-side gc deletes in one step under the mount's gate
+/// (a turn holding more is deleted in one step of its own): mutations wait
+/// for one step at a time, whatever gc drops in all.
+pub const STEP_RECORDS: u64 = 2048;
 
 /// What the first phase of gc decided (and, unless a dry run, did to the
 /// index): the cut, and what the records before it held.
@@ -487,10 +492,12 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
 ///    by this gc.
 /// 3. The cut is decided on a read-only snapshot of the index (no lock:
 ///    captures go on).
-/// 4. Under the [`PinsLock`], the gate and the journal's lock: pending
+/// 4. In steps of at most [`STEP_RECORDS`] records (or one turn), each
+///    under the [`PinsLock`], the gate and the journal's lock: pending
 ///    capture records are committed, the pins read again (the cut moves
-///    back to the oldest), and the turns before the cut deleted in one
-///    transaction. Mutations wait only for this step.
+///    back to the oldest), and the oldest turns up to the cut deleted in
+///    one transaction. Mutations wait only for one step at a time
+///    ([`GcReport::paused_ms`] is the longest).
 /// 5. Off the gate: blob files that no record of a kept turn names and no
 ///    `put` handed out since step 2 are removed; the export is pruned.
 ///
@@ -525,30 +532,73 @@ pub fn gc_served(
     };
     // The pins lock before the gate: `worktree create` holds the pins lock
     // while it may open a turn through the daemon (which takes the gate).
-    let pins_lock = PinsLock::acquire(&state)?;
-    let gated = std::time::Instant::now();
-    let guard = quiesce();
-    let decided = journal.with_index(|ix| {
-        // Between the plan and the gate a worktree may have been created
-        // or a rewind interrupted: their pins win.
-        let pins = pins(ix, &state)?;
-        let Some((first, _)) = ix.turn_bounds()? else {
-            return Ok(None);
-        };
-        let mut cut = planned_cut.max(first);
-        let mut note = planned_note.clone();
-        if let Some(pin) = pins.iter().min_by_key(|p| p.turn()) {
-            if cut > pin.turn() {
-                cut = pin.turn().max(first);
-                note = Some(pin.note(cut));
+    let mut total: Option<Decided> = None;
+    let mut paused_ms = 0u64;
+    loop {
+        let pins_lock = PinsLock::acquire(&state)?;
+        let gated = std::time::Instant::now();
+        let guard = quiesce();
+        let step = journal.with_index(|ix| {
+            // Between the plan and the gate a worktree may have been
+            // created or a rewind interrupted: their pins win.
+            let pins = pins(ix, &state)?;
+            let Some((first, _)) = ix.turn_bounds()? else {
+                return Ok(None);
+            };
+            let mut cut = planned_cut.max(first);
+            let mut note = planned_note.clone();
+            if let Some(pin) = pins.iter().min_by_key(|p| p.turn()) {
+                if cut > pin.turn() {
+                    cut = pin.turn().max(first);
+                    note = Some(pin.note(cut));
+                }
             }
+            let mut d = Decided {
+                first,
+                cut,
+                note,
+                records_deleted: 0,
+                inline_removed: 0,
+                inline_bytes: 0,
+            };
+            if cut <= first {
+                return Ok(Some((d, true)));
+            }
+            let (dropped, last) = match ix.step_end(first, STEP_RECORDS)? {
+                Some(end) if end < cut => {
+                    d.cut = end;
+                    (ix.drop_turns_step(end)?, false)
+                }
+                _ => (ix.drop_turns_before(cut)?, true),
+            };
+            d.records_deleted = dropped.records;
+            d.inline_removed = dropped.inline_blobs;
+            d.inline_bytes = dropped.inline_bytes;
+            Ok(Some((d, last)))
+        });
+        drop(guard);
+        paused_ms = paused_ms.max(gated.elapsed().as_millis() as u64);
+        drop(pins_lock);
+        let Some((d, last)) = step? else {
+            break;
+        };
+        total = Some(match total {
+            None => d,
+            Some(t) => Decided {
+                first: t.first,
+                cut: d.cut,
+                note: d.note,
+                records_deleted: t.records_deleted + d.records_deleted,
+                inline_removed: t.inline_removed + d.inline_removed,
+                inline_bytes: t.inline_bytes + d.inline_bytes,
+            },
+        });
+        if last {
+            break;
         }
-        drop_before(ix, first, cut, note, false).map(Some)
-    });
-    drop(guard);
-    let paused_ms = gated.elapsed().as_millis() as u64;
-    drop(pins_lock);
-    let Some(d) = decided? else {
+        crate::failpoint::failpoint("gc-between-steps");
+    }
+    let Some(d) = total else {
         return Ok(GcReport::nothing(false));
     };
     if d.cut > d.first {

@@ -395,6 +395,47 @@ fn sigkill_during_gc_while_mounted() {
     }
 }
 
+/// A gc that drops more than one step's records (`gc::STEP_RECORDS`,
+/// 2048) commits them in steps, the gate released between them; killed
+/// between two steps it leaves a smaller, consistent gc: the turns of the
+/// first step gone, every other turn there and exact, and the next gc
+/// finishes the policy.
+#[test]
+fn sigkill_between_gc_steps() {
+    const FILES: usize = 1100;
+    let f = Fixture::new();
+    let run = f.try_mount(
+        &["--no-export"],
+        &[("OPFS_FAILPOINT", "gc-between-steps:1")],
+    );
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(wait_mount_state(&f.mnt, true, MOUNT_TIMEOUT));
+    let pid = f.status()["pid"].as_i64().unwrap() as i32;
+    let mut starts = Vec::new();
+    for t in 0..4 {
+        let n = f.turn(&format!("t{t}"));
+        starts.push((n, f.tree()));
+        let script = format!("for i in $(seq 1 {FILES}); do printf '{t} %s\\n' $i > f$i; done");
+        f.sh(&script);
+    }
+    let open = f.turn("last");
+    starts.push((open, f.tree()));
+    let run = f.opfs_c(&["gc", "--keep", "1"]);
+    assert_eq!(run.code, Some(1), "the daemon should have died: {run}");
+    assert!(wait_dead(pid, Duration::from_secs(10)), "still alive");
+    f.mount_with(&["--no-export"]);
+    let oldest = *turns_listed(&f).first().unwrap();
+    assert!(
+        oldest > starts[0].0 && oldest < open,
+        "one step, not all, was committed: oldest kept {oldest}, open {open}"
+    );
+    kept_turns_rewind_exactly(&f, &starts, oldest, "after a kill between steps");
+    let r = gc(&f, &["--keep", "1"]);
+    assert_eq!(r["oldest_kept"], f.open_turn(), "{r:#}");
+    f.umount();
+    verify_ok(&f, "after the steps");
+}
+
 /// `opfs -C MOUNTPOINT gc` with the mount gone stale is refused like any
 /// other command; with nothing mounted it runs on the state dir.
 #[test]

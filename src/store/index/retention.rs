@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::codec::Uint;
 use super::{Index, IndexError};
@@ -121,21 +121,48 @@ impl Index {
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing was deleted.
     pub fn drop_turns_before(&mut self, cut: u64) -> Result<Dropped, IndexError> {
+        self.drop_turns(cut, true)
+    }
+
+    /// One step of a gc done in steps: [`Index::drop_turns_before`], but
+    /// the `blobs` rows it looks at are only those the deleted records and
+    /// ranges named (rows no record names at all stay for the last step,
+    /// a [`Index::drop_turns_before`]). Its cost follows what it deletes
+    /// plus the records it keeps, not the whole `blobs` table.
+    pub fn drop_turns_step(&mut self, cut: u64) -> Result<Dropped, IndexError> {
+        self.drop_turns(cut, false)
+    }
+
+    /// The turn such that the turns from `first` up to it (excluded) hold
+    /// at most `records` records, at least one turn further than `first`;
+    /// `None` when the records from `first` on are fewer.
+    pub fn step_end(&self, first: u64, records: u64) -> Result<Option<u64>, IndexError> {
+        let at: Option<Uint> = self
+            .conn
+            .query_row(
+                "SELECT turn FROM preimages WHERE turn >= ?1 ORDER BY turn LIMIT 1 OFFSET ?2",
+                params![Uint(first), Uint(records)],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        Ok(at.map(|t| t.0.max(first + 1)))
+    }
+
+    fn drop_turns(&mut self, cut: u64, all_unnamed: bool) -> Result<Dropped, IndexError> {
         self.in_transaction(|tx| {
             let cut = Uint(cut);
-            let records = tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
-            tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
-            tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
-            tx.execute(
-                "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
-                params![cut],
-            )?;
-            let mut dropped = Dropped {
-                records: records as u64,
-                ..Dropped::default()
+            let mut dropped = Dropped::default();
+            // Blob rows first, while the records that name them are there.
+            let candidates = if all_unnamed {
+                String::new()
+            } else {
+                "hash IN (SELECT blob FROM preimages WHERE turn < ?1 AND blob IS NOT NULL
+                          UNION SELECT blob FROM ranges WHERE turn < ?1) AND "
+                    .to_string()
             };
             let mut rows = tx.prepare(&format!(
-                "DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})
+                "DELETE FROM blobs WHERE {candidates} hash NOT IN ({KEPT_BLOBS})
                  RETURNING size, data IS NOT NULL"
             ))?;
             let mut it = rows.query([cut])?;
@@ -145,6 +172,16 @@ impl Index {
                     dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
                 }
             }
+            drop(it);
+            drop(rows);
+            dropped.records =
+                tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])? as u64;
+            tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
+            tx.execute(
+                "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
+                params![cut],
+            )?;
             Ok(dropped)
         })
     }
@@ -199,8 +236,19 @@ mod tests {
             let sum: u64 = by_last.range(from..).map(|(_, b)| *b).sum();
             assert_eq!(sum, ix.kept_blob_bytes(from).expect("kept"), "from {from}");
         }
+        // Two records a turn: a step of 3 records ends after 2 turns.
+        assert_eq!(ix.step_end(1, 3).expect("step"), Some(2));
+        assert_eq!(ix.step_end(1, 0).expect("step"), Some(2));
+        assert_eq!(ix.step_end(1, 100).expect("step"), None);
+        let d = ix.drop_turns_step(2).expect("step");
+        assert_eq!(d.records, 2);
+        // Blob 2 is still named by turn 2: its row stays.
+        assert_eq!(
+            ix.kept_blob_bytes(2).expect("kept"),
+            by_last.range(2..).map(|(_, b)| *b).sum::<u64>()
+        );
         let d = ix.drop_turns_before(3).expect("drop");
-        assert_eq!(d.records, 4);
+        assert_eq!(d.records, 2);
         // Blob 2 (turns 1 and 2) goes; blob 1 stays (turn 4), blob 3 too.
         assert_eq!(ix.kept_blobs(3).expect("kept").len(), 5);
         assert_eq!(ix.turn_bounds().expect("bounds"), Some((3, 5)));
