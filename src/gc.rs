@@ -564,20 +564,19 @@ pub fn gc_served(
             if cut <= first {
                 return Ok(Some((d, true)));
             }
-            let (dropped, last) = match ix.step_end(first, STEP_RECORDS)? {
+            let last = match ix.step_end(first, STEP_RECORDS)? {
                 Some(end) if end < cut => {
                     d.cut = end;
-                    (ix.drop_turns_step(end)?, false)
+                    false
                 }
-                _ => (ix.drop_turns_before(cut)?, true),
+                _ => true,
             };
-            d.records_deleted = dropped.records;
-            d.inline_removed = dropped.inline_blobs;
-            d.inline_bytes = dropped.inline_bytes;
+            d.records_deleted = ix.drop_turns_step(d.cut)?;
             Ok(Some((d, last)))
         });
         drop(guard);
-        paused_ms = paused_ms.max(gated.elapsed().as_millis() as u64);
+        let held = gated.elapsed();
+        paused_ms = paused_ms.max(held.as_millis() as u64);
         drop(pins_lock);
         let Some((d, last)) = step? else {
             break;
@@ -597,10 +596,34 @@ pub fn gc_served(
             break;
         }
         crate::failpoint::failpoint("gc-between-steps");
+        // The gate prefers a waiting quiesce: asked again at once, it would
+        // hold off the mutations that waited for this step until the next
+        // one. They get at least as long as the step took.
+        std::thread::sleep(held.max(std::time::Duration::from_millis(2)));
     }
-    let Some(d) = total else {
+    let Some(mut d) = total else {
         return Ok(GcReport::nothing(false));
     };
+    // The `blobs` rows no kept record names, read on a snapshot taken after
+    // the last step (so against the cut as the pins left it), then deleted
+    // in batches under the journal's lock only, each looking again at the
+    // turns records can have been added to since. The same snapshot gives
+    // the blob files to keep; records added from here on name blobs their
+    // `put` marked.
+    let (kept, unkept, open) = {
+        let index = Index::open_read_only(&state.index_path())?;
+        let open = index.turn_bounds()?.map_or(d.cut, |(_, last)| last);
+        (
+            index.kept_blobs(d.cut)?,
+            index.unkept_blob_rows(d.cut)?,
+            open,
+        )
+    };
+    for batch in unkept.chunks(STEP_RECORDS as usize) {
+        let rows = journal.with_index(|ix| ix.delete_blob_rows(batch, open))?;
+        d.inline_removed += rows.inline_blobs;
+        d.inline_bytes += rows.inline_bytes;
+    }
     if d.cut > d.first {
         // The daemon's index may commit with `synchronous=NORMAL` (no
         // `--sync`): the deletions must be on disk before any blob file
@@ -619,9 +642,6 @@ pub fn gc_served(
             log::warn!("cannot sum the stored bytes after gc: {e}");
         }
     }
-    // Every record now in the index belongs to a kept turn; records added
-    // from here on name blobs their `put` marked.
-    let kept = Index::open_read_only(&state.index_path())?.kept_blobs(d.cut)?;
     crate::failpoint::failpoint("gc-before-sweep");
     let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &BTreeSet::new(), false);
     drop(sweep);

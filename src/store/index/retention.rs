@@ -121,16 +121,98 @@ impl Index {
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing was deleted.
     pub fn drop_turns_before(&mut self, cut: u64) -> Result<Dropped, IndexError> {
-        self.drop_turns(cut, true)
+        self.drop_turns(cut)
     }
 
-    /// One step of a gc done in steps: [`Index::drop_turns_before`], but
-    /// the `blobs` rows it looks at are only those the deleted records and
-    /// ranges named (rows no record names at all stay for the last step,
-    /// a [`Index::drop_turns_before`]). Its cost follows what it deletes
-    /// plus the records it keeps, not the whole `blobs` table.
-    pub fn drop_turns_step(&mut self, cut: u64) -> Result<Dropped, IndexError> {
-        self.drop_turns(cut, false)
+    /// One step of a gc done in steps: deletes, in one transaction, the
+    /// records, saved ranges and rows of the turns before `cut` and the
+    /// finished restores recorded before it, but no `blobs` row (those go
+    /// later, [`Index::unkept_blob_rows`] and [`Index::delete_blob_rows`]).
+    /// Its cost follows the records it deletes. Returns how many records
+    /// it deleted.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing was deleted.
+    pub fn drop_turns_step(&mut self, cut: u64) -> Result<u64, IndexError> {
+        self.in_transaction(|tx| {
+            let cut = Uint(cut);
+            let records = tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
+            tx.execute(
+                "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
+                params![cut],
+            )?;
+            Ok(records as u64)
+        })
+    }
+
+    /// The `blobs` rows that no record or saved range of turns `>= from`
+    /// names (read on a snapshot: a daemon's gc reads them without a lock).
+    pub fn unkept_blob_rows(&self, from: u64) -> Result<Vec<Hash>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT hash FROM blobs WHERE hash NOT IN ({KEPT_BLOBS}) ORDER BY hash"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([Uint(from)], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for r in rows {
+            if let Ok(h) = Hash::try_from(r.map_err(self.err())?.as_slice()) {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes, in one transaction, the `blobs` rows of `hashes` that no
+    /// record or saved range of turns `>= open` names; returns what it
+    /// deleted (`records` is 0). For a daemon's gc: `hashes` were read as
+    /// unkept on a snapshot whose newest turn was `open`, and since then
+    /// records can only have been added to turns `>= open` (the open turn,
+    /// a rewind's or merge's new turn; the "unknown" records of older
+    /// turns name no blob), so that is all this looks at again. A record
+    /// still pending in the capture log that names a deleted row puts it
+    /// back when it is committed (its entry carries the size, and a small
+    /// file's bytes). Cost: `hashes` plus the records of turns `>= open`.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing was deleted.
+    pub fn delete_blob_rows(&mut self, hashes: &[Hash], open: u64) -> Result<Dropped, IndexError> {
+        self.in_transaction(|tx| {
+            tx.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS gc_candidates(hash BLOB PRIMARY KEY)",
+                [],
+            )?;
+            tx.execute("DELETE FROM gc_candidates", [])?;
+            {
+                let mut add =
+                    tx.prepare_cached("INSERT OR IGNORE INTO gc_candidates(hash) VALUES (?1)")?;
+                for h in hashes {
+                    add.execute([&h[..]])?;
+                }
+            }
+            let mut dropped = Dropped::default();
+            {
+                let mut rows = tx.prepare(&format!(
+                    "DELETE FROM blobs WHERE hash IN (SELECT hash FROM gc_candidates)
+                     AND hash NOT IN ({KEPT_BLOBS})
+                     RETURNING size, data IS NOT NULL"
+                ))?;
+                let mut it = rows.query([Uint(open)])?;
+                while let Some(r) = it.next()? {
+                    if r.get::<_, bool>(1)? {
+                        dropped.inline_blobs += 1;
+                        dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+                    }
+                }
+            }
+            tx.execute("DELETE FROM gc_candidates", [])?;
+            Ok(dropped)
+        })
     }
 
     /// The turn such that the turns from `first` up to it (excluded) hold
@@ -149,31 +231,23 @@ impl Index {
         Ok(at.map(|t| t.0.max(first + 1)))
     }
 
-    fn drop_turns(&mut self, cut: u64, all_unnamed: bool) -> Result<Dropped, IndexError> {
+    fn drop_turns(&mut self, cut: u64) -> Result<Dropped, IndexError> {
         self.in_transaction(|tx| {
             let cut = Uint(cut);
             let mut dropped = Dropped::default();
-            // Blob rows first, while the records that name them are there.
-            let candidates = if all_unnamed {
-                String::new()
-            } else {
-                "hash IN (SELECT blob FROM preimages WHERE turn < ?1 AND blob IS NOT NULL
-                          UNION SELECT blob FROM ranges WHERE turn < ?1) AND "
-                    .to_string()
-            };
-            let mut rows = tx.prepare(&format!(
-                "DELETE FROM blobs WHERE {candidates} hash NOT IN ({KEPT_BLOBS})
-                 RETURNING size, data IS NOT NULL"
-            ))?;
-            let mut it = rows.query([cut])?;
-            while let Some(r) = it.next()? {
-                if r.get::<_, bool>(1)? {
-                    dropped.inline_blobs += 1;
-                    dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+            {
+                let mut rows = tx.prepare(&format!(
+                    "DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})
+                     RETURNING size, data IS NOT NULL"
+                ))?;
+                let mut it = rows.query([cut])?;
+                while let Some(r) = it.next()? {
+                    if r.get::<_, bool>(1)? {
+                        dropped.inline_blobs += 1;
+                        dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+                    }
                 }
             }
-            drop(it);
-            drop(rows);
             dropped.records =
                 tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])? as u64;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
@@ -240,13 +314,22 @@ mod tests {
         assert_eq!(ix.step_end(1, 3).expect("step"), Some(2));
         assert_eq!(ix.step_end(1, 0).expect("step"), Some(2));
         assert_eq!(ix.step_end(1, 100).expect("step"), None);
-        let d = ix.drop_turns_step(2).expect("step");
-        assert_eq!(d.records, 2);
-        // Blob 2 is still named by turn 2: its row stays.
-        assert_eq!(
-            ix.kept_blob_bytes(2).expect("kept"),
-            by_last.range(2..).map(|(_, b)| *b).sum::<u64>()
-        );
+        assert_eq!(ix.drop_turns_step(2).expect("step"), 2);
+        // Turn 1's blob rows stay until deleted by name: blob 1 is named
+        // again in turn 4, blob 2 by turn 2.
+        let unkept = ix.unkept_blob_rows(2).expect("unkept");
+        assert!(unkept.is_empty(), "{unkept:?}");
+        // Rows only turns older than 4 name: 2 and 3. Deleted by name,
+        // unless a turn from `open` on names them: turn 3 does not count.
+        let unkept = ix.unkept_blob_rows(4).expect("unkept");
+        assert_eq!(unkept, vec![[2; 32], [3; 32]]);
+        let d = ix.delete_blob_rows(&unkept, 5).expect("rows");
+        assert_eq!(d.records, 0);
+        assert_eq!((d.inline_blobs, d.inline_bytes), (0, 0));
+        // Only turns from `open` on were looked at again: turns 2 and 3
+        // still name the deleted rows (a daemon's gc dropped them first).
+        let before: u64 = by_last.range(2..).map(|(_, b)| *b).sum();
+        assert_eq!(ix.kept_blob_bytes(2).expect("kept"), before - 200 - 300);
         let d = ix.drop_turns_before(3).expect("drop");
         assert_eq!(d.records, 2);
         // Blob 2 (turns 1 and 2) goes; blob 1 stays (turn 4), blob 3 too.
