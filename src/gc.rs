@@ -196,8 +196,9 @@ pub struct GcReport {
     /// export.
     pub export: Option<crate::export::PruneReport>,
     /// Run by the daemon while mounted: the longest time (ms) mutations
-    /// through the mount waited for gc (one step of its deletions, under
-    /// the gate). `None` when nothing was mounted.
+    /// through the mount waited for gc (one step of its deletions under
+    /// the gate, or one batch of `blobs` rows under the journal's lock).
+    /// `None` when nothing was mounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_ms: Option<u64>,
 }
@@ -620,7 +621,11 @@ pub fn gc_served(
         )
     };
     for batch in unkept.chunks(STEP_RECORDS as usize) {
+        // Captures wait for the journal's lock meanwhile: this counts as a
+        // pause too.
+        let locked = std::time::Instant::now();
         let rows = journal.with_index(|ix| ix.delete_blob_rows(batch, open))?;
+        paused_ms = paused_ms.max(locked.elapsed().as_millis() as u64);
         d.inline_removed += rows.inline_blobs;
         d.inline_bytes += rows.inline_bytes;
     }
