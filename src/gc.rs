@@ -13,14 +13,21 @@
 //! and the base turn of every worktree (its lower layer is read from the
 //! records from that turn on).
 //!
-//! Order and durability: the records, turns and `blobs` rows are deleted in
-//! one transaction (committed with `synchronous=FULL`); blob files are
-//! removed only after it commits. A crash or power loss in between leaves
-//! unreferenced blob files (removed by the next gc), never a record whose
-//! blob is gone. The caller must hold the state lock (no daemon running),
-//! since a daemon writes a blob before the record naming it; a dry run
-//! only reads and may run beside a daemon (its figures are then a
-//! snapshot).
+//! Two ways to run it: [`gc`] on the state dir while nothing is mounted
+//! (the caller holds the state lock), and [`gc_served`] inside the daemon
+//! while the project is mounted (see its order; `docs/design.md`,
+//! "Retention while mounted"). A dry run ([`gc`] with `dry_run`) only
+//! reads and may run beside a daemon (its figures are then a snapshot).
+//! [`due`] is the daemon's cheap check whether a configured policy has
+//! work after a turn.
+//!
+//! Order and durability: the records, turns and `blobs` rows are deleted
+//! and committed (with `synchronous=FULL`, or the daemon's commit followed
+//! by an fsync of the index's WAL) before any blob file is removed. A
+//! crash or power loss in between leaves unreferenced blob files (removed
+//! by the next gc), never a record whose blob is gone. A blob a capture,
+//! rewind or merge stores while a daemon's gc runs is never removed by it
+//! (the blob store's [`Sweep`]).
 //!
 //! The export (`export.git`) is pruned after: the commits of dropped
 //! turns leave its history and it is packed ([`crate::export::prune`]).
