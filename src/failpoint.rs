@@ -5,8 +5,11 @@
 /// With `OPFS_FAILPOINT=NAME:N` in the daemon's environment, the N-th time
 /// (counting from 1) the process passes the failpoint `NAME` it sends
 /// itself SIGKILL, exactly as a crash at that instant would end it: no
-/// destructor, no flush. Without the variable (the normal case) a
-/// failpoint costs one atomic load after the first call.
+/// destructor, no flush. With `OPFS_FAILPOINT=NAME:N:pause=MS` it sleeps
+/// MS milliseconds there instead (logged as a warning first), so a test can
+/// act inside a window that is otherwise too short to hit. Without the
+/// variable (the normal case) a failpoint costs one atomic load after the
+/// first call.
 ///
 /// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
 /// marked running), `rewind-after-capture` (after each path's current state
@@ -19,23 +22,61 @@
 /// of the merge done, still marked running), and in the
 /// journal `capture-after-blob` (a pre-image's bytes are stored, its record
 /// is not) and `capture-after-record` (the record is committed, the
-/// mutation has not run).
+/// mutation has not run), and in gc `gc-after-drop` (the turns are
+/// deleted from the index, no blob file is removed yet), `gc-before-sweep`
+/// (while mounted: the kept blobs are read, the sweep has not begun) and
+/// `gc-between-steps` (while mounted: one step of the deletions is
+/// committed, the next has not begun), `gc-after-remove` (after each blob
+/// file removed), and
+/// `worktree-before-meta` (`worktree create` checked its base turn and has
+/// not written the metadata that pins it).
 pub fn failpoint(name: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
-    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static ARMED: OnceLock<Option<(String, u64, Option<u64>)>> = OnceLock::new();
     static HITS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| {
-        let v = std::env::var("OPFS_FAILPOINT").ok()?;
-        let (n, count) = v.rsplit_once(':').unwrap_or((v.as_str(), "1"));
-        Some((n.to_string(), count.parse().ok()?))
-    });
-    let Some((armed_name, at)) = armed else {
+    let armed = ARMED.get_or_init(|| parse(&std::env::var("OPFS_FAILPOINT").ok()?));
+    let Some((armed_name, at, pause)) = armed else {
         return;
     };
     if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
+        if let Some(ms) = pause {
+            log::warn!("failpoint {name}:{at} reached: pausing for {ms} ms");
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
+            return;
+        }
         log::error!("failpoint {name}:{at} reached: killing this process");
         let _ =
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}
+
+/// `NAME`, `NAME:N` or `NAME:N:pause=MS` as (name, N, pause in ms).
+fn parse(v: &str) -> Option<(String, u64, Option<u64>)> {
+    let mut parts = v.splitn(3, ':');
+    let name = parts.next()?.to_string();
+    let at = match parts.next() {
+        Some(n) => n.parse().ok()?,
+        None => 1,
+    };
+    let pause = match parts.next() {
+        Some(action) => Some(action.strip_prefix("pause=")?.parse().ok()?),
+        None => None,
+    };
+    Some((name, at, pause))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_names_counts_and_pauses() {
+        assert_eq!(super::parse("a-b"), Some(("a-b".into(), 1, None)));
+        assert_eq!(super::parse("a-b:3"), Some(("a-b".into(), 3, None)));
+        assert_eq!(
+            super::parse("a-b:2:pause=500"),
+            Some(("a-b".into(), 2, Some(500)))
+        );
+        assert_eq!(super::parse("a-b:x"), None);
+        assert_eq!(super::parse("a-b:2:sleep"), None);
     }
 }

@@ -13,24 +13,33 @@
 //! and the base turn of every worktree (its lower layer is read from the
 //! records from that turn on).
 //!
-//! Order and durability: the records, turns and `blobs` rows are deleted in
-//! one transaction (committed with `synchronous=FULL`); blob files are
-//! removed only after it commits. A crash or power loss in between leaves
-//! unreferenced blob files (removed by the next gc), never a record whose
-//! blob is gone. The caller must hold the state lock (no daemon running),
-//! since a daemon writes a blob before the record naming it; a dry run
-//! only reads and may run beside a daemon (its figures are then a
-//! snapshot).
+//! Two ways to run it: [`gc`] on the state dir while nothing is mounted
+//! (the caller holds the state lock), and [`gc_served`] inside the daemon
+//! while the project is mounted (see its order; `docs/design.md`,
+//! "Retention while mounted"). A dry run ([`gc`] with `dry_run`) only
+//! reads and may run beside a daemon (its figures are then a snapshot).
+//! [`due`] is the daemon's cheap check whether a configured policy has
+//! work after a turn.
+//!
+//! Order and durability: the records, turns and `blobs` rows are deleted
+//! and committed (with `synchronous=FULL`, or the daemon's commit followed
+//! by an fsync of the index's WAL) before any blob file is removed. A
+//! crash or power loss in between leaves unreferenced blob files (removed
+//! by the next gc), never a record whose blob is gone. A blob a capture,
+//! rewind or merge stores while a daemon's gc runs is never removed by it
+//! (the blob store's [`Sweep`]).
 //!
 //! The export (`export.git`) is pruned after: the commits of dropped
 //! turns leave its history and it is packed ([`crate::export::prune`]).
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::capture::Journal;
 use crate::record::Hash;
-use crate::store::{BlobStore, Index, IndexError, StateDir};
+use crate::store::{BlobStore, Index, IndexError, StateDir, Sweep};
 
 /// Turns kept when no other number is given.
 pub const DEFAULT_KEEP: u64 = 100;
@@ -63,6 +72,14 @@ pub enum GcError {
     /// The capture log could not be moved into the index first.
     #[error(transparent)]
     Replay(#[from] crate::store::ReplayError),
+    /// The lock on the pins ([`PinsLock`]) could not be taken.
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
 }
 
 /// A turn gc must keep, with every turn after it, whatever the
@@ -113,6 +130,32 @@ impl Pin {
     }
 }
 
+/// The lock on a project's pins ([`StateDir::pins_lock_path`]): gc holds
+/// it from reading its [`pins`] until its deletions commit, and whatever
+/// adds a pin that is not a running restore (`worktree create`, from
+/// checking that its base turn exists until its metadata is written) holds
+/// it too, so a new worktree's base is never dropped under it. Restores
+/// need no lock: they run under the mount's gate, which gc takes for its
+/// deletions, or under the state lock. Released on drop.
+#[must_use = "the lock is released when this value is dropped"]
+#[derive(Debug)]
+pub struct PinsLock {
+    _lock: crate::state::lock::FileLock,
+}
+
+impl PinsLock {
+    /// Waits for the lock on `state`'s pins.
+    ///
+    /// Errors: [`GcError::Lock`] when the lock file cannot be opened or
+    /// locked.
+    pub fn acquire(state: &StateDir) -> Result<PinsLock, GcError> {
+        let path = state.pins_lock_path();
+        crate::state::lock::FileLock::exclusive(&path)
+            .map(|lock| PinsLock { _lock: lock })
+            .map_err(|source| GcError::Lock { path, source })
+    }
+}
+
 /// Every pin of the store behind `index`: the unfinished restores, and the
 /// base turn of each worktree of the project whose state dir is `state`.
 ///
@@ -138,7 +181,7 @@ pub fn pins(index: &Index, state: &StateDir) -> Result<Vec<Pin>, IndexError> {
 }
 
 /// What gc did (or, with `dry_run`, would do).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GcReport {
     /// Turns dropped: `[first, last]`, or `None`.
     pub dropped_turns: Option<(u64, u64)>,
@@ -159,6 +202,12 @@ pub struct GcReport {
     /// commits of dropped turns taken out, then packed. `None` without an
     /// export.
     pub export: Option<crate::export::PruneReport>,
+    /// Run by the daemon while mounted: the longest time (ms) mutations
+    /// through the mount waited for gc (one step of its deletions under
+    /// the gate, or one batch of `blobs` rows under the journal's lock).
+    /// `None` when nothing was mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_ms: Option<u64>,
 }
 
 /// The oldest turn to keep among `first..=last`: the policy's choice
@@ -188,8 +237,202 @@ fn cut_point(
     Ok((cut, note))
 }
 
+/// [`cut_point`] over the turns `first..=last` of `index`; with a byte
+/// budget, the bytes each cut keeps come from one pass over the records
+/// ([`Index::bytes_by_last_use`]).
+fn plan_cut(
+    index: &Index,
+    first: u64,
+    last: u64,
+    retention: Retention,
+    pins: &[Pin],
+) -> Result<(u64, Option<String>), IndexError> {
+    let by_last = match retention.max_bytes {
+        Some(_) => index.bytes_by_last_use()?,
+        None => Default::default(),
+    };
+    cut_point(first, last, retention, pins, |from| {
+        Ok(by_last.range(from..).map(|(_, b)| *b).sum())
+    })
+}
+
+/// Records a daemon-side gc deletes in one step under the mount's gate
+/// (a turn holding more is deleted in one step of its own): mutations wait
+/// for one step at a time, whatever gc drops in all.
+pub const STEP_RECORDS: u64 = 2048;
+
+/// What the first phase of gc decided (and, unless a dry run, did to the
+/// index): the cut, and what the records before it held.
+struct Decided {
+    first: u64,
+    cut: u64,
+    note: Option<String>,
+    records_deleted: u64,
+    inline_removed: u64,
+    inline_bytes: u64,
+}
+
+/// Decides the cut among the turns `index` holds and, unless `dry_run`,
+/// deletes the turns before it ([`Index::drop_turns_before`]). `None` when
+/// there is no turn.
+fn decide_and_drop(
+    index: &mut Index,
+    retention: Retention,
+    pins: &[Pin],
+    dry_run: bool,
+) -> Result<Option<Decided>, IndexError> {
+    let Some((first, last)) = index.turn_bounds()? else {
+        return Ok(None);
+    };
+    let (cut, note) = plan_cut(index, first, last, retention, pins)?;
+    drop_before(index, first, cut, note, dry_run).map(Some)
+}
+
+/// Counts what the turns before `cut` hold and, unless `dry_run`, deletes
+/// them.
+fn drop_before(
+    index: &mut Index,
+    first: u64,
+    cut: u64,
+    note: Option<String>,
+    dry_run: bool,
+) -> Result<Decided, IndexError> {
+    // Inline blobs (small files) go with their rows; a real run counts
+    // what its deletions deleted, a dry run what they would.
+    let (records_deleted, inline_removed, inline_bytes) = if cut <= first {
+        (0, 0, 0)
+    } else if dry_run {
+        let (n, bytes) = index.unkept_inline_blobs(cut)?;
+        (index.records_before(cut)?, n, bytes)
+    } else {
+        let d = index.drop_turns_before(cut)?;
+        (d.records, d.inline_blobs, d.inline_bytes)
+    };
+    Ok(Decided {
+        first,
+        cut,
+        note,
+        records_deleted,
+        inline_removed,
+        inline_bytes,
+    })
+}
+
+/// Removes (or, with `dry_run`, counts) every blob file whose hash is
+/// neither in `kept` nor in `logged` nor handed out by a `put` since
+/// `sweep` began; returns `(files, bytes)`. Names that are not blobs are
+/// left alone (`opfs verify` reports them); files that cannot be removed
+/// are skipped, for the next gc. Calls `progress(done, total)` per blob
+/// folder (`total` at most 256), last with `done == total`.
+fn sweep_files(
+    sweep: &Sweep<'_>,
+    dir: &Path,
+    kept: &BTreeSet<Hash>,
+    logged: &BTreeSet<Hash>,
+    dry_run: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> (u64, u64) {
+    let mut removed = 0;
+    let mut bytes = 0;
+    let Ok(dirs) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    let dirs: Vec<_> = dirs
+        .flatten()
+        .filter(|d| d.file_name().len() == 2)
+        .collect();
+    let total = dirs.len() as u64;
+    for (i, d) in dirs.into_iter().enumerate() {
+        progress(i as u64, total);
+        let dname = d.file_name().to_string_lossy().into_owned();
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let full = format!("{dname}{}", f.file_name().to_string_lossy());
+            let Ok(h) = blake3::Hash::from_hex(&full) else {
+                continue; // not a blob: verify reports it, gc leaves it
+            };
+            let hash: Hash = *h.as_bytes();
+            if kept.contains(&hash) || logged.contains(&hash) {
+                continue;
+            }
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if dry_run || matches!(sweep.remove(&hash), Ok(true)) {
+                removed += 1;
+                bytes += len;
+                if !dry_run {
+                    crate::failpoint::failpoint("gc-after-remove");
+                }
+            }
+        }
+    }
+    progress(total, total);
+    (removed, bytes)
+}
+
+/// Prunes the export after gc kept turns from `cut` on (as the holder of
+/// `hold`, when given); a failure becomes part of the note (gc itself
+/// succeeded).
+fn prune_export(
+    state: &StateDir,
+    hold: Option<&crate::export::ExportHold>,
+    cut: u64,
+    dry_run: bool,
+    note: Option<String>,
+) -> (Option<crate::export::PruneReport>, Option<String>) {
+    let pruned = match hold {
+        Some(h) => crate::export::prune_held(state, h, cut, dry_run),
+        None => crate::export::prune(state, cut, dry_run),
+    };
+    match pruned {
+        Ok(r) => (r, note),
+        Err(e) => {
+            let failed = format!("the export was not pruned: {e} (the next gc tries again)");
+            let note = Some(match note {
+                Some(n) => format!("{n}; {failed}"),
+                None => failed,
+            });
+            (None, note)
+        }
+    }
+}
+
+impl GcReport {
+    /// The report of a gc that found no turn.
+    fn nothing(dry_run: bool) -> GcReport {
+        GcReport {
+            dropped_turns: None,
+            oldest_kept: None,
+            records_deleted: 0,
+            blobs_removed: 0,
+            bytes_freed: 0,
+            dry_run,
+            note: None,
+            export: None,
+            paused_ms: None,
+        }
+    }
+
+    fn of(d: Decided, swept: (u64, u64), dry_run: bool) -> GcReport {
+        GcReport {
+            dropped_turns: (d.cut > d.first).then(|| (d.first, d.cut - 1)),
+            oldest_kept: Some(d.cut),
+            records_deleted: d.records_deleted,
+            blobs_removed: d.inline_removed + swept.0,
+            bytes_freed: d.inline_bytes + swept.1,
+            dry_run,
+            note: d.note,
+            export: None,
+            paused_ms: None,
+        }
+    }
+}
+
 /// Applies `retention` to the state dir, keeping every pinned turn
-/// ([`pins`]). The caller holds the state lock.
+/// ([`pins`]). The caller holds the state lock (nothing is mounted; a
+/// daemon applies retention with [`gc_served`]); a dry run only reads and
+/// may run beside a daemon (its figures are then a snapshot).
 ///
 /// Durable after `Ok`: the deletions are committed (power-loss safe)
 /// before any blob file is removed. Errors: the capture log cannot be
@@ -234,90 +477,261 @@ pub fn gc_with_progress(
     } else {
         crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
     }
-    let Some((first, last)) = index.turn_bounds()? else {
-        return Ok(GcReport {
-            dropped_turns: None,
-            oldest_kept: None,
-            records_deleted: 0,
-            blobs_removed: 0,
-            bytes_freed: 0,
-            dry_run,
-            note: None,
-            export: None,
-        });
+    let pins_lock = if dry_run {
+        None
+    } else {
+        Some(PinsLock::acquire(state)?)
     };
     let pins = pins(&index, state)?;
-    let (cut, note) = cut_point(first, last, retention, &pins, |from| {
-        index.kept_blob_bytes(from)
-    })?;
-    let records_deleted = index.records_before(cut)?;
-    let kept = index.kept_blobs(cut)?;
-    // Inline blobs (small files) go with their rows.
-    let (inline_removed, inline_bytes) = index.unkept_inline_blobs(cut)?;
-    if !dry_run && cut > first {
-        index.drop_turns_before(cut)?;
+    let Some(d) = decide_and_drop(&mut index, retention, &pins, dry_run)? else {
+        return Ok(GcReport::nothing(dry_run));
+    };
+    drop(pins_lock);
+    if !dry_run && d.cut > d.first {
+        crate::failpoint::failpoint("gc-after-drop");
     }
-    drop(index);
     // Blob files no kept record names (including leftovers of earlier runs
-    // and of failed captures).
+    // and of failed captures). No `put` runs beside this one.
+    let kept = index.kept_blobs(d.cut)?;
+    drop(index);
     let store = BlobStore::open_existing(&state.blobs_dir());
-    let mut blobs_removed = inline_removed;
-    let mut bytes_freed = inline_bytes;
-    if let Ok(dirs) = std::fs::read_dir(state.blobs_dir()) {
-        let dirs: Vec<_> = dirs
-            .flatten()
-            .filter(|d| d.file_name().len() == 2)
-            .collect();
-        let total = dirs.len() as u64;
-        for (i, d) in dirs.into_iter().enumerate() {
-            progress(i as u64, total);
-            let dname = d.file_name().to_string_lossy().into_owned();
-            let Ok(files) = std::fs::read_dir(d.path()) else {
-                continue;
-            };
-            for f in files.flatten() {
-                let full = format!("{dname}{}", f.file_name().to_string_lossy());
-                let Ok(h) = blake3::Hash::from_hex(&full) else {
-                    continue; // not a blob: verify reports it, gc leaves it
-                };
-                let hash: Hash = *h.as_bytes();
-                if kept.contains(&hash) || logged.contains(&hash) {
-                    continue;
-                }
-                let path = store.path_of(&hash);
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                if dry_run || std::fs::remove_file(&path).is_ok() {
-                    blobs_removed += 1;
-                    bytes_freed += len;
-                }
-            }
-        }
-        progress(total, total);
-    }
+    let sweep = store.begin_sweep();
+    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &logged, dry_run, progress);
+    drop(sweep);
     if !dry_run {
         store.clear_tmp();
     }
-    let (export, note) = match crate::export::prune(state, cut, dry_run) {
-        Ok(r) => (r, note),
-        Err(e) => {
-            let failed = format!("the export was not pruned: {e} (the next gc tries again)");
-            let note = Some(match note {
-                Some(n) => format!("{n}; {failed}"),
-                None => failed,
-            });
-            (None, note)
+    let cut = d.cut;
+    let mut report = GcReport::of(d, swept, dry_run);
+    (report.export, report.note) = prune_export(state, None, cut, dry_run, report.note.take());
+    Ok(report)
+}
+
+/// Applies `retention` inside the daemon serving the project of `journal`,
+/// while the mount runs. `quiesce` blocks new mutations through the mount
+/// and waits for those in flight (the mount's gate, released when the
+/// returned guard drops); rewinds and merges run under the same gate.
+///
+/// Order (see `docs/crash-model.md`, "gc"):
+///
+/// 1. The export is held ([`crate::export::hold`]), so no background or
+///    manual export reads records that are going away.
+/// 2. A blob sweep begins ([`BlobStore::begin_sweep`]): from now on every
+///    blob a capture, rewind or merge stores is marked and never removed
+///    by this gc.
+/// 3. The cut is decided on a read-only snapshot of the index (no lock:
+///    captures go on).
+/// 4. In steps of at most [`STEP_RECORDS`] records (or one turn), each
+///    under the [`PinsLock`], the gate and the journal's lock: pending
+///    capture records are committed, the pins read again (the cut moves
+///    back to the oldest), and the oldest turns up to the cut deleted in
+///    one transaction. Mutations wait only for one step at a time
+///    ([`GcReport::paused_ms`] is the longest).
+/// 5. Off the gate: blob files that no record of a kept turn names and no
+///    `put` handed out since step 2 are removed; the export is pruned.
+///
+/// Durable after `Ok`: as [`gc`]; the index transaction commits before
+/// any blob file is removed. Errors: [`GcError::Index`] when the index
+/// cannot be read or written (nothing was deleted when it comes from
+/// steps 3–4); [`GcError::Lock`] when the pins lock cannot be taken.
+pub fn gc_served(
+    journal: &Journal,
+    quiesce: &dyn Fn() -> Box<dyn std::any::Any>,
+    retention: Retention,
+) -> Result<GcReport, GcError> {
+    let state = journal.state().clone();
+    let (hold, mut held_note) = match crate::export::hold(&state) {
+        Ok(h) => (h, None),
+        Err(e) => (None, Some(format!("the export could not be held: {e}"))),
+    };
+    let sweep = journal.blobs().begin_sweep();
+    journal.apply_pending()?;
+    let planned = {
+        let index = Index::open_read_only(&state.index_path())?;
+        match index.turn_bounds()? {
+            None => None,
+            Some((first, last)) => {
+                let pins = pins(&index, &state)?;
+                Some(plan_cut(&index, first, last, retention, &pins)?)
+            }
         }
     };
-    Ok(GcReport {
-        dropped_turns: (cut > first).then(|| (first, cut - 1)),
-        oldest_kept: Some(cut),
-        records_deleted,
-        blobs_removed,
-        bytes_freed,
-        dry_run,
-        note,
-        export,
-    })
+    let Some((planned_cut, planned_note)) = planned else {
+        return Ok(GcReport::nothing(false));
+    };
+    // The pins lock before the gate: `worktree create` holds the pins lock
+    // while it may open a turn through the daemon (which takes the gate).
+    let mut total: Option<Decided> = None;
+    let mut paused_ms = 0u64;
+    loop {
+        let pins_lock = PinsLock::acquire(&state)?;
+        let gated = std::time::Instant::now();
+        let guard = quiesce();
+        let step = journal.with_index(|ix| {
+            // Between the plan and the gate a worktree may have been
+            // created or a rewind interrupted: their pins win.
+            let pins = pins(ix, &state)?;
+            let Some((first, _)) = ix.turn_bounds()? else {
+                return Ok(None);
+            };
+            let mut cut = planned_cut.max(first);
+            let mut note = planned_note.clone();
+            if let Some(pin) = pins.iter().min_by_key(|p| p.turn()) {
+                if cut > pin.turn() {
+                    cut = pin.turn().max(first);
+                    note = Some(pin.note(cut));
+                }
+            }
+            let mut d = Decided {
+                first,
+                cut,
+                note,
+                records_deleted: 0,
+                inline_removed: 0,
+                inline_bytes: 0,
+            };
+            if cut <= first {
+                return Ok(Some((d, true)));
+            }
+            let last = match ix.step_end(first, STEP_RECORDS)? {
+                Some(end) if end < cut => {
+                    d.cut = end;
+                    false
+                }
+                _ => true,
+            };
+            d.records_deleted = ix.drop_turns_step(d.cut)?;
+            Ok(Some((d, last)))
+        });
+        drop(guard);
+        let held = gated.elapsed();
+        paused_ms = paused_ms.max(held.as_millis() as u64);
+        drop(pins_lock);
+        let Some((d, last)) = step? else {
+            break;
+        };
+        total = Some(match total {
+            None => d,
+            Some(t) => Decided {
+                first: t.first,
+                cut: d.cut,
+                note: d.note,
+                records_deleted: t.records_deleted + d.records_deleted,
+                inline_removed: t.inline_removed + d.inline_removed,
+                inline_bytes: t.inline_bytes + d.inline_bytes,
+            },
+        });
+        if last {
+            break;
+        }
+        crate::failpoint::failpoint("gc-between-steps");
+        // The gate prefers a waiting quiesce: asked again at once, it would
+        // hold off the mutations that waited for this step until the next
+        // one. They get at least as long as the step took.
+        std::thread::sleep(held.max(std::time::Duration::from_millis(2)));
+    }
+    let Some(mut d) = total else {
+        return Ok(GcReport::nothing(false));
+    };
+    // The `blobs` rows no kept record names, read on a snapshot taken after
+    // the last step (so against the cut as the pins left it), then deleted
+    // in batches under the journal's lock only, each looking again at the
+    // turns records can have been added to since. The same snapshot gives
+    // the blob files to keep; records added from here on name blobs their
+    // `put` marked.
+    let (kept, unkept, open) = {
+        let index = Index::open_read_only(&state.index_path())?;
+        let open = index.turn_bounds()?.map_or(d.cut, |(_, last)| last);
+        (
+            index.kept_blobs(d.cut)?,
+            index.unkept_blob_rows(d.cut)?,
+            open,
+        )
+    };
+    for batch in unkept.chunks(STEP_RECORDS as usize) {
+        // Captures wait for the journal's lock meanwhile: this counts as a
+        // pause too.
+        let locked = std::time::Instant::now();
+        let rows = journal.with_index(|ix| ix.delete_blob_rows(batch, open))?;
+        paused_ms = paused_ms.max(locked.elapsed().as_millis() as u64);
+        d.inline_removed += rows.inline_blobs;
+        d.inline_bytes += rows.inline_bytes;
+    }
+    if d.cut > d.first {
+        // The daemon's index may commit with `synchronous=NORMAL` (no
+        // `--sync`): the deletions must be on disk before any blob file
+        // goes, or a power loss could keep a record whose blob is gone.
+        if let Err(e) = sync_index(&state) {
+            log::warn!("cannot sync the index after gc; no blob file is removed: {e}");
+            let mut report = GcReport::of(d, (0, 0), false);
+            report.paused_ms = Some(paused_ms);
+            report.note = Some(format!(
+                "no blob file was removed: the index could not be synced ({e}); the next gc removes them"
+            ));
+            return Ok(report);
+        }
+        crate::failpoint::failpoint("gc-after-drop");
+        if let Err(e) = journal.recount_stored_bytes() {
+            log::warn!("cannot sum the stored bytes after gc: {e}");
+        }
+    }
+    crate::failpoint::failpoint("gc-before-sweep");
+    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &BTreeSet::new(), false, &mut |_, _| {});
+    drop(sweep);
+    let cut = d.cut;
+    let mut report = GcReport::of(d, swept, false);
+    report.paused_ms = Some(paused_ms);
+    let note = match (report.note.take(), held_note.take()) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    (report.export, report.note) = prune_export(&state, hold.as_ref(), cut, false, note);
+    Ok(report)
+}
+
+/// Makes every committed transaction of the index at `state` durable by
+/// fsyncing its write-ahead log, where a commit lands. (A checkpoint that
+/// moved frames into the database file synced that file itself: SQLite
+/// does with `synchronous=NORMAL` or above.) The database file itself is
+/// never opened here: closing a second descriptor of it would drop the
+/// POSIX locks SQLite holds on it in this process.
+///
+/// Errors: the log exists and cannot be opened or synced.
+fn sync_index(state: &StateDir) -> std::io::Result<()> {
+    let mut wal = state.index_path().into_os_string();
+    wal.push("-wal");
+    match std::fs::File::open(&wal) {
+        Ok(f) => f.sync_all(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the daemon's automatic retention has work: more turns than
+/// `retention.keep`, or (with a byte budget) more stored bytes than it,
+/// and a turn older than every pin and than the open turn to drop. Cost:
+/// three lookups in the index (the oldest and newest turn, the running
+/// restores), one listing of the worktrees, and the journal's running
+/// total of stored bytes ([`Journal::stored_bytes`]; its first call after
+/// a start sums the `blobs` table once). No scan of records or blobs.
+///
+/// Errors: the index cannot be read.
+pub fn due(journal: &Journal, retention: Retention) -> Result<bool, IndexError> {
+    let (bounds, pins) =
+        journal.with_index(|ix| Ok((ix.turn_bounds()?, pins(ix, journal.state())?)))?;
+    let Some((first, last)) = bounds else {
+        return Ok(false);
+    };
+    let floor = pins.iter().map(Pin::turn).min().unwrap_or(last).min(last);
+    if first >= floor {
+        return Ok(false);
+    }
+    let by_count = (last + 1).saturating_sub(retention.keep.max(1)) > first;
+    let by_bytes = match retention.max_bytes {
+        Some(budget) => journal.stored_bytes()? > budget,
+        None => false,
+    };
+    Ok(by_count || by_bytes)
 }
 
 #[cfg(test)]

@@ -84,7 +84,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "gc",
-        &["export", "worktree", "view", "store", "record", "paths"],
+        &[
+            "export",
+            "worktree",
+            "capture",
+            "view",
+            "store",
+            "failpoint",
+            "state",
+            "record",
+            "paths",
+        ],
     ),
     // worktrees: the lower layer (a view), the changes, the merge (a
     // restore), its history as its view and its branch of the export

@@ -74,6 +74,11 @@ struct Inner {
     turn: TurnState,
     /// Fingerprints not yet written to the index.
     fingerprints: Fingerprints,
+    /// Bytes of the blobs the index lists (what a byte budget counts),
+    /// once [`Journal::stored_bytes`] has summed them; each group commit
+    /// adds the blobs it lists first, [`Journal::recount_stored_bytes`]
+    /// sums again after gc.
+    stored_bytes: Option<u64>,
 }
 
 /// Turns and capture for one project, read through the tree `T` (the
@@ -185,6 +190,7 @@ impl<T: Tree> Journal<T> {
                 pending: Pending::new(capture_log),
                 turn: state_of_turn,
                 fingerprints: Fingerprints::default(),
+                stored_bytes: None,
             }),
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
@@ -274,6 +280,39 @@ impl<T: Tree> Journal<T> {
         let mut inner = self.lock();
         inner.apply_pending()?;
         f(&mut inner.index)
+    }
+
+    /// Bytes of the blobs the index lists, pending records included: the
+    /// first call sums the `blobs` table (one scan), later ones read a
+    /// running total (no scan; each group commit adds what it lists first).
+    /// Rows some other writer adds are not counted until
+    /// [`Journal::recount_stored_bytes`].
+    ///
+    /// Errors: the pending records cannot be committed, or the sum cannot
+    /// be read.
+    pub fn stored_bytes(&self) -> Result<u64, IndexError> {
+        let mut inner = self.lock();
+        inner.apply_pending()?;
+        if let Some(total) = inner.stored_bytes {
+            return Ok(total);
+        }
+        let (_, total) = inner.index.totals()?;
+        inner.stored_bytes = Some(total);
+        Ok(total)
+    }
+
+    /// Sums the `blobs` table again (after gc deleted rows) and keeps the
+    /// sum as [`Journal::stored_bytes`]'s running total; returns it.
+    ///
+    /// Errors: the sum cannot be read (the running total is then
+    /// forgotten, and the next [`Journal::stored_bytes`] sums again).
+    pub fn recount_stored_bytes(&self) -> Result<u64, IndexError> {
+        let mut inner = self.lock();
+        inner.stored_bytes = None;
+        inner.apply_pending()?;
+        let (_, total) = inner.index.totals()?;
+        inner.stored_bytes = Some(total);
+        Ok(total)
     }
 
     /// Commits the records pending in the capture log to the index in one

@@ -35,11 +35,13 @@ impl Pending {
 
     /// Commits the pending records to `index` in one transaction, then
     /// empties the log. After `Err` they stay pending and in the log.
-    fn apply(&mut self, index: &mut Index) -> Result<(), IndexError> {
+    /// Returns the bytes of the blobs the index listed for the first time
+    /// ([`Index::apply`]).
+    fn apply(&mut self, index: &mut Index) -> Result<u64, IndexError> {
         if self.entries.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
-        index.apply(&self.entries)?;
+        let added = index.apply(&self.entries)?;
         self.entries.clear();
         self.bytes = 0;
         // If the truncation fails the log keeps records the index already
@@ -47,14 +49,18 @@ impl Pending {
         if let Err(e) = self.log.truncate() {
             log::warn!("{e}");
         }
-        Ok(())
+        Ok(added)
     }
 }
 
 impl Inner {
     /// The group commit: see [`Journal::apply_pending`].
     pub(super) fn apply_pending(&mut self) -> Result<(), IndexError> {
-        self.pending.apply(&mut self.index)
+        let added = self.pending.apply(&mut self.index)?;
+        if let Some(total) = self.stored_bytes.as_mut() {
+            *total = total.saturating_add(added);
+        }
+        Ok(())
     }
 
     /// Appends `entry` to the capture log (durable when this returns) and

@@ -377,16 +377,16 @@ pub struct ShowArgs {
 // `opfs gc`.
 #[derive(Debug, clap::Args)]
 pub struct GcArgs {
-    /// Keep the newest N turns.
-    #[arg(long, value_name = "N", default_value_t = opfs::gc::DEFAULT_KEEP,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub keep: u64,
+    /// Keep the newest N turns (default: `keep` of the configuration's
+    /// [retention] table, else 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
     /// Also drop old turns until the kept blobs take at most SIZE (bytes,
-    /// or with K, M, G, T: 512K, 10M, 2G).
+    /// or with K, M, G, T: 512K, 10M, 2G; default: `max_bytes` of the
+    /// [retention] table, else none).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_bytes: Option<u64>,
-    /// Report what would be removed and change nothing (works while
-    /// mounted).
+    /// Report what would be removed and change nothing.
     #[arg(long)]
     pub dry_run: bool,
 }

@@ -84,13 +84,6 @@ pub enum ClientError {
     /// A direct rewind failed.
     #[error(transparent)]
     Rewind(#[from] RewindError),
-    /// The project is mounted, and the operation runs only on an unmounted
-    /// state dir.
-    #[error(
-        "{} is mounted: unmount it before `opfs gc` (a running daemon may be storing a blob its index does not name yet)",
-        .0.display()
-    )]
-    Mounted(PathBuf),
     /// Retention failed.
     #[error(transparent)]
     Gc(#[from] crate::gc::GcError),
@@ -158,11 +151,15 @@ impl Project {
     }
 
     /// Applies `retention` (`dry_run`: only reports what it would drop).
-    /// Runs only while nothing is mounted: it takes the state lock for its
-    /// whole run, so no daemon can start meanwhile.
+    /// While a daemon serves the project, it applies retention itself
+    /// ([`crate::gc::gc_served`]); else it runs on the state dir under the
+    /// state lock, held for the whole run so no daemon starts meanwhile. A
+    /// dry run asks a running daemon to commit its pending records, then
+    /// only reads (its figures are a snapshot).
     ///
-    /// Errors: [`ClientError::Mounted`] while a daemon (or another command)
-    /// holds the lock; [`ClientError::Lock`] when the lock file cannot be
+    /// Errors: [`ClientError::Refused`] when the daemon's gc failed;
+    /// [`ClientError::Busy`] while another command holds the lock and no
+    /// daemon answers; [`ClientError::Lock`] when the lock file cannot be
     /// opened; [`ClientError::Gc`] when retention fails (see
     /// [`crate::gc::gc`] for what is durable then).
     pub fn gc(
@@ -170,35 +167,47 @@ impl Project {
         retention: crate::gc::Retention,
         dry_run: bool,
     ) -> Result<crate::gc::GcReport, ClientError> {
-        let _lock = StateLock::try_acquire(&self.state)
-            .map_err(|source| ClientError::Lock {
-                path: self.state.lock_path(),
-                source,
-            })?
-            .ok_or_else(|| ClientError::Mounted(self.state.project.clone()))?;
-        Ok(crate::gc::gc(&self.state, retention, dry_run)?)
+        self.gc_with_progress(retention, dry_run, &mut |_, _| {})
     }
 
     /// [`Project::gc`], calling `progress(done, total)` as
-    /// [`crate::gc::gc_with_progress`] says. Errors as [`Project::gc`].
+    /// [`crate::gc::gc_with_progress`] says when the gc runs in this
+    /// process (a dry run, or no daemon); a daemon's gc reports no
+    /// progress. Errors as [`Project::gc`].
     pub fn gc_with_progress(
         &self,
         retention: crate::gc::Retention,
         dry_run: bool,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<crate::gc::GcReport, ClientError> {
-        let _lock = StateLock::try_acquire(&self.state)
-            .map_err(|source| ClientError::Lock {
-                path: self.state.lock_path(),
-                source,
-            })?
-            .ok_or_else(|| ClientError::Mounted(self.state.project.clone()))?;
-        Ok(crate::gc::gc_with_progress(
-            &self.state,
-            retention,
-            dry_run,
-            progress,
-        )?)
+        if dry_run {
+            commit_through_daemon(&self.state);
+            return Ok(crate::gc::gc_with_progress(
+                &self.state,
+                retention,
+                true,
+                progress,
+            )?);
+        }
+        let req = Request::Gc {
+            keep: retention.keep,
+            max_bytes: retention.max_bytes,
+        };
+        match self.ask(&req)? {
+            Some(Response::Gc(report)) => Ok(report),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => {
+                let _lock = self
+                    .try_lock()?
+                    .ok_or_else(|| ClientError::Busy(self.state.dir.clone()))?;
+                Ok(crate::gc::gc_with_progress(
+                    &self.state,
+                    retention,
+                    false,
+                    progress,
+                )?)
+            }
+        }
     }
 
     /// The mount state, open turn and store size.

@@ -57,6 +57,15 @@ pub enum Request {
     /// so a reader in another process (history, export) sees every capture
     /// made so far. Answered with [`Response::Committed`].
     Commit,
+    /// Apply retention while mounted (`crate::gc::gc_served`). Answered
+    /// with [`Response::Gc`].
+    Gc {
+        /// Keep at least the newest this many turns.
+        keep: u64,
+        /// Drop more old turns until the kept blobs take at most this many
+        /// bytes.
+        max_bytes: Option<u64>,
+    },
 }
 
 /// How a failed request failed.
@@ -101,6 +110,8 @@ pub enum Response {
         /// Units in all.
         total: u64,
     },
+    /// Retention ran: the report's fields sit beside `result`.
+    Gc(crate::gc::GcReport),
     /// The request failed.
     Error {
         /// Usage or failure.

@@ -205,6 +205,16 @@ pub fn handle(
                 },
             }
         }
+        Request::Gc { keep, max_bytes } => {
+            let retention = crate::gc::Retention { keep, max_bytes };
+            match crate::gc::gc_served(journal, &|| mount.quiesce(), retention) {
+                Ok(report) => Response::Gc(report),
+                Err(e) => Response::Error {
+                    kind: FailureKind::Failure,
+                    message: e.to_string(),
+                },
+            }
+        }
         Request::Unmount => match mount.unmount() {
             Ok(()) => Response::Unmounting,
             Err(e) => Response::Error {

@@ -43,6 +43,8 @@ struct Served {
     controller: opfs_fs::Controller,
     /// Wakes the background exporter, when there is one.
     exporter: Option<crossbeam_channel::Sender<()>>,
+    /// Wakes the automatic retention, when it is configured.
+    retainer: Option<crossbeam_channel::Sender<()>>,
 }
 
 impl MountOps for Served {
@@ -65,8 +67,8 @@ impl MountOps for Served {
     }
 
     fn turns_closed(&self) {
-        if let Some(tx) = &self.exporter {
-            // Full means an export is already queued; it will see this turn.
+        // Full means a run is already queued; it will see this turn.
+        for tx in self.exporter.iter().chain(&self.retainer) {
             let _ = tx.try_send(());
         }
     }
@@ -117,9 +119,13 @@ pub fn run(
         Some(spec) => worktree::start_exporter(home, spec, state, &journal),
         None => start_exporter(state, &journal),
     });
+    let retainer = opts
+        .retention
+        .map(|r| start_retainer(&journal, mount.controller(), r));
     let ops: Arc<dyn MountOps> = Arc::new(Served {
         controller: mount.controller(),
         exporter,
+        retainer,
     });
     registry::register_mount(home, state, &plan.mountpoint).map_err(io_err(format!(
         "cannot register the mount in {}",
@@ -256,6 +262,50 @@ fn start_exporter(state: &StateDir, journal: &Arc<Journal>) -> crossbeam_channel
             }
         }),
     );
+    let _ = tx.try_send(());
+    tx
+}
+
+/// Starts the automatic retention: a thread that, each time a request
+/// closes a turn, checks whether `retention` has work ([`crate::gc::due`]:
+/// no scan) and if so applies it ([`crate::gc::gc_served`]), off the
+/// request path. Woken once at start, so a policy configured since the
+/// last mount applies at once. Wake-ups during a run merge into one more
+/// check; failures go to the daemon log.
+fn start_retainer(
+    journal: &Arc<Journal>,
+    controller: opfs_fs::Controller,
+    retention: crate::gc::Retention,
+) -> crossbeam_channel::Sender<()> {
+    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+    let journal = journal.clone();
+    let spawned = std::thread::Builder::new()
+        .name("opfs-retention".into())
+        .spawn(move || {
+            for () in rx {
+                match crate::gc::due(&journal, retention) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        let quiesce = || -> Box<dyn std::any::Any> { Box::new(controller.quiesce()) };
+                        match crate::gc::gc_served(&journal, &quiesce, retention) {
+                            Ok(r) => log::info!(
+                                "retention: dropped turns {:?}, {} records, {} blobs ({} bytes) freed{}",
+                                r.dropped_turns,
+                                r.records_deleted,
+                                r.blobs_removed,
+                                r.bytes_freed,
+                                r.note.map(|n| format!("; {n}")).unwrap_or_default()
+                            ),
+                            Err(e) => log::warn!("retention failed: {e}"),
+                        }
+                    }
+                    Err(e) => log::warn!("retention check failed: {e}"),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the automatic retention: {e}");
+    }
     let _ = tx.try_send(());
     tx
 }

@@ -32,6 +32,11 @@ pub struct DaemonOptions {
     /// before it opens the journal. `None` keeps the list in effect.
     /// Ignored for a worktree.
     pub record_exclude: Option<crate::paths::Exclude>,
+    /// Apply this retention policy by itself after turns (off the request
+    /// path, when [`crate::gc::due`] says it has work); `None`: only
+    /// `opfs gc` applies retention. The CLI sets it from the `[retention]`
+    /// table of the configuration file.
+    pub retention: Option<crate::gc::Retention>,
 }
 
 impl Default for DaemonOptions {
@@ -44,6 +49,7 @@ impl Default for DaemonOptions {
             tuning: FsTuning::default(),
             worktree: None,
             record_exclude: None,
+            retention: None,
         }
     }
 }

@@ -58,6 +58,9 @@ pub enum WorktreeCmdError {
         /// Why.
         source: Box<BaseError>,
     },
+    /// The lock on the project's pins could not be taken.
+    #[error(transparent)]
+    Pins(#[from] crate::gc::GcError),
     /// The mount was refused.
     #[error(transparent)]
     Mount(#[from] MountError),
@@ -229,7 +232,11 @@ pub fn create(
         }
         None => wt.default_mountpoint(),
     };
+    // No gc drops the base turn between the check and the metadata that
+    // pins it.
+    let pins_lock = crate::gc::PinsLock::acquire(st)?;
     let (base_turn, base_ns) = base_of(project, name, from)?;
+    crate::failpoint::failpoint("worktree-before-meta");
     let meta = Meta {
         name: name.to_string(),
         base_turn,
@@ -238,6 +245,7 @@ pub fn create(
         mountpoint,
     };
     wt.create(&meta)?;
+    drop(pins_lock);
     if let Err(e) = mount(home, st, name, opts, verbose) {
         let _ = wt.remove(home);
         return Err(e);

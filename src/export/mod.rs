@@ -44,7 +44,7 @@ pub use branch::{
     branch_ref, delete_branch, export_branch, BranchReport, BranchSource, BranchSpec,
     WORKTREE_REF_PREFIX,
 };
-pub use prune::{prune, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use prune::{hold, prune, prune_held, ExportHold, Packed, PruneReport, AUTO_PACK_LOOSE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;

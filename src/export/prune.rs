@@ -22,7 +22,7 @@ use std::process::Command;
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 use gix::ObjectId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::commit::{baseline_message, exported_turn, signature};
 use super::lock::ExportLock;
@@ -31,7 +31,7 @@ use crate::state::usage::disk_bytes;
 use crate::store::{Index, StateDir};
 
 /// What [`prune`] did (or, in a dry run, would do) to the export.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PruneReport {
     /// Commits of dropped turns taken out of the history (the old baseline
     /// included).
@@ -47,7 +47,7 @@ pub struct PruneReport {
 }
 
 /// Whether loose objects were packed.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Packed {
     /// Not asked, or nothing to do (a dry run).
@@ -77,13 +77,67 @@ pub fn prune(
     oldest_kept: u64,
     dry_run: bool,
 ) -> Result<Option<PruneReport>, ExportError> {
+    prune_with(state, oldest_kept, dry_run, None)
+}
+
+/// The project's default export held against every other export (its
+/// lock, see [`hold`]) while gc drops turns, so no export reads records
+/// that are going away; released on drop.
+#[must_use = "the export is released when this value is dropped"]
+pub struct ExportHold {
+    _lock: ExportLock,
+}
+
+impl std::fmt::Debug for ExportHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExportHold")
+    }
+}
+
+/// Waits until no export of the project's default export (`export.git`)
+/// runs, and keeps others out until the returned hold is dropped. `None`
+/// when there is no export yet.
+///
+/// Errors: [`ExportError::Io`] naming the lock file when it cannot be
+/// opened or locked.
+pub fn hold(state: &StateDir) -> Result<Option<ExportHold>, ExportError> {
+    let git_dir = default_git_dir(state);
+    if !git_dir.join("HEAD").exists() {
+        return Ok(None);
+    }
+    Ok(Some(ExportHold {
+        _lock: ExportLock::acquire(&git_dir)?,
+    }))
+}
+
+/// [`prune`] by the holder of `hold` (the lock is not taken again).
+///
+/// Errors as [`prune`].
+pub fn prune_held(
+    state: &StateDir,
+    hold: &ExportHold,
+    oldest_kept: u64,
+    dry_run: bool,
+) -> Result<Option<PruneReport>, ExportError> {
+    prune_with(state, oldest_kept, dry_run, Some(hold))
+}
+
+fn prune_with(
+    state: &StateDir,
+    oldest_kept: u64,
+    dry_run: bool,
+    held: Option<&ExportHold>,
+) -> Result<Option<PruneReport>, ExportError> {
     let git_dir = default_git_dir(state);
     if !git_dir.join("HEAD").exists() {
         return Ok(None);
     }
     let repo = gix::open_opts(&git_dir, gix::open::Options::isolated())
         .git(&git_dir, "opening the repository")?;
-    let _lock = ExportLock::acquire(&git_dir)?;
+    let _lock = match held {
+        Some(_) => None,
+        None => Some(ExportLock::acquire(&git_dir)?),
+    };
     let bytes_before = disk_bytes(&git_dir);
     let mut report = PruneReport {
         bytes_before,

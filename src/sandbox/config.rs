@@ -1,5 +1,5 @@
-//! The user's configuration file (defaults for `opfs run`, and what a
-//! mount does not record).
+//! The user's configuration file (defaults for `opfs run`, what a mount
+//! does not record, and retention).
 //!
 //! Location (resolved by the CLI from the environment and passed to
 //! [`load`]): `$OPFS_CONFIG` if set, else `$XDG_CONFIG_HOME/opfs/config.toml`,
@@ -16,6 +16,10 @@
 //!
 //! [record]
 //! exclude = ["target/", "node_modules/"]  # not recorded, never restored
+//! [retention]
+//! keep = 100                           # turns `opfs gc` keeps (default 100)
+//! max_bytes = "10G"                    # and a byte budget (none by default)
+//! auto = true                          # the daemon applies it after turns
 //! ```
 //!
 //! `[record] exclude` is read when a project is mounted (`docs/design.md`
@@ -56,6 +60,9 @@ pub struct Config {
     /// The `[record]` table.
     #[serde(default)]
     pub record: RecordConfig,
+    /// The `[retention]` table.
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 /// What a mount records (the `[record]` table).
@@ -66,6 +73,32 @@ pub struct RecordConfig {
     /// never restores (`crate::paths::Exclude`), on top of `.git/`.
     #[serde(default)]
     pub exclude: Vec<String>,
+}
+
+/// Retention (the `[retention]` table): the defaults of `opfs gc`, and
+/// whether the daemon applies them by itself after turns
+/// (`docs/cli.md`, "gc"). Values are as written; the CLI checks them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Keep at least the newest this many turns.
+    pub keep: Option<u64>,
+    /// Drop more old turns until the kept blobs take at most this: bytes
+    /// (an integer) or a size with a suffix (`"10G"`).
+    pub max_bytes: Option<Size>,
+    /// Apply the policy automatically after turns while mounted. Unset:
+    /// on when `keep` or `max_bytes` is set.
+    pub auto: Option<bool>,
+}
+
+/// A size in the configuration: bytes, or text such as `"512M"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// A number of bytes.
+    Bytes(u64),
+    /// A number with a suffix, as `opfs gc --max-bytes` takes it.
+    Text(String),
 }
 
 /// Defaults for `opfs run` (the `[sandbox]` table).
@@ -142,6 +175,18 @@ mod tests {
         let c: Config = toml::from_str("[record]\nexclude = [\"target/\", \"*.log\"]\n").unwrap();
         assert_eq!(c.record.exclude, vec!["target/", "*.log"]);
         assert!(toml::from_str::<Config>("[record]\nexclud = []\n").is_err());
+    }
+
+    #[test]
+    fn parses_a_retention_table() {
+        let c: Config =
+            toml::from_str("[retention]\nkeep = 20\nmax_bytes = \"1G\"\nauto = false\n").unwrap();
+        assert_eq!(c.retention.keep, Some(20));
+        assert_eq!(c.retention.max_bytes, Some(Size::Text("1G".into())));
+        assert_eq!(c.retention.auto, Some(false));
+        let c: Config = toml::from_str("[retention]\nmax_bytes = 4096\n").unwrap();
+        assert_eq!(c.retention.max_bytes, Some(Size::Bytes(4096)));
+        assert!(toml::from_str::<Config>("[retention]\nkeeep = 1\n").is_err());
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! exists under its name is complete (design §3). Identical content is stored
 //! once however many paths and turns refer to it.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::record::{hex, Hash};
 
@@ -49,6 +51,55 @@ pub struct BlobStore {
     dir: PathBuf,
     sync: bool,
     tmp_seq: AtomicU64,
+    /// While a sweep runs ([`BlobStore::begin_sweep`]): every hash a
+    /// `put` handed out since it began. The sweep never removes those.
+    fresh: Mutex<Option<HashSet<Hash>>>,
+    /// Held for a sweep's whole run: one sweep at a time.
+    sweeper: Mutex<()>,
+}
+
+/// A sweep of the blob store in progress: while it lives, every hash a
+/// `put` of the same [`BlobStore`] hands out is marked fresh, and
+/// [`Sweep::remove`] leaves fresh blobs alone. Dropping it ends the sweep.
+#[must_use = "the sweep ends when this value is dropped"]
+pub struct Sweep<'a> {
+    store: &'a BlobStore,
+    _one_at_a_time: MutexGuard<'a, ()>,
+}
+
+impl std::fmt::Debug for Sweep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweep")
+            .field("dir", &self.store.dir)
+            .finish()
+    }
+}
+
+impl Sweep<'_> {
+    /// Removes the blob file of `hash` unless a `put` handed `hash` out
+    /// since the sweep began. Returns whether it removed the file.
+    ///
+    /// Why this is safe beside running `put`s: `put` marks a hash before
+    /// it looks whether the blob exists (and before it renames a new one
+    /// into place), and this checks the mark and removes the file under
+    /// the same lock. So either the mark came first (the file stays), or
+    /// the removal did (the `put` then finds no file and writes it again).
+    ///
+    /// Errors: the file cannot be removed (`NotFound` when it is gone).
+    pub fn remove(&self, hash: &Hash) -> io::Result<bool> {
+        let fresh = self.store.fresh_lock();
+        if fresh.as_ref().is_some_and(|f| f.contains(hash)) {
+            return Ok(false);
+        }
+        fs::remove_file(self.store.path_of(hash))?;
+        Ok(true)
+    }
+}
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        *self.store.fresh_lock() = None;
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BlobError + '_ {
@@ -74,6 +125,8 @@ impl BlobStore {
             dir: dir.to_path_buf(),
             sync,
             tmp_seq: AtomicU64::new(0),
+            fresh: Mutex::new(None),
+            sweeper: Mutex::new(()),
         })
     }
 
@@ -84,6 +137,34 @@ impl BlobStore {
             dir: dir.to_path_buf(),
             sync: false,
             tmp_seq: AtomicU64::new(0),
+            fresh: Mutex::new(None),
+            sweeper: Mutex::new(()),
+        }
+    }
+
+    /// Begins a sweep (see [`Sweep`]); waits for a sweep already running
+    /// to end. Begin it before deciding which blobs are unreferenced: a
+    /// blob a `put` hands out after that is never removed by this sweep.
+    pub fn begin_sweep(&self) -> Sweep<'_> {
+        let one = self.sweeper.lock().unwrap_or_else(|p| p.into_inner());
+        *self.fresh_lock() = Some(HashSet::new());
+        Sweep {
+            store: self,
+            _one_at_a_time: one,
+        }
+    }
+
+    fn fresh_lock(&self) -> MutexGuard<'_, Option<HashSet<Hash>>> {
+        // The set only ever grows during a sweep; a panic elsewhere cannot
+        // leave it in a state that matters.
+        self.fresh.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `hash` as handed out (see [`Sweep::remove`]); called by every
+    /// `put` before it looks whether the blob exists.
+    pub(super) fn mark_fresh(&self, hash: &Hash) {
+        if let Some(f) = self.fresh_lock().as_mut() {
+            f.insert(*hash);
         }
     }
 
@@ -113,6 +194,7 @@ impl BlobStore {
                 source,
             })?;
             let hash = *blake3::hash(&data).as_bytes();
+            self.mark_fresh(&hash);
             if !self.contains(&hash) {
                 self.write_new(&hash, |f| f.write_all(&data))?;
             }
@@ -144,6 +226,7 @@ impl BlobStore {
         })();
         match result {
             Ok((hash, total)) => {
+                self.mark_fresh(&hash);
                 if self.contains(&hash) {
                     let _ = fs::remove_file(&tmp);
                 } else {
@@ -313,6 +396,42 @@ mod tests {
         assert!(matches!(store.verify(&h1), Err(BlobError::Corrupt { .. })));
         let missing = [7u8; 32];
         assert!(matches!(store.read(&missing), Err(BlobError::Missing(_))));
+    }
+
+    #[test]
+    fn a_sweep_never_removes_a_blob_a_put_handed_out_since_it_began() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BlobStore::open(dir.path(), false).expect("open");
+        let big: Vec<u8> = (0..(IN_MEMORY_LIMIT as usize + 10))
+            .map(|i| (i % 253) as u8)
+            .collect();
+        let (old, _) = store.put(&mut &b"old"[..], 3).expect("put");
+        let (gone, _) = store.put(&mut &b"gone"[..], 4).expect("put");
+        let (old_big, _) = store.put(&mut &big[..], big.len() as u64).expect("put big");
+        let sweep = store.begin_sweep();
+        // A capture dedups against a blob the sweep thinks unreferenced:
+        // it is handed out again, so the sweep leaves it.
+        assert_eq!(store.put(&mut &b"old"[..], 3).expect("put").0, old);
+        assert_eq!(
+            store
+                .put(&mut &big[..], big.len() as u64)
+                .expect("put big")
+                .0,
+            old_big
+        );
+        assert!(!sweep.remove(&old).expect("remove"));
+        assert!(!sweep.remove(&old_big).expect("remove"));
+        assert!(store.contains(&old) && store.contains(&old_big));
+        // What no put handed out goes; a put after that writes it again.
+        assert!(sweep.remove(&gone).expect("remove"));
+        assert!(!store.contains(&gone));
+        store.put(&mut &b"gone"[..], 4).expect("put again");
+        assert!(store.contains(&gone));
+        drop(sweep);
+        // The next sweep starts with nothing marked.
+        let sweep = store.begin_sweep();
+        assert!(sweep.remove(&old).expect("remove"));
+        assert!(!store.contains(&old));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!   control.sock   the daemon's socket
 //!   daemon.log     the daemon's log
 //!   lock           held by the daemon or a direct CLI operation
+//!   pins.lock      held while gc reads its pins and drops turns
 //!   mountpoint     the current mountpoint, while mounted
 //!   record-exclude the `[record] exclude` list of the last mount
 //! ```
@@ -135,6 +136,14 @@ impl StateDir {
     /// The lock file the daemon (or a direct CLI operation) holds.
     pub fn lock_path(&self) -> PathBuf {
         self.scoped("lock")
+    }
+
+    /// The lock that keeps gc's pins still (`crate::gc::PinsLock`): held by
+    /// gc from reading the pins until its deletions commit, and by
+    /// `worktree create` from checking its base turn until its metadata is
+    /// written.
+    pub fn pins_lock_path(&self) -> PathBuf {
+        self.scoped("pins.lock")
     }
 
     /// The file naming the current mountpoint while mounted.

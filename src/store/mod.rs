@@ -11,7 +11,7 @@ pub mod layout;
 pub mod log;
 pub mod sparse;
 
-pub use blob::{BlobError, BlobStore};
+pub use blob::{BlobError, BlobStore, Sweep};
 pub use index::{Index, IndexError, Target};
 pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};

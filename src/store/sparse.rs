@@ -169,6 +169,7 @@ impl BlobStore {
         })();
         match result {
             Ok(hash) => {
+                self.mark_fresh(&hash);
                 if self.contains(&hash) {
                     let _ = std::fs::remove_file(&tmp);
                 } else {

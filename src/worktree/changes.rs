@@ -7,8 +7,10 @@
 //!   only to hold a child, a file copied up and written back unchanged).
 //! - A whiteout `.wh.NAME` is the deletion of `NAME`; when `NAME` was a
 //!   directory at the base, of everything under it too.
-//! - An opaque directory hides the base's children: every base child it
-//!   does not hold again is deleted.
+//! - An opaque directory hides the base's children, and so does a
+//!   directory the upper layer made where the base had none: below it the
+//!   worktree shows the upper layer alone, so every base entry beneath it
+//!   that the upper layer does not hold again is deleted, at any depth.
 //!
 //! Paths under `.git` are left out, as everywhere in opfs: a merge never
 //! writes the project's `.git`.
@@ -95,7 +97,7 @@ pub struct Change {
 /// the path).
 pub fn changes(upper: &Dir, base: &dyn Lower) -> io::Result<Vec<Change>> {
     let mut out = Vec::new();
-    walk(upper, base, b"", &mut out)?;
+    walk(upper, base, b"", true, &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out.dedup_by(|a, b| a.path == b.path);
     Ok(out)
@@ -105,9 +107,24 @@ fn at(path: &[u8]) -> impl FnOnce(io::Error) -> io::Error + '_ {
     move |e| io::Error::new(e.kind(), format!("{}: {e}", paths::display(path)))
 }
 
-fn walk(upper: &Dir, base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io::Result<()> {
+/// Compares the upper layer's directory `dir` with the base. `lower_shows`:
+/// the base's children of `dir`'s parent show through in the worktree
+/// (false below an opaque directory, or below a directory the upper layer
+/// made over a base entry that was not a directory), the overlay's rule.
+/// Every upper entry is compared with the base's entry at the same path,
+/// whatever shows: a change is the base's state against the worktree's.
+fn walk(
+    upper: &Dir,
+    base: &dyn Lower,
+    dir: &[u8],
+    lower_shows: bool,
+    out: &mut Vec<Change>,
+) -> io::Result<()> {
     let names = upper.list_dir(dir).map_err(at(dir))?;
     let opaque = names.iter().any(|n| n.as_slice() == OPAQUE_MARKER);
+    // Whether the base's children of `dir` show through where the upper
+    // layer holds no entry of that name.
+    let lower_shows = lower_shows && !opaque;
     let mut shown: BTreeSet<Vec<u8>> = BTreeSet::new();
     for name in &names {
         if name.as_slice() == OPAQUE_MARKER {
@@ -126,16 +143,12 @@ fn walk(upper: &Dir, base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io:
         }
         shown.insert(name.clone());
         let after = upper_entry(upper, &path)?;
-        let before = if opaque {
-            // Only what the opaque directory holds itself counts.
-            Entry::Absent
-        } else {
-            base_entry(base, &path)?
-        };
+        let before = base_entry(base, &path)?;
+        let base_is_dir = matches!(before, Entry::Dir { .. });
         let is_dir = matches!(after, Entry::Dir { .. });
         if before != after && !same_file(base, &path, &before, &after)? {
             let before = with_hash(base, &path, before)?;
-            if matches!(before, Entry::Dir { .. }) && !is_dir {
+            if base_is_dir && !is_dir {
                 // A base directory replaced by a file: its children go.
                 delete_children(base, &path, out)?;
             }
@@ -146,10 +159,12 @@ fn walk(upper: &Dir, base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io:
             });
         }
         if is_dir {
-            walk(upper, base, &path, out)?;
+            walk(upper, base, &path, lower_shows && base_is_dir, out)?;
         }
     }
-    if opaque {
+    if !lower_shows {
+        // Nothing of the base shows here but what the upper layer holds:
+        // every other base child (and all beneath it) is gone.
         for child in base.readdir(dir).map_err(at(dir))?.unwrap_or_default() {
             if !shown.contains(&child.name) {
                 let path = paths::join(dir, &child.name);
@@ -158,16 +173,6 @@ fn walk(upper: &Dir, base: &dyn Lower, dir: &[u8], out: &mut Vec<Change>) -> io:
                 }
             }
         }
-        // The opaque directory's own children that replaced base children
-        // of another kind were compared with "absent" above; compare them
-        // with the base instead, so a file rewritten under an opaque
-        // directory reads as a modification.
-        for c in out.iter_mut() {
-            if paths::split(&c.path).map(|(p, _)| p) == Some(dir) && c.before == Entry::Absent {
-                c.before = with_hash(base, &c.path, base_entry(base, &c.path)?)?;
-            }
-        }
-        out.retain(|c| c.before != c.after);
     }
     Ok(())
 }

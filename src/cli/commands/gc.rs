@@ -1,10 +1,11 @@
-//! `opfs gc`: retention, and the export pruned with it. A real run only
-//! while nothing is mounted; `--dry-run` also while mounted (it asks the
-//! daemon to commit what is pending, then only reads).
+//! `opfs gc`: retention, and the export pruned with it. While mounted the
+//! daemon applies it; `--dry-run` asks the daemon to commit what is
+//! pending, then only reads.
 
 use std::io::Write;
 
-use opfs::control::client::{commit_through_daemon, Project};
+use opfs::control::client::Project;
+use opfs::sandbox::config::Size;
 use opfs::state::usage::format_size as size;
 
 use crate::cli::args::GcArgs;
@@ -12,24 +13,50 @@ use crate::cli::error::{failure, CommandError};
 use crate::cli::progress::Bar;
 use crate::cli::Ctx;
 
+/// The retention policy of the configuration file's `[retention]` table
+/// (unset values: `keep` 100, no byte budget), and whether the daemon
+/// applies it by itself after turns (`auto`; unset: when `keep` or
+/// `max_bytes` is set).
+///
+/// Errors: the file cannot be read or parsed, `keep` is 0, or `max_bytes`
+/// is not a size (exit 1, naming the file).
+pub fn configured(ctx: &Ctx) -> Result<(opfs::gc::Retention, bool), CommandError> {
+    let Some(path) = &ctx.env.config else {
+        return Ok((opfs::gc::Retention::default(), false));
+    };
+    let c = opfs::sandbox::config::load(path)
+        .map_err(failure)?
+        .retention;
+    let bad =
+        |what: String| CommandError::failure(format!("{}: [retention] {what}", path.display()));
+    let keep = match c.keep {
+        Some(0) => return Err(bad("keep = 0: keep at least 1 turn".into())),
+        Some(n) => n,
+        None => opfs::gc::DEFAULT_KEEP,
+    };
+    let max_bytes = match &c.max_bytes {
+        None => None,
+        Some(Size::Bytes(n)) => Some(*n),
+        Some(Size::Text(t)) => {
+            Some(opfs::state::usage::parse_size(t).map_err(|e| bad(format!("max_bytes: {e}")))?)
+        }
+    };
+    let auto = c.auto.unwrap_or(c.keep.is_some() || c.max_bytes.is_some());
+    Ok((opfs::gc::Retention { keep, max_bytes }, auto))
+}
+
 pub fn run(ctx: &Ctx, a: &GcArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let st = ctx.project_state()?;
+    let (defaults, _) = configured(ctx)?;
     let retention = opfs::gc::Retention {
-        keep: a.keep,
-        max_bytes: a.max_bytes,
+        keep: a.keep.unwrap_or(defaults.keep),
+        max_bytes: a.max_bytes.or(defaults.max_bytes),
     };
     let mut bar = Bar::new(ctx, "sweeping blobs");
     let mut progress = |d, t| bar.update(d, t);
-    let r = if a.dry_run {
-        // Records a daemon still holds in its capture log reach the index
-        // first, so the plan names every kept blob.
-        commit_through_daemon(&st);
-        opfs::gc::gc_with_progress(&st, retention, true, &mut progress).map_err(failure)?
-    } else {
-        Project::new(st)
-            .gc_with_progress(retention, false, &mut progress)
-            .map_err(failure)?
-    };
+    let r = Project::new(st)
+        .gc_with_progress(retention, a.dry_run, &mut progress)
+        .map_err(failure)?;
     // The bar is cleared before the report is printed.
     drop(bar);
     if ctx.format.is_json() {

@@ -15,6 +15,9 @@ use crate::cli::error::{failure, CommandError};
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandError> {
+    // Read here too when the daemon is started in the background (it reads
+    // the same file again), so a broken file is reported to the caller.
+    let (retention, auto) = super::gc::configured(ctx)?;
     let opts = DaemonOptions {
         sync: a.sync,
         threads: a.threads,
@@ -36,6 +39,8 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
             Some(_) => None,
             None => Some(ctx.record_exclude()?),
         },
+        // A worktree's own history is discarded or merged with it.
+        retention: (auto && a.worktree.is_none()).then_some(retention),
     };
     let home = ctx.home();
     let plan = daemon::check(home, &a.project, &a.mountpoint).map_err(failure)?;

@@ -15,12 +15,15 @@ impl Index {
     /// row (with the inline content of a small file), each record (the
     /// first of a (turn, path) wins, so applying an entry twice changes
     /// nothing), and the removal of each recorded path's stored fingerprint
-    /// (the mount is about to change it; see `Journal`).
+    /// (the mount is about to change it; see `Journal`). Returns the bytes
+    /// of the blobs it listed that were not listed before (so a daemon
+    /// keeps its running total of stored bytes without a scan).
     ///
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing of it is.
-    pub fn apply(&mut self, entries: &[Entry]) -> Result<(), IndexError> {
+    pub fn apply(&mut self, entries: &[Entry]) -> Result<u64, IndexError> {
         self.in_transaction(|tx| {
+            let mut added = 0u64;
             let mut blob = tx.prepare_cached(
                 "INSERT OR IGNORE INTO blobs(hash, size, data) VALUES (?1, ?2, ?3)",
             )?;
@@ -41,7 +44,9 @@ impl Index {
                     blob: hash, size, ..
                 } = &e.pre
                 {
-                    blob.execute(params![&hash[..], Uint(*size), e.data.as_deref()])?;
+                    if blob.execute(params![&hash[..], Uint(*size), e.data.as_deref()])? > 0 {
+                        added = added.saturating_add(*size);
+                    }
                 }
                 match e.op {
                     Op::Record => {
@@ -72,7 +77,7 @@ impl Index {
                 }
                 forget.execute([&e.path])?;
             }
-            Ok(())
+            Ok(added)
         })
     }
 }

@@ -31,6 +31,7 @@ mod turns;
 
 pub use ranges::Piece;
 pub use records::Target;
+pub use retention::Dropped;
 pub use schema::SCHEMA_VERSION;
 
 /// Errors from the index. Each names the database file.

@@ -2,9 +2,9 @@
 //! turn's records and saved ranges are kept or dropped together; a blob is
 //! kept while some kept record or range names it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::codec::Uint;
 use super::{Index, IndexError};
@@ -39,6 +39,33 @@ impl Index {
             )
             .map(|v| v.0)
             .map_err(self.err())
+    }
+
+    /// The bytes of the listed blobs by the newest turn whose records or
+    /// saved ranges name them: `kept_blob_bytes(from)` is the sum of the
+    /// values of the keys `>= from`. One pass over the records, however
+    /// many cuts the caller then weighs.
+    pub fn bytes_by_last_use(&self) -> Result<BTreeMap<u64, u64>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT t, sum(size) FROM (
+                     SELECT b.size AS size, max(x.turn) AS t FROM blobs b
+                     JOIN (SELECT blob, turn FROM preimages WHERE blob IS NOT NULL
+                           UNION ALL SELECT blob, turn FROM ranges) x ON x.blob = b.hash
+                     GROUP BY b.hash)
+                 GROUP BY t",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, Uint>(0)?.0, r.get::<_, Uint>(1)?.0)))
+            .map_err(self.err())?;
+        let mut out = BTreeMap::new();
+        for r in rows {
+            let (t, bytes) = r.map_err(self.err())?;
+            out.insert(t, bytes);
+        }
+        Ok(out)
     }
 
     /// The number of records of turns before `cut`.
@@ -88,14 +115,28 @@ impl Index {
     /// Deletes, in one transaction, the records, saved ranges and rows of
     /// the turns before `cut`, the finished restores recorded before it,
     /// and the `blobs` rows (inline content included) nothing kept names.
-    /// Blob files are the caller's to remove, after this returns.
+    /// Blob files are the caller's to remove, after this returns. Returns
+    /// what it deleted, counted by the deletions themselves.
     ///
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing was deleted.
-    pub fn drop_turns_before(&mut self, cut: u64) -> Result<(), IndexError> {
+    pub fn drop_turns_before(&mut self, cut: u64) -> Result<Dropped, IndexError> {
+        self.drop_turns(cut)
+    }
+
+    /// One step of a gc done in steps: deletes, in one transaction, the
+    /// records, saved ranges and rows of the turns before `cut` and the
+    /// finished restores recorded before it, but no `blobs` row (those go
+    /// later, [`Index::unkept_blob_rows`] and [`Index::delete_blob_rows`]).
+    /// Its cost follows the records it deletes. Returns how many records
+    /// it deleted.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing was deleted.
+    pub fn drop_turns_step(&mut self, cut: u64) -> Result<u64, IndexError> {
         self.in_transaction(|tx| {
             let cut = Uint(cut);
-            tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
+            let records = tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM links WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
@@ -103,11 +144,197 @@ impl Index {
                 "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
                 params![cut],
             )?;
-            tx.execute(
-                &format!("DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})"),
-                [cut],
-            )?;
-            Ok(())
+            Ok(records as u64)
         })
+    }
+
+    /// The `blobs` rows that no record or saved range of turns `>= from`
+    /// names (read on a snapshot: a daemon's gc reads them without a lock).
+    pub fn unkept_blob_rows(&self, from: u64) -> Result<Vec<Hash>, IndexError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT hash FROM blobs WHERE hash NOT IN ({KEPT_BLOBS}) ORDER BY hash"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([Uint(from)], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for r in rows {
+            if let Ok(h) = Hash::try_from(r.map_err(self.err())?.as_slice()) {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes, in one transaction, the `blobs` rows of `hashes` that no
+    /// record or saved range of turns `>= open` names; returns what it
+    /// deleted (`records` is 0). For a daemon's gc: `hashes` were read as
+    /// unkept on a snapshot whose newest turn was `open`, and since then
+    /// records can only have been added to turns `>= open` (the open turn,
+    /// a rewind's or merge's new turn; the "unknown" records of older
+    /// turns name no blob), so that is all this looks at again. A record
+    /// still pending in the capture log that names a deleted row puts it
+    /// back when it is committed (its entry carries the size, and a small
+    /// file's bytes). Cost: `hashes` plus the records of turns `>= open`.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing was deleted.
+    pub fn delete_blob_rows(&mut self, hashes: &[Hash], open: u64) -> Result<Dropped, IndexError> {
+        self.in_transaction(|tx| {
+            tx.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS gc_candidates(hash BLOB PRIMARY KEY)",
+                [],
+            )?;
+            tx.execute("DELETE FROM gc_candidates", [])?;
+            {
+                let mut add =
+                    tx.prepare_cached("INSERT OR IGNORE INTO gc_candidates(hash) VALUES (?1)")?;
+                for h in hashes {
+                    add.execute([&h[..]])?;
+                }
+            }
+            let mut dropped = Dropped::default();
+            {
+                let mut rows = tx.prepare(&format!(
+                    "DELETE FROM blobs WHERE hash IN (SELECT hash FROM gc_candidates)
+                     AND hash NOT IN ({KEPT_BLOBS})
+                     RETURNING size, data IS NOT NULL"
+                ))?;
+                let mut it = rows.query([Uint(open)])?;
+                while let Some(r) = it.next()? {
+                    if r.get::<_, bool>(1)? {
+                        dropped.inline_blobs += 1;
+                        dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+                    }
+                }
+            }
+            tx.execute("DELETE FROM gc_candidates", [])?;
+            Ok(dropped)
+        })
+    }
+
+    /// The turn such that the turns from `first` up to it (excluded) hold
+    /// at most `records` records, at least one turn further than `first`;
+    /// `None` when the records from `first` on are fewer.
+    pub fn step_end(&self, first: u64, records: u64) -> Result<Option<u64>, IndexError> {
+        let at: Option<Uint> = self
+            .conn
+            .query_row(
+                "SELECT turn FROM preimages WHERE turn >= ?1 ORDER BY turn LIMIT 1 OFFSET ?2",
+                params![Uint(first), Uint(records)],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        Ok(at.map(|t| t.0.max(first + 1)))
+    }
+
+    fn drop_turns(&mut self, cut: u64) -> Result<Dropped, IndexError> {
+        self.in_transaction(|tx| {
+            let cut = Uint(cut);
+            let mut dropped = Dropped::default();
+            {
+                let mut rows = tx.prepare(&format!(
+                    "DELETE FROM blobs WHERE hash NOT IN ({KEPT_BLOBS})
+                     RETURNING size, data IS NOT NULL"
+                ))?;
+                let mut it = rows.query([cut])?;
+                while let Some(r) = it.next()? {
+                    if r.get::<_, bool>(1)? {
+                        dropped.inline_blobs += 1;
+                        dropped.inline_bytes += r.get::<_, Uint>(0)?.0;
+                    }
+                }
+            }
+            dropped.records =
+                tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])? as u64;
+            tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
+            tx.execute(
+                "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
+                params![cut],
+            )?;
+            Ok(dropped)
+        })
+    }
+}
+
+/// What [`Index::drop_turns_before`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// Pre-image records.
+    pub records: u64,
+    /// Inline blobs (small files' content, deleted with their rows).
+    pub inline_blobs: u64,
+    /// Their bytes.
+    pub inline_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{PreImage, TurnKind};
+
+    fn file(n: u8, size: u64) -> PreImage {
+        PreImage::File {
+            blob: [n; 32],
+            size,
+            perm: 0o644,
+            ino: 0,
+        }
+    }
+
+    /// The one-pass sums agree with the per-cut query, shared blobs and
+    /// blobs named only by old turns included, and the deletions count
+    /// what they deleted.
+    #[test]
+    fn bytes_by_last_use_sums_like_kept_blob_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");
+        // Turn t names blobs t and t+1; blob 1 again in turn 4.
+        for t in 1..=5u8 {
+            let prev = (t > 1).then_some(u64::from(t) - 1);
+            ix.next_turn(prev, TurnKind::Agent, None, None, None)
+                .expect("turn");
+            for (path, n) in [(b"a".as_slice(), t), (b"b".as_slice(), t + 1)] {
+                let pre = file(n, 100 * u64::from(n));
+                ix.add_blob(&[n; 32], 100 * u64::from(n)).expect("blob");
+                ix.add_preimage(u64::from(t), path, &pre).expect("record");
+            }
+        }
+        ix.add_preimage(4, b"c", &file(1, 100)).expect("record");
+        let by_last = ix.bytes_by_last_use().expect("sums");
+        for from in 1..=6 {
+            let sum: u64 = by_last.range(from..).map(|(_, b)| *b).sum();
+            assert_eq!(sum, ix.kept_blob_bytes(from).expect("kept"), "from {from}");
+        }
+        // Two records a turn: a step of 3 records ends after 2 turns.
+        assert_eq!(ix.step_end(1, 3).expect("step"), Some(2));
+        assert_eq!(ix.step_end(1, 0).expect("step"), Some(2));
+        assert_eq!(ix.step_end(1, 100).expect("step"), None);
+        assert_eq!(ix.drop_turns_step(2).expect("step"), 2);
+        // Turn 1's blob rows stay until deleted by name: blob 1 is named
+        // again in turn 4, blob 2 by turn 2.
+        let unkept = ix.unkept_blob_rows(2).expect("unkept");
+        assert!(unkept.is_empty(), "{unkept:?}");
+        // Rows only turns older than 4 name: 2 and 3. Deleted by name,
+        // unless a turn from `open` on names them: turn 3 does not count.
+        let unkept = ix.unkept_blob_rows(4).expect("unkept");
+        assert_eq!(unkept, vec![[2; 32], [3; 32]]);
+        let d = ix.delete_blob_rows(&unkept, 5).expect("rows");
+        assert_eq!(d.records, 0);
+        assert_eq!((d.inline_blobs, d.inline_bytes), (0, 0));
+        // Only turns from `open` on were looked at again: turns 2 and 3
+        // still name the deleted rows (a daemon's gc dropped them first).
+        let before: u64 = by_last.range(2..).map(|(_, b)| *b).sum();
+        assert_eq!(ix.kept_blob_bytes(2).expect("kept"), before - 200 - 300);
+        let d = ix.drop_turns_before(3).expect("drop");
+        assert_eq!(d.records, 2);
+        // Blob 2 (turns 1 and 2) goes; blob 1 stays (turn 4), blob 3 too.
+        assert_eq!(ix.kept_blobs(3).expect("kept").len(), 5);
+        assert_eq!(ix.turn_bounds().expect("bounds"), Some((3, 5)));
     }
 }
