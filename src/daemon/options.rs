@@ -100,8 +100,8 @@ pub struct FsTuning {
     /// `OPFS_NEGATIVE_TTL_MS`: how long a miss is cached (0: never).
     pub negative_ttl: Option<Duration>,
     /// `OPFS_WATCH` (`auto`, `inotify` or `off`): the watch on the project
-    /// that keeps long TTLs coherent (`docs/coherence.md`). Unset: off (the
-    /// daemon's default for now; 1 s TTLs).
+    /// that keeps long TTLs coherent (`docs/coherence.md`). Unset: the
+    /// [`opfs_fs::Options`] default, `auto`.
     pub watch: Option<opfs_fs::WatchMode>,
     /// `OPFS_KEEP_CACHE` (0 or 1): keep the page cache across opens.
     pub keep_cache: Option<bool>,
@@ -161,9 +161,9 @@ impl FsTuning {
         if let Some(d) = self.negative_ttl {
             o.negative_ttl = d;
         }
-        // Off unless asked for: with the watch on, a SIGKILL of the daemon
-        // during a rewind leaves it stuck (docs/coherence.md, "Status").
-        o.watch = self.watch.unwrap_or(opfs_fs::WatchMode::Off);
+        if let Some(w) = self.watch {
+            o.watch = w;
+        }
         if let Some(v) = self.keep_cache {
             o.keep_cache = v;
         }
@@ -210,6 +210,20 @@ mod tests {
         assert_eq!(t.cache_dir, None);
         assert_eq!(t.threads, None);
         assert_eq!(t.inode_fds, Some(8));
+    }
+
+    #[test]
+    fn the_watch_is_on_unless_turned_off() {
+        let none = FsTuning::from_vars(|_| None);
+        assert_eq!(
+            none.apply(opfs_fs::Options::default()).watch,
+            opfs_fs::WatchMode::Auto
+        );
+        let off = FsTuning::from_vars(|k| (k == "OPFS_WATCH").then(|| "off".into()));
+        assert_eq!(
+            off.apply(opfs_fs::Options::default()).watch,
+            opfs_fs::WatchMode::Off
+        );
     }
 
     #[test]
