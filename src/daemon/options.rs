@@ -112,6 +112,9 @@ pub struct FsTuning {
     /// `OPFS_READDIRPLUS_AUTO` (0 or 1): `FUSE_READDIRPLUS_AUTO` on top of
     /// `DO_READDIRPLUS`.
     pub readdirplus_auto: Option<bool>,
+    /// `OPFS_NO_OPENDIR` (0 or 1): `FUSE_NO_OPENDIR_SUPPORT` while the
+    /// watch is active.
+    pub no_opendir: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -145,6 +148,7 @@ impl FsTuning {
             cache_dir: flag("OPFS_CACHE_DIR"),
             no_flush: flag("OPFS_NO_FLUSH"),
             readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
+            no_opendir: flag("OPFS_NO_OPENDIR"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
         }
@@ -175,6 +179,9 @@ impl FsTuning {
         }
         if let Some(v) = self.readdirplus_auto {
             o.readdirplus_auto = v;
+        }
+        if let Some(v) = self.no_opendir {
+            o.no_opendir = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;
