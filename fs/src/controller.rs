@@ -31,6 +31,7 @@ pub const UNMOUNT_GRACE: Duration = Duration::from_secs(2);
 pub const UNMOUNT_POLL: Duration = Duration::from_millis(50);
 
 /// One kernel cache invalidation, by FUSE inode number.
+#[derive(Clone)]
 pub(crate) enum Inval {
     /// Drop the cached name `name` in directory `parent`.
     Entry(u64, Vec<u8>),
