@@ -19,6 +19,9 @@
 //! - `sigkill_at_capture_failpoints`: the daemon dies between storing a
 //!   pre-image's bytes and its record, and between the record and the
 //!   mutation it guards.
+//! - `sigkill_while_the_daemon_writes_back_its_own_mount_lets_it_die`: the
+//!   daemon dies inside a WRITE its own write-back of dirty mmap pages
+//!   caused; it must still exit, and the next mount must work.
 //!
 //! Replay: `OPFS_CRASH_SEED=<seed>`; more rounds: `OPFS_CRASH_ROUNDS=<n>`
 //! (`scripts/crash` runs many).
@@ -494,6 +497,83 @@ fn sigkill_at_capture_failpoints() {
         f.assert_tree(point, &start);
         f.umount();
     }
+}
+
+/// Aborts the FUSE connection of the mount at `mnt` (`umount2` with
+/// `MNT_FORCE` runs the filesystem's `umount_begin`, which for FUSE aborts
+/// the connection even when the unmount itself then fails as busy), so that
+/// a wedged daemon and every request waiting on it end.
+fn abort_connection(mnt: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes()).expect("path");
+    // SAFETY: valid C string.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_FORCE) };
+}
+
+/// Regression: a daemon killed while it wrote back its own mount could not
+/// die. `opfs turn` first writes the mount's dirty mmap pages back
+/// (`Controller::write_back`: an `fdatasync` of the file through the
+/// mountpoint, which the kernel turns into WRITEs to the daemon itself).
+/// When the kill took the worker serving such a WRITE, the thread in
+/// `fdatasync` waited for its answer uninterruptibly, and since the process
+/// still held `/dev/fuse` the kernel never aborted the connection: the
+/// daemon stayed half dead, holding the state lock, its mount hanging every
+/// caller. Range capture records inside the WRITE, so the failpoint kills
+/// the daemon exactly there.
+#[test]
+fn sigkill_while_the_daemon_writes_back_its_own_mount_lets_it_die() {
+    let f = Fixture::new();
+    let before = vec![b'a'; 8192];
+    write_file(&f.p("mapped"), &before, 0o644);
+    let pid = mount(
+        &f,
+        &[],
+        &[
+            ("OPFS_RANGE_MIN", "0"),
+            ("OPFS_FAILPOINT", "capture-after-record:1"),
+        ],
+    );
+    let map = mmap::Mapping::new(&f.m("mapped"));
+    map.store(4096, b"stored through the mapping");
+    let mut turn = f
+        .opfs_command(&[
+            std::ffi::OsStr::new("-C"),
+            f.mnt.as_os_str(),
+            std::ffi::OsStr::new("turn"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start opfs turn");
+    let died = wait_dead(pid, Duration::from_secs(10));
+    if !died {
+        // Unwedge the daemon and this test before failing.
+        abort_connection(&f.mnt);
+    }
+    let status = turn.wait().expect("wait for opfs turn");
+    assert!(
+        died,
+        "daemon {pid} did not die: a thread stayed in its own write-back"
+    );
+    assert!(
+        !status.success(),
+        "the daemon died inside the turn's write-back, the turn cannot have succeeded"
+    );
+    assert_stale(&f);
+    drop(map);
+    mount(&f, &[], &[]);
+    assert_eq!(
+        std::fs::read(f.p("mapped")).expect("read the project file"),
+        before,
+        "the store whose capture the kill interrupted reached the project"
+    );
+    rewind_ok(&f, 1, "after the kill");
+    assert_eq!(
+        std::fs::read(f.p("mapped")).expect("read the project file"),
+        before
+    );
+    f.umount();
 }
 
 /// Found by the SIGKILL rounds (seed 424242, round 31), not crash-specific:

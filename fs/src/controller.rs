@@ -8,7 +8,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use fuser::{INodeNo, Notifier, SessionUnmounter};
 
 use crate::quiesce::{Gate, QuiesceGuard};
+use crate::sys::SyncOutcome;
 use crate::watch::Watch;
 
 /// How long [`Controller::invalidate`] waits for the kernel to take its
@@ -30,6 +31,7 @@ pub const UNMOUNT_GRACE: Duration = Duration::from_secs(2);
 pub const UNMOUNT_POLL: Duration = Duration::from_millis(50);
 
 /// One kernel cache invalidation, by FUSE inode number.
+#[derive(Clone)]
 pub(crate) enum Inval {
     /// Drop the cached name `name` in directory `parent`.
     Entry(u64, Vec<u8>),
@@ -222,11 +224,21 @@ impl Controller {
     /// file read-only through the mountpoint and `fdatasync`s it: the kernel
     /// sends the file's dirty pages as WRITEs and waits for their replies,
     /// then sends FSYNC (one backing `fdatasync`). So the cost is O(files
-    /// open for writing), a few system calls and one backing data sync
-    /// each, independent of the tree size; with none open it is free.
-    /// (`syncfs(2)` is no substitute: it starts the writeback but, on
-    /// current kernels, does not wait for a FUSE server's replies.) A file
-    /// that has lost every name is skipped: it is no longer in the tree.
+    /// open for writing): one `fork` plus a few system calls and one
+    /// backing data sync each, independent of the tree size; with none open
+    /// it is free. (`syncfs(2)` is no substitute: it starts the writeback
+    /// but, on current kernels, does not wait for a FUSE server's replies.)
+    /// A file that has lost every name is skipped: it is no longer in the
+    /// tree.
+    ///
+    /// The opens and syncs run in a forked child that holds none of this
+    /// process's descriptors (`sys::fdatasync_in_child`): once a worker has
+    /// read a request the kernel waits for its answer uninterruptibly, so a
+    /// thread of this process waiting there when the process is killed
+    /// would keep it from ever exiting (and `/dev/fuse` open, so the kernel
+    /// would never abort the connection that would end the wait). The child
+    /// does not hold `/dev/fuse`: the killed daemon exits, the connection is
+    /// aborted, and the child's sync fails and it exits.
     ///
     /// Must be called without holding a [`QuiesceGuard`] and not from a
     /// FUSE worker thread: the WRITEs it causes wait on the gate and need a
@@ -236,36 +248,56 @@ impl Controller {
     ///
     /// The first failure to open (other than `ENOENT`: the name went away)
     /// or `fdatasync` one of the files, for example `EACCES` for a file
-    /// its owner may not read, or a writeback error of the file. The other
-    /// files are still written back; a file that failed keeps its dirty
-    /// pages until its next fsync, close or unmap.
+    /// its owner may not read, or a writeback error of the file; or the
+    /// child process cannot be started (`EAGAIN`, `ENOMEM`) or ended early.
+    /// The other files are still written back; a file that failed keeps its
+    /// dirty pages until its next fsync, close or unmap.
     pub fn write_back(&self) -> io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
+        let files = self.inner.fs.written_files();
+        if files.is_empty() {
+            return Ok(());
+        }
         let mut first_err = None;
-        for (ino, path) in self.inner.fs.written_files() {
-            let full = self.inner.mountpoint.join(OsStr::from_bytes(&path));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-                .open(&full);
-            let res = match file {
+        let mut paths = Vec::with_capacity(files.len());
+        let mut inos = Vec::with_capacity(files.len());
+        for (ino, path) in &files {
+            let full = self.inner.mountpoint.join(OsStr::from_bytes(path));
+            match CString::new(full.into_os_string().into_vec()) {
+                Ok(c) => {
+                    paths.push(c);
+                    inos.push(*ino);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "NUL in a path under the mountpoint",
+                    ));
+                }
+            }
+        }
+        let fs = &self.inner.fs;
+        let ran = crate::sys::fdatasync_in_child(&paths, |i, outcome| {
+            let res = match outcome {
                 // fsync of a FUSE file writes its dirty pages back and
                 // waits for the WRITE replies (fuse_sync_writes).
-                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
-                    let synced = f.sync_data();
-                    self.inner.fs.written_back(ino);
+                SyncOutcome::Synced(synced) => {
+                    fs.written_back(inos[i]);
                     synced
                 }
-                Ok(_) => Ok(()),
+                SyncOutcome::NotRegular => Ok(()),
                 // Renamed or removed since: a name is gone, the pages
                 // still go out at the file's next fsync or unmap.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-                Err(e) => Err(e),
+                SyncOutcome::OpenFailed(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+                SyncOutcome::OpenFailed(e) => Err(e),
             };
             if let Err(e) = res {
-                log::debug!("write back of {}: {e}", full.display());
+                log::debug!("write back of {}: {e}", paths[i].to_string_lossy());
                 first_err.get_or_insert(e);
             }
+        });
+        if let Err(e) = ran {
+            log::debug!("write back: {e}");
+            first_err.get_or_insert(e);
         }
         first_err.map_or(Ok(()), Err)
     }

@@ -27,6 +27,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,6 +95,14 @@ pub struct Options {
     /// (default on; off: every listing is a READDIRPLUS, whose entries the
     /// kernel caches for the entry TTL).
     pub readdirplus_auto: bool,
+    /// Ask the kernel for `FUSE_NO_OPENDIR_SUPPORT` while the watch is
+    /// active (default on): OPENDIR is answered `ENOSYS` once, after which
+    /// the kernel sends no OPENDIR or RELEASEDIR and caches every listing
+    /// (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) until the watch's
+    /// `inval_inode` of the directory, or a changed mtime, drops it.
+    /// Without a working watch at mount time it is never asked for. The
+    /// overlay ignores it.
+    pub no_opendir: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -117,6 +126,7 @@ impl Default for Options {
             cache_dir: true,
             no_flush: true,
             readdirplus_auto: true,
+            no_opendir: true,
             inode_fds: None,
         }
     }
@@ -246,6 +256,8 @@ pub fn mount(
         cache_dir: opts.cache_dir,
         no_flush: opts.no_flush,
         readdirplus_auto: opts.readdirplus_auto,
+        no_opendir: opts.no_opendir && watch.as_ref().is_some_and(|w| w.active()),
+        opendir_off: AtomicBool::new(false),
     });
     let fs = Passthrough {
         state: Arc::clone(&state),

@@ -659,12 +659,61 @@ fn timestamp_only_setattr_records_nothing() {
     assert_eq!(fx.hook.take(), vec![Seen::Metadata(p("t"))]);
 }
 
+/// Under `FUSE_NO_OPENDIR_SUPPORT` (the default while the watch is active)
+/// the kernel sends no OPENDIR and keeps every listing until something
+/// invalidates it: a name created behind the mount by another process
+/// shows through the watch's invalidation, one removed through the mount
+/// at once, and one the mounting process itself creates in the backing
+/// directory (its own changes are not reported) once it calls
+/// `Controller::invalidate`, as documented.
+#[test]
+fn without_opendir_cached_listings_follow_the_watch() {
+    let fx = Fixture::new();
+    fs::create_dir(fx.b("d")).unwrap();
+    fs::write(fx.b("d/a"), b"a").unwrap();
+    let names = |dir: &Path| {
+        let mut v: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    // Listed twice: the second listing comes from the kernel's cache.
+    assert_eq!(names(&fx.m("d")), ["a"]);
+    assert_eq!(names(&fx.m("d")), ["a"]);
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo b > \"$1\"/d/b")
+        .arg("sh")
+        .arg(&fx.backing)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    wait_until("the watch to show d/b", || names(&fx.m("d")) == ["a", "b"]);
+    fs::remove_file(fx.m("d/a")).unwrap();
+    assert_eq!(names(&fx.m("d")), ["b"]);
+    fs::write(fx.b("d/c"), b"c").unwrap();
+    fx.ctl.invalidate(&[p("d/c")]);
+    assert_eq!(names(&fx.m("d")), ["b", "c"]);
+    // fsync of a directory without a handle (READDIR and FSYNCDIR come
+    // with handle 0) still reaches the backing directory.
+    let dir = fs::File::open(fx.m("d")).unwrap();
+    dir.sync_all().unwrap();
+}
+
 /// `FOPEN_KEEP_CACHE` and `FOPEN_CACHE_DIR` are only answered while the
 /// backing inode is unchanged since its previous open: a same-size rewrite
 /// and a new entry made behind the mount's back must show at the next open.
+/// (With OPENDIR kept: under `FUSE_NO_OPENDIR_SUPPORT` the listing follows
+/// the watch instead, which ignores this process's own changes; see
+/// `without_opendir_cached_listings_follow_the_watch`.)
 #[test]
 fn kept_caches_follow_changes_behind_the_mounts_back() {
-    let fx = Fixture::new();
+    let fx = Fixture::with(Options {
+        no_opendir: false,
+        ..Options::default()
+    });
     fs::write(fx.b("f.txt"), b"aaaa").unwrap();
     for _ in 0..3 {
         assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"aaaa");

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::capture::OpenError;
 use crate::state::lock::StateLock;
@@ -141,13 +142,18 @@ fn canonical_dir(
 ///
 /// A stale opfs mount left by a killed daemon (the mountpoint answers
 /// `ENOTCONN`) is cleaned up with `fusermount3 -uz` instead of refused.
+/// When a dead mount was found (at the mountpoint, or where the state dir
+/// says its daemon served) and the state dir's lock is still held, waits up
+/// to [`DEAD_DAEMON_LOCK_WAIT`] for the dying daemon to release it before
+/// answering [`MountError::AlreadyMounted`].
 pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan, MountError> {
     let project = canonical_dir(
         project,
         MountError::ProjectMissing,
         MountError::ProjectNotDir,
     )?;
-    if is_dead_mount(mountpoint) {
+    let found_dead = is_dead_mount(mountpoint);
+    if found_dead {
         let abs = state::absolute(mountpoint);
         log::warn!("cleaning up a stale mount at {}", abs.display());
         let _ = std::process::Command::new("fusermount3")
@@ -195,7 +201,7 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
         });
     }
     let state = StateDir::for_project(&home_abs, &project);
-    if StateLock::is_held(&state) {
+    if StateLock::is_held(&state) && !(daemon_died(&state, found_dead) && lock_released(&state)) {
         return Err(MountError::AlreadyMounted {
             at: registry::recorded_mountpoint(&state),
             project,
@@ -208,6 +214,37 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
         });
     }
     Ok(MountPlan { state, mountpoint })
+}
+
+/// How long [`check`] waits for the state lock of a daemon whose mount is
+/// dead. A SIGKILLed daemon's mount reads as dead (`ENOTCONN`) as soon as
+/// its `/dev/fuse` descriptor is closed, but its lock goes only when its
+/// last thread has left the kernel, which can come a moment later (a
+/// thread finishing a system call, the kernel closing the process's other
+/// files); 5 s covers that on a loaded machine, and a live daemon never
+/// has a dead mount, so the wait never delays a true "already mounted".
+pub const DEAD_DAEMON_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether the daemon that holds `state`'s lock has died: `found_dead` (the
+/// requested mountpoint was a dead mount) or the mountpoint the state dir
+/// records is one.
+fn daemon_died(state: &StateDir, found_dead: bool) -> bool {
+    found_dead || registry::recorded_mountpoint(state).is_some_and(|m| is_dead_mount(&m))
+}
+
+/// Polls `state`'s lock for up to [`DEAD_DAEMON_LOCK_WAIT`]; true once
+/// nobody holds it.
+fn lock_released(state: &StateDir) -> bool {
+    let deadline = Instant::now() + DEAD_DAEMON_LOCK_WAIT;
+    loop {
+        if !StateLock::is_held(state) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The mountpoints of the opfs mounts serving `project` (a canonical path)

@@ -27,7 +27,7 @@ pub mod signals;
 pub mod spawn;
 pub mod worktree;
 
-pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan};
+pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan, DEAD_DAEMON_LOCK_WAIT};
 pub use options::{
     default_threads, parse_range_min, range_min_from, BadRangeMin, DaemonOptions, FsTuning,
 };

@@ -112,8 +112,8 @@ pub struct FsTuning {
     /// `OPFS_NEGATIVE_TTL_MS`: how long a miss is cached (0: never).
     pub negative_ttl: Option<Duration>,
     /// `OPFS_WATCH` (`auto`, `inotify` or `off`): the watch on the project
-    /// that keeps long TTLs coherent (`docs/coherence.md`). Unset: off (the
-    /// daemon's default for now; 1 s TTLs).
+    /// that keeps long TTLs coherent (`docs/coherence.md`). Unset: the
+    /// [`opfs_fs::Options`] default, `auto`.
     pub watch: Option<opfs_fs::WatchMode>,
     /// `OPFS_KEEP_CACHE` (0 or 1): keep the page cache across opens.
     pub keep_cache: Option<bool>,
@@ -124,6 +124,9 @@ pub struct FsTuning {
     /// `OPFS_READDIRPLUS_AUTO` (0 or 1): `FUSE_READDIRPLUS_AUTO` on top of
     /// `DO_READDIRPLUS`.
     pub readdirplus_auto: Option<bool>,
+    /// `OPFS_NO_OPENDIR` (0 or 1): `FUSE_NO_OPENDIR_SUPPORT` while the
+    /// watch is active.
+    pub no_opendir: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -157,6 +160,7 @@ impl FsTuning {
             cache_dir: flag("OPFS_CACHE_DIR"),
             no_flush: flag("OPFS_NO_FLUSH"),
             readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
+            no_opendir: flag("OPFS_NO_OPENDIR"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
         }
@@ -173,9 +177,9 @@ impl FsTuning {
         if let Some(d) = self.negative_ttl {
             o.negative_ttl = d;
         }
-        // Off unless asked for: with the watch on, a SIGKILL of the daemon
-        // during a rewind leaves it stuck (docs/coherence.md, "Status").
-        o.watch = self.watch.unwrap_or(opfs_fs::WatchMode::Off);
+        if let Some(w) = self.watch {
+            o.watch = w;
+        }
         if let Some(v) = self.keep_cache {
             o.keep_cache = v;
         }
@@ -187,6 +191,9 @@ impl FsTuning {
         }
         if let Some(v) = self.readdirplus_auto {
             o.readdirplus_auto = v;
+        }
+        if let Some(v) = self.no_opendir {
+            o.no_opendir = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;
@@ -222,6 +229,20 @@ mod tests {
         assert_eq!(t.cache_dir, None);
         assert_eq!(t.threads, None);
         assert_eq!(t.inode_fds, Some(8));
+    }
+
+    #[test]
+    fn the_watch_is_on_unless_turned_off() {
+        let none = FsTuning::from_vars(|_| None);
+        assert_eq!(
+            none.apply(opfs_fs::Options::default()).watch,
+            opfs_fs::WatchMode::Auto
+        );
+        let off = FsTuning::from_vars(|k| (k == "OPFS_WATCH").then(|| "off".into()));
+        assert_eq!(
+            off.apply(opfs_fs::Options::default()).watch,
+            opfs_fs::WatchMode::Off
+        );
     }
 
     #[test]

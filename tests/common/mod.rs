@@ -535,14 +535,22 @@ impl Drop for Fixture {
     }
 }
 
-/// True once `pid` has exited (gone, or a zombie nobody reaped yet).
+/// True once `pid` has exited: gone, or a zombie nobody reaped yet whose
+/// every thread has left too. A leader that is a zombie while one of its
+/// threads still sits in a system call is not dead: it still holds its
+/// files (the state lock, `/dev/fuse`).
 pub fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(
+        |task| match std::fs::read_to_string(task.path().join("stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        },
+    )
 }
 
 /// Polls until `pid` [`is_dead`]; false if it still lives after `limit`.

@@ -15,8 +15,9 @@
 //! `O_DIRECT` flipped (crate README, "Direct I/O").
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
 
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request,
@@ -350,15 +351,14 @@ impl State {
     /// `opendir` of `ino`. A directory's ctime moves with every entry added,
     /// removed or renamed, so an unchanged stamp means the kernel's cached
     /// listing is still exact (`FOPEN_KEEP_CACHE`).
+    ///
+    /// With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`: the kernel then sends
+    /// no OPENDIR or RELEASEDIR again, and READDIR with handle 0.
     pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
-        let node = self.node(ino)?;
-        let fd = sys::openat(
-            node.fd.as_fd(),
-            &CString::from(c"."),
-            libc::O_RDONLY | libc::O_DIRECTORY,
-            0,
-        )
-        .map_err(errno)?;
+        if self.opendir_off.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
+        let fd = self.open_dir(ino)?;
         let mut flags = FopenFlags::empty();
         if self.cache_dir {
             flags |= FopenFlags::FOPEN_CACHE_DIR;
@@ -372,37 +372,52 @@ impl State {
         })
     }
 
+    /// A new read-only fd of directory `ino`, with its own position.
+    fn open_dir(&self, ino: u64) -> Res<OwnedFd> {
+        let node = self.node(ino)?;
+        sys::openat(
+            node.fd.as_fd(),
+            &CString::from(c"."),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(errno)
+    }
+
+    /// `fsyncdir` of `ino` through handle `fh`, or through an fd of its
+    /// own when there is no handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0).
+    pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+            let fd = self.open_dir(ino)?;
+            return sys::fsync(fd.as_fd(), datasync).map_err(errno);
+        }
+        self.fsync(fh, datasync)
+    }
+
     /// `releasedir` of the directory handle `fh`.
     pub(super) fn releasedir(&self, fh: FileHandle) {
         self.handles.remove(fh.0);
     }
 
     /// Calls `emit` for each backing entry of directory handle `fh` from
-    /// `offset` on, until `emit` answers true (the reply is full).
+    /// `offset` on, until `emit` answers true (the reply is full). Handle 0
+    /// under `FUSE_NO_OPENDIR_SUPPORT` reads through an fd of its own,
+    /// opened for this request: the offsets are the backing directory's
+    /// own (`d_off`), valid for any fd of it, as with a kept handle.
     fn readdir_entries(
         &self,
         ino: u64,
         fh: FileHandle,
         offset: u64,
-        mut emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
+        emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
     ) -> Res<()> {
+        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+            let fd = self.open_dir(ino)?;
+            return dir_entries(fd.as_fd(), ino, offset, emit);
+        }
         let h = self.handle(fh)?;
         let _lock = h.dir_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let offset = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-        sys::lseek(h.fd.as_fd(), offset, libc::SEEK_SET).map_err(errno)?;
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            let n = sys::getdents(h.fd.as_fd(), &mut buf).map_err(errno)?;
-            if n == 0 {
-                return Ok(());
-            }
-            for ent in sys::parse_dirents(&buf[..n]) {
-                if emit(&ent)? {
-                    trace!("readdir {ino}: buffer full");
-                    return Ok(());
-                }
-            }
-        }
+        dir_entries(h.fd.as_fd(), ino, offset, emit)
     }
 
     /// `readdir` of `ino` through handle `fh` from `offset`, into `reply`.
@@ -473,5 +488,31 @@ impl State {
             }
             Ok(full)
         })
+    }
+}
+
+/// Calls `emit` for each entry of the directory open at `fd` from `offset`
+/// on, until `emit` answers true (the reply is full). The caller owns the
+/// fd's position for the call.
+fn dir_entries(
+    fd: BorrowedFd<'_>,
+    ino: u64,
+    offset: u64,
+    mut emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
+) -> Res<()> {
+    let offset = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    sys::lseek(fd, offset, libc::SEEK_SET).map_err(errno)?;
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = sys::getdents(fd, &mut buf).map_err(errno)?;
+        if n == 0 {
+            return Ok(());
+        }
+        for ent in sys::parse_dirents(&buf[..n]) {
+            if emit(&ent)? {
+                trace!("readdir {ino}: buffer full");
+                return Ok(());
+            }
+        }
     }
 }

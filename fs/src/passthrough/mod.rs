@@ -23,6 +23,7 @@ mod ops;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -67,6 +68,15 @@ impl Filesystem for Passthrough {
         ] {
             if let Err(unsupported) = config.add_capabilities(flag) {
                 log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
+        // No OPENDIR/RELEASEDIR, every listing cached: only while the
+        // watch invalidates a directory's listing when it changes behind
+        // the mount (docs/coherence.md).
+        if self.state.no_opendir {
+            match config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
+                Ok(()) => self.state.opendir_off.store(true, Ordering::Relaxed),
+                Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
             }
         }
         Ok(())
@@ -343,12 +353,12 @@ impl Filesystem for Passthrough {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.state.fsync(fh, datasync).answer(reply);
+        self.state.fsyncdir(ino.0, fh, datasync).answer(reply);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -11,6 +11,7 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,13 @@ pub(crate) struct State {
     pub(crate) no_flush: bool,
     /// Ask for `FUSE_READDIRPLUS_AUTO` at init.
     pub(crate) readdirplus_auto: bool,
+    /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init (only when the watch was
+    /// active at mount: the kernel then caches every listing for as long
+    /// as nothing invalidates it).
+    pub(crate) no_opendir: bool,
+    /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS`
+    /// (after which the kernel sends none), READDIR comes with handle 0.
+    pub(crate) opendir_off: AtomicBool,
 }
 
 /// How long the kernel may cache what one reply tells it.

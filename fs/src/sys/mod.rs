@@ -9,9 +9,12 @@
 //!
 //! - `at.rs`: the `*at` calls on directory fds; `proc.rs`: calls through
 //!   `/proc/self/fd/N`; `file.rs`: I/O on real fds; `dirent.rs`: directory
-//!   listings; `xattr.rs`: extended attributes; `limits.rs`: `RLIMIT_NOFILE`.
+//!   listings; `xattr.rs`: extended attributes; `limits.rs`: `RLIMIT_NOFILE`;
+//!   `child.rs`: `fdatasync` of files of the daemon's own mount in a forked
+//!   child.
 
 mod at;
+mod child;
 mod dirent;
 mod file;
 mod limits;
@@ -22,6 +25,7 @@ pub(crate) use at::{
     chown_fd, fstat, link_fd, mkdirat, mknodat, open_dir, open_path, openat, readlink_fd,
     renameat2, stat_at, symlinkat, unlinkat,
 };
+pub(crate) use child::{fdatasync_in_child, SyncOutcome};
 pub(crate) use dirent::{getdents, parse_dirents, Dirent};
 pub(crate) use file::{
     close_dup, copy_file_range, fallocate, fsync, ftruncate, lseek, pread, pread_aligned, pwrite,

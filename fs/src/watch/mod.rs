@@ -120,10 +120,11 @@ struct Marks {
 /// then).
 const GEN_SLOTS: usize = 4096;
 
-/// How long after an event its entry invalidations are sent once more: a
-/// lookup revalidating a cached name holds no directory lock, so its reply
-/// can land just after the first invalidation (`docs/coherence.md`,
-/// "Races").
+/// How long after an event its invalidations are sent once more: a lookup
+/// revalidating a cached name holds no directory lock, so its reply can
+/// land just after the first invalidation, and an inode invalidation that
+/// reaches the kernel before the reply of the lookup that first brings the
+/// inode in finds no inode to invalidate (`docs/coherence.md`, "Races").
 const TRAIL: Duration = Duration::from_millis(30);
 
 /// The watch of one mount.
@@ -302,19 +303,11 @@ impl Watch {
                     }
                 }
                 if !ops.is_empty() {
-                    let entries: Vec<Inval> = ops
-                        .iter()
-                        .filter_map(|op| match op {
-                            Inval::Entry(p, n) => Some(Inval::Entry(*p, n.clone())),
-                            _ => None,
-                        })
-                        .collect();
+                    let again = ops.clone();
                     if !post.post(ops) {
                         return;
                     }
-                    if !entries.is_empty() {
-                        trailing.push((Instant::now() + TRAIL, entries));
-                    }
+                    trailing.push((Instant::now() + TRAIL, again));
                 }
             }
             let now = Instant::now();
