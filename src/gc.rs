@@ -496,7 +496,14 @@ pub fn gc_with_progress(
     drop(index);
     let store = BlobStore::open_existing(&state.blobs_dir());
     let sweep = store.begin_sweep();
-    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &logged, dry_run, progress);
+    let swept = sweep_files(
+        &sweep,
+        &state.blobs_dir(),
+        &kept,
+        &logged,
+        dry_run,
+        progress,
+    );
     drop(sweep);
     if !dry_run {
         store.clear_tmp();
@@ -676,7 +683,14 @@ pub fn gc_served(
         }
     }
     crate::failpoint::failpoint("gc-before-sweep");
-    let swept = sweep_files(&sweep, &state.blobs_dir(), &kept, &BTreeSet::new(), false, &mut |_, _| {});
+    let swept = sweep_files(
+        &sweep,
+        &state.blobs_dir(),
+        &kept,
+        &BTreeSet::new(),
+        false,
+        &mut |_, _| {},
+    );
     drop(sweep);
     let cut = d.cut;
     let mut report = GcReport::of(d, swept, false);

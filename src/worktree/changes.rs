@@ -97,7 +97,7 @@ pub struct Change {
 /// the path).
 pub fn changes(upper: &Dir, base: &dyn Lower) -> io::Result<Vec<Change>> {
     let mut out = Vec::new();
-    walk(upper, base, b"", true, &mut out)?;
+    walk(upper, base, b"", true, true, &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out.dedup_by(|a, b| a.path == b.path);
     Ok(out)
@@ -113,11 +113,13 @@ fn at(path: &[u8]) -> impl FnOnce(io::Error) -> io::Error + '_ {
 /// made over a base entry that was not a directory), the overlay's rule.
 /// Every upper entry is compared with the base's entry at the same path,
 /// whatever shows: a change is the base's state against the worktree's.
+/// `base_dir`: the base holds a directory at `dir`.
 fn walk(
     upper: &Dir,
     base: &dyn Lower,
     dir: &[u8],
     lower_shows: bool,
+    base_dir: bool,
     out: &mut Vec<Change>,
 ) -> io::Result<()> {
     let names = upper.list_dir(dir).map_err(at(dir))?;
@@ -159,10 +161,17 @@ fn walk(
             });
         }
         if is_dir {
-            walk(upper, base, &path, lower_shows && base_is_dir, out)?;
+            walk(
+                upper,
+                base,
+                &path,
+                lower_shows && base_is_dir,
+                base_is_dir,
+                out,
+            )?;
         }
     }
-    if !lower_shows {
+    if !lower_shows && base_dir {
         // Nothing of the base shows here but what the upper layer holds:
         // every other base child (and all beneath it) is gone.
         for child in base.readdir(dir).map_err(at(dir))?.unwrap_or_default() {

@@ -212,6 +212,49 @@ fn changes_of_an_upper_layer_with_whiteouts_and_an_opaque_directory() {
     assert!(matches!(found[0].before, Entry::File { size: 2, .. }));
 }
 
+/// Found by `tests/model.rs` (`worktree_agrees_with_model`): directories
+/// exchanged in a worktree leave an opaque `d` whose copied-up child
+/// directory `sub` holds other names than the base's `d/sub`; below the
+/// opaque directory nothing of the base shows at any depth, so the base's
+/// `d/sub/s` is gone too, and a base directory under a name that became a
+/// file loses its children (the merge then planned to remove `d/sub`
+/// "holding entries opfs did not record").
+#[test]
+fn regression_below_an_opaque_directory_no_base_entry_shows_at_any_depth() {
+    let s = setup();
+    let base_turn = s.journal.open_turn();
+    let wt = upper_of(&s, "w", base_turn);
+    let up = wt.upper();
+    put(&up, "d/.wh..wh..opq", b""); // d replaced whole
+    put(&up, "d/sub/u", b"u"); // d/sub again, but no d/sub/s
+    put(&up, "d/b", b"b0"); // d/b again, unchanged
+    fs::create_dir(up.join("a")).expect("mkdir"); // a file became a directory
+    put(&up, "a/x/y", b"y"); // and beneath it a path through a base file
+    let base = base_of(&s, base_turn);
+    let found = changes(&Dir::open(&up).expect("upper"), &base).expect("changes");
+    let summary: Vec<(String, &str, &str)> = found
+        .iter()
+        .map(|c| {
+            (
+                String::from_utf8_lossy(&c.path).into_owned(),
+                c.before.kind_name(),
+                c.after.kind_name(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("a".to_string(), "file", "dir"),
+            ("a/x".to_string(), "absent", "dir"),
+            ("a/x/y".to_string(), "absent", "file"),
+            ("d/c".to_string(), "file", "absent"),
+            ("d/sub/s".to_string(), "file", "absent"),
+            ("d/sub/u".to_string(), "absent", "file"),
+        ]
+    );
+}
+
 #[test]
 fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
     let s = setup();
