@@ -404,16 +404,29 @@ pub enum StopError {
 /// Stops the daemon serving `state`'s project: asks it to unmount and waits
 /// (up to `limit`) until it has released the state lock.
 ///
-/// Errors name the mountpoint: the daemon refused (busy mountpoint), or it
-/// did not stop in time. A daemon that died and left a stale mount is
-/// cleaned up with `fusermount3 -uz`.
+/// A daemon that closes the connection without answering (it unmounted
+/// and exited before its answer went out) is waited for like one that
+/// answered. Errors name the mountpoint: the daemon refused (busy
+/// mountpoint), or it did not stop in time. A daemon that died and left a
+/// stale mount is cleaned up with `fusermount3 -uz`.
 pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), StopError> {
     match client::request(&state.socket_path(), &Request::Unmount) {
         Ok(Response::Unmounting) => {}
         Ok(Response::Error { message, .. }) => return Err(StopError::Refused(message)),
         Ok(other) => return Err(StopError::Unexpected(Box::new(other))),
         Err(source) => {
-            if StateLock::is_held(state) {
+            // A daemon that took the request unmounts and exits, and may be
+            // gone before its answer is written: a connection cut off with
+            // the lock still held is waited for like an answer.
+            let cut_off = matches!(
+                source.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+            );
+            if StateLock::is_held(state)
+                && !(cut_off && wait_for(limit, || !StateLock::is_held(state)))
+            {
                 return Err(StopError::NoAnswer {
                     mountpoint: mountpoint.to_path_buf(),
                     socket: state.socket_path(),
