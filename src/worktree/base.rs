@@ -104,6 +104,9 @@ pub struct Base {
     /// Owner shown for entries known only from records.
     owner: (u32, u32),
     commit: Box<dyn Fn() + Send + Sync>,
+    /// False once [`Base::quiesced`]: no capture can happen while it is
+    /// read, so [`Base::fresh`] looks at the records' mark no more.
+    watch: bool,
     inner: Mutex<Inner>,
     drift: Mutex<Drift>,
 }
@@ -167,6 +170,7 @@ impl Base {
             since_ns,
             owner,
             commit,
+            watch: true,
             inner: Mutex::new(Inner {
                 index,
                 timeline: Timeline::default(),
@@ -181,6 +185,17 @@ impl Base {
             base.reload(&mut inner)?;
         }
         Ok(base)
+    }
+
+    /// This base for a caller during whose reads nothing can capture in
+    /// the project: it holds the project mount's quiesce guard, or the
+    /// state lock with no mount (a merge). Its answers then skip the check
+    /// that the project's records did not move meanwhile (two index
+    /// queries and a `stat` of the capture log per answer, several per
+    /// changed path of a merge).
+    pub fn quiesced(mut self) -> Base {
+        self.watch = false;
+        self
     }
 
     /// The turn whose start this base shows.
@@ -263,6 +278,9 @@ impl Base {
     /// path's earliest record since the base never changes once made).
     fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
         let mut inner = self.lock();
+        if !self.watch {
+            return f(&inner);
+        }
         let before = self.mark(&inner)?;
         if inner.seen != Some(before) {
             self.reload(&mut inner).map_err(io::Error::other)?;
