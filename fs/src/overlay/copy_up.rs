@@ -287,9 +287,11 @@ impl State {
             // Nothing to copy (a copy-up for a truncate to zero).
             Lent::Fd
         } else {
+            let mut runs = 0;
             self.lower
                 .with_file(path, &mut |src| {
-                    len = copy_from_fd(src, fd, want)?;
+                    runs += 1;
+                    len = copy_from_fd(src, fd, want, runs > 1)?;
                     Ok(())
                 })
                 .map_err(errno)?
@@ -341,9 +343,10 @@ impl State {
     }
 }
 
-/// Makes `dst` hold the first `want` bytes of `src` (from scratch: `dst`
-/// is emptied first, so a lower layer may run this again); returns the
-/// length `dst` must be cut to, `min(want, length of src)`.
+/// Makes the empty `dst` hold the first `want` bytes of `src` (`again`:
+/// `dst` may hold an earlier attempt's bytes, a lower layer ran this once
+/// more, so it is emptied first); returns the length `dst` must be cut to,
+/// `min(want, length of src)`.
 ///
 /// First `FICLONE`: `dst` then shares `src`'s extents and nothing is
 /// copied (XFS with reflink, btrfs, bcachefs; both on one filesystem).
@@ -351,8 +354,15 @@ impl State {
 /// (`SEEK_DATA`/`SEEK_HOLE`, so holes stay holes) are copied in the kernel
 /// with `copy_file_range`, and with `pread`/`pwrite` where even that is
 /// refused.
-fn copy_from_fd(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, want: u64) -> std::io::Result<u64> {
-    sys::ftruncate(dst, 0)?;
+fn copy_from_fd(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    want: u64,
+    again: bool,
+) -> std::io::Result<u64> {
+    if again {
+        sys::ftruncate(dst, 0)?;
+    }
     let size = u64::try_from(sys::fstat(src)?.st_size).unwrap_or(0);
     let len = size.min(want);
     match sys::ficlone(dst, src) {
@@ -396,8 +406,13 @@ fn copy_from_fd(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, want: u64) -> std::io:
 }
 
 /// The data runs `(offset, length)` of the first `len` bytes of `fd`; a
-/// filesystem without `SEEK_DATA` gives one run of everything.
+/// filesystem without `SEEK_DATA` gives one run of everything, and so does
+/// a file of at most one [`CHUNK`] (two `lseek`s would cost more than its
+/// holes save).
 fn data_runs(fd: BorrowedFd<'_>, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    if len <= CHUNK as u64 {
+        return Ok(vec![(0, len)]);
+    }
     let mut out = Vec::new();
     let mut at = 0u64;
     while at < len {
