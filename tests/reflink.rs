@@ -25,7 +25,8 @@ use opfs_testutil::mount_points;
 /// worktree), then it, which frees the loop device (`-o loop` attaches it
 /// with autoclear), and removes the image.
 struct LoopFs {
-    dir: tempfile::TempDir,
+    /// Holds the image; removed when dropped, after `Drop::drop` unmounted.
+    _dir: tempfile::TempDir,
     mnt: PathBuf,
 }
 
@@ -72,7 +73,7 @@ impl LoopFs {
                 .arg(&mnt),
         )
         .map_err(|e| format!("cannot loop-mount the image (no loop devices?): {e}"))?;
-        Ok(LoopFs { dir, mnt })
+        Ok(LoopFs { _dir: dir, mnt })
     }
 }
 
@@ -105,7 +106,6 @@ impl Drop for LoopFs {
         }
         eprintln!("{} stayed busy; unmounting it lazily", self.mnt.display());
         let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        let _ = &self.dir;
     }
 }
 
@@ -254,7 +254,11 @@ fn copy_up_shares_extents_on_a_reflink_filesystem() {
     let (big, old) = (pattern(1, 64 * MIB), pattern(2, 64 * MIB));
     let (w, pid) = worktree_over_two_large_files(&f, &big, &old);
     let _discard = Discard(&f);
-    let project_ctime = fs::metadata(f.p("big")).expect("stat big").ctime_nsec();
+    let ctime = |p: &Path| {
+        let md = fs::metadata(p).expect("stat");
+        (md.ctime(), md.ctime_nsec())
+    };
+    let project_ctime = ctime(&f.p("big"));
 
     let before = io_bytes(pid);
     append(&w.join("big"), b"tail of big\n");
@@ -290,10 +294,7 @@ fn copy_up_shares_extents_on_a_reflink_filesystem() {
     // changes nothing of it), so nothing reads as drifted.
     assert!(fs::read(f.p("big")).expect("read") == big);
     assert_eq!(fs::read(f.p("old")).expect("read"), b"replaced\n");
-    assert_eq!(
-        fs::metadata(f.p("big")).expect("stat").ctime_nsec(),
-        project_ctime
-    );
+    assert_eq!(ctime(&f.p("big")), project_ctime);
     let list = f.opfs_p(&["worktree", "list", "--json"]).ok().json();
     assert_eq!(list[0]["drifted"], 0, "{list}");
     assert_eq!(list[0]["changed"], 2, "{list}");
