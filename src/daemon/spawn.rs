@@ -1,16 +1,16 @@
 //! Starting the daemon in the background: `opfs mount` re-executes itself
-//! with `-f` in a new session, logging to the state dir's `daemon.log`, and
-//! returns once the mount is visible and its control socket answers.
+//! with `-f --json` in a new session, logging to the state dir's
+//! `daemon.log`, and returns once the mount is visible and its control
+//! socket answers: the daemon says so by printing its JSON line on its
+//! stdout, a pipe the caller reads (no polling).
 
-use std::io;
+use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use super::{logfile, DaemonOptions, MountError, MountPlan};
-use crate::control::client;
-use crate::control::{Request, Response};
-use crate::state::{self, mountinfo};
+use crate::state;
 
 /// The hidden `opfs mount` flag that makes the re-executed daemon leave the
 /// caller's session first thing (see [`detach_session`]).
@@ -124,6 +124,7 @@ pub fn spawn(
     let mut cmd = Command::new(exe);
     cmd.arg("mount")
         .arg("-f")
+        .arg("--json")
         .arg(SETSID_FLAG)
         .arg(&plan.state.project)
         .arg(&plan.mountpoint)
@@ -136,7 +137,7 @@ pub fn spawn(
         })
         .env("OPFS_HOME", state::absolute(home))
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(log);
     if opts.sync {
         cmd.arg("--sync");
@@ -154,35 +155,73 @@ pub fn spawn(
         cmd.arg("-v");
     }
     let mut child = cmd.spawn().map_err(SpawnError::Start)?;
-    let mut exited = None;
-    // A short interval: the caller (`opfs mount`, `worktree create`) waits
-    // for exactly this, and one check is a read of the mount table and a
-    // connect.
-    let ready = client::wait_for_every(READY_LIMIT, Duration::from_millis(2), || {
-        if let Ok(Some(status)) = child.try_wait() {
-            exited = Some(status);
-            return true;
-        }
-        mountinfo::is_mount_point(&plan.mountpoint)
-            && matches!(
-                client::request(&plan.state.socket_path(), &Request::Status),
-                Ok(Response::Status(_))
-            )
-    });
-    if let Some(status) = exited {
-        return Err(SpawnError::Exited {
+    match wait_ready(&mut child) {
+        Ready::Yes => Ok(child.id()),
+        Ready::Exited(status) => Err(SpawnError::Exited {
             status,
             log_tail: log_tail(&log_path, log_len),
+        }),
+        Ready::TimedOut => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(SpawnError::NotReady {
+                mountpoint: plan.mountpoint.clone(),
+                log: log_path,
+            })
+        }
+    }
+}
+
+/// How a background start ended.
+enum Ready {
+    /// The daemon announced the mount ready.
+    Yes,
+    /// It exited first.
+    Exited(ExitStatus),
+    /// Neither within [`READY_LIMIT`].
+    TimedOut,
+}
+
+/// Waits until the daemon `child` (started with `-f --json`, its stdout a
+/// pipe) prints the JSON line of a ready mount naming its own pid, which
+/// `daemon::run` does once the mount is visible and the control socket
+/// answers. The line is read on a thread of its own, so that the wait can
+/// also notice the daemon exiting (a mount helper it started may hold
+/// the pipe open) and give up after [`READY_LIMIT`].
+fn wait_ready(child: &mut Child) -> Ready {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if let Some(stdout) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
         });
     }
-    if !ready {
-        let _ = child.kill();
-        return Err(SpawnError::NotReady {
-            mountpoint: plan.mountpoint.clone(),
-            log: log_path,
-        });
+    let pid = child.id();
+    let announced = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("pid")?.as_u64())
+            == Some(u64::from(pid))
+    };
+    let start = Instant::now();
+    let mut line_seen = false;
+    while start.elapsed() < READY_LIMIT {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Ready::Exited(status);
+        }
+        if line_seen {
+            // Its stdout ended without the line: it is exiting.
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) if announced(&line) => return Ready::Yes,
+            Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => line_seen = true,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
     }
-    Ok(child.id())
+    Ready::TimedOut
 }
 
 /// What the log at `path` gained after its first `from` bytes, trimmed.

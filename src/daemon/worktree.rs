@@ -165,13 +165,21 @@ pub fn history_base(state: &StateDir) -> Option<Result<(Worktree, Meta, Base), W
 /// none runs) and labelled `worktree NAME`: the open turn's records say
 /// what paths were when *it* began, not now, so a base in the middle of a
 /// turn could not be told from them.
+///
+/// Only records pending in the project's capture log can be missing from
+/// the index, so the project's daemon is asked to commit them (a round
+/// trip) only when the log holds some, and only for a base made now: a
+/// base `from` a turn needs the turn's row, which a turn boundary commits.
 fn base_of(
     project: &Project,
     name: &str,
     from: Option<u64>,
 ) -> Result<(u64, i64), WorktreeCmdError> {
-    project.commit_pending()?;
     let st = project.state();
+    let pending = std::fs::metadata(st.capture_log_path()).is_ok_and(|m| m.len() > 0);
+    if from.is_none() && pending {
+        project.commit_pending()?;
+    }
     let index = Index::open_read_only(&st.index_path());
     if let Some(turn) = from {
         let index = index?;

@@ -32,12 +32,13 @@
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opfs_fs::overlay::{Attr, DirEntry, Kind, Lower};
+use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower};
 
 use crate::paths;
 use crate::record::{Hash, PreImage, Special, Stat};
@@ -103,6 +104,9 @@ pub struct Base {
     /// Owner shown for entries known only from records.
     owner: (u32, u32),
     commit: Box<dyn Fn() + Send + Sync>,
+    /// False once [`Base::quiesced`]: no capture can happen while it is
+    /// read, so [`Base::fresh`] looks at the records' mark no more.
+    watch: bool,
     inner: Mutex<Inner>,
     drift: Mutex<Drift>,
 }
@@ -166,6 +170,7 @@ impl Base {
             since_ns,
             owner,
             commit,
+            watch: true,
             inner: Mutex::new(Inner {
                 index,
                 timeline: Timeline::default(),
@@ -180,6 +185,17 @@ impl Base {
             base.reload(&mut inner)?;
         }
         Ok(base)
+    }
+
+    /// This base for a caller during whose reads nothing can capture in
+    /// the project: it holds the project mount's quiesce guard, or the
+    /// state lock with no mount (a merge). Its answers then skip the check
+    /// that the project's records did not move meanwhile (two index
+    /// queries and a `stat` of the capture log per answer, several per
+    /// changed path of a merge).
+    pub fn quiesced(mut self) -> Base {
+        self.watch = false;
+        self
     }
 
     /// The turn whose start this base shows.
@@ -262,6 +278,9 @@ impl Base {
     /// path's earliest record since the base never changes once made).
     fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
         let mut inner = self.lock();
+        if !self.watch {
+            return f(&inner);
+        }
         let before = self.mark(&inner)?;
         if inner.seen != Some(before) {
             self.reload(&mut inner).map_err(io::Error::other)?;
@@ -493,6 +512,58 @@ impl Lower for Base {
                     ))?;
                     match f {
                         Some(f) => read_full_at(&f, offset, buf).map(Some),
+                        None => Ok(None),
+                    }
+                }
+                libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            },
+        })
+    }
+
+    /// Lends the project's own file when the base serves it unchanged, the
+    /// pre-image's blob file when a record holds it; `Lent::ReadAt` for a
+    /// pre-image whose bytes live elsewhere (inline in the index, rebuilt
+    /// from ranges, in a dead daemon's capture log). Runs inside
+    /// [`Base::fresh`], so a capture racing with `use_fd` makes it run again
+    /// on the recorded pre-image: the bytes lent are always the base's.
+    fn with_file(
+        &self,
+        path: &[u8],
+        use_fd: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<Option<Lent>> {
+        self.fresh(|inner| match self.state(inner, path)? {
+            State::Absent => Ok(None),
+            State::Recorded(PreImage::File { blob, .. }) => {
+                if inner.resolved.borrow().contains_key(&blob) {
+                    return Ok(Some(Lent::ReadAt));
+                }
+                match File::open(self.blobs.path_of(&blob)) {
+                    Ok(f) => {
+                        use_fd(f.as_fd())?;
+                        Ok(Some(Lent::Fd))
+                    }
+                    // Inline in the index (or missing: `read_at` says so).
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(Lent::ReadAt)),
+                    Err(e) => Err(e),
+                }
+            }
+            State::Recorded(PreImage::Dir { .. }) => {
+                Err(io::Error::from_raw_os_error(libc::EISDIR))
+            }
+            State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            State::Current(st) => match st.file_type() {
+                libc::S_IFREG => {
+                    let f = enoent_to_none(self.project.open_file(
+                        path,
+                        libc::O_RDONLY | libc::O_NONBLOCK,
+                        0,
+                    ))?;
+                    match f {
+                        Some(f) => {
+                            use_fd(f.as_fd())?;
+                            Ok(Some(Lent::Fd))
+                        }
                         None => Ok(None),
                     }
                 }

@@ -344,7 +344,10 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         name: name.to_string(),
         turn: meta.base_turn,
         source: Box::new(source),
-    })?;
+    })?
+    // The caller quiesced the mount (or holds the state lock): nothing is
+    // captured until this merge's own turn, after the base was read.
+    .quiesced();
     let read_err = |source| MergeError::Read {
         name: name.to_string(),
         source,

@@ -222,10 +222,16 @@ impl Fixture {
     /// Fresh empty project, mountpoint and state dir. Panics unless FUSE is
     /// usable on this machine.
     pub fn new() -> Fixture {
+        Fixture::new_in(&std::env::temp_dir())
+    }
+
+    /// As [`Fixture::new`], with every dir inside `dir` (a filesystem a
+    /// test made for it, e.g. one with reflinks).
+    pub fn new_in(dir: &Path) -> Fixture {
         require_fuse();
         let base = tempfile::Builder::new()
             .prefix("opfs-test-")
-            .tempdir()
+            .tempdir_in(dir)
             .expect("create temp dir");
         let root = base.path().canonicalize().expect("canonicalize temp dir");
         let project = root.join("project");

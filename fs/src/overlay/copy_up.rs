@@ -4,17 +4,21 @@
 //! - A directory is made with `mkdirat` (mode, owner and times of the lower
 //!   one), reported as `Create`.
 //! - A regular file is written into a temporary file in the work directory
-//!   (bytes through [`Lower::read_at`] in 1 MiB chunks; all-zero chunks are
-//!   skipped, so holes stay holes), given the lower mode, owner and times,
-//!   and only then, after `before(Create)`, renamed into place with
+//!   (holes stay holes), given the lower mode, owner and times, and only
+//!   then, after `before(Create)`, renamed into place with
 //!   `RENAME_NOREPLACE`. A crash never leaves a half-copied file visible: at
 //!   worst a temporary file in the work directory, which the next mount
-//!   deletes. There is no reflink: the lower layer is reached only through
-//!   `read_at`, so a copy-up costs the file's bytes.
+//!   deletes. The bytes come from a descriptor the lower layer lends
+//!   ([`Lower::with_file`]): `FICLONE` shares its extents where the
+//!   filesystem has reflinks (nothing is copied), else `copy_file_range`
+//!   copies its data runs in the kernel; a layer without a descriptor for
+//!   the file is read through [`Lower::read_at`] in 1 MiB chunks (all-zero
+//!   chunks skipped).
 //! - Symlinks, fifos, sockets and devices are made as such (one atomic
 //!   call each), with owner and times.
 //!
 //! [`Lower::read_at`]: super::Lower::read_at
+//! [`Lower::with_file`]: super::Lower::with_file
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -24,7 +28,7 @@ use std::sync::Arc;
 
 use fuser::{Errno, TimeOrNow};
 
-use super::lower::{Attr, Kind};
+use super::lower::{Attr, Kind, Lent};
 use super::node::{kind_mode, Upper};
 use super::state::State;
 use super::whiteout::{self, reserved, whiteout_name, From};
@@ -278,6 +282,43 @@ impl State {
 
     fn fill(&self, fd: BorrowedFd<'_>, path: &[u8], lower: &Attr, limit: Option<u64>) -> Res<()> {
         let want = limit.map_or(lower.size, |l| l.min(lower.size));
+        let mut len = 0;
+        let lent = if want == 0 {
+            // Nothing to copy (a copy-up for a truncate to zero).
+            Lent::Fd
+        } else {
+            let mut runs = 0;
+            self.lower
+                .with_file(path, &mut |src| {
+                    runs += 1;
+                    len = copy_from_fd(src, fd, want, runs > 1)?;
+                    Ok(())
+                })
+                .map_err(errno)?
+                .ok_or(Errno::ENOENT)?
+        };
+        let off = match lent {
+            Lent::Fd => len,
+            Lent::ReadAt => self.copy_read_at(fd, path, want)?,
+        };
+        sys::ftruncate(fd, off).map_err(errno)?;
+        sys::chown_fd(fd, lower.uid, lower.gid).map_err(errno)?;
+        sys::chmod_fd(fd, lower.perm & 0o7777).map_err(errno)?;
+        let times = [
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
+        ];
+        sys::utimens_fd(fd, &times).map_err(errno)?;
+        Ok(())
+    }
+
+    /// Copies the first `want` bytes of the lower file `path` into `fd`
+    /// through [`Lower::read_at`] (the layer lent no descriptor); all-zero
+    /// chunks are skipped, so holes stay holes. Returns the bytes copied
+    /// (fewer when the file ends first).
+    ///
+    /// [`Lower::read_at`]: super::Lower::read_at
+    fn copy_read_at(&self, fd: BorrowedFd<'_>, path: &[u8], want: u64) -> Res<u64> {
         let mut buf = vec![0u8; CHUNK.min(usize::try_from(want).unwrap_or(CHUNK)).max(1)];
         let mut off = 0u64;
         while off < want {
@@ -294,21 +335,125 @@ impl State {
             }
             let data = &buf[..n];
             if data.iter().any(|&b| b != 0) {
-                let mut done = 0;
-                while done < n {
-                    done += sys::pwrite(fd, &data[done..], off + done as u64).map_err(errno)?;
-                }
+                write_all_at(fd, data, off).map_err(errno)?;
             }
             off += n as u64;
         }
-        sys::ftruncate(fd, off).map_err(errno)?;
-        sys::chown_fd(fd, lower.uid, lower.gid).map_err(errno)?;
-        sys::chmod_fd(fd, lower.perm & 0o7777).map_err(errno)?;
-        let times = [
-            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
-            timespec(Some(TimeOrNow::SpecificTime(lower.mtime))),
-        ];
-        sys::utimens_fd(fd, &times).map_err(errno)?;
-        Ok(())
+        Ok(off)
     }
+}
+
+/// Makes the empty `dst` hold the first `want` bytes of `src` (`again`:
+/// `dst` may hold an earlier attempt's bytes, a lower layer ran this once
+/// more, so it is emptied first); returns the length `dst` must be cut to,
+/// `min(want, length of src)`.
+///
+/// First `FICLONE`: `dst` then shares `src`'s extents and nothing is
+/// copied (XFS with reflink, btrfs, bcachefs; both on one filesystem).
+/// Where that fails (ext4, tmpfs, two filesystems) the data runs of `src`
+/// (`SEEK_DATA`/`SEEK_HOLE`, so holes stay holes) are copied in the kernel
+/// with `copy_file_range`, and with `pread`/`pwrite` where even that is
+/// refused or the file is at most one [`CHUNK`].
+fn copy_from_fd(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    want: u64,
+    again: bool,
+) -> std::io::Result<u64> {
+    if again {
+        sys::ftruncate(dst, 0)?;
+    }
+    let size = u64::try_from(sys::fstat(src)?.st_size).unwrap_or(0);
+    let len = size.min(want);
+    match sys::ficlone(dst, src) {
+        Ok(()) => return Ok(len),
+        Err(e) => log::trace!("copy-up: no reflink ({e}); copying the bytes"),
+    }
+    // A file of at most one chunk costs less through one `pread` and one
+    // `pwrite` than through `copy_file_range`'s splice.
+    let mut in_kernel = len > CHUNK as u64;
+    for (start, run) in data_runs(src, len)? {
+        let end = start + run;
+        let mut at = start;
+        while at < end {
+            let n = if in_kernel {
+                match sys::copy_file_range(src, at, dst, at, end - at, 0) {
+                    Ok(n) => n as u64,
+                    Err(e)
+                        if at == start
+                            && matches!(
+                                e.raw_os_error(),
+                                Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+                            ) =>
+                    {
+                        in_kernel = false;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                let mut buf = vec![0u8; CHUNK.min(usize::try_from(end - at).unwrap_or(CHUNK))];
+                let n = sys::pread(src, &mut buf, at)?;
+                // All zeros: left a hole, as the read_at path does.
+                if buf[..n].iter().any(|&b| b != 0) {
+                    write_all_at(dst, &buf[..n], at)?;
+                }
+                n as u64
+            };
+            if n == 0 {
+                // `src` ended early (it shrank): `dst` holds what there was.
+                return Ok(at);
+            }
+            at += n;
+        }
+    }
+    Ok(len)
+}
+
+/// The data runs `(offset, length)` of the first `len` bytes of `fd`; a
+/// filesystem without `SEEK_DATA` gives one run of everything, and so does
+/// a file of at most one [`CHUNK`] (two `lseek`s would cost more than its
+/// holes save).
+fn data_runs(fd: BorrowedFd<'_>, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    if len <= CHUNK as u64 {
+        return Ok(vec![(0, len)]);
+    }
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let pos = i64::try_from(at).unwrap_or(i64::MAX);
+        let data = match sys::lseek(fd, pos, libc::SEEK_DATA) {
+            Ok(d) => d as u64,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+            Err(e)
+                if at == 0 && matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) =>
+            {
+                return Ok(vec![(0, len)]);
+            }
+            Err(e) => return Err(e),
+        };
+        if data >= len {
+            break;
+        }
+        let hole = match sys::lseek(fd, data as i64, libc::SEEK_HOLE) {
+            Ok(h) => (h as u64).min(len),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => len,
+            Err(e) => return Err(e),
+        };
+        if hole <= data {
+            break;
+        }
+        out.push((data, hole - data));
+        at = hole;
+    }
+    Ok(out)
+}
+
+/// `pwrite` of all of `data` at `off`.
+fn write_all_at(fd: BorrowedFd<'_>, data: &[u8], off: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        done += sys::pwrite(fd, &data[done..], off + done as u64)?;
+    }
+    Ok(())
 }

@@ -12,9 +12,17 @@
 //! errno with the crate's one mapping (an error carrying an OS code keeps
 //! it, anything else becomes `EIO`).
 //!
+//! **A file's bytes by descriptor.** [`Lower::with_file`] lends the
+//! overlay a read-only descriptor holding a file's bytes (the project's own
+//! file, or a stored pre-image), so a copy-up can share its extents with
+//! `FICLONE` instead of copying them; a layer that holds some bytes
+//! elsewhere (in a database row, rebuilt from ranges) says so and the
+//! overlay reads them with [`Lower::read_at`].
+//!
 //! Extended attributes are not part of this interface yet.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::SystemTime;
 
 /// The type of a lower entry.
@@ -88,6 +96,18 @@ pub struct Attr {
     pub origin: u64,
 }
 
+/// What [`Lower::with_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lent {
+    /// The callback ran on a descriptor of the file; the outcome of its
+    /// last run is the answer (a layer may run it again, see
+    /// [`Lower::with_file`]).
+    Fd,
+    /// The layer has no descriptor holding exactly these bytes: the caller
+    /// reads them with [`Lower::read_at`]. The callback did not run.
+    ReadAt,
+}
+
 /// One entry of a lower directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -127,6 +147,25 @@ pub trait Lower: Send + Sync {
     /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
     /// failure reading the layer.
     fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// Lends `use_fd` a read-only descriptor of the regular file `path`
+    /// whose bytes, from offset 0 to its end, are exactly the file's bytes
+    /// in this layer (holes read as zeros); the descriptor is closed after
+    /// the call. `Ok(None)` if `path` does not exist. A layer that must
+    /// make sure the bytes did not change under the callback (it serves
+    /// another directory that may be written meanwhile) may run `use_fd`
+    /// again, on another descriptor: the callback must start from scratch
+    /// each time. The default has no descriptors (`Lent::ReadAt`).
+    ///
+    /// Errors: as [`Lower::read_at`], and whatever `use_fd` returns.
+    fn with_file(
+        &self,
+        path: &[u8],
+        use_fd: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<Option<Lent>> {
+        let _ = (path, use_fd);
+        Ok(Some(Lent::ReadAt))
+    }
 
     /// The entries of directory `path`, without `.` and `..`, in any order
     /// (the overlay merges them with the upper layer's and sorts); `Ok(None)`

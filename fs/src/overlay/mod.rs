@@ -51,8 +51,9 @@
 //! - *Copy-up* happens before the first change of a lower entry (open for
 //!   writing, truncate, setattr of mode/owner/times/size, xattr set, link,
 //!   rename), through a temporary file in the work directory renamed into
-//!   place, so a crash never shows a half-copied file. There is no reflink
-//!   (the lower layer is read through `Lower::read_at`).
+//!   place, so a crash never shows a half-copied file. A file's bytes are
+//!   shared with `FICLONE` where the filesystem has reflinks, from a
+//!   descriptor the lower layer lends (`Lower::with_file`), else copied.
 //! - *Renames* of lower files and directories copy the source up (a
 //!   directory with its whole subtree: the cost is the subtree's bytes; a
 //!   redirect scheme is a later optimisation) and white out the old name.
@@ -78,7 +79,7 @@ mod rename;
 mod state;
 mod whiteout;
 
-pub use lower::{Attr, DirEntry, Kind, Lower};
+pub use lower::{Attr, DirEntry, Kind, Lent, Lower};
 
 pub(crate) use fs::Overlay;
 pub(crate) use state::{Settings, State};

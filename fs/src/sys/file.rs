@@ -125,6 +125,16 @@ pub(crate) fn copy_file_range(
     })
 }
 
+/// `ioctl(dst, FICLONE, src)`: `dst` shares every extent of `src` (a
+/// reflink), with `src`'s length. Fails with `EOPNOTSUPP` (or `EINVAL`,
+/// `ENOTTY`) where the filesystem has no reflinks (ext4, tmpfs) and `EXDEV`
+/// across filesystems.
+pub(crate) fn ficlone(dst: BorrowedFd<'_>, src: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: valid fds; FICLONE takes the source fd as its argument.
+    cvt(unsafe { libc::ioctl(dst.as_raw_fd(), libc::FICLONE, src.as_raw_fd()) })?;
+    Ok(())
+}
+
 /// Emulates `close` on the caller's file for POSIX lock semantics without
 /// closing the handle: close a duplicate.
 pub(crate) fn close_dup(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -28,8 +28,8 @@ pub(crate) use at::{
 pub(crate) use child::{fdatasync_in_child, SyncOutcome};
 pub(crate) use dirent::{getdents, parse_dirents, Dirent};
 pub(crate) use file::{
-    close_dup, copy_file_range, fallocate, fsync, ftruncate, lseek, pread, pread_aligned, pwrite,
-    pwrite_aligned, status_flags, statvfs,
+    close_dup, copy_file_range, fallocate, ficlone, fsync, ftruncate, lseek, pread, pread_aligned,
+    pwrite, pwrite_aligned, status_flags, statvfs,
 };
 pub(crate) use limits::raise_nofile_limit;
 pub(crate) use proc::{chmod_fd, reopen, truncate_path_fd, utimens_fd};

@@ -6,12 +6,13 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use opfs_fs::overlay::{Attr, DirEntry, Kind, Lower};
+use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower};
 
 /// A directory served as a read-only lower layer. Origins are the
 /// directory's inode numbers (it must lie on one filesystem).
@@ -118,6 +119,28 @@ impl Lower for DirLower {
             done += n;
         }
         Ok(Some(done))
+    }
+
+    fn with_file(
+        &self,
+        path: &[u8],
+        use_fd: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<Option<Lent>> {
+        let full = self.full(path);
+        let Some(md) = absent(fs::symlink_metadata(&full))? else {
+            return Ok(None);
+        };
+        if md.is_dir() {
+            return Err(io::Error::from_raw_os_error(21)); // EISDIR
+        }
+        if !md.is_file() {
+            return Err(io::Error::from_raw_os_error(22)); // EINVAL
+        }
+        let Some(file) = absent(fs::File::open(&full))? else {
+            return Ok(None);
+        };
+        use_fd(file.as_fd())?;
+        Ok(Some(Lent::Fd))
     }
 
     fn readdir(&self, path: &[u8]) -> io::Result<Option<Vec<DirEntry>>> {
