@@ -16,6 +16,28 @@ pub fn is_mount_point(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4).map(unescape).is_some_and(|m| m == want))
 }
 
+/// The mount points at or below `dir` (in `/proc/self/mountinfo`), each
+/// once, deepest first: the order in which they can be unmounted. An
+/// unreadable mount table gives none.
+pub fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string(MOUNTINFO) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(unescape).map(PathBuf::from))
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    found.sort_by(|a, b| {
+        b.components()
+            .count()
+            .cmp(&a.components().count())
+            .then_with(|| a.cmp(b))
+    });
+    found.dedup();
+    found
+}
+
 /// The mountpoints of every opfs mount on this machine (in
 /// `/proc/self/mountinfo`: type `fuse.opfs`, or a FUSE mount whose source is
 /// `opfs:<project>`, the name the daemon gives its mounts).
