@@ -51,6 +51,9 @@ fn require_tools() {
     );
 }
 
+/// Held (shared) by every `World::run`, alone by `World::run_alone`.
+static SETUP: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A test world: a project with a sibling, a user home with an ssh key, an
 /// opfs home, all under one temp root; unmounts whatever is left on drop.
 struct World {
@@ -117,6 +120,21 @@ impl World {
 
     /// `opfs -C PROJECT run EXTRA... -- sh -c SCRIPT`.
     fn run(&self, extra: &[&str], script: &str) -> Output {
+        let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
+        self.run_unlocked(extra, script)
+    }
+
+    /// [`World::run`] while no other test's sandbox starts: for a command
+    /// that removes a worktree from its running sandbox, which reaches the
+    /// copies of its shared folder that sandboxes started meanwhile hold
+    /// (bwrap fails to set up if a mount vanishes while it remounts them;
+    /// docs/mcp.md "Known gaps").
+    fn run_alone(&self, extra: &[&str], script: &str) -> Output {
+        let _alone = SETUP.write().unwrap_or_else(|e| e.into_inner());
+        self.run_unlocked(extra, script)
+    }
+
+    fn run_unlocked(&self, extra: &[&str], script: &str) -> Output {
         let mut c = self.opfs();
         c.arg("-C")
             .arg(&self.project)
@@ -1290,6 +1308,7 @@ print("BUSY " + json.dumps(call("worktree_discard", {"name": "w3"})))
 os.chdir("/")
 print("DISCARD " + json.dumps(call("worktree_discard", {"name": "w3"})))
 print("SHOWN " + json.dumps(sorted(os.listdir("/tmp/opfs-worktrees"))))
+print("W3_AFTER " + json.dumps(os.listdir("/tmp/opfs-worktrees/w3")))
 try:
     os.mkdir("/tmp/opfs-worktrees/planted")
     print("ESCAPED: the shared folder is writable")
@@ -1305,7 +1324,7 @@ fn a_worktree_created_inside_is_editable_there_at_once() {
     let bin = visible_opfs(&w);
     let client = w.root.join("create-client.py");
     std::fs::write(&client, CREATE_INSIDE_CLIENT).unwrap();
-    let out = w.run(
+    let out = w.run_alone(
         &[],
         &format!(
             r#"/usr/bin/python3 {client} {bin}; echo "CLIENT_RC=$?"; echo "HOME_LS=[$(ls -A "$OPFS_HOME")]"; true"#,
@@ -1352,7 +1371,10 @@ fn a_worktree_created_inside_is_editable_there_at_once() {
     let discarded = field("DISCARD ");
     assert_eq!(discarded[0], false, "{discarded}");
     assert_eq!(discarded[1]["discarded"], "w3", "{discarded}");
-    assert_eq!(field("SHOWN "), serde_json::json!(["w2"]));
+    // w3's mount is gone from the sandbox; its empty mountpoint stays
+    // until the run ends.
+    assert_eq!(field("SHOWN "), serde_json::json!(["w2", "w3"]));
+    assert_eq!(field("W3_AFTER "), serde_json::json!([]));
     assert!(text.contains("PLANT_REFUSED "), "{}", show(&out));
     assert_eq!(field("MCP_RC ").as_i64(), Some(0));
     assert!(
@@ -1399,11 +1421,17 @@ fn a_worktree_created_inside_is_editable_there_at_once() {
         vec![outside],
         "mounts left by the run"
     );
+    // Of the shared folder, only its empty mountpoint directory is left
+    // (the next run removes it).
     let shared: Vec<_> = walk_names(&w.pinned.opfs_home)
         .into_iter()
-        .filter(|n| n.contains("sandbox-worktrees"))
+        .filter(|n| n.contains("/sandbox-worktrees/"))
         .collect();
-    assert!(shared.is_empty(), "{shared:?}");
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert!(
+        std::fs::read_dir(&shared[0]).unwrap().next().is_none(),
+        "{shared:?}"
+    );
 }
 
 /// Inside the sandbox: creates worktree argv[1] through the raw narrow
@@ -1475,6 +1503,7 @@ fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let killed = child.id().to_string();
     child.kill().unwrap();
     child.wait().unwrap();
     // Killed outright, opfs run could not clean up: the folder is left.
@@ -1490,7 +1519,7 @@ fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
     assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
     let left: Vec<_> = walk_names(&w.pinned.opfs_home)
         .into_iter()
-        .filter(|n| n.contains("sandbox-worktrees"))
+        .filter(|n| n.ends_with(&format!("/sandbox-worktrees/{killed}")))
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(left.is_empty(), "the killed run's folder is gone: {left:?}");
 }

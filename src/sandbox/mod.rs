@@ -289,22 +289,35 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         Err("no worktree tools in this mode".to_string())
     };
     let mut visible = std::collections::BTreeMap::new();
-    let mut bwrap_binds = Vec::new();
-    for (name, mountpoint) in &mounted {
-        match &share {
-            Ok(s) => match s.0.bind(name, mountpoint) {
+    if let Ok(s) = &share {
+        for (name, mountpoint) in &mounted {
+            match s.0.bind(name, mountpoint) {
                 Ok(inside) => {
                     visible.insert(name.clone(), inside);
                 }
                 Err(e) => warnings.push(format!(
                     "worktree {name:?} is not shown inside the sandbox: {e}"
                 )),
-            },
-            Err(_) => {
-                let inside = Path::new(crate::mcp::tools::WORKTREES_INSIDE).join(name);
-                visible.insert(name.clone(), inside.clone());
-                bwrap_binds.push((mountpoint.clone(), inside));
             }
+        }
+    }
+    // Shared only now that the worktrees of the start are in it.
+    let share = match share {
+        Ok(s) => match s.0.share() {
+            Ok(()) => Ok(s),
+            Err(e) => {
+                visible.clear();
+                Err(format!("the shared folder could not be made shared: {e}"))
+            }
+        },
+        Err(why) => Err(why),
+    };
+    let mut bwrap_binds = Vec::new();
+    if share.is_err() {
+        for (name, mountpoint) in &mounted {
+            let inside = Path::new(crate::mcp::tools::WORKTREES_INSIDE).join(name);
+            visible.insert(name.clone(), inside.clone());
+            bwrap_binds.push((mountpoint.clone(), inside));
         }
     }
     let narrow = if tools_inside {

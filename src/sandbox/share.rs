@@ -5,29 +5,34 @@
 //! host's, so a mount made on the host after the sandbox started shows
 //! inside only if it is made below a *shared* mount that the sandbox has a
 //! copy of. The host's root is often private (it is on the machines we
-//! test on), so `opfs run` makes a folder of its own shared:
-//! `<state dir>/sandbox-worktrees/<pid>`, bound on itself and marked
-//! `MS_SHARED`, bound read-only at [`WORKTREES_INSIDE`] inside. Each
-//! worktree the sandbox shows is bind-mounted (its mount alone,
-//! non-recursive) at `<folder>/NAME` on the host: the ones mounted when the
-//! run starts before bwrap runs, the ones `worktree_create` makes through
-//! the narrow socket as they are made; both propagate to the sandbox's copy
-//! at once, writable (the read-only remount of the folder inside is not
-//! recursive). Unmounting `<folder>/NAME` on the host propagates too, so a
-//! worktree bound during the run can be removed from the running sandbox
-//! (the unmount fails with `EBUSY` while a process inside uses it).
+//! test on), so `opfs run` makes a folder of its own: a small tmpfs at
+//! `<state dir>/sandbox-worktrees/<pid>`, bound read-only at
+//! [`WORKTREES_INSIDE`] inside. Each worktree the sandbox shows is
+//! bind-mounted (its FUSE mount alone, non-recursive, checked to be one
+//! before it is attached) at `<folder>/NAME` on the host: the ones mounted
+//! when the run starts while the folder is still private, then the folder
+//! is made shared (`MS_SHARED`) before bwrap starts, and the ones
+//! `worktree_create` makes through the narrow socket as they are made;
+//! those propagate to the sandbox's copy at once, writable (the read-only
+//! remount of the folder inside is not recursive). Unmounting
+//! `<folder>/NAME` on the host propagates too, so a worktree bound during
+//! the run can be removed from the running sandbox (the unmount fails with
+//! `EBUSY` while a process inside uses it).
 //!
 //! Guarantee 8: nothing but worktree mounts appears in the folder. It holds
 //! only the empty directories opfs makes as mountpoints, and inside it is
 //! read-only, so the command cannot create entries there (a symlink it
 //! planted would redirect a later bind on the host).
 //!
-//! Life: the binds and the folder's own mount are unmounted, and its
-//! directories removed, when the run ends ([`WorktreeShare::close`], also
-//! on drop), whatever the command's fate; the worktrees stay mounted at
-//! their own paths outside. A folder left by an `opfs run` that was killed
-//! (its pid no longer runs) is torn down by the next `opfs run` of the
-//! project ([`WorktreeShare::make`]).
+//! Life: when the run ends, whatever the command's fate, the folder is made
+//! private again and the binds and the tmpfs are unmounted
+//! ([`WorktreeShare::close`], also on drop); the worktrees stay mounted at
+//! their own paths outside. Its empty mountpoint directory is removed by
+//! the next `opfs run` of the project, not at once: a sandbox that started
+//! meanwhile holds a copy of the folder's mount, and bwrap fails to set up
+//! when the path of a mount it copied vanishes under it. A folder left by
+//! an `opfs run` that was killed (its pid no longer runs) is unmounted and
+//! removed by the next `opfs run` too ([`WorktreeShare::make`]).
 //!
 //! Making the folder needs the right to mount on the host (root, or
 //! `CAP_SYS_ADMIN` in the mount namespace's user namespace); without it
@@ -38,7 +43,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use rustix::mount::{mount_bind, mount_change, unmount, MountPropagationFlags, UnmountFlags};
+use rustix::mount::{mount_change, unmount, MountFlags, MountPropagationFlags, UnmountFlags};
 
 use crate::mcp::tools::{SandboxBinds, WORKTREES_INSIDE};
 use crate::state::mountinfo;
@@ -63,15 +68,15 @@ struct Bound {
 }
 
 impl WorktreeShare {
-    /// Makes this process's shared folder for `st`'s project, after tearing
-    /// down any folder left by a run that no longer exists.
+    /// Makes this process's folder for `st`'s project, after tearing down
+    /// any folder left by a run that no longer exists; [`Self::share`]
+    /// then makes it shared.
     ///
-    /// Durable after `Ok`: the folder, a shared mount point, holding
-    /// nothing. After `Err` nothing of it is left.
+    /// Durable after `Ok`: the folder, a (still private) mount point
+    /// holding nothing. After `Err` nothing of it is left.
     ///
     /// Errors: its directory cannot be made; the bind of the folder on
-    /// itself or marking it shared fails (`EPERM` without the right to
-    /// mount).
+    /// itself fails (`EPERM` without the right to mount).
     pub(crate) fn make(st: &StateDir) -> io::Result<WorktreeShare> {
         let parent = st.dir.join(SHARE_DIR);
         std::fs::create_dir_all(&parent)?;
@@ -80,24 +85,47 @@ impl WorktreeShare {
         // Ours by name only if this process made it: one left by an earlier
         // process with the same pid goes first.
         teardown(&dir);
-        std::fs::create_dir(&dir)?;
-        let shared = mount_bind(&dir, &dir)
-            .map_err(io::Error::from)
-            .and_then(|()| {
-                mount_change(&dir, MountPropagationFlags::SHARED).map_err(|e| {
-                    let _ = unmount(&dir, UnmountFlags::DETACH);
-                    io::Error::from(e)
-                })
-            });
-        if let Err(e) = shared {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        // A tmpfs of its own, not a bind of the state dir: the mountpoint
+        // directories in it go away with it, in every copy at once.
+        if let Err(e) = rustix::mount::mount(
+            "opfs-worktrees",
+            &dir,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            Some(c"mode=0755,size=64k"),
+        ) {
             let _ = std::fs::remove_dir(&dir);
             let _ = std::fs::remove_dir(&parent);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(WorktreeShare {
             dir,
             state: Mutex::new(Bound::default()),
         })
+    }
+
+    /// Marks the folder shared: from now on a bind made in it (or removed
+    /// from it) reaches every copy of it made afterwards, the sandbox's
+    /// first. Call it after binding the worktrees mounted at start and
+    /// before starting bwrap: mount namespaces made before (other
+    /// sandboxes) never get a shared copy, and binding those worktrees
+    /// changes no other namespace.
+    ///
+    /// Errors: the kernel refused (`EPERM`); the folder is then torn down
+    /// ([`Self::close`]) and the caller falls back to bwrap's binds.
+    pub(crate) fn share(&self) -> io::Result<()> {
+        if let Err(e) = mount_change(&self.dir, MountPropagationFlags::SHARED) {
+            for w in self.close() {
+                log::warn!("{w}");
+            }
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// The folder (outside), to bind at [`WORKTREES_INSIDE`].
@@ -119,6 +147,12 @@ impl WorktreeShare {
         }
         bound.closed = true;
         let mut warnings = Vec::new();
+        // Private first: the unmounts below then reach no other mount
+        // namespace (a sandbox started during the run has a copy of the
+        // folder; a mount vanishing under bwrap while it sets up makes it
+        // fail). Such a copy keeps its binds until that namespace ends, as
+        // it keeps every mount that existed when it was made.
+        let _ = mount_change(&self.dir, MountPropagationFlags::PRIVATE);
         for name in std::mem::take(&mut bound.names) {
             let target = self.dir.join(&name);
             if let Err(e) = unmount_now(&target) {
@@ -129,10 +163,7 @@ impl WorktreeShare {
             }
         }
         drop(bound);
-        warnings.extend(teardown(&self.dir));
-        if let Some(parent) = self.dir.parent() {
-            let _ = std::fs::remove_dir(parent);
-        }
+        warnings.extend(unmount_all(&self.dir));
         warnings
     }
 }
@@ -154,7 +185,7 @@ impl SandboxBinds for WorktreeShare {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        if let Err(e) = mount_bind(mountpoint, &target) {
+        if let Err(e) = attach_clone(mountpoint, &target) {
             let _ = std::fs::remove_dir(&target);
             return Err(io::Error::other(format!(
                 "cannot bind {} at {}: {e}",
@@ -175,7 +206,8 @@ impl SandboxBinds for WorktreeShare {
         // Not lazy: a process inside that uses it keeps it (EBUSY).
         unmount(&target, UnmountFlags::empty())?;
         bound.names.remove(name);
-        let _ = std::fs::remove_dir(&target);
+        // Its directory stays (in the tmpfs, gone with it): a sandbox
+        // starting now may be resolving its path in a copy of the folder.
         Ok(true)
     }
 }
@@ -188,6 +220,37 @@ impl Drop for WorktreeShare {
     }
 }
 
+/// `FUSE_SUPER_MAGIC`: the filesystem type of a worktree's mount.
+const FUSE_SUPER_MAGIC: rustix::fs::FsWord = 0x6573_5546;
+
+/// Binds the mount at `mountpoint` (alone, not what is mounted below it) at
+/// `target`, only if it is a FUSE mount. The clone is checked before it is
+/// attached, so a worktree whose daemon died just before cannot expose the
+/// state dir's empty mountpoint folder in its place, not even for an
+/// instant.
+fn attach_clone(mountpoint: &Path, target: &Path) -> io::Result<()> {
+    use rustix::mount::{move_mount, open_tree, MoveMountFlags, OpenTreeFlags};
+    let tree = open_tree(
+        rustix::fs::CWD,
+        mountpoint,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )?;
+    if rustix::fs::fstatfs(&tree)?.f_type != FUSE_SUPER_MAGIC {
+        return Err(io::Error::other(format!(
+            "{} is not a worktree's mount (its daemon has stopped)",
+            mountpoint.display()
+        )));
+    }
+    move_mount(
+        &tree,
+        "",
+        rustix::fs::CWD,
+        target,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )?;
+    Ok(())
+}
+
 /// Unmounts `target`, lazily if something still uses it (the sandbox has
 /// ended: what is left is a process outside that will let go).
 fn unmount_now(target: &Path) -> io::Result<()> {
@@ -198,24 +261,32 @@ fn unmount_now(target: &Path) -> io::Result<()> {
     }
 }
 
-/// Unmounts whatever is mounted at or below `dir` (deepest first) and
-/// removes `dir` and the empty directories in it; never deletes a file, nor
-/// a directory that is not empty. Returns what could not be done.
-fn teardown(dir: &Path) -> Vec<String> {
+/// Unmounts whatever is mounted at or below `dir` (deepest first),
+/// without letting the unmounts reach other mount namespaces. Returns what
+/// could not be unmounted.
+fn unmount_all(dir: &Path) -> Vec<String> {
     let mut warnings = Vec::new();
-    for m in mountinfo::mount_points_under(dir) {
+    let mounts = mountinfo::mount_points_under(dir);
+    if mounts.iter().any(|m| m == dir) {
+        // As in `close`: the unmounts reach no other namespace.
+        let _ = mount_change(dir, MountPropagationFlags::PRIVATE);
+    }
+    for m in mounts {
         if let Err(e) = unmount_now(&m) {
             warnings.push(format!("cannot unmount {}: {e}", m.display()));
         }
     }
+    warnings
+}
+
+/// Unmounts whatever is mounted at or below `dir` and removes `dir` if it
+/// is then an empty directory; never deletes anything else. Returns what
+/// could not be done.
+fn teardown(dir: &Path) -> Vec<String> {
+    let mut warnings = unmount_all(dir);
     if !warnings.is_empty() {
-        // Something is still mounted: removing directories could reach into it.
+        // Something is still mounted there: leave the directory.
         return warnings;
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = std::fs::remove_dir(e.path());
-        }
     }
     match std::fs::remove_dir(dir) {
         Ok(()) => {}
@@ -226,7 +297,11 @@ fn teardown(dir: &Path) -> Vec<String> {
 }
 
 /// Tears down the folders in `parent` whose run (the pid they are named
-/// after) no longer exists: `opfs run` was killed before it could.
+/// after) no longer exists: the empty mountpoint an ended run leaves (its
+/// removal waits for a later run: a sandbox that started while the folder
+/// was mounted holds a copy of its mount, and bwrap fails to set up if the
+/// path of a mount it copied vanishes meanwhile), or everything a killed
+/// `opfs run` could not unmount.
 fn reap_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
