@@ -189,9 +189,10 @@ pub struct HistoryShowArgs {
     pub path: String,
 }
 
-/// Where `opfs run`'s sandbox shows the project's worktrees that were
-/// mounted when it started, each at `WORKTREES_INSIDE/NAME` (on the
-/// sandbox's private `/tmp`).
+/// Where `opfs run`'s sandbox shows the project's worktrees (those
+/// mounted when it started and, with a shared folder, those created during
+/// the run), each at `WORKTREES_INSIDE/NAME` (on the sandbox's private
+/// `/tmp`).
 pub const WORKTREES_INSIDE: &str = "/tmp/opfs-worktrees";
 
 /// A running sandbox's shared worktree folder, as the tools reach it

@@ -15,7 +15,9 @@
 //! 2. the host root read-only, a fresh `/dev` and `/proc` (a new pid
 //!    namespace, so `/proc/PID/root` of host processes is unreachable), a
 //!    private `/tmp`;
-//! 3. writable roots (`--writable`, config);
+//! 3. writable roots (`--writable`, config), the narrow socket, and the
+//!    worktrees at `/tmp/opfs-worktrees` (the run's shared folder,
+//!    read-only but for the worktree mounts in it: `share.rs`);
 //! 4. hidden paths that are not inside the project: the state dirs and
 //!    credential paths, an empty read-only tmpfs over a directory and
 //!    `/dev/null` over anything else;
