@@ -88,6 +88,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mount_points_under_the_root_come_deepest_first() {
+        let all = mount_points_under(Path::new("/"));
+        assert_eq!(all.last().map(PathBuf::as_path), Some(Path::new("/")));
+        assert!(all
+            .windows(2)
+            .all(|w| w[0].components().count() >= w[1].components().count()));
+        assert!(mount_points_under(Path::new("/nonexistent-opfs-test")).is_empty());
+    }
+
+    #[test]
     fn octal_escapes_are_decoded() {
         assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
         assert_eq!(unescape(r"/x\134y\011z"), "/x\\y\tz");
