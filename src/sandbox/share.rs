@@ -75,8 +75,8 @@ impl WorktreeShare {
     /// Durable after `Ok`: the folder, a (still private) mount point
     /// holding nothing. After `Err` nothing of it is left.
     ///
-    /// Errors: its directory cannot be made; the bind of the folder on
-    /// itself fails (`EPERM` without the right to mount).
+    /// Errors: its directory cannot be made; mounting its tmpfs fails
+    /// (`EPERM` without the right to mount).
     pub(crate) fn make(st: &StateDir) -> io::Result<WorktreeShare> {
         let parent = st.dir.join(SHARE_DIR);
         std::fs::create_dir_all(&parent)?;
