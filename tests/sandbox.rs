@@ -51,6 +51,9 @@ fn require_tools() {
     );
 }
 
+/// Held (shared) by every `World::run`, alone by `World::run_alone`.
+static SETUP: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// A test world: a project with a sibling, a user home with an ssh key, an
 /// opfs home, all under one temp root; unmounts whatever is left on drop.
 struct World {
@@ -117,6 +120,21 @@ impl World {
 
     /// `opfs -C PROJECT run EXTRA... -- sh -c SCRIPT`.
     fn run(&self, extra: &[&str], script: &str) -> Output {
+        let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
+        self.run_unlocked(extra, script)
+    }
+
+    /// [`World::run`] while no other test's sandbox starts: for a command
+    /// that removes a worktree from its running sandbox, which reaches the
+    /// copies of its shared folder that sandboxes started meanwhile hold
+    /// (bwrap fails to set up if a mount vanishes while it remounts them;
+    /// docs/mcp.md "Known gaps").
+    fn run_alone(&self, extra: &[&str], script: &str) -> Output {
+        let _alone = SETUP.write().unwrap_or_else(|e| e.into_inner());
+        self.run_unlocked(extra, script)
+    }
+
+    fn run_unlocked(&self, extra: &[&str], script: &str) -> Output {
         let mut c = self.opfs();
         c.arg("-C")
             .arg(&self.project)
@@ -1208,12 +1226,12 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
     );
     let created = &raw[1]["ok"];
     assert_eq!(created["name"], "w2", "{}", raw[1]);
-    let note = created["note"].as_str().unwrap_or_default();
-    assert!(
-        note.contains("next `opfs run`") && note.contains("/tmp/opfs-worktrees"),
-        "a worktree made inside says how to reach it: {}",
+    assert_eq!(
+        created["path"], "/tmp/opfs-worktrees/w2",
+        "a worktree made inside shows there at once: {}",
         raw[1]
     );
+    assert!(created.get("note").is_none(), "{}", raw[1]);
     // A bound worktree cannot be discarded from inside (its mount cannot
     // stop while the sandbox holds it): refused at once, still mounted.
     let refused = raw[2]["error"]["message"].as_str().unwrap_or_default();
@@ -1246,4 +1264,262 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
         .output()
         .unwrap();
     assert!(stdout(&diff).contains("+from inside"), "{}", show(&diff));
+}
+
+/// Inside the sandbox: `opfs mcp` driven as an MCP client drives it
+/// (argv[1] is the binary): creates worktrees, works in them at the path
+/// the tool answers with, discards one (refused while this process's
+/// working directory is in it). Prints tagged lines.
+const CREATE_INSIDE_CLIENT: &str = r#"
+import json, os, subprocess, sys
+p = subprocess.Popen([sys.argv[1], "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def send(m):
+    p.stdin.write(json.dumps(m) + chr(10)); p.stdin.flush()
+n = [0]
+def call(name, args):
+    n[0] += 1
+    send({"jsonrpc": "2.0", "id": n[0], "method": "tools/call", "params": {"name": name, "arguments": args}})
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            raise SystemExit("opfs mcp closed its output")
+        m = json.loads(line)
+        if m.get("id") == n[0]:
+            r = m["result"]
+            return r["isError"], json.loads(r["content"][0]["text"]) if not r["isError"] else r["content"][0]["text"]
+send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+p.stdout.readline()
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+err, w2 = call("worktree_create", {"name": "w2"})
+print("CREATED " + json.dumps([err, w2]))
+path = w2["path"]
+print("BEFORE " + open(os.path.join(path, "a.txt")).read().strip())
+with open(os.path.join(path, "a.txt"), "w") as f:
+    f.write("from inside w2\n")
+os.mkdir(os.path.join(path, "newdir"))
+with open(os.path.join(path, "newdir", "b.txt"), "w") as f:
+    f.write("new in w2\n")
+print("AFTER " + open(os.path.join(path, "a.txt")).read().strip())
+err, rows = call("worktree_list", {})
+print("LIST " + json.dumps(rows))
+err, w3 = call("worktree_create", {"name": "w3"})
+os.chdir(w3["path"])
+print("BUSY " + json.dumps(call("worktree_discard", {"name": "w3"})))
+os.chdir("/")
+print("DISCARD " + json.dumps(call("worktree_discard", {"name": "w3"})))
+print("SHOWN " + json.dumps(sorted(os.listdir("/tmp/opfs-worktrees"))))
+print("W3_AFTER " + json.dumps(os.listdir("/tmp/opfs-worktrees/w3")))
+try:
+    os.mkdir("/tmp/opfs-worktrees/planted")
+    print("ESCAPED: the shared folder is writable")
+except OSError as e:
+    print("PLANT_REFUSED %d" % e.errno)
+p.stdin.close()
+print("MCP_RC %d" % p.wait())
+"#;
+
+#[test]
+fn a_worktree_created_inside_is_editable_there_at_once() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let client = w.root.join("create-client.py");
+    std::fs::write(&client, CREATE_INSIDE_CLIENT).unwrap();
+    let out = w.run_alone(
+        &[],
+        &format!(
+            r#"/usr/bin/python3 {client} {bin}; echo "CLIENT_RC=$?"; echo "HOME_LS=[$(ls -A "$OPFS_HOME")]"; true"#,
+            client = client.display(),
+            bin = bin.display(),
+        ),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(text.contains("CLIENT_RC=0"), "{}", show(&out));
+    assert!(!text.contains("ESCAPED"), "{}", show(&out));
+    let field = |tag: &str| -> serde_json::Value {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag}: {}", show(&out)));
+        serde_json::from_str(line.trim()).unwrap()
+    };
+    let created = field("CREATED ");
+    assert_eq!(created[0], false, "{created}");
+    assert_eq!(created[1]["path"], "/tmp/opfs-worktrees/w2", "{created}");
+    assert!(created[1].get("note").is_none(), "{created}");
+    // Readable and writable inside, in the same run, at that path.
+    assert!(text.contains("BEFORE original a"), "{}", show(&out));
+    assert!(text.contains("AFTER from inside w2"), "{}", show(&out));
+    let rows = field("LIST ");
+    assert!(
+        rows.as_array().unwrap().iter().any(|r| r["name"] == "w2"
+            && r["path"] == "/tmp/opfs-worktrees/w2"
+            && r["changed"] == 3),
+        "the list gives the inside path and the writes: {rows}"
+    );
+    // Discarding one a process inside uses is refused and leaves it; once
+    // the process has left, it is unbound and discarded.
+    let busy = field("BUSY ");
+    assert_eq!(busy[0], true, "{busy}");
+    assert!(
+        busy[1]
+            .as_str()
+            .unwrap_or_default()
+            .contains("in use inside this sandbox"),
+        "{busy}"
+    );
+    let discarded = field("DISCARD ");
+    assert_eq!(discarded[0], false, "{discarded}");
+    assert_eq!(discarded[1]["discarded"], "w3", "{discarded}");
+    // w3's mount is gone from the sandbox; its empty mountpoint stays
+    // until the run ends.
+    assert_eq!(field("SHOWN "), serde_json::json!(["w2", "w3"]));
+    assert_eq!(field("W3_AFTER "), serde_json::json!([]));
+    assert!(text.contains("PLANT_REFUSED "), "{}", show(&out));
+    assert_eq!(field("MCP_RC ").as_i64(), Some(0));
+    assert!(
+        text.contains("HOME_LS=[]"),
+        "the state dir stays hidden: {}",
+        show(&out)
+    );
+
+    // The writes landed in the worktree, not the project.
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+    assert!(!w.project.join("newdir").exists());
+    let diff = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "diff", "w2"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&diff).contains("+from inside w2") && stdout(&diff).contains("+new in w2"),
+        "{}",
+        show(&diff)
+    );
+    // After the run: the worktree stays mounted at its own path outside,
+    // and nothing else is mounted (no bind, no shared folder, no private
+    // project mount); the shared folder is gone.
+    let list = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "list", "--json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "w3 was discarded: {rows:?}");
+    assert_eq!(rows[0]["mounted"], true, "{rows:?}");
+    let outside = PathBuf::from(rows[0]["path"].as_str().unwrap());
+    assert_eq!(
+        w.mounts_under_root(),
+        vec![outside],
+        "mounts left by the run"
+    );
+    // Of the shared folder, only its empty mountpoint directory is left
+    // (the next run removes it).
+    let shared: Vec<_> = walk_names(&w.pinned.opfs_home)
+        .into_iter()
+        .filter(|n| n.contains("/sandbox-worktrees/"))
+        .collect();
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert!(
+        std::fs::read_dir(&shared[0]).unwrap().next().is_none(),
+        "{shared:?}"
+    );
+}
+
+/// Inside the sandbox: creates worktree argv[1] through the raw narrow
+/// socket and prints the answer as `RAW ...`.
+const CREATE_RAW: &str = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["OPFS_MCP_SOCKET"])
+f = s.makefile("rw")
+f.write(json.dumps({"tool": "worktree_create", "arguments": {"name": sys.argv[1]}}) + chr(10)); f.flush()
+print("RAW " + f.readline().strip())
+"#;
+
+/// The mount points of `w` below its shared worktree folders.
+fn shared_mounts(w: &World) -> Vec<PathBuf> {
+    w.mounts_under_root()
+        .into_iter()
+        .filter(|m| m.to_string_lossy().contains("/sandbox-worktrees/"))
+        .collect()
+}
+
+#[test]
+fn a_killed_command_leaves_no_shared_worktree_mount() {
+    let w = World::new();
+    let client = w.root.join("create-raw.py");
+    std::fs::write(&client, CREATE_RAW).unwrap();
+    let out = w.run(
+        &[],
+        &format!(
+            r#"/usr/bin/python3 {client} w2; echo hi > /tmp/opfs-worktrees/w2/a.txt && echo WROTE; kill -9 $$"#,
+            client = client.display()
+        ),
+    );
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", show(&out));
+    assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
+    assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    // What is left mounted is the worktree at its own path, nothing else.
+    assert_eq!(
+        w.mounts_under_root().len(),
+        1,
+        "{:?}",
+        w.mounts_under_root()
+    );
+}
+
+#[test]
+fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
+    let w = World::new();
+    let _mp = w.mount();
+    let client = w.root.join("create-raw.py");
+    std::fs::write(&client, CREATE_RAW).unwrap();
+    let mut run = w.opfs();
+    run.arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c"])
+        .arg(format!(
+            "/usr/bin/python3 {client} w2; sleep 600",
+            client = client.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = run.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while shared_mounts(&w).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the shared folder and w2's bind never appeared: {:?}",
+            w.mounts_under_root()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = child.id().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Killed outright, opfs run could not clean up: the folder is left.
+    assert_eq!(shared_mounts(&w).len(), 2, "{:?}", w.mounts_under_root());
+    let out = w.run(&[], "ls /tmp/opfs-worktrees");
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "w2",
+        "the next run shows the worktree: {}",
+        show(&out)
+    );
+    assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    let left: Vec<_> = walk_names(&w.pinned.opfs_home)
+        .into_iter()
+        .filter(|n| n.ends_with(&format!("/sandbox-worktrees/{killed}")))
+        .collect();
+    assert!(left.is_empty(), "the killed run's folder is gone: {left:?}");
 }

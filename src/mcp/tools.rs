@@ -11,7 +11,9 @@
 //! exports or deletes the project's history; `worktree_merge` has no
 //! `force` (an agent must not override the user's edits).
 
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -187,10 +189,53 @@ pub struct HistoryShowArgs {
     pub path: String,
 }
 
-/// Where `opfs run`'s sandbox shows the project's worktrees that were
-/// mounted when it started, each at `WORKTREES_INSIDE/NAME` (on the
-/// sandbox's private `/tmp`).
+/// Where `opfs run`'s sandbox shows the project's worktrees (those
+/// mounted when it started and, with a shared folder, those created during
+/// the run), each at `WORKTREES_INSIDE/NAME` (on the sandbox's private
+/// `/tmp`).
 pub const WORKTREES_INSIDE: &str = "/tmp/opfs-worktrees";
+
+/// A running sandbox's shared worktree folder, as the tools reach it
+/// (implemented in `crate::sandbox`; `docs/mcp.md` "Worktrees inside the
+/// sandbox"): a mount made in it outside shows inside at once, under
+/// [`WORKTREES_INSIDE`].
+pub trait SandboxBinds: Send + Sync + std::fmt::Debug {
+    /// Binds the worktree `name`, mounted outside at `mountpoint`, into the
+    /// running sandbox; returns where it shows inside.
+    ///
+    /// Errors: the sandbox has ended, or the bind mount failed; nothing is
+    /// left bound then.
+    fn bind(&self, name: &str, mountpoint: &Path) -> std::io::Result<PathBuf>;
+
+    /// Removes worktree `name` from the running sandbox, if [`Self::bind`]
+    /// put it there: `Ok(true)` when it was bound and is gone, `Ok(false)`
+    /// when it was not bound.
+    ///
+    /// Errors: a process inside still uses it (`EBUSY`); it stays bound.
+    fn unbind(&self, name: &str) -> std::io::Result<bool>;
+}
+
+/// What the tools know of the sandbox they serve ([`Tools::in_sandbox`]).
+#[derive(Debug)]
+struct SandboxView {
+    /// Worktrees mounted when the sandbox started: it holds a copy of
+    /// their mounts until it ends, so they cannot be discarded from inside.
+    at_start: BTreeSet<String>,
+    /// Where each worktree the sandbox shows appears inside; grows as
+    /// `worktree_create` binds new ones, shrinks as `worktree_discard`
+    /// removes them.
+    visible: Mutex<BTreeMap<String, PathBuf>>,
+    /// The shared folder, or why there is none (new worktrees are then
+    /// reachable inside from the next run on).
+    binds: Result<Arc<dyn SandboxBinds>, String>,
+}
+
+impl SandboxView {
+    fn visible(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PathBuf>> {
+        // A panic elsewhere while holding it leaves a usable map.
+        self.visible.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// What `worktree_create` returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -201,8 +246,10 @@ pub struct Created {
     pub path: PathBuf,
     /// The project turn whose start it shows.
     pub base_turn: u64,
-    /// Inside `opfs run`'s sandbox only: `path` is outside it, and how to
-    /// reach the worktree (`docs/mcp.md` "Worktrees inside the sandbox").
+    /// Inside `opfs run`'s sandbox, when it cannot show the new worktree
+    /// at once (no shared folder, or its bind failed): `path` is outside
+    /// it, why, and how to reach the worktree (`docs/mcp.md` "Worktrees
+    /// inside the sandbox").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -261,6 +308,20 @@ pub enum ToolError {
          run `opfs worktree discard {0}`); worktree_diff and worktree_merge work on it now"
     )]
     BoundInSandbox(String),
+    /// `worktree_discard` of a worktree bound into the running sandbox
+    /// after it started, which a process inside still uses: it stays bound
+    /// and mounted.
+    #[error(
+        "worktree {name:?} is in use inside this sandbox (a process has its current directory or \
+         a file open under {WORKTREES_INSIDE}/{name}), so it was not discarded: {source}; leave \
+         it and try again"
+    )]
+    InUseInSandbox {
+        /// The worktree.
+        name: String,
+        /// What the unmount said.
+        source: std::io::Error,
+    },
     /// The tool ran behind the narrow socket (`super::narrow`) and failed
     /// there, or the socket could not be reached: its message and detail.
     #[error("{message}")]
@@ -303,9 +364,8 @@ pub struct Tools {
     project: Project,
     opts: DaemonOptions,
     verbose: u8,
-    /// Serving `opfs run`'s sandbox: the worktrees bound into it, by name,
-    /// and where they appear inside ([`Tools::in_sandbox`]).
-    sandbox: Option<std::collections::BTreeMap<String, PathBuf>>,
+    /// Serving `opfs run`'s sandbox: what it shows ([`Tools::in_sandbox`]).
+    sandbox: Option<Arc<SandboxView>>,
 }
 
 fn decode<A: DeserializeOwned>(tool: &'static str, args: Value) -> Result<A, ToolError> {
@@ -338,12 +398,26 @@ impl Tools {
         }
     }
 
-    /// These tools serve `opfs run`'s sandbox, into which the worktrees
-    /// of `visible` (name → path inside) were bound when it started:
-    /// `worktree_list` gives those paths, and `worktree_create` says that a
-    /// new worktree is reachable inside from the next run on.
-    pub fn in_sandbox(mut self, visible: std::collections::BTreeMap<String, PathBuf>) -> Tools {
-        self.sandbox = Some(visible);
+    /// These tools serve `opfs run`'s sandbox. `at_start` names the
+    /// worktrees mounted when it started (it holds their mounts until it
+    /// ends: `worktree_discard` refuses them); `visible` (name → path
+    /// inside) those bound into it, whose inside paths `worktree_list`
+    /// gives. With `binds` (the sandbox's shared folder),
+    /// `worktree_create` binds the new worktree into the running sandbox
+    /// and answers with its inside path, and `worktree_discard` unbinds it
+    /// first; with `Err(why)` the new worktree is reachable inside from
+    /// the next run on, which its `note` says, with `why`.
+    pub fn in_sandbox(
+        mut self,
+        at_start: BTreeSet<String>,
+        visible: BTreeMap<String, PathBuf>,
+        binds: Result<Arc<dyn SandboxBinds>, String>,
+    ) -> Tools {
+        self.sandbox = Some(Arc::new(SandboxView {
+            at_start,
+            visible: Mutex::new(visible),
+            binds,
+        }));
         self
     }
 
@@ -374,9 +448,13 @@ impl Tools {
     /// `worktree_create`: as `opfs worktree create NAME [--from N]`
     /// (mounted in its folder of the state dir; no custom mountpoint).
     /// From now, when the open turn already has records, the project gets
-    /// a new turn labelled `worktree NAME` so the base is exact.
+    /// a new turn labelled `worktree NAME` so the base is exact. Serving a
+    /// sandbox with a shared folder, the worktree is bound into it and
+    /// `path` is where it shows inside; without one (or if the bind fails)
+    /// `path` is outside and `note` says so and why.
     ///
-    /// Errors: as [`wt_cmd::create`].
+    /// Errors: as [`wt_cmd::create`] (a failed bind is not an error: the
+    /// worktree exists and is mounted outside).
     pub fn worktree_create(&self, a: WorktreeCreateArgs) -> Result<Created, ToolError> {
         let meta = wt_cmd::create(
             &self.home,
@@ -387,23 +465,44 @@ impl Tools {
             &self.opts,
             self.verbose,
         )?;
-        let note = self.sandbox.as_ref().map(|_| {
-            format!(
-                "the worktree is mounted outside this sandbox, at {}: a sandbox shows the \
-                 worktrees that were mounted when `opfs run` started (at {}/NAME), so files of \
-                 this one can be edited from the next `opfs run` on (or by the user outside, or \
-                 in `opfs run --worktree {}`); worktree_diff, worktree_merge and \
-                 worktree_discard work on it by name now",
-                meta.mountpoint.display(),
-                WORKTREES_INSIDE,
-                meta.name
-            )
-        });
+        let Some(view) = &self.sandbox else {
+            return Ok(Created {
+                name: meta.name,
+                path: meta.mountpoint,
+                base_turn: meta.base_turn,
+                note: None,
+            });
+        };
+        let why = match &view.binds {
+            Ok(binds) => match binds.bind(&meta.name, &meta.mountpoint) {
+                Ok(inside) => {
+                    view.visible().insert(meta.name.clone(), inside.clone());
+                    return Ok(Created {
+                        name: meta.name,
+                        path: inside,
+                        base_turn: meta.base_turn,
+                        note: None,
+                    });
+                }
+                Err(e) => format!("binding it into this sandbox failed: {e}"),
+            },
+            Err(why) => why.clone(),
+        };
+        let note = format!(
+            "the worktree is mounted outside this sandbox, at {}, and this sandbox cannot show \
+             mounts made after it started ({why}): a sandbox shows the worktrees that were mounted \
+             when `opfs run` started (at {}/NAME), so files of this one can be edited from the \
+             next `opfs run` on (or by the user outside, or in `opfs run --worktree {}`); \
+             worktree_diff, worktree_merge and worktree_discard work on it by name now",
+            meta.mountpoint.display(),
+            WORKTREES_INSIDE,
+            meta.name
+        );
         Ok(Created {
             name: meta.name,
             path: meta.mountpoint,
             base_turn: meta.base_turn,
-            note,
+            note: Some(note),
         })
     }
 
@@ -412,7 +511,8 @@ impl Tools {
     /// Errors: as [`wt_cmd::list`].
     pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
         let mut rows = wt_cmd::list(&self.home, self.project.state())?;
-        if let Some(visible) = &self.sandbox {
+        if let Some(view) = &self.sandbox {
+            let visible = view.visible();
             for r in &mut rows {
                 if let Some(inside) = visible.get(&r.name) {
                     r.path = inside.clone();
@@ -444,21 +544,56 @@ impl Tools {
         }
     }
 
-    /// `worktree_discard`: `opfs worktree discard NAME`.
+    /// `worktree_discard`: `opfs worktree discard NAME`. Serving a
+    /// sandbox, a worktree bound into it after it started is unbound first
+    /// (and bound again if the discard then fails).
     ///
-    /// Errors: as [`wt_cmd::discard`].
+    /// Errors: as [`wt_cmd::discard`]; serving a sandbox,
+    /// [`ToolError::BoundInSandbox`] for a worktree mounted when it started
+    /// and [`ToolError::InUseInSandbox`] for one a process inside uses
+    /// (nothing is unmounted in either case).
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
-        // Refused before anything is unmounted: the host's unmount would
-        // succeed, the daemon would wait for the sandbox's copy of the
-        // mount, and the worktree would be left unmounted outside.
-        if self
-            .sandbox
-            .as_ref()
-            .is_some_and(|visible| visible.contains_key(&a.name))
-        {
+        let Some(view) = &self.sandbox else {
+            wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
+            return Ok(Discarded { discarded: a.name });
+        };
+        // Refused before anything is unmounted: the sandbox holds a copy of
+        // the mounts that existed when it started, so the host's unmount
+        // would succeed, the daemon would wait for the sandbox's copy, and
+        // the worktree would be left unmounted outside.
+        if view.at_start.contains(&a.name) {
             return Err(ToolError::BoundInSandbox(a.name));
         }
-        wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
+        // One bound since: its bind goes first (the unmount reaches the
+        // sandbox's copies through the shared folder), or nothing happens
+        // while a process inside uses it.
+        let binds = view.binds.as_ref().ok();
+        let mut unbound = None;
+        if let Some(b) = binds {
+            match b.unbind(&a.name) {
+                Ok(true) => unbound = view.visible().remove(&a.name),
+                Ok(false) => {}
+                Err(source) => {
+                    return Err(ToolError::InUseInSandbox {
+                        name: a.name,
+                        source,
+                    })
+                }
+            }
+        }
+        if let Err(e) = wt_cmd::discard(&self.home, self.project.state(), &a.name) {
+            // Still there (its daemon refused to stop): show it again.
+            if let (Some(b), Some(_)) = (binds, unbound) {
+                if let Ok(meta) =
+                    crate::worktree::Worktree::of(self.project.state(), &a.name).meta()
+                {
+                    if let Ok(inside) = b.bind(&a.name, &meta.mountpoint) {
+                        view.visible().insert(a.name.clone(), inside);
+                    }
+                }
+            }
+            return Err(e.into());
+        }
         Ok(Discarded { discarded: a.name })
     }
 

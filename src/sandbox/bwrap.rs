@@ -26,6 +26,10 @@ pub struct Layout {
     /// `workspace-write` mode: their mounts only, never the state dir
     /// around them.
     pub worktrees: Vec<(PathBuf, PathBuf)>,
+    /// The run's shared worktree folder (outside), if it could be made:
+    /// bound at `WORKTREES_INSIDE` inside, its own mount read-only (only
+    /// the worktree mounts in it are writable; `share.rs`).
+    pub shared_worktrees: Option<PathBuf>,
 }
 
 /// Where the narrow socket appears inside the sandbox (on its private
@@ -89,6 +93,17 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
         push(&["--bind".as_ref(), sock.as_os_str(), NARROW_SOCKET.as_ref()]);
     }
     if policy.mode == Mode::WorkspaceWrite {
+        if let Some(shared) = &layout.shared_worktrees {
+            let inside: &OsStr = crate::mcp::tools::WORKTREES_INSIDE.as_ref();
+            // Not recursive: the worktree binds in it stay writable.
+            push(&[
+                "--bind".as_ref(),
+                shared.as_os_str(),
+                inside,
+                "--remount-ro".as_ref(),
+                inside,
+            ]);
+        }
         for (outside, inside) in &layout.worktrees {
             push(&["--bind".as_ref(), outside.as_os_str(), inside.as_os_str()]);
         }
@@ -246,6 +261,7 @@ mod tests {
         Layout {
             narrow: None,
             worktrees: Vec::new(),
+            shared_worktrees: None,
             project: PathBuf::from("/srv/app"),
             source: PathBuf::from("/state/run/1"),
             cwd: PathBuf::from("/srv/app/src"),

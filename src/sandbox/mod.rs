@@ -15,7 +15,9 @@
 //! 2. the host root read-only, a fresh `/dev` and `/proc` (a new pid
 //!    namespace, so `/proc/PID/root` of host processes is unreachable), a
 //!    private `/tmp`;
-//! 3. writable roots (`--writable`, config);
+//! 3. writable roots (`--writable`, config), the narrow socket, and the
+//!    worktrees at `/tmp/opfs-worktrees` (the run's shared folder,
+//!    read-only but for the worktree mounts in it: `share.rs`);
 //! 4. hidden paths that are not inside the project: the state dirs and
 //!    credential paths, an empty read-only tmpfs over a directory and
 //!    `/dev/null` over anything else;
@@ -30,11 +32,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::control::{ClientError, Project};
 use crate::daemon::spawn::SpawnError;
 use crate::daemon::DaemonOptions;
 use crate::mcp::narrow::NarrowServer;
+use crate::mcp::tools::SandboxBinds;
 use crate::mcp::Tools;
 use crate::state;
 use crate::store::StateDir;
@@ -44,11 +48,13 @@ pub mod config;
 mod mount;
 mod policy;
 mod process;
+mod share;
 
 pub use bwrap::{bwrap_args, find_bwrap, map_cwd, Layout};
 use config::{ConfigError, SandboxConfig};
 use mount::MountGuard;
 pub use policy::{policy_for, Policy, CREDENTIAL_PATHS, SECRET_ENV, SYSTEM_HIDDEN};
+use share::WorktreeShare;
 
 /// How much the sandboxed command may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,23 +260,73 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let mut warnings = Vec::new();
     // The agent's MCP tools, for this project only, on a socket of their
     // own: the state dir and control socket stay hidden (docs/mcp.md).
-    // The project's worktrees mounted now, bound into the sandbox at
+    let tools_inside = opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none();
+    // The project's worktrees mounted now, shown inside at
     // WORKTREES_INSIDE/NAME (their mounts alone: the state dir around them
     // stays hidden), so the paths the tools give work inside.
-    let worktrees: Vec<(String, PathBuf, PathBuf)> =
-        if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
-            crate::worktree::list(&st)
-                .into_iter()
-                .filter(|(wt, meta)| crate::daemon::worktree::is_mounted(&home, wt, meta))
-                .map(|(wt, meta)| {
-                    let inside = Path::new(crate::mcp::tools::WORKTREES_INSIDE).join(&wt.name);
-                    (wt.name, meta.mountpoint, inside)
-                })
-                .collect()
-        } else {
-            Vec::new()
+    let mounted: Vec<(String, PathBuf)> = if tools_inside {
+        crate::worktree::list(&st)
+            .into_iter()
+            .filter(|(wt, meta)| crate::daemon::worktree::is_mounted(&home, wt, meta))
+            .map(|(wt, meta)| (wt.name, meta.mountpoint))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Through a shared folder where the host allows one, so that
+    // worktrees created during the run show inside at once (share.rs);
+    // else bound by bwrap, and a new one shows from the next run on.
+    let share = if tools_inside {
+        match WorktreeShare::make(&st) {
+            Ok(s) => Ok(ShareGuard(Arc::new(s))),
+            Err(e) => {
+                log::info!(
+                    "no shared worktree folder ({e}): worktrees created during the run show \
+                     inside from the next run on"
+                );
+                Err(format!("a shared folder could not be made: {e}"))
+            }
+        }
+    } else {
+        Err("no worktree tools in this mode".to_string())
+    };
+    let mut visible = std::collections::BTreeMap::new();
+    if let Ok(s) = &share {
+        for (name, mountpoint) in &mounted {
+            match s.0.bind(name, mountpoint) {
+                Ok(inside) => {
+                    visible.insert(name.clone(), inside);
+                }
+                Err(e) => warnings.push(format!(
+                    "worktree {name:?} is not shown inside the sandbox: {e}"
+                )),
+            }
+        }
+    }
+    // Shared only now that the worktrees of the start are in it.
+    let share = match share {
+        Ok(s) => match s.0.share() {
+            Ok(()) => Ok(s),
+            Err(e) => {
+                visible.clear();
+                Err(format!("the shared folder could not be made shared: {e}"))
+            }
+        },
+        Err(why) => Err(why),
+    };
+    let mut bwrap_binds = Vec::new();
+    if share.is_err() {
+        for (name, mountpoint) in &mounted {
+            let inside = Path::new(crate::mcp::tools::WORKTREES_INSIDE).join(name);
+            visible.insert(name.clone(), inside.clone());
+            bwrap_binds.push((mountpoint.clone(), inside));
+        }
+    }
+    let narrow = if tools_inside {
+        let binds = match &share {
+            Ok(s) => Ok(s.0.clone() as Arc<dyn SandboxBinds>),
+            Err(why) => Err(why.clone()),
         };
-    let narrow = if opts.mode == Mode::WorkspaceWrite && opts.worktree.is_none() {
         let tools = Tools::new(
             home.clone(),
             Project::new(st.clone()),
@@ -278,10 +334,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             opts.verbose,
         )
         .in_sandbox(
-            worktrees
-                .iter()
-                .map(|(name, _, inside)| (name.clone(), inside.clone()))
-                .collect(),
+            mounted.iter().map(|(name, _)| name.clone()).collect(),
+            visible,
+            binds,
         );
         let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
         // Optional: without it the command runs as before, only `opfs mcp`
@@ -305,10 +360,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         source: guard.mountpoint.clone(),
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
-        worktrees: worktrees
-            .into_iter()
-            .map(|(_, outside, inside)| (outside, inside))
-            .collect(),
+        worktrees: bwrap_binds,
+        shared_worktrees: share.as_ref().ok().map(|s| s.0.dir().to_path_buf()),
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
@@ -322,10 +375,25 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
     let code = process::spawn_and_wait(cmd, info)?;
     drop(narrow);
+    if let Ok(s) = &share {
+        warnings.extend(s.0.close());
+    }
     if let Err(e) = guard.finish() {
         warnings.push(e);
     }
     Ok(RunOutcome { code, warnings })
+}
+
+/// Closes the run's shared worktree folder on every way out of [`run`],
+/// even while a narrow-socket thread still holds the folder.
+struct ShareGuard(Arc<WorktreeShare>);
+
+impl Drop for ShareGuard {
+    fn drop(&mut self) {
+        for w in self.0.close() {
+            log::warn!("{w}");
+        }
+    }
 }
 
 /// The state dir of the project `dir` belongs to; a directory opfs does not

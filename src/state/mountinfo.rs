@@ -16,6 +16,28 @@ pub fn is_mount_point(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4).map(unescape).is_some_and(|m| m == want))
 }
 
+/// The mount points at or below `dir` (in `/proc/self/mountinfo`), each
+/// once, deepest first: the order in which they can be unmounted. An
+/// unreadable mount table gives none.
+pub fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string(MOUNTINFO) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(unescape).map(PathBuf::from))
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    found.sort_by(|a, b| {
+        b.components()
+            .count()
+            .cmp(&a.components().count())
+            .then_with(|| a.cmp(b))
+    });
+    found.dedup();
+    found
+}
+
 /// The mountpoints of every opfs mount on this machine (in
 /// `/proc/self/mountinfo`: type `fuse.opfs`, or a FUSE mount whose source is
 /// `opfs:<project>`, the name the daemon gives its mounts).
@@ -64,6 +86,16 @@ pub fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_under_the_root_come_deepest_first() {
+        let all = mount_points_under(Path::new("/"));
+        assert_eq!(all.last().map(PathBuf::as_path), Some(Path::new("/")));
+        assert!(all
+            .windows(2)
+            .all(|w| w[0].components().count() >= w[1].components().count()));
+        assert!(mount_points_under(Path::new("/nonexistent-opfs-test")).is_empty());
+    }
 
     #[test]
     fn octal_escapes_are_decoded() {
