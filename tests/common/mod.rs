@@ -519,6 +519,25 @@ impl Default for Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         // Never panic here: this also runs while a failed test unwinds.
+        // Worktrees a failed test left mounted (under the state dir) go
+        // first, deepest first, so no daemon outlives the test.
+        let mut left: Vec<PathBuf> = if Path::new("/proc/self/mountinfo").exists() {
+            opfs_testutil::mount_points()
+        } else {
+            Vec::new()
+        }
+        .into_iter()
+        .filter(|m| m.starts_with(self.base.path()) && *m != self.mnt)
+        .collect();
+        left.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        for m in left {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&m)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         if !is_mounted(&self.mnt) {
             return;
         }
