@@ -12,7 +12,7 @@ use opfs_fs::overlay::{Kind, Lower};
 use opfs_fs::{Mutation, MutationHook};
 
 use super::base::Base;
-use super::changes::{changes, Entry};
+use super::changes::{changes, Change, Entry};
 use super::merge::{merge, MergeOptions};
 use super::{Meta, Worktree};
 use crate::capture::{Journal, NewTurn};
@@ -172,6 +172,20 @@ fn manifest(root: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
     out
 }
 
+/// Each change as (path, kind before, kind after).
+fn kinds(found: &[Change]) -> Vec<(String, &'static str, &'static str)> {
+    found
+        .iter()
+        .map(|c| {
+            (
+                String::from_utf8_lossy(&c.path).into_owned(),
+                c.before.kind_name(),
+                c.after.kind_name(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn changes_of_an_upper_layer_with_whiteouts_and_an_opaque_directory() {
     let s = setup();
@@ -188,16 +202,7 @@ fn changes_of_an_upper_layer_with_whiteouts_and_an_opaque_directory() {
     fs::set_permissions(s.project.join("d"), fs::Permissions::from_mode(0o755)).expect("chmod");
     let base = base_of(&s, base_turn);
     let found = changes(&Dir::open(&up).expect("upper"), &base).expect("changes");
-    let summary: Vec<(String, &str, &str)> = found
-        .iter()
-        .map(|c| {
-            (
-                String::from_utf8_lossy(&c.path).into_owned(),
-                c.before.kind_name(),
-                c.after.kind_name(),
-            )
-        })
-        .collect();
+    let summary = kinds(&found);
     assert_eq!(
         summary,
         [
@@ -232,16 +237,7 @@ fn regression_below_an_opaque_directory_no_base_entry_shows_at_any_depth() {
     put(&up, "a/x/y", b"y"); // and beneath it a path through a base file
     let base = base_of(&s, base_turn);
     let found = changes(&Dir::open(&up).expect("upper"), &base).expect("changes");
-    let summary: Vec<(String, &str, &str)> = found
-        .iter()
-        .map(|c| {
-            (
-                String::from_utf8_lossy(&c.path).into_owned(),
-                c.before.kind_name(),
-                c.after.kind_name(),
-            )
-        })
-        .collect();
+    let summary = kinds(&found);
     assert_eq!(
         summary,
         [
