@@ -28,6 +28,15 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(&[])
+}
+
+/// [`setup`] with `extra` files (path, bytes) in the project too. Every
+/// file is made before the journal opens: a file made outside the mount
+/// within a clock tick of a turn's start counts as born in that turn
+/// (`capture::birth`), so one made between turns may have no known state
+/// at the next turn's start.
+fn setup_with(extra: &[(&str, &[u8])]) -> Setup {
     let tmp = tempfile::tempdir().expect("tempdir");
     let project = tmp.path().join("project");
     fs::create_dir_all(project.join("d/sub")).expect("mkdir");
@@ -36,6 +45,9 @@ fn setup() -> Setup {
     fs::write(project.join("d/c"), b"c0").expect("write");
     fs::write(project.join("d/sub/s"), b"s0").expect("write");
     fs::write(project.join("keep"), b"k0").expect("write");
+    for (path, bytes) in extra {
+        fs::write(project.join(path), bytes).expect("write");
+    }
     let project = fs::canonicalize(&project).expect("canon");
     let state = StateDir::for_project(&tmp.path().join("home"), &project);
     let journal = Journal::open(&state, false).expect("journal");
@@ -337,9 +349,10 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
 
 #[test]
 fn text_changed_on_both_sides_is_merged_three_way_when_clean() {
-    let s = setup();
-    fs::write(s.project.join("t"), b"one\ntwo\nthree\nfour\nfive\n").expect("write");
-    fs::write(s.project.join("u"), b"one\ntwo\nthree\n").expect("write");
+    let s = setup_with(&[
+        ("t", b"one\ntwo\nthree\nfour\nfive\n"),
+        ("u", b"one\ntwo\nthree\n"),
+    ]);
     s.journal.next_turn(NewTurn::agent()).expect("turn");
     let base_turn = s.journal.open_turn();
     let wt = upper_of(&s, "w", base_turn);
