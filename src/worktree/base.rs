@@ -477,6 +477,23 @@ pub fn read_drift(path: &Path) -> BTreeSet<Vec<u8>> {
         .unwrap_or_default()
 }
 
+impl Base {
+    /// The project's own file at `path`, which the base serves unchanged
+    /// (`st`: its `lstat`), opened read-only. `None` when the name went
+    /// away since; `EISDIR` for a directory, `EINVAL` for any other type.
+    fn open_current(&self, path: &[u8], st: &Stat) -> io::Result<Option<File>> {
+        match st.file_type() {
+            libc::S_IFREG => enoent_to_none(self.project.open_file(
+                path,
+                libc::O_RDONLY | libc::O_NONBLOCK,
+                0,
+            )),
+            libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+            _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+    }
+}
+
 fn enoent_to_none<T>(r: io::Result<T>) -> io::Result<Option<T>> {
     match r {
         Ok(v) => Ok(Some(v)),
@@ -503,20 +520,9 @@ impl Lower for Base {
                 Err(io::Error::from_raw_os_error(libc::EISDIR))
             }
             State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-            State::Current(st) => match st.file_type() {
-                libc::S_IFREG => {
-                    let f = enoent_to_none(self.project.open_file(
-                        path,
-                        libc::O_RDONLY | libc::O_NONBLOCK,
-                        0,
-                    ))?;
-                    match f {
-                        Some(f) => read_full_at(&f, offset, buf).map(Some),
-                        None => Ok(None),
-                    }
-                }
-                libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
-                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            State::Current(st) => match self.open_current(path, &st)? {
+                Some(f) => read_full_at(&f, offset, buf).map(Some),
+                None => Ok(None),
             },
         })
     }
@@ -552,23 +558,12 @@ impl Lower for Base {
                 Err(io::Error::from_raw_os_error(libc::EISDIR))
             }
             State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-            State::Current(st) => match st.file_type() {
-                libc::S_IFREG => {
-                    let f = enoent_to_none(self.project.open_file(
-                        path,
-                        libc::O_RDONLY | libc::O_NONBLOCK,
-                        0,
-                    ))?;
-                    match f {
-                        Some(f) => {
-                            use_fd(f.as_fd())?;
-                            Ok(Some(Lent::Fd))
-                        }
-                        None => Ok(None),
-                    }
+            State::Current(st) => match self.open_current(path, &st)? {
+                Some(f) => {
+                    use_fd(f.as_fd())?;
+                    Ok(Some(Lent::Fd))
                 }
-                libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
-                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                None => Ok(None),
             },
         })
     }
