@@ -19,8 +19,9 @@ use crate::state::lock::StateLock;
 use crate::store::Index;
 use crate::store::StateDir;
 
-/// How long a status waits for a daemon that died mid-request to release
-/// the state lock before it reads the state dir itself.
+/// How long a request waits for a daemon that died (mid-request, for a
+/// status; or before it, the socket refusing) to release the state lock
+/// before it reads the state dir itself.
 const DYING_DAEMON_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a [`Project`] operation failed. [`ClientError::kind`] says whether
@@ -468,7 +469,15 @@ impl Project {
                 source,
             }),
             Err(source) => {
-                if StateLock::is_held(st) {
+                // Nobody listens on the socket while the lock is held: a
+                // daemon that was just killed, whose lock goes a moment
+                // after its last thread (the request never reached it, so
+                // running it directly once the lock is free repeats
+                // nothing).
+                let refused = source.kind() == io::ErrorKind::ConnectionRefused;
+                if StateLock::is_held(st)
+                    && !(refused && wait_for(DYING_DAEMON_WAIT, || !StateLock::is_held(st)))
+                {
                     Err(ClientError::NoAnswer {
                         project: st.project.clone(),
                         socket: st.socket_path(),
