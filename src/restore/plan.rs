@@ -99,6 +99,33 @@ pub struct PathPlan {
     pub(crate) patch: Option<Vec<Segment>>,
 }
 
+impl PathPlan {
+    /// The plan of `path` from `current` to `target` by `steps`, linked to
+    /// nothing yet (`restore::links` sets `link_to`).
+    fn new(
+        path: Vec<u8>,
+        current: Current,
+        target: PreImage,
+        target_meta: Option<Meta>,
+        steps: Vec<Step>,
+        patch: Option<Vec<Segment>>,
+    ) -> PathPlan {
+        PathPlan {
+            path: paths::display(&path),
+            current: StateKind::of_current(&current),
+            target: StateKind::of_target(&target),
+            steps,
+            link_to: None,
+            link_raw: None,
+            raw: path,
+            target_state: target,
+            target_meta,
+            current_state: current,
+            patch,
+        }
+    }
+}
+
 /// The kind of a path's state, as a plan reports it (`current` and
 /// `target` in `opfs rewind --json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -441,19 +468,14 @@ pub(crate) fn plan_targets(
         match planned {
             Ok((current, steps)) if steps.is_empty() => {
                 if matches!(target, PreImage::File { ino, .. } if ino != 0) {
-                    idle.push(PathPlan {
-                        path: paths::display(&path),
-                        current: StateKind::of_current(&current),
-                        target: StateKind::of_target(&target),
-                        steps,
-                        link_to: None,
-                        link_raw: None,
-                        raw: path,
-                        target_state: target,
+                    idle.push(PathPlan::new(
+                        path,
+                        current,
+                        target,
                         target_meta,
-                        current_state: current,
-                        patch: None,
-                    })
+                        steps,
+                        None,
+                    ))
                 }
             }
             // Something must be created under a directory that is a symlink
@@ -475,19 +497,14 @@ pub(crate) fn plan_targets(
                 if matches!(current, Current::Symlink { .. }) && steps.contains(&Step::Remove) {
                     removed_links.insert(path.clone());
                 }
-                plan.push(PathPlan {
-                    path: paths::display(&path),
-                    current: StateKind::of_current(&current),
-                    target: StateKind::of_target(&target),
-                    steps,
-                    link_to: None,
-                    link_raw: None,
-                    raw: path,
-                    target_state: target,
+                plan.push(PathPlan::new(
+                    path,
+                    current,
+                    target,
                     target_meta,
-                    current_state: current,
-                    patch: patch.take(),
-                })
+                    steps,
+                    patch.take(),
+                ))
             }
             Err(e) => conflicts.push(Conflict::new(&path, ConflictReason::ReadCurrent(e))),
         }
