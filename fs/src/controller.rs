@@ -79,6 +79,23 @@ pub(crate) trait Invalidate: Send + Sync {
     /// writers left through [`crate::MutationHook::after`], as a close does.
     /// Must not wait for the quiesce gate.
     fn written_back(&self, ino: u64);
+
+    /// True when the filesystem cannot tell which files may hold dirty
+    /// pages (no OPEN, so no handles open for writing: see
+    /// `Options::no_open`); [`Controller::write_back`] then looks for the
+    /// files some process maps shared, and each writeback WRITE reports
+    /// what it left itself.
+    fn writers_untracked(&self) -> bool {
+        false
+    }
+
+    /// One known path (relative, as in [`crate::Mutation`]) of each of
+    /// `inos` (FUSE inode numbers) that has one and is a regular file.
+    /// Must not wait for the quiesce gate.
+    fn files_of(&self, inos: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        let _ = inos;
+        Vec::new()
+    }
 }
 
 struct InvalJob {
@@ -229,7 +246,9 @@ impl Controller {
     /// it is free. (`syncfs(2)` is no substitute: it starts the writeback
     /// but, on current kernels, does not wait for a FUSE server's replies.)
     /// A file that has lost every name is skipped: it is no longer in the
-    /// tree.
+    /// tree. A mount without OPEN (`FUSE_NO_OPEN_SUPPORT`) has no handles
+    /// to tell it which files are open for writing: it syncs the files
+    /// some process maps shared instead (see `mapped_files`).
     ///
     /// The opens and syncs run in a forked child that holds none of this
     /// process's descriptors (`sys::fdatasync_in_child`): once a worker has
@@ -253,7 +272,11 @@ impl Controller {
     /// The other files are still written back; a file that failed keeps its
     /// dirty pages until its next fsync, close or unmap.
     pub fn write_back(&self) -> io::Result<()> {
-        let files = self.inner.fs.written_files();
+        let files = if self.inner.fs.writers_untracked() {
+            self.mapped_files()?
+        } else {
+            self.inner.fs.written_files()
+        };
         if files.is_empty() {
             return Ok(());
         }
@@ -300,6 +323,37 @@ impl Controller {
             first_err.get_or_insert(e);
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The files of this mount some process maps shared, for
+    /// [`Controller::write_back`] of a mount that does not know which files
+    /// are open for writing (`FUSE_NO_OPEN_SUPPORT`: no OPEN, no handles).
+    /// Without `FUSE_WRITEBACK_CACHE` a file has dirty pages only while a
+    /// shared mapping of it exists: `write(2)` goes straight to the daemon,
+    /// and unmapping (or exiting) writes a mapping's pages back and waits
+    /// for the replies (`fuse_vma_close`). So a store made before the call
+    /// is either written back already or in a mapping listed in some
+    /// process's `/proc/PID/maps` now. (`syncfs(2)` is no substitute: it
+    /// starts the writeback of every dirty page but does not wait for a
+    /// FUSE server's replies, `wait_sb_inodes` skips FUSE mappings; tried,
+    /// `tests/rewind.rs` `mmap_store_kept_mapped_across_a_rewind_*` then
+    /// failed 1 run in 3.) Cost: one read of each process's `maps`, nothing
+    /// per file of the tree.
+    ///
+    /// # Errors
+    ///
+    /// `/proc` cannot be listed, or the mountpoint cannot be `statx`ed.
+    fn mapped_files(&self) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        let dev = crate::sys::mount_dev(&self.inner.mountpoint)?;
+        let found = crate::sys::shared_mappings(dev)?;
+        if found.unreadable > 0 {
+            log::warn!(
+                "write back: the memory maps of {} processes are unreadable (not root?); \
+                 a store through a shared mapping of theirs reaches the daemon when written back",
+                found.unreadable
+            );
+        }
+        Ok(self.inner.fs.files_of(&found.inos))
     }
 
     /// Makes changes made directly in the backing directory at `paths`

@@ -103,6 +103,21 @@ pub struct Options {
     /// Without a working watch at mount time it is never asked for. The
     /// overlay ignores it.
     pub no_opendir: bool,
+    /// Ask the kernel for `FUSE_NO_OPEN_SUPPORT` while the watch is active
+    /// (default on): OPEN is answered `ENOSYS` once, after which the kernel
+    /// sends no OPEN, RELEASE or FLUSH for regular files (FLUSH is answered
+    /// `ENOSYS` once too) and keeps every file's pages
+    /// (`FOPEN_KEEP_CACHE`) until the watch's `inval_inode` of the file,
+    /// or a changed mtime or size, drops them. Reads and writes then come
+    /// with handle 0 and go through an fd opened for the request; a file's
+    /// `Content` is reported at the first mutating request of each epoch
+    /// (write, size `setattr`, `fallocate`, `copy_file_range`, a mapping's
+    /// writeback) and what the mount left after each of them, and
+    /// [`Controller::write_back`] syncs the whole mount (crate README,
+    /// "No open"). `ATOMIC_O_TRUNC` is then not asked for, so an
+    /// `O_TRUNC` open arrives as a size `setattr`. Without a working watch
+    /// at mount time it is never asked for. The overlay ignores it.
+    pub no_open: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -127,6 +142,7 @@ impl Default for Options {
             no_flush: true,
             readdirplus_auto: true,
             no_opendir: true,
+            no_open: true,
             inode_fds: None,
         }
     }
@@ -258,6 +274,8 @@ pub fn mount(
         readdirplus_auto: opts.readdirplus_auto,
         no_opendir: opts.no_opendir && watch.as_ref().is_some_and(|w| w.active()),
         opendir_off: AtomicBool::new(false),
+        no_open: opts.no_open && watch.as_ref().is_some_and(|w| w.active()),
+        open_off: AtomicBool::new(false),
     });
     let fs = Passthrough {
         state: Arc::clone(&state),

@@ -62,6 +62,8 @@ pub(crate) struct Created {
     pub(crate) attr: FileAttr,
     pub(crate) ttl: Duration,
     pub(crate) fh: u64,
+    /// `FOPEN_*` flags of the new handle.
+    pub(crate) flags: FopenFlags,
 }
 
 /// An opened file or directory: its handle and the `FOPEN_*` flags.
@@ -112,13 +114,7 @@ impl Reply for ReplyAttr {
 impl Reply for ReplyCreate {
     type Value = Created;
     fn send(self, c: Created) {
-        self.created(
-            &c.ttl,
-            &c.attr,
-            Generation(0),
-            FileHandle(c.fh),
-            FopenFlags::empty(),
-        );
+        self.created(&c.ttl, &c.attr, Generation(0), FileHandle(c.fh), c.flags);
     }
     fn fail(self, err: Errno) {
         self.error(err);

@@ -127,6 +127,9 @@ pub struct FsTuning {
     /// `OPFS_NO_OPENDIR` (0 or 1): `FUSE_NO_OPENDIR_SUPPORT` while the
     /// watch is active.
     pub no_opendir: Option<bool>,
+    /// `OPFS_NO_OPEN` (0 or 1): `FUSE_NO_OPEN_SUPPORT` while the watch is
+    /// active.
+    pub no_open: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -161,6 +164,7 @@ impl FsTuning {
             no_flush: flag("OPFS_NO_FLUSH"),
             readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
             no_opendir: flag("OPFS_NO_OPENDIR"),
+            no_open: flag("OPFS_NO_OPEN"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
         }
@@ -194,6 +198,9 @@ impl FsTuning {
         }
         if let Some(v) = self.no_opendir {
             o.no_opendir = v;
+        }
+        if let Some(v) = self.no_open {
+            o.no_open = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;

@@ -71,6 +71,14 @@ impl Mapping {
         }
     }
 
+    /// Makes the mapping read-only (`mprotect(PROT_READ)`): pages stored
+    /// before stay dirty until something writes them back.
+    pub fn protect_read_only(&self) {
+        // SAFETY: the whole mapping made in `of`.
+        let r = unsafe { libc::mprotect(self.ptr, self.len, libc::PROT_READ) };
+        assert_eq!(r, 0, "mprotect: {}", io::Error::last_os_error());
+    }
+
     /// Writes the dirty pages back and waits (`msync(MS_SYNC)`).
     pub fn sync(&self) {
         // SAFETY: the whole mapping made in `of`.

@@ -69,6 +69,10 @@ pub(super) struct Node {
     /// What the backing inode looked like when it was last opened through
     /// the mount (see [`Stamp`]).
     opened: Option<Stamp>,
+    /// Without handles (`FUSE_NO_OPEN_SUPPORT`): the hook epoch in which
+    /// the file's content was last reported, and whether it is written as
+    /// ranges in that epoch; `None` until its first mutating request.
+    reported: Option<(u64, bool)>,
 }
 
 /// A node that keeps its own list of the (parent, name) pairs naming it,
@@ -275,6 +279,7 @@ impl Inodes {
                 lookups: 1,
                 names: Vec::new(),
                 opened: None,
+                reported: None,
             },
         );
         table.by_key.insert(root_key, ROOT);
@@ -331,6 +336,7 @@ impl Inodes {
                         lookups: 1,
                         names: Vec::new(),
                         opened: None,
+                        reported: None,
                     },
                 );
                 table.by_key.insert(key, ino);
@@ -461,6 +467,21 @@ impl Inodes {
             return false;
         };
         node.opened.replace(now) == Some(now)
+    }
+
+    /// The hook epoch in which `ino`'s content was last reported by a
+    /// request without a handle, and whether it is written as ranges then
+    /// (see `Node::reported`); `None` if never, or the node is gone.
+    pub(crate) fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.lock().nodes.get(&ino).and_then(|n| n.reported)
+    }
+
+    /// Records that `ino`'s content was reported in `epoch`, as ranges or
+    /// whole.
+    pub(crate) fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        if let Some(node) = self.lock().nodes.get_mut(&ino) {
+            node.reported = Some((epoch, ranged));
+        }
     }
 
     /// The cached child `parent/name`, if any.

@@ -185,6 +185,7 @@ impl State {
             attr: a,
             ttl: self.entry_ttl,
             fh,
+            flags: FopenFlags::empty(),
         })
     }
 

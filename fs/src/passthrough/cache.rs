@@ -25,6 +25,21 @@ impl Invalidate for State {
             .collect()
     }
 
+    fn writers_untracked(&self) -> bool {
+        self.no_open_active()
+    }
+
+    fn files_of(&self, inos: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        inos.iter()
+            .filter(|&&ino| {
+                self.inodes
+                    .get(ino)
+                    .is_some_and(|n| n.kind == libc::S_IFREG)
+            })
+            .filter_map(|&ino| Some((ino, self.inodes.path(ino)?)))
+            .collect()
+    }
+
     fn written_back(&self, ino: u64) {
         // As at a close (`flush`): what the writeback left is reported, so
         // the path's fingerprint is the one the mount made.

@@ -7,6 +7,13 @@
 //! ranged handle reports the bytes each write may change instead (see the
 //! crate README, "Epochs" and "Ranged handles").
 //!
+//! Without OPEN (`FUSE_NO_OPEN_SUPPORT`, crate README "No open"): a file's
+//! requests come with handle 0 and go through an fd opened for the request
+//! with the caller's file flags that matter (`O_DIRECT`, `O_APPEND`,
+//! `O_SYNC`); the node remembers the epoch its content was reported in, so
+//! the first mutating request of a turn reports it; each mutating request
+//! reports what it left (`after`).
+//!
 //! Direct I/O: an open with `O_DIRECT` opens the backing file with it, and
 //! a read or write the caller makes as direct goes through an aligned
 //! bounce buffer to that fd, so the backing filesystem decides what is
@@ -44,6 +51,69 @@ fn is_dot(name: &[u8]) -> bool {
 }
 
 impl State {
+    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: files have no handles.
+    pub(super) fn no_open_active(&self) -> bool {
+        self.open_off.load(Ordering::Relaxed)
+    }
+
+    /// True when a request on a file carries no handle because the kernel
+    /// sends no OPEN (handle 0 under `FUSE_NO_OPEN_SUPPORT`).
+    fn handleless(&self, fh: FileHandle) -> bool {
+        fh.0 == 0 && self.no_open_active()
+    }
+
+    /// An fd of file `ino` for one request without a handle: opened
+    /// (through `/proc/self/fd`) with `access` (`O_RDONLY` or `O_WRONLY`)
+    /// and `flags`, the caller's file flags that change how the backing
+    /// call lands (`O_DIRECT`, `O_APPEND`, `O_SYNC`, `O_DSYNC`). Fails as
+    /// the open does (`ESTALE` for a node the table lost, `EINVAL` for
+    /// `O_DIRECT` where the backing filesystem has none).
+    fn request_fd(&self, ino: u64, access: i32, flags: i32) -> Res<OwnedFd> {
+        let node = self.node(ino)?;
+        let keep = flags & (libc::O_DIRECT | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC);
+        sys::reopen(node.fd.as_fd(), access | keep).map_err(errno)
+    }
+
+    /// Called before `[offset, offset + len)` of file `ino` changes through
+    /// a request without a handle, under the gate. The first such request
+    /// of an epoch decides, as an open for writing would, whether the file
+    /// is written as ranges (`fd` is an fd of it) and reports `Content` or
+    /// the range; later ones in the epoch report only their ranges (ranged)
+    /// or nothing. Reading the epoch under the gate means no turn boundary
+    /// can fall between the check and the backing change.
+    pub(super) fn content_before(
+        &self,
+        ino: u64,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+    ) -> Res<()> {
+        let epoch = self.hook.epoch();
+        match self.inodes.reported(ino) {
+            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
+            Some((e, false)) if e == epoch => Ok(()),
+            _ => {
+                let ranged = self.ranged(fd);
+                if ranged {
+                    self.before_range(ino, offset, len)?;
+                } else {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                }
+                self.inodes.set_reported(ino, epoch, ranged);
+                Ok(())
+            }
+        }
+    }
+
+    /// Reports what a request without a handle left in file `ino` (open
+    /// as `fd`), as a close does for a handle: with no FLUSH, the
+    /// fingerprint must follow each change, so that a change made behind
+    /// the mount once the caller's call returned is someone else's.
+    fn content_after(&self, ino: u64, fd: BorrowedFd<'_>) {
+        let now = sys::fstat(fd).ok();
+        self.after_inode_with(ino, |path| Mutation::Content { path }, now.as_ref());
+    }
+
     /// Whether the kernel's cached pages (or listing) of `ino`, opened as
     /// `fd`, are still exact: nothing changed the backing inode since its
     /// previous open. Writes through the mount go through that cache, and
@@ -73,7 +143,13 @@ impl State {
     /// kernel may keep its page cache of the file (`FOPEN_KEEP_CACHE`).
     /// Opening for writing reports `Content` (or nothing, for a ranged
     /// handle, whose writes report their ranges).
+    ///
+    /// With `FUSE_NO_OPEN_SUPPORT` taken, `ENOSYS`: the kernel then sends no
+    /// OPEN or RELEASE of a file again, and its requests with handle 0.
     pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+        if self.no_open_active() {
+            return Err(Errno::ENOSYS);
+        }
         let node = self.node(ino)?;
         if node.kind == libc::S_IFLNK {
             return Err(Errno::ELOOP);
@@ -168,6 +244,25 @@ impl State {
                 }
                 Err(err) => return Err(errno(err)),
             };
+            if self.no_open_active() {
+                // No handle: the file's requests come with handle 0. What
+                // the create left is reported now (there is no FLUSH), and
+                // the node starts out reported in this epoch.
+                let now = sys::fstat(fd.as_fd()).ok();
+                drop(fd);
+                drop(_gate);
+                let a = self.lookup_entry(parent, name)?;
+                if writes(flags) || existing.is_none() {
+                    self.inodes.set_reported(a.ino.0, epoch, false);
+                    self.after(Mutation::Content { path: &path }, now.as_ref());
+                }
+                return Ok(Created {
+                    attr: a,
+                    ttl: self.ttls_since(parent, gen).entry,
+                    fh: 0,
+                    flags: FopenFlags::FOPEN_NOFLUSH,
+                });
+            }
             drop(_gate);
             let a = self.lookup_entry(parent, name)?;
             let fh = self.handles.insert(
@@ -186,6 +281,7 @@ impl State {
                 attr: a,
                 ttl: self.ttls_since(parent, gen).entry,
                 fh,
+                flags: FopenFlags::empty(),
             });
         }
         Err(Errno::EAGAIN)
@@ -218,20 +314,20 @@ impl State {
     /// when the caller's file is `O_DIRECT` now.
     pub(super) fn read(
         &self,
+        ino: u64,
         fh: FileHandle,
         offset: u64,
         size: u32,
         direct: bool,
     ) -> Res<Vec<u8>> {
+        if self.handleless(fh) {
+            let flags = if direct { libc::O_DIRECT } else { 0 };
+            let fd = self.request_fd(ino, libc::O_RDONLY, flags)?;
+            return read_at(fd.as_fd(), offset, size, direct);
+        }
         let h = self.handle(fh)?;
         let fd = self.io_fd(&h, direct)?;
-        if direct {
-            return sys::pread_aligned(fd, size as usize, offset).map_err(errno);
-        }
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::pread(fd, &mut buf, offset).map_err(errno)?;
-        buf.truncate(n);
-        Ok(buf)
+        read_at(fd, offset, size, direct)
     }
 
     /// Called before `[offset, offset + len)` of `h`'s file changes.
@@ -252,13 +348,34 @@ impl State {
     /// `direct`: the caller's file is `O_DIRECT` now and the write is its
     /// own, not a page-cache writeback. A direct write is captured as any
     /// other, before it reaches the backing file.
+    ///
+    /// Without a handle (`FUSE_NO_OPEN_SUPPORT`) the write goes through an
+    /// fd opened for it with `landing` (the caller's `O_APPEND`, `O_SYNC`,
+    /// `O_DSYNC`; none for a writeback), is captured by
+    /// [`State::content_before`] and reported after the fact.
     pub(super) fn write(
         &self,
+        ino: u64,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
         direct: bool,
+        landing: i32,
     ) -> Res<usize> {
+        if self.handleless(fh) {
+            let flags = landing | if direct { libc::O_DIRECT } else { 0 };
+            let fd = self.request_fd(ino, libc::O_WRONLY, flags)?;
+            let _gate = self.gate.read();
+            self.content_before(ino, fd.as_fd(), offset, data.len() as u64)?;
+            let n = if direct {
+                sys::pwrite_aligned(fd.as_fd(), data, offset)
+            } else {
+                sys::pwrite(fd.as_fd(), data, offset)
+            }
+            .map_err(errno)?;
+            self.content_after(ino, fd.as_fd());
+            return Ok(n);
+        }
         let h = self.handle(fh)?;
         let fd = self.io_fd(&h, direct)?;
         let _gate = self.gate.read();
@@ -271,7 +388,14 @@ impl State {
     }
 
     /// `flush` (each close(2) of the handle `fh`).
+    ///
+    /// Without OPEN (`FUSE_NO_OPEN_SUPPORT`), `ENOSYS`: the kernel then
+    /// sends no FLUSH again (it still writes a file's dirty pages back at
+    /// each close). Each mutating request reported what it left already.
     pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
+        if self.no_open_active() {
+            return Err(Errno::ENOSYS);
+        }
         let h = self.handle(fh)?;
         sys::close_dup(h.fd.as_fd()).map_err(errno)?;
         // close(2) waits for FLUSH (RELEASE comes later, asynchronously),
@@ -297,6 +421,16 @@ impl State {
         }
     }
 
+    /// `fsync`/`fdatasync` of file `ino` through handle `fh`, or through an
+    /// fd of its own when there is no handle (`FUSE_NO_OPEN_SUPPORT`).
+    pub(super) fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if self.handleless(fh) {
+            let fd = self.request_fd(ino, libc::O_RDONLY, 0)?;
+            return sys::fsync(fd.as_fd(), datasync).map_err(errno);
+        }
+        self.fsync(fh, datasync)
+    }
+
     /// `fsync`/`fdatasync` of an open file or directory handle.
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
         let h = self.handle(fh)?;
@@ -304,10 +438,31 @@ impl State {
     }
 
     /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`.
-    pub(super) fn fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Res<()> {
+    pub(super) fn fallocate(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Res<()> {
+        let moves = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
+        if self.handleless(fh) {
+            let fd = self.request_fd(ino, libc::O_WRONLY, 0)?;
+            let _gate = self.gate.read();
+            if moves {
+                // Moves bytes around the whole tail: not a range.
+                self.before_inode(ino, |path| Mutation::Content { path })?;
+            } else {
+                self.content_before(ino, fd.as_fd(), offset, length)?;
+            }
+            sys::fallocate(fd.as_fd(), mode, offset, length).map_err(errno)?;
+            self.content_after(ino, fd.as_fd());
+            return Ok(());
+        }
         let h = self.handle(fh)?;
         let _gate = self.gate.read();
-        if h.ranged && mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+        if h.ranged && moves {
             // Moves bytes around the whole tail: not a range.
             h.mark_dirty();
             self.before_inode(h.ino, |path| Mutation::Content { path })?;
@@ -318,21 +473,37 @@ impl State {
     }
 
     /// `lseek` of handle `fh` (for `SEEK_DATA`/`SEEK_HOLE`); the new offset.
-    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+    pub(super) fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+        if self.handleless(fh) {
+            let fd = self.request_fd(ino, libc::O_RDONLY, 0)?;
+            return sys::lseek(fd.as_fd(), offset, whence).map_err(errno);
+        }
         let h = self.handle(fh)?;
         sys::lseek(h.fd.as_fd(), offset, whence).map_err(errno)
     }
 
-    /// `copy_file_range` of `len` bytes; the bytes copied. Only the
+    /// `copy_file_range` of `len` bytes from (inode, handle) `from` at
+    /// `offset_in` to `to` at `offset_out`; the bytes copied. Only the
     /// destination is a mutation.
     pub(super) fn copy_file_range(
         &self,
-        fh_in: FileHandle,
+        (ino_in, fh_in): (u64, FileHandle),
         offset_in: u64,
-        fh_out: FileHandle,
+        (ino_out, fh_out): (u64, FileHandle),
         offset_out: u64,
         len: u64,
     ) -> Res<usize> {
+        if self.handleless(fh_in) || self.handleless(fh_out) {
+            let fd_in = self.request_fd(ino_in, libc::O_RDONLY, 0)?;
+            let fd_out = self.request_fd(ino_out, libc::O_WRONLY, 0)?;
+            let _gate = self.gate.read();
+            self.content_before(ino_out, fd_out.as_fd(), offset_out, len)?;
+            let n =
+                sys::copy_file_range(fd_in.as_fd(), offset_in, fd_out.as_fd(), offset_out, len, 0)
+                    .map_err(errno)?;
+            self.content_after(ino_out, fd_out.as_fd());
+            return Ok(n);
+        }
         let h_in = self.handle(fh_in)?;
         let h_out = self.handle(fh_out)?;
         let _gate = self.gate.read();
@@ -515,4 +686,16 @@ fn dir_entries(
             }
         }
     }
+}
+
+/// At most `size` bytes of the file open at `fd` from `offset`; `direct`:
+/// through an aligned bounce buffer (the fd is `O_DIRECT`).
+fn read_at(fd: BorrowedFd<'_>, offset: u64, size: u32, direct: bool) -> Res<Vec<u8>> {
+    if direct {
+        return sys::pread_aligned(fd, size as usize, offset).map_err(errno);
+    }
+    let mut buf = vec![0u8; size as usize];
+    let n = sys::pread(fd, &mut buf, offset).map_err(errno)?;
+    buf.truncate(n);
+    Ok(buf)
 }

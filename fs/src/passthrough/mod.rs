@@ -54,9 +54,28 @@ impl Filesystem for Passthrough {
                 log::debug!("kernel lacks {unsupported:?}");
             }
         }
+        // No OPEN, RELEASE or FLUSH for files, every file's pages kept:
+        // only while the watch invalidates a file's pages when it changes
+        // behind the mount (docs/coherence.md). Asked for first: it decides
+        // whether `ATOMIC_O_TRUNC` may be.
+        if self.state.no_open {
+            match config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT) {
+                Ok(()) => self.state.open_off.store(true, Ordering::Relaxed),
+                Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
+            }
+        }
+        // With `ATOMIC_O_TRUNC` the kernel leaves an `O_TRUNC` open's
+        // truncation to the OPEN (`fuse_do_setattr` skips the SETATTR of
+        // `ATTR_OPEN`); without OPEN nothing would truncate the backing
+        // file. Without the flag it arrives as a size SETATTR, captured
+        // there.
+        if !self.state.open_off.load(Ordering::Relaxed) {
+            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
+                log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // A symlink's target never changes for one inode; a rewind's
             // `inval_inode` drops the cached target with the pages.
@@ -247,7 +266,9 @@ impl Filesystem for Passthrough {
         // `flags` are the caller's file flags now (an `fcntl(F_SETFL)`
         // included): direct I/O is decided per request.
         let direct = flags.0 & libc::O_DIRECT != 0;
-        self.state.read(fh, offset, size, direct).answer(reply);
+        self.state
+            .read(ino.0, fh, offset, size, direct)
+            .answer(reply);
     }
 
     fn write(
@@ -269,9 +290,19 @@ impl Filesystem for Passthrough {
         );
         // A page-cache writeback (of a shared mapping) is never direct,
         // whichever handle the kernel sends it through.
-        let direct =
-            flags.0 & libc::O_DIRECT != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        self.state.write(fh, offset, data, direct).answer(reply);
+        let cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let direct = flags.0 & libc::O_DIRECT != 0 && !cache;
+        // The caller's file flags that change how the backing write lands,
+        // for a write without a handle (`FUSE_NO_OPEN_SUPPORT`). A
+        // writeback is at page offsets, whatever the file's flags.
+        let landing = if cache {
+            0
+        } else {
+            flags.0 & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)
+        };
+        self.state
+            .write(ino.0, fh, offset, data, direct, landing)
+            .answer(reply);
     }
 
     fn flush(
@@ -302,12 +333,12 @@ impl Filesystem for Passthrough {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.state.fsync(fh, datasync).answer(reply);
+        self.state.fsync_file(ino.0, fh, datasync).answer(reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -417,35 +448,37 @@ impl Filesystem for Passthrough {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.state.fallocate(fh, offset, length, mode).answer(reply);
+        self.state
+            .fallocate(ino.0, fh, offset, length, mode)
+            .answer(reply);
     }
 
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.state.lseek(fh, offset, whence).answer(reply);
+        self.state.lseek(ino.0, fh, offset, whence).answer(reply);
     }
 
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -453,7 +486,13 @@ impl Filesystem for Passthrough {
         reply: ReplyWrite,
     ) {
         self.state
-            .copy_file_range(fh_in, offset_in, fh_out, offset_out, len)
+            .copy_file_range(
+                (ino_in.0, fh_in),
+                offset_in,
+                (ino_out.0, fh_out),
+                offset_out,
+                len,
+            )
             .answer(reply);
     }
 

@@ -59,6 +59,14 @@ pub(crate) struct State {
     /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS`
     /// (after which the kernel sends none), READDIR comes with handle 0.
     pub(crate) opendir_off: AtomicBool,
+    /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (only when the watch was
+    /// active at mount: the kernel then keeps every file's pages for as
+    /// long as nothing invalidates them).
+    pub(crate) no_open: bool,
+    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN and FLUSH answer
+    /// `ENOSYS` (after which the kernel sends none), a file's I/O comes
+    /// with handle 0, `create` answers handle 0 (see `io.rs`).
+    pub(crate) open_off: AtomicBool,
 }
 
 /// How long the kernel may cache what one reply tells it.
@@ -146,6 +154,19 @@ impl State {
             .and_then(|n| sys::fstat(n.fd.as_fd()).ok());
         for path in paths {
             self.after(make(&path), now.as_ref());
+        }
+    }
+
+    /// [`State::after_inode`] with the inode's attributes `now` read by
+    /// the caller.
+    pub(super) fn after_inode_with(
+        &self,
+        ino: u64,
+        make: fn(&[u8]) -> Mutation<'_>,
+        now: Option<&libc::stat>,
+    ) {
+        for path in self.inodes.paths(ino) {
+            self.after(make(&path), now);
         }
     }
 
@@ -412,7 +433,11 @@ impl State {
             if let Some(size) = a.size {
                 // A large file cut or grown: only the bytes past the new
                 // size can be lost.
-                if self.ranged(node.fd.as_fd()) {
+                if self.no_open_active() {
+                    // An `O_TRUNC` open arrives here too (no
+                    // `ATOMIC_O_TRUNC` without OPEN).
+                    self.content_before(ino, node.fd.as_fd(), size, u64::MAX - size)?
+                } else if self.ranged(node.fd.as_fd()) {
                     self.before_range(ino, size, u64::MAX - size)?
                 } else {
                     self.before_inode(ino, |path| Mutation::Content { path })?

@@ -11,13 +11,14 @@
 //!   `/proc/self/fd/N`; `file.rs`: I/O on real fds; `dirent.rs`: directory
 //!   listings; `xattr.rs`: extended attributes; `limits.rs`: `RLIMIT_NOFILE`;
 //!   `child.rs`: `fdatasync` of files of the daemon's own mount in a forked
-//!   child.
+//!   child; `maps.rs`: the files some process maps shared.
 
 mod at;
 mod child;
 mod dirent;
 mod file;
 mod limits;
+mod maps;
 mod proc;
 mod xattr;
 
@@ -32,6 +33,7 @@ pub(crate) use file::{
     pwrite, pwrite_aligned, status_flags, statvfs,
 };
 pub(crate) use limits::raise_nofile_limit;
+pub(crate) use maps::{mount_dev, shared_mappings};
 pub(crate) use proc::{chmod_fd, reopen, truncate_path_fd, utimens_fd};
 pub(crate) use xattr::{getxattr, listxattr, removexattr, setxattr};
 

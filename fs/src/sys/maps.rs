@@ -1,0 +1,179 @@
+//! Which files of a filesystem are mapped shared by some process
+//! (`/proc/PID/maps`), for a mount that has no handles to tell it which
+//! files may hold dirty pages (`FUSE_NO_OPEN_SUPPORT`).
+//!
+//! Reading another process's `maps` takes that process's `mmap_lock` for
+//! reading and never touches the file itself, so the daemon may do it for
+//! its own mount without sending itself a request.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::cvt;
+
+/// The device number (major, minor) of the filesystem mounted at `path`,
+/// read without asking it anything (`statx` with `AT_STATX_DONT_SYNC`: a
+/// FUSE mount answers from its cache, and the device is the superblock's).
+pub(crate) fn mount_dev(path: &Path) -> io::Result<(u32, u32)> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))?;
+    let mut stx = MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: a valid C string and a writable statx buffer.
+    cvt(unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_INO,
+            stx.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: filled by statx.
+    let stx = unsafe { stx.assume_init() };
+    Ok((stx.stx_dev_major, stx.stx_dev_minor))
+}
+
+/// What [`shared_mappings`] found.
+#[derive(Debug, Default)]
+pub(crate) struct SharedMappings {
+    /// Inode numbers (as the filesystem reports them, `st_ino`) of the
+    /// files some process maps `MAP_SHARED`, sorted, without repeats.
+    pub(crate) inos: Vec<u64>,
+    /// Processes whose `maps` could not be read (`EACCES` for another
+    /// user's process when the daemon is not root); they may hold more.
+    pub(crate) unreadable: usize,
+}
+
+/// The files of the filesystem with device `dev` that any process maps
+/// shared (`MAP_SHARED`, any protection: a mapping made read-only with
+/// `mprotect` after a store still holds its dirty pages). A process that
+/// exits or unmaps first has written its pages back (a FUSE mapping is
+/// written back and waited for at `munmap`), so with no cache of written
+/// pages (no `FUSE_WRITEBACK_CACHE`) these are the only files of a FUSE
+/// mount that can hold dirty pages. Costs one read of `/proc/PID/maps` per
+/// process (a few milliseconds for a few hundred processes), nothing per
+/// file of the tree.
+///
+/// # Errors
+///
+/// `/proc` cannot be listed. A process that exits meanwhile is skipped; one
+/// whose `maps` is unreadable is counted in
+/// [`SharedMappings::unreadable`].
+pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
+    let mut found = SharedMappings::default();
+    let mut text = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        if !name.as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let mut path = std::path::PathBuf::from("/proc");
+        path.push(&name);
+        path.push("maps");
+        text.clear();
+        match std::fs::File::open(&path).and_then(|mut f| {
+            use std::io::Read;
+            f.read_to_end(&mut text)
+        }) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                found.unreadable += 1;
+                continue;
+            }
+            // Exited meanwhile (ENOENT, ESRCH), or a kernel thread.
+            Err(_) => continue,
+        }
+        for line in text.split(|&b| b == b'\n') {
+            if let Some(ino) = shared_ino(line, dev) {
+                found.inos.push(ino);
+            }
+        }
+    }
+    found.inos.sort_unstable();
+    found.inos.dedup();
+    Ok(found)
+}
+
+/// The inode of one `maps` line (`START-END PERMS OFFSET MAJ:MIN INODE
+/// [PATH]`) when it maps a file of device `dev` shared.
+fn shared_ino(line: &[u8], dev: (u32, u32)) -> Option<u64> {
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty()).skip(1);
+    let perms = fields.next()?;
+    if perms.get(3) != Some(&b's') {
+        return None;
+    }
+    let _offset = fields.next()?;
+    let (major, minor) = {
+        let d = std::str::from_utf8(fields.next()?).ok()?;
+        let (a, b) = d.split_once(':')?;
+        (
+            u32::from_str_radix(a, 16).ok()?,
+            u32::from_str_radix(b, 16).ok()?,
+        )
+    };
+    if (major, minor) != dev {
+        return None;
+    }
+    let ino: u64 = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    (ino != 0).then_some(ino)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_mapping_of_the_device_is_found() {
+        let dev = (0, 0x35);
+        let line = b"7f1c2a000000-7f1c2a010000 rw-s 00000000 00:35 1234   /mnt/f.bin";
+        assert_eq!(shared_ino(line, dev), Some(1234));
+        let ro = b"7f1c2a000000-7f1c2a010000 r--s 00000000 00:35 99 /mnt/g";
+        assert_eq!(shared_ino(ro, dev), Some(99));
+        let private = b"7f1c2a000000-7f1c2a010000 rw-p 00000000 00:35 1234 /mnt/f.bin";
+        assert_eq!(shared_ino(private, dev), None);
+        let other = b"7f1c2a000000-7f1c2a010000 rw-s 00000000 08:01 1234 /x";
+        assert_eq!(shared_ino(other, dev), None);
+        let anon = b"7f1c2a000000-7f1c2a010000 rw-s 00000000 00:35 0 ";
+        assert_eq!(shared_ino(anon, dev), None);
+        assert_eq!(shared_ino(b"", dev), None);
+    }
+
+    #[test]
+    fn this_process_mapping_a_file_shared_is_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("m");
+        std::fs::write(&path, vec![0u8; 4096]).expect("write");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open");
+        let st = super::super::fstat(std::os::fd::AsFd::as_fd(&f)).expect("fstat");
+        // SAFETY: a fresh shared mapping of a 4096-byte file, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let dev = mount_dev(&path).expect("dev");
+        assert_eq!(
+            dev,
+            (libc::major(st.st_dev), libc::minor(st.st_dev)),
+            "statx and stat agree on the device"
+        );
+        let found = shared_mappings(dev).expect("scan");
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, 4096) };
+        assert!(found.inos.contains(&st.st_ino), "{found:?}");
+    }
+}
