@@ -22,6 +22,8 @@ pub enum Mutation<'a> {
     /// for writing (`O_WRONLY`, `O_RDWR`, `O_TRUNC`), `setattr` of the size,
     /// `fallocate`, the destination of `copy_file_range`, or a `write` through
     /// a handle whose capture epoch is older than [`MutationHook::epoch`].
+    /// Without OPEN (`Options::no_open`): the first of those requests on
+    /// the file in each epoch.
     Content {
         /// The file's path.
         path: &'a [u8],
@@ -92,7 +94,9 @@ pub trait MutationHook: Send + Sync + 'static {
     /// mount left there (its fingerprint). For a file handle opened for
     /// writing, [`Mutation::Content`] is reported here at each `flush`
     /// (every close of a descriptor) and when the handle is released, not
-    /// after each write. Not called when the mutation failed.
+    /// after each write; without OPEN (`Options::no_open`, no handles)
+    /// after each write, `fallocate`, `copy_file_range` and `create`. Not
+    /// called when the mutation failed.
     ///
     /// `now` is what the layer read right after the mutation (an `fstat` of
     /// the inode it holds for the path, or an `fstatat` of a new entry) for

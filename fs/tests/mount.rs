@@ -111,6 +111,17 @@ impl Fixture {
         Fixture::with(Options::default())
     }
 
+    /// With OPEN (`no_open: false`): for the tests of what an open for
+    /// writing reports. By default, while the watch is active, the kernel
+    /// sends no OPEN and content is reported at the first mutating request
+    /// of an epoch (`without_open_*` below).
+    fn with_open() -> Fixture {
+        Fixture::with(Options {
+            no_open: false,
+            ..Options::default()
+        })
+    }
+
     fn with(opts: Options) -> Fixture {
         assert!(
             Path::new("/dev/fuse").exists(),
@@ -345,7 +356,7 @@ fn a_failing_hook_fails_the_operation_and_leaves_backing_unchanged() {
 #[test]
 fn large_files_report_each_write_as_a_range_before_it_runs() {
     use std::os::unix::fs::FileExt;
-    let fx = Fixture::new();
+    let fx = Fixture::with_open();
     fx.hook.range_min.store(1000, Ordering::SeqCst);
     fs::write(fx.b("big"), vec![b'a'; 4000]).unwrap();
     fs::write(fx.b("small"), b"tiny").unwrap();
@@ -403,7 +414,7 @@ fn large_files_report_each_write_as_a_range_before_it_runs() {
 
 #[test]
 fn a_new_epoch_reports_content_again_on_the_next_write() {
-    let fx = Fixture::new();
+    let fx = Fixture::with_open();
     fs::write(fx.b("f"), b"").unwrap();
     fx.hook.take();
     let mut f = fs::OpenOptions::new().write(true).open(fx.m("f")).unwrap();
@@ -478,7 +489,7 @@ fn non_utf8_names_round_trip() {
 
 #[test]
 fn hard_links_share_content_and_inode() {
-    let fx = Fixture::new();
+    let fx = Fixture::with_open();
     fs::write(fx.m("a"), b"first").unwrap();
     fs::hard_link(fx.m("a"), fx.m("b")).unwrap();
     fs::write(fx.m("b"), b"second").unwrap();
@@ -600,7 +611,7 @@ fn the_callers_umask_applies_not_the_daemons() {
 
 #[test]
 fn truncate_xattrs_and_append_are_reported() {
-    let fx = Fixture::new();
+    let fx = Fixture::with_open();
     fs::write(fx.b("f"), b"0123456789").unwrap();
     fx.hook.take();
     // truncate(2) without an open handle: setattr(size).
@@ -705,13 +716,16 @@ fn without_opendir_cached_listings_follow_the_watch() {
 /// `FOPEN_KEEP_CACHE` and `FOPEN_CACHE_DIR` are only answered while the
 /// backing inode is unchanged since its previous open: a same-size rewrite
 /// and a new entry made behind the mount's back must show at the next open.
-/// (With OPENDIR kept: under `FUSE_NO_OPENDIR_SUPPORT` the listing follows
-/// the watch instead, which ignores this process's own changes; see
-/// `without_opendir_cached_listings_follow_the_watch`.)
+/// (With OPENDIR and OPEN kept: under `FUSE_NO_OPENDIR_SUPPORT` and
+/// `FUSE_NO_OPEN_SUPPORT` listings and pages follow the watch instead,
+/// which ignores this process's own changes; see
+/// `without_opendir_cached_listings_follow_the_watch` and
+/// `without_open_cached_pages_follow_the_watch`.)
 #[test]
 fn kept_caches_follow_changes_behind_the_mounts_back() {
     let fx = Fixture::with(Options {
         no_opendir: false,
+        no_open: false,
         ..Options::default()
     });
     fs::write(fx.b("f.txt"), b"aaaa").unwrap();
@@ -744,4 +758,98 @@ fn kept_caches_follow_changes_behind_the_mounts_back() {
     fs::write(fx.m("f.txt"), b"cccc").unwrap();
     assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"cccc");
     assert_eq!(fs::read(fx.b("f.txt")).unwrap(), b"cccc");
+}
+
+/// Without OPEN (the default while the watch is active) a file's content
+/// is reported at the first mutating request of each epoch, whatever
+/// descriptor it comes through, and only then; a large file's writes
+/// report their ranges; an `O_TRUNC` open arrives as a size `setattr`
+/// (no `ATOMIC_O_TRUNC`), reported before it truncates.
+#[test]
+fn without_open_content_is_reported_at_the_first_mutating_request_of_an_epoch() {
+    use std::os::unix::fs::FileExt;
+    let fx = Fixture::new();
+    fs::write(fx.b("f"), b"0123456789").unwrap();
+    fx.hook.take();
+    let f = fs::OpenOptions::new().write(true).open(fx.m("f")).unwrap();
+    assert_eq!(fx.hook.take(), vec![], "an open reports nothing");
+    f.write_all_at(b"ab", 0).unwrap();
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
+    f.write_all_at(b"cd", 2).unwrap();
+    let c = cpath(&fx.m("f"));
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 8) }, 0);
+    assert_eq!(fx.hook.take(), vec![], "same epoch: nothing more");
+    fx.hook.epoch.fetch_add(1, Ordering::SeqCst);
+    // The descriptor opened in the earlier epoch reports again.
+    f.write_all_at(b"ef", 4).unwrap();
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
+    drop(f);
+    assert_eq!(fs::read(fx.b("f")).unwrap(), b"abcdef67");
+
+    fx.hook.epoch.fetch_add(1, Ordering::SeqCst);
+    let snaps_before = fx.hook.snapshots.lock().unwrap().len();
+    drop(
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(fx.m("f"))
+            .unwrap(),
+    );
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("f"))]);
+    let snaps = fx.hook.snapshots.lock().unwrap().clone();
+    assert_eq!(
+        snaps[snaps_before].1.as_deref(),
+        Some(&b"abcdef67"[..]),
+        "the hook saw the bytes before the truncation"
+    );
+    assert_eq!(
+        fs::read(fx.b("f")).unwrap(),
+        b"",
+        "O_TRUNC reached the file"
+    );
+
+    fx.hook.range_min.store(1000, Ordering::SeqCst);
+    fs::write(fx.b("big"), vec![b'a'; 4000]).unwrap();
+    fx.hook.take();
+    let big = fs::OpenOptions::new()
+        .write(true)
+        .open(fx.m("big"))
+        .unwrap();
+    big.write_all_at(b"XYZ", 100).unwrap();
+    big.write_all_at(b"Q", 5000).unwrap();
+    assert_eq!(
+        fx.hook.take(),
+        vec![
+            Seen::Range(p("big"), 100, 3),
+            Seen::Range(p("big"), 5000, 1)
+        ]
+    );
+}
+
+/// Without OPEN the kernel keeps a file's pages across opens until
+/// something invalidates them: a rewrite behind the mount by another
+/// process shows through the watch's invalidation (same size, so no
+/// attribute tells), one the mounting process itself makes (its own
+/// changes are not reported) once it calls `Controller::invalidate`.
+#[test]
+fn without_open_cached_pages_follow_the_watch() {
+    let fx = Fixture::new();
+    fs::write(fx.b("f.txt"), b"aaaa").unwrap();
+    for _ in 0..3 {
+        assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"aaaa");
+    }
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("printf bbbb > \"$1\"/f.txt")
+        .arg("sh")
+        .arg(&fx.backing)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    wait_until("the watch to show the rewrite", || {
+        fs::read(fx.m("f.txt")).unwrap() == b"bbbb"
+    });
+    fs::write(fx.b("f.txt"), b"cccc").unwrap();
+    fx.ctl.invalidate(&[p("f.txt")]);
+    assert_eq!(fs::read(fx.m("f.txt")).unwrap(), b"cccc");
 }
