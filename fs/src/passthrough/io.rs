@@ -245,9 +245,11 @@ impl State {
                 Err(err) => return Err(errno(err)),
             };
             if self.no_open_active() {
-                // No handle: the file's requests come with handle 0. What
-                // the create left is reported now (there is no FLUSH), and
-                // the node starts out reported in this epoch.
+                // No handle: the file's requests come with handle 0, and
+                // the kernel sends no RELEASE for a created file either, so
+                // a handle would never be freed. What the create left is
+                // reported now (there is no FLUSH), and the node starts out
+                // reported in this epoch.
                 let now = sys::fstat(fd.as_fd()).ok();
                 drop(fd);
                 drop(_gate);
