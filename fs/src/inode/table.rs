@@ -214,7 +214,16 @@ pub(crate) struct NodeRef {
 
 impl Table {
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
-        self.names.unlink(&mut self.nodes, parent, name)
+        let ino = self.names.unlink(&mut self.nodes, parent, name)?;
+        // A node without a name may come back for another file that got
+        // the same backing inode number (made behind the mount): it must
+        // report that file's content afresh.
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if node.names.is_empty() {
+                node.reported = None;
+            }
+        }
+        Some(ino)
     }
 
     fn link_name(&mut self, ino: u64, parent: u64, name: &[u8]) {
