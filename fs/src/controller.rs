@@ -270,7 +270,9 @@ impl Controller {
     /// its owner may not read, or a writeback error of the file; or the
     /// child process cannot be started (`EAGAIN`, `ENOMEM`) or ended early.
     /// The other files are still written back; a file that failed keeps its
-    /// dirty pages until its next fsync, close or unmap.
+    /// dirty pages until its next fsync, close or unmap. Without OPEN also:
+    /// `/proc` cannot be listed or the mountpoint cannot be `statx`ed
+    /// (nothing was written back then).
     pub fn write_back(&self) -> io::Result<()> {
         let files = if self.inner.fs.writers_untracked() {
             self.mapped_files()?

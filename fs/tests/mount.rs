@@ -764,7 +764,7 @@ fn kept_caches_follow_changes_behind_the_mounts_back() {
 /// is reported at the first mutating request of each epoch, whatever
 /// descriptor it comes through, and only then; a large file's writes
 /// report their ranges; an `O_TRUNC` open arrives as a size `setattr`
-/// (no `ATOMIC_O_TRUNC`), reported before it truncates.
+/// (no `ATOMIC_O_TRUNC`), reported whole before it truncates.
 #[test]
 fn without_open_content_is_reported_at_the_first_mutating_request_of_an_epoch() {
     use std::os::unix::fs::FileExt;
@@ -824,6 +824,12 @@ fn without_open_content_is_reported_at_the_first_mutating_request_of_an_epoch() 
             Seen::Range(p("big"), 5000, 1)
         ]
     );
+    drop(big);
+    // A large file emptied by `O_TRUNC` is captured whole, as through OPEN
+    // (a range from 0 would hold a sparse file's holes as zeros).
+    fx.hook.epoch.fetch_add(1, Ordering::SeqCst);
+    fs::write(fx.m("big"), b"cut").unwrap();
+    assert_eq!(fx.hook.take(), vec![Seen::Content(p("big"))]);
 }
 
 /// Without OPEN the kernel keeps a file's pages across opens until

@@ -105,6 +105,23 @@ impl State {
         }
     }
 
+    /// Called before a request without a handle takes every byte of file
+    /// `ino` away (a truncation to size 0, which is also how an `O_TRUNC`
+    /// open arrives), under the gate: reports `Content` unless the file was
+    /// reported whole in this epoch already, and marks it so. A whole
+    /// capture, as an `O_TRUNC` open makes through OPEN, not the range from
+    /// 0 to the end: a range record holds a sparse file's holes as zeros,
+    /// and a rewind of it would write them back allocated.
+    pub(super) fn content_whole_before(&self, ino: u64) -> Res<()> {
+        let epoch = self.hook.epoch();
+        if self.inodes.reported(ino) == Some((epoch, false)) {
+            return Ok(());
+        }
+        self.before_inode(ino, |path| Mutation::Content { path })?;
+        self.inodes.set_reported(ino, epoch, false);
+        Ok(())
+    }
+
     /// Reports what a request without a handle left in file `ino` (open
     /// as `fd`), as a close does for a handle: with no FLUSH, the
     /// fingerprint must follow each change, so that a change made behind
@@ -250,13 +267,19 @@ impl State {
                 // a handle would never be freed. What the create left is
                 // reported now (there is no FLUSH), and the node starts out
                 // reported in this epoch.
-                let now = sys::fstat(fd.as_fd()).ok();
+                let reported = writes(flags) || existing.is_none();
+                if reported {
+                    // Under the gate, as every `after`.
+                    let now = sys::fstat(fd.as_fd()).ok();
+                    self.after(Mutation::Content { path: &path }, now.as_ref());
+                }
                 drop(fd);
                 drop(_gate);
                 let a = self.lookup_entry(parent, name)?;
-                if writes(flags) || existing.is_none() {
+                if reported {
+                    // `epoch` was read before the report: a boundary since
+                    // makes the next write report again.
                     self.inodes.set_reported(a.ino.0, epoch, false);
-                    self.after(Mutation::Content { path: &path }, now.as_ref());
                 }
                 return Ok(Created {
                     attr: a,

@@ -433,9 +433,11 @@ impl State {
             if let Some(size) = a.size {
                 // A large file cut or grown: only the bytes past the new
                 // size can be lost.
-                if self.no_open_active() {
+                if self.no_open_active() && size == 0 {
                     // An `O_TRUNC` open arrives here too (no
-                    // `ATOMIC_O_TRUNC` without OPEN).
+                    // `ATOMIC_O_TRUNC` without OPEN): captured whole.
+                    self.content_whole_before(ino)?
+                } else if self.no_open_active() {
                     self.content_before(ino, node.fd.as_fd(), size, u64::MAX - size)?
                 } else if self.ranged(node.fd.as_fd()) {
                     self.before_range(ino, size, u64::MAX - size)?
