@@ -278,3 +278,74 @@ fn appends_and_ranged_writes_without_handles_rewind_exactly() {
     assert_eq!(fs::read(fx.p("log.txt")).expect("read"), b"line 1\n");
     assert!(fs::read(fx.p("big.bin")).expect("read") == big);
 }
+
+/// A daemon that cannot override file modes (not root, or root without
+/// `CAP_DAC_OVERRIDE`) keeps OPEN: without it each write reopens the file
+/// by its mode, so a write through a descriptor of a file created 0444
+/// (how git writes its objects) or made read-only after the open failed
+/// with `EACCES` (found by `git commit` through a mount of an unprivileged
+/// user). The daemon here is root with `CAP_DAC_OVERRIDE` dropped from its
+/// bounding set (`setpriv`), which checks modes as a user's daemon would.
+#[test]
+fn a_daemon_that_cannot_override_modes_writes_through_read_only_descriptors() {
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: setpriv (util-linux) is not installed");
+        return;
+    }
+    let fx = Fixture::new();
+    write_file(&fx.p("a.txt"), b"original\n", 0o644);
+    let inner = fx.opfs_command(&[
+        std::ffi::OsStr::new("mount"),
+        fx.project.as_os_str(),
+        fx.mnt.as_os_str(),
+    ]);
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--bounding-set", "-dac_override", "--"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .current_dir(fx.root());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("run setpriv opfs mount");
+    assert!(
+        out.status.success(),
+        "mount without CAP_DAC_OVERRIDE failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_mount_state(&fx.mnt, true, MOUNT_TIMEOUT),
+        "not mounted"
+    );
+
+    let mut made = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(fx.m("object"))
+        .expect("create 0444 via mount");
+    made.write_all(b"blob\n")
+        .expect("write into a file created 0444");
+    drop(made);
+    let mut a = fs::OpenOptions::new()
+        .write(true)
+        .open(fx.m("a.txt"))
+        .expect("open a.txt");
+    fs::set_permissions(
+        fx.m("a.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o444),
+    )
+    .expect("chmod 0444");
+    a.write_all(b"rewritten\n").expect("write after chmod 0444");
+    drop(a);
+    assert_eq!(fs::read(fx.p("object")).expect("read"), b"blob\n");
+    assert_eq!(fs::read(fx.p("a.txt")).expect("read"), b"rewritten\n");
+    fx.umount();
+}

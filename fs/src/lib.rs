@@ -116,7 +116,10 @@ pub struct Options {
     /// [`Controller::write_back`] syncs the whole mount (crate README,
     /// "No open"). `ATOMIC_O_TRUNC` is then not asked for, so an
     /// `O_TRUNC` open arrives as a size `setattr`. Without a working watch
-    /// at mount time it is never asked for. The overlay ignores it.
+    /// at mount time it is never asked for, nor by a daemon without
+    /// `CAP_DAC_OVERRIDE` (an unprivileged one): each request reopens the
+    /// file, and a file created or made read-only after the caller opened
+    /// it for writing could then not be written. The overlay ignores it.
     pub no_open: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
@@ -274,7 +277,13 @@ pub fn mount(
         readdirplus_auto: opts.readdirplus_auto,
         no_opendir: opts.no_opendir && watch.as_ref().is_some_and(|w| w.active()),
         opendir_off: AtomicBool::new(false),
-        no_open: opts.no_open && watch.as_ref().is_some_and(|w| w.active()),
+        // Without OPEN each request reopens the file by its mode: a daemon
+        // that cannot override file modes would then fail a write through a
+        // descriptor opened before the file became read-only (git writes its
+        // objects into files it creates 0444).
+        no_open: opts.no_open
+            && watch.as_ref().is_some_and(|w| w.active())
+            && sys::overrides_file_modes(),
         open_off: AtomicBool::new(false),
     });
     let fs = Passthrough {

@@ -46,3 +46,18 @@ pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io:
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) })?;
     Ok(())
 }
+
+/// Whether this process may open any file for writing whatever its mode
+/// (`CAP_DAC_OVERRIDE` in its effective set, read from
+/// `/proc/self/status`). False when that cannot be read.
+pub(crate) fn overrides_file_modes() -> bool {
+    const CAP_DAC_OVERRIDE: u32 = 1;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_DAC_OVERRIDE) != 0)
+}
