@@ -421,7 +421,7 @@ struct Exporter<'a> {
     /// Paths left out (see [`ExportReport::skipped`]).
     skipped: Vec<String>,
     /// The project's ignore rules, unless ignored paths are exported too.
-    ignore: Option<IgnoreRules>,
+    ignore: Option<IgnoreRules<'a>>,
     /// Entries left out by them (see [`ExportReport::ignored`]).
     ignored: u64,
     /// Where the bytes of a file state come from when they are not in the
@@ -459,7 +459,7 @@ impl<'a> Exporter<'a> {
             return true;
         }
         match &mut self.ignore {
-            Some(rules) => rules.is_ignored(self.src.backing, path, is_dir),
+            Some(rules) => rules.is_ignored(path, is_dir),
             None => false,
         }
     }

@@ -40,7 +40,7 @@ use crate::history::{
 };
 use crate::paths;
 use crate::record::{PreImage, Special};
-use crate::view::{Timeline, Version, ViewError};
+use crate::view::{current, Timeline, Version, ViewError};
 
 use super::changes::{base_bytes, base_hash};
 use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
@@ -86,9 +86,23 @@ type UpperAt = BTreeMap<Vec<u8>, Version>;
 pub struct WorktreeHistory<'a> {
     src: Sources<'a>,
     base: &'a dyn Lower,
-    /// The base's state per path (files hashed, bytes not kept).
+    /// The base's state per path (files hashed).
     base_states: RefCell<BTreeMap<Vec<u8>, PreImage>>,
+    /// The bytes of the base's files read so far (up to
+    /// [`BASE_BYTES_KEPT`] in all): a diff reads a file the state above
+    /// hashed once more for its old side, and the base is frozen.
+    base_files: RefCell<BaseFiles>,
+    /// Each upper path's state after the newest turn, read once per
+    /// command ([`WorktreeHistory::fetch_ends`]).
+    ends: RefCell<BTreeMap<Vec<u8>, Version>>,
 }
+
+/// The base's files read so far: their total size in bytes, and each
+/// file's bytes by path.
+type BaseFiles = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
+
+/// How many bytes of base files [`WorktreeHistory`] keeps in memory.
+const BASE_BYTES_KEPT: u64 = 64 << 20;
 
 impl std::fmt::Debug for WorktreeHistory<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,6 +172,8 @@ impl<'a> WorktreeHistory<'a> {
             src,
             base,
             base_states: RefCell::new(BTreeMap::new()),
+            base_files: RefCell::new((0, BTreeMap::new())),
+            ends: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -177,7 +193,7 @@ impl<'a> WorktreeHistory<'a> {
             Err(e) => return Err(err(e)),
             Ok(None) => PreImage::Absent,
             Ok(Some(a)) => match a.kind {
-                Kind::File => match base_hash(self.base, path) {
+                Kind::File => match self.base_file(path, a.size) {
                     Ok(Some(blob)) => PreImage::File {
                         blob,
                         size: a.size,
@@ -212,6 +228,39 @@ impl<'a> WorktreeHistory<'a> {
         Ok(state)
     }
 
+    /// The BLAKE3 of the base's file at `path` (`size` bytes by its
+    /// attributes), read once in a buffer of its size; its bytes are kept
+    /// for [`WorktreeHistory::content`] while they fit in
+    /// [`BASE_BYTES_KEPT`]. `None`: not a file in the base.
+    fn base_file(&self, path: &[u8], size: u64) -> std::io::Result<Option<crate::record::Hash>> {
+        if size > BASE_BYTES_KEPT / 16 {
+            // Large: hashed in pieces, read again when its bytes are needed.
+            return base_hash(self.base, path);
+        }
+        let mut out = vec![0u8; size as usize + 1];
+        let mut len = 0;
+        loop {
+            if len == out.len() {
+                out.resize(len * 2, 0);
+            }
+            let Some(n) = self.base.read_at(path, len as u64, &mut out[len..])? else {
+                return Ok(None);
+            };
+            if n == 0 {
+                break;
+            }
+            len += n;
+        }
+        out.truncate(len);
+        let hash = *blake3::hash(&out).as_bytes();
+        let mut kept = self.base_files.borrow_mut();
+        if kept.0 + len as u64 <= BASE_BYTES_KEPT {
+            kept.0 += len as u64;
+            kept.1.insert(path.to_vec(), out);
+        }
+        Ok(Some(hash))
+    }
+
     /// The bytes of a file or symlink state of the view (`None` for
     /// anything else): a lower file read from the base, an upper one from
     /// the worktree's history or its upper layer.
@@ -219,15 +268,61 @@ impl<'a> WorktreeHistory<'a> {
     /// Errors: the base or a recorded blob cannot be read.
     pub fn content(&self, path: &[u8], seen: &Seen) -> Result<Option<Vec<u8>>, HistoryError> {
         match (&seen.layer, &seen.version.state) {
-            (Layer::Lower, PreImage::File { .. }) => base_bytes(self.base, path)
-                .map_err(lower_err(path))
-                .map(|b| Some(b.unwrap_or_default())),
+            (Layer::Lower, PreImage::File { .. }) => {
+                if let Some(b) = self.base_files.borrow().1.get(path) {
+                    return Ok(Some(b.clone()));
+                }
+                base_bytes(self.base, path)
+                    .map_err(lower_err(path))
+                    .map(|b| Some(b.unwrap_or_default()))
+            }
             _ => Ok(self.src.content(path, &seen.version)?),
         }
     }
 
+    /// Reads the state after the newest turn of each of `upper` (upper
+    /// paths) not read yet: what [`WorktreeHistory::upper_at`] falls back
+    /// on where no record covers a turn boundary. One group commit and one
+    /// query of the open turn's records per kind of path, whatever the
+    /// number of paths and boundaries (the project's `log` reads its
+    /// current states once the same way):
+    ///
+    /// - a path recorded in the open turn: what the upper layer holds now;
+    /// - any other: what the upper layer holds now, unless the worktree's
+    ///   daemon recorded the path in the open turn after `timeline` was
+    ///   loaded, when it is that record (the state when the open turn
+    ///   began): a concurrent change never leaks into an earlier boundary
+    ///   ([`Sources::states_at`]).
+    fn fetch_ends(
+        &self,
+        timeline: &Timeline,
+        upper: &BTreeSet<Vec<u8>>,
+    ) -> Result<(), HistoryError> {
+        let open = self.src.index.last_turn()?.map_or(0, |t| t.number);
+        let (in_open, others): (Vec<Vec<u8>>, Vec<Vec<u8>>) = {
+            let ends = self.ends.borrow();
+            upper
+                .iter()
+                .filter(|p| !ends.contains_key(*p))
+                .cloned()
+                .partition(|p| timeline.record(p, open).is_some())
+        };
+        let mut read = BTreeMap::new();
+        if !in_open.is_empty() {
+            read.extend(self.src.states_at(timeline, &in_open, open + 1)?);
+        }
+        if !others.is_empty() {
+            read.extend(self.src.states_at(timeline, &others, open)?);
+        }
+        self.ends.borrow_mut().extend(read);
+        Ok(())
+    }
+
     /// The upper states at the start of `turn` of every upper path the
-    /// views of `views` need (see [`needed_for`]).
+    /// views of `views` need (see [`needed_for`]): each from `timeline`
+    /// where a record covers it, else as read by
+    /// [`WorktreeHistory::fetch_ends`] (done here for the paths not read
+    /// yet).
     fn upper_at(
         &self,
         timeline: &Timeline,
@@ -238,8 +333,38 @@ impl<'a> WorktreeHistory<'a> {
         for q in views {
             needed_for(q, &mut needed);
         }
-        let wanted: Vec<Vec<u8>> = needed.into_iter().collect();
-        self.src.states_at(timeline, &wanted, turn)
+        self.fetch_ends(timeline, &needed)?;
+        let ends = self.ends.borrow();
+        let mut out = UpperAt::new();
+        for p in needed {
+            let v = match timeline.state_at(&p, turn) {
+                Some(pre) => Version::recorded(pre.clone()),
+                None => match ends.get(&p) {
+                    Some(v) => v.clone(),
+                    None => continue,
+                },
+            };
+            out.insert(p, v);
+        }
+        Ok(out)
+    }
+
+    /// Reads at once the upper states every view path the turns in
+    /// `turns` recorded needs (see [`WorktreeHistory::fetch_ends`]), so a
+    /// command over many turns reads the upper layer and asks the daemon
+    /// to commit once, not once per turn boundary.
+    pub(super) fn prefetch(
+        &self,
+        timeline: &Timeline,
+        recorded: &[Vec<u8>],
+    ) -> Result<(), HistoryError> {
+        let mut needed = BTreeSet::new();
+        for q in recorded.iter().filter_map(|p| view_path_of(p)) {
+            if !paths::is_excluded(&q) {
+                needed_for(&q, &mut needed);
+            }
+        }
+        self.fetch_ends(timeline, &needed)
     }
 
     /// The view of `q` (not the root) when the upper layer is `up`, and
@@ -409,6 +534,8 @@ impl<'a> WorktreeHistory<'a> {
             return Ok(entries);
         };
         let timeline = self.src.timeline(first)?;
+        let all: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
+        self.prefetch(&timeline, &all)?;
         let by_turn = timeline.by_turn();
         for e in &mut entries {
             let recorded = by_turn.get(&e.turn).cloned().unwrap_or_default();
@@ -434,6 +561,33 @@ impl<'a> WorktreeHistory<'a> {
             }
         }
         Ok(entries)
+    }
+
+    /// The bytes of the regular file at `path` in the worktree's view as
+    /// it is now (the upper layer as it is, over the base), `None` when
+    /// the view holds no file there: what the worktree's branch reads its
+    /// ignore files with. No group commit: nothing is compared with the
+    /// records.
+    ///
+    /// Errors: the upper layer or the base cannot be read.
+    pub fn file_now(&self, path: &[u8]) -> Result<Option<Vec<u8>>, HistoryError> {
+        let mut needed = BTreeSet::new();
+        needed_for(path, &mut needed);
+        let mut up = UpperAt::new();
+        for p in needed {
+            let v = current::read_version(self.src.backing, &p).map_err(|source| {
+                HistoryError::Read(ViewError::Project {
+                    path: p.clone(),
+                    source,
+                })
+            })?;
+            up.insert(p, v);
+        }
+        let (seen, _) = self.view(&up, path)?;
+        match seen.version.state {
+            PreImage::File { .. } => self.content(path, &seen),
+            _ => Ok(None),
+        }
     }
 
     /// The view of `path` at the start of `turn`.
