@@ -1346,3 +1346,66 @@ fn a_worktree_follows_the_projects_sync_choice() {
         discard_all(&f);
     }
 }
+
+/// `opfs gc` moves each worktree branch onto the rewritten project
+/// history in the same step, so `git gc` no longer keeps a dropped turn's
+/// objects through the branch's old base. (Before, prune walked only
+/// `refs/heads/opfs`: the branch still reached the old chain and the
+/// dropped turn's blob stayed in the export until the worktree's next
+/// export, and loose for git's two weeks after that.)
+#[test]
+fn gc_moves_worktree_branches_so_dropped_turns_leave_the_export() {
+    let f = Fixture::new();
+    fs::write(f.p("f"), "f0\n").expect("write");
+    f.mount();
+    fs::write(f.m("dropped"), "only at the end of turn 1\n").expect("write");
+    f.turn("t1");
+    fs::remove_file(f.m("dropped")).expect("rm");
+    f.turn("t2");
+    fs::write(f.m("f"), "f3\n").expect("write");
+    let t3 = f.turn("t3");
+    let w = create(&f, "keep", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    assert_eq!(base, t3, "the worktree's base is the empty open turn");
+    fs::write(w.join("f"), "w1\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    f.opfs_p(&["export"]).ok();
+    let git_dir = export_git_dir(&f);
+    let branch = "refs/opfs/worktrees/keep";
+    let dropped = git_ok_str(&git_dir, &["rev-parse", "refs/opfs/turns/1:dropped"]);
+    let tree = git_ok_str(&git_dir, &["rev-parse", &format!("{branch}^{{tree}}")]);
+
+    let r = f.opfs_c(&["gc", "--keep", "1", "--json"]).ok().json();
+    assert!(
+        !git_in(&git_dir, &["cat-file", "-e", &dropped])
+            .status
+            .success(),
+        "a dropped turn's blob is still in the export after gc"
+    );
+    assert_eq!(r["export"]["branches_rewritten"], 1, "{r:#}");
+    assert_eq!(
+        git_ok_str(&git_dir, &["rev-parse", &format!("{branch}^{{tree}}")]),
+        tree,
+        "the branch keeps its tree"
+    );
+    assert_eq!(
+        git_ok_str(&git_dir, &["rev-parse", &format!("{branch}~1")]),
+        git_ok_str(&git_dir, &["rev-parse", "refs/opfs/baseline"]),
+        "the branch sits on the new baseline (the end of turn {})",
+        t3 - 1
+    );
+    // The worktree's next export finds its branch where gc put it.
+    fs::write(w.join("f"), "w2\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let e = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    assert_eq!(e["rewritten"], false, "{e:#}");
+    discard_all(&f);
+}
+
+fn git_ok_str(git_dir: &Path, args: &[&str]) -> String {
+    String::from_utf8_lossy(&git_in_ok(git_dir, args))
+        .trim()
+        .to_string()
+}
