@@ -322,6 +322,38 @@ fn rewrite_branches(
     Ok(out)
 }
 
+/// Deletes `refs/opfs/turns/N` for every N before `first` (one ref
+/// transaction): an export starting over with a new baseline of turn
+/// `first` leaves no ref on the old chain.
+///
+/// Errors: the refs cannot be read or written.
+pub(super) fn delete_turn_refs_before(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    first: u64,
+) -> Result<(), ExportError> {
+    let refs = repo.references().git(git_dir, "listing refs")?;
+    let mut edits = Vec::new();
+    for r in refs
+        .prefixed(TURN_REF_PREFIX)
+        .git(git_dir, "listing refs")?
+        .flatten()
+    {
+        let name = r.name().as_bstr().to_string();
+        let n: Option<u64> = name
+            .strip_prefix(TURN_REF_PREFIX)
+            .and_then(|n| n.parse().ok());
+        if n.is_some_and(|n| n < first) {
+            edits.push(delete(git_dir, &name)?);
+        }
+    }
+    if !edits.is_empty() {
+        repo.edit_references(edits)
+            .git(git_dir, "deleting the refs of dropped turns")?;
+    }
+    Ok(())
+}
+
 fn write(
     repo: &gix::Repository,
     git_dir: &Path,
