@@ -246,10 +246,13 @@ impl<'a> WorktreeHistory<'a> {
             let Some(n) = self.base.read_at(path, len as u64, &mut out[len..])? else {
                 return Ok(None);
             };
-            if n == 0 {
+            len += n;
+            // A read that stops short of the room it had, at the size the
+            // attributes gave, ended at the end of the file: no read of 0
+            // bytes is needed to see it (one base read per file).
+            if n == 0 || (len as u64 == size && len < out.len()) {
                 break;
             }
-            len += n;
         }
         out.truncate(len);
         let hash = *blake3::hash(&out).as_bytes();
@@ -283,9 +286,9 @@ impl<'a> WorktreeHistory<'a> {
     /// Reads the state after the newest turn of each of `upper` (upper
     /// paths) not read yet: what [`WorktreeHistory::upper_at`] falls back
     /// on where no record covers a turn boundary. One group commit and one
-    /// query of the open turn's records per kind of path, whatever the
-    /// number of paths and boundaries (the project's `log` reads its
-    /// current states once the same way):
+    /// query of the open turn's records, whatever the number of paths and
+    /// boundaries (the project's `log` reads its current states once the
+    /// same way):
     ///
     /// - a path recorded in the open turn: what the upper layer holds now;
     /// - any other: what the upper layer holds now, unless the worktree's
@@ -308,8 +311,16 @@ impl<'a> WorktreeHistory<'a> {
                 .partition(|p| timeline.record(p, open).is_some())
         };
         let mut read = BTreeMap::new();
-        if !in_open.is_empty() {
-            read.extend(self.src.states_at(timeline, &in_open, open + 1)?);
+        // Their records already say what they were when the open turn
+        // began; after it, the upper layer now: nothing to check.
+        for p in in_open {
+            let v = current::read_version(self.src.backing, &p).map_err(|source| {
+                HistoryError::Read(ViewError::Project {
+                    path: p.clone(),
+                    source,
+                })
+            })?;
+            read.insert(p, v);
         }
         if !others.is_empty() {
             read.extend(self.src.states_at(timeline, &others, open)?);
@@ -617,32 +628,9 @@ impl<'a> WorktreeHistory<'a> {
             return Err(HistoryError::Excluded(path.to_vec()));
         }
         let seen = self.seen_at(turn, path)?;
-        match &seen.version.state {
-            PreImage::Absent => Err(HistoryError::Absent {
-                path: path.to_vec(),
-                turn,
-            }),
-            PreImage::Unknown => Err(HistoryError::Unknown {
-                path: path.to_vec(),
-                turn,
-            }),
-            PreImage::File { perm, .. } => Ok(Shown::File {
-                bytes: self.content(path, &seen)?.unwrap_or_default(),
-                perm: *perm,
-            }),
-            PreImage::Symlink { target } => Ok(Shown::Symlink {
-                target: target.clone(),
-            }),
-            other => Err(HistoryError::NoContent {
-                path: if path.is_empty() {
-                    b".".to_vec()
-                } else {
-                    path.to_vec()
-                },
-                turn,
-                kind: other.kind_name(),
-            }),
-        }
+        crate::history::shown(path, turn, &seen.version.state, || {
+            self.content(path, &seen)
+        })
     }
 }
 
