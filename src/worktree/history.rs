@@ -88,6 +88,8 @@ pub struct WorktreeHistory<'a> {
     base: &'a dyn Lower,
     /// The base's state per path (files hashed).
     base_states: RefCell<BTreeMap<Vec<u8>, PreImage>>,
+    /// The base's state per path with files not hashed ([`UNHASHED`]).
+    base_shapes: RefCell<BTreeMap<Vec<u8>, PreImage>>,
     /// The bytes of the base's files read so far (up to
     /// [`BASE_BYTES_KEPT`] in all): a diff reads a file the state above
     /// hashed once more for its old side, and the base is frozen.
@@ -100,6 +102,11 @@ pub struct WorktreeHistory<'a> {
 /// The base's files read so far: their total size in bytes, and each
 /// file's bytes by path.
 type BaseFiles = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
+
+/// The `blob` of a base file state whose bytes were not read (see
+/// `WorktreeHistory::base_state_of`): such a state is compared only with
+/// itself (the base is frozen) or with a file of another size.
+const UNHASHED: crate::record::Hash = [0; 32];
 
 /// How many bytes of base files [`WorktreeHistory`] keeps in memory.
 const BASE_BYTES_KEPT: u64 = 64 << 20;
@@ -172,6 +179,7 @@ impl<'a> WorktreeHistory<'a> {
             src,
             base,
             base_states: RefCell::new(BTreeMap::new()),
+            base_shapes: RefCell::new(BTreeMap::new()),
             base_files: RefCell::new((0, BTreeMap::new())),
             ends: RefCell::new(BTreeMap::new()),
         }
@@ -185,14 +193,33 @@ impl<'a> WorktreeHistory<'a> {
     /// The base's state of `path` (a file's blob is the BLAKE3 of its
     /// bytes, read once).
     fn base_state(&self, path: &[u8]) -> Result<PreImage, HistoryError> {
+        self.base_state_of(path, true)
+    }
+
+    /// The base's state of `path`; with `hash` false a file's `blob` is
+    /// [`UNHASHED`] unless it was hashed already (its attributes only: a
+    /// `getattr`, no read), for a caller that compares files of one size
+    /// only ([`WorktreeHistory::log`]).
+    fn base_state_of(&self, path: &[u8], hash: bool) -> Result<PreImage, HistoryError> {
         if let Some(s) = self.base_states.borrow().get(path) {
             return Ok(s.clone());
+        }
+        if !hash {
+            if let Some(s) = self.base_shapes.borrow().get(path) {
+                return Ok(s.clone());
+            }
         }
         let err = lower_err(path);
         let state = match self.base.getattr(path) {
             Err(e) => return Err(err(e)),
             Ok(None) => PreImage::Absent,
             Ok(Some(a)) => match a.kind {
+                Kind::File if !hash => PreImage::File {
+                    blob: UNHASHED,
+                    size: a.size,
+                    perm: a.perm,
+                    ino: 0,
+                },
                 Kind::File => match self.base_file(path, a.size) {
                     Ok(Some(blob)) => PreImage::File {
                         blob,
@@ -222,9 +249,12 @@ impl<'a> WorktreeHistory<'a> {
                 },
             },
         };
-        self.base_states
-            .borrow_mut()
-            .insert(path.to_vec(), state.clone());
+        let cache = if hash {
+            &self.base_states
+        } else {
+            &self.base_shapes
+        };
+        cache.borrow_mut().insert(path.to_vec(), state.clone());
         Ok(state)
     }
 
@@ -382,7 +412,18 @@ impl<'a> WorktreeHistory<'a> {
     /// whether the lower children of `q` show (it is a directory of both
     /// layers, or of the lower one only, and not opaque).
     fn view(&self, up: &UpperAt, q: &[u8]) -> Result<(Seen, bool), HistoryError> {
-        view_of(up, q, &mut |p| self.base_state(p))
+        self.view_hashed(up, q, true)
+    }
+
+    /// [`WorktreeHistory::view`], lower files hashed only when `hash`
+    /// (else see [`WorktreeHistory::base_state_of`]).
+    fn view_hashed(
+        &self,
+        up: &UpperAt,
+        q: &[u8],
+        hash: bool,
+    ) -> Result<(Seen, bool), HistoryError> {
+        view_of(up, q, &mut |p| self.base_state_of(p, hash))
     }
 
     /// Every path of the base beneath directory `dir` (not `dir`).
@@ -416,6 +457,19 @@ impl<'a> WorktreeHistory<'a> {
         from: u64,
         to_next: u64,
     ) -> Result<BTreeMap<Vec<u8>, (Seen, Seen)>, HistoryError> {
+        self.compare_hashed(timeline, recorded, from, to_next, true)
+    }
+
+    /// [`WorktreeHistory::compare`], lower files hashed only when `hash`
+    /// (else see [`WorktreeHistory::base_state_of`]).
+    fn compare_hashed(
+        &self,
+        timeline: &Timeline,
+        recorded: &[Vec<u8>],
+        from: u64,
+        to_next: u64,
+        hash: bool,
+    ) -> Result<BTreeMap<Vec<u8>, (Seen, Seen)>, HistoryError> {
         let mut views: BTreeSet<Vec<u8>> = recorded
             .iter()
             .filter_map(|p| view_path_of(p))
@@ -429,8 +483,8 @@ impl<'a> WorktreeHistory<'a> {
             let after = self.upper_at(timeline, &views, to_next)?;
             let mut more = BTreeSet::new();
             for q in &views {
-                let (old, old_lower) = self.view(&before, q)?;
-                let (new, new_lower) = self.view(&after, q)?;
+                let (old, old_lower) = self.view_hashed(&before, q, hash)?;
+                let (new, new_lower) = self.view_hashed(&after, q, hash)?;
                 // Lower children start or stop showing: each may change
                 // with no record of its own. (The first round only: the
                 // subtree walk is whole.)
@@ -540,7 +594,7 @@ impl<'a> WorktreeHistory<'a> {
     /// Errors: the worktree's history, its upper layer or its base cannot
     /// be read.
     pub fn log(&self) -> Result<Vec<LogEntry>, HistoryError> {
-        let mut entries = crate::history::log(&self.src)?;
+        let mut entries = crate::history::log_turns(&self.src)?;
         let Some(first) = entries.iter().map(|e| e.turn).min() else {
             return Ok(entries);
         };
@@ -559,11 +613,12 @@ impl<'a> WorktreeHistory<'a> {
             e.added = 0;
             e.modified = 0;
             e.deleted = 0;
-            for (old, new) in self
-                .compare(&timeline, &recorded, e.turn, e.turn + 1)?
-                .values()
+            // Lower files unhashed: a file changed against the base mostly
+            // changes its size, and then its bytes need not be read.
+            for (q, (old, new)) in
+                self.compare_hashed(&timeline, &recorded, e.turn, e.turn + 1, false)?
             {
-                match classify(&old.version.state, &new.version.state) {
+                match self.classify_seen(&q, &old, &new)? {
                     Some(ChangeKind::Added) => e.added += 1,
                     Some(ChangeKind::Modified) => e.modified += 1,
                     Some(ChangeKind::Deleted) => e.deleted += 1,
@@ -572,6 +627,38 @@ impl<'a> WorktreeHistory<'a> {
             }
         }
         Ok(entries)
+    }
+
+    /// [`classify`] of two views of `q` whose lower files may be
+    /// [`UNHASHED`]: a lower file compared with an upper file of the same
+    /// size is hashed first; otherwise the kinds, modes and sizes decide
+    /// (files of two sizes differ; a lower file compared with itself is
+    /// the same, the base being frozen).
+    ///
+    /// Errors: the base cannot be read.
+    fn classify_seen(
+        &self,
+        q: &[u8],
+        old: &Seen,
+        new: &Seen,
+    ) -> Result<Option<ChangeKind>, HistoryError> {
+        let same_size_vs_upper = |a: &Seen, b: &Seen| {
+            a.layer == Layer::Lower
+                && b.layer == Layer::Upper
+                && matches!(
+                    (&a.version.state, &b.version.state),
+                    (PreImage::File { size: x, .. }, PreImage::File { size: y, .. }) if x == y
+                )
+        };
+        if same_size_vs_upper(old, new) || same_size_vs_upper(new, old) {
+            let base = self.base_state(q)?;
+            let state = |s: &Seen| match s.layer {
+                Layer::Lower => base.clone(),
+                Layer::Upper => s.version.state.clone(),
+            };
+            return Ok(classify(&state(old), &state(new)));
+        }
+        Ok(classify(&old.version.state, &new.version.state))
     }
 
     /// The bytes of the regular file at `path` in the worktree's view as
