@@ -27,7 +27,10 @@
 /// (while mounted: the kept blobs are read, the sweep has not begun) and
 /// `gc-between-steps` (while mounted: one step of the deletions is
 /// committed, the next has not begun), `gc-after-remove` (after each blob
-/// file removed), and
+/// file removed), `gc-after-hold` (while mounted: the export is held, or
+/// found missing, nothing dropped yet), in the export
+/// `export-before-turns` (the baseline is written and the closed turns
+/// listed, their records not loaded yet), and
 /// `worktree-before-meta` (`worktree create` checked its base turn and has
 /// not written the metadata that pins it).
 pub fn failpoint(name: &str) {

@@ -551,6 +551,7 @@ pub fn gc_served(
         Ok(h) => (h, None),
         Err(e) => (None, Some(format!("the export could not be held: {e}"))),
     };
+    crate::failpoint::failpoint("gc-after-hold");
     let sweep = journal.blobs().begin_sweep();
     journal.apply_pending()?;
     let planned = {

@@ -190,3 +190,66 @@ fn common_du(dir: &Path) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// A first export that starts while a daemon-side gc is under way (the gc
+/// found no export to hold, so it does not wait for this one) and reads
+/// the turns gc drops meanwhile: the export notices and starts over from
+/// what is kept, so its history ends as the project is. (Before, the
+/// export listed the closed turns before the drop and loaded their
+/// records after it: their commits lacked what they changed, gc's prune
+/// then made the tree of the last dropped turn the new baseline, and the
+/// export lacked `born` for good.) Failpoints pause gc after its hold
+/// (`gc-after-hold`) and the export between listing the turns and loading
+/// their records (`export-before-turns`).
+#[test]
+fn a_first_export_racing_a_daemon_gc_ends_as_the_project_is() {
+    let fx = common::Fixture::new();
+    fs::write(fx.p("f"), "f0\n").unwrap();
+    let run = fx.try_mount(
+        &["--no-export"],
+        &[("OPFS_FAILPOINT", "gc-after-hold:1:pause=3000")],
+    );
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(common::wait_mount_state(
+        &fx.mnt,
+        true,
+        common::MOUNT_TIMEOUT
+    ));
+    fs::write(fx.m("born"), "made in turn 1\n").unwrap();
+    fx.turn("t1");
+    fs::write(fx.m("f"), "f2\n").unwrap();
+    fx.turn("t2");
+    fs::write(fx.m("f"), "f3\n").unwrap();
+    fx.turn("t3");
+    let mut gc = fx.opfs_command(&[
+        "-C".as_ref(),
+        fx.mnt.as_os_str(),
+        "gc".as_ref(),
+        "--keep".as_ref(),
+        "1".as_ref(),
+    ]);
+    let gc = gc
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let mut export = fx.opfs_command(&["-C".as_ref(), fx.mnt.as_os_str(), "export".as_ref()]);
+    export.env("OPFS_FAILPOINT", "export-before-turns:1:pause=4000");
+    let out = export.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let gc = gc.wait_with_output().unwrap();
+    assert!(gc.status.success(), "gc failed: {gc:?}");
+    fx.opfs_c(&["export"]).ok();
+    let git_dir = fx.state_dir().join("export.git");
+    let names = git_ok(
+        &git_dir,
+        &["ls-tree", "-r", "--name-only", "refs/heads/opfs"],
+    );
+    assert_eq!(names, "born\nf", "the export's newest tree");
+    assert_eq!(
+        git_ok(&git_dir, &["cat-file", "blob", "refs/heads/opfs:f"]),
+        "f3"
+    );
+    fx.umount();
+}

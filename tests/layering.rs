@@ -79,7 +79,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "export",
         &[
-            "history", "view", "store", "state", "tree", "record", "paths",
+            "history",
+            "view",
+            "store",
+            "state",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
         ],
     ),
     (

@@ -911,3 +911,31 @@ fn hard_link_sets_come_back_after_a_rewind() {
         assert_eq!(fs::read(fx.p(n)).expect("read"), b"through c\n", "{n}");
     }
 }
+
+/// `rewind N --dry-run` prints the same plan whether the daemon makes it
+/// or the command plans it itself (unmounted), each path with what the
+/// target is (size, mode, hash; directory; symlink target). (Before, the
+/// daemon's plan crossed the socket without the target's details.)
+#[test]
+fn a_rewind_dry_run_prints_the_same_plan_mounted_or_not() {
+    let f = Fixture::new();
+    fs::write(f.p("edit"), "e0\n").expect("write");
+    fs::create_dir(f.p("dir")).expect("mkdir");
+    std::os::unix::fs::symlink("edit", f.p("link")).expect("symlink");
+    f.mount();
+    f.sh("echo e1 >> edit; rm -r dir; rm link; ln -s elsewhere link; echo n > new");
+    f.turn("changes");
+    let mounted = f.opfs_c(&["rewind", "1", "--dry-run"]).ok().stdout;
+    f.umount();
+    let unmounted = f.opfs_p(&["rewind", "1", "--dry-run"]).ok().stdout;
+    assert_eq!(mounted, unmounted, "the plan depends on who made it");
+    let hash = blake3::hash(b"e0\n").to_hex().to_string();
+    for line in [
+        format!("rewrite edit (file) -> file 3 bytes 644 {}", &hash[..12]),
+        "create dir (absent) -> dir 755".to_string(),
+        "remove+create link (symlink) -> symlink edit".to_string(),
+        "remove new (file) -> absent".to_string(),
+    ] {
+        assert!(mounted.contains(&line), "no `{line}` in:\n{mounted}");
+    }
+}

@@ -854,8 +854,9 @@ fn a_worktrees_history_is_its_own_branch_of_the_export() {
 }
 
 /// `opfs gc` rewrites the project's export under a worktree's branch (its
-/// kept commits get new parents): the next export writes the branch's
-/// commits again on the project's new commit for the base, same trees.
+/// kept commits get new parents) and writes the branch's commits again on
+/// the project's new commit for the base, same trees, in the same step;
+/// the next export finds the branch in place.
 #[test]
 fn a_worktree_branch_follows_the_project_export_rewritten_by_gc() {
     let f = Fixture::new();
@@ -883,8 +884,9 @@ fn a_worktree_branch_follows_the_project_export_rewritten_by_gc() {
     f.umount();
     let gc = f.opfs_p(&["gc", "--keep", "1", "--json"]);
     assert_eq!(gc.code, Some(0), "{gc}");
+    assert_eq!(gc.json()["export"]["branches_rewritten"], 1, "{gc}");
     let r = f.opfs_p(&["export", "--json"]).ok().json();
-    assert_eq!(r["worktrees"][0]["rewritten"], true, "{r:#}");
+    assert_eq!(r["worktrees"][0]["rewritten"], false, "{r:#}");
     let first = String::from_utf8_lossy(&git_in_ok(
         &git_dir,
         &["rev-list", "--max-parents=0", branch],
@@ -1153,4 +1155,259 @@ fn a_worktree_of_a_no_export_project_exports_only_when_asked() {
         Some(blake3::hash(b"a1\n").to_hex().to_string())
     );
     discard_all(&f);
+}
+
+/// The git dir of the fixture's project's default export.
+fn export_git_dir(f: &Fixture) -> PathBuf {
+    PathBuf::from(
+        f.opfs_p(&["status", "--json"]).ok().json()["state_dir"]
+            .as_str()
+            .expect("state dir"),
+    )
+    .join("export.git")
+}
+
+/// A worktree's branch follows the ignore rules of the worktree's own
+/// view: a `.gitignore` the worktree rewrote (or added in a directory)
+/// decides what its branch leaves out, not the project's. (Before, the
+/// branch read the project's `.gitignore`: `a.tmp` and `sub/secret` were
+/// on the branch and `b.log` was not.)
+#[test]
+fn a_worktrees_branch_follows_the_gitignore_the_worktree_wrote() {
+    let f = Fixture::new();
+    fs::write(f.p(".gitignore"), "*.log\n").expect("write");
+    fs::create_dir(f.p("sub")).expect("mkdir");
+    fs::write(f.p("sub/kept"), "k\n").expect("write");
+    f.mount();
+    f.turn("before the worktree");
+    let w = create(&f, "ign", &[]);
+    f.sh_in(
+        &w,
+        "echo '*.tmp' > .gitignore; echo t > a.tmp; echo l > b.log; \
+         echo secret > sub/.gitignore; echo s > sub/secret; echo o > sub/ok",
+    );
+    let turn: u64 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("turn");
+    in_wt(&f, &w, &["turn", "--label", "own rules"]).ok();
+    in_wt(&f, &w, &["export"]).ok();
+    let git_dir = export_git_dir(&f);
+    let c = commit_of_turn(&git_dir, "refs/opfs/worktrees/ign", turn).expect("turn exported");
+    let names: Vec<String> = git_view_in(&git_dir, &c)
+        .keys()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ".gitignore",
+            "b.log",
+            "sub/.gitignore",
+            "sub/kept",
+            "sub/ok"
+        ],
+        "the branch's tree follows the worktree's .gitignore files"
+    );
+    // The project's own export still follows the project's rules.
+    f.opfs_p(&["export"]).ok();
+    assert_eq!(
+        fs::read(f.p(".gitignore")).expect("read"),
+        b"*.log\n",
+        "the project is untouched"
+    );
+    discard_all(&f);
+}
+
+/// `worktree discard` deletes the worktree's branch from every repository
+/// it was exported to, not only the default one: `opfs export --git-dir`
+/// in the project writes every worktree's branch there too. (Before, the
+/// branch was left behind in the other repository.)
+#[test]
+fn discard_deletes_the_branch_from_every_repository_it_was_exported_to() {
+    let f = Fixture::new();
+    fs::write(f.p("a"), "a0\n").expect("write");
+    f.mount();
+    let w = create(&f, "gone", &[]);
+    fs::write(w.join("a"), "a1\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let other = f.root().join("elsewhere.git");
+    let other2 = f.root().join("from-the-worktree.git");
+    let r = f
+        .opfs_p(&[
+            OsStr::new("export"),
+            OsStr::new("--json"),
+            OsStr::new("--git-dir"),
+            other.as_os_str(),
+        ])
+        .ok()
+        .json();
+    assert_eq!(r["worktrees"][0]["turns"], serde_json::json!([1]), "{r:#}");
+    in_wt(
+        &f,
+        &w,
+        &[
+            OsStr::new("export"),
+            OsStr::new("--git-dir"),
+            other2.as_os_str(),
+        ],
+    )
+    .ok();
+    let branch = "refs/opfs/worktrees/gone";
+    for repo in [&other, &other2] {
+        assert!(
+            git_in(repo, &["rev-parse", "--verify", branch])
+                .status
+                .success(),
+            "{branch} was not exported to {}",
+            repo.display()
+        );
+    }
+    wt(&f, &["discard", "gone"]).ok();
+    for repo in [&other, &other2] {
+        assert!(
+            !git_in(repo, &["rev-parse", "--verify", branch])
+                .status
+                .success(),
+            "{branch} is left in {} after discard",
+            repo.display()
+        );
+        assert!(
+            git_in(repo, &["rev-parse", "--verify", "refs/heads/opfs"])
+                .status
+                .success(),
+            "the project's history stays in {}",
+            repo.display()
+        );
+    }
+}
+
+/// `worktree merge --dry-run` prints the same plan whether the project's
+/// daemon makes it or the command plans it itself (unmounted): each path
+/// with the target's size, mode and hash. (Before, a plan sent by the
+/// daemon printed `-> absent` for every path.)
+#[test]
+fn a_merge_dry_run_prints_the_same_plan_mounted_or_not() {
+    let f = Fixture::new();
+    fs::write(f.p("edit"), "e0\n").expect("write");
+    fs::write(f.p("gone"), "g0\n").expect("write");
+    f.mount();
+    let w = create(&f, "dry", &[]);
+    f.sh_in(&w, "echo e1 >> edit; rm gone; echo n > new; chmod 755 new");
+    let mounted = wt(&f, &["merge", "dry", "--dry-run"]).ok().stdout;
+    f.umount();
+    let unmounted = wt(&f, &["merge", "dry", "--dry-run"]).ok().stdout;
+    assert_eq!(mounted, unmounted, "the plan depends on who made it");
+    let size = "e0\ne1\n".len();
+    let hash = blake3::hash(b"e0\ne1\n").to_hex().to_string();
+    let edit = format!("(file) -> file {size} bytes 644 {}", &hash[..12]);
+    assert!(mounted.contains(&edit), "no `{edit}` in:\n{mounted}");
+    assert!(
+        mounted.contains("new (absent) -> file 2 bytes 755"),
+        "{mounted}"
+    );
+    assert!(
+        mounted.contains("remove gone (file) -> absent"),
+        "{mounted}"
+    );
+    discard_all(&f);
+}
+
+/// A worktree of a project mounted with `--sync` is served with `--sync`
+/// too (the user's durability choice holds for its worktrees), and one of
+/// a project mounted without it is not. (Before, worktree daemons never
+/// got `--sync`.)
+#[test]
+fn a_worktree_follows_the_projects_sync_choice() {
+    for sync in [true, false] {
+        let f = Fixture::new();
+        fs::write(f.p("a"), "a0\n").expect("write");
+        if sync {
+            f.mount_with(&["--sync"]);
+        } else {
+            f.mount();
+        }
+        let w = create(&f, "dur", &[]);
+        let cmdline = fs::read(format!("/proc/{}/cmdline", pid_of(&f, &w))).expect("cmdline");
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        assert_eq!(
+            args.contains(&b"--sync".as_slice()),
+            sync,
+            "project mounted with sync = {sync}: the worktree daemon runs {:?}",
+            String::from_utf8_lossy(&cmdline)
+        );
+        // After a remount of the worktree too.
+        f.opfs(&[OsStr::new("umount"), w.as_os_str()]).ok();
+        wt(&f, &["mount", "dur"]).ok();
+        let cmdline = fs::read(format!("/proc/{}/cmdline", pid_of(&f, &w))).expect("cmdline");
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        assert_eq!(
+            args.contains(&b"--sync".as_slice()),
+            sync,
+            "after a remount"
+        );
+        discard_all(&f);
+    }
+}
+
+/// `opfs gc` moves each worktree branch onto the rewritten project
+/// history in the same step, so `git gc` no longer keeps a dropped turn's
+/// objects through the branch's old base. (Before, prune walked only
+/// `refs/heads/opfs`: the branch still reached the old chain and the
+/// dropped turn's blob stayed in the export until the worktree's next
+/// export, and loose for git's two weeks after that.)
+#[test]
+fn gc_moves_worktree_branches_so_dropped_turns_leave_the_export() {
+    let f = Fixture::new();
+    fs::write(f.p("f"), "f0\n").expect("write");
+    f.mount();
+    fs::write(f.m("dropped"), "only at the end of turn 1\n").expect("write");
+    f.turn("t1");
+    fs::remove_file(f.m("dropped")).expect("rm");
+    f.turn("t2");
+    fs::write(f.m("f"), "f3\n").expect("write");
+    let t3 = f.turn("t3");
+    let w = create(&f, "keep", &[]);
+    let base = wt(&f, &["list", "--json"]).ok().json()[0]["base_turn"]
+        .as_u64()
+        .expect("base");
+    assert_eq!(base, t3, "the worktree's base is the empty open turn");
+    fs::write(w.join("f"), "w1\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    f.opfs_p(&["export"]).ok();
+    let git_dir = export_git_dir(&f);
+    let branch = "refs/opfs/worktrees/keep";
+    let dropped = git_ok_str(&git_dir, &["rev-parse", "refs/opfs/turns/1:dropped"]);
+    let tree = git_ok_str(&git_dir, &["rev-parse", &format!("{branch}^{{tree}}")]);
+
+    let r = f.opfs_c(&["gc", "--keep", "1", "--json"]).ok().json();
+    assert!(
+        !git_in(&git_dir, &["cat-file", "-e", &dropped])
+            .status
+            .success(),
+        "a dropped turn's blob is still in the export after gc"
+    );
+    assert_eq!(r["export"]["branches_rewritten"], 1, "{r:#}");
+    assert_eq!(
+        git_ok_str(&git_dir, &["rev-parse", &format!("{branch}^{{tree}}")]),
+        tree,
+        "the branch keeps its tree"
+    );
+    assert_eq!(
+        git_ok_str(&git_dir, &["rev-parse", &format!("{branch}~1")]),
+        git_ok_str(&git_dir, &["rev-parse", "refs/opfs/baseline"]),
+        "the branch sits on the new baseline (the end of turn {})",
+        t3 - 1
+    );
+    // The worktree's next export finds its branch where gc put it.
+    fs::write(w.join("f"), "w2\n").expect("write");
+    in_wt(&f, &w, &["turn"]).ok();
+    let e = in_wt(&f, &w, &["export", "--json"]).ok().json();
+    assert_eq!(e["rewritten"], false, "{e:#}");
+    discard_all(&f);
+}
+
+fn git_ok_str(git_dir: &Path, args: &[&str]) -> String {
+    String::from_utf8_lossy(&git_in_ok(git_dir, args))
+        .trim()
+        .to_string()
 }

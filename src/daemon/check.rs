@@ -178,10 +178,14 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
             project,
         });
     }
-    if mountinfo::is_mount_point(&mountpoint) {
+    // One read of the mount table for the three questions below (after the
+    // stale mount above was cleaned up).
+    let table = mountinfo::Table::read();
+    if table.is_mount_point(&mountpoint) {
         return Err(MountError::MountpointBusy(mountpoint));
     }
-    if let Some(mp) = mountinfo::opfs_mountpoints()
+    if let Some(mp) = table
+        .opfs_mountpoints()
         .into_iter()
         .find(|m| project.starts_with(m))
     {
@@ -207,7 +211,10 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
             project,
         });
     }
-    if let Some(m) = mounts_of(&project).into_iter().find(|m| !is_dead_mount(m)) {
+    if let Some(m) = mounts_in(&table, &project)
+        .into_iter()
+        .find(|m| !is_dead_mount(m))
+    {
         return Err(MountError::ServedElsewhere {
             project,
             mountpoint: m,
@@ -255,21 +262,12 @@ fn lock_released(state: &StateDir) -> bool {
 /// without asking the mounts themselves. Mounts in other mount namespaces
 /// (another container) are not seen. An unreadable mount table yields none.
 pub fn mounts_of(project: &Path) -> Vec<PathBuf> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let want = format!("opfs:{}", project.display());
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mut fields = right.split(' ');
-            let (fstype, source) = (fields.next()?, fields.next()?);
-            if !fstype.starts_with("fuse") || mountinfo::unescape(source) != want {
-                return None;
-            }
-            Some(PathBuf::from(mountinfo::unescape(left.split(' ').nth(4)?)))
-        })
-        .collect()
+    mounts_in(&mountinfo::Table::read(), project)
+}
+
+/// [`mounts_of`] in a mount table already read.
+fn mounts_in(table: &mountinfo::Table, project: &Path) -> Vec<PathBuf> {
+    table.fuse_mounts_of(&format!("opfs:{}", project.display()))
 }
 
 /// True when `path` is a FUSE mount whose daemon is gone (`ENOTCONN`, or

@@ -29,7 +29,8 @@ pub mod worktree;
 
 pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan, DEAD_DAEMON_LOCK_WAIT};
 pub use options::{
-    default_threads, parse_range_min, range_min_from, BadRangeMin, DaemonOptions, FsTuning,
+    default_threads, parse_range_min, project_sync, range_min_from, remember_sync, BadRangeMin,
+    DaemonOptions, FsTuning,
 };
 pub use spawn::SpawnError;
 
@@ -178,6 +179,14 @@ fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, 
                 "cannot write {}",
                 state.record_exclude_path().display()
             )))?;
+    }
+    if opts.worktree.is_none() {
+        // Under the state lock: the project's worktrees follow this mount's
+        // durability (`worktree::mount`).
+        options::remember_sync(state, opts.sync).map_err(io_err(format!(
+            "cannot record the durability choice in {}",
+            state.dir.display()
+        )))?;
     }
     let mut journal = Journal::open(state, opts.sync)?;
     journal.set_range_min(opts.range_min);

@@ -263,7 +263,9 @@ pub fn create(
 
 /// Mounts the existing worktree `name` at its mountpoint (a worktree
 /// survives `umount`, a killed daemon and a reboot); returns the daemon's
-/// pid once the mount is ready.
+/// pid once the mount is ready. The daemon runs with `--sync` when
+/// `opts` asks for it or the project was last mounted with it
+/// ([`super::options::project_sync`]).
 ///
 /// Errors: no such worktree; the mount refused (already mounted, busy
 /// mountpoint); the daemon did not start.
@@ -286,6 +288,9 @@ pub fn mount(
             project: project.project.clone(),
             name: name.to_string(),
         }),
+        // The durability the user chose for the project (`opfs mount
+        // --sync`) holds for its worktrees too.
+        sync: opts.sync || super::options::project_sync(project),
         ..opts.clone()
     };
     Ok(super::spawn::spawn(home, &plan, &opts, verbose)?)
@@ -302,8 +307,10 @@ pub fn is_mounted(home: &Path, wt: &Worktree, meta: &Meta) -> bool {
 
 /// Unmounts worktree `name` if it is mounted, then deletes it (its upper
 /// layer and its history), and its branch `refs/opfs/worktrees/NAME` from
-/// the project's default export repository (best effort: a failure there
-/// is logged, the worktree is gone all the same).
+/// the project's default export repository and from every other
+/// repository its branch was exported to (`opfs export --git-dir`,
+/// [`Worktree::export_repos`]); best effort: a failure there is logged,
+/// the worktree is gone all the same.
 ///
 /// Errors: no such worktree; its daemon refused to unmount (a process
 /// still uses the mount: [`WorktreeCmdError::Busy`]); a file cannot be
@@ -320,13 +327,17 @@ pub fn discard(home: &Path, project: &StateDir, name: &str) -> Result<(), Worktr
             }
         })?;
     }
+    let repos = wt.export_repos();
     wt.remove(home)?;
     // Its branch of the export goes with it (`docs/export.md`): a later
     // worktree of the same name starts a branch of its own.
-    if let Err(e) = crate::export::delete_branch(project, None, name) {
-        log::warn!(
-            "worktree {name:?} was discarded, but its export branch could not be deleted: {e}"
-        );
+    let defaults = std::iter::once(None);
+    for git_dir in defaults.chain(repos.iter().map(|r| Some(r.as_path()))) {
+        if let Err(e) = crate::export::delete_branch(project, git_dir, name) {
+            log::warn!(
+                "worktree {name:?} was discarded, but its export branch could not be deleted: {e}"
+            );
+        }
     }
     Ok(())
 }
@@ -355,6 +366,14 @@ pub fn export_branch(
     };
     let opened =
         crate::history::Opened::open(&wt.state(home), wt_commit).map_err(|e| failed(e.into()))?;
+    // A repository other than the default is listed before anything is
+    // written to it, so a discard finds the branch whatever happens next.
+    if let Some(dir) = git_dir {
+        let abs = crate::state::absolute(dir);
+        if abs != crate::export::default_git_dir(project) {
+            wt.add_export_repo(&abs)?;
+        }
+    }
     let pst = project.clone();
     crate::worktree::branch::export(
         project,

@@ -37,6 +37,9 @@ pub(super) fn write(
     let entries = walk(ex, &mut editor, first, progress)?;
     (ex.src.commit)();
     let after = ex.src.timeline(first)?;
+    // The walk and the records are of turn `first`'s start only if gc did
+    // not drop it meanwhile.
+    super::check_kept(ex, first)?;
     for (p, _) in after.iter() {
         if let Some(pre) = after.state_at(p, first) {
             let g = ex.git_state_of(p, pre)?;

@@ -8,8 +8,10 @@
 //! worktree's view at the end of that turn. What a turn changed and the
 //! bytes come from a [`BranchSource`] (the worktree module maps the
 //! worktree's upper layer through its base); the trees follow the same
-//! rules as the project's (ignore rules, pointer files, names git cannot
-//! hold), since they are written by the same [`Exporter`].
+//! rules as the project's (pointer files, names git cannot hold), since
+//! they are written by the same [`Exporter`], and ignore rules read from
+//! the branch's own view ([`BranchSource::ignore_file`]: a `.gitignore`
+//! the worktree wrote applies to its branch).
 //!
 //! Each commit carries the trailers of a project turn's commit (`opfs-turn:
 //! N` is the worktree's own turn) and `opfs-worktree: NAME`,
@@ -60,6 +62,13 @@ pub trait BranchSource {
     ///
     /// Errors: they cannot be read.
     fn bytes(&self, path: &[u8], state: &PreImage) -> Result<Vec<u8>, ExportError>;
+
+    /// The text of the ignore file at `path` (a `.gitignore`, or
+    /// `.git/info/exclude`) as the branch's own view holds it now: the
+    /// branch follows its own ignore rules, not the project's. `None`: no
+    /// such file there, or it cannot be read (an ignore file never stops
+    /// an export).
+    fn ignore_file(&self, path: &[u8]) -> Option<String>;
 }
 
 /// Which branch: its name, the instance it belongs to, its base.
@@ -192,11 +201,15 @@ pub fn export_branch(
         source: "run `opfs export` in the project".into(),
     })?;
     let opened = history::Opened::open(project, Box::new(project_commit))?;
+    let fetch = |p: &[u8], s: &PreImage| source.bytes(p, s);
     let mut ex = Exporter::new(&repo, &git_dir, opened.sources());
     if !git_dir.join(EXPORT_IGNORED_MARKER).exists() {
-        ex.ignore = Some(IgnoreRules::load(ex.src.backing));
+        let root = ex.src.backing.path().to_path_buf();
+        ex.ignore = Some(IgnoreRules::load_with(
+            &root,
+            Box::new(|rel| source.ignore_file(rel)),
+        ));
     }
-    let fetch = |p: &[u8], s: &PreImage| source.bytes(p, s);
     ex.fetch = Some(&fetch);
     let name = branch_ref(&spec.name);
     let (mut tip, rewritten, at_ref) = branch_tip(&mut ex, &name, spec, parent)?;

@@ -13,7 +13,8 @@
 //!
 //! The files are read from the project as it is when the export runs
 //! (through the confined [`Dir`], never following symlinks), each once per
-//! export run. Reading `.git/info/exclude` is the one read of the
+//! export run; a worktree's branch reads them from the worktree's view as
+//! it is then instead ([`IgnoreRules::load_with`], `export::branch`). Reading `.git/info/exclude` is the one read of the
 //! project's `.git` opfs makes, and only for this. The crate finds the
 //! global excludes from `$HOME`, `$XDG_CONFIG_HOME` and `$GIT_CONFIG_GLOBAL`
 //! the way git does: the one place the library's behaviour follows the
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
@@ -31,8 +32,16 @@ use ignore::Match;
 use crate::paths;
 use crate::tree::Dir;
 
+/// Reads the text of the ignore file at a project-relative path (`None`:
+/// there is none, or it cannot be read).
+pub(super) type ReadRules<'a> = dyn Fn(&[u8]) -> Option<String> + 'a;
+
 /// The ignore rules of one project, loaded lazily per directory.
-pub(super) struct IgnoreRules {
+pub(super) struct IgnoreRules<'a> {
+    /// Where the ignore files are read from.
+    read: Box<ReadRules<'a>>,
+    /// The directory the patterns are relative to.
+    root: PathBuf,
     /// `.git/info/exclude`, then the global excludes: the lists below
     /// every `.gitignore`.
     bottom: Vec<Gitignore>,
@@ -43,15 +52,21 @@ pub(super) struct IgnoreRules {
     dirs: HashMap<Vec<u8>, bool>,
 }
 
-impl IgnoreRules {
+impl<'a> IgnoreRules<'a> {
     /// The rules of the project `backing` serves: its info/exclude and the
     /// user's global excludes now; `.gitignore` files as they are asked for.
     /// Files that cannot be read or patterns that do not parse are left out
     /// (logged at `debug`): an ignore file must never stop an export.
-    pub(super) fn load(backing: &Dir) -> IgnoreRules {
-        let root = backing.path();
+    pub(super) fn load(backing: &'a Dir) -> IgnoreRules<'a> {
+        IgnoreRules::load_with(backing.path(), Box::new(|rel| read_rules(backing, rel)))
+    }
+
+    /// As [`IgnoreRules::load`], the ignore files read by `read` (a
+    /// worktree's view) instead of from a directory; `root` is the
+    /// directory the patterns are relative to.
+    pub(super) fn load_with(root: &Path, read: Box<ReadRules<'a>>) -> IgnoreRules<'a> {
         let mut bottom = Vec::new();
-        if let Some(text) = read_rules(backing, b".git/info/exclude") {
+        if let Some(text) = read(b".git/info/exclude") {
             bottom.push(build(root, &text));
         }
         let (global, err) = GitignoreBuilder::new(root).build_global();
@@ -60,6 +75,8 @@ impl IgnoreRules {
         }
         bottom.push(global);
         IgnoreRules {
+            read,
+            root: root.to_path_buf(),
             bottom,
             per_dir: HashMap::new(),
             dirs: HashMap::new(),
@@ -69,32 +86,32 @@ impl IgnoreRules {
     /// True when `path` (project-relative; `is_dir`: it is a directory) is
     /// ignored: it, or a directory above it, matches an ignore pattern that
     /// no later or deeper pattern re-includes.
-    pub(super) fn is_ignored(&mut self, backing: &Dir, path: &[u8], is_dir: bool) -> bool {
+    pub(super) fn is_ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
         if let Some((parent, _)) = paths::split(path) {
-            if !parent.is_empty() && self.dir_ignored(backing, parent) {
+            if !parent.is_empty() && self.dir_ignored(parent) {
                 return true;
             }
         }
-        self.decide(backing, path, is_dir)
+        self.decide(path, is_dir)
     }
 
     /// Whether directory `dir` (not the root) is ignored, memoized.
-    fn dir_ignored(&mut self, backing: &Dir, dir: &[u8]) -> bool {
+    fn dir_ignored(&mut self, dir: &[u8]) -> bool {
         if let Some(&d) = self.dirs.get(dir) {
             return d;
         }
         let above = match paths::split(dir) {
-            Some((parent, _)) if !parent.is_empty() => self.dir_ignored(backing, parent),
+            Some((parent, _)) if !parent.is_empty() => self.dir_ignored(parent),
             _ => false,
         };
-        let d = above || self.decide(backing, dir, true);
+        let d = above || self.decide(dir, true);
         self.dirs.insert(dir.to_vec(), d);
         d
     }
 
     /// The verdict of the lists that apply to `path` itself, deepest
     /// first; its ancestors are not looked at.
-    fn decide(&mut self, backing: &Dir, path: &[u8], is_dir: bool) -> bool {
+    fn decide(&mut self, path: &[u8], is_dir: bool) -> bool {
         // The directories whose .gitignore applies: the parent of `path`,
         // its parent, ..., the root.
         let mut dirs: Vec<&[u8]> = Vec::new();
@@ -112,9 +129,10 @@ impl IgnoreRules {
             } else {
                 &path[dir.len() + 1..]
             };
+            let (read, root) = (&self.read, &self.root);
             let gi = self.per_dir.entry(dir.to_vec()).or_insert_with(|| {
-                read_rules(backing, &paths::join(dir, b".gitignore"))
-                    .map(|t| build(&backing.path().join(OsStr::from_bytes(dir)), &t))
+                read(&paths::join(dir, b".gitignore"))
+                    .map(|t| build(&root.join(OsStr::from_bytes(dir)), &t))
             });
             if let Some(gi) = gi {
                 match gi.matched(Path::new(OsStr::from_bytes(rel)), is_dir) {
@@ -194,7 +212,7 @@ mod tests {
             (".git/info/exclude", "secret\n*.tmp\n"),
         ]);
         let mut r = IgnoreRules::load(&d);
-        let mut ig = |p: &str, dir: bool| r.is_ignored(&d, p.as_bytes(), dir);
+        let mut ig = |p: &str, dir: bool| r.is_ignored(p.as_bytes(), dir);
         assert!(ig("target", true));
         assert!(!ig("target", false), "target/ matches directories only");
         assert!(ig("target/debug/build/x.o", false));
@@ -217,6 +235,6 @@ mod tests {
     fn nothing_below_an_ignored_directory_comes_back() {
         let (_t, d) = project(&[(".gitignore", "build/\n"), ("build/.gitignore", "!*\n")]);
         let mut r = IgnoreRules::load(&d);
-        assert!(r.is_ignored(&d, b"build/out.bin", false));
+        assert!(r.is_ignored(b"build/out.bin", false));
     }
 }

@@ -114,6 +114,21 @@ pub enum ExportError {
         /// The project.
         project: PathBuf,
     },
+    /// Retention (`opfs gc`) dropped turns the export was reading (turns
+    /// `from` to `to`), so what it read may mix states from before and
+    /// after the drop: nothing of it was committed to a ref. [`export`]
+    /// starts over by itself (a few times), so callers see this only when
+    /// gc keeps dropping turns under it; running the export again is the
+    /// fix.
+    #[error(
+        "turns {from} to {to} were dropped by gc while the export read them; run the export again"
+    )]
+    Dropped {
+        /// The first turn dropped under the export.
+        from: u64,
+        /// The last.
+        to: u64,
+    },
     /// Reading the history or the project failed: the project directory
     /// or the blob store cannot be opened ([`HistoryError::OpenProject`],
     /// [`HistoryError::OpenBlobs`]), a path in the project cannot be read,
@@ -347,20 +362,23 @@ pub fn export_with(
     });
     let mut report = ExportReport::empty(git_dir.clone());
     report.follows_ignore_rules = !export_ignored;
-    let Some(first) = src.index.first_turn()? else {
-        return Ok(report);
-    };
-    let tip = match commit::branch_tip(&repo, &git_dir)? {
-        Some(tip) => tip,
-        None => {
-            let b = baseline::write(&mut ex, first, progress)?;
-            report.baseline = true;
-            report.baseline_entries = b.entries;
-            b.tip
+    // A gc that began before this repository existed does not wait for
+    // it (there was no lock to take): when it drops turns the export is
+    // reading, the run starts over from what is kept.
+    let mut attempts = 0;
+    let (first, tip, turns) = loop {
+        attempts += 1;
+        match bring_up_to_date(&mut ex, &mut report, progress) {
+            Err(ExportError::Dropped { from, to }) if attempts < 4 => {
+                log::info!(
+                    "turns {from} to {to} were dropped by gc under the export: starting over"
+                );
+            }
+            Err(e) => return Err(e),
+            Ok(None) => return Ok(report),
+            Ok(Some(done)) => break done,
         }
     };
-    let closed = closed_after(src.index, tip.turn)?;
-    let (tip, turns) = tree_edit::export_turns(&mut ex, tip, &closed, progress)?;
     report.turns = turns;
     if report.baseline {
         // The baseline is most of the objects the export will ever hold:
@@ -397,6 +415,69 @@ impl ExportReport {
     }
 }
 
+/// The baseline if there is none, then every closed turn not exported:
+/// the oldest turn kept, the new tip and the turns exported. `None` when
+/// no turn exists yet. An export whose tip is older than the turn before
+/// the oldest kept one (turns dropped by gc before they were exported: a
+/// `--git-dir` repository gc does not prune, or a gc that ran under the
+/// first export) starts over with a new baseline, the old turns' refs
+/// deleted.
+///
+/// Errors: as [`export`]; [`ExportError::Dropped`] when gc dropped turns
+/// while they were read (no ref was moved for them).
+fn bring_up_to_date(
+    ex: &mut Exporter<'_>,
+    report: &mut ExportReport,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Option<(u64, commit::Tip, Vec<u64>)>, ExportError> {
+    let Some(first) = ex.src.index.first_turn()? else {
+        return Ok(None);
+    };
+    let tip = match commit::branch_tip(ex.repo, &ex.git_dir)? {
+        Some(tip) if tip.turn + 1 < first => {
+            log::info!(
+                "{}: turns {} to {} were dropped before they were exported: a new baseline",
+                ex.git_dir.display(),
+                tip.turn + 1,
+                first - 1
+            );
+            prune::delete_turn_refs_before(ex.repo, &ex.git_dir, first)?;
+            None
+        }
+        tip => tip,
+    };
+    let tip = match tip {
+        Some(tip) => tip,
+        None => {
+            let b = baseline::write(ex, first, progress)?;
+            report.baseline = true;
+            report.baseline_entries = b.entries;
+            b.tip
+        }
+    };
+    let closed = closed_after(ex.src.index, tip.turn)?;
+    crate::failpoint::failpoint("export-before-turns");
+    let (tip, turns) = tree_edit::export_turns(ex, tip, &closed, progress)?;
+    Ok(Some((first, tip, turns)))
+}
+
+/// Fails with [`ExportError::Dropped`] when the oldest turn kept is now
+/// after `needed`: records of turns from `needed` on that a caller loaded
+/// may have been deleted under it. gc deletes a turn's records and its row
+/// in one transaction, oldest turns first, so when turn `needed` still
+/// exists after a load, every record the load looked for was there.
+///
+/// Errors: also the index.
+fn check_kept(ex: &Exporter<'_>, needed: u64) -> Result<(), ExportError> {
+    match ex.src.index.first_turn()? {
+        Some(first) if first > needed => Err(ExportError::Dropped {
+            from: needed,
+            to: first - 1,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The closed turns after `last`, oldest first.
 fn closed_after(index: &Index, last: u64) -> Result<Vec<Turn>, ExportError> {
     let mut closed: Vec<Turn> = index
@@ -421,7 +502,7 @@ struct Exporter<'a> {
     /// Paths left out (see [`ExportReport::skipped`]).
     skipped: Vec<String>,
     /// The project's ignore rules, unless ignored paths are exported too.
-    ignore: Option<IgnoreRules>,
+    ignore: Option<IgnoreRules<'a>>,
     /// Entries left out by them (see [`ExportReport::ignored`]).
     ignored: u64,
     /// Where the bytes of a file state come from when they are not in the
@@ -459,7 +540,7 @@ impl<'a> Exporter<'a> {
             return true;
         }
         match &mut self.ignore {
-            Some(rules) => rules.is_ignored(self.src.backing, path, is_dir),
+            Some(rules) => rules.is_ignored(path, is_dir),
             None => false,
         }
     }

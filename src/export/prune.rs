@@ -7,15 +7,19 @@
 //! C - 1 = the start of C, exactly what a baseline of turn C holds), and
 //! each kept turn's commit is written again with the same tree, message,
 //! author and committer on the new parent. Trees and blobs are reused, so
-//! this writes one object per kept commit. Refs move in one transaction
-//! (the baseline, each kept turn, the branch); the refs of dropped turns
-//! are deleted in it. A crash before the transaction leaves the old chain
+//! this writes one object per kept commit. Each worktree branch
+//! (`refs/opfs/worktrees/NAME`) sitting on a kept commit is written again
+//! on that commit's new id the same way, or `git gc` would keep every
+//! dropped turn below it. Refs move in one transaction (the baseline, each
+//! kept turn, the branch, the worktree branches); the refs of dropped
+//! turns are deleted in it. A crash before the transaction leaves the old chain
 //! (a rerun prunes again); after it, the old commits are unreachable.
 //!
 //! **Packing** runs the `git` binary (`git gc`), because gix 0.87 writes
 //! loose objects only: it can read packs but has no repack, prune or gc.
 //! Without `git` on `PATH` the export stays loose and the reports say so.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -24,6 +28,7 @@ use gix::refs::Target;
 use gix::ObjectId;
 use serde::{Deserialize, Serialize};
 
+use super::branch::WORKTREE_REF_PREFIX;
 use super::commit::{baseline_message, exported_turn, signature};
 use super::lock::ExportLock;
 use super::{default_git_dir, ExportError, GitContext, BASELINE_REF, BRANCH, TURN_REF_PREFIX};
@@ -38,6 +43,11 @@ pub struct PruneReport {
     pub commits_dropped: u64,
     /// Kept commits written again on the new baseline.
     pub commits_rewritten: u64,
+    /// Worktree branches (`refs/opfs/worktrees/NAME`) written again on
+    /// their base's new commit, in the same transaction, so none keeps a
+    /// dropped turn's objects.
+    #[serde(default)]
+    pub branches_rewritten: u64,
     /// Disk bytes of the repository before.
     pub bytes_before: u64,
     /// Disk bytes after (the same as before in a dry run).
@@ -198,10 +208,13 @@ fn prune_with(
             };
             let mut parent = write(&repo, &git_dir, &base)?;
             edits.push(update(&git_dir, BASELINE_REF, parent)?);
+            // The new id of each commit of chain[i..], in order.
+            let mut new_ids = vec![parent];
             for (_, c, turn) in &chain[i + 1..] {
                 let mut c = c.clone();
                 c.parents = vec![parent].into();
                 parent = write(&repo, &git_dir, &c)?;
+                new_ids.push(parent);
                 edits.push(update(
                     &git_dir,
                     &format!("{TURN_REF_PREFIX}{turn}"),
@@ -209,6 +222,15 @@ fn prune_with(
                 )?);
             }
             edits.push(update(&git_dir, BRANCH, parent)?);
+            // Each worktree branch sits on a commit of the old chain (its
+            // base): moved onto the base's new commit with the rest, or
+            // `git gc` would keep every dropped turn it reaches.
+            let moved: HashMap<ObjectId, ObjectId> =
+                chain[i..].iter().map(|c| c.0).zip(new_ids).collect();
+            for (name, tip) in rewrite_branches(&repo, &git_dir, &moved)? {
+                report.branches_rewritten += 1;
+                edits.push(update(&git_dir, &name, tip)?);
+            }
         }
         None => {
             // The export has not reached the start of the oldest kept turn
@@ -242,6 +264,94 @@ fn prune_with(
     report.packed = pack(&git_dir, false);
     report.bytes_after = disk_bytes(&git_dir);
     Ok(Some(report))
+}
+
+/// Every worktree branch whose base (the first commit below its own that
+/// is not one of them) is a key of `moved` (an old commit of the
+/// project's chain → its rewritten commit), with its own commits written
+/// again on the new base (same trees, messages and signatures): the ref
+/// and its new tip. A branch whose base is not in `moved` is left as it
+/// is (the next export of that worktree finds its base again).
+///
+/// Errors: the repository cannot be read or written.
+fn rewrite_branches(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    moved: &HashMap<ObjectId, ObjectId>,
+) -> Result<Vec<(String, ObjectId)>, ExportError> {
+    let refs = repo.references().git(git_dir, "listing refs")?;
+    let branches = refs
+        .prefixed(WORKTREE_REF_PREFIX)
+        .git(git_dir, "listing refs")?;
+    let mut out = Vec::new();
+    for r in branches.flatten() {
+        let name = r.name().as_bstr().to_string();
+        let Some(tip) = r.try_id().map(|id| id.detach()) else {
+            continue;
+        };
+        // The branch's own commits, newest first, down to its base.
+        let mut own: Vec<gix::objs::Commit> = Vec::new();
+        let mut cur = tip;
+        let base = loop {
+            if let Some(new) = moved.get(&cur) {
+                break Some(*new);
+            }
+            let c = repo.find_commit(cur).git(git_dir, "reading a branch")?;
+            let owned = c
+                .decode()
+                .and_then(|c| c.to_owned())
+                .git(git_dir, "reading a branch")?;
+            let Some(parent) = owned.parents.first().copied() else {
+                break None;
+            };
+            own.push(owned);
+            cur = parent;
+        };
+        let Some(mut at) = base else {
+            continue;
+        };
+        for c in own.iter().rev() {
+            let mut c = c.clone();
+            c.parents = vec![at].into();
+            at = write(repo, git_dir, &c)?;
+        }
+        if at != tip {
+            out.push((name, at));
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes `refs/opfs/turns/N` for every N before `first` (one ref
+/// transaction): an export starting over with a new baseline of turn
+/// `first` leaves no ref on the old chain.
+///
+/// Errors: the refs cannot be read or written.
+pub(super) fn delete_turn_refs_before(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    first: u64,
+) -> Result<(), ExportError> {
+    let refs = repo.references().git(git_dir, "listing refs")?;
+    let mut edits = Vec::new();
+    for r in refs
+        .prefixed(TURN_REF_PREFIX)
+        .git(git_dir, "listing refs")?
+        .flatten()
+    {
+        let name = r.name().as_bstr().to_string();
+        let n: Option<u64> = name
+            .strip_prefix(TURN_REF_PREFIX)
+            .and_then(|n| n.parse().ok());
+        if n.is_some_and(|n| n < first) {
+            edits.push(delete(git_dir, &name)?);
+        }
+    }
+    if !edits.is_empty() {
+        repo.edit_references(edits)
+            .git(git_dir, "deleting the refs of dropped turns")?;
+    }
+    Ok(())
 }
 
 fn write(

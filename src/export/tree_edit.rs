@@ -254,6 +254,7 @@ pub(super) fn export_turns(
     let current = current_states(ex, tip.turn + 1, newest)?;
     (ex.src.commit)();
     let timeline = ex.src.timeline(tip.turn + 1)?;
+    super::check_kept(ex, tip.turn + 1)?;
     let by_turn = timeline.by_turn();
     let mut editor = ex
         .repo

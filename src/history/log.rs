@@ -48,6 +48,20 @@ pub struct LogEntry {
 /// The end state of the newest turns is read from the project (once per
 /// path). Errors: the index or the project cannot be read.
 pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
+    log_of(src, true)
+}
+
+/// [`log`] without `added`, `modified` and `deleted` (left 0), so nothing
+/// of the project is read: for a caller that counts them in a view of its
+/// own (a worktree's, `worktree::history`).
+///
+/// Errors: the index cannot be read, or a ranged record cannot be put
+/// together.
+pub fn log_turns(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
+    log_of(src, false)
+}
+
+fn log_of(src: &Sources<'_>, count: bool) -> Result<Vec<LogEntry>, HistoryError> {
     let turns = src.index.turns(None)?;
     let Some(first) = turns.last().map(|t| t.number) else {
         return Ok(Vec::new());
@@ -63,15 +77,19 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
             }
         }
     }
-    src.resolve(&mut timeline, None, false)?;
+    if count {
+        src.resolve(&mut timeline, None, false)?;
+    }
     // Paths whose newest record is their last word need the project's
     // current state; read each once.
-    let need_current: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
     let mut current_cache: BTreeMap<Vec<u8>, PreImage> = BTreeMap::new();
-    let newest = turns.first().map(|t| t.number).unwrap_or(first);
-    let at_end = src.states_at(&timeline, &need_current, newest + 1)?;
-    for (p, v) in at_end {
-        current_cache.insert(p, v.state);
+    if count {
+        let need_current: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
+        let newest = turns.first().map(|t| t.number).unwrap_or(first);
+        let at_end = src.states_at(&timeline, &need_current, newest + 1)?;
+        for (p, v) in at_end {
+            current_cache.insert(p, v.state);
+        }
     }
     let by_turn = timeline.by_turn();
     let mut out = Vec::with_capacity(turns.len());
@@ -102,6 +120,9 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
                 if blobs.insert(*blob) {
                     e.bytes_stored += size;
                 }
+            }
+            if !count {
+                continue;
             }
             let after = match timeline.state_at(p, t.number + 1) {
                 Some(a) => a,

@@ -38,9 +38,9 @@ pub use changes::{
     changes, classify, dir_changes, git_file_mode, ChangeKind, DirChange, PathChange,
 };
 pub use json::{base64, log_json, rfc3339, show_json};
-pub use log::{log, LogEntry};
+pub use log::{log, log_turns, LogEntry};
 pub use refs::{resolve_range_ref, resolve_turn_ref, undo_target, Undo};
-pub use show::{show, show_entry, Shown};
+pub use show::{show, show_entry, shown, Shown};
 
 /// Errors from history commands. Each names the turn or path it concerns;
 /// project paths are kept as raw bytes and rendered with

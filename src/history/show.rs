@@ -69,7 +69,24 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
                 .unwrap_or(Version::recorded(PreImage::Absent))
         }
     };
-    match &v.state {
+    shown(path, turn, &v.state, || src.content(path, &v))
+}
+
+/// What `show` gives for `path` when it held `state` as turn `turn` began:
+/// a file (its bytes from `bytes`) or a symlink, else the error saying
+/// why there is nothing to show. The one mapping the project's history
+/// and a worktree's view (`worktree::history`) share.
+///
+/// Errors: [`HistoryError::Absent`], [`HistoryError::Unknown`],
+/// [`HistoryError::NoContent`] (the path named `.` for the root), or what
+/// `bytes` returns.
+pub fn shown(
+    path: &[u8],
+    turn: u64,
+    state: &PreImage,
+    bytes: impl FnOnce() -> Result<Option<Vec<u8>>, HistoryError>,
+) -> Result<Shown, HistoryError> {
+    match state {
         PreImage::Absent => Err(HistoryError::Absent {
             path: path.to_vec(),
             turn,
@@ -79,14 +96,18 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
             turn,
         }),
         PreImage::File { perm, .. } => Ok(Shown::File {
-            bytes: src.content(path, &v)?.unwrap_or_default(),
+            bytes: bytes()?.unwrap_or_default(),
             perm: *perm,
         }),
         PreImage::Symlink { target } => Ok(Shown::Symlink {
             target: target.clone(),
         }),
         other => Err(HistoryError::NoContent {
-            path: path.to_vec(),
+            path: if path.is_empty() {
+                b".".to_vec()
+            } else {
+                path.to_vec()
+            },
             turn,
             kind: other.kind_name(),
         }),

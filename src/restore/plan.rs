@@ -75,6 +75,14 @@ pub struct PathPlan {
     pub target: StateKind,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// The target in words, as a dry run prints it after `->`: `file 12
+    /// bytes 644 0a1b2c3d4e5f` (size, permission bits, the first 12 hex
+    /// digits of its BLAKE3), `file 12 bytes 644 (ranges)`, `dir 755`,
+    /// `symlink TARGET`, `fifo 644`, `absent`, `unknown`. Serialized, so
+    /// a plan a daemon sent over the control socket prints as the one
+    /// planned in this process does ([`describe`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
     /// For a [`Step::Link`]: the path (rendered) whose file this path
     /// becomes another name of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -114,6 +122,7 @@ impl PathPlan {
             path: paths::display(&path),
             current: StateKind::of_current(&current),
             target: StateKind::of_target(&target),
+            detail: target_detail(&target),
             steps,
             link_to: None,
             link_raw: None,
@@ -521,33 +530,32 @@ pub(crate) fn plan_targets(
     (plan, conflicts)
 }
 
-/// A human description of one planned path, e.g. `remove dir build` or
-/// `rewrite file src/main.rs (0644)`.
-pub fn describe(p: &PathPlan) -> String {
-    let steps: Vec<&str> = p
-        .steps
-        .iter()
-        .map(|s| match s {
-            Step::Remove => "remove",
-            Step::Create => "create",
-            Step::Rewrite => "rewrite",
-            Step::Chmod => "chmod",
-            Step::Attrs => "attrs",
-            Step::Link => "link",
-        })
-        .collect();
-    let detail = match &p.target_state {
+/// [`PathPlan::detail`] of a target state.
+fn target_detail(target: &PreImage) -> String {
+    match target {
         PreImage::File {
             blob, size, perm, ..
-        } => {
-            format!(" -> file {size} bytes {:o} {}", perm, &hex(blob)[..12])
-        }
-        PreImage::Ranged { size, perm, .. } => format!(" -> file {size} bytes {perm:o} (ranges)"),
-        PreImage::Dir { perm } => format!(" -> dir {perm:o}"),
-        PreImage::Symlink { target } => format!(" -> symlink {}", paths::display(target)),
-        PreImage::Special { perm, .. } => format!(" -> {} {perm:o}", p.target),
-        PreImage::Absent => " -> absent".to_string(),
-        PreImage::Unknown => " -> unknown".to_string(),
+        } => format!("file {size} bytes {perm:o} {}", &hex(blob)[..12]),
+        PreImage::Ranged { size, perm, .. } => format!("file {size} bytes {perm:o} (ranges)"),
+        PreImage::Dir { perm } => format!("dir {perm:o}"),
+        PreImage::Symlink { target } => format!("symlink {}", paths::display(target)),
+        PreImage::Special { perm, .. } => format!("{} {perm:o}", StateKind::of_target(target)),
+        PreImage::Absent => "absent".to_string(),
+        PreImage::Unknown => "unknown".to_string(),
+    }
+}
+
+/// A human description of one planned path, e.g. `remove build (dir) ->
+/// absent` or `rewrite src/main.rs (file) -> file 120 bytes 644
+/// 0a1b2c3d4e5f`: the steps, the path, what is there now and
+/// [`PathPlan::detail`] (the kind alone for a plan without one). The same
+/// whether the plan was made in this process or sent by a daemon.
+pub fn describe(p: &PathPlan) -> String {
+    let steps: Vec<&str> = p.steps.iter().map(Step::as_str).collect();
+    let detail = if p.detail.is_empty() {
+        p.target.as_str()
+    } else {
+        p.detail.as_str()
     };
     let link = p
         .link_to
@@ -555,11 +563,10 @@ pub fn describe(p: &PathPlan) -> String {
         .map(|to| format!(" (hard link of {to})"))
         .unwrap_or_default();
     format!(
-        "{} {} ({}){}{link}",
+        "{} {} ({}) -> {detail}{link}",
         steps.join("+"),
         p.path,
-        p.current,
-        detail
+        p.current
     )
 }
 

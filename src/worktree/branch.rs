@@ -48,7 +48,11 @@ impl BranchSource for ViewBranch<'_> {
     fn end_states(&self, turn: u64) -> Result<Vec<(Vec<u8>, PreImage)>, ExportError> {
         let mut timeline = self.timeline.borrow_mut();
         if timeline.is_none() {
-            *timeline = Some(self.hist.sources().timeline(turn)?);
+            let loaded = self.hist.sources().timeline(turn)?;
+            // Every turn to export reads the upper layer's states at once.
+            let all: Vec<Vec<u8>> = loaded.iter().map(|(p, _)| p.clone()).collect();
+            self.hist.prefetch(&loaded, &all)?;
+            *timeline = Some(loaded);
         }
         let Some(timeline) = timeline.as_ref() else {
             return Ok(Vec::new());
@@ -75,6 +79,19 @@ impl BranchSource for ViewBranch<'_> {
             }))
         })?;
         Ok(self.hist.content(path, s)?.unwrap_or_default())
+    }
+
+    fn ignore_file(&self, path: &[u8]) -> Option<String> {
+        match self.hist.file_now(path) {
+            Ok(bytes) => bytes.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            Err(e) => {
+                log::debug!(
+                    "ignore file {} of the worktree: {e}",
+                    crate::paths::display(path)
+                );
+                None
+            }
+        }
     }
 }
 

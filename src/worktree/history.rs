@@ -40,7 +40,7 @@ use crate::history::{
 };
 use crate::paths;
 use crate::record::{PreImage, Special};
-use crate::view::{Timeline, Version, ViewError};
+use crate::view::{current, Timeline, Version, ViewError};
 
 use super::changes::{base_bytes, base_hash};
 use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
@@ -86,9 +86,30 @@ type UpperAt = BTreeMap<Vec<u8>, Version>;
 pub struct WorktreeHistory<'a> {
     src: Sources<'a>,
     base: &'a dyn Lower,
-    /// The base's state per path (files hashed, bytes not kept).
+    /// The base's state per path (files hashed).
     base_states: RefCell<BTreeMap<Vec<u8>, PreImage>>,
+    /// The base's state per path with files not hashed ([`UNHASHED`]).
+    base_shapes: RefCell<BTreeMap<Vec<u8>, PreImage>>,
+    /// The bytes of the base's files read so far (up to
+    /// [`BASE_BYTES_KEPT`] in all): a diff reads a file the state above
+    /// hashed once more for its old side, and the base is frozen.
+    base_files: RefCell<BaseFiles>,
+    /// Each upper path's state after the newest turn, read once per
+    /// command ([`WorktreeHistory::fetch_ends`]).
+    ends: RefCell<BTreeMap<Vec<u8>, Version>>,
 }
+
+/// The base's files read so far: their total size in bytes, and each
+/// file's bytes by path.
+type BaseFiles = (u64, BTreeMap<Vec<u8>, Vec<u8>>);
+
+/// The `blob` of a base file state whose bytes were not read (see
+/// `WorktreeHistory::base_state_of`): such a state is compared only with
+/// itself (the base is frozen) or with a file of another size.
+const UNHASHED: crate::record::Hash = [0; 32];
+
+/// How many bytes of base files [`WorktreeHistory`] keeps in memory.
+const BASE_BYTES_KEPT: u64 = 64 << 20;
 
 impl std::fmt::Debug for WorktreeHistory<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,6 +179,9 @@ impl<'a> WorktreeHistory<'a> {
             src,
             base,
             base_states: RefCell::new(BTreeMap::new()),
+            base_shapes: RefCell::new(BTreeMap::new()),
+            base_files: RefCell::new((0, BTreeMap::new())),
+            ends: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -169,15 +193,34 @@ impl<'a> WorktreeHistory<'a> {
     /// The base's state of `path` (a file's blob is the BLAKE3 of its
     /// bytes, read once).
     fn base_state(&self, path: &[u8]) -> Result<PreImage, HistoryError> {
+        self.base_state_of(path, true)
+    }
+
+    /// The base's state of `path`; with `hash` false a file's `blob` is
+    /// [`UNHASHED`] unless it was hashed already (its attributes only: a
+    /// `getattr`, no read), for a caller that compares files of one size
+    /// only ([`WorktreeHistory::log`]).
+    fn base_state_of(&self, path: &[u8], hash: bool) -> Result<PreImage, HistoryError> {
         if let Some(s) = self.base_states.borrow().get(path) {
             return Ok(s.clone());
+        }
+        if !hash {
+            if let Some(s) = self.base_shapes.borrow().get(path) {
+                return Ok(s.clone());
+            }
         }
         let err = lower_err(path);
         let state = match self.base.getattr(path) {
             Err(e) => return Err(err(e)),
             Ok(None) => PreImage::Absent,
             Ok(Some(a)) => match a.kind {
-                Kind::File => match base_hash(self.base, path) {
+                Kind::File if !hash => PreImage::File {
+                    blob: UNHASHED,
+                    size: a.size,
+                    perm: a.perm,
+                    ino: 0,
+                },
+                Kind::File => match self.base_file(path, a.size) {
                     Ok(Some(blob)) => PreImage::File {
                         blob,
                         size: a.size,
@@ -206,10 +249,49 @@ impl<'a> WorktreeHistory<'a> {
                 },
             },
         };
-        self.base_states
-            .borrow_mut()
-            .insert(path.to_vec(), state.clone());
+        let cache = if hash {
+            &self.base_states
+        } else {
+            &self.base_shapes
+        };
+        cache.borrow_mut().insert(path.to_vec(), state.clone());
         Ok(state)
+    }
+
+    /// The BLAKE3 of the base's file at `path` (`size` bytes by its
+    /// attributes), read once in a buffer of its size; its bytes are kept
+    /// for [`WorktreeHistory::content`] while they fit in
+    /// [`BASE_BYTES_KEPT`]. `None`: not a file in the base.
+    fn base_file(&self, path: &[u8], size: u64) -> std::io::Result<Option<crate::record::Hash>> {
+        if size > BASE_BYTES_KEPT / 16 {
+            // Large: hashed in pieces, read again when its bytes are needed.
+            return base_hash(self.base, path);
+        }
+        let mut out = vec![0u8; size as usize + 1];
+        let mut len = 0;
+        loop {
+            if len == out.len() {
+                out.resize(len * 2, 0);
+            }
+            let Some(n) = self.base.read_at(path, len as u64, &mut out[len..])? else {
+                return Ok(None);
+            };
+            len += n;
+            // A read that stops short of the room it had, at the size the
+            // attributes gave, ended at the end of the file: no read of 0
+            // bytes is needed to see it (one base read per file).
+            if n == 0 || (len as u64 == size && len < out.len()) {
+                break;
+            }
+        }
+        out.truncate(len);
+        let hash = *blake3::hash(&out).as_bytes();
+        let mut kept = self.base_files.borrow_mut();
+        if kept.0 + len as u64 <= BASE_BYTES_KEPT {
+            kept.0 += len as u64;
+            kept.1.insert(path.to_vec(), out);
+        }
+        Ok(Some(hash))
     }
 
     /// The bytes of a file or symlink state of the view (`None` for
@@ -219,15 +301,69 @@ impl<'a> WorktreeHistory<'a> {
     /// Errors: the base or a recorded blob cannot be read.
     pub fn content(&self, path: &[u8], seen: &Seen) -> Result<Option<Vec<u8>>, HistoryError> {
         match (&seen.layer, &seen.version.state) {
-            (Layer::Lower, PreImage::File { .. }) => base_bytes(self.base, path)
-                .map_err(lower_err(path))
-                .map(|b| Some(b.unwrap_or_default())),
+            (Layer::Lower, PreImage::File { .. }) => {
+                if let Some(b) = self.base_files.borrow().1.get(path) {
+                    return Ok(Some(b.clone()));
+                }
+                base_bytes(self.base, path)
+                    .map_err(lower_err(path))
+                    .map(|b| Some(b.unwrap_or_default()))
+            }
             _ => Ok(self.src.content(path, &seen.version)?),
         }
     }
 
+    /// Reads the state after the newest turn of each of `upper` (upper
+    /// paths) not read yet: what [`WorktreeHistory::upper_at`] falls back
+    /// on where no record covers a turn boundary. One group commit and one
+    /// query of the open turn's records, whatever the number of paths and
+    /// boundaries (the project's `log` reads its current states once the
+    /// same way):
+    ///
+    /// - a path recorded in the open turn: what the upper layer holds now;
+    /// - any other: what the upper layer holds now, unless the worktree's
+    ///   daemon recorded the path in the open turn after `timeline` was
+    ///   loaded, when it is that record (the state when the open turn
+    ///   began): a concurrent change never leaks into an earlier boundary
+    ///   ([`Sources::states_at`]).
+    fn fetch_ends(
+        &self,
+        timeline: &Timeline,
+        upper: &BTreeSet<Vec<u8>>,
+    ) -> Result<(), HistoryError> {
+        let open = self.src.index.last_turn()?.map_or(0, |t| t.number);
+        let (in_open, others): (Vec<Vec<u8>>, Vec<Vec<u8>>) = {
+            let ends = self.ends.borrow();
+            upper
+                .iter()
+                .filter(|p| !ends.contains_key(*p))
+                .cloned()
+                .partition(|p| timeline.record(p, open).is_some())
+        };
+        let mut read = BTreeMap::new();
+        // Their records already say what they were when the open turn
+        // began; after it, the upper layer now: nothing to check.
+        for p in in_open {
+            let v = current::read_version(self.src.backing, &p).map_err(|source| {
+                HistoryError::Read(ViewError::Project {
+                    path: p.clone(),
+                    source,
+                })
+            })?;
+            read.insert(p, v);
+        }
+        if !others.is_empty() {
+            read.extend(self.src.states_at(timeline, &others, open)?);
+        }
+        self.ends.borrow_mut().extend(read);
+        Ok(())
+    }
+
     /// The upper states at the start of `turn` of every upper path the
-    /// views of `views` need (see [`needed_for`]).
+    /// views of `views` need (see [`needed_for`]): each from `timeline`
+    /// where a record covers it, else as read by
+    /// [`WorktreeHistory::fetch_ends`] (done here for the paths not read
+    /// yet).
     fn upper_at(
         &self,
         timeline: &Timeline,
@@ -238,15 +374,56 @@ impl<'a> WorktreeHistory<'a> {
         for q in views {
             needed_for(q, &mut needed);
         }
-        let wanted: Vec<Vec<u8>> = needed.into_iter().collect();
-        self.src.states_at(timeline, &wanted, turn)
+        self.fetch_ends(timeline, &needed)?;
+        let ends = self.ends.borrow();
+        let mut out = UpperAt::new();
+        for p in needed {
+            let v = match timeline.state_at(&p, turn) {
+                Some(pre) => Version::recorded(pre.clone()),
+                None => match ends.get(&p) {
+                    Some(v) => v.clone(),
+                    None => continue,
+                },
+            };
+            out.insert(p, v);
+        }
+        Ok(out)
+    }
+
+    /// Reads at once the upper states every view path the turns in
+    /// `turns` recorded needs (see [`WorktreeHistory::fetch_ends`]), so a
+    /// command over many turns reads the upper layer and asks the daemon
+    /// to commit once, not once per turn boundary.
+    pub(super) fn prefetch(
+        &self,
+        timeline: &Timeline,
+        recorded: &[Vec<u8>],
+    ) -> Result<(), HistoryError> {
+        let mut needed = BTreeSet::new();
+        for q in recorded.iter().filter_map(|p| view_path_of(p)) {
+            if !paths::is_excluded(&q) {
+                needed_for(&q, &mut needed);
+            }
+        }
+        self.fetch_ends(timeline, &needed)
     }
 
     /// The view of `q` (not the root) when the upper layer is `up`, and
     /// whether the lower children of `q` show (it is a directory of both
     /// layers, or of the lower one only, and not opaque).
     fn view(&self, up: &UpperAt, q: &[u8]) -> Result<(Seen, bool), HistoryError> {
-        view_of(up, q, &mut |p| self.base_state(p))
+        self.view_hashed(up, q, true)
+    }
+
+    /// [`WorktreeHistory::view`], lower files hashed only when `hash`
+    /// (else see [`WorktreeHistory::base_state_of`]).
+    fn view_hashed(
+        &self,
+        up: &UpperAt,
+        q: &[u8],
+        hash: bool,
+    ) -> Result<(Seen, bool), HistoryError> {
+        view_of(up, q, &mut |p| self.base_state_of(p, hash))
     }
 
     /// Every path of the base beneath directory `dir` (not `dir`).
@@ -280,6 +457,19 @@ impl<'a> WorktreeHistory<'a> {
         from: u64,
         to_next: u64,
     ) -> Result<BTreeMap<Vec<u8>, (Seen, Seen)>, HistoryError> {
+        self.compare_hashed(timeline, recorded, from, to_next, true)
+    }
+
+    /// [`WorktreeHistory::compare`], lower files hashed only when `hash`
+    /// (else see [`WorktreeHistory::base_state_of`]).
+    fn compare_hashed(
+        &self,
+        timeline: &Timeline,
+        recorded: &[Vec<u8>],
+        from: u64,
+        to_next: u64,
+        hash: bool,
+    ) -> Result<BTreeMap<Vec<u8>, (Seen, Seen)>, HistoryError> {
         let mut views: BTreeSet<Vec<u8>> = recorded
             .iter()
             .filter_map(|p| view_path_of(p))
@@ -293,8 +483,8 @@ impl<'a> WorktreeHistory<'a> {
             let after = self.upper_at(timeline, &views, to_next)?;
             let mut more = BTreeSet::new();
             for q in &views {
-                let (old, old_lower) = self.view(&before, q)?;
-                let (new, new_lower) = self.view(&after, q)?;
+                let (old, old_lower) = self.view_hashed(&before, q, hash)?;
+                let (new, new_lower) = self.view_hashed(&after, q, hash)?;
                 // Lower children start or stop showing: each may change
                 // with no record of its own. (The first round only: the
                 // subtree walk is whole.)
@@ -404,11 +594,13 @@ impl<'a> WorktreeHistory<'a> {
     /// Errors: the worktree's history, its upper layer or its base cannot
     /// be read.
     pub fn log(&self) -> Result<Vec<LogEntry>, HistoryError> {
-        let mut entries = crate::history::log(&self.src)?;
+        let mut entries = crate::history::log_turns(&self.src)?;
         let Some(first) = entries.iter().map(|e| e.turn).min() else {
             return Ok(entries);
         };
         let timeline = self.src.timeline(first)?;
+        let all: Vec<Vec<u8>> = timeline.iter().map(|(p, _)| p.clone()).collect();
+        self.prefetch(&timeline, &all)?;
         let by_turn = timeline.by_turn();
         for e in &mut entries {
             let recorded = by_turn.get(&e.turn).cloned().unwrap_or_default();
@@ -421,11 +613,12 @@ impl<'a> WorktreeHistory<'a> {
             e.added = 0;
             e.modified = 0;
             e.deleted = 0;
-            for (old, new) in self
-                .compare(&timeline, &recorded, e.turn, e.turn + 1)?
-                .values()
+            // Lower files unhashed: a file changed against the base mostly
+            // changes its size, and then its bytes need not be read.
+            for (q, (old, new)) in
+                self.compare_hashed(&timeline, &recorded, e.turn, e.turn + 1, false)?
             {
-                match classify(&old.version.state, &new.version.state) {
+                match self.classify_seen(&q, &old, &new)? {
                     Some(ChangeKind::Added) => e.added += 1,
                     Some(ChangeKind::Modified) => e.modified += 1,
                     Some(ChangeKind::Deleted) => e.deleted += 1,
@@ -434,6 +627,65 @@ impl<'a> WorktreeHistory<'a> {
             }
         }
         Ok(entries)
+    }
+
+    /// [`classify`] of two views of `q` whose lower files may be
+    /// [`UNHASHED`]: a lower file compared with an upper file of the same
+    /// size is hashed first; otherwise the kinds, modes and sizes decide
+    /// (files of two sizes differ; a lower file compared with itself is
+    /// the same, the base being frozen).
+    ///
+    /// Errors: the base cannot be read.
+    fn classify_seen(
+        &self,
+        q: &[u8],
+        old: &Seen,
+        new: &Seen,
+    ) -> Result<Option<ChangeKind>, HistoryError> {
+        let same_size_vs_upper = |a: &Seen, b: &Seen| {
+            a.layer == Layer::Lower
+                && b.layer == Layer::Upper
+                && matches!(
+                    (&a.version.state, &b.version.state),
+                    (PreImage::File { size: x, .. }, PreImage::File { size: y, .. }) if x == y
+                )
+        };
+        if same_size_vs_upper(old, new) || same_size_vs_upper(new, old) {
+            let base = self.base_state(q)?;
+            let state = |s: &Seen| match s.layer {
+                Layer::Lower => base.clone(),
+                Layer::Upper => s.version.state.clone(),
+            };
+            return Ok(classify(&state(old), &state(new)));
+        }
+        Ok(classify(&old.version.state, &new.version.state))
+    }
+
+    /// The bytes of the regular file at `path` in the worktree's view as
+    /// it is now (the upper layer as it is, over the base), `None` when
+    /// the view holds no file there: what the worktree's branch reads its
+    /// ignore files with. No group commit: nothing is compared with the
+    /// records.
+    ///
+    /// Errors: the upper layer or the base cannot be read.
+    pub fn file_now(&self, path: &[u8]) -> Result<Option<Vec<u8>>, HistoryError> {
+        let mut needed = BTreeSet::new();
+        needed_for(path, &mut needed);
+        let mut up = UpperAt::new();
+        for p in needed {
+            let v = current::read_version(self.src.backing, &p).map_err(|source| {
+                HistoryError::Read(ViewError::Project {
+                    path: p.clone(),
+                    source,
+                })
+            })?;
+            up.insert(p, v);
+        }
+        let (seen, _) = self.view(&up, path)?;
+        match seen.version.state {
+            PreImage::File { .. } => self.content(path, &seen),
+            _ => Ok(None),
+        }
     }
 
     /// The view of `path` at the start of `turn`.
@@ -463,32 +715,9 @@ impl<'a> WorktreeHistory<'a> {
             return Err(HistoryError::Excluded(path.to_vec()));
         }
         let seen = self.seen_at(turn, path)?;
-        match &seen.version.state {
-            PreImage::Absent => Err(HistoryError::Absent {
-                path: path.to_vec(),
-                turn,
-            }),
-            PreImage::Unknown => Err(HistoryError::Unknown {
-                path: path.to_vec(),
-                turn,
-            }),
-            PreImage::File { perm, .. } => Ok(Shown::File {
-                bytes: self.content(path, &seen)?.unwrap_or_default(),
-                perm: *perm,
-            }),
-            PreImage::Symlink { target } => Ok(Shown::Symlink {
-                target: target.clone(),
-            }),
-            other => Err(HistoryError::NoContent {
-                path: if path.is_empty() {
-                    b".".to_vec()
-                } else {
-                    path.to_vec()
-                },
-                turn,
-                kind: other.kind_name(),
-            }),
-        }
+        crate::history::shown(path, turn, &seen.version.state, || {
+            self.content(path, &seen)
+        })
     }
 }
 

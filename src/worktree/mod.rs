@@ -11,6 +11,8 @@
 //!   tree/           the default mountpoint
 //!   drift           paths the lower layer served although they changed
 //!                   behind the project's mount after the base (base::Base)
+//!   export-repos    export repositories besides the default that hold its
+//!                   branch (`opfs export --git-dir`), for discard
 //! ```
 //!
 //! The lower layer is [`base::Base`]: the project at the base turn's start,
@@ -167,6 +169,48 @@ impl Worktree {
 
     fn meta_path(&self) -> PathBuf {
         self.dir.join("worktree.json")
+    }
+
+    /// The export repositories other than the project's default one that
+    /// hold the worktree's branch (`opfs export --git-dir DIR`), so
+    /// `worktree discard` deletes it there too: absolute paths, each ended
+    /// by a NUL byte.
+    pub fn export_repos_path(&self) -> PathBuf {
+        self.dir.join("export-repos")
+    }
+
+    /// The repositories [`Worktree::export_repos_path`] lists (none when
+    /// the file is missing or unreadable).
+    pub fn export_repos(&self) -> Vec<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        fs::read(self.export_repos_path())
+            .unwrap_or_default()
+            .split(|&b| b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+            .collect()
+    }
+
+    /// Adds `git_dir` (absolute) to [`Worktree::export_repos_path`] unless
+    /// it is listed (atomically: a temp file renamed over the list).
+    ///
+    /// Errors: [`WorktreeError::Io`] when the list cannot be written.
+    pub fn add_export_repo(&self, git_dir: &Path) -> Result<(), WorktreeError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut repos = self.export_repos();
+        if repos.iter().any(|r| r == git_dir) {
+            return Ok(());
+        }
+        repos.push(git_dir.to_path_buf());
+        let mut bytes = Vec::new();
+        for r in &repos {
+            bytes.extend_from_slice(r.as_os_str().as_bytes());
+            bytes.push(0);
+        }
+        let tmp = self.dir.join("export-repos.tmp");
+        fs::write(&tmp, bytes).map_err(self.io_err("write", tmp.clone()))?;
+        fs::rename(&tmp, self.export_repos_path())
+            .map_err(self.io_err("write", self.export_repos_path()))
     }
 
     /// The worktree's own state dir (its history): a project state dir

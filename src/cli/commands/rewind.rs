@@ -270,15 +270,7 @@ fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
             r.plan.len()
         )?;
         for p in &r.plan {
-            let steps: Vec<&str> = p.steps.iter().map(|s| s.as_str()).collect();
-            writeln!(
-                out,
-                "  {} {} ({} -> {})",
-                steps.join("+"),
-                p.path,
-                p.current,
-                p.target
-            )?;
+            writeln!(out, "  {}", opfs::restore::describe(p))?;
         }
     } else {
         writeln!(
