@@ -67,7 +67,9 @@ pub struct Options {
     pub entry_ttl: Duration,
     /// How long the kernel may cache a name's absence (a negative entry)
     /// while the watch keeps it coherent (default [`WATCHED_TTL`]; zero:
-    /// no negative entries). Never without a working watch.
+    /// no negative entries). Never without a working watch. The overlay
+    /// (no watch) takes it as given: its misses change only through its
+    /// own mount and its rewinds, which invalidate them.
     pub negative_ttl: Duration,
     /// The watch on the backing directory that keeps the kernel's caches
     /// coherent with changes made behind the mount's back (default
@@ -101,7 +103,8 @@ pub struct Options {
     /// (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) until the watch's
     /// `inval_inode` of the directory, or a changed mtime, drops it.
     /// Without a working watch at mount time it is never asked for. The
-    /// overlay ignores it.
+    /// overlay asks for it whenever `cache_dir` is on too (its listings
+    /// change only through its own mount and its rewinds).
     pub no_opendir: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
@@ -409,8 +412,11 @@ pub fn mount_overlay(
         inode_fds,
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
+        negative_ttl: opts.negative_ttl,
         keep_cache: opts.keep_cache,
         cache_dir: opts.cache_dir,
+        no_flush: opts.no_flush,
+        no_opendir: opts.no_opendir,
     };
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,

@@ -10,6 +10,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use fuser::{
@@ -41,14 +42,19 @@ impl State {
         self.handles.get(fh.0).ok_or(Errno::EBADF)
     }
 
-    /// The `FOPEN_*` flags for an upper file handle of `ino` opened as `fd`.
-    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>) -> FopenFlags {
+    /// The `FOPEN_*` flags for an upper file handle of `ino` opened as `fd`
+    /// (`writable`: for writing).
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
         let same = sys::fstat(fd).is_ok_and(|st| self.nodes.opened(ino, Stamp::of(&st)));
+        let mut flags = FopenFlags::empty();
         if self.keep_cache && same {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
+        if self.no_flush && !writable {
+            // A read-only handle has nothing to report at a close.
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
     }
 
     /// `open` of `ino` with open(2) `flags`. Opening a lower file for
@@ -76,6 +82,9 @@ impl State {
                         // the cache at the first upper open (no stamp yet).
                         flags |= FopenFlags::FOPEN_KEEP_CACHE;
                     }
+                    if self.no_flush {
+                        flags |= FopenFlags::FOPEN_NOFLUSH;
+                    }
                     return Ok(Opened { fh, flags });
                 }
                 // A fifo, socket or device: opening it may block or talk
@@ -88,7 +97,7 @@ impl State {
                 }
             };
             let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-            let fopen = self.open_flags(ino, fd.as_fd());
+            let fopen = self.open_flags(ino, fd.as_fd(), false);
             let fh = self
                 .handles
                 .insert(OHandle::Upper(Handle::new(fd, ino, NO_EPOCH)));
@@ -112,7 +121,7 @@ impl State {
                 Handle::new(fd, ino, epoch)
             }
         };
-        let fopen = self.open_flags(ino, handle.fd.as_fd());
+        let fopen = self.open_flags(ino, handle.fd.as_fd(), true);
         Ok(Opened {
             fh: self.handles.insert(OHandle::Upper(handle)),
             flags: fopen,
@@ -346,8 +355,38 @@ impl State {
         sys::pwrite(h_out.fd.as_fd(), &data, offset_out).map_err(errno)
     }
 
-    /// `opendir` of `ino`.
+    /// `fsyncdir` of `ino` through handle `fh`; handle 0 (no OPENDIR):
+    /// the upper directory's own fd, if it has one.
+    pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if fh.0 != 0 || !self.opendir_off.load(Ordering::Relaxed) {
+            return self.fsync(fh, datasync);
+        }
+        match self.info(ino)?.upper {
+            Some(up) => {
+                let fd = sys::openat(
+                    up.fd.as_fd(),
+                    &std::ffi::CString::from(c"."),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                    0,
+                )
+                .map_err(errno)?;
+                sys::fsync(fd.as_fd(), datasync).map_err(errno)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `opendir` of `ino`. With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`:
+    /// the kernel then sends no OPENDIR or RELEASEDIR again, READDIR with
+    /// handle 0, and keeps each listing it read until it is invalidated.
+    /// That is coherent because a merged listing changes only through this
+    /// mount (the kernel drops its cached listing of a directory it
+    /// changes) or by a rewind of the worktree (its daemon invalidates
+    /// each directory it touched: `cache.rs`); the base never changes.
     pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
+        if self.opendir_off.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
         let n = self.info(ino)?;
         if n.kind != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
@@ -420,7 +459,25 @@ impl State {
     }
 
     /// The listing of directory handle `fh` for a read from `offset`.
+    ///
+    /// Without a handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0) the listing
+    /// taken at offset 0 is kept per directory in `listings` until a read
+    /// reaches its end (`listing_read`) or the directory is forgotten, so
+    /// the later chunks of one read continue the same sorted list (an
+    /// offset is an index into it) instead of merging the directory again
+    /// for each chunk.
     fn dir_entries(&self, ino: u64, fh: FileHandle, offset: u64) -> Res<Arc<Vec<DirItem>>> {
+        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            if offset != 0 {
+                if let Some(list) = listings.get(&ino) {
+                    return Ok(Arc::clone(list));
+                }
+            }
+            let list = Arc::new(self.dir_items(ino)?);
+            listings.insert(ino, Arc::clone(&list));
+            return Ok(list);
+        }
         let h = self.handle(fh)?;
         let OHandle::Dir { entries, .. } = &*h else {
             return Err(Errno::EBADF);
@@ -449,10 +506,20 @@ impl State {
         for (i, item) in list.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&item.name);
             if reply.add(INodeNo(item.ino), i as u64 + 1, item.kind, name) {
-                break;
+                return Ok(());
             }
         }
+        self.listing_read(ino, fh);
         Ok(())
+    }
+
+    /// A read without a handle reached the end of `ino`'s listing: it is
+    /// dropped (the next read from offset 0 merges the directory again).
+    fn listing_read(&self, ino: u64, fh: FileHandle) {
+        if fh.0 == 0 {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            listings.remove(&ino);
+        }
     }
 
     /// `readdirplus`: as `readdir`, each entry but `.` and `..` looked up
@@ -480,7 +547,7 @@ impl State {
                     Generation(0),
                 );
                 if full {
-                    break;
+                    return Ok(());
                 }
                 continue;
             }
@@ -490,9 +557,10 @@ impl State {
             };
             if reply.add(a.ino, off, name, &self.entry_ttl, &a, Generation(0)) {
                 self.nodes.forget(a.ino.0, 1);
-                break;
+                return Ok(());
             }
         }
+        self.listing_read(ino, fh);
         Ok(())
     }
 }
