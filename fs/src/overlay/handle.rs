@@ -28,6 +28,9 @@ pub(super) enum OHandle {
         ino: u64,
         /// The lower path at open.
         path: Vec<u8>,
+        /// The lower file as [`super::Lower::open`] opened it; `None`: read
+        /// `path` with [`super::Lower::read_at`].
+        file: Option<Box<dyn super::LowerFile>>,
         /// The upper copy, opened read-only once the node has one.
         upper: Mutex<Option<Arc<OwnedFd>>>,
     },

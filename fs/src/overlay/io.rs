@@ -19,6 +19,7 @@ use fuser::{
 };
 
 use super::handle::{DirItem, OHandle};
+use super::lower::LowerOpen;
 use super::ns::caller;
 use super::state::State;
 use super::whiteout::{whiteout_name, From};
@@ -71,9 +72,16 @@ impl State {
                 (Some(up), _) => Arc::clone(&up.fd),
                 (None, libc::S_IFREG) => {
                     let path = self.path(ino)?;
+                    // Resolved once per handle, not at every read.
+                    let file = match self.lower.open(&path).map_err(errno)? {
+                        None => return Err(Errno::ENOENT),
+                        Some(LowerOpen::File(f)) => Some(f),
+                        Some(LowerOpen::ReadAt) => None,
+                    };
                     let fh = self.handles.insert(OHandle::Lower {
                         ino,
                         path,
+                        file,
                         upper: Mutex::new(None),
                     });
                     let mut flags = FopenFlags::empty();
@@ -203,17 +211,26 @@ impl State {
         let mut buf = vec![0u8; size as usize];
         let n = match &*h {
             OHandle::Upper(h) => sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?,
-            OHandle::Lower { ino, path, upper } => {
-                let mut cached = upper.lock().unwrap_or_else(|e| e.into_inner());
-                if cached.is_none() {
-                    if let Some(up) = self.nodes.info(*ino).and_then(|n| n.upper) {
-                        let fd = sys::reopen(up.fd.as_fd(), libc::O_RDONLY).map_err(errno)?;
-                        *cached = Some(Arc::new(fd));
+            OHandle::Lower {
+                ino,
+                path,
+                file,
+                upper,
+            } => {
+                let up_fd = {
+                    let mut cached = upper.lock().unwrap_or_else(|e| e.into_inner());
+                    if cached.is_none() {
+                        if let Some(up) = self.nodes.info(*ino).and_then(|n| n.upper) {
+                            let fd = sys::reopen(up.fd.as_fd(), libc::O_RDONLY).map_err(errno)?;
+                            *cached = Some(Arc::new(fd));
+                        }
                     }
-                }
-                match cached.as_ref() {
-                    Some(fd) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
-                    None => self
+                    cached.clone()
+                };
+                match (up_fd, file) {
+                    (Some(fd), _) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
+                    (None, Some(f)) => f.read_at(offset, &mut buf).map_err(errno)?,
+                    (None, None) => self
                         .lower
                         .read_at(path, offset, &mut buf)
                         .map_err(errno)?

@@ -108,6 +108,38 @@ pub enum Lent {
     ReadAt,
 }
 
+/// A lower regular file opened once by [`Lower::open`] and read by offset
+/// for as long as the overlay's handle on it lives.
+pub trait LowerFile: Send + Sync {
+    /// Reads the file's bytes in the lower layer from byte `offset` into
+    /// `buf`; returns the bytes read, fewer than `buf.len()` only at the end
+    /// of the file (0 at or past it). The bytes are the layer's, as
+    /// [`Lower::read_at`] of the path would give them, even if the file the
+    /// layer opened was changed since (a layer over a live directory checks
+    /// and answers from elsewhere then).
+    ///
+    /// Errors: a failure reading the layer.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+/// What [`Lower::open`] did.
+pub enum LowerOpen {
+    /// The file, opened: its reads cost no lookup of the path.
+    File(Box<dyn LowerFile>),
+    /// The layer keeps no open files: the caller reads the path with
+    /// [`Lower::read_at`].
+    ReadAt,
+}
+
+impl std::fmt::Debug for LowerOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LowerOpen::File(_) => "LowerOpen::File",
+            LowerOpen::ReadAt => "LowerOpen::ReadAt",
+        })
+    }
+}
+
 /// One entry of a lower directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -147,6 +179,19 @@ pub trait Lower: Send + Sync {
     /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
     /// failure reading the layer.
     fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// Opens the regular file `path` for the reads of one overlay handle
+    /// (an `open(2)` of a lower file): the layer resolves the path and does
+    /// any per-file checking once here instead of at every read.
+    /// `Ok(None)` if `path` does not exist. The default keeps nothing open
+    /// (`LowerOpen::ReadAt`).
+    ///
+    /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
+    /// failure reading the layer.
+    fn open(&self, path: &[u8]) -> io::Result<Option<LowerOpen>> {
+        let _ = path;
+        Ok(Some(LowerOpen::ReadAt))
+    }
 
     /// Lends `use_fd` a read-only descriptor of the regular file `path`
     /// whose bytes, from offset 0 to its end, are exactly the file's bytes
