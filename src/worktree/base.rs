@@ -569,11 +569,9 @@ impl Core {
                 Err(io::Error::from_raw_os_error(libc::EISDIR))
             }
             State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-            State::Current(st) => Ok(core.open_current(path, &st)?.map(|file| {
-                Opened::Project {
-                    file,
-                    generation: inner.generation,
-                }
+            State::Current(st) => Ok(core.open_current(path, &st)?.map(|file| Opened::Project {
+                file,
+                generation: inner.generation,
             })),
         })?;
         Ok(opened.map(|o| {
