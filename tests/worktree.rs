@@ -1304,6 +1304,23 @@ fn a_long_merged_listing_reads_whole_and_follows_changes() {
     f.mount();
     let w = create(&f, "listing", &[]);
     let dir = w.join("big");
+    // Each entry's number is the one `stat` shows (read before any stat).
+    let numbered: Vec<(PathBuf, u64)> = fs::read_dir(&dir)
+        .expect("ls")
+        .map(|e| {
+            let e = e.expect("entry");
+            (e.path(), std::os::unix::fs::DirEntryExt::ino(&e))
+        })
+        .collect();
+    for (p, ino) in numbered {
+        let st = fs::symlink_metadata(&p).expect("stat");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&st),
+            ino,
+            "{}",
+            p.display()
+        );
+    }
     assert_eq!(sorted_names(&dir), want);
     for i in 0..200 {
         let n = format!("upper-name-number-{i:04}");

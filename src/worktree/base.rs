@@ -319,7 +319,18 @@ impl Core {
     /// `f` once more) when they moved while `f` read the project: see the
     /// module docs. An answer from records alone needs no second look (a
     /// path's earliest record since the base never changes once made).
-    fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
+    fn fresh<R>(&self, f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
+        self.fresh_unless(f, |_| false)
+    }
+
+    /// [`Core::fresh`], except that an answer `settled` accepts needs no
+    /// second look at the records (its user checks them later itself, as
+    /// a [`ProjectFile`] does at each read).
+    fn fresh_unless<R>(
+        &self,
+        mut f: impl FnMut(&Inner) -> io::Result<R>,
+        settled: impl Fn(&R) -> bool,
+    ) -> io::Result<R> {
         let mut inner = self.lock();
         if !self.watch.load(Ordering::Relaxed) {
             return f(&inner);
@@ -331,7 +342,7 @@ impl Core {
         let before = inner.seen;
         inner.read_project.set(false);
         let r = f(&inner)?;
-        if !inner.read_project.get() {
+        if !inner.read_project.get() || settled(&r) {
             return Ok(r);
         }
         let after = self.mark(&inner)?;
@@ -554,26 +565,36 @@ impl Core {
     /// overlay handle. The project's own file gets the check of
     /// [`ProjectFile`] at each read; a pre-image never changes.
     fn open_file(core: &Arc<Core>, path: &[u8]) -> io::Result<Option<LowerOpen>> {
-        let opened = core.fresh(|inner| match core.state(inner, path)? {
-            State::Absent => Ok(None),
-            State::Recorded(PreImage::File { blob, .. }) => {
-                if let Some(bytes) = inner.resolved.borrow().get(&blob) {
-                    return Ok(Some(Opened::Bytes(bytes.clone())));
+        // The project's own file opened needs no second look at the
+        // records: each read checks that they hold nothing for the path
+        // since the generation it was opened in, which covers a capture
+        // racing with this open too.
+        let project = |o: &Option<Opened>| matches!(o, Some(Opened::Project { .. }));
+        let opened = core.fresh_unless(
+            |inner| match core.state(inner, path)? {
+                State::Absent => Ok(None),
+                State::Recorded(PreImage::File { blob, .. }) => {
+                    if let Some(bytes) = inner.resolved.borrow().get(&blob) {
+                        return Ok(Some(Opened::Bytes(bytes.clone())));
+                    }
+                    if let Some(bytes) = inner.index.inline_blob(&blob).map_err(io::Error::other)? {
+                        return Ok(Some(Opened::Bytes(bytes)));
+                    }
+                    File::open(core.blobs.path_of(&blob)).map(|f| Some(Opened::Blob(f)))
                 }
-                if let Some(bytes) = inner.index.inline_blob(&blob).map_err(io::Error::other)? {
-                    return Ok(Some(Opened::Bytes(bytes)));
+                State::Recorded(PreImage::Dir { .. }) => {
+                    Err(io::Error::from_raw_os_error(libc::EISDIR))
                 }
-                File::open(core.blobs.path_of(&blob)).map(|f| Some(Opened::Blob(f)))
-            }
-            State::Recorded(PreImage::Dir { .. }) => {
-                Err(io::Error::from_raw_os_error(libc::EISDIR))
-            }
-            State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-            State::Current(st) => Ok(core.open_current(path, &st)?.map(|file| Opened::Project {
-                file,
-                generation: inner.generation,
-            })),
-        })?;
+                State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                State::Current(st) => {
+                    Ok(core.open_current(path, &st)?.map(|file| Opened::Project {
+                        file,
+                        generation: inner.generation,
+                    }))
+                }
+            },
+            project,
+        )?;
         Ok(opened.map(|o| {
             LowerOpen::File(match o {
                 Opened::Project { file, generation } => Box::new(ProjectFile {

@@ -32,6 +32,10 @@ use crate::passthrough::attr::dot_attr;
 use crate::reply::{Created, Opened, Res};
 use crate::sys;
 
+/// A [`DirItem`] number not known yet: a lower entry the kernel has not
+/// cached, numbered when `readdir` sends it.
+const LOWER_UNKNOWN: u64 = u64::MAX - 1;
+
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
 fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
@@ -435,7 +439,10 @@ impl State {
         self.handles.remove(fh.0);
     }
 
-    /// The merged listing of directory `ino`, `.` and `..` first.
+    /// The merged listing of directory `ino`, `.` and `..` first. A lower
+    /// entry the kernel has not cached gets its number only when `readdir`
+    /// sends it (`LOWER_UNKNOWN` until then): `readdirplus` looks each
+    /// entry up anyway, and a lower lookup costs a look at the base.
     fn dir_items(&self, ino: u64) -> Res<Vec<DirItem>> {
         let n = self.info(ino)?;
         let path = self.path(ino)?;
@@ -459,12 +466,7 @@ impl State {
             let shown = match (self.nodes.child(ino, &name), item.from) {
                 (Some(i), _) => i,
                 (None, From::Upper(d_ino)) => d_ino,
-                (None, From::Lower) => self
-                    .lower
-                    .lookup(&path, &name)
-                    .ok()
-                    .flatten()
-                    .map_or(u64::MAX, |a| super::node::lower_number(a.origin)),
+                (None, From::Lower) => LOWER_UNKNOWN,
             };
             out.push(DirItem {
                 name,
@@ -520,14 +522,38 @@ impl State {
     ) -> Res<()> {
         let list = self.dir_entries(ino, fh, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut path = None;
         for (i, item) in list.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&item.name);
-            if reply.add(INodeNo(item.ino), i as u64 + 1, item.kind, name) {
+            let shown = match item.ino {
+                LOWER_UNKNOWN => {
+                    if path.is_none() {
+                        path = Some(self.path(ino)?);
+                    }
+                    self.lower_number(ino, path.as_deref().unwrap_or_default(), &item.name)
+                }
+                n => n,
+            };
+            if reply.add(INodeNo(shown), i as u64 + 1, item.kind, name) {
                 return Ok(());
             }
         }
         self.listing_read(ino, fh);
         Ok(())
+    }
+
+    /// The number `readdir` shows for the lower entry `name` of directory
+    /// `dir` (at `path`): the node's if the kernel cached it meanwhile, else
+    /// the lower entry's (`u64::MAX` if it cannot be read).
+    fn lower_number(&self, dir: u64, path: &[u8], name: &[u8]) -> u64 {
+        if let Some(i) = self.nodes.child(dir, name) {
+            return i;
+        }
+        self.lower
+            .lookup(path, name)
+            .ok()
+            .flatten()
+            .map_or(u64::MAX, |a| super::node::lower_number(a.origin))
     }
 
     /// A read without a handle reached the end of `ino`'s listing: it is
