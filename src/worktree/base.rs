@@ -705,6 +705,22 @@ impl Lower for Base {
         self.core.getattr(path)
     }
 
+    /// One look at the project's records for all of `names` (instead of
+    /// two per name): the overlay asks for the entries of a READDIRPLUS
+    /// reply together.
+    fn lookup_all(&self, dir: &[u8], names: &[&[u8]]) -> io::Result<Vec<Option<Attr>>> {
+        self.core.fresh(|inner| {
+            names
+                .iter()
+                .map(|name| {
+                    let path = paths::join(dir, name);
+                    let state = self.core.state(inner, &path)?;
+                    Ok(self.core.attr(&path, &state))
+                })
+                .collect()
+        })
+    }
+
     fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.core.read_at(path, offset, buf)
     }

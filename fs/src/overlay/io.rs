@@ -7,6 +7,7 @@
 //! epoch, ranged handles (`MutationHook::range_min`), `after` at each
 //! flush and release of a writer.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -35,6 +36,10 @@ use crate::sys;
 /// A [`DirItem`] number not known yet: a lower entry the kernel has not
 /// cached, numbered when `readdir` sends it.
 const LOWER_UNKNOWN: u64 = u64::MAX - 1;
+
+/// Lower entries looked up together for one READDIRPLUS reply (a 4 KiB
+/// reply holds about 24 entries with short names).
+const PLUS_BATCH: usize = 32;
 
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
 fn writes(flags: i32) -> bool {
@@ -556,6 +561,44 @@ impl State {
             .map_or(u64::MAX, |a| super::node::lower_number(a.origin))
     }
 
+    /// The lower layer's answers for the lower entries of `list` from
+    /// `start` on that the kernel has not cached, at most
+    /// [`PLUS_BATCH`] (about what one READDIRPLUS reply holds), asked in
+    /// one [`Lower::lookup_all`]: a worktree's base checks the project's
+    /// records once for all of them instead of once per entry. Empty when
+    /// the lower children do not show or the layer fails (each entry is
+    /// then looked up alone, and fails alone).
+    fn lower_hints(
+        &self,
+        ino: u64,
+        list: &[DirItem],
+        start: usize,
+    ) -> HashMap<Vec<u8>, Option<super::lower::Attr>> {
+        let names: Vec<&[u8]> = list
+            .iter()
+            .skip(start)
+            .filter(|item| item.ino == LOWER_UNKNOWN)
+            .take(PLUS_BATCH)
+            .map(|item| item.name.as_slice())
+            .collect();
+        if names.is_empty() {
+            return HashMap::new();
+        }
+        let visible = self
+            .info(ino)
+            .and_then(|n| self.lower_visible(&n))
+            .unwrap_or(false);
+        let (true, Ok(path)) = (visible, self.path(ino)) else {
+            return HashMap::new();
+        };
+        match self.lower.lookup_all(&path, &names) {
+            Ok(attrs) if attrs.len() == names.len() => {
+                names.into_iter().map(<[u8]>::to_vec).zip(attrs).collect()
+            }
+            _ => HashMap::new(),
+        }
+    }
+
     /// A read without a handle reached the end of `ino`'s listing: it is
     /// dropped (the next read from offset 0 merges the directory again).
     fn listing_read(&self, ino: u64, fh: FileHandle) {
@@ -577,6 +620,7 @@ impl State {
     ) -> Res<()> {
         let list = self.dir_entries(ino, fh, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let hints = self.lower_hints(ino, &list, start);
         for (i, item) in list.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&item.name);
             let off = i as u64 + 1;
@@ -594,7 +638,8 @@ impl State {
                 }
                 continue;
             }
-            let Ok(a) = self.lookup_entry(ino, &item.name) else {
+            let hint = hints.get(item.name.as_slice());
+            let Ok(a) = self.lookup_entry_hinted(ino, &item.name, hint) else {
                 // Gone since the listing: skip it, as a later readdir would.
                 continue;
             };

@@ -172,6 +172,17 @@ pub trait Lower: Send + Sync {
         self.getattr(&crate::inode::child(dir, name))
     }
 
+    /// The attributes of each of `names` (single components) in directory
+    /// `dir`, in their order, as [`Lower::lookup`] of each would answer.
+    /// The default looks each up; a layer with a cost per call (not per
+    /// name) may answer all at once. The overlay asks it for the entries
+    /// of one `readdirplus` reply.
+    ///
+    /// Errors: as [`Lower::getattr`].
+    fn lookup_all(&self, dir: &[u8], names: &[&[u8]]) -> io::Result<Vec<Option<Attr>>> {
+        names.iter().map(|name| self.lookup(dir, name)).collect()
+    }
+
     /// Reads the regular file `path` from byte `offset` into `buf`; returns
     /// the bytes read, fewer than `buf.len()` only at the end of the file
     /// (0 at or past it). `Ok(None)` if `path` does not exist.

@@ -230,6 +230,18 @@ impl State {
     /// reserved name) and the lower entry that shows through. Reserved
     /// names never resolve to an upper entry; a lower one shows.
     pub(super) fn resolve(&self, parent: u64, name: &[u8]) -> Res<Found> {
+        self.resolve_hinted(parent, name, None)
+    }
+
+    /// [`State::resolve`], with the lower layer's answer for `name` when
+    /// the caller already has it (`hint`: what [`Lower::lookup_all`] said
+    /// for it; the lower layer never changes, so it is still true).
+    pub(super) fn resolve_hinted(
+        &self,
+        parent: u64,
+        name: &[u8],
+        hint: Option<&Option<Attr>>,
+    ) -> Res<Found> {
         let dir = self.info(parent)?;
         if dir.kind != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
@@ -251,8 +263,13 @@ impl State {
             whited = whiteout::has(up.fd.as_fd(), &whiteout_name(name))?;
         }
         let lower = if !whited && self.lower_visible(&dir)? {
-            let path = self.path(parent)?;
-            self.lower.lookup(&path, name).map_err(errno)?
+            match hint {
+                Some(known) => known.clone(),
+                None => {
+                    let path = self.path(parent)?;
+                    self.lower.lookup(&path, name).map_err(errno)?
+                }
+            }
         } else {
             None
         };
@@ -267,7 +284,18 @@ impl State {
 
     /// Looks `parent/name` up and counts one lookup of its node.
     pub(super) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Res<FileAttr> {
-        let found = self.resolve(parent, name)?;
+        self.lookup_entry_hinted(parent, name, None)
+    }
+
+    /// [`State::lookup_entry`] with a lower answer already known (see
+    /// [`State::resolve_hinted`]).
+    pub(super) fn lookup_entry_hinted(
+        &self,
+        parent: u64,
+        name: &[u8],
+        hint: Option<&Option<Attr>>,
+    ) -> Res<FileAttr> {
+        let found = self.resolve_hinted(parent, name, hint)?;
         let ino = self
             .nodes
             .lookup(parent, name, found)
