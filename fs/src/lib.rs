@@ -95,7 +95,7 @@ pub struct Options {
     /// Ask the kernel for `READDIRPLUS_AUTO` (plus only at the start of a
     /// listing or after a lookup in it) on top of `DO_READDIRPLUS`
     /// (default on; off: every listing is a READDIRPLUS, whose entries the
-    /// kernel caches for the entry TTL).
+    /// kernel caches for the entry TTL). The overlay honours it too.
     pub readdirplus_auto: bool,
     /// Ask the kernel for `FUSE_NO_OPENDIR_SUPPORT` while the watch is
     /// active (default on): OPENDIR is answered `ENOSYS` once, after which
@@ -417,6 +417,7 @@ pub fn mount_overlay(
         cache_dir: opts.cache_dir,
         no_flush: opts.no_flush,
         no_opendir: opts.no_opendir,
+        readdirplus_auto: opts.readdirplus_auto,
     };
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,

@@ -27,9 +27,13 @@ pub(crate) struct Overlay {
 
 impl Filesystem for Overlay {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.state.readdirplus_auto {
+            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
+                log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
         ] {

@@ -563,8 +563,9 @@ impl State {
 
     /// The lower layer's answers for the lower entries of `list` from
     /// `start` on that the kernel has not cached, at most
-    /// [`PLUS_BATCH`] (about what one READDIRPLUS reply holds), asked in
-    /// one [`Lower::lookup_all`]: a worktree's base checks the project's
+    /// [`PLUS_BATCH`] (what a 4 KiB READDIRPLUS reply holds; a larger
+    /// reply asks for the next batch when it gets there), asked in one
+    /// [`Lower::lookup_all`]: a worktree's base checks the project's
     /// records once for all of them instead of once per entry. Empty when
     /// the lower children do not show or the layer fails (each entry is
     /// then looked up alone, and fails alone).
@@ -620,8 +621,12 @@ impl State {
     ) -> Res<()> {
         let list = self.dir_entries(ino, fh, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let hints = self.lower_hints(ino, &list, start);
+        let mut hints = self.lower_hints(ino, &list, start);
         for (i, item) in list.iter().enumerate().skip(start) {
+            if item.ino == LOWER_UNKNOWN && !hints.contains_key(item.name.as_slice()) {
+                // The reply holds more than the batch: the next one.
+                hints = self.lower_hints(ino, &list, i);
+            }
             let name = OsStr::from_bytes(&item.name);
             let off = i as u64 + 1;
             if item.name == b"." || item.name == b".." {

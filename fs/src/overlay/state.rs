@@ -53,6 +53,9 @@ pub(crate) struct State {
     pub(super) no_flush: bool,
     /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init.
     pub(super) no_opendir: bool,
+    /// Ask for `FUSE_READDIRPLUS_AUTO` at init (off: every listing chunk
+    /// is a READDIRPLUS).
+    pub(super) readdirplus_auto: bool,
     /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers
     /// `ENOSYS`, READDIR comes with handle 0 and reads `listings`.
     pub(super) opendir_off: AtomicBool,
@@ -73,6 +76,7 @@ pub(crate) struct Settings {
     pub(crate) cache_dir: bool,
     pub(crate) no_flush: bool,
     pub(crate) no_opendir: bool,
+    pub(crate) readdirplus_auto: bool,
 }
 
 /// The attributes of a lower entry that was not copied up.
@@ -128,6 +132,7 @@ impl State {
             cache_dir: settings.cache_dir,
             no_flush: settings.no_flush,
             no_opendir: settings.no_opendir,
+            readdirplus_auto: settings.readdirplus_auto,
             opendir_off: AtomicBool::new(false),
             listings: Mutex::default(),
         })
