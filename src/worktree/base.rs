@@ -20,8 +20,8 @@
 //! the worktree, even while the project's agent keeps working.
 //!
 //! **A file read through one handle is resolved once.** The overlay opens
-//! a lower file at `open(2)` ([`Lower::open`]): the path's state is looked
-//! up and the file opened then, under the check above. Each read of that
+//! a lower file at the first read of a handle ([`Lower::open`]): the
+//! path's state is looked up and the file opened then. Each read of that
 //! handle reads the open file and then compares the records' snapshot
 //! with the one the file was opened under (one index query and one
 //! `stat`): unchanged, the bytes are the base's; moved, the records are

@@ -18,6 +18,17 @@ pub(super) struct DirItem {
     pub(super) ino: u64,
 }
 
+/// Where a lower handle's reads go.
+pub(super) enum LowerSource {
+    /// Not asked yet.
+    Unopened,
+    /// The file [`super::Lower::open`] opened.
+    File(Arc<dyn super::LowerFile>),
+    /// The layer keeps no files open: [`super::Lower::read_at`] of the
+    /// path.
+    ReadAt,
+}
+
 /// One open handle.
 pub(super) enum OHandle {
     /// A file with an upper entry (every handle that may write is one).
@@ -29,9 +40,10 @@ pub(super) enum OHandle {
         ino: u64,
         /// The lower path at open.
         path: Vec<u8>,
-        /// The lower file as [`super::Lower::open`] opened it; `None`: read
-        /// `path` with [`super::Lower::read_at`].
-        file: Option<Box<dyn super::LowerFile>>,
+        /// The lower file, opened at the handle's first read that reaches
+        /// the lower layer (an open whose pages the kernel holds costs the
+        /// lower layer nothing).
+        file: Mutex<LowerSource>,
         /// The upper copy, opened read-only once the node has one.
         upper: Mutex<Option<Arc<OwnedFd>>>,
     },

@@ -19,7 +19,7 @@ use fuser::{
     ReplyDirectoryPlus, Request,
 };
 
-use super::handle::{DirItem, OHandle};
+use super::handle::{DirItem, LowerSource, OHandle};
 use super::lower::LowerOpen;
 use super::ns::caller;
 use super::state::State;
@@ -81,16 +81,10 @@ impl State {
                 (Some(up), _) => Arc::clone(&up.fd),
                 (None, libc::S_IFREG) => {
                     let path = self.path(ino)?;
-                    // Resolved once per handle, not at every read.
-                    let file = match self.lower.open(&path).map_err(errno)? {
-                        None => return Err(Errno::ENOENT),
-                        Some(LowerOpen::File(f)) => Some(f),
-                        Some(LowerOpen::ReadAt) => None,
-                    };
                     let fh = self.handles.insert(OHandle::Lower {
                         ino,
                         path,
-                        file,
+                        file: Mutex::new(LowerSource::Unopened),
                         upper: Mutex::new(None),
                     });
                     let mut flags = FopenFlags::empty();
@@ -236,20 +230,45 @@ impl State {
                     }
                     cached.clone()
                 };
-                match (up_fd, file) {
-                    (Some(fd), _) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
-                    (None, Some(f)) => f.read_at(offset, &mut buf).map_err(errno)?,
-                    (None, None) => self
-                        .lower
-                        .read_at(path, offset, &mut buf)
-                        .map_err(errno)?
-                        .ok_or(Errno::ENOENT)?,
+                match up_fd {
+                    Some(fd) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
+                    None => match self.lower_source(path, file)? {
+                        Some(f) => f.read_at(offset, &mut buf).map_err(errno)?,
+                        None => self
+                            .lower
+                            .read_at(path, offset, &mut buf)
+                            .map_err(errno)?
+                            .ok_or(Errno::ENOENT)?,
+                    },
                 }
             }
             OHandle::Dir { .. } => return Err(Errno::EISDIR),
         };
         buf.truncate(n);
         Ok(buf)
+    }
+
+    /// The lower file a lower handle reads (`None`: read `path` with
+    /// `Lower::read_at`), opened by the lower layer at the first read
+    /// that needs it: resolved once per handle, not at every read, and
+    /// not at all while the kernel answers from its cached pages.
+    fn lower_source(
+        &self,
+        path: &[u8],
+        file: &Mutex<LowerSource>,
+    ) -> Res<Option<Arc<dyn super::LowerFile>>> {
+        let mut source = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let LowerSource::Unopened = *source {
+            *source = match self.lower.open(path).map_err(errno)? {
+                None => return Err(Errno::ENOENT),
+                Some(LowerOpen::File(f)) => LowerSource::File(Arc::from(f)),
+                Some(LowerOpen::ReadAt) => LowerSource::ReadAt,
+            };
+        }
+        Ok(match &*source {
+            LowerSource::File(f) => Some(Arc::clone(f)),
+            LowerSource::Unopened | LowerSource::ReadAt => None,
+        })
     }
 
     /// The upper file handle `fh` (every writer is one); `EBADF` otherwise.

@@ -192,7 +192,8 @@ pub trait Lower: Send + Sync {
     fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>>;
 
     /// Opens the regular file `path` for the reads of one overlay handle
-    /// (an `open(2)` of a lower file): the layer resolves the path and does
+    /// (at the first read of an `open(2)` of a lower file that the kernel
+    /// does not answer from its cache): the layer resolves the path and does
     /// any per-file checking once here instead of at every read.
     /// `Ok(None)` if `path` does not exist. The default keeps nothing open
     /// (`LowerOpen::ReadAt`).
