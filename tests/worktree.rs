@@ -518,6 +518,10 @@ fn a_rewind_in_a_worktree_shows_at_once_through_its_caches() {
     for p in ["a", "d", "d/new", "d/y", "added"] {
         fs::metadata(w.join(p)).expect("stat");
     }
+    // Misses the kernel caches (negative entries) that the rewind ends.
+    for p in ["gone", "d/x"] {
+        assert!(fs::metadata(w.join(p)).is_err(), "{p}");
+    }
     assert_eq!(names(&w), ["a", "added", "d"]);
     assert_eq!(names(&w.join("d")), ["new", "y"]);
 
@@ -1410,4 +1414,186 @@ fn git_ok_str(git_dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&git_in_ok(git_dir, args))
         .trim()
         .to_string()
+}
+
+/// The sorted names of directory `dir`.
+fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("ls {}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The worktree's caches (a handle reading the project's own file, page
+/// cache, entries, misses, listings, all kept 60 s) never let a later
+/// change of the project show: not one made through its mount, not one
+/// made by a rewind, and one made behind its mount either does not show
+/// or is listed as drifted.
+#[test]
+fn a_project_change_after_create_never_shows_through_the_worktrees_caches() {
+    use std::os::unix::fs::FileExt;
+    let f = Fixture::new();
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(f.p("big"), &big).expect("write");
+    fs::write(f.p("small"), "small base\n").expect("write");
+    fs::create_dir_all(f.p("d")).expect("mkdir");
+    fs::write(f.p("d/c"), "c\n").expect("write");
+    f.mount();
+    let w = create(&f, "frozen", &[]);
+
+    // Fill every cache: a handle on `big` with its first page read (the
+    // project's own file, opened once for the handle), the other files,
+    // the listings, and misses.
+    let held = fs::File::open(w.join("big")).expect("open big");
+    let mut page = vec![0u8; 4096];
+    held.read_exact_at(&mut page, 0).expect("read big");
+    assert_eq!(page, big[..4096]);
+    let check = |when: &str, at: u64| {
+        // A page no read touched yet, far from the others (the kernel's
+        // readahead): a READ of the held handle, answered from the file
+        // opened at its open. (The whole of `big` is read only at the end:
+        // its pages are shared by every handle.)
+        let mut page = vec![0u8; 4096];
+        held.read_exact_at(&mut page, at).expect("read big");
+        let at = at as usize;
+        assert!(
+            page == big[at..at + 4096],
+            "{when}: the handle held on big shows the project's new bytes"
+        );
+        assert_eq!(read(&w.join("small")), "small base\n", "{when}");
+        assert_eq!(sorted_names(&w), ["big", "d", "small"], "{when}");
+        assert_eq!(sorted_names(&w.join("d")), ["c"], "{when}");
+        assert_eq!(read(&w.join("d/c")), "c\n", "{when}");
+        for miss in ["new", "d/new", "later"] {
+            assert!(
+                fs::symlink_metadata(w.join(miss)).is_err(),
+                "{when}: {miss} shows"
+            );
+        }
+    };
+    check("at create", 256 << 10);
+
+    // Through the project's mount.
+    fs::write(f.m("big"), vec![b'X'; 1 << 20]).expect("write");
+    fs::write(f.m("small"), "small changed\n").expect("write");
+    fs::write(f.m("new"), "new\n").expect("write");
+    fs::write(f.m("d/new"), "n\n").expect("write");
+    fs::remove_file(f.m("d/c")).expect("rm");
+    check("after changes through the project's mount", 512 << 10);
+
+    // By a rewind of the project (to the changed state, from a later one).
+    let t = f.turn("changed");
+    fs::write(f.m("small"), "third\n").expect("write");
+    fs::remove_file(f.m("new")).expect("rm");
+    f.rewind(t);
+    assert_eq!(read(&f.m("small")), "small changed\n");
+    check("after a rewind of the project", 768 << 10);
+    assert!(fs::read(w.join("big")).expect("read") == big, "big");
+
+    // Behind the project's mount: a name the worktree holds as a miss, a
+    // file whose pages it holds. Either the worktree still shows its base,
+    // or the path is listed as drifted (docs/worktrees.md).
+    fs::write(f.p("later"), "behind\n").expect("write");
+    fs::write(f.p("d/behind"), "behind\n").expect("write");
+    fs::write(f.p("small"), "small behind\n").expect("write");
+    let shown: Vec<&str> = ["later", "d/behind"]
+        .into_iter()
+        .filter(|p| fs::symlink_metadata(w.join(p)).is_ok())
+        .chain((read(&w.join("small")) != "small base\n").then_some("small"))
+        .collect();
+    let list = wt(&f, &["list", "--json"]).ok().json();
+    let drifted = list[0]["drifted"].as_u64().unwrap_or(0);
+    assert!(
+        drifted >= shown.len() as u64,
+        "{shown:?} show the project's changes behind its mount, not all listed as drifted: {list:#}"
+    );
+    drop(held);
+    discard_all(&f);
+}
+
+/// A reader holding a lower file's cached pages sees a write made in the
+/// worktree by another process (in place, then with `O_TRUNC`), and so
+/// does a new reader.
+#[test]
+fn a_write_in_the_worktree_reaches_a_reader_holding_its_cached_pages() {
+    use std::os::unix::fs::FileExt;
+    let f = Fixture::new();
+    fs::write(f.p("f.txt"), "lower bytes\n").expect("write");
+    f.mount();
+    let w = create(&f, "pages", &[]);
+    let reader = fs::File::open(w.join("f.txt")).expect("open");
+    let at = |r: &fs::File| {
+        let mut buf = vec![0u8; 64];
+        let n = r.read_at(&mut buf, 0).expect("read");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(at(&reader), "lower bytes\n");
+    f.sh_in(&w, "printf UPPER | dd of=f.txt conv=notrunc status=none");
+    assert_eq!(at(&reader), "UPPER bytes\n", "the held reader");
+    assert_eq!(read(&w.join("f.txt")), "UPPER bytes\n", "a new reader");
+    f.sh_in(&w, "printf 'new\\n' > f.txt");
+    assert_eq!(at(&reader), "new\n", "the held reader after O_TRUNC");
+    assert_eq!(read(&w.join("f.txt")), "new\n");
+    assert_eq!(
+        read(&f.p("f.txt")),
+        "lower bytes\n",
+        "the project is untouched"
+    );
+    drop(reader);
+    discard_all(&f);
+}
+
+/// Without directory handles (`FUSE_NO_OPENDIR_SUPPORT`) a merged listing
+/// longer than one READDIR reply is read whole, each name once, and a
+/// change made in it through the worktree shows in the next listing.
+#[test]
+fn a_long_merged_listing_reads_whole_and_follows_changes() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.p("big")).expect("mkdir");
+    let mut want: Vec<String> = (0..600)
+        .map(|i| format!("lower-name-number-{i:04}"))
+        .collect();
+    for n in &want {
+        fs::write(f.p("big").join(n), "l\n").expect("write");
+    }
+    f.mount();
+    let w = create(&f, "listing", &[]);
+    let dir = w.join("big");
+    // Each entry's number is the one `stat` shows (read before any stat).
+    let numbered: Vec<(PathBuf, u64)> = fs::read_dir(&dir)
+        .expect("ls")
+        .map(|e| {
+            let e = e.expect("entry");
+            (e.path(), std::os::unix::fs::DirEntryExt::ino(&e))
+        })
+        .collect();
+    for (p, ino) in numbered {
+        let st = fs::symlink_metadata(&p).expect("stat");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&st),
+            ino,
+            "{}",
+            p.display()
+        );
+    }
+    assert_eq!(sorted_names(&dir), want);
+    for i in 0..200 {
+        let n = format!("upper-name-number-{i:04}");
+        fs::write(dir.join(&n), "u\n").expect("write");
+        want.push(n);
+    }
+    for i in (0..600).step_by(3) {
+        let n = format!("lower-name-number-{i:04}");
+        fs::remove_file(dir.join(&n)).expect("rm");
+        want.retain(|x| *x != n);
+    }
+    want.sort();
+    for round in 0..3 {
+        assert_eq!(sorted_names(&dir), want, "listing {round}");
+    }
+    let out = f.sh_in(&dir, "ls -f | sort | uniq -d");
+    assert_eq!(out.trim(), "", "names listed twice");
+    discard_all(&f);
 }

@@ -67,7 +67,9 @@ pub struct Options {
     pub entry_ttl: Duration,
     /// How long the kernel may cache a name's absence (a negative entry)
     /// while the watch keeps it coherent (default [`WATCHED_TTL`]; zero:
-    /// no negative entries). Never without a working watch.
+    /// no negative entries). Never without a working watch. The overlay
+    /// (no watch) takes it as given: its misses change only through its
+    /// own mount and its rewinds, which invalidate them.
     pub negative_ttl: Duration,
     /// The watch on the backing directory that keeps the kernel's caches
     /// coherent with changes made behind the mount's back (default
@@ -93,7 +95,7 @@ pub struct Options {
     /// Ask the kernel for `READDIRPLUS_AUTO` (plus only at the start of a
     /// listing or after a lookup in it) on top of `DO_READDIRPLUS`
     /// (default on; off: every listing is a READDIRPLUS, whose entries the
-    /// kernel caches for the entry TTL).
+    /// kernel caches for the entry TTL). The overlay honours it too.
     pub readdirplus_auto: bool,
     /// Ask the kernel for `FUSE_NO_OPENDIR_SUPPORT` while the watch is
     /// active (default on): OPENDIR is answered `ENOSYS` once, after which
@@ -101,7 +103,8 @@ pub struct Options {
     /// (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) until the watch's
     /// `inval_inode` of the directory, or a changed mtime, drops it.
     /// Without a working watch at mount time it is never asked for. The
-    /// overlay ignores it.
+    /// overlay asks for it whenever `cache_dir` is on too (its listings
+    /// change only through its own mount and its rewinds).
     pub no_opendir: bool,
     /// Ask the kernel for `FUSE_NO_OPEN_SUPPORT` while the watch is active
     /// (default on): OPEN is answered `ENOSYS` once, after which the kernel
@@ -436,8 +439,12 @@ pub fn mount_overlay(
         inode_fds,
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
+        negative_ttl: opts.negative_ttl,
         keep_cache: opts.keep_cache,
         cache_dir: opts.cache_dir,
+        no_flush: opts.no_flush,
+        no_opendir: opts.no_opendir,
+        readdirplus_auto: opts.readdirplus_auto,
     };
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,

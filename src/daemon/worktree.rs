@@ -560,7 +560,8 @@ fn listed(
 pub const WORKTREE_TTL: Duration = Duration::from_secs(60);
 
 /// The FUSE options of a worktree mount: the project mount's `fs`, with
-/// [`WORKTREE_TTL`] where `tuning` sets no cache timeout.
+/// [`WORKTREE_TTL`] where `tuning` sets no cache timeout (entries,
+/// attributes and misses).
 pub(super) fn overlay_options(
     mut fs: opfs_fs::Options,
     tuning: &super::options::FsTuning,
@@ -570,6 +571,9 @@ pub(super) fn overlay_options(
     }
     if tuning.entry_ttl.is_none() {
         fs.entry_ttl = WORKTREE_TTL;
+    }
+    if tuning.negative_ttl.is_none() {
+        fs.negative_ttl = WORKTREE_TTL;
     }
     fs
 }

@@ -19,6 +19,17 @@
 //! instead. A change made through the mount can therefore never leak into
 //! the worktree, even while the project's agent keeps working.
 //!
+//! **A file read through one handle is resolved once.** The overlay opens
+//! a lower file at the first read of a handle ([`Lower::open`]): the
+//! path's state is looked up and the file opened then. Each read of that
+//! handle reads the open file and then compares the records' snapshot
+//! with the one the file was opened under (one index query and one
+//! `stat`): unchanged, the bytes are the base's; moved, the records are
+//! reloaded, and if the path still has none the bytes are still the
+//! base's (nothing changed it through the mount before the read ended),
+//! else the read is answered from the record, as are the handle's later
+//! reads. A pre-image's blob never changes and needs no check.
+//!
 //! **Changes behind the project's mount** (an editor writing the project
 //! directory directly, or work done while it was not mounted) have no
 //! record. A path the worktree serves from the project whose change time
@@ -35,10 +46,11 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower};
+use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower, LowerFile, LowerOpen};
 
 use crate::paths;
 use crate::record::{Hash, PreImage, Special, Stat};
@@ -79,8 +91,12 @@ struct Inner {
     timeline: Timeline,
     resolved: Resolved,
     seen: Option<Mark>,
+    /// Bumped at each reload: a file opened for a handle
+    /// ([`Lower::open`]) is known to hold the base's bytes while the
+    /// records are still those of the generation it was opened in.
+    generation: u64,
     /// Set when an answer read the project itself (not only records): only
-    /// such an answer can have raced with a capture ([`Base::fresh`]).
+    /// such an answer can have raced with a capture ([`Core::fresh`]).
     read_project: std::cell::Cell<bool>,
 }
 
@@ -95,7 +111,14 @@ enum State {
 }
 
 /// The project at the start of a turn, as an overlay's lower layer.
+///
+/// Cheap to share: the files it opens for the overlay's handles
+/// ([`Lower::open`]) hold on to it.
 pub struct Base {
+    core: Arc<Core>,
+}
+
+struct Core {
     project: Dir,
     blobs: BlobStore,
     log_path: PathBuf,
@@ -105,8 +128,8 @@ pub struct Base {
     owner: (u32, u32),
     commit: Box<dyn Fn() + Send + Sync>,
     /// False once [`Base::quiesced`]: no capture can happen while it is
-    /// read, so [`Base::fresh`] looks at the records' mark no more.
-    watch: bool,
+    /// read, so [`Core::fresh`] looks at the records' mark no more.
+    watch: AtomicBool,
     inner: Mutex<Inner>,
     drift: Mutex<Drift>,
 }
@@ -114,8 +137,8 @@ pub struct Base {
 impl std::fmt::Debug for Base {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Base")
-            .field("project", &self.project.path())
-            .field("turn", &self.turn)
+            .field("project", &self.core.project.path())
+            .field("turn", &self.core.turn)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +166,41 @@ impl Base {
         commit: Box<dyn Fn() + Send + Sync>,
         drift_file: Option<&Path>,
     ) -> Result<Base, BaseError> {
+        Core::open(state, turn, since_ns, commit, drift_file).map(|core| Base {
+            core: Arc::new(core),
+        })
+    }
+
+    /// This base for a caller during whose reads nothing can capture in
+    /// the project: it holds the project mount's quiesce guard, or the
+    /// state lock with no mount (a merge). Its answers then skip the check
+    /// that the project's records did not move meanwhile (two index
+    /// queries and a `stat` of the capture log per answer, several per
+    /// changed path of a merge).
+    pub fn quiesced(self) -> Base {
+        self.core.watch.store(false, Ordering::Relaxed);
+        self
+    }
+
+    /// The turn whose start this base shows.
+    pub fn turn(&self) -> u64 {
+        self.core.turn
+    }
+
+    /// Paths found drifted so far (see the module docs).
+    pub fn drifted(&self) -> Vec<Vec<u8>> {
+        self.core.drifted()
+    }
+}
+
+impl Core {
+    fn open(
+        state: &StateDir,
+        turn: u64,
+        since_ns: i64,
+        commit: Box<dyn Fn() + Send + Sync>,
+        drift_file: Option<&Path>,
+    ) -> Result<Core, BaseError> {
         let project = Dir::open(&state.project).map_err(|source| BaseError::Project {
             path: state.project.clone(),
             source,
@@ -162,7 +220,7 @@ impl Base {
                     .ok()
             }),
         };
-        let base = Base {
+        let base = Core {
             project,
             blobs: BlobStore::open_existing(&state.blobs_dir()),
             log_path: state.capture_log_path(),
@@ -170,12 +228,13 @@ impl Base {
             since_ns,
             owner,
             commit,
-            watch: true,
+            watch: AtomicBool::new(true),
             inner: Mutex::new(Inner {
                 index,
                 timeline: Timeline::default(),
                 resolved: Resolved::default(),
                 seen: None,
+                generation: 0,
                 read_project: std::cell::Cell::new(false),
             }),
             drift: Mutex::new(drift),
@@ -187,24 +246,7 @@ impl Base {
         Ok(base)
     }
 
-    /// This base for a caller during whose reads nothing can capture in
-    /// the project: it holds the project mount's quiesce guard, or the
-    /// state lock with no mount (a merge). Its answers then skip the check
-    /// that the project's records did not move meanwhile (two index
-    /// queries and a `stat` of the capture log per answer, several per
-    /// changed path of a merge).
-    pub fn quiesced(mut self) -> Base {
-        self.watch = false;
-        self
-    }
-
-    /// The turn whose start this base shows.
-    pub fn turn(&self) -> u64 {
-        self.turn
-    }
-
-    /// Paths found drifted so far (see the module docs).
-    pub fn drifted(&self) -> Vec<Vec<u8>> {
+    fn drifted(&self) -> Vec<Vec<u8>> {
         match self.drift.lock() {
             Ok(d) => d.seen.iter().cloned().collect(),
             Err(p) => p.into_inner().seen.iter().cloned().collect(),
@@ -264,6 +306,7 @@ impl Base {
         }
         inner.timeline = timeline;
         inner.seen = mark;
+        inner.generation += 1;
         Ok(())
     }
 
@@ -276,9 +319,20 @@ impl Base {
     /// `f` once more) when they moved while `f` read the project: see the
     /// module docs. An answer from records alone needs no second look (a
     /// path's earliest record since the base never changes once made).
-    fn fresh<R>(&self, mut f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
+    fn fresh<R>(&self, f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
+        self.fresh_unless(f, |_| false)
+    }
+
+    /// [`Core::fresh`], except that an answer `settled` accepts needs no
+    /// second look at the records (its user checks them later itself, as
+    /// a [`ProjectFile`] does at each read).
+    fn fresh_unless<R>(
+        &self,
+        mut f: impl FnMut(&Inner) -> io::Result<R>,
+        settled: impl Fn(&R) -> bool,
+    ) -> io::Result<R> {
         let mut inner = self.lock();
-        if !self.watch {
+        if !self.watch.load(Ordering::Relaxed) {
             return f(&inner);
         }
         let before = self.mark(&inner)?;
@@ -288,7 +342,7 @@ impl Base {
         let before = inner.seen;
         inner.read_project.set(false);
         let r = f(&inner)?;
-        if !inner.read_project.get() {
+        if !inner.read_project.get() || settled(&r) {
             return Ok(r);
         }
         let after = self.mark(&inner)?;
@@ -477,7 +531,7 @@ pub fn read_drift(path: &Path) -> BTreeSet<Vec<u8>> {
         .unwrap_or_default()
 }
 
-impl Base {
+impl Core {
     /// The project's own file at `path`, which the base serves unchanged
     /// (`st`: its `lstat`), opened read-only. `None` when the name went
     /// away since; `EISDIR` for a directory, `EINVAL` for any other type.
@@ -494,6 +548,204 @@ impl Base {
     }
 }
 
+/// What [`Core::open_file`] found for a path.
+enum Opened {
+    /// The project's own file (the base serves it unchanged), opened while
+    /// the records were those of `generation`.
+    Project { file: File, generation: u64 },
+    /// A pre-image's blob file: content-addressed, never changes.
+    Blob(File),
+    /// A pre-image's bytes held elsewhere (inline in the index, or in a
+    /// dead daemon's capture log).
+    Bytes(Vec<u8>),
+}
+
+impl Core {
+    /// [`Lower::open`]: the path resolved once, for every read of one
+    /// overlay handle. The project's own file gets the check of
+    /// [`ProjectFile`] at each read; a pre-image never changes.
+    fn open_file(core: &Arc<Core>, path: &[u8]) -> io::Result<Option<LowerOpen>> {
+        // The project's own file opened needs no second look at the
+        // records: each read checks that they hold nothing for the path
+        // since the generation it was opened in, which covers a capture
+        // racing with this open too.
+        let project = |o: &Option<Opened>| matches!(o, Some(Opened::Project { .. }));
+        let opened = core.fresh_unless(
+            |inner| match core.state(inner, path)? {
+                State::Absent => Ok(None),
+                State::Recorded(PreImage::File { blob, .. }) => {
+                    if let Some(bytes) = inner.resolved.borrow().get(&blob) {
+                        return Ok(Some(Opened::Bytes(bytes.clone())));
+                    }
+                    if let Some(bytes) = inner.index.inline_blob(&blob).map_err(io::Error::other)? {
+                        return Ok(Some(Opened::Bytes(bytes)));
+                    }
+                    File::open(core.blobs.path_of(&blob)).map(|f| Some(Opened::Blob(f)))
+                }
+                State::Recorded(PreImage::Dir { .. }) => {
+                    Err(io::Error::from_raw_os_error(libc::EISDIR))
+                }
+                State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                State::Current(st) => {
+                    Ok(core.open_current(path, &st)?.map(|file| Opened::Project {
+                        file,
+                        generation: inner.generation,
+                    }))
+                }
+            },
+            project,
+        )?;
+        Ok(opened.map(|o| {
+            LowerOpen::File(match o {
+                Opened::Project { file, generation } => Box::new(ProjectFile {
+                    core: Arc::clone(core),
+                    path: path.to_vec(),
+                    file,
+                    generation: AtomicU64::new(generation),
+                }),
+                Opened::Blob(file) => Box::new(BlobFile(file)),
+                Opened::Bytes(bytes) => Box::new(BytesFile(bytes)),
+            })
+        }))
+    }
+
+    /// True when the bytes just read from the project's own file at
+    /// `path`, opened while the records were those of `generation`, are
+    /// still the base's: the project's records did not move since, or
+    /// they did (reloaded here) and still hold nothing for `path`. The
+    /// project's mount records a path's pre-image before it changes the
+    /// path, so a path without a record now was not changed through the
+    /// mount before now, after the read. On `true` with moved records,
+    /// `generation` is brought forward, so the next read costs one look
+    /// at the records' mark again.
+    fn still_current(&self, path: &[u8], generation: &AtomicU64) -> io::Result<bool> {
+        let mut inner = self.lock();
+        if !self.watch.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let now = self.mark(&inner)?;
+        if inner.seen == Some(now) && inner.generation == generation.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        if inner.seen != Some(now) {
+            self.reload(&mut inner).map_err(io::Error::other)?;
+        }
+        if inner.timeline.state_at(path, self.turn).is_some() {
+            return Ok(false);
+        }
+        generation.store(inner.generation, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Notes drift for the project's file at `path` if its change time is
+    /// past the base's start (see [`Core::state`]): a change behind the
+    /// project's mount after the file was opened.
+    fn check_drift(&self, path: &[u8], st: &std::fs::Metadata) {
+        let ctime_ns = st.ctime() * 1_000_000_000 + st.ctime_nsec();
+        if ctime_ns > self.since_ns && !paths::is_excluded(path) {
+            self.note_drift(path);
+        }
+    }
+}
+
+/// The project's own file, opened once for an overlay handle. Each read
+/// reads the open file, then checks that the project's records still
+/// hold nothing for the path ([`Core::still_current`]: one index query
+/// and one `stat` of the capture log, against a lookup, an `lstat`, an
+/// `open`, a `close` and two such checks per read before); when a
+/// capture gave the path a record meanwhile, the read is answered again
+/// from the record, as every later read of the handle is.
+struct ProjectFile {
+    core: Arc<Core>,
+    path: Vec<u8>,
+    file: File,
+    generation: AtomicU64,
+}
+
+impl LowerFile for ProjectFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let n = read_full_at(&self.file, offset, buf)?;
+        if self.core.still_current(&self.path, &self.generation)? {
+            if let Ok(st) = self.file.metadata() {
+                self.core.check_drift(&self.path, &st);
+            }
+            return Ok(n);
+        }
+        self.core
+            .read_at(&self.path, offset, buf)?
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+    }
+}
+
+/// A pre-image's blob file.
+struct BlobFile(File);
+
+impl LowerFile for BlobFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        read_full_at(&self.0, offset, buf)
+    }
+}
+
+/// A pre-image's bytes, held in memory (at most the inline size).
+struct BytesFile(Vec<u8>);
+
+impl LowerFile for BytesFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.0.len());
+        let n = (self.0.len() - start).min(buf.len());
+        buf[..n].copy_from_slice(&self.0[start..start + n]);
+        Ok(n)
+    }
+}
+
+impl Lower for Base {
+    fn getattr(&self, path: &[u8]) -> io::Result<Option<Attr>> {
+        self.core.getattr(path)
+    }
+
+    /// One look at the project's records for all of `names` (instead of
+    /// two per name): the overlay asks for the entries of a READDIRPLUS
+    /// reply together.
+    fn lookup_all(&self, dir: &[u8], names: &[&[u8]]) -> io::Result<Vec<Option<Attr>>> {
+        self.core.fresh(|inner| {
+            names
+                .iter()
+                .map(|name| {
+                    let path = paths::join(dir, name);
+                    let state = self.core.state(inner, &path)?;
+                    Ok(self.core.attr(&path, &state))
+                })
+                .collect()
+        })
+    }
+
+    fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.core.read_at(path, offset, buf)
+    }
+
+    fn open(&self, path: &[u8]) -> io::Result<Option<LowerOpen>> {
+        Core::open_file(&self.core, path)
+    }
+
+    fn with_file(
+        &self,
+        path: &[u8],
+        use_fd: &mut dyn FnMut(BorrowedFd<'_>) -> io::Result<()>,
+    ) -> io::Result<Option<Lent>> {
+        self.core.with_file(path, use_fd)
+    }
+
+    fn readdir(&self, path: &[u8]) -> io::Result<Option<Vec<DirEntry>>> {
+        self.core.readdir(path)
+    }
+
+    fn readlink(&self, path: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        self.core.readlink(path)
+    }
+}
+
 fn enoent_to_none<T>(r: io::Result<T>) -> io::Result<Option<T>> {
     match r {
         Ok(v) => Ok(Some(v)),
@@ -502,7 +754,7 @@ fn enoent_to_none<T>(r: io::Result<T>) -> io::Result<Option<T>> {
     }
 }
 
-impl Lower for Base {
+impl Lower for Core {
     fn getattr(&self, path: &[u8]) -> io::Result<Option<Attr>> {
         self.fresh(|inner| {
             let state = self.state(inner, path)?;
@@ -531,7 +783,7 @@ impl Lower for Base {
     /// pre-image's blob file when a record holds it; `Lent::ReadAt` for a
     /// pre-image whose bytes live elsewhere (inline in the index, rebuilt
     /// from ranges, in a dead daemon's capture log). Runs inside
-    /// [`Base::fresh`], so a capture racing with `use_fd` makes it run again
+    /// [`Core::fresh`], so a capture racing with `use_fd` makes it run again
     /// on the recorded pre-image: the bytes lent are always the base's.
     fn with_file(
         &self,

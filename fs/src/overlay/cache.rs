@@ -4,7 +4,9 @@
 //! The core rewinds the upper directory as a plain tree and then passes the
 //! upper-relative paths it changed. A path maps to the merged name it
 //! affects: `d/x` and the whiteout `d/.wh.x` to `d/x`, the opaque marker
-//! `d/.wh..wh..opq` to every cached child of `d`. For each, the overlay
+//! `d/.wh..wh..opq` to every cached child of `d` and every lower name of
+//! `d` (which the kernel may cache as a miss); a path under a directory
+//! the kernel never looked up to that directory's name (a cached miss). For each, the overlay
 //! forgets its own mapping of the name if the name now resolves to another
 //! entry (so the next lookup builds the right node), and the kernel drops
 //! its cached name, the inode's attributes and pages, and the parent's.
@@ -75,14 +77,34 @@ impl Invalidate for State {
             out.push(Inval::Inode(ROOT));
             return;
         };
-        let mut parent = Some(ROOT);
+        let mut parent = ROOT;
         for dir in dirs {
-            parent = parent.and_then(|p| self.nodes.child(p, dir));
+            match self.nodes.child(parent, dir) {
+                Some(ino) => parent = ino,
+                None => {
+                    // A directory the kernel never looked up has no cached
+                    // children, but the kernel may cache its absence (a
+                    // negative entry), which the rewind may have ended.
+                    out.push(Inval::Entry(parent, dir.to_vec()));
+                    return;
+                }
+            }
         }
-        let Some(parent) = parent else { return };
         if *name == OPAQUE {
             for (child, _) in self.nodes.children(parent) {
                 self.inval_name(parent, &child, out);
+            }
+            // The lower children that the marker hid (or now hides) may be
+            // cached as misses: each lower name is invalidated too (only a
+            // rewind adds or removes a marker behind the kernel's back).
+            let lower = self
+                .nodes
+                .path(parent)
+                .and_then(|p| self.lower.readdir(&p).ok().flatten());
+            for e in lower.unwrap_or_default() {
+                if self.nodes.child(parent, &e.name).is_none() {
+                    out.push(Inval::Entry(parent, e.name));
+                }
             }
         } else if reserved(name) {
             self.inval_name(parent, &name[PREFIX.len()..], out);

@@ -27,14 +27,30 @@ pub(crate) struct Overlay {
 
 impl Filesystem for Overlay {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.state.readdirplus_auto {
+            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
+                log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_PARALLEL_DIROPS,
         ] {
             if let Err(unsupported) = config.add_capabilities(flag) {
                 log::debug!("kernel lacks {unsupported:?}");
+            }
+        }
+        // No OPENDIR/RELEASEDIR, every listing cached until invalidated:
+        // only this mount and a rewind of the worktree change a merged
+        // listing (`State::opendir`).
+        if self.state.no_opendir && self.state.cache_dir {
+            match config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
+                Ok(()) => self
+                    .state
+                    .opendir_off
+                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
             }
         }
         Ok(())
@@ -48,7 +64,7 @@ impl Filesystem for Overlay {
     // `batch_forget` keeps fuser's default, which calls `forget` per inode
     // (fuser does not export the type its signature needs).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.state.nodes.forget(ino.0, nlookup);
+        self.state.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -301,12 +317,12 @@ impl Filesystem for Overlay {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.state.fsync(fh, datasync).answer(reply);
+        self.state.fsyncdir(ino.0, fh, datasync).answer(reply);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

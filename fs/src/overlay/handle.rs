@@ -13,8 +13,20 @@ use crate::handle::Handle;
 pub(super) struct DirItem {
     pub(super) name: Vec<u8>,
     pub(super) kind: FileType,
-    /// The inode number `readdir` shows.
+    /// The inode number `readdir` shows (`io.rs`'s `LOWER_UNKNOWN` for a
+    /// lower entry numbered when it is sent).
     pub(super) ino: u64,
+}
+
+/// Where a lower handle's reads go.
+pub(super) enum LowerSource {
+    /// Not asked yet.
+    Unopened,
+    /// The file [`super::Lower::open`] opened.
+    File(Arc<dyn super::LowerFile>),
+    /// The layer keeps no files open: [`super::Lower::read_at`] of the
+    /// path.
+    ReadAt,
 }
 
 /// One open handle.
@@ -28,6 +40,10 @@ pub(super) enum OHandle {
         ino: u64,
         /// The lower path at open.
         path: Vec<u8>,
+        /// The lower file, opened at the handle's first read that reaches
+        /// the lower layer (an open whose pages the kernel holds costs the
+        /// lower layer nothing).
+        file: Mutex<LowerSource>,
         /// The upper copy, opened read-only once the node has one.
         upper: Mutex<Option<Arc<OwnedFd>>>,
     },

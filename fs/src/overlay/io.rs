@@ -7,9 +7,11 @@
 //! epoch, ranged handles (`MutationHook::range_min`), `after` at each
 //! flush and release of a writer.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use fuser::{
@@ -17,7 +19,8 @@ use fuser::{
     ReplyDirectoryPlus, Request,
 };
 
-use super::handle::{DirItem, OHandle};
+use super::handle::{DirItem, LowerSource, OHandle};
+use super::lower::LowerOpen;
 use super::ns::caller;
 use super::state::State;
 use super::whiteout::{whiteout_name, From};
@@ -30,6 +33,14 @@ use crate::passthrough::attr::dot_attr;
 use crate::reply::{Created, Opened, Res};
 use crate::sys;
 
+/// A [`DirItem`] number not known yet: a lower entry the kernel has not
+/// cached, numbered when `readdir` sends it.
+const LOWER_UNKNOWN: u64 = u64::MAX - 1;
+
+/// Lower entries looked up together for one READDIRPLUS reply (a 4 KiB
+/// reply holds about 24 entries with short names).
+const PLUS_BATCH: usize = 32;
+
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
 fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
@@ -41,14 +52,19 @@ impl State {
         self.handles.get(fh.0).ok_or(Errno::EBADF)
     }
 
-    /// The `FOPEN_*` flags for an upper file handle of `ino` opened as `fd`.
-    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>) -> FopenFlags {
+    /// The `FOPEN_*` flags for an upper file handle of `ino` opened as `fd`
+    /// (`writable`: for writing).
+    fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
         let same = sys::fstat(fd).is_ok_and(|st| self.nodes.opened(ino, Stamp::of(&st)));
+        let mut flags = FopenFlags::empty();
         if self.keep_cache && same {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
+        if self.no_flush && !writable {
+            // A read-only handle has nothing to report at a close.
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
     }
 
     /// `open` of `ino` with open(2) `flags`. Opening a lower file for
@@ -68,6 +84,7 @@ impl State {
                     let fh = self.handles.insert(OHandle::Lower {
                         ino,
                         path,
+                        file: Mutex::new(LowerSource::Unopened),
                         upper: Mutex::new(None),
                     });
                     let mut flags = FopenFlags::empty();
@@ -75,6 +92,9 @@ impl State {
                         // The lower layer never changes; a copy-up drops
                         // the cache at the first upper open (no stamp yet).
                         flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    if self.no_flush {
+                        flags |= FopenFlags::FOPEN_NOFLUSH;
                     }
                     return Ok(Opened { fh, flags });
                 }
@@ -88,7 +108,7 @@ impl State {
                 }
             };
             let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-            let fopen = self.open_flags(ino, fd.as_fd());
+            let fopen = self.open_flags(ino, fd.as_fd(), false);
             let fh = self
                 .handles
                 .insert(OHandle::Upper(Handle::new(fd, ino, NO_EPOCH)));
@@ -112,7 +132,7 @@ impl State {
                 Handle::new(fd, ino, epoch)
             }
         };
-        let fopen = self.open_flags(ino, handle.fd.as_fd());
+        let fopen = self.open_flags(ino, handle.fd.as_fd(), true);
         Ok(Opened {
             fh: self.handles.insert(OHandle::Upper(handle)),
             flags: fopen,
@@ -195,27 +215,61 @@ impl State {
         let mut buf = vec![0u8; size as usize];
         let n = match &*h {
             OHandle::Upper(h) => sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?,
-            OHandle::Lower { ino, path, upper } => {
-                let mut cached = upper.lock().unwrap_or_else(|e| e.into_inner());
-                if cached.is_none() {
-                    if let Some(up) = self.nodes.info(*ino).and_then(|n| n.upper) {
-                        let fd = sys::reopen(up.fd.as_fd(), libc::O_RDONLY).map_err(errno)?;
-                        *cached = Some(Arc::new(fd));
+            OHandle::Lower {
+                ino,
+                path,
+                file,
+                upper,
+            } => {
+                let up_fd = {
+                    let mut cached = upper.lock().unwrap_or_else(|e| e.into_inner());
+                    if cached.is_none() {
+                        if let Some(up) = self.nodes.info(*ino).and_then(|n| n.upper) {
+                            let fd = sys::reopen(up.fd.as_fd(), libc::O_RDONLY).map_err(errno)?;
+                            *cached = Some(Arc::new(fd));
+                        }
                     }
-                }
-                match cached.as_ref() {
+                    cached.clone()
+                };
+                match up_fd {
                     Some(fd) => sys::pread(fd.as_fd(), &mut buf, offset).map_err(errno)?,
-                    None => self
-                        .lower
-                        .read_at(path, offset, &mut buf)
-                        .map_err(errno)?
-                        .ok_or(Errno::ENOENT)?,
+                    None => match self.lower_source(path, file)? {
+                        Some(f) => f.read_at(offset, &mut buf).map_err(errno)?,
+                        None => self
+                            .lower
+                            .read_at(path, offset, &mut buf)
+                            .map_err(errno)?
+                            .ok_or(Errno::ENOENT)?,
+                    },
                 }
             }
             OHandle::Dir { .. } => return Err(Errno::EISDIR),
         };
         buf.truncate(n);
         Ok(buf)
+    }
+
+    /// The lower file a lower handle reads (`None`: read `path` with
+    /// `Lower::read_at`), opened by the lower layer at the first read
+    /// that needs it: resolved once per handle, not at every read, and
+    /// not at all while the kernel answers from its cached pages.
+    fn lower_source(
+        &self,
+        path: &[u8],
+        file: &Mutex<LowerSource>,
+    ) -> Res<Option<Arc<dyn super::LowerFile>>> {
+        let mut source = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let LowerSource::Unopened = *source {
+            *source = match self.lower.open(path).map_err(errno)? {
+                None => return Err(Errno::ENOENT),
+                Some(LowerOpen::File(f)) => LowerSource::File(Arc::from(f)),
+                Some(LowerOpen::ReadAt) => LowerSource::ReadAt,
+            };
+        }
+        Ok(match &*source {
+            LowerSource::File(f) => Some(Arc::clone(f)),
+            LowerSource::Unopened | LowerSource::ReadAt => None,
+        })
     }
 
     /// The upper file handle `fh` (every writer is one); `EBADF` otherwise.
@@ -347,8 +401,38 @@ impl State {
         sys::pwrite(h_out.fd.as_fd(), &data, offset_out).map_err(errno)
     }
 
-    /// `opendir` of `ino`.
+    /// `fsyncdir` of `ino` through handle `fh`; handle 0 (no OPENDIR):
+    /// the upper directory's own fd, if it has one.
+    pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if fh.0 != 0 || !self.opendir_off.load(Ordering::Relaxed) {
+            return self.fsync(fh, datasync);
+        }
+        match self.info(ino)?.upper {
+            Some(up) => {
+                let fd = sys::openat(
+                    up.fd.as_fd(),
+                    &std::ffi::CString::from(c"."),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                    0,
+                )
+                .map_err(errno)?;
+                sys::fsync(fd.as_fd(), datasync).map_err(errno)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `opendir` of `ino`. With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`:
+    /// the kernel then sends no OPENDIR or RELEASEDIR again, READDIR with
+    /// handle 0, and keeps each listing it read until it is invalidated.
+    /// That is coherent because a merged listing changes only through this
+    /// mount (the kernel drops its cached listing of a directory it
+    /// changes) or by a rewind of the worktree (its daemon invalidates
+    /// each directory it touched: `cache.rs`); the base never changes.
     pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
+        if self.opendir_off.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
         let n = self.info(ino)?;
         if n.kind != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
@@ -380,7 +464,10 @@ impl State {
         self.handles.remove(fh.0);
     }
 
-    /// The merged listing of directory `ino`, `.` and `..` first.
+    /// The merged listing of directory `ino`, `.` and `..` first. A lower
+    /// entry the kernel has not cached gets its number only when `readdir`
+    /// sends it (`LOWER_UNKNOWN` until then): `readdirplus` looks each
+    /// entry up anyway, and a lower lookup costs a look at the base.
     fn dir_items(&self, ino: u64) -> Res<Vec<DirItem>> {
         let n = self.info(ino)?;
         let path = self.path(ino)?;
@@ -404,12 +491,7 @@ impl State {
             let shown = match (self.nodes.child(ino, &name), item.from) {
                 (Some(i), _) => i,
                 (None, From::Upper(d_ino)) => d_ino,
-                (None, From::Lower) => self
-                    .lower
-                    .lookup(&path, &name)
-                    .ok()
-                    .flatten()
-                    .map_or(u64::MAX, |a| super::node::lower_number(a.origin)),
+                (None, From::Lower) => LOWER_UNKNOWN,
             };
             out.push(DirItem {
                 name,
@@ -421,7 +503,25 @@ impl State {
     }
 
     /// The listing of directory handle `fh` for a read from `offset`.
+    ///
+    /// Without a handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0) the listing
+    /// taken at offset 0 is kept per directory in `listings` until a read
+    /// reaches its end (`listing_read`) or the directory is forgotten, so
+    /// the later chunks of one read continue the same sorted list (an
+    /// offset is an index into it) instead of merging the directory again
+    /// for each chunk.
     fn dir_entries(&self, ino: u64, fh: FileHandle, offset: u64) -> Res<Arc<Vec<DirItem>>> {
+        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            if offset != 0 {
+                if let Some(list) = listings.get(&ino) {
+                    return Ok(Arc::clone(list));
+                }
+            }
+            let list = Arc::new(self.dir_items(ino)?);
+            listings.insert(ino, Arc::clone(&list));
+            return Ok(list);
+        }
         let h = self.handle(fh)?;
         let OHandle::Dir { entries, .. } = &*h else {
             return Err(Errno::EBADF);
@@ -447,13 +547,86 @@ impl State {
     ) -> Res<()> {
         let list = self.dir_entries(ino, fh, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut path = None;
         for (i, item) in list.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&item.name);
-            if reply.add(INodeNo(item.ino), i as u64 + 1, item.kind, name) {
-                break;
+            let shown = match item.ino {
+                LOWER_UNKNOWN => {
+                    if path.is_none() {
+                        path = Some(self.path(ino)?);
+                    }
+                    self.lower_number(ino, path.as_deref().unwrap_or_default(), &item.name)
+                }
+                n => n,
+            };
+            if reply.add(INodeNo(shown), i as u64 + 1, item.kind, name) {
+                return Ok(());
             }
         }
+        self.listing_read(ino, fh);
         Ok(())
+    }
+
+    /// The number `readdir` shows for the lower entry `name` of directory
+    /// `dir` (at `path`): the node's if the kernel cached it meanwhile, else
+    /// the lower entry's (`u64::MAX` if it cannot be read).
+    fn lower_number(&self, dir: u64, path: &[u8], name: &[u8]) -> u64 {
+        if let Some(i) = self.nodes.child(dir, name) {
+            return i;
+        }
+        self.lower
+            .lookup(path, name)
+            .ok()
+            .flatten()
+            .map_or(u64::MAX, |a| super::node::lower_number(a.origin))
+    }
+
+    /// The lower layer's answers for the lower entries of `list` from
+    /// `start` on that the kernel has not cached, at most
+    /// [`PLUS_BATCH`] (what a 4 KiB READDIRPLUS reply holds; a larger
+    /// reply asks for the next batch when it gets there), asked in one
+    /// [`Lower::lookup_all`]: a worktree's base checks the project's
+    /// records once for all of them instead of once per entry. Empty when
+    /// the lower children do not show or the layer fails (each entry is
+    /// then looked up alone, and fails alone).
+    fn lower_hints(
+        &self,
+        ino: u64,
+        list: &[DirItem],
+        start: usize,
+    ) -> HashMap<Vec<u8>, Option<super::lower::Attr>> {
+        let names: Vec<&[u8]> = list
+            .iter()
+            .skip(start)
+            .filter(|item| item.ino == LOWER_UNKNOWN)
+            .take(PLUS_BATCH)
+            .map(|item| item.name.as_slice())
+            .collect();
+        if names.is_empty() {
+            return HashMap::new();
+        }
+        let visible = self
+            .info(ino)
+            .and_then(|n| self.lower_visible(&n))
+            .unwrap_or(false);
+        let (true, Ok(path)) = (visible, self.path(ino)) else {
+            return HashMap::new();
+        };
+        match self.lower.lookup_all(&path, &names) {
+            Ok(attrs) if attrs.len() == names.len() => {
+                names.into_iter().map(<[u8]>::to_vec).zip(attrs).collect()
+            }
+            _ => HashMap::new(),
+        }
+    }
+
+    /// A read without a handle reached the end of `ino`'s listing: it is
+    /// dropped (the next read from offset 0 merges the directory again).
+    fn listing_read(&self, ino: u64, fh: FileHandle) {
+        if fh.0 == 0 {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            listings.remove(&ino);
+        }
     }
 
     /// `readdirplus`: as `readdir`, each entry but `.` and `..` looked up
@@ -468,7 +641,12 @@ impl State {
     ) -> Res<()> {
         let list = self.dir_entries(ino, fh, offset)?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut hints = self.lower_hints(ino, &list, start);
         for (i, item) in list.iter().enumerate().skip(start) {
+            if item.ino == LOWER_UNKNOWN && !hints.contains_key(item.name.as_slice()) {
+                // The reply holds more than the batch: the next one.
+                hints = self.lower_hints(ino, &list, i);
+            }
             let name = OsStr::from_bytes(&item.name);
             let off = i as u64 + 1;
             if item.name == b"." || item.name == b".." {
@@ -481,19 +659,21 @@ impl State {
                     Generation(0),
                 );
                 if full {
-                    break;
+                    return Ok(());
                 }
                 continue;
             }
-            let Ok(a) = self.lookup_entry(ino, &item.name) else {
+            let hint = hints.get(item.name.as_slice());
+            let Ok(a) = self.lookup_entry_hinted(ino, &item.name, hint) else {
                 // Gone since the listing: skip it, as a later readdir would.
                 continue;
             };
             if reply.add(a.ino, off, name, &self.entry_ttl, &a, Generation(0)) {
                 self.nodes.forget(a.ino.0, 1);
-                break;
+                return Ok(());
             }
         }
+        self.listing_read(ino, fh);
         Ok(())
     }
 }

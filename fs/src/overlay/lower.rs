@@ -108,6 +108,38 @@ pub enum Lent {
     ReadAt,
 }
 
+/// A lower regular file opened once by [`Lower::open`] and read by offset
+/// for as long as the overlay's handle on it lives.
+pub trait LowerFile: Send + Sync {
+    /// Reads the file's bytes in the lower layer from byte `offset` into
+    /// `buf`; returns the bytes read, fewer than `buf.len()` only at the end
+    /// of the file (0 at or past it). The bytes are the layer's, as
+    /// [`Lower::read_at`] of the path would give them, even if the file the
+    /// layer opened was changed since (a layer over a live directory checks
+    /// and answers from elsewhere then).
+    ///
+    /// Errors: a failure reading the layer.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+/// What [`Lower::open`] did.
+pub enum LowerOpen {
+    /// The file, opened: its reads cost no lookup of the path.
+    File(Box<dyn LowerFile>),
+    /// The layer keeps no open files: the caller reads the path with
+    /// [`Lower::read_at`].
+    ReadAt,
+}
+
+impl std::fmt::Debug for LowerOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LowerOpen::File(_) => "LowerOpen::File",
+            LowerOpen::ReadAt => "LowerOpen::ReadAt",
+        })
+    }
+}
+
 /// One entry of a lower directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -140,6 +172,17 @@ pub trait Lower: Send + Sync {
         self.getattr(&crate::inode::child(dir, name))
     }
 
+    /// The attributes of each of `names` (single components) in directory
+    /// `dir`, in their order, as [`Lower::lookup`] of each would answer.
+    /// The default looks each up; a layer with a cost per call (not per
+    /// name) may answer all at once. The overlay asks it for the entries
+    /// of one `readdirplus` reply.
+    ///
+    /// Errors: as [`Lower::getattr`].
+    fn lookup_all(&self, dir: &[u8], names: &[&[u8]]) -> io::Result<Vec<Option<Attr>>> {
+        names.iter().map(|name| self.lookup(dir, name)).collect()
+    }
+
     /// Reads the regular file `path` from byte `offset` into `buf`; returns
     /// the bytes read, fewer than `buf.len()` only at the end of the file
     /// (0 at or past it). `Ok(None)` if `path` does not exist.
@@ -147,6 +190,20 @@ pub trait Lower: Send + Sync {
     /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
     /// failure reading the layer.
     fn read_at(&self, path: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// Opens the regular file `path` for the reads of one overlay handle
+    /// (at the first read of an `open(2)` of a lower file that the kernel
+    /// does not answer from its cache): the layer resolves the path and does
+    /// any per-file checking once here instead of at every read.
+    /// `Ok(None)` if `path` does not exist. The default keeps nothing open
+    /// (`LowerOpen::ReadAt`).
+    ///
+    /// Errors: `EISDIR` for a directory, `EINVAL` for another non-file; a
+    /// failure reading the layer.
+    fn open(&self, path: &[u8]) -> io::Result<Option<LowerOpen>> {
+        let _ = path;
+        Ok(Some(LowerOpen::ReadAt))
+    }
 
     /// Lends `use_fd` a read-only descriptor of the regular file `path`
     /// whose bytes, from offset 0 to its end, are exactly the file's bytes

@@ -79,7 +79,7 @@ mod rename;
 mod state;
 mod whiteout;
 
-pub use lower::{Attr, DirEntry, Kind, Lent, Lower};
+pub use lower::{Attr, DirEntry, Kind, Lent, Lower, LowerFile, LowerOpen};
 
 pub(crate) use fs::Overlay;
 pub(crate) use state::{Settings, State};

@@ -79,7 +79,9 @@ impl State {
                 self.replace_whiteout(up.as_fd(), &dir_path, name, dir)?;
             }
         }
-        self.lookup(parent, name)
+        // A positive entry or the error: a negative entry is no answer to
+        // a creation (the kernel takes inode 0 there for EIO).
+        self.lookup_entry(parent, name).map(|a| self.entry(a))
     }
 
     /// The upper `dir_path/name` was just made where a whiteout hid a lower

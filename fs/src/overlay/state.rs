@@ -6,15 +6,16 @@
 //! shows through, its lower path. The hook is told upper-relative paths,
 //! which are therefore the node paths.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::{Errno, FileAttr, INodeNo};
 use log::trace;
 
-use super::handle::OHandle;
+use super::handle::{DirItem, OHandle};
 use super::lower::{Attr, Kind, Lower};
 use super::node::{Found, NodeInfo, Nodes, Upper};
 use super::whiteout::{self, reserved, whiteout_name};
@@ -43,9 +44,25 @@ pub(crate) struct State {
     pub(super) tmp_seq: AtomicU64,
     pub(super) attr_ttl: Duration,
     pub(super) entry_ttl: Duration,
+    /// How long the kernel may cache a miss (zero: `ENOENT`, uncached).
+    pub(super) negative_ttl: Duration,
     pub(super) keep_cache: bool,
     /// Let the kernel cache merged listings (`FOPEN_CACHE_DIR`).
     pub(super) cache_dir: bool,
+    /// `FOPEN_NOFLUSH` on read-only handles.
+    pub(super) no_flush: bool,
+    /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init.
+    pub(super) no_opendir: bool,
+    /// Ask for `FUSE_READDIRPLUS_AUTO` at init (off: every listing chunk
+    /// is a READDIRPLUS).
+    pub(super) readdirplus_auto: bool,
+    /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers
+    /// `ENOSYS`, READDIR comes with handle 0 and reads `listings`.
+    pub(super) opendir_off: AtomicBool,
+    /// Without directory handles: the merged listing of each directory
+    /// being read, taken at offset 0 and kept until the read reaches its
+    /// end or the directory is forgotten (see `io.rs`, `dir_entries`).
+    pub(super) listings: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
 }
 
 /// The settings `mount_overlay` hands to [`State::new`].
@@ -54,8 +71,12 @@ pub(crate) struct Settings {
     pub(crate) inode_fds: usize,
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
+    pub(crate) negative_ttl: Duration,
     pub(crate) keep_cache: bool,
     pub(crate) cache_dir: bool,
+    pub(crate) no_flush: bool,
+    pub(crate) no_opendir: bool,
+    pub(crate) readdirplus_auto: bool,
 }
 
 /// The attributes of a lower entry that was not copied up.
@@ -106,9 +127,25 @@ impl State {
             tmp_seq: AtomicU64::new(0),
             attr_ttl: settings.attr_ttl,
             entry_ttl: settings.entry_ttl,
+            negative_ttl: settings.negative_ttl,
             keep_cache: settings.keep_cache,
             cache_dir: settings.cache_dir,
+            no_flush: settings.no_flush,
+            no_opendir: settings.no_opendir,
+            readdirplus_auto: settings.readdirplus_auto,
+            opendir_off: AtomicBool::new(false),
+            listings: Mutex::default(),
         })
+    }
+
+    /// `forget`: the kernel dropped `n` lookups of `ino`; a directory it
+    /// no longer holds loses its kept listing (`listings`).
+    pub(super) fn forget(&self, ino: u64, n: u64) {
+        self.nodes.forget(ino, n);
+        if self.nodes.info(ino).is_none() {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            listings.remove(&ino);
+        }
     }
 
     /// The node `ino`; `ESTALE` if the table no longer has it.
@@ -198,6 +235,18 @@ impl State {
     /// reserved name) and the lower entry that shows through. Reserved
     /// names never resolve to an upper entry; a lower one shows.
     pub(super) fn resolve(&self, parent: u64, name: &[u8]) -> Res<Found> {
+        self.resolve_hinted(parent, name, None)
+    }
+
+    /// [`State::resolve`], with the lower layer's answer for `name` when
+    /// the caller already has it (`hint`: what [`Lower::lookup_all`] said
+    /// for it; the lower layer never changes, so it is still true).
+    pub(super) fn resolve_hinted(
+        &self,
+        parent: u64,
+        name: &[u8],
+        hint: Option<&Option<Attr>>,
+    ) -> Res<Found> {
         let dir = self.info(parent)?;
         if dir.kind != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
@@ -219,8 +268,13 @@ impl State {
             whited = whiteout::has(up.fd.as_fd(), &whiteout_name(name))?;
         }
         let lower = if !whited && self.lower_visible(&dir)? {
-            let path = self.path(parent)?;
-            self.lower.lookup(&path, name).map_err(errno)?
+            match hint {
+                Some(known) => known.clone(),
+                None => {
+                    let path = self.path(parent)?;
+                    self.lower.lookup(&path, name).map_err(errno)?
+                }
+            }
         } else {
             None
         };
@@ -235,7 +289,18 @@ impl State {
 
     /// Looks `parent/name` up and counts one lookup of its node.
     pub(super) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Res<FileAttr> {
-        let found = self.resolve(parent, name)?;
+        self.lookup_entry_hinted(parent, name, None)
+    }
+
+    /// [`State::lookup_entry`] with a lower answer already known (see
+    /// [`State::resolve_hinted`]).
+    pub(super) fn lookup_entry_hinted(
+        &self,
+        parent: u64,
+        name: &[u8],
+        hint: Option<&Option<Attr>>,
+    ) -> Res<FileAttr> {
+        let found = self.resolve_hinted(parent, name, hint)?;
         let ino = self
             .nodes
             .lookup(parent, name, found)
@@ -249,9 +314,29 @@ impl State {
         }
     }
 
-    /// `lookup`: the entry `parent/name`.
+    /// `lookup`: the entry `parent/name`; a name the merged view lacks is
+    /// a negative entry (inode 0) cached for the negative TTL, or `ENOENT`
+    /// when that is zero.
+    ///
+    /// A miss stays true until the worktree itself makes the name: through
+    /// this mount (the kernel drops the negative entry when it creates,
+    /// links or renames onto the name) or by a rewind of the worktree (its
+    /// daemon invalidates every path it touched, a miss included: see
+    /// `cache.rs`). The base never gains a name: the project's later
+    /// creations are recorded as absent at the base first. Only a name
+    /// made in the project behind its mount after the base (drift) can
+    /// stay hidden for up to the TTL, as a cached positive entry hides
+    /// drift (`docs/worktrees.md`).
     pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
-        self.lookup_entry(parent, name).map(|a| self.entry(a))
+        match self.lookup_entry(parent, name) {
+            Ok(a) => Ok(self.entry(a)),
+            Err(e) if e == Errno::ENOENT && !self.negative_ttl.is_zero() => Ok(Entry {
+                attr: crate::passthrough::attr::dot_attr(0),
+                attr_ttl: self.negative_ttl,
+                entry_ttl: self.negative_ttl,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// The entry reply for `attr`, with the mount's TTLs.
