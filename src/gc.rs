@@ -475,13 +475,14 @@ pub fn gc_with_progress(
             }
         }
     } else {
-        let kept = crate::store::KeptDir::open(&state.kept_dir())
-            .map_err(|e| crate::store::ReplayError::Log(crate::store::LogError::Io {
+        let kept = crate::store::KeptDir::open(&state.kept_dir()).map_err(|e| {
+            crate::store::ReplayError::Log(crate::store::LogError::Io {
                 path: state.kept_dir(),
                 source: e,
-            }))?;
-        let blobs = BlobStore::open(&state.blobs_dir(), false)
-            .map_err(crate::store::ReplayError::from)?;
+            })
+        })?;
+        let blobs =
+            BlobStore::open(&state.blobs_dir(), false).map_err(crate::store::ReplayError::from)?;
         crate::store::replay_capture_log(
             &mut index,
             &state.capture_log_path(),

@@ -146,12 +146,13 @@ impl<T: Tree> Journal<T> {
         let exclude = state.record_exclude().map_err(OpenError::Exclude)?;
         let blobs = Arc::new(BlobStore::open(&state.blobs_dir(), sync)?);
         blobs.clear_tmp();
-        let kept = Arc::new(KeptDir::open(&state.kept_dir()).map_err(|source| {
-            OpenError::State {
-                path: state.kept_dir(),
-                source,
-            }
-        })?);
+        let kept =
+            Arc::new(
+                KeptDir::open(&state.kept_dir()).map_err(|source| OpenError::State {
+                    path: state.kept_dir(),
+                    source,
+                })?,
+            );
         let mut index = Index::open(&state.index_path(), sync)?;
         // Records a crash left in the capture log go into the index before
         // anything reads it (kept files hashed first); applying one twice

@@ -266,18 +266,9 @@ impl<T: Tree> Journal<T> {
                         return Ok((pre, None, nlink, meta, Some(kept)));
                     }
                 }
-                // Room for the bytes and the end-of-file probe: two reads,
-                // not a doubling series of them.
-                let mut head = Vec::with_capacity(if st.size <= INLINE_MAX {
-                    st.size as usize + 1
-                } else {
-                    0
-                });
+                let mut head = Vec::new();
                 if st.size <= INLINE_MAX {
-                    (&mut f)
-                        .take(INLINE_MAX + 1)
-                        .read_to_end(&mut head)
-                        .at(path)?;
+                    head = read_small(&mut f, st.size).at(path)?;
                 }
                 let (blob, size, data) = if st.size <= INLINE_MAX && head.len() as u64 <= INLINE_MAX
                 {
@@ -329,4 +320,30 @@ impl<T: Tree> Journal<T> {
         };
         Ok((pre, data, nlink, meta, None))
     }
+}
+
+/// The bytes of a file the stat said holds `size` (at most [`INLINE_MAX`])
+/// bytes, read from `f`'s position to its end, or past [`INLINE_MAX`] when
+/// it grew since. One `read` of `size + 1` bytes answers in the common
+/// case: a regular file reads short only at its end, so getting exactly
+/// `size` bytes means that is all it holds (the usual end-of-file probe
+/// would be a second system call). Anything else goes on reading as
+/// `read_to_end` does.
+fn read_small(f: &mut std::fs::File, size: u64) -> io::Result<Vec<u8>> {
+    let want = size as usize + 1;
+    let mut head = vec![0u8; want];
+    let n = loop {
+        match f.read(&mut head) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    head.truncate(n);
+    if n as u64 != size {
+        // Shorter or longer than the stat said: changed meanwhile, or a
+        // short read; read on to the end (or past the inline limit).
+        f.take(INLINE_MAX + 1 - n as u64).read_to_end(&mut head)?;
+    }
+    Ok(head)
 }

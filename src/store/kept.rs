@@ -250,7 +250,11 @@ impl BlobStore {
 /// `SEEK_DATA` walk moved.
 ///
 /// Errors: as [`BlobStore::put_file`].
-pub fn copy_from_start(blobs: &BlobStore, file: &File, size: u64) -> Result<(Hash, u64), BlobError> {
+pub fn copy_from_start(
+    blobs: &BlobStore,
+    file: &File,
+    size: u64,
+) -> Result<(Hash, u64), BlobError> {
     use std::io::{Seek, SeekFrom};
     (&*file)
         .seek(SeekFrom::Start(0))
@@ -360,7 +364,10 @@ pub fn resolve_one(
         ..
     } = e.pre
     else {
-        return Ok(lost(e, io::Error::other("a kept record that is not a file")));
+        return Ok(lost(
+            e,
+            io::Error::other("a kept record that is not a file"),
+        ));
     };
     if recorded != size {
         log::warn!(
