@@ -187,13 +187,18 @@ impl<T: Tree> Journal<T> {
         let mut entry = Entry::record(turn, path.to_vec(), pre, data).with_meta(meta);
         if let Some((id, leaving)) = kept {
             entry.op = Op::Kept { id };
+            // Known as under way before the append, which may run a group
+            // commit: that commit must resolve the record from the
+            // lease-holding descriptor, never open the kept file (an open
+            // would wait for the lease this thread holds).
+            inner.leaving.insert(path.to_vec(), leaving);
             if let Err(e) = inner.append(entry) {
                 // Not recorded: the file goes back to one name (dropping
                 // `leaving` closes the descriptor and so the lease).
+                inner.leaving.remove(path);
                 self.kept.remove(id);
                 return Err(e);
             }
-            inner.leaving.insert(path.to_vec(), leaving);
         } else {
             inner.append(entry)?;
         }
