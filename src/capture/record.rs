@@ -231,11 +231,11 @@ impl<T: Tree> Journal<T> {
         ),
         CaptureError,
     > {
-        let Some((st, file)) = self.tree.lstat_open(path).at(path)? else {
+        let Some((st, file, born)) = self.tree.lstat_open_born(path).at(path)? else {
             return Ok((PreImage::Absent, None, 0, None, None));
         };
         let nlink = st.nlink;
-        if self.note_birth(inner, path, file.as_ref())? {
+        if self.note_born(inner, path, born)? {
             return Ok((PreImage::Unknown, None, nlink, None, None));
         }
         // One `flistxattr` (or `llistxattr`) when the set is empty.
