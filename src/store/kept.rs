@@ -386,3 +386,106 @@ pub fn resolve_one(
     e.data = None;
     Ok(Resolved::Blob)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    fn kept_entry(turn: u64, path: &[u8], id: u64, size: u64) -> Entry {
+        let mut e = Entry::record(
+            turn,
+            path.to_vec(),
+            PreImage::File {
+                blob: [0; 32],
+                size,
+                perm: 0o644,
+                ino: 7,
+            },
+            None,
+        );
+        e.op = Op::Kept { id };
+        e
+    }
+
+    #[test]
+    fn resolve_links_supersedes_and_loses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kept = KeptDir::open(&dir.path().join("kept")).expect("kept dir");
+        let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+        let mode = fs::metadata(dir.path().join("kept")).expect("stat").mode();
+        assert_eq!(mode & 0o7777, 0o700, "kept/ is the daemon's own");
+        // Kept file 0: only name, becomes the blob itself.
+        let bytes = vec![5u8; 100_000];
+        let mut f = File::create(kept.path_of(0)).expect("create");
+        f.write_all(&bytes).expect("write");
+        let ino = f.metadata().expect("stat").ino();
+        drop(f);
+        // Kept file 1: superseded by a later replacement.
+        File::create(kept.path_of(1)).expect("create");
+        let mut replaced = Entry::record(
+            3,
+            b"b".to_vec(),
+            PreImage::File {
+                blob: *blake3::hash(b"copy").as_bytes(),
+                size: 4,
+                perm: 0o644,
+                ino: 8,
+            },
+            Some(b"copy".to_vec()),
+        );
+        replaced.op = Op::Replace;
+        // Kept file 2: gone.
+        let mut entries = vec![
+            kept_entry(3, b"a", 0, bytes.len() as u64),
+            kept_entry(3, b"b", 1, 4),
+            replaced.clone(),
+            kept_entry(3, b"c", 2, 10),
+        ];
+        let ids = resolve(&mut entries, &kept, &blobs).expect("resolve");
+        assert_eq!(ids, vec![0, 1, 2]);
+        assert_eq!(entries.len(), 3, "the superseded record is dropped");
+        let hash = *blake3::hash(&bytes).as_bytes();
+        assert_eq!(entries[0].op, Op::Record);
+        assert_eq!(
+            entries[0].pre,
+            PreImage::File {
+                blob: hash,
+                size: bytes.len() as u64,
+                perm: 0o644,
+                ino: 7
+            }
+        );
+        assert_eq!(
+            fs::metadata(blobs.path_of(&hash)).expect("blob").ino(),
+            ino,
+            "the kept inode is the blob, not a copy"
+        );
+        assert_eq!(entries[1], replaced);
+        assert_eq!(entries[2].op, Op::Record);
+        assert_eq!(entries[2].pre, PreImage::Unknown, "a lost kept file");
+    }
+
+    #[test]
+    fn a_kept_file_with_another_name_is_copied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kept = KeptDir::open(&dir.path().join("kept")).expect("kept dir");
+        let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+        let bytes = vec![9u8; 50_000];
+        fs::write(dir.path().join("project-file"), &bytes).expect("write");
+        fs::hard_link(dir.path().join("project-file"), kept.path_of(4)).expect("link");
+        let mut entries = vec![kept_entry(1, b"p", 4, bytes.len() as u64)];
+        resolve(&mut entries, &kept, &blobs).expect("resolve");
+        let hash = *blake3::hash(&bytes).as_bytes();
+        assert_ne!(
+            fs::metadata(blobs.path_of(&hash)).expect("blob").ino(),
+            fs::metadata(dir.path().join("project-file"))
+                .expect("stat")
+                .ino(),
+            "a file the project still names must be copied"
+        );
+        assert_eq!(blobs.read(&hash).expect("read"), bytes);
+    }
+}
