@@ -475,7 +475,21 @@ pub fn gc_with_progress(
             }
         }
     } else {
-        crate::store::replay_capture_log(&mut index, &state.capture_log_path(), false)?;
+        let kept = crate::store::KeptDir::open(&state.kept_dir()).map_err(|e| {
+            crate::store::ReplayError::Log(crate::store::LogError::Io {
+                path: state.kept_dir(),
+                source: e,
+            })
+        })?;
+        let blobs =
+            BlobStore::open(&state.blobs_dir(), false).map_err(crate::store::ReplayError::from)?;
+        crate::store::replay_capture_log(
+            &mut index,
+            &state.capture_log_path(),
+            &kept,
+            &blobs,
+            false,
+        )?;
     }
     let pins_lock = if dry_run {
         None

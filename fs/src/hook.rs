@@ -109,6 +109,15 @@ pub trait MutationHook: Send + Sync + 'static {
         let _ = (mutation, now);
     }
 
+    /// Called instead of [`MutationHook::after`] when a [`Mutation::Remove`]
+    /// or [`Mutation::Rename`] that `before` agreed to failed in the
+    /// backing directory (still under the quiesce lock): the entries are
+    /// where they were. A hook that took something over for the mutation
+    /// (the journal keeps a removed file's inode) gives it back here.
+    fn failed(&self, mutation: &Mutation<'_>) {
+        let _ = mutation;
+    }
+
     /// The current capture epoch. A file handle opened for writing records the
     /// epoch at open; a later `write` through it when the epoch has changed
     /// reports [`Mutation::Content`] again first. The journal bumps the epoch

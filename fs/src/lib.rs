@@ -15,6 +15,7 @@ mod handle;
 mod hook;
 mod inode;
 mod ioctl;
+pub mod lease;
 pub mod overlay;
 mod passthrough;
 mod quiesce;

@@ -69,7 +69,10 @@ impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
         state.readers -= 1;
-        if state.readers == 0 {
+        // Only a quiesce waits for the readers to drain (readers wait only
+        // while one is held or waiting): no wake-up, no system call, when
+        // none waits.
+        if state.readers == 0 && state.writers_waiting > 0 {
             drop(state);
             self.gate.changed.notify_all();
         }

@@ -39,7 +39,19 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         file: Option<&std::fs::File>,
     ) -> Result<bool, CaptureError> {
-        let Some(born) = self.tree.born_ns(path, file).at(path)? else {
+        let born = self.tree.born_ns(path, file).at(path)?;
+        self.note_born(inner, path, born)
+    }
+
+    /// [`Journal::note_birth`] with the birth time already read (`None`:
+    /// not reported).
+    pub(super) fn note_born(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        born: Option<i64>,
+    ) -> Result<bool, CaptureError> {
+        let Some(born) = born else {
             return Ok(false);
         };
         let Some(j) = inner.turn.open_at(born) else {

@@ -30,28 +30,32 @@ mod birth;
 mod errno;
 mod error;
 mod fingerprints;
+mod keep;
 mod links;
 mod ranges;
 mod record;
 mod rename;
 mod turns;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use opfs_fs::{Errno, Mutation, MutationHook};
 
 pub use error::{CaptureError, OpenError};
+pub use keep::DEFAULT_KEEP_MIN;
 pub use turns::NewTurn;
 
 use crate::record::PreImage;
 use crate::record::TurnKind;
 use crate::store::StateDir;
-use crate::store::{BlobError, BlobStore, Index, IndexError, ReplayError};
+use crate::store::{BlobError, BlobStore, Index, IndexError, KeptDir, ReplayError};
 use crate::tree::{Dir, Tree};
 use error::index_as_blob_error;
 use fingerprints::Fingerprints;
+use keep::{Keeper, Leaving};
 use ranges::RangeState;
 use record::Pending;
 use turns::TurnState;
@@ -79,13 +83,19 @@ struct Inner {
     /// adds the blobs it lists first, [`Journal::recount_stored_bytes`]
     /// sums again after gc.
     stored_bytes: Option<u64>,
+    /// Files kept for a removal that is under way, by path (`keep.rs`).
+    leaving: HashMap<Vec<u8>, Leaving>,
 }
 
 /// Turns and capture for one project, read through the tree `T` (the
 /// project directory unless said otherwise).
 pub struct Journal<T = Dir> {
     tree: T,
-    blobs: BlobStore,
+    blobs: Arc<BlobStore>,
+    /// This scope's kept files (`store::kept`).
+    kept: Arc<KeptDir>,
+    /// Set when removed files may be kept ([`Journal::set_keep_min`]).
+    keeper: Option<Keeper>,
     state: StateDir,
     inner: Mutex<Inner>,
     epoch: AtomicU64,
@@ -134,18 +144,31 @@ impl<T: Tree> Journal<T> {
             source,
         })?;
         let exclude = state.record_exclude().map_err(OpenError::Exclude)?;
-        let blobs = BlobStore::open(&state.blobs_dir(), sync)?;
+        let blobs = Arc::new(BlobStore::open(&state.blobs_dir(), sync)?);
         blobs.clear_tmp();
+        let kept =
+            Arc::new(
+                KeptDir::open(&state.kept_dir()).map_err(|source| OpenError::State {
+                    path: state.kept_dir(),
+                    source,
+                })?,
+            );
         let mut index = Index::open(&state.index_path(), sync)?;
         // Records a crash left in the capture log go into the index before
-        // anything reads it; applying one twice changes nothing.
-        let capture_log =
-            crate::store::replay_capture_log(&mut index, &state.capture_log_path(), sync).map_err(
-                |e| match e {
-                    ReplayError::Log(e) => OpenError::Log(e),
-                    ReplayError::Index(e) => OpenError::Index(e),
-                },
-            )?;
+        // anything reads it (kept files hashed first); applying one twice
+        // changes nothing.
+        let capture_log = crate::store::replay_capture_log(
+            &mut index,
+            &state.capture_log_path(),
+            &kept,
+            &blobs,
+            sync,
+        )
+        .map_err(|e| match e {
+            ReplayError::Log(e) => OpenError::Log(e),
+            ReplayError::Index(e) => OpenError::Index(e),
+            ReplayError::Blob(e) => OpenError::Blob(e),
+        })?;
         let turn = match index.last_turn()? {
             Some(t) => t.number,
             None => index.next_turn(None, TurnKind::Agent, None, None, None)?,
@@ -183,14 +206,17 @@ impl<T: Tree> Journal<T> {
         }
         Ok(Journal {
             tree,
-            blobs,
+            blobs: Arc::clone(&blobs),
+            kept: Arc::clone(&kept),
+            keeper: None,
             state: state.clone(),
             inner: Mutex::new(Inner {
                 index,
-                pending: Pending::new(capture_log),
+                pending: Pending::new(capture_log, kept, blobs),
                 turn: state_of_turn,
                 fingerprints: Fingerprints::default(),
                 stored_bytes: None,
+                leaving: HashMap::new(),
             }),
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
@@ -364,7 +390,7 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
                     self.capture_locked(&mut inner, path)
                 }
             }
-            Mutation::Remove { path } => self.capture(path),
+            Mutation::Remove { path } => self.capture_leaving(&mut self.lock(), path),
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
         result.map_err(|e| {
@@ -374,7 +400,28 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
     }
 
     fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {
+        match *mutation {
+            Mutation::Remove { path } => self.end_leaving(path, true),
+            Mutation::Rename {
+                to,
+                exchange: false,
+                ..
+            } => self.end_leaving(to, true),
+            _ => {}
+        }
         self.remember_after(mutation, now)
+    }
+
+    fn failed(&self, mutation: &Mutation<'_>) {
+        match *mutation {
+            Mutation::Remove { path } => self.end_leaving(path, false),
+            Mutation::Rename {
+                to,
+                exchange: false,
+                ..
+            } => self.end_leaving(to, false),
+            _ => {}
+        }
     }
 
     fn epoch(&self) -> u64 {

@@ -3,11 +3,14 @@
 //! records into the index.
 
 use std::io::{self, Read};
+use std::sync::{Arc, Mutex};
 
+use super::keep::Hashed;
 use super::{CaptureError, Inner, Journal};
 use crate::paths::PathContext;
 use crate::record::{Meta, PreImage, Special};
-use crate::store::{CaptureLog, Entry, Index, IndexError, INLINE_MAX};
+use crate::store::log::Op;
+use crate::store::{BlobStore, CaptureLog, Entry, Index, IndexError, KeptDir, INLINE_MAX};
 use crate::tree::Tree;
 
 /// With this many records pending and the index refusing them, captures
@@ -18,18 +21,31 @@ const PENDING_HARD_MAX: usize = 1 << 20;
 /// index, in log order.
 pub(super) struct Pending {
     log: CaptureLog,
-    entries: Vec<Entry>,
+    pub(super) entries: Vec<Entry>,
     /// Path and inline bytes of `entries`.
     bytes: usize,
+    /// The scope's kept files (`store::kept`).
+    pub(super) kept: Arc<KeptDir>,
+    /// The blob store kept files become blobs of.
+    pub(super) blobs: Arc<BlobStore>,
+    /// What the thread hashing kept files has done, when one runs.
+    pub(super) hashed: Option<Arc<Mutex<Hashed>>>,
+    /// Kept files whose records are resolved in `entries`: removed once
+    /// they are committed.
+    pub(super) kept_done: Vec<u64>,
 }
 
 impl Pending {
     /// Nothing pending; `log` is the open capture log (already replayed).
-    pub(super) fn new(log: CaptureLog) -> Pending {
+    pub(super) fn new(log: CaptureLog, kept: Arc<KeptDir>, blobs: Arc<BlobStore>) -> Pending {
         Pending {
             log,
             entries: Vec::new(),
             bytes: 0,
+            kept,
+            blobs,
+            hashed: None,
+            kept_done: Vec::new(),
         }
     }
 
@@ -49,6 +65,11 @@ impl Pending {
         if let Err(e) = self.log.truncate() {
             log::warn!("{e}");
         }
+        // Only now: a crash before the truncation replays kept records,
+        // which need their files.
+        for id in self.kept_done.drain(..) {
+            self.kept.remove(id);
+        }
         Ok(added)
     }
 }
@@ -56,6 +77,7 @@ impl Pending {
 impl Inner {
     /// The group commit: see [`Journal::apply_pending`].
     pub(super) fn apply_pending(&mut self) -> Result<(), IndexError> {
+        self.resolve_kept()?;
         let added = self.pending.apply(&mut self.index)?;
         if let Some(total) = self.stored_bytes.as_mut() {
             *total = total.saturating_add(added);
@@ -112,15 +134,36 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         known: Option<PreImage>,
     ) -> Result<(), CaptureError> {
+        self.capture_as(inner, path, known, false)
+    }
+
+    /// [`Journal::capture_locked`] of a path whose entry is about to lose
+    /// this name (an unlink, or the target of a rename over it): a large
+    /// file may be kept instead of copied (`keep.rs`).
+    pub(super) fn capture_leaving(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+    ) -> Result<(), CaptureError> {
+        self.capture_as(inner, path, None, true)
+    }
+
+    fn capture_as(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        known: Option<PreImage>,
+        leaving: bool,
+    ) -> Result<(), CaptureError> {
         if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
             return Ok(());
         }
         if inner.turn.ranged.contains_key(path) {
             return self.materialize(inner, path);
         }
-        let (pre, data, nlink, meta) = match known {
-            Some(pre) => (pre, None, 0, None),
-            None => self.read_state(inner, path)?,
+        let (pre, data, nlink, meta, kept) = match known {
+            Some(pre) => (pre, None, 0, None, None),
+            None => self.read_state(inner, path, leaving)?,
         };
         if let PreImage::File { ino, .. } = pre {
             if nlink > 1 {
@@ -141,7 +184,24 @@ impl<T: Tree> Journal<T> {
         // known" (no check) instead of a false "changed behind the mount's
         // back".
         let turn = inner.turn.number;
-        inner.append(Entry::record(turn, path.to_vec(), pre, data).with_meta(meta))?;
+        let mut entry = Entry::record(turn, path.to_vec(), pre, data).with_meta(meta);
+        if let Some((id, leaving)) = kept {
+            entry.op = Op::Kept { id };
+            // Known as under way before the append, which may run a group
+            // commit: that commit must resolve the record from the
+            // lease-holding descriptor, never open the kept file (an open
+            // would wait for the lease this thread holds).
+            inner.leaving.insert(path.to_vec(), leaving);
+            if let Err(e) = inner.append(entry) {
+                // Not recorded: the file goes back to one name (dropping
+                // `leaving` closes the descriptor and so the lease).
+                inner.leaving.remove(path);
+                self.kept.remove(id);
+                return Err(e);
+            }
+        } else {
+            inner.append(entry)?;
+        }
         crate::failpoint::failpoint("capture-after-record");
         inner.turn.captured.insert(path.to_vec());
         Ok(())
@@ -151,18 +211,32 @@ impl<T: Tree> Journal<T> {
     /// bytes are returned for an inline record when they fit in
     /// [`INLINE_MAX`], else stored as a blob file first. Also returns the
     /// link count (0 when absent) and the owner and extended attributes.
+    /// With `leaving` (the entry is about to lose this name) a large file
+    /// may be kept instead ([`Journal::try_keep`]): the pre-image's blob is
+    /// then all zeros (pending) and the kept file's number and lease are
+    /// returned too.
     #[allow(clippy::type_complexity)]
     fn read_state(
         &self,
         inner: &mut Inner,
         path: &[u8],
-    ) -> Result<(PreImage, Option<Vec<u8>>, u64, Option<Meta>), CaptureError> {
-        let Some((st, file)) = self.tree.lstat_open(path).at(path)? else {
-            return Ok((PreImage::Absent, None, 0, None));
+        leaving: bool,
+    ) -> Result<
+        (
+            PreImage,
+            Option<Vec<u8>>,
+            u64,
+            Option<Meta>,
+            Option<(u64, super::keep::Leaving)>,
+        ),
+        CaptureError,
+    > {
+        let Some((st, file, born)) = self.tree.lstat_open_born(path).at(path)? else {
+            return Ok((PreImage::Absent, None, 0, None, None));
         };
         let nlink = st.nlink;
-        if self.note_birth(inner, path, file.as_ref())? {
-            return Ok((PreImage::Unknown, None, nlink, None));
+        if self.note_born(inner, path, born)? {
+            return Ok((PreImage::Unknown, None, nlink, None, None));
         }
         // One `flistxattr` (or `llistxattr`) when the set is empty.
         let mut meta = self.tree.meta(path, &st, file.as_ref()).at(path)?;
@@ -186,12 +260,20 @@ impl<T: Tree> Journal<T> {
                         io::Error::other("regular file without a descriptor"),
                     ));
                 };
+                if leaving {
+                    if let Some(kept) = self.try_keep(path, &f, &st) {
+                        let pre = PreImage::File {
+                            blob: [0; 32],
+                            size: st.size,
+                            perm: st.perm(),
+                            ino: st.ino,
+                        };
+                        return Ok((pre, None, nlink, meta, Some(kept)));
+                    }
+                }
                 let mut head = Vec::new();
                 if st.size <= INLINE_MAX {
-                    (&mut f)
-                        .take(INLINE_MAX + 1)
-                        .read_to_end(&mut head)
-                        .at(path)?;
+                    head = read_small(&mut f, st.size).at(path)?;
                 }
                 let (blob, size, data) = if st.size <= INLINE_MAX && head.len() as u64 <= INLINE_MAX
                 {
@@ -241,6 +323,32 @@ impl<T: Tree> Journal<T> {
                 None,
             ),
         };
-        Ok((pre, data, nlink, meta))
+        Ok((pre, data, nlink, meta, None))
     }
+}
+
+/// The bytes of a file the stat said holds `size` (at most [`INLINE_MAX`])
+/// bytes, read from `f`'s position to its end, or past [`INLINE_MAX`] when
+/// it grew since. One `read` of `size + 1` bytes answers in the common
+/// case: a regular file reads short only at its end, so getting exactly
+/// `size` bytes means that is all it holds (the usual end-of-file probe
+/// would be a second system call). Anything else goes on reading as
+/// `read_to_end` does.
+fn read_small(f: &mut std::fs::File, size: u64) -> io::Result<Vec<u8>> {
+    let want = size as usize + 1;
+    let mut head = vec![0u8; want];
+    let n = loop {
+        match f.read(&mut head) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    head.truncate(n);
+    if n as u64 != size {
+        // Shorter or longer than the stat said: changed meanwhile, or a
+        // short read; read on to the end (or past the inline limit).
+        f.take(INLINE_MAX + 1 - n as u64).read_to_end(&mut head)?;
+    }
+    Ok(head)
 }

@@ -19,7 +19,12 @@ impl<T: Tree> Journal<T> {
     ) -> Result<(), CaptureError> {
         let mut inner = self.lock();
         self.capture_locked(&mut inner, from)?;
-        self.capture_locked(&mut inner, to)?;
+        if exchange {
+            self.capture_locked(&mut inner, to)?;
+        } else {
+            // Whatever `to` holds loses its name: a large file may be kept.
+            self.capture_leaving(&mut inner, to)?;
+        }
         self.capture_subtree_move(&mut inner, from, to)?;
         if exchange {
             self.capture_subtree_move(&mut inner, to, from)?;

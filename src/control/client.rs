@@ -432,7 +432,11 @@ impl Project {
         };
         let mut index =
             Index::open(&st.index_path(), false).map_err(|e| ClientError::Direct(e.to_string()))?;
-        crate::store::replay_capture_log(&mut index, &log, false)
+        let kept = crate::store::KeptDir::open(&st.kept_dir())
+            .map_err(|e| ClientError::Direct(e.to_string()))?;
+        let blobs = crate::store::BlobStore::open(&st.blobs_dir(), false)
+            .map_err(|e| ClientError::Direct(e.to_string()))?;
+        crate::store::replay_capture_log(&mut index, &log, &kept, &blobs, false)
             .map(drop)
             .map_err(|e| ClientError::Direct(e.to_string()))
     }

@@ -190,6 +190,23 @@ fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, 
     }
     let mut journal = Journal::open(state, opts.sync)?;
     journal.set_range_min(opts.range_min);
+    let keep_min = opts
+        .tuning
+        .keep_min
+        .unwrap_or(crate::capture::DEFAULT_KEEP_MIN);
+    // Keeping a removed file holds a lease on it while the removal runs;
+    // an `open` of it meanwhile makes the kernel send SIGIO, whose default
+    // action would end the daemon. A handler makes it harmless (the
+    // journal sees the broken lease itself). No handler, no keeping.
+    if keep_min != u64::MAX {
+        match signal_hook::flag::register(
+            signal_hook::consts::SIGIO,
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        ) {
+            Ok(_) => journal.set_keep_min(keep_min),
+            Err(e) => log::warn!("removed files are copied, not kept: no SIGIO handler: {e}"),
+        }
+    }
     Ok(Arc::new(journal))
 }
 

@@ -164,6 +164,12 @@ pub struct FsTuning {
     pub threads: Option<usize>,
     /// `OPFS_INODE_FDS`: how many inodes keep an open fd.
     pub inode_fds: Option<usize>,
+    /// `OPFS_KEEP_MIN` (bytes, or `off`): files of more than this many
+    /// bytes are kept instead of copied when removed (`docs/design.md`,
+    /// "Removals keep the inode"). Not an `opfs_fs::Options` field: the
+    /// daemon hands it to the journal. Unset:
+    /// [`crate::capture::DEFAULT_KEEP_MIN`].
+    pub keep_min: Option<u64>,
 }
 
 impl FsTuning {
@@ -196,6 +202,7 @@ impl FsTuning {
             no_open: flag("OPFS_NO_OPEN"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
+            keep_min: var("OPFS_KEEP_MIN").and_then(|v| parse_range_min(&v).ok()),
         }
     }
 
@@ -255,8 +262,10 @@ mod tests {
             "OPFS_INODE_FDS" => Some("8".into()),
             "OPFS_WATCH" => Some("inotify".into()),
             "OPFS_NEGATIVE_TTL_MS" => Some("0".into()),
+            "OPFS_KEEP_MIN" => Some("off".into()),
             _ => None,
         });
+        assert_eq!(t.keep_min, Some(u64::MAX));
         assert_eq!(t.watch, Some(opfs_fs::WatchMode::Inotify));
         assert_eq!(t.negative_ttl, Some(Duration::ZERO));
         assert_eq!(t.attr_ttl, Some(Duration::from_millis(250)));

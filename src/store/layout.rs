@@ -8,6 +8,7 @@
 //!   index.db       the SQLite index (+ -wal, -shm)
 //!   capture.log    records not yet in the index (store::log)
 //!   blobs/         content-addressed blobs (store::blob), blobs/tmp/
+//!   kept/          removed files' inodes awaiting their hash (store::kept)
 //!   control.sock   the daemon's socket
 //!   daemon.log     the daemon's log
 //!   lock           held by the daemon or a direct CLI operation
@@ -116,6 +117,12 @@ impl StateDir {
     /// `store::log`).
     pub fn capture_log_path(&self) -> PathBuf {
         self.scoped(CAPTURE_LOG)
+    }
+
+    /// The folder of removed files' inodes whose hash is pending
+    /// (`store::kept`, mode 0700). Per scope: a replay empties it.
+    pub fn kept_dir(&self) -> PathBuf {
+        self.scoped("kept")
     }
 
     /// The blob directory.

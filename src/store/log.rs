@@ -34,6 +34,8 @@ pub const INLINE_MAX: u64 = 16 * 1024;
 
 /// The kind byte of an [`Op::Range`] entry.
 const RANGE_CODE: u8 = 9;
+/// The kind byte of an [`Op::Kept`] entry.
+const KEPT_CODE: u8 = 11;
 /// The kind byte of an [`Op::Replace`] entry is this plus the pre-image's code.
 const REPLACE_BASE: u8 = 16;
 
@@ -59,6 +61,17 @@ pub enum Op {
     Range {
         /// Byte offset in the file.
         offset: u64,
+    },
+    /// `path`'s pre-image in `turn` is the regular file kept as
+    /// `kept/<id>` in the state dir (the inode itself, moved out of the
+    /// project instead of copied; `store::kept`), its hash pending: `pre`
+    /// is a [`PreImage::File`] whose `blob` is all zeros. Never reaches the
+    /// index: the group commit and a replay first hash the file and turn
+    /// the entry into an [`Op::Record`] ([`super::kept::resolve`]); a later
+    /// [`Op::Replace`] of the same turn and path supersedes it.
+    Kept {
+        /// The kept file's number.
+        id: u64,
     },
 }
 
@@ -307,7 +320,9 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 /// little-endian.
 /// The kind byte is the pre-image's code ([`PreImage::code`]) for
 /// [`Op::Record`], 16 + that code for [`Op::Replace`], and
-/// [`RANGE_CODE`] for [`Op::Range`], whose offset travels in the rdev slot.
+/// [`RANGE_CODE`] for [`Op::Range`], whose offset travels in the rdev slot,
+/// and [`KEPT_CODE`] for [`Op::Kept`] (a file pre-image whose blob is all
+/// zeros), whose kept file's number travels in the rdev slot.
 fn encode(e: &Entry, out: &mut Vec<u8>) {
     let (perm, size, rdev, ino, blob, target): (u32, u64, u64, u64, Hash, &[u8]) = match &e.pre {
         PreImage::Ranged { size, perm, ino } => (*perm, *size, 0, *ino, [0; 32], &[]),
@@ -326,6 +341,7 @@ fn encode(e: &Entry, out: &mut Vec<u8>) {
         Op::Record => (e.pre.code(), rdev),
         Op::Replace => (REPLACE_BASE + e.pre.code(), rdev),
         Op::Range { offset } => (RANGE_CODE, offset),
+        Op::Kept { id } => (KEPT_CODE, id),
     };
     out.extend_from_slice(&e.turn.to_le_bytes());
     put_bytes(out, &e.path);
@@ -395,6 +411,7 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
     let raw_code = c.u8()?;
     let (op, code) = match raw_code {
         RANGE_CODE => (Op::Range { offset: 0 }, 1),
+        KEPT_CODE => (Op::Kept { id: 0 }, 1),
         c if c >= REPLACE_BASE => (Op::Replace, c - REPLACE_BASE),
         c => (Op::Record, c),
     };
@@ -451,6 +468,12 @@ fn decode(payload: &[u8]) -> Result<Entry, String> {
                 return Err("empty saved range".into());
             }
             Op::Range { offset: rdev }
+        }
+        Op::Kept { .. } => {
+            if data.is_some() || blob != [0; 32] {
+                return Err("a kept record with content".into());
+            }
+            Op::Kept { id: rdev }
         }
         op => op,
     };
@@ -550,6 +573,19 @@ mod tests {
                 data: None,
                 op: Op::Replace,
                 meta: None,
+            },
+            Entry {
+                turn: 6,
+                path: b"big".to_vec(),
+                pre: PreImage::File {
+                    blob: [0; 32],
+                    size: 1 << 20,
+                    perm: 0o640,
+                    ino: 12,
+                },
+                data: None,
+                op: Op::Kept { id: 42 },
+                meta: Some(Meta::new(1000, 100, vec![])),
             },
         ]
     }

@@ -7,12 +7,14 @@
 
 pub mod blob;
 pub mod index;
+pub mod kept;
 pub mod layout;
 pub mod log;
 pub mod sparse;
 
 pub use blob::{BlobError, BlobStore, Sweep};
 pub use index::{Index, IndexError, Target};
+pub use kept::KeptDir;
 pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};
 pub use sparse::copy_sparse;
@@ -23,24 +25,32 @@ use crate::record::{hex, Hash};
 
 /// Moves the records of the capture log at `log_path` into `index` (one
 /// transaction) and empties the log; returns the log open for appending.
+/// Kept records (`store::kept`) are resolved first: each kept file in
+/// `kept` is hashed and made a blob of `blobs`, and once the log is empty
+/// the folder is cleared.
 ///
 /// Durable after `Ok`: the records are committed (to the level `index` was
-/// opened with) before the log is emptied. After `Err` the log is
-/// untouched.
+/// opened with) before the log is emptied, and the log before the kept
+/// files go. After `Err` the log and the kept files are untouched.
 ///
-/// Errors: the log cannot be read or is damaged ([`LogError`]); the index
-/// refused the records ([`IndexError`]).
+/// Errors: the log cannot be read or is damaged ([`LogError`]); a kept
+/// file could not be made a blob ([`BlobError`]); the index refused the
+/// records ([`IndexError`]).
 pub fn replay_capture_log(
     index: &mut Index,
     log_path: &Path,
+    kept: &KeptDir,
+    blobs: &BlobStore,
     sync: bool,
 ) -> Result<CaptureLog, ReplayError> {
-    let entries = log::read(log_path)?;
+    let mut entries = log::read(log_path)?;
+    kept::resolve(&mut entries, kept, blobs)?;
     if !entries.is_empty() {
         index.apply(&entries)?;
     }
     let mut capture_log = CaptureLog::open(log_path, sync)?;
     capture_log.truncate()?;
+    kept.clear();
     Ok(capture_log)
 }
 
@@ -53,6 +63,9 @@ pub enum ReplayError {
     /// The index refused the records.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// A kept file could not be made a blob.
+    #[error(transparent)]
+    Blob(#[from] BlobError),
 }
 
 /// The content of blob `hash`, checked against its name: inline in the

@@ -49,6 +49,26 @@ fn stat_of(st: &rustix::fs::Stat) -> Stat {
     }
 }
 
+/// [`stat_of`] of a `statx` result, and its birth time (ns since the Unix
+/// epoch) when the filesystem reported one.
+fn statx_of(stx: &rustix::fs::Statx) -> (Stat, Option<i64>) {
+    let ns = |t: &rustix::fs::StatxTimestamp| t.tv_sec * 1_000_000_000 + i64::from(t.tv_nsec);
+    let st = Stat {
+        mode: u32::from(stx.stx_mode),
+        size: stx.stx_size,
+        mtime_ns: ns(&stx.stx_mtime),
+        ctime_ns: ns(&stx.stx_ctime),
+        dev: rustix::fs::makedev(stx.stx_dev_major, stx.stx_dev_minor),
+        ino: stx.stx_ino,
+        rdev: rustix::fs::makedev(stx.stx_rdev_major, stx.stx_rdev_minor),
+        nlink: u64::from(stx.stx_nlink),
+        uid: stx.stx_uid,
+        gid: stx.stx_gid,
+    };
+    let born = (stx.stx_mask & StatxFlags::BTIME.bits() != 0).then(|| ns(&stx.stx_btime));
+    (st, born)
+}
+
 /// `openat` flags from the `libc` ones callers pass (the same bits).
 fn oflags(flags: libc::c_int) -> OFlags {
     OFlags::from_bits_retain(flags as u32)
@@ -176,6 +196,61 @@ impl Dir {
             return Ok(Some((stat_of(&st), None)));
         }
         Ok(Some((stat_of(&st), Some(file))))
+    }
+
+    /// [`Dir::lstat_open`] and [`Dir::born_ns`] at once: `statx` with the
+    /// birth time takes the place of the `lstat` (and, for a regular file,
+    /// of the `fstat` of the opened descriptor), so the birth time costs no
+    /// system call of its own. The birth time is `None` when the
+    /// filesystem does not report one.
+    #[allow(clippy::type_complexity)]
+    pub fn lstat_open_born(
+        &self,
+        rel: &[u8],
+    ) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        if rel.is_empty() {
+            let born = self.born_ns(rel, None)?;
+            return Ok(self.lstat(rel)?.map(|st| (st, None, born)));
+        }
+        let (dir, name) = match self.parent(rel) {
+            Ok(p) => p,
+            Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let want = StatxFlags::BASIC_STATS | StatxFlags::BTIME;
+        let stx = match rustix::fs::statx(&dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW, want) {
+            Ok(stx) => stx,
+            Err(e) => {
+                let e = io::Error::from(e);
+                return if is_not_found(&e) { Ok(None) } else { Err(e) };
+            }
+        };
+        let (st, born) = statx_of(&stx);
+        if st.file_type() != libc::S_IFREG {
+            return Ok(Some((st, None, born)));
+        }
+        let fd = match rustix::fs::openat(
+            &dir,
+            name.as_c_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // Replaced or removed since the stat: report what is there now.
+            Err(_) => {
+                return Ok(match self.lstat(rel)? {
+                    Some(st) => Some((st, None, self.born_ns(rel, None)?)),
+                    None => None,
+                })
+            }
+        };
+        let file = File::from(fd);
+        let stx = rustix::fs::statx(&file, c"", AtFlags::EMPTY_PATH, want)?;
+        let (st, born) = statx_of(&stx);
+        if st.file_type() != libc::S_IFREG {
+            return Ok(Some((st, None, born)));
+        }
+        Ok(Some((st, Some(file), born)))
     }
 
     /// When the inode at `rel` was born (created), ns since the Unix epoch,

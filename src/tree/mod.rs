@@ -42,6 +42,18 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
     /// read-only; the stat of a file is that of the opened descriptor.
     fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>>;
 
+    /// [`Tree::lstat_open`] and [`Tree::born_ns`] of the same inode at
+    /// once (what a capture needs); the default asks for them one after
+    /// the other.
+    #[allow(clippy::type_complexity)]
+    fn lstat_open_born(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        let Some((st, file)) = self.lstat_open(rel)? else {
+            return Ok(None);
+        };
+        let born = self.born_ns(rel, file.as_ref())?;
+        Ok(Some((st, file, born)))
+    }
+
     /// When the inode at `rel` (or `file`, that inode already open) was
     /// born, ns since the Unix epoch; `Ok(None)` when the path is gone or
     /// birth times are not reported.
@@ -75,6 +87,10 @@ impl Tree for Dir {
 
     fn born_ns(&self, rel: &[u8], file: Option<&File>) -> io::Result<Option<i64>> {
         Dir::born_ns(self, rel, file)
+    }
+
+    fn lstat_open_born(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        Dir::lstat_open_born(self, rel)
     }
 
     fn read_link(&self, rel: &[u8]) -> io::Result<Vec<u8>> {

@@ -495,7 +495,10 @@ impl State {
         let path = self.child_path(parent, name)?;
         self.before(Mutation::Remove { path: &path })?;
         self.hold_fd_of(parent, name);
-        sys::unlinkat(dir.fd.as_fd(), &cname, flags).map_err(errno)?;
+        if let Err(e) = sys::unlinkat(dir.fd.as_fd(), &cname, flags) {
+            self.hook.failed(&Mutation::Remove { path: &path });
+            return Err(errno(e));
+        }
         self.inodes.unlink(parent, name);
         self.after(Mutation::Remove { path: &path }, None);
         Ok(())
@@ -527,14 +530,20 @@ impl State {
         if !exchange {
             self.hold_fd_of(new_parent, new_name);
         }
-        sys::renameat2(
+        if let Err(e) = sys::renameat2(
             dir.fd.as_fd(),
             &cname,
             new_dir.fd.as_fd(),
             &new_cname,
             flags.bits(),
-        )
-        .map_err(errno)?;
+        ) {
+            self.hook.failed(&Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            });
+            return Err(errno(e));
+        }
         self.inodes
             .rename(parent, name, new_parent, new_name, exchange);
         let now = match exchange {

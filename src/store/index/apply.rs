@@ -21,7 +21,21 @@ impl Index {
     ///
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing of it is.
+    ///
+    /// Errors: SQLite's; [`IndexError::Corrupt`] for an [`Op::Kept`] entry
+    /// (kept records are resolved before any commit, `store::kept`: one
+    /// here would name no blob), before anything is written.
     pub fn apply(&mut self, entries: &[Entry]) -> Result<u64, IndexError> {
+        if let Some(e) = entries.iter().find(|e| matches!(e.op, Op::Kept { .. })) {
+            return Err(IndexError::Corrupt {
+                path: self.path.clone(),
+                what: format!(
+                    "a kept record of {:?} (turn {}) reached the index unresolved",
+                    crate::paths::display(&e.path),
+                    e.turn
+                ),
+            });
+        }
         self.in_transaction(|tx| {
             let mut added = 0u64;
             let mut blob = tx.prepare_cached(
@@ -60,6 +74,8 @@ impl Index {
                         }
                         insert_preimage(&mut record, e.turn, &e.path, &e.pre, e.meta.as_ref())?;
                     }
+                    // Never reached: refused before the transaction.
+                    Op::Kept { .. } => {}
                     Op::Range { offset } => {
                         if let PreImage::File {
                             blob: hash, size, ..

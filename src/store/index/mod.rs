@@ -53,6 +53,15 @@ pub enum IndexError {
         /// What is wrong.
         what: String,
     },
+    /// A removed file kept for hashing (`store::kept`) could not be made a
+    /// blob before its record was committed; the record stays pending.
+    #[error("kept file {path} cannot be stored as a blob: {source}")]
+    Kept {
+        /// The kept file.
+        path: PathBuf,
+        /// The cause.
+        source: crate::store::BlobError,
+    },
     /// The database was written by a newer opfs.
     #[error("index {path} has schema version {found}; this opfs reads version {SCHEMA_VERSION}")]
     Version {
@@ -68,6 +77,7 @@ impl IndexError {
     pub fn path(&self) -> &Path {
         match self {
             IndexError::Sqlite { path, .. }
+            | IndexError::Kept { path, .. }
             | IndexError::Corrupt { path, .. }
             | IndexError::Version { path, .. } => path,
         }
