@@ -17,6 +17,10 @@
 //!   `a_hard_linked_file_is_copied_not_kept`: the lease and the link count
 //!   refuse the keep; writes through the other descriptor or name after
 //!   the removal do not reach the recorded pre-image.
+//! - `without_open_a_file_open_through_the_mount_when_removed_is_copied`:
+//!   without OPEN nothing is kept (a lease cannot see the mount's opens).
+//!
+//! The tests that expect keeping mount with OPEN (`OPFS_NO_OPEN=0`).
 
 mod common;
 
@@ -63,6 +67,15 @@ fn wait_blob(f: &Fixture, bytes: &[u8]) -> fs::Metadata {
     }
 }
 
+/// A fixture whose mounts keep OPEN (`OPFS_NO_OPEN=0`): without OPEN the
+/// journal never keeps a removed inode, since a lease cannot see the files
+/// open through the mount (`docs/design.md`, "Removals keep the inode").
+fn keeping_fixture() -> Fixture {
+    let f = Fixture::new();
+    f.set_env("OPFS_NO_OPEN", "0");
+    f
+}
+
 fn kept_dir_is_empty(f: &Fixture) -> bool {
     fs::read_dir(f.state_dir().join("kept")).map_or(true, |mut d| d.next().is_none())
 }
@@ -93,7 +106,7 @@ fn ino(p: &Path) -> u64 {
 
 #[test]
 fn a_removed_large_file_is_kept_as_its_own_inode() {
-    let f = Fixture::new();
+    let f = keeping_fixture();
     let a = big_bytes(10);
     let b = big_bytes(20);
     let c = big_bytes(30);
@@ -118,7 +131,7 @@ fn a_removed_large_file_is_kept_as_its_own_inode() {
 
 #[test]
 fn kill_right_after_a_kept_removal_loses_nothing() {
-    let f = Fixture::new();
+    let f = keeping_fixture();
     let a = big_bytes(40);
     write_file(&f.p("a"), &a, 0o644);
     write_file(&f.p("small"), b"small\n", 0o644);
@@ -146,7 +159,7 @@ fn kill_right_after_a_kept_removal_loses_nothing() {
 
 #[test]
 fn kill_before_the_removal_of_a_kept_file_keeps_the_project_file_apart() {
-    let f = Fixture::new();
+    let f = keeping_fixture();
     let a = big_bytes(50);
     write_file(&f.p("a"), &a, 0o644);
     let pid = mount_env(&f, &[("OPFS_FAILPOINT", "capture-after-record:1")]);
@@ -193,7 +206,23 @@ fn scribble(file: &mut fs::File, more: &[u8]) {
 
 #[test]
 fn a_file_open_elsewhere_when_removed_is_copied_not_kept() {
-    let f = Fixture::new();
+    open_elsewhere_when_removed(keeping_fixture());
+}
+
+/// Without OPEN (the default for a root daemon with the watch) a file open
+/// through the mount holds no descriptor of the backing inode, so the lease
+/// would be granted and a write through that descriptor after the removal
+/// would reach the kept pre-image: the journal copies every removed file
+/// then (found when the two changes met: `b` was kept while open).
+#[test]
+fn without_open_a_file_open_through_the_mount_when_removed_is_copied() {
+    open_elsewhere_when_removed(Fixture::new());
+}
+
+/// `a` open behind the mount and `b` open through it while both are
+/// removed; writes through those descriptors after the removal must not
+/// reach the pre-images.
+fn open_elsewhere_when_removed(f: Fixture) {
     let a = big_bytes(60);
     let b = big_bytes(70);
     write_file(&f.p("a"), &a, 0o644);
@@ -226,7 +255,7 @@ fn a_file_open_elsewhere_when_removed_is_copied_not_kept() {
 
 #[test]
 fn a_hard_linked_file_is_copied_not_kept() {
-    let f = Fixture::new();
+    let f = keeping_fixture();
     let a = big_bytes(80);
     write_file(&f.p("a"), &a, 0o644);
     fs::hard_link(f.p("a"), f.p("other")).expect("link");

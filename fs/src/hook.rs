@@ -132,6 +132,14 @@ pub trait MutationHook: Send + Sync + 'static {
     fn range_min(&self) -> u64 {
         u64::MAX
     }
+
+    /// Called once at mount when the layer runs without OPEN
+    /// (`Options::no_open` in effect): files opened through the mount then
+    /// hold no descriptor of the backing inode, so a lease on it (or any
+    /// other check of who has it open) cannot see them, and a write through
+    /// such a descriptor after a removal reaches the removed inode. A hook
+    /// that keeps removed inodes as pre-images must stop doing so.
+    fn opens_unseen(&self) {}
 }
 
 /// A hook that records nothing: the mount is a plain passthrough.

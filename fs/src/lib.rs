@@ -290,6 +290,11 @@ pub fn mount(
             && sys::overrides_file_modes(),
         open_off: AtomicBool::new(false),
     });
+    if state.no_open {
+        // Before the first request: a removal must not keep an inode that
+        // a descriptor through the mount can still write.
+        state.hook.opens_unseen();
+    }
     let fs = Passthrough {
         state: Arc::clone(&state),
     };

@@ -180,6 +180,9 @@ impl<T: Tree> Journal<T> {
     /// is left behind).
     pub(super) fn try_keep(&self, path: &[u8], file: &File, st: &Stat) -> Option<(u64, Leaving)> {
         let keeper = self.keeper.as_ref()?;
+        if self.opens_unseen.load(Ordering::Acquire) {
+            return None;
+        }
         if st.size <= keeper.min || st.nlink != 1 || st.dev != self.kept.dev() {
             return None;
         }

@@ -96,6 +96,10 @@ pub struct Journal<T = Dir> {
     kept: Arc<KeptDir>,
     /// Set when removed files may be kept ([`Journal::set_keep_min`]).
     keeper: Option<Keeper>,
+    /// The FUSE layer runs without OPEN ([`MutationHook::opens_unseen`]):
+    /// a lease cannot see files open through the mount, so removed files
+    /// are copied, never kept.
+    opens_unseen: std::sync::atomic::AtomicBool,
     state: StateDir,
     inner: Mutex<Inner>,
     epoch: AtomicU64,
@@ -209,6 +213,7 @@ impl<T: Tree> Journal<T> {
             blobs: Arc::clone(&blobs),
             kept: Arc::clone(&kept),
             keeper: None,
+            opens_unseen: std::sync::atomic::AtomicBool::new(false),
             state: state.clone(),
             inner: Mutex::new(Inner {
                 index,
@@ -430,5 +435,9 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
 
     fn range_min(&self) -> u64 {
         self.range_min
+    }
+
+    fn opens_unseen(&self) {
+        self.opens_unseen.store(true, Ordering::Release);
     }
 }
