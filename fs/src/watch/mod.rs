@@ -127,10 +127,6 @@ const GEN_SLOTS: usize = 4096;
 /// inode in finds no inode to invalidate (`docs/coherence.md`, "Races").
 const TRAIL: Duration = Duration::from_millis(30);
 
-/// How long the watch lets events gather after a wake-up that brought
-/// nothing to invalidate (see `serve`).
-const COALESCE: Duration = Duration::from_millis(2);
-
 /// The watch of one mount.
 pub(crate) struct Watch {
     backend: Box<dyn Backend>,
@@ -306,16 +302,7 @@ impl Watch {
                         }
                     }
                 }
-                if ops.is_empty() {
-                    // Only the daemon's own changes (dropped) or nothing
-                    // to invalidate: under a stream of mutations through
-                    // the mount every one of them wakes this thread, which
-                    // cost a fifth of the daemon's CPU in an untar. Letting
-                    // them gather for a moment makes that one wake-up per
-                    // batch; a change behind the mount waits at most this
-                    // much longer (docs/coherence.md, "Latency").
-                    std::thread::sleep(COALESCE);
-                } else {
+                if !ops.is_empty() {
                     let again = ops.clone();
                     if !post.post(ops) {
                         return;
