@@ -1222,6 +1222,33 @@ fn a_worktrees_branch_follows_the_gitignore_the_worktree_wrote() {
     discard_all(&f);
 }
 
+/// A worktree's branch leaves out the project's `[record] exclude` list, as
+/// the project's own export does (before, `export_branch` never applied
+/// it, so a cache the worktree wrote reached its branch).
+#[test]
+fn a_worktrees_branch_leaves_out_the_record_exclude_list() {
+    let f = Fixture::new();
+    fs::write(&f.pinned.config, "[record]\nexclude = [\"cache/\"]\n").expect("write config");
+    fs::write(f.p("a"), "a0\n").expect("write");
+    f.mount();
+    f.turn("before the worktree");
+    let w = create(&f, "excl", &[]);
+    f.sh_in(&w, "echo a1 > a; mkdir -p cache; echo big > cache/x");
+    let turn: u64 = in_wt(&f, &w, &["status", "--json"]).ok().json()["turn"]
+        .as_u64()
+        .expect("turn");
+    in_wt(&f, &w, &["turn", "--label", "with a cache"]).ok();
+    in_wt(&f, &w, &["export"]).ok();
+    let git_dir = export_git_dir(&f);
+    let c = commit_of_turn(&git_dir, "refs/opfs/worktrees/excl", turn).expect("turn exported");
+    let names: Vec<String> = git_view_in(&git_dir, &c)
+        .keys()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    assert_eq!(names, ["a"], "the branch holds no excluded path");
+    discard_all(&f);
+}
+
 /// `worktree discard` deletes the worktree's branch from every repository
 /// it was exported to, not only the default one: `opfs export --git-dir`
 /// in the project writes every worktree's branch there too. (Before, the

@@ -210,6 +210,12 @@ pub fn export_branch(
             Box::new(|rel| source.ignore_file(rel)),
         ));
     }
+    // The project's `[record] exclude` list, as its own export applies it:
+    // a path the project keeps no history of is in none of its branches.
+    ex.exclude = project.record_exclude().unwrap_or_else(|e| {
+        log::warn!("{e}");
+        crate::paths::Exclude::none()
+    });
     ex.fetch = Some(&fetch);
     let name = branch_ref(&spec.name);
     let (mut tip, rewritten, at_ref) = branch_tip(&mut ex, &name, spec, parent)?;
