@@ -696,6 +696,10 @@ def main():
     a.tree_sizes = [int(x) for x in (a.tree_sizes or ("1000,10000" if q else "1000,10000,100000")).split(",")]
     a.agent_files = [int(x) for x in (a.agent_files or ("3000" if q else "3000,30000")).split(",")]
     a.agent_ways = a.agent_ways.split(",")
+    unknown = [w for w in a.agent_ways if w not in bench_agent.WAYS]
+    if unknown:
+        ap.error(f"--agent-ways: unknown way(s) {', '.join(unknown)}; "
+                 f"the ways are {', '.join(bench_agent.WAYS)} (fuse-overlayfs is `overlay`)")
     a.layers = a.layers.split(",")
     only = set(a.only.split(",")) if a.only else None
     for tool in ["bindfs", "fuse-overlayfs"]:
