@@ -180,17 +180,10 @@ impl Dir {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Ok(Some((stat_of(&st), None)));
         }
-        let fd = match rustix::fs::openat(
-            &dir,
-            name.as_c_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
+        let Some(file) = open_entry(&dir, &name) else {
             // Replaced or removed since the stat: report what is there now.
-            Err(_) => return Ok(self.lstat(rel)?.map(|st| (st, None))),
+            return Ok(self.lstat(rel)?.map(|st| (st, None)));
         };
-        let file = File::from(fd);
         let st = rustix::fs::fstat(&file)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Ok(Some((stat_of(&st), None)));
@@ -229,22 +222,13 @@ impl Dir {
         if st.file_type() != libc::S_IFREG {
             return Ok(Some((st, None, born)));
         }
-        let fd = match rustix::fs::openat(
-            &dir,
-            name.as_c_str(),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
+        let Some(file) = open_entry(&dir, &name) else {
             // Replaced or removed since the stat: report what is there now.
-            Err(_) => {
-                return Ok(match self.lstat(rel)? {
-                    Some(st) => Some((st, None, self.born_ns(rel, None)?)),
-                    None => None,
-                })
-            }
+            return Ok(match self.lstat(rel)? {
+                Some(st) => Some((st, None, self.born_ns(rel, None)?)),
+                None => None,
+            });
         };
-        let file = File::from(fd);
         let stx = rustix::fs::statx(&file, c"", AtFlags::EMPTY_PATH, want)?;
         let (st, born) = statx_of(&stx);
         if st.file_type() != libc::S_IFREG {
@@ -527,4 +511,19 @@ impl Dir {
     pub fn syncfs(&self) -> io::Result<()> {
         Ok(rustix::fs::syncfs(&self.root)?)
     }
+}
+
+/// Opens the entry `name` of `dir` read-only for a capture, without
+/// following a symlink or blocking on a fifo; `None` when that fails (the
+/// entry was replaced or removed since it was stat'ed: the caller reports
+/// what is there now).
+fn open_entry(dir: &impl rustix::fd::AsFd, name: &std::ffi::CStr) -> Option<File> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .ok()
+    .map(File::from)
 }
