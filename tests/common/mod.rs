@@ -880,9 +880,16 @@ pub fn q(s: &str) -> String {
 pub struct Rng(u64);
 
 impl Rng {
-    /// A generator for `seed`.
+    /// A generator for `seed`. The seed is mixed (SplitMix64's finalizer,
+    /// a bijection) so that every seed gives its own stream: seeds that
+    /// differ only in the lowest bit used to start from the same state.
     pub fn new(seed: u64) -> Rng {
-        Rng((seed ^ 0x9E37_79B9_7F4A_7C15) | 1)
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // xorshift's state must not be 0; exactly one seed mixes to 0.
+        Rng(if z == 0 { 0x9E37_79B9_7F4A_7C15 } else { z })
     }
 
     /// The seed from env var `var` (decimal or 0x-hex) or `default`; printed
