@@ -510,15 +510,23 @@ impl State {
         self.getattr(ino, a.fh)
     }
 
-    /// `chown(path, -1, -1)` of `ino` (open as `fd`) under
-    /// `FUSE_HANDLE_KILLPRIV_V2`, which sends only the change time and
-    /// leaves clearing the set-user-ID and set-group-ID bits of a regular
-    /// file to the daemon: the same `chown` of the backing file made with
-    /// the caller's credentials clears exactly what the kernel would (the
-    /// set-group-ID bit depends on the caller's groups and `CAP_FSETID`).
-    /// Reports `Metadata` first when there is a bit that could go. Without
-    /// the flag taken, nothing (the kernel sent the new mode itself).
-    /// Errors: the backing `fstat` or `chown` fails, or the hook refuses.
+    /// A SETATTR with nothing to set (at most the change time) of `ino`
+    /// (open as `fd`) under `FUSE_HANDLE_KILLPRIV_V2`, where the kernel
+    /// dropped its clearing of set-user-ID and set-group-ID bits. It is
+    /// what `chown(path, -1, -1)` sends, and what the kernel's own
+    /// `file_remove_privs` sends before a write, truncation or allocation
+    /// by a caller without `CAP_FSETID` (forced past permission checks;
+    /// the request that follows clears the bits, [`State::kill_suidgid`]).
+    /// The two look the same; the caller's current system call
+    /// (`/proc/PID/syscall`) tells them apart. For a `chown`: the same
+    /// `chown` of the backing file with the caller's credentials, which
+    /// clears exactly what the kernel would (the set-group-ID bit depends
+    /// on the caller's groups and `CAP_FSETID`) and is refused as it would
+    /// be (`EPERM` for a set-user-ID file the caller does not own). For
+    /// anything else, nothing. Reports `Metadata` first when there is a bit
+    /// that could go. Without the flag taken, nothing (the kernel sent the
+    /// new mode itself). Errors: the backing `fstat` or `chown` fails, or
+    /// the hook refuses.
     fn chown_nothing(&self, ino: u64, fd: BorrowedFd<'_>, caller: Caller) -> Res<()> {
         if !self.killpriv_on.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
@@ -526,6 +534,7 @@ impl State {
         let st = sys::fstat(fd).map_err(errno)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG
             || st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
+            || !sys::in_chown(caller.pid)
         {
             return Ok(());
         }

@@ -96,3 +96,24 @@ pub(crate) fn holds_fsetid(pid: u32) -> bool {
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
 }
+
+/// Whether the thread `pid` (as a FUSE request names its caller) is in a
+/// `chown` system call now, read from `/proc/PID/syscall` (the caller
+/// waits in it for the daemon's reply). False when it cannot be read.
+pub(crate) fn in_chown(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let Some(nr) = text
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+    else {
+        return false;
+    };
+    #[cfg(target_arch = "x86_64")]
+    let legacy = [libc::SYS_chown, libc::SYS_lchown];
+    #[cfg(not(target_arch = "x86_64"))]
+    let legacy: [i64; 0] = [];
+    nr == libc::SYS_fchownat || nr == libc::SYS_fchown || legacy.contains(&nr)
+}
