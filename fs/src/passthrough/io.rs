@@ -46,6 +46,19 @@ fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
+/// How a WRITE request lands, from its flags.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WriteHow {
+    /// The caller's file is `O_DIRECT` now and the write is its own, not a
+    /// page-cache writeback.
+    pub(super) direct: bool,
+    /// `FUSE_WRITE_KILL_SUIDGID`: the caller lacks `CAP_FSETID`.
+    pub(super) kill: bool,
+    /// The caller's `O_APPEND`, `O_SYNC`, `O_DSYNC` (none for a writeback),
+    /// for a write without a handle.
+    pub(super) landing: i32,
+}
+
 fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
@@ -430,16 +443,14 @@ impl State {
         Ok(())
     }
 
-    /// `write` of `data` at `offset` through handle `fh`; the bytes written.
-    /// `direct`: the caller's file is `O_DIRECT` now and the write is its
-    /// own, not a page-cache writeback. A direct write is captured as any
-    /// other, before it reaches the backing file. `kill`: the kernel's
-    /// `FUSE_WRITE_KILL_SUIDGID` (the caller `who` lacks `CAP_FSETID`),
-    /// see [`State::kill_suidgid`].
+    /// `write` of `data` at `offset` through handle `fh` by `who`, landing
+    /// as `how` says; the bytes written. A direct write (`how.direct`) is
+    /// captured as any other, before it reaches the backing file. With
+    /// `how.kill` (the caller lacks `CAP_FSETID`) set-user-ID and
+    /// set-group-ID bits are cleared first ([`State::kill_suidgid`]).
     ///
     /// Without a handle (`FUSE_NO_OPEN_SUPPORT`) the write goes through an
-    /// fd opened for it with `landing` (the caller's `O_APPEND`, `O_SYNC`,
-    /// `O_DSYNC`; none for a writeback), is captured by
+    /// fd opened for it with `how.landing`, is captured by
     /// [`State::content_before`] and reported after the fact.
     pub(super) fn write(
         &self,
@@ -447,10 +458,14 @@ impl State {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        (direct, kill): (bool, bool),
-        landing: i32,
+        how: WriteHow,
         who: Caller,
     ) -> Res<usize> {
+        let WriteHow {
+            direct,
+            kill,
+            landing,
+        } = how;
         if self.handleless(fh) {
             let flags = landing | if direct { libc::O_DIRECT } else { 0 };
             let fd = self.request_fd(ino, libc::O_WRONLY, flags)?;

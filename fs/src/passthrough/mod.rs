@@ -327,8 +327,11 @@ impl Filesystem for Passthrough {
                 fh,
                 offset,
                 data,
-                (direct, kill),
-                landing,
+                io::WriteHow {
+                    direct,
+                    kill,
+                    landing,
+                },
                 ops::caller(req),
             )
             .answer(reply);
