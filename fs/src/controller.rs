@@ -138,6 +138,9 @@ struct ControlInner {
     gate: Arc<Gate>,
     invalidations: Mutex<mpsc::Sender<InvalJob>>,
     unmounter: Mutex<Option<SessionUnmounter>>,
+    /// For the filesystem's own notifications that must reach the kernel
+    /// before a reply (see [`Controller::notifier`]).
+    notifier: Notifier,
     mountpoint: PathBuf,
     /// The watch on the backing directory, once set up.
     watch: OnceLock<Option<Arc<Watch>>>,
@@ -168,13 +171,14 @@ impl Controller {
         unmounter: SessionUnmounter,
         mountpoint: &Path,
     ) -> io::Result<Controller> {
-        let invalidations = spawn_invalidator(notifier)?;
+        let invalidations = spawn_invalidator(notifier.clone())?;
         Ok(Controller {
             inner: Arc::new(ControlInner {
                 fs,
                 gate,
                 invalidations: Mutex::new(invalidations),
                 unmounter: Mutex::new(Some(unmounter)),
+                notifier,
                 mountpoint: mountpoint
                     .canonicalize()
                     .unwrap_or_else(|_| mountpoint.to_path_buf()),
@@ -199,6 +203,14 @@ impl Controller {
             Some(Some(w)) if w.active() => Some(w.backend()),
             _ => None,
         }
+    }
+
+    /// The session's notifier, for a callback that must invalidate before
+    /// it replies. Only for notifications that take no lock a request may
+    /// hold (an attribute-only `inval_inode`, offset -1); anything else
+    /// goes through the invalidation thread ([`Controller::poster`]).
+    pub(crate) fn notifier(&self) -> Notifier {
+        self.inner.notifier.clone()
     }
 
     /// A sender of invalidations that does not wait for the kernel.

@@ -18,6 +18,14 @@ pub(crate) struct Caller {
     pub(crate) pid: u32,
 }
 
+impl Caller {
+    /// Whether the caller is in group `gid`: its own group or one of its
+    /// supplementary groups (read from `/proc`, so only asked when needed).
+    pub(crate) fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || groups_of(self.pid).contains(&gid)
+    }
+}
+
 /// Restores the daemon's own credentials on drop.
 pub(crate) struct AsCaller {
     switched: bool,
@@ -25,7 +33,7 @@ pub(crate) struct AsCaller {
 
 /// The supplementary groups of `pid` (a thread id works too), from
 /// `/proc/PID/status`; empty when the process is gone.
-fn groups_of(pid: u32) -> Vec<libc::gid_t> {
+pub(crate) fn groups_of(pid: u32) -> Vec<libc::gid_t> {
     if pid == 0 {
         return Vec::new();
     }

@@ -125,6 +125,15 @@ pub struct Options {
     /// file, and a file created or made read-only after the caller opened
     /// it for writing could then not be written. The overlay ignores it.
     pub no_open: bool,
+    /// Ask the kernel for `FUSE_HANDLE_KILLPRIV_V2` when it took
+    /// `FUSE_NO_OPEN_SUPPORT` (default on): the kernel then stops asking
+    /// for `security.capability` (a GETXATTR round trip) before every
+    /// write, and the daemon clears the set-user-ID bit and the
+    /// group-executable set-group-ID bit itself when a caller without
+    /// `CAP_FSETID` writes, truncates, allocates or copies into a file,
+    /// as the kernel would (crate README, "Killing suid/sgid"). The
+    /// overlay ignores it.
+    pub killpriv_v2: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -150,6 +159,7 @@ impl Default for Options {
             readdirplus_auto: true,
             no_opendir: true,
             no_open: true,
+            killpriv_v2: true,
             inode_fds: None,
         }
     }
@@ -289,6 +299,9 @@ pub fn mount(
             && watch.as_ref().is_some_and(|w| w.active())
             && sys::overrides_file_modes(),
         open_off: AtomicBool::new(false),
+        killpriv_v2: opts.killpriv_v2,
+        killpriv_on: AtomicBool::new(false),
+        notifier: std::sync::OnceLock::new(),
     });
     if state.no_open {
         // Before the first request: a removal must not keep an inode that
@@ -301,6 +314,8 @@ pub fn mount(
 
     let gate = Arc::clone(&state.gate);
     let mut mount = start(fs, Arc::clone(&state) as _, gate, mountpoint, opts)?;
+    // Before the session serves its first request.
+    let _ = state.notifier.set(mount.controller.notifier());
     match &watch {
         Some(w) if w.active() => {
             w.start(state, mount.controller.poster())?;

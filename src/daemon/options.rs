@@ -159,6 +159,9 @@ pub struct FsTuning {
     /// `OPFS_NO_OPEN` (0 or 1): `FUSE_NO_OPEN_SUPPORT` while the watch is
     /// active.
     pub no_open: Option<bool>,
+    /// `OPFS_KILLPRIV_V2` (0 or 1): `FUSE_HANDLE_KILLPRIV_V2` when the
+    /// kernel took `FUSE_NO_OPEN_SUPPORT`.
+    pub killpriv_v2: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -200,6 +203,7 @@ impl FsTuning {
             readdirplus_auto: flag("OPFS_READDIRPLUS_AUTO"),
             no_opendir: flag("OPFS_NO_OPENDIR"),
             no_open: flag("OPFS_NO_OPEN"),
+            killpriv_v2: flag("OPFS_KILLPRIV_V2"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
             keep_min: var("OPFS_KEEP_MIN").and_then(|v| parse_range_min(&v).ok()),
@@ -237,6 +241,9 @@ impl FsTuning {
         }
         if let Some(v) = self.no_open {
             o.no_open = v;
+        }
+        if let Some(v) = self.killpriv_v2 {
+            o.killpriv_v2 = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;

@@ -33,7 +33,7 @@ use log::trace;
 
 use super::attr::{dot_attr, dtype_kind};
 use super::ops::{caller, State};
-use crate::creds::{zero_umask_for_thread, AsCaller};
+use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::errno;
 use crate::handle::{Handle, NO_EPOCH};
 use crate::hook::Mutation;
@@ -46,11 +46,85 @@ fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
+/// How a WRITE request lands, from its flags.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WriteHow {
+    /// The caller's file is `O_DIRECT` now and the write is its own, not a
+    /// page-cache writeback.
+    pub(super) direct: bool,
+    /// `FUSE_WRITE_KILL_SUIDGID`: the caller lacks `CAP_FSETID`.
+    pub(super) kill: bool,
+    /// The caller's `O_APPEND`, `O_SYNC`, `O_DSYNC` (none for a writeback),
+    /// for a write without a handle.
+    pub(super) landing: i32,
+}
+
 fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
+/// The bits the kernel clears when a caller without `CAP_FSETID` changes
+/// the content of the file `st` (`setattr_should_drop_suidgid`):
+/// set-user-ID always; set-group-ID when group execute is set too, or
+/// when the caller is not in the file's group (`in_group`, asked only
+/// then). None for anything but a regular file.
+fn suidgid_to_kill(st: &libc::stat, in_group: impl FnOnce(u32) -> bool) -> u32 {
+    let mode = st.st_mode;
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return 0;
+    }
+    let mut kill = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group(st.st_gid)) {
+        kill |= libc::S_ISGID;
+    }
+    kill
+}
+
 impl State {
+    /// Under `FUSE_HANDLE_KILLPRIV_V2` (taken at init, crate README
+    /// "Killing suid/sgid"), called under the gate before the content of
+    /// file `ino` (any fd of it as `fd`, `O_PATH` included) changes by
+    /// `caller`: clears its set-user-ID and set-group-ID bits as the
+    /// kernel would have before the change, when the caller lacks
+    /// `CAP_FSETID` (`lacks_fsetid`, asked only when there is a bit to
+    /// clear). The mode change is reported (`Metadata`) before it is made,
+    /// so it is captured like a `chmod`, and the kernel's cached
+    /// attributes of `ino` are invalidated after it. Without the flag
+    /// taken, nothing. Errors: the `fstat` or `chmod` of the backing file
+    /// fails, or the hook refuses the change; the content change must then
+    /// not happen.
+    pub(super) fn kill_suidgid(
+        &self,
+        ino: u64,
+        fd: BorrowedFd<'_>,
+        caller: Caller,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Res<()> {
+        if !self.killpriv_on.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let st = sys::fstat(fd).map_err(errno)?;
+        if st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0 || !lacks_fsetid() {
+            return Ok(());
+        }
+        let kill = suidgid_to_kill(&st, |gid| caller.in_group(gid));
+        if kill == 0 {
+            return Ok(());
+        }
+        self.before_inode(ino, |path| Mutation::Metadata { path })?;
+        sys::chmod_fd(fd, st.st_mode & 0o7777 & !kill).map_err(errno)?;
+        // A WRITE's reply carries no attributes: the kernel would go on
+        // showing the bits it cached (for the attribute TTL). An
+        // attribute-only invalidation takes no lock the caller's request
+        // holds, so it is sent from here, before the reply.
+        if let Some(notifier) = self.notifier.get() {
+            if let Err(err) = notifier.inval_inode(fuser::INodeNo(ino), -1, 0) {
+                log::debug!("attribute invalidation of {ino} failed: {err}");
+            }
+        }
+        Ok(())
+    }
+
     /// The kernel took `FUSE_NO_OPEN_SUPPORT`: files have no handles.
     pub(super) fn no_open_active(&self) -> bool {
         self.open_off.load(Ordering::Relaxed)
@@ -369,14 +443,14 @@ impl State {
         Ok(())
     }
 
-    /// `write` of `data` at `offset` through handle `fh`; the bytes written.
-    /// `direct`: the caller's file is `O_DIRECT` now and the write is its
-    /// own, not a page-cache writeback. A direct write is captured as any
-    /// other, before it reaches the backing file.
+    /// `write` of `data` at `offset` through handle `fh` by `who`, landing
+    /// as `how` says; the bytes written. A direct write (`how.direct`) is
+    /// captured as any other, before it reaches the backing file. With
+    /// `how.kill` (the caller lacks `CAP_FSETID`) set-user-ID and
+    /// set-group-ID bits are cleared first ([`State::kill_suidgid`]).
     ///
     /// Without a handle (`FUSE_NO_OPEN_SUPPORT`) the write goes through an
-    /// fd opened for it with `landing` (the caller's `O_APPEND`, `O_SYNC`,
-    /// `O_DSYNC`; none for a writeback), is captured by
+    /// fd opened for it with `how.landing`, is captured by
     /// [`State::content_before`] and reported after the fact.
     pub(super) fn write(
         &self,
@@ -384,14 +458,22 @@ impl State {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        direct: bool,
-        landing: i32,
+        how: WriteHow,
+        who: Caller,
     ) -> Res<usize> {
+        let WriteHow {
+            direct,
+            kill,
+            landing,
+        } = how;
         if self.handleless(fh) {
             let flags = landing | if direct { libc::O_DIRECT } else { 0 };
             let fd = self.request_fd(ino, libc::O_WRONLY, flags)?;
             let _gate = self.gate.read();
             self.content_before(ino, fd.as_fd(), offset, data.len() as u64)?;
+            if kill {
+                self.kill_suidgid(ino, fd.as_fd(), who, || true)?;
+            }
             let n = if direct {
                 sys::pwrite_aligned(fd.as_fd(), data, offset)
             } else {
@@ -405,6 +487,9 @@ impl State {
         let fd = self.io_fd(&h, direct)?;
         let _gate = self.gate.read();
         self.write_check(&h, offset, data.len() as u64)?;
+        if kill {
+            self.kill_suidgid(ino, fd, who, || true)?;
+        }
         if direct {
             sys::pwrite_aligned(fd, data, offset).map_err(errno)
         } else {
@@ -462,7 +547,8 @@ impl State {
         sys::fsync(h.fd.as_fd(), datasync).map_err(errno)
     }
 
-    /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`.
+    /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`,
+    /// by `who` (see [`State::kill_suidgid`]).
     pub(super) fn fallocate(
         &self,
         ino: u64,
@@ -470,6 +556,7 @@ impl State {
         offset: u64,
         length: u64,
         mode: i32,
+        who: Caller,
     ) -> Res<()> {
         let moves = mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
         if self.handleless(fh) {
@@ -481,6 +568,7 @@ impl State {
             } else {
                 self.content_before(ino, fd.as_fd(), offset, length)?;
             }
+            self.kill_suidgid(ino, fd.as_fd(), who, || !sys::holds_fsetid(who.pid))?;
             sys::fallocate(fd.as_fd(), mode, offset, length).map_err(errno)?;
             self.content_after(ino, fd.as_fd());
             return Ok(());
@@ -494,6 +582,7 @@ impl State {
         } else {
             self.write_check(&h, offset, length)?;
         }
+        self.kill_suidgid(ino, h.fd.as_fd(), who, || !sys::holds_fsetid(who.pid))?;
         sys::fallocate(h.fd.as_fd(), mode, offset, length).map_err(errno)
     }
 
@@ -508,8 +597,9 @@ impl State {
     }
 
     /// `copy_file_range` of `len` bytes from (inode, handle) `from` at
-    /// `offset_in` to `to` at `offset_out`; the bytes copied. Only the
-    /// destination is a mutation.
+    /// `offset_in` to `to` at `offset_out`, by `who` (see
+    /// [`State::kill_suidgid`]); the bytes copied. Only the destination is
+    /// a mutation.
     pub(super) fn copy_file_range(
         &self,
         (ino_in, fh_in): (u64, FileHandle),
@@ -517,12 +607,14 @@ impl State {
         (ino_out, fh_out): (u64, FileHandle),
         offset_out: u64,
         len: u64,
+        who: Caller,
     ) -> Res<usize> {
         if self.handleless(fh_in) || self.handleless(fh_out) {
             let fd_in = self.request_fd(ino_in, libc::O_RDONLY, 0)?;
             let fd_out = self.request_fd(ino_out, libc::O_WRONLY, 0)?;
             let _gate = self.gate.read();
             self.content_before(ino_out, fd_out.as_fd(), offset_out, len)?;
+            self.kill_suidgid(ino_out, fd_out.as_fd(), who, || !sys::holds_fsetid(who.pid))?;
             let n =
                 sys::copy_file_range(fd_in.as_fd(), offset_in, fd_out.as_fd(), offset_out, len, 0)
                     .map_err(errno)?;
@@ -533,6 +625,9 @@ impl State {
         let h_out = self.handle(fh_out)?;
         let _gate = self.gate.read();
         self.write_check(&h_out, offset_out, len)?;
+        self.kill_suidgid(ino_out, h_out.fd.as_fd(), who, || {
+            !sys::holds_fsetid(who.pid)
+        })?;
         sys::copy_file_range(
             h_in.fd.as_fd(),
             offset_in,

@@ -74,6 +74,16 @@ impl Filesystem for Passthrough {
                 log::debug!("kernel lacks {unsupported:?}");
             }
         }
+        // No GETXATTR of `security.capability` before every write: the
+        // daemon clears suid/sgid itself (`io.rs`, "Killing suid/sgid").
+        // Only without OPEN, where an `O_TRUNC` open arrives as a size
+        // SETATTR: fuser 0.18 drops the OPEN's kill flag.
+        if self.state.killpriv_v2 && self.state.open_off.load(Ordering::Relaxed) {
+            match config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+                Ok(()) => self.state.killpriv_on.store(true, Ordering::Relaxed),
+                Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
+            }
+        }
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_PARALLEL_DIROPS,
@@ -119,7 +129,7 @@ impl Filesystem for Passthrough {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -143,6 +153,14 @@ impl Filesystem for Passthrough {
             atime,
             mtime,
             fh,
+            caller: ops::caller(req),
+            // What `chown(f, -1, -1)` sends under `FUSE_HANDLE_KILLPRIV_V2`
+            // (nothing to set, or the change time alone): the kernel
+            // dropped its suid/sgid kill (ops.rs, `chown_nothing`).
+            nothing: [mode, uid, gid].iter().all(Option::is_none)
+                && size.is_none()
+                && atime.is_none()
+                && mtime.is_none(),
         };
         self.state.setattr(ino.0, &a).answer(reply);
     }
@@ -273,7 +291,7 @@ impl Filesystem for Passthrough {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -300,8 +318,22 @@ impl Filesystem for Passthrough {
         } else {
             flags.0 & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC)
         };
+        // Set by the kernel under `FUSE_HANDLE_KILLPRIV_V2` when the
+        // caller lacks `CAP_FSETID`.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         self.state
-            .write(ino.0, fh, offset, data, direct, landing)
+            .write(
+                ino.0,
+                fh,
+                offset,
+                data,
+                io::WriteHow {
+                    direct,
+                    kill,
+                    landing,
+                },
+                ops::caller(req),
+            )
             .answer(reply);
     }
 
@@ -447,7 +479,7 @@ impl Filesystem for Passthrough {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -456,7 +488,7 @@ impl Filesystem for Passthrough {
         reply: ReplyEmpty,
     ) {
         self.state
-            .fallocate(ino.0, fh, offset, length, mode)
+            .fallocate(ino.0, fh, offset, length, mode, ops::caller(req))
             .answer(reply);
     }
 
@@ -474,7 +506,7 @@ impl Filesystem for Passthrough {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -492,6 +524,7 @@ impl Filesystem for Passthrough {
                 (ino_out.0, fh_out),
                 offset_out,
                 len,
+                ops::caller(req),
             )
             .answer(reply);
     }

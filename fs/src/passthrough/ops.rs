@@ -67,6 +67,18 @@ pub(crate) struct State {
     /// `ENOSYS` (after which the kernel sends none), a file's I/O comes
     /// with handle 0, `create` answers handle 0 (see `io.rs`).
     pub(crate) open_off: AtomicBool,
+    /// Ask for `FUSE_HANDLE_KILLPRIV_V2` at init (only once the kernel
+    /// took `FUSE_NO_OPEN_SUPPORT`: with OPEN, an `O_TRUNC` open's kill
+    /// flag would arrive where fuser 0.18 drops it).
+    pub(crate) killpriv_v2: bool,
+    /// The kernel took `FUSE_HANDLE_KILLPRIV_V2`: clearing set-user-ID and
+    /// set-group-ID bits on a write, truncation, allocation or copy by a
+    /// caller without `CAP_FSETID` is the daemon's job (see `io.rs`).
+    pub(crate) killpriv_on: AtomicBool,
+    /// The session's notifier, set before the first request: for the
+    /// attribute invalidation a callback sends before it replies (see
+    /// [`crate::Controller`]'s `notifier`).
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 /// How long the kernel may cache what one reply tells it.
@@ -98,6 +110,11 @@ pub(crate) struct SetAttr {
     pub(crate) atime: Option<TimeOrNow>,
     pub(crate) mtime: Option<TimeOrNow>,
     pub(crate) fh: Option<FileHandle>,
+    /// The caller (whether it holds `CAP_FSETID` decides if a truncation
+    /// clears suid/sgid under `FUSE_HANDLE_KILLPRIV_V2`).
+    pub(crate) caller: Caller,
+    /// Nothing but perhaps the change time is set: a `chown` to -1, -1.
+    pub(crate) nothing: bool,
 }
 
 /// The caller of a request, as entries it creates should be owned.
@@ -444,6 +461,12 @@ impl State {
                 } else {
                     self.before_inode(ino, |path| Mutation::Content { path })?
                 }
+                self.kill_suidgid(ino, node.fd.as_fd(), a.caller, || {
+                    !sys::holds_fsetid(a.caller.pid)
+                })?;
+            }
+            if a.nothing {
+                self.chown_nothing(ino, node.fd.as_fd(), a.caller)?;
             }
             // Timestamps alone are not part of a pre-image (a rewind gives
             // restored files the time of the rewind), so `utimens` by itself
@@ -485,6 +508,39 @@ impl State {
             }
         }
         self.getattr(ino, a.fh)
+    }
+
+    /// A SETATTR with nothing to set (at most the change time) of `ino`
+    /// (open as `fd`) under `FUSE_HANDLE_KILLPRIV_V2`, where the kernel
+    /// dropped its clearing of set-user-ID and set-group-ID bits. It is
+    /// what `chown(path, -1, -1)` sends, and what the kernel's own
+    /// `file_remove_privs` sends before a write, truncation or allocation
+    /// by a caller without `CAP_FSETID` (forced past permission checks;
+    /// the request that follows clears the bits, [`State::kill_suidgid`]).
+    /// The two look the same; the caller's current system call
+    /// (`/proc/PID/syscall`) tells them apart. For a `chown`: the same
+    /// `chown` of the backing file with the caller's credentials, which
+    /// clears exactly what the kernel would (the set-group-ID bit depends
+    /// on the caller's groups and `CAP_FSETID`) and is refused as it would
+    /// be (`EPERM` for a set-user-ID file the caller does not own). For
+    /// anything else, nothing. Reports `Metadata` first when there is a bit
+    /// that could go. Without the flag taken, nothing (the kernel sent the
+    /// new mode itself). Errors: the backing `fstat` or `chown` fails, or
+    /// the hook refuses.
+    fn chown_nothing(&self, ino: u64, fd: BorrowedFd<'_>, caller: Caller) -> Res<()> {
+        if !self.killpriv_on.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let st = sys::fstat(fd).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
+            || !sys::in_chown(caller.pid)
+        {
+            return Ok(());
+        }
+        self.before_inode(ino, |path| Mutation::Metadata { path })?;
+        let _as = AsCaller::switch(caller).map_err(errno)?;
+        sys::chown_fd(fd, u32::MAX, u32::MAX).map_err(errno)
     }
 
     /// `unlink` (`flags` 0) or `rmdir` (`AT_REMOVEDIR`) of `parent/name`.

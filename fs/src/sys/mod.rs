@@ -34,7 +34,9 @@ pub(crate) use file::{
 };
 pub(crate) use limits::raise_nofile_limit;
 pub(crate) use maps::{mount_dev, shared_mappings};
-pub(crate) use proc::{chmod_fd, overrides_file_modes, reopen, truncate_path_fd, utimens_fd};
+pub(crate) use proc::{
+    chmod_fd, holds_fsetid, in_chown, overrides_file_modes, reopen, truncate_path_fd, utimens_fd,
+};
 pub(crate) use xattr::{getxattr, listxattr, removexattr, setxattr};
 
 use std::ffi::CString;

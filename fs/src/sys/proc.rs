@@ -61,3 +61,59 @@ pub(crate) fn overrides_file_modes() -> bool {
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_DAC_OVERRIDE) != 0)
 }
+
+/// Whether the process (or thread) `pid`, as the FUSE request names it,
+/// holds `CAP_FSETID` as the kernel's `capable()` asks: in its effective
+/// set (`CapEff:` of `/proc/PID/status`) and in this process's user
+/// namespace (a caller in a namespace of its own holds nothing over the
+/// daemon's files, whatever its set says). False when `pid` is gone or
+/// cannot be read: the caller is then treated as unprivileged, so a
+/// set-user-ID bit is cleared rather than kept.
+pub(crate) fn holds_fsetid(pid: u32) -> bool {
+    const CAP_FSETID: u32 = 4;
+    if pid == 0 {
+        return false;
+    }
+    let same_ns = match (
+        std::fs::metadata(format!("/proc/{pid}/ns/user")),
+        std::fs::metadata("/proc/self/ns/user"),
+    ) {
+        (Ok(theirs), Ok(ours)) => {
+            use std::os::unix::fs::MetadataExt;
+            theirs.ino() == ours.ino() && theirs.dev() == ours.dev()
+        }
+        _ => false,
+    };
+    if !same_ns {
+        return false;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
+}
+
+/// Whether the thread `pid` (as a FUSE request names its caller) is in a
+/// `chown` system call now, read from `/proc/PID/syscall` (the caller
+/// waits in it for the daemon's reply). False when it cannot be read.
+pub(crate) fn in_chown(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let Some(nr) = text
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok())
+    else {
+        return false;
+    };
+    #[cfg(target_arch = "x86_64")]
+    let legacy = [libc::SYS_chown, libc::SYS_lchown];
+    #[cfg(not(target_arch = "x86_64"))]
+    let legacy: [i64; 0] = [];
+    nr == libc::SYS_fchownat || nr == libc::SYS_fchown || legacy.contains(&nr)
+}
