@@ -76,14 +76,15 @@ def daemon_pid(mp):
 
 
 def proc_cpu(pid):
-    """CPU seconds (user + system) used so far by process `pid` and its
-    threads."""
+    """CPU seconds (user + system) used so far by process `pid`, its
+    threads and the children it waited for (the `git gc` an export
+    spawns)."""
     if pid is None:
         return 0.0
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return 0.0
 
@@ -144,6 +145,7 @@ class Suite:
             h["bin"] = extra.pop("OPFS_BIN", self.opfs)
             export = export and extra.pop("OPFS_EXPORT", "1") != "0"
             h["env"] = dict(os.environ, OPFS_HOME=home, **extra)
+            h["export"] = export
             cmd = [h["bin"], "mount"] + ([] if export else ["--no-export"]) + [backing, mp]
             sh(cmd, env=h["env"])
         elif layer == "bindfs":

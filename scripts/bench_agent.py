@@ -251,12 +251,16 @@ class Way:
             self.suite.opfs_cli(self.h, "turn")
 
 
-def session(suite, way, plan_file, plan):
-    """Runs the turns in `way.mp`; returns the wall time of each turn."""
-    walls, steps = [], {}
+def session(suite, way, plan_file, plan, pid=None):
+    """Runs the turns in `way.mp`; returns the wall time of each turn, each
+    step's wall time summed over the turns, each step's CPU summed over the
+    turns: {step: [workload's processes, FUSE daemon]} (the daemon's CPU
+    during a step includes its background work then, e.g. an export), and
+    each turn's CPU as [workload's processes, FUSE daemon]."""
+    walls, steps, cpus, turn_cpus = [], {}, {}, []
     mp = way.mp
     for p in plan:
-        t0 = time.perf_counter()
+        t0, tc0, td0 = time.perf_counter(), B.children_cpu(), B.proc_cpu(pid)
         for step, fn in (
                 ("grep", lambda: way.sh(["grep", "-rIl", "--exclude-dir=.git", p["word"], "."],
                                         cwd=mp, check=False)),
@@ -267,11 +271,16 @@ def session(suite, way, plan_file, plan):
                 ("git status", lambda: way.sh(["git", "status"], cwd=mp)),
                 ("git diff --stat", lambda: way.sh(["git", "--no-pager", "diff", "--stat"], cwd=mp)),
                 ("checkpoint", lambda: way.checkpoint(p["turn"]))):
-            s0 = time.perf_counter()
+            s0, c0, d0 = time.perf_counter(), B.children_cpu(), B.proc_cpu(pid)
             fn()
             steps[step] = steps.get(step, 0.0) + time.perf_counter() - s0
+            c = cpus.setdefault(step, [0.0, 0.0])
+            c[0] += B.children_cpu() - c0
+            c[1] += B.proc_cpu(pid) - d0
         walls.append(time.perf_counter() - t0)
-    return walls, {k: round(v, 4) for k, v in steps.items()}
+        turn_cpus.append([round(B.children_cpu() - tc0, 4), round(B.proc_cpu(pid) - td0, 4)])
+    return (walls, {k: round(v, 4) for k, v in steps.items()},
+            {k: [round(x, 4) for x in v] for k, v in cpus.items()}, turn_cpus)
 
 
 def w11_agent(suite, bench):
@@ -299,22 +308,46 @@ def w11_agent(suite, bench):
                 layer = w if w.startswith("opfs") else LAYER.get(w, "plain")
                 mp, h = suite.mount(layer, backing, export=True)
                 try:
-                    way = Way(suite, w, backing, mp, h)
                     pid = h and h["pid"]
+                    # Each way's baseline (the shadow repo's first commit,
+                    # the scan's first walk and copy, opfs's first export,
+                    # which the daemon starts at mount) is untimed but
+                    # recorded: an opfs way waits for it here, so that it
+                    # does not run under the session.
+                    c0, d0 = bench.children_cpu(), bench.proc_cpu(pid)
+                    b0 = time.perf_counter()
+                    way = Way(suite, w, backing, mp, h)
+                    # `opfs export` waits for the daemon's background
+                    # export; without one (`OPFS_EXPORT=0`) it would do the
+                    # export itself, which that way does not pay for.
+                    exports = w.startswith("opfs") and h.get("export")
+                    if exports:
+                        suite.opfs_cli(h, "export")
+                    base = {"wall_s": round(time.perf_counter() - b0, 4),
+                            "cpu_s": round(bench.children_cpu() - c0 + bench.proc_cpu(pid) - d0, 4)}
                     reqs = bench_reqs.FuseRequests(mp) if a.requests and h else None
                     c0, d0 = bench.children_cpu(), bench.proc_cpu(pid)
                     t0 = time.perf_counter()
-                    walls, steps = session(suite, way, plan_file, plan)
+                    walls, steps, step_cpu, turn_cpu = session(suite, way, plan_file, plan, pid)
                     wall = time.perf_counter() - t0
-                    if w.startswith("opfs"):
+                    e0, f0 = bench.children_cpu(), bench.proc_cpu(pid)
+                    if exports:
                         suite.opfs_cli(h, "export")
-                    cpu = bench.children_cpu() - c0 + bench.proc_cpu(pid) - d0
+                    step_cpu["last export"] = [round(bench.children_cpu() - e0, 4),
+                                               round(bench.proc_cpu(pid) - f0, 4)]
+                    work_cpu, daemon_cpu = bench.children_cpu() - c0, bench.proc_cpu(pid) - d0
+                    cpu = work_cpu + daemon_cpu
                     run = {"wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
-                           "turn_wall_s": [round(x, 4) for x in walls], "step_wall_s": steps}
+                           "workload_cpu_s": round(work_cpu, 4), "daemon_cpu_s": round(daemon_cpu, 4),
+                           "baseline": base,
+                           "turn_wall_s": [round(x, 4) for x in walls], "step_wall_s": steps,
+                           "step_cpu_s": step_cpu, "turn_cpu_s": turn_cpu}
                     if reqs:
                         run["requests"] = reqs.stop()
                     runs[w].append(run)
                     bench.log(f"  11 agent n={n} {w:<11} wall {wall:.3f} s  cpu {cpu:.3f} s"
+                              f" (workload {work_cpu:.3f}, daemon {daemon_cpu:.3f};"
+                              f" baseline untimed {base['cpu_s']:.3f})"
                               + (f"  requests {sum(run['requests'].values())}" if reqs else ""))
                 finally:
                     suite.umount(h)

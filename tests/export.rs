@@ -683,3 +683,84 @@ fn baseline_while_the_agent_writes_is_the_turn_start() {
     let git_dir = f.state_dir().join("export.git");
     assert_tree(&git_dir, "refs/opfs/baseline", &start);
 }
+
+/// An export of a turn that wrote a few objects starts no `git` process:
+/// whether `git gc --auto` would find work is judged in-process (it
+/// started git on every export to learn that it had nothing to do). The
+/// baseline is still packed by `git gc`. `git` on `PATH` is a wrapper
+/// that logs each run and then runs the real one.
+#[test]
+fn export_of_a_small_turn_starts_no_git_process() {
+    let f = Fixture::new(
+        |p| {
+            for i in 0..20 {
+                fs::write(p.join(format!("f{i:02}.txt")), format!("file {i}\n")).unwrap();
+            }
+        },
+        &["--no-export"],
+    );
+    let real_git = common::which("git").expect("git on PATH");
+    let bin = f.root().join("fake-bin");
+    fs::create_dir(&bin).unwrap();
+    let log = f.root().join("git-runs.log");
+    let wrapper = bin.join("git");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexec {} \"$@\"\n",
+            common::q(log.to_str().unwrap()),
+            common::q(real_git.to_str().unwrap())
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let git_dir = f.root().join("small.git");
+    let export = |what: &str| {
+        let mut cmd = f.fx.opfs_command(&[
+            OsStr::new("-C"),
+            f.mp.as_os_str(),
+            OsStr::new("export"),
+            OsStr::new("--git-dir"),
+            git_dir.as_os_str(),
+            OsStr::new("--json"),
+        ]);
+        let out = cmd
+            .env("PATH", &path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        json(&out.stdout)
+    };
+    let runs = || fs::read_to_string(&log).unwrap_or_default();
+
+    fs::write(f.m("f00.txt"), "changed in turn 1\n").unwrap();
+    assert_eq!(f.turn("two"), 2);
+    let first = export("first export");
+    assert_eq!(first["baseline"], true, "{first}");
+    assert_eq!(first["packed"], "git", "{first}");
+    let baseline_runs = runs();
+    assert!(
+        baseline_runs.contains("gc --prune=now"),
+        "the baseline was not packed: {baseline_runs:?}"
+    );
+
+    fs::write(f.m("f07.txt"), "changed in turn 2\n").unwrap();
+    let end2 = manifest(&f.project);
+    assert_eq!(f.turn("three"), 3);
+    let second = export("second export");
+    assert_eq!(second["turns"], serde_json::json!([2]), "{second}");
+    assert_eq!(second["objects"], 3, "{second}");
+    assert_eq!(second["packed"], "no", "{second}");
+    assert_eq!(
+        runs(),
+        baseline_runs,
+        "the export of one small turn started git"
+    );
+    assert_tree(&git_dir, "refs/opfs/turns/2", &end2);
+}

@@ -20,6 +20,7 @@
 //! Without `git` on `PATH` the export stays loose and the reports say so.
 
 use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -399,10 +400,15 @@ pub(super) fn delete(git_dir: &Path, name: &str) -> Result<RefEdit, ExportError>
 /// Packs the repository at `git_dir` with `git gc` (reflogs expired, so a
 /// dropped turn's objects really go). `auto`: only when git's own
 /// heuristic finds enough loose objects (`git gc --auto`, threshold
-/// lowered to [`AUTO_PACK_LOOSE`]), which costs a few ms otherwise; this
-/// is what every export runs. The caller holds the export lock, so no
-/// export writes meanwhile.
+/// lowered to [`AUTO_PACK_LOOSE`]); this is what every export runs. git
+/// is started only when [`auto_pack_due`] says its heuristic would find
+/// work ([`Packed::No`] otherwise): starting it to learn that there is
+/// nothing to do cost a process per turn. The caller holds the export
+/// lock, so no export writes meanwhile.
 pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
+    if auto && !auto_pack_due(git_dir) {
+        return Packed::No;
+    }
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir")
         .arg(git_dir)
@@ -410,7 +416,7 @@ pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
         .args(["-c", "gc.reflogExpireUnreachable=now"])
         .args(["-c", "gc.autoDetach=false"])
         .args(["-c", &format!("gc.auto={AUTO_PACK_LOOSE}")])
-        .args(["-c", "gc.autoPackLimit=20"])
+        .args(["-c", &format!("gc.autoPackLimit={AUTO_PACK_LIMIT}")])
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .stdin(std::process::Stdio::null())
@@ -443,3 +449,97 @@ pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
 /// `gc.auto`, sampled by git itself): a baseline of a large tree is packed
 /// at once, a run of small turns every few hundred objects.
 pub const AUTO_PACK_LOOSE: u64 = 500;
+
+/// Packs above which `git gc --auto` consolidates them (git's
+/// `gc.autoPackLimit`, passed to it as such).
+const AUTO_PACK_LIMIT: u64 = 20;
+
+/// Whether `git gc --auto`, run with [`AUTO_PACK_LOOSE`] and
+/// [`AUTO_PACK_LIMIT`], would find work in `git_dir`, judged from the same
+/// evidence git uses: the loose objects in one of the 256 fan-out
+/// directories (`objects/17`) standing for all of them, more than
+/// `AUTO_PACK_LOOSE / 256` (rounded up) there; or more than
+/// `AUTO_PACK_LIMIT` packs not marked `.keep`. Reading two directories
+/// in-process costs microseconds; starting git to decide cost a process
+/// per export. A directory that cannot be read counts as empty (git
+/// decides the same way).
+fn auto_pack_due(git_dir: &Path) -> bool {
+    let objects = git_dir.join("objects");
+    let threshold = AUTO_PACK_LOOSE.div_ceil(256);
+    let is_loose =
+        |name: &[u8]| name.len() == 38 && name.iter().all(|b| b"0123456789abcdef".contains(b));
+    let loose = std::fs::read_dir(objects.join("17"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| is_loose(e.file_name().as_encoded_bytes()))
+                .count() as u64
+        })
+        .unwrap_or(0);
+    if loose > threshold {
+        return true;
+    }
+    let pack_dir = objects.join("pack");
+    let packs = std::fs::read_dir(&pack_dir)
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.as_encoded_bytes();
+                    name.ends_with(b".pack") && {
+                        let stem = &name[..name.len() - b".pack".len()];
+                        let mut keep = stem.to_vec();
+                        keep.extend_from_slice(b".keep");
+                        !pack_dir.join(std::ffi::OsStr::from_bytes(&keep)).exists()
+                    }
+                })
+                .count() as u64
+        })
+        .unwrap_or(0);
+    packs > AUTO_PACK_LIMIT
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn touch(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"").unwrap();
+    }
+
+    #[test]
+    fn auto_pack_is_due_from_the_same_loose_and_pack_counts_as_git_gc_auto() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path();
+        assert!(!auto_pack_due(git), "no objects dir");
+        let sample = git.join("objects/17");
+        // ⌈500 / 256⌉ = 2 loose objects in the sample are not enough.
+        for name in ["a".repeat(38), "b".repeat(38)] {
+            touch(&sample.join(name));
+        }
+        // Not loose objects: a temp file, a wrong length, upper case.
+        for name in ["tmp_obj_x".to_string(), "c".repeat(37), "D".repeat(38)] {
+            touch(&sample.join(name));
+        }
+        // Other fan-out directories are not sampled.
+        touch(&git.join("objects/18").join("e".repeat(38)));
+        assert!(!auto_pack_due(git));
+        touch(&sample.join("0".repeat(38)));
+        assert!(auto_pack_due(git), "3 loose objects in objects/17");
+
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path();
+        let packs = git.join("objects/pack");
+        for i in 0..20 {
+            touch(&packs.join(format!("pack-{i:040}.pack")));
+            touch(&packs.join(format!("pack-{i:040}.idx")));
+        }
+        assert!(!auto_pack_due(git), "20 packs are the limit");
+        touch(&packs.join(format!("pack-{:040}.pack", 20)));
+        touch(&packs.join(format!("pack-{:040}.keep", 20)));
+        assert!(!auto_pack_due(git), "a kept pack does not count");
+        touch(&packs.join(format!("pack-{:040}.pack", 21)));
+        assert!(auto_pack_due(git), "21 packs not kept");
+    }
+}
