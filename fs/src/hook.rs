@@ -77,6 +77,21 @@ pub enum Mutation<'a> {
 /// An errno value (`libc::EIO`, `libc::ENOSPC`, ...).
 pub type Errno = i32;
 
+/// The backing directories a [`Mutation::Remove`] or [`Mutation::Rename`]
+/// is about to be applied in, as the layer holds them open (`O_PATH`
+/// descriptors, valid for the duration of the hook call): the mutation
+/// runs as `unlinkat(from, last component of path)` or
+/// `renameat2(from, last component of from, to, last component of to)`.
+/// A hook that reads the entries through these reads exactly what the
+/// mutation changes, without resolving the paths from the root again.
+#[derive(Debug, Clone, Copy)]
+pub struct Parents<'a> {
+    /// The directory holding the removed entry, or the rename's source.
+    pub from: std::os::fd::BorrowedFd<'a>,
+    /// The directory holding the rename's target; `None` for a removal.
+    pub to: Option<std::os::fd::BorrowedFd<'a>>,
+}
+
 /// Called by the filesystem before every mutation.
 ///
 /// Implementations must not call back into the mounted filesystem (that
@@ -88,6 +103,16 @@ pub trait MutationHook: Send + Sync + 'static {
     /// Returning `Err(errno)` fails the operation with that errno and leaves
     /// the backing directory untouched by it (fail closed).
     fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno>;
+
+    /// [`MutationHook::before`] for a [`Mutation::Remove`] or
+    /// [`Mutation::Rename`] of the passthrough layer, which also hands over
+    /// the backing directories the mutation runs in ([`Parents`]; their
+    /// paths are the parents of the mutation's paths as far as the layer
+    /// knows). The default ignores them.
+    fn before_in(&self, mutation: &Mutation<'_>, parents: Parents<'_>) -> Result<(), Errno> {
+        let _ = parents;
+        self.before(mutation)
+    }
 
     /// Called after `mutation` has been applied to the backing directory
     /// (still under the quiesce lock), so the hook can remember what the

@@ -35,7 +35,7 @@ use std::time::Duration;
 use fuser::{Config, MountOption, Session, SessionACL};
 
 pub use controller::{Controller, UNMOUNT_GRACE, UNMOUNT_POLL};
-pub use hook::{Errno, Mutation, MutationHook, NoHook};
+pub use hook::{Errno, Mutation, MutationHook, NoHook, Parents};
 pub use quiesce::QuiesceGuard;
 pub use watch::WatchMode;
 

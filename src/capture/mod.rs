@@ -42,7 +42,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use opfs_fs::{Errno, Mutation, MutationHook};
+use opfs_fs::{Errno, Mutation, MutationHook, Parents};
 
 pub use error::{CaptureError, OpenError};
 pub use keep::DEFAULT_KEEP_MIN;
@@ -395,8 +395,27 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
                     self.capture_locked(&mut inner, path)
                 }
             }
-            Mutation::Remove { path } => self.capture_leaving(&mut self.lock(), path),
+            Mutation::Remove { path } => self.capture_leaving(&mut self.lock(), path, None),
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
+        };
+        result.map_err(|e| {
+            log::error!("capture failed, refusing the mutation: {e}");
+            e.errno()
+        })
+    }
+
+    fn before_in(&self, mutation: &Mutation<'_>, parents: Parents<'_>) -> Result<(), Errno> {
+        // The layer's own descriptors of the directories the mutation runs
+        // in: the capture reads exactly the entries it changes, and saves
+        // resolving their parents from the project root again.
+        let result = match *mutation {
+            Mutation::Remove { path } => {
+                self.capture_leaving(&mut self.lock(), path, Some(parents.from))
+            }
+            Mutation::Rename { from, to, exchange } => {
+                self.capture_rename_in(from, to, exchange, Some(parents))
+            }
+            _ => return self.before(mutation),
         };
         result.map_err(|e| {
             log::error!("capture failed, refusing the mutation: {e}");

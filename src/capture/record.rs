@@ -3,6 +3,7 @@
 //! records into the index.
 
 use std::io::{self, Read};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 
 use super::keep::Hashed;
@@ -134,18 +135,31 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         known: Option<PreImage>,
     ) -> Result<(), CaptureError> {
-        self.capture_as(inner, path, known, false)
+        self.capture_as(inner, path, known, false, None)
     }
 
-    /// [`Journal::capture_locked`] of a path whose entry is about to lose
-    /// this name (an unlink, or the target of a rename over it): a large
-    /// file may be kept instead of copied (`keep.rs`).
+    /// [`Journal::capture_locked`], reading the entry through `parent` (a
+    /// descriptor of the directory holding it, from the FUSE layer:
+    /// [`Tree::lstat_open_born_in`]) when given.
+    pub(super) fn capture_in(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        parent: Option<BorrowedFd<'_>>,
+    ) -> Result<(), CaptureError> {
+        self.capture_as(inner, path, None, false, parent)
+    }
+
+    /// [`Journal::capture_in`] of a path whose entry is about to lose this
+    /// name (an unlink, or the target of a rename over it): a large file
+    /// may be kept instead of copied (`keep.rs`).
     pub(super) fn capture_leaving(
         &self,
         inner: &mut Inner,
         path: &[u8],
+        parent: Option<BorrowedFd<'_>>,
     ) -> Result<(), CaptureError> {
-        self.capture_as(inner, path, None, true)
+        self.capture_as(inner, path, None, true, parent)
     }
 
     fn capture_as(
@@ -154,6 +168,7 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         known: Option<PreImage>,
         leaving: bool,
+        parent: Option<BorrowedFd<'_>>,
     ) -> Result<(), CaptureError> {
         if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
             return Ok(());
@@ -163,7 +178,7 @@ impl<T: Tree> Journal<T> {
         }
         let (pre, data, nlink, meta, kept) = match known {
             Some(pre) => (pre, None, 0, None, None),
-            None => self.read_state(inner, path, leaving)?,
+            None => self.read_state(inner, path, leaving, parent)?,
         };
         if let PreImage::File { ino, .. } = pre {
             if nlink > 1 {
@@ -214,13 +229,14 @@ impl<T: Tree> Journal<T> {
     /// With `leaving` (the entry is about to lose this name) a large file
     /// may be kept instead ([`Journal::try_keep`]): the pre-image's blob is
     /// then all zeros (pending) and the kept file's number and lease are
-    /// returned too.
+    /// returned too. `parent`: as for [`Journal::capture_in`].
     #[allow(clippy::type_complexity)]
     fn read_state(
         &self,
         inner: &mut Inner,
         path: &[u8],
         leaving: bool,
+        parent: Option<BorrowedFd<'_>>,
     ) -> Result<
         (
             PreImage,
@@ -231,7 +247,7 @@ impl<T: Tree> Journal<T> {
         ),
         CaptureError,
     > {
-        let Some((st, file, born)) = self.tree.lstat_open_born(path).at(path)? else {
+        let Some((st, file, born)) = self.tree.lstat_open_born_in(path, parent).at(path)? else {
             return Ok((PreImage::Absent, None, 0, None, None));
         };
         let nlink = st.nlink;
@@ -310,7 +326,7 @@ impl<T: Tree> Journal<T> {
             libc::S_IFDIR => (PreImage::Dir { perm: st.perm() }, None),
             libc::S_IFLNK => (
                 PreImage::Symlink {
-                    target: self.tree.read_link(path).at(path)?,
+                    target: self.tree.read_link_in(path, parent).at(path)?,
                 },
                 None,
             ),

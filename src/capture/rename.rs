@@ -1,6 +1,10 @@
 //! Renames: a directory's move changes every path under both names, so
 //! the capture before it and the fingerprints after it walk the subtree.
 
+use std::os::fd::BorrowedFd;
+
+use opfs_fs::Parents;
+
 use super::{CaptureError, Journal};
 use crate::paths::{self, PathContext};
 use crate::record::{Fingerprint, Stat};
@@ -17,35 +21,53 @@ impl<T: Tree> Journal<T> {
         to: &[u8],
         exchange: bool,
     ) -> Result<(), CaptureError> {
+        self.capture_rename_in(from, to, exchange, None)
+    }
+
+    /// [`Journal::capture_rename`], reading `from` and `to` through the
+    /// directories holding them when the FUSE layer handed them over
+    /// (`MutationHook::before_in`; [`Tree::lstat_open_born_in`]). The
+    /// subtree of a moved directory is still read by path.
+    pub(super) fn capture_rename_in(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        exchange: bool,
+        parents: Option<Parents<'_>>,
+    ) -> Result<(), CaptureError> {
+        let from_dir = parents.map(|p| p.from);
+        let to_dir = parents.and_then(|p| p.to);
         let mut inner = self.lock();
-        self.capture_locked(&mut inner, from)?;
+        self.capture_in(&mut inner, from, from_dir)?;
         if exchange {
-            self.capture_locked(&mut inner, to)?;
+            self.capture_in(&mut inner, to, to_dir)?;
         } else {
             // Whatever `to` holds loses its name: a large file may be kept.
-            self.capture_leaving(&mut inner, to)?;
+            self.capture_leaving(&mut inner, to, to_dir)?;
         }
-        self.capture_subtree_move(&mut inner, from, to)?;
+        self.capture_subtree_move(&mut inner, from, to, from_dir)?;
         if exchange {
-            self.capture_subtree_move(&mut inner, to, from)?;
+            self.capture_subtree_move(&mut inner, to, from, to_dir)?;
         }
         Ok(())
     }
 
     /// For every path under directory `src`, records it and its counterpart
     /// under `dst`. Cost: one stat (and for files one read) per entry.
+    /// `src_dir`: the directory holding `src`, when the layer gave it.
     fn capture_subtree_move(
         &self,
         inner: &mut super::Inner,
         src: &[u8],
         dst: &[u8],
+        src_dir: Option<BorrowedFd<'_>>,
     ) -> Result<(), CaptureError> {
         // Every path under an excluded directory is excluded: a move
         // between two excluded names records nothing.
         if self.excludes(src) && self.excludes(dst) {
             return Ok(());
         }
-        match self.tree.lstat(src).at(src)? {
+        match self.tree.lstat_in(src, src_dir).at(src)? {
             Some(st) if st.file_type() == libc::S_IFDIR => {}
             _ => return Ok(()),
         }

@@ -12,7 +12,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -210,31 +210,53 @@ impl Dir {
             Err(e) if is_not_found(&e) || e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let want = StatxFlags::BASIC_STATS | StatxFlags::BTIME;
-        let stx = match rustix::fs::statx(&dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW, want) {
-            Ok(stx) => stx,
+        entry_open_born(dir.as_fd(), &name)
+    }
+
+    /// [`Dir::lstat_open_born`] of the entry at `rel` read through
+    /// `parent`, a descriptor of the directory holding it (what the FUSE
+    /// layer is about to change it in, `MutationHook::before_in`): the
+    /// parent is not resolved again, so what is read is the entry the
+    /// mutation changes even if the directory moved since the layer named
+    /// it. `None` resolves `rel` as [`Dir::lstat_open_born`] does.
+    #[allow(clippy::type_complexity)]
+    pub fn lstat_open_born_in(
+        &self,
+        rel: &[u8],
+        parent: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        match (parent, paths::split(rel)) {
+            (Some(dir), Some((_, name))) => entry_open_born(dir, &cstr(name)?),
+            _ => self.lstat_open_born(rel),
+        }
+    }
+
+    /// [`Dir::lstat`] of the entry at `rel` read through `parent` (as for
+    /// [`Dir::lstat_open_born_in`]; `None` resolves `rel`).
+    pub fn lstat_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Option<Stat>> {
+        let (Some(dir), Some((_, name))) = (parent, paths::split(rel)) else {
+            return self.lstat(rel);
+        };
+        match rustix::fs::statat(dir, cstr(name)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(stat_of(&st))),
             Err(e) => {
                 let e = io::Error::from(e);
-                return if is_not_found(&e) { Ok(None) } else { Err(e) };
+                if is_not_found(&e) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
             }
-        };
-        let (st, born) = statx_of(&stx);
-        if st.file_type() != libc::S_IFREG {
-            return Ok(Some((st, None, born)));
         }
-        let Some(file) = open_entry(&dir, &name) else {
-            // Replaced or removed since the stat: report what is there now.
-            return Ok(match self.lstat(rel)? {
-                Some(st) => Some((st, None, self.born_ns(rel, None)?)),
-                None => None,
-            });
+    }
+
+    /// [`Dir::read_link`] of the symlink at `rel` read through `parent`
+    /// (as for [`Dir::lstat_open_born_in`]; `None` resolves `rel`).
+    pub fn read_link_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Vec<u8>> {
+        let (Some(dir), Some((_, name))) = (parent, paths::split(rel)) else {
+            return self.read_link(rel);
         };
-        let stx = rustix::fs::statx(&file, c"", AtFlags::EMPTY_PATH, want)?;
-        let (st, born) = statx_of(&stx);
-        if st.file_type() != libc::S_IFREG {
-            return Ok(Some((st, None, born)));
-        }
-        Ok(Some((st, Some(file), born)))
+        Ok(rustix::fs::readlinkat(dir, cstr(name)?.as_c_str(), Vec::new())?.into_bytes())
     }
 
     /// When the inode at `rel` was born (created), ns since the Unix epoch,
@@ -511,6 +533,46 @@ impl Dir {
     pub fn syncfs(&self) -> io::Result<()> {
         Ok(rustix::fs::syncfs(&self.root)?)
     }
+}
+
+/// The `statx` (with the birth time) of the entry `name` of `dir` and, for
+/// a regular file, the file opened read-only, whose own `statx` is then
+/// the one returned (it describes the bytes read from it even if the name
+/// was replaced in between). `None` when the name is absent (or `dir` is
+/// no longer a directory).
+#[allow(clippy::type_complexity)]
+fn entry_open_born(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+    let want = StatxFlags::BASIC_STATS | StatxFlags::BTIME;
+    let stat_name = || match rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, want) {
+        Ok(stx) => Ok(Some(statx_of(&stx))),
+        Err(e) => {
+            let e = io::Error::from(e);
+            if is_not_found(&e) {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        }
+    };
+    let Some((st, born)) = stat_name()? else {
+        return Ok(None);
+    };
+    if st.file_type() != libc::S_IFREG {
+        return Ok(Some((st, None, born)));
+    }
+    let Some(file) = open_entry(&dir, name) else {
+        // Replaced or removed since the stat: report what is there now.
+        return Ok(stat_name()?.map(|(st, born)| (st, None, born)));
+    };
+    let stx = rustix::fs::statx(&file, c"", AtFlags::EMPTY_PATH, want)?;
+    let (st, born) = statx_of(&stx);
+    if st.file_type() != libc::S_IFREG {
+        return Ok(Some((st, None, born)));
+    }
+    Ok(Some((st, Some(file), born)))
 }
 
 /// Opens the entry `name` of `dir` read-only for a capture, without

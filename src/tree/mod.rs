@@ -17,6 +17,7 @@ mod xattr;
 
 use std::fs::File;
 use std::io;
+use std::os::fd::BorrowedFd;
 
 pub use dir::Dir;
 
@@ -52,6 +53,36 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
         };
         let born = self.born_ns(rel, file.as_ref())?;
         Ok(Some((st, file, born)))
+    }
+
+    /// [`Tree::lstat_open_born`] of the entry at `rel`, read through
+    /// `parent` when given: a descriptor of the directory holding it, which
+    /// the FUSE layer is about to change it in
+    /// (`MutationHook::before_in`). A tree that reads the project
+    /// directory itself reads the entry there, without resolving `rel`'s
+    /// parent again; the default ignores `parent`.
+    #[allow(clippy::type_complexity)]
+    fn lstat_open_born_in(
+        &self,
+        rel: &[u8],
+        parent: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        let _ = parent;
+        self.lstat_open_born(rel)
+    }
+
+    /// [`Tree::lstat`] through `parent` (as for
+    /// [`Tree::lstat_open_born_in`]; the default ignores it).
+    fn lstat_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Option<Stat>> {
+        let _ = parent;
+        self.lstat(rel)
+    }
+
+    /// [`Tree::read_link`] through `parent` (as for
+    /// [`Tree::lstat_open_born_in`]; the default ignores it).
+    fn read_link_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Vec<u8>> {
+        let _ = parent;
+        self.read_link(rel)
     }
 
     /// When the inode at `rel` (or `file`, that inode already open) was
@@ -95,6 +126,22 @@ impl Tree for Dir {
 
     fn read_link(&self, rel: &[u8]) -> io::Result<Vec<u8>> {
         Dir::read_link(self, rel)
+    }
+
+    fn lstat_open_born_in(
+        &self,
+        rel: &[u8],
+        parent: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Option<(Stat, Option<File>, Option<i64>)>> {
+        Dir::lstat_open_born_in(self, rel, parent)
+    }
+
+    fn lstat_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Option<Stat>> {
+        Dir::lstat_in(self, rel, parent)
+    }
+
+    fn read_link_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Vec<u8>> {
+        Dir::read_link_in(self, rel, parent)
     }
 
     fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>> {

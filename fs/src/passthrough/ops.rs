@@ -152,6 +152,14 @@ impl State {
         self.hook.before(&mutation).map_err(Errno::from_i32)
     }
 
+    /// [`State::before`] for a removal or rename that runs in `parents`.
+    fn before_in(&self, mutation: Mutation<'_>, parents: crate::Parents<'_>) -> Res<()> {
+        trace!("hook {mutation:?}");
+        self.hook
+            .before_in(&mutation, parents)
+            .map_err(Errno::from_i32)
+    }
+
     /// Tells the hook `mutation` reached the backing directory, which now
     /// holds `now` at the path (if known).
     pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
@@ -549,7 +557,13 @@ impl State {
         let cname = sys::cname(name).map_err(errno)?;
         let _gate = self.gate.read();
         let path = self.child_path(parent, name)?;
-        self.before(Mutation::Remove { path: &path })?;
+        self.before_in(
+            Mutation::Remove { path: &path },
+            crate::Parents {
+                from: dir.fd.as_fd(),
+                to: None,
+            },
+        )?;
         self.hold_fd_of(parent, name);
         if let Err(e) = sys::unlinkat(dir.fd.as_fd(), &cname, flags) {
             self.hook.failed(&Mutation::Remove { path: &path });
@@ -578,11 +592,17 @@ impl State {
         let _gate = self.gate.read();
         let from = self.child_path(parent, name)?;
         let to = self.child_path(new_parent, new_name)?;
-        self.before(Mutation::Rename {
-            from: &from,
-            to: &to,
-            exchange,
-        })?;
+        self.before_in(
+            Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            },
+            crate::Parents {
+                from: dir.fd.as_fd(),
+                to: Some(new_dir.fd.as_fd()),
+            },
+        )?;
         if !exchange {
             self.hold_fd_of(new_parent, new_name);
         }

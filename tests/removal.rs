@@ -1,0 +1,69 @@
+//! What a removal through the mount captures: the entry the removal
+//! destroys, read through the directory the layer removes it from
+//! (`MutationHook::before_in`), not whatever the path names by the time
+//! the capture resolves it again from the project root.
+//!
+//! - `a_removal_in_a_directory_moved_behind_the_mount_captures_the_removed_bytes`:
+//!   without the watch (the kernel may then use a cached entry for up to
+//!   a second), a directory is moved away behind the mount and a new one
+//!   with a file of the same name takes its place; `rm` through the mount
+//!   right after still removes the file in the moved directory (the one
+//!   the kernel's cached entry names). Its bytes must be what the turn
+//!   recorded for the path. Resolving the path again from the root found
+//!   the new file, born after the turn began, so the turn recorded the
+//!   path as unknown and the removed bytes were lost.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The kernel caches entries for `opfs_fs::UNWATCHED_TTL` (1 s) without
+/// the watch; a try whose steps took longer may have seen fresh entries
+/// and is repeated.
+const WINDOW: Duration = Duration::from_millis(700);
+
+#[test]
+fn a_removal_in_a_directory_moved_behind_the_mount_captures_the_removed_bytes() {
+    let fx = Fixture::new();
+    fx.set_env("OPFS_WATCH", "off");
+    for attempt in 0..5 {
+        let d = format!("d{attempt}");
+        write_file(&fx.p(format!("{d}/x")), b"removed bytes\n", 0o644);
+        if attempt == 0 {
+            fx.mount();
+        }
+        let turn = fx.turn(&format!("try {attempt}"));
+        let started = Instant::now();
+        // The kernel looks both up and caches them.
+        assert!(fx.m(format!("{d}/x")).exists(), "{d}/x through the mount");
+        fx.sh_in(
+            &fx.project,
+            &format!("mv {d} moved{attempt} && mkdir {d} && echo 'new bytes' > {d}/x"),
+        );
+        let removed = std::fs::remove_file(fx.m(format!("{d}/x")));
+        if started.elapsed() > WINDOW {
+            eprintln!("try {attempt} took {:?}; again", started.elapsed());
+            continue;
+        }
+        removed.unwrap_or_else(|e| panic!("rm {d}/x through the mount: {e}"));
+        // The cached entry named the moved directory: that is where the
+        // file went.
+        assert!(
+            !fx.p(format!("moved{attempt}/x")).exists(),
+            "the removal should have reached the moved directory's file"
+        );
+        assert_eq!(
+            std::fs::read(fx.p(format!("{d}/x"))).expect("read the new file"),
+            b"new bytes\n"
+        );
+        let shown = fx.opfs_p(&["show", &format!("{turn}:{d}/x")]);
+        assert!(
+            shown.code == Some(0) && shown.stdout == "removed bytes\n",
+            "turn {turn} did not record {d}/x as the bytes the removal destroyed: {shown}"
+        );
+        return;
+    }
+    panic!("no try finished within {WINDOW:?} (machine too loaded?)");
+}
