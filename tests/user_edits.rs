@@ -8,6 +8,8 @@ mod common;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -93,12 +95,28 @@ fn the_mount_serves_a_file_changed_behind_its_back() {
     let longer = b"a much longer content, written directly in the project\n".repeat(50);
     fs::write(fx.p("grow.txt"), &longer).expect("write behind");
     assert_eq!(
-        fs::read(fx.m("grow.txt")).expect("read via mount"),
+        read_until(&fx.m("grow.txt"), &longer),
         longer,
         "no stale size or content through the mount"
     );
     fs::write(fx.p("grow.txt"), b"tiny").expect("shrink behind");
-    assert_eq!(fs::read(fx.m("grow.txt")).expect("read via mount"), b"tiny");
+    assert_eq!(read_until(&fx.m("grow.txt"), b"tiny"), b"tiny");
+}
+
+/// Reads `path` (through the mount) until it holds `want`, for at most
+/// 3 s, and returns the last read. A change made behind the mount shows
+/// once the watch has invalidated the kernel's caches: promptly, not
+/// synchronously (docs/coherence.md; `tests/coherence.rs` bounds the
+/// delay). A stale cache would last the 60 s TTL and fail here.
+fn read_until(path: &Path, want: &[u8]) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let got = fs::read(path).expect("read via mount");
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A file made directly in the project inside a directory the agent made
