@@ -283,15 +283,13 @@ impl<T: Tree> Journal<T> {
         crate::store::verify_blob(&inner.index, &self.blobs, hash)
     }
 
-    /// The content of blob `hash` when it is stored inline (checked), else
-    /// `None` (read the blob file). Errors as [`crate::store::read_blob`].
+    /// The content of blob `hash` when it is stored inline or as a saved
+    /// piece in a range pack (checked), else `None` (read the blob file).
+    /// Errors as [`crate::store::read_blob`].
     pub fn inline_blob(&self, hash: &crate::record::Hash) -> Result<Option<Vec<u8>>, BlobError> {
         let mut inner = self.lock();
         inner.apply_pending().map_err(index_as_blob_error)?;
-        match inner.index.inline_blob(hash).map_err(index_as_blob_error)? {
-            Some(_) => crate::store::read_blob(&inner.index, &self.blobs, hash).map(Some),
-            None => Ok(None),
-        }
+        crate::store::stored_in_index_or_pack(&inner.index, &self.blobs, hash)
     }
 
     /// The open turn's number.

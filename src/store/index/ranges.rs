@@ -1,7 +1,7 @@
 //! The `ranges` table: the old bytes a turn saved before overwriting part
 //! of a large file (`docs/ranges.md`).
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::codec::Uint;
 use super::{Index, IndexError};
@@ -64,5 +64,71 @@ impl Index {
             });
         }
         Ok(out)
+    }
+}
+
+/// Where a saved piece kept in a range pack is: the pack's turn, the byte
+/// offset in the pack, the length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    /// The turn whose pack holds the bytes (`blobs/packs/<turn>`).
+    pub turn: u64,
+    /// Byte offset in the pack.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl Index {
+    /// Where the bytes of blob `hash` are kept in a range pack, when some
+    /// saved piece holds them there (`None`: inline in `blobs`, a blob
+    /// file, or unknown).
+    ///
+    /// Errors: SQLite's; [`IndexError::Corrupt`] for a malformed row.
+    pub fn packed(&self, hash: &Hash) -> Result<Option<Packed>, IndexError> {
+        if !self.pack_column {
+            return Ok(None);
+        }
+        let row: Option<(i64, i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, pack, len FROM ranges WHERE blob = ?1 AND pack IS NOT NULL LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([&hash[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
+            .map_err(self.err())?;
+        let Some((turn, offset, len)) = row else {
+            return Ok(None);
+        };
+        match (
+            u64::try_from(turn),
+            u64::try_from(offset),
+            u64::try_from(len),
+        ) {
+            (Ok(turn), Ok(offset), Ok(len)) if len > 0 => Ok(Some(Packed { turn, offset, len })),
+            _ => Err(self.corrupt(format!(
+                "a saved piece in the range pack of turn {turn} at {offset}+{len}"
+            ))),
+        }
+    }
+
+    /// Bytes of the saved pieces kept in range packs (what the blobs
+    /// table does not count).
+    ///
+    /// Errors: SQLite's.
+    pub fn packed_bytes(&self) -> Result<u64, IndexError> {
+        if !self.pack_column {
+            return Ok(0);
+        }
+        self.conn
+            .query_row(
+                "SELECT coalesce(sum(len), 0) FROM ranges WHERE pack IS NOT NULL",
+                [],
+                |r| r.get::<_, Uint>(0),
+            )
+            .map(|v| v.0)
+            .map_err(self.err())
     }
 }

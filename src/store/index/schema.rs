@@ -1,18 +1,20 @@
 //! The index's tables (`docs/format.md`) and the upgrade of older files.
 //!
-//! Versions 1 to 4 lack only columns, a table and indexes that
+//! Versions 1 to 5 lack only columns, a table and indexes that
 //! [`create_or_upgrade`] adds in place; version 4 also allows the record
 //! kind 10 (unknown), which older builds refuse, and version 5 records a
 //! path's owner and extended attributes (`uid`, `gid`, `xattrs`), which a
 //! version 4 build would drop when it copies records, so the version number
-//! is raised once they are added. A newer version is refused.
+//! is raised once they are added. Version 6 keeps small saved pieces of
+//! ranged records in range packs (`ranges.pack`), which a version 5 build
+//! would look for in vain among the blobs. A newer version is refused.
 
 use rusqlite::OptionalExtension;
 
 use super::{Index, IndexError};
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Every table, as version [`SCHEMA_VERSION`] has it (`IF NOT EXISTS`: a
 /// no-op on a current file).
@@ -63,6 +65,7 @@ CREATE TABLE IF NOT EXISTS ranges(
     offset INTEGER NOT NULL,
     len    INTEGER NOT NULL,
     blob   BLOB NOT NULL,
+    pack   INTEGER,
     UNIQUE (turn, path, offset, blob)
 );
 CREATE TABLE IF NOT EXISTS fingerprints(
@@ -81,22 +84,24 @@ CREATE TABLE IF NOT EXISTS restores(
 ";
 
 /// Columns added since the first release: `(table, column, type)`. They
-/// are optional (NULL: unknown inode, content in a blob file), so older
-/// files gain them in place.
-const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+/// are optional (NULL: unknown inode, content in a blob file, a piece
+/// stored as a blob), so older files gain them in place.
+const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
     ("preimages", "ino", "INTEGER"),
     ("blobs", "data", "BLOB"),
     ("preimages", "uid", "INTEGER"),
     ("preimages", "gid", "INTEGER"),
     ("preimages", "xattrs", "BLOB"),
+    ("ranges", "pack", "INTEGER"),
 ];
 
 /// Indexes added since the first release.
 const ADDED_INDEXES: &str =
     "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
-     CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);";
+     CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);
+     CREATE INDEX IF NOT EXISTS ranges_by_blob ON ranges(blob) WHERE pack IS NOT NULL;";
 
-/// Creates the tables of a fresh file, or brings a version 1 to 4 file up
+/// Creates the tables of a fresh file, or brings a version 1 to 5 file up
 /// to [`SCHEMA_VERSION`] (durable with the connection's `synchronous`
 /// level). Errors: [`IndexError::Version`] for a newer file,
 /// [`IndexError::Corrupt`] for an unreadable version, else SQLite's.
