@@ -283,13 +283,28 @@ impl<T: Tree> Journal<T> {
         crate::store::verify_blob(&inner.index, &self.blobs, hash)
     }
 
-    /// The content of blob `hash` when it is stored inline or as a saved
-    /// piece in a range pack (checked), else `None` (read the blob file).
-    /// Errors as [`crate::store::read_blob`].
+    /// The content of blob `hash` when it is stored inline (checked), else
+    /// `None` (read the blob file). Errors as [`crate::store::read_blob`].
     pub fn inline_blob(&self, hash: &crate::record::Hash) -> Result<Option<Vec<u8>>, BlobError> {
         let mut inner = self.lock();
         inner.apply_pending().map_err(index_as_blob_error)?;
-        crate::store::stored_in_index_or_pack(&inner.index, &self.blobs, hash)
+        match inner.index.inline_blob(hash).map_err(index_as_blob_error)? {
+            Some(_) => crate::store::read_blob(&inner.index, &self.blobs, hash).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of a saved piece (checked): from its range pack when
+    /// `at` says where, else blob `hash` (inline or a blob file). Errors
+    /// as [`crate::store::read_blob`].
+    pub fn read_piece(
+        &self,
+        hash: &crate::record::Hash,
+        at: Option<crate::store::index::Packed>,
+    ) -> Result<Vec<u8>, BlobError> {
+        let mut inner = self.lock();
+        inner.apply_pending().map_err(index_as_blob_error)?;
+        crate::store::read_piece(&inner.index, &self.blobs, hash, at)
     }
 
     /// The open turn's number.

@@ -43,7 +43,9 @@ pub fn replay_capture_log(
     blobs: &BlobStore,
     sync: bool,
 ) -> Result<CaptureLog, ReplayError> {
-    let mut entries = log::read(log_path)?;
+    let entries = log::read(log_path)?;
+    // A group committed just before a crash is in the log still.
+    let mut entries = index.unlisted(entries)?;
     kept::resolve(&mut entries, kept, blobs)?;
     if !entries.is_empty() {
         index.apply(&entries, blobs)?;
@@ -69,46 +71,41 @@ pub enum ReplayError {
 }
 
 /// The content of blob `hash`, checked against its name: inline in the
-/// index for a small file, else a saved piece's bytes in a range pack,
-/// else the blob file.
+/// index for a small file, else the blob file (a saved piece in a range
+/// pack is read with [`read_piece`]).
 ///
 /// Errors: [`BlobError::Missing`] when none holds it,
 /// [`BlobError::Corrupt`] when the bytes do not hash to `hash`,
 /// [`BlobError::Io`] when the index, the pack or the file cannot be read
 /// (the error names which).
 pub fn read_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<Vec<u8>, BlobError> {
-    match stored_in_index_or_pack(index, blobs, hash)? {
+    match inline(index, hash)? {
         Some(data) => Ok(data),
         None => blobs.read(hash),
+    }
+}
+
+/// The bytes of a saved piece (`index::Piece`): from its range pack when
+/// `at` says where, else blob `hash` ([`read_blob`]); checked against
+/// `hash` either way. Errors as [`read_blob`].
+pub fn read_piece(
+    index: &Index,
+    blobs: &BlobStore,
+    hash: &Hash,
+    at: Option<index::Packed>,
+) -> Result<Vec<u8>, BlobError> {
+    match at {
+        Some(p) => blobs.read_packed(p.turn, p.offset, p.len, hash),
+        None => read_blob(index, blobs, hash),
     }
 }
 
 /// Checks that blob `hash` is present and hashes to its name; returns its
 /// length in bytes. Errors as [`read_blob`].
 pub fn verify_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<u64, BlobError> {
-    match stored_in_index_or_pack(index, blobs, hash)? {
+    match inline(index, hash)? {
         Some(data) => Ok(data.len() as u64),
         None => blobs.verify(hash),
-    }
-}
-
-/// The content of `hash` when the index holds it inline or names a range
-/// pack holding it, checked; `None`: look for a blob file.
-pub fn stored_in_index_or_pack(
-    index: &Index,
-    blobs: &BlobStore,
-    hash: &Hash,
-) -> Result<Option<Vec<u8>>, BlobError> {
-    if let Some(data) = inline(index, hash)? {
-        return Ok(Some(data));
-    }
-    let at = index.packed(hash).map_err(|e| BlobError::Io {
-        path: index.path().to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    match at {
-        Some(p) => blobs.read_packed(p.turn, p.offset, p.len, hash).map(Some),
-        None => Ok(None),
     }
 }
 

@@ -28,9 +28,12 @@ impl Index {
     /// [`INLINE_MAX`](crate::store::INLINE_MAX)) is not a blob: before the
     /// transaction, the pieces of each turn are appended to that turn's
     /// range pack in `blobs` with one write ([`BlobStore::append_pack`]),
-    /// and the piece's row names its offset there. Bytes appended for a
-    /// piece already listed (a replay), or by an attempt whose transaction
-    /// failed, stay in the pack unreferenced until gc drops the turn.
+    /// and the piece's row names its offset there. Bytes appended by an
+    /// attempt whose transaction failed stay in the pack unreferenced
+    /// until gc drops the turn. Saved pieces are listed as given: a replay
+    /// of the capture log drops the ones already listed first
+    /// ([`Index::unlisted`]); listed twice, a piece would only be read
+    /// after itself (the earlier piece wins, and its bytes are the same).
     ///
     /// Durable after `Ok` to the level the index was opened with; after
     /// `Err` nothing of it is (a pack may have grown, see above).
@@ -62,7 +65,7 @@ impl Index {
             let mut record = tx.prepare_cached(INSERT_PREIMAGE)?;
             let mut forget = tx.prepare_cached("DELETE FROM fingerprints WHERE path = ?1")?;
             let mut piece = tx.prepare_cached(
-                "INSERT OR IGNORE INTO ranges(turn, path, offset, len, blob, pack)
+                "INSERT INTO ranges(turn, path, offset, len, blob, pack)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             let mut drop_ranged = tx.prepare_cached(&format!(
@@ -101,7 +104,7 @@ impl Index {
                             blob: hash, size, ..
                         } = &e.pre
                         {
-                            let inserted = piece.execute(params![
+                            piece.execute(params![
                                 Uint(e.turn),
                                 &e.path,
                                 Uint(offset),
@@ -109,7 +112,7 @@ impl Index {
                                 &hash[..],
                                 pack.map(Uint),
                             ])?;
-                            if pack.is_some() && inserted > 0 {
+                            if pack.is_some() {
                                 added = added.saturating_add(*size);
                             }
                         }
@@ -121,6 +124,34 @@ impl Index {
             }
             Ok(added)
         })
+    }
+
+    /// `entries` without the saved pieces the index lists already (same
+    /// turn, path, offset and bytes): for a replay of the capture log,
+    /// which may repeat a group that was committed just before a crash.
+    /// Cost: one read of the listed pieces of each path with pieces in
+    /// `entries`.
+    ///
+    /// Errors: SQLite's.
+    pub fn unlisted(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, IndexError> {
+        let mut listed: HashMap<(u64, Vec<u8>), HashSet<(u64, Hash)>> = HashMap::new();
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            if let (Op::Range { offset }, PreImage::File { blob, .. }) = (e.op, &e.pre) {
+                let key = (e.turn, e.path.clone());
+                let set = match listed.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(self.listed_pieces(e.turn, &e.path)?)
+                    }
+                };
+                if set.contains(&(offset, *blob)) {
+                    continue;
+                }
+            }
+            out.push(e);
+        }
+        Ok(out)
     }
 
     /// Appends the bytes of the saved pieces among `entries` that carry
@@ -211,7 +242,8 @@ mod tests {
     /// group once), not to `blobs`; they read back by hash; a replay of
     /// the same entries (a crash between the commit and the log's
     /// truncation) adds no row and only unreferenced bytes; the bytes
-    /// count as stored; a version 5 file gains the column; a lost pack is
+    /// count as stored; a version 5 file gains the column (its rows kept in
+    /// order); a lost pack is
     /// reported missing; gc's removal takes the packs of dropped turns.
     #[test]
     fn small_pieces_are_packed_per_turn_and_a_replay_changes_nothing() {
@@ -222,14 +254,25 @@ mod tests {
             let ix = Index::open(&path, false).expect("open");
             ix.conn
                 .execute_batch(
-                    "DROP INDEX ranges_by_blob;
-                     ALTER TABLE ranges DROP COLUMN pack;
+                    "DROP INDEX ranges_by_path;
+                     DROP TABLE ranges;
+                     CREATE TABLE ranges(turn INTEGER NOT NULL, path BLOB NOT NULL,
+                         offset INTEGER NOT NULL, len INTEGER NOT NULL, blob BLOB NOT NULL,
+                         UNIQUE (turn, path, offset, blob));
+                     INSERT INTO ranges VALUES (9, x'6f6c64', 500, 10, zeroblob(32));
+                     INSERT INTO ranges VALUES (9, x'6f6c64', 100, 20, zeroblob(32));
                      UPDATE meta SET value = '5' WHERE key = 'schema_version';",
                 )
                 .expect("downgrade");
         }
         let mut ix = Index::open(&path, false).expect("upgrade");
         assert!(ix.has_column("ranges", "pack").expect("column"));
+        let old = ix.ranges_of(9, b"old").expect("old pieces");
+        assert_eq!(
+            old.iter().map(|p| (p.offset, p.at)).collect::<Vec<_>>(),
+            [(500, None), (100, None)],
+            "upgraded in saving order, as blobs"
+        );
         let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
         ix.next_turn(None, TurnKind::Agent, None, None, None)
             .expect("t1");
@@ -250,18 +293,21 @@ mod tests {
             [0, 8192, 65536]
         );
         for (bytes, p) in [(&a, pieces[0]), (&b, pieces[1]), (&a, pieces[2])] {
-            assert_eq!(&crate::store::read_blob(&ix, &blobs, &p.blob).expect("read"), bytes);
+            assert_eq!(&crate::store::read_piece(&ix, &blobs, &p.blob, p.at).expect("read"), bytes);
         }
+        assert_eq!(pieces[0].at, pieces[2].at, "identical bytes packed once");
         assert_eq!(ix.totals().expect("totals").1, 4096 + 100 + 4096);
         assert_eq!(ix.kept_blob_bytes(1).expect("kept"), 4096 + 100 + 4096);
-        assert_eq!(ix.apply(&entries, &blobs).expect("replay"), 0);
+        assert_eq!(ix.kept_blob_bytes(2).expect("kept"), 0);
+        let again = ix.unlisted(entries.clone()).expect("unlisted");
+        assert_eq!(again, vec![ranged(1)], "a replay skips listed pieces");
+        assert_eq!(ix.apply(&again, &blobs).expect("replay"), 0);
         assert_eq!(ix.ranges_of(1, b"big").expect("pieces"), pieces);
-        assert_eq!(
-            std::fs::metadata(&pack).expect("pack").len(),
-            2 * (4096 + 100),
-            "a replay appends, unreferenced"
-        );
-        assert_eq!(&crate::store::read_blob(&ix, &blobs, &pieces[1].blob).expect("read"), &b);
+        // An attempt whose transaction failed left bytes no row names.
+        blobs.append_pack(1, &[9; 77]).expect("torn");
+        ix.apply(&[piece(1, 4096, &b)], &blobs).expect("after a torn append");
+        let last = ix.ranges_of(1, b"big").expect("pieces")[3];
+        assert_eq!(last.at.map(|p| p.offset), Some(4096 + 100 + 77));
         // Cut short: the bytes a row names are missing, not wrong.
         std::fs::OpenOptions::new()
             .write(true)
@@ -269,7 +315,7 @@ mod tests {
             .and_then(|f| f.set_len(50))
             .expect("cut");
         assert!(matches!(
-            crate::store::read_blob(&ix, &blobs, &pieces[1].blob),
+            crate::store::read_piece(&ix, &blobs, &pieces[1].blob, pieces[1].at),
             Err(crate::store::BlobError::Missing(_))
         ));
         assert_eq!(blobs.remove_packs_before(1, false), (0, 0));

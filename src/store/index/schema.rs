@@ -65,8 +65,7 @@ CREATE TABLE IF NOT EXISTS ranges(
     offset INTEGER NOT NULL,
     len    INTEGER NOT NULL,
     blob   BLOB NOT NULL,
-    pack   INTEGER,
-    UNIQUE (turn, path, offset, blob)
+    pack   INTEGER
 );
 CREATE TABLE IF NOT EXISTS fingerprints(
     path     BLOB PRIMARY KEY,
@@ -86,20 +85,38 @@ CREATE TABLE IF NOT EXISTS restores(
 /// Columns added since the first release: `(table, column, type)`. They
 /// are optional (NULL: unknown inode, content in a blob file, a piece
 /// stored as a blob), so older files gain them in place.
-const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
     ("preimages", "ino", "INTEGER"),
     ("blobs", "data", "BLOB"),
     ("preimages", "uid", "INTEGER"),
     ("preimages", "gid", "INTEGER"),
     ("preimages", "xattrs", "BLOB"),
-    ("ranges", "pack", "INTEGER"),
 ];
 
 /// Indexes added since the first release.
 const ADDED_INDEXES: &str =
     "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
      CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);
-     CREATE INDEX IF NOT EXISTS ranges_by_blob ON ranges(blob) WHERE pack IS NOT NULL;";
+     CREATE INDEX IF NOT EXISTS ranges_by_path ON ranges(turn, path);";
+
+/// Version 6's `ranges` table: the `pack` column, and no `UNIQUE (turn,
+/// path, offset, blob)` (an index keyed by the offset of random writes
+/// dirtied a page per piece; a replay skips pieces already listed
+/// instead, [`Index::apply`]). Rebuilt in rowid order, which is the
+/// saving order the readers rely on.
+const RANGES_V6: &str = "
+CREATE TABLE ranges_v6(
+    turn   INTEGER NOT NULL,
+    path   BLOB NOT NULL,
+    offset INTEGER NOT NULL,
+    len    INTEGER NOT NULL,
+    blob   BLOB NOT NULL,
+    pack   INTEGER
+);
+INSERT INTO ranges_v6(rowid, turn, path, offset, len, blob)
+    SELECT rowid, turn, path, offset, len, blob FROM ranges ORDER BY rowid;
+DROP TABLE ranges;
+ALTER TABLE ranges_v6 RENAME TO ranges;";
 
 /// Creates the tables of a fresh file, or brings a version 1 to 5 file up
 /// to [`SCHEMA_VERSION`] (durable with the connection's `synchronous`
@@ -108,6 +125,12 @@ const ADDED_INDEXES: &str =
 pub(super) fn create_or_upgrade(index: &Index) -> Result<(), IndexError> {
     let err = index.err();
     index.conn.execute_batch(SCHEMA).map_err(&err)?;
+    if !index.has_column("ranges", "pack")? {
+        // One transaction: dropped on error, the old table stays.
+        let tx = index.conn.unchecked_transaction().map_err(&err)?;
+        tx.execute_batch(RANGES_V6).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+    }
     for (table, column, ty) in ADDED_COLUMNS {
         if !index.has_column(table, column)? {
             index
