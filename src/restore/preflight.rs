@@ -78,12 +78,10 @@ pub(crate) fn preflight(
                 .iter()
                 .find_map(|b| journal.verify_blob(b).err())
                 .or_else(|| {
-                    packed
-                        .iter()
-                        .find_map(|&(turn, offset, len, blob)| {
-                            let at = crate::store::index::Packed { turn, offset, len };
-                            journal.read_piece(&blob, Some(at)).err()
-                        })
+                    packed.iter().find_map(|&(turn, offset, len, blob)| {
+                        let at = crate::store::index::Packed { turn, offset, len };
+                        journal.read_piece(&blob, Some(at)).err()
+                    })
                 });
             if let Some(e) = failed {
                 conflicts.push(Conflict::new(&p.raw, ConflictReason::SavedRange(e)));

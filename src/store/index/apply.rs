@@ -9,10 +9,14 @@ use rusqlite::params;
 use super::codec::{kind, Uint};
 use super::records::{insert_preimage, INSERT_PREIMAGE};
 use super::{Index, IndexError};
-use crate::record::PreImage;
 use crate::record::Hash;
+use crate::record::PreImage;
 use crate::store::log::{Entry, Op};
 use crate::store::BlobStore;
+
+/// The `(offset, blob)` of the saved pieces of one (turn, path) the index
+/// lists.
+type Listed = HashSet<(u64, Hash)>;
 
 impl Index {
     /// Commits the capture log's `entries` in one transaction: each blob
@@ -134,7 +138,7 @@ impl Index {
     ///
     /// Errors: SQLite's.
     pub fn unlisted(&self, entries: Vec<Entry>) -> Result<Vec<Entry>, IndexError> {
-        let mut listed: HashMap<(u64, Vec<u8>), HashSet<(u64, Hash)>> = HashMap::new();
+        let mut listed: HashMap<(u64, Vec<u8>), Listed> = HashMap::new();
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
             if let (Op::Range { offset }, PreImage::File { blob, .. }) = (e.op, &e.pre) {
@@ -277,7 +281,12 @@ mod tests {
         ix.next_turn(None, TurnKind::Agent, None, None, None)
             .expect("t1");
         let (a, b) = (vec![1u8; 4096], vec![2u8; 100]);
-        let entries = vec![ranged(1), piece(1, 0, &a), piece(1, 8192, &b), piece(1, 65536, &a)];
+        let entries = vec![
+            ranged(1),
+            piece(1, 0, &a),
+            piece(1, 8192, &b),
+            piece(1, 65536, &a),
+        ];
         let added = ix.apply(&entries, &blobs).expect("apply");
         assert_eq!(added, 4096 + 100 + 4096);
         let pack = blobs.pack_path(1);
@@ -293,7 +302,10 @@ mod tests {
             [0, 8192, 65536]
         );
         for (bytes, p) in [(&a, pieces[0]), (&b, pieces[1]), (&a, pieces[2])] {
-            assert_eq!(&crate::store::read_piece(&ix, &blobs, &p.blob, p.at).expect("read"), bytes);
+            assert_eq!(
+                &crate::store::read_piece(&ix, &blobs, &p.blob, p.at).expect("read"),
+                bytes
+            );
         }
         assert_eq!(pieces[0].at, pieces[2].at, "identical bytes packed once");
         assert_eq!(ix.totals().expect("totals").1, 4096 + 100 + 4096);
@@ -305,7 +317,8 @@ mod tests {
         assert_eq!(ix.ranges_of(1, b"big").expect("pieces"), pieces);
         // An attempt whose transaction failed left bytes no row names.
         blobs.append_pack(1, &[9; 77]).expect("torn");
-        ix.apply(&[piece(1, 4096, &b)], &blobs).expect("after a torn append");
+        ix.apply(&[piece(1, 4096, &b)], &blobs)
+            .expect("after a torn append");
         let last = ix.ranges_of(1, b"big").expect("pieces")[3];
         assert_eq!(last.at.map(|p| p.offset), Some(4096 + 100 + 77));
         // Cut short: the bytes a row names are missing, not wrong.

@@ -84,9 +84,7 @@ impl Index {
             // A packed piece belongs to its turn alone.
             let mut stmt = self
                 .conn
-                .prepare(
-                    "SELECT turn, sum(len) FROM ranges WHERE pack IS NOT NULL GROUP BY turn",
-                )
+                .prepare("SELECT turn, sum(len) FROM ranges WHERE pack IS NOT NULL GROUP BY turn")
                 .map_err(self.err())?;
             let rows = stmt
                 .query_map([], |r| Ok((r.get::<_, Uint>(0)?.0, r.get::<_, Uint>(1)?.0)))
