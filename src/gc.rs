@@ -189,7 +189,8 @@ pub struct GcReport {
     pub oldest_kept: Option<u64>,
     /// Pre-image records deleted.
     pub records_deleted: u64,
-    /// Blobs removed: files, and inline blobs deleted with their rows.
+    /// Blobs removed: files, inline blobs deleted with their rows, and the
+    /// range packs of the dropped turns.
     pub blobs_removed: u64,
     /// Bytes of the blobs removed.
     pub bytes_freed: u64,
@@ -510,7 +511,7 @@ pub fn gc_with_progress(
     drop(index);
     let store = BlobStore::open_existing(&state.blobs_dir());
     let sweep = store.begin_sweep();
-    let swept = sweep_files(
+    let mut swept = sweep_files(
         &sweep,
         &state.blobs_dir(),
         &kept,
@@ -519,6 +520,8 @@ pub fn gc_with_progress(
         progress,
     );
     drop(sweep);
+    let packs = store.remove_packs_before(d.cut, dry_run);
+    swept = (swept.0 + packs.0, swept.1 + packs.1);
     if !dry_run {
         store.clear_tmp();
     }
@@ -698,7 +701,7 @@ pub fn gc_served(
         }
     }
     crate::failpoint::failpoint("gc-before-sweep");
-    let swept = sweep_files(
+    let mut swept = sweep_files(
         &sweep,
         &state.blobs_dir(),
         &kept,
@@ -707,6 +710,9 @@ pub fn gc_served(
         &mut |_, _| {},
     );
     drop(sweep);
+    // The range packs of the dropped turns (no row names them any more).
+    let packs = journal.blobs().remove_packs_before(d.cut, false);
+    swept = (swept.0 + packs.0, swept.1 + packs.1);
     let cut = d.cut;
     let mut report = GcReport::of(d, swept, false);
     report.paused_ms = Some(paused_ms);

@@ -125,8 +125,9 @@ impl Db<'_> {
     }
 }
 
-/// One `ranges` row as stored: turn, path, offset, length, blob.
-type RawPiece = (i64, Vec<u8>, i64, i64, Vec<u8>);
+/// One `ranges` row as stored: turn, path, offset, length, blob, offset
+/// in the turn's range pack.
+type RawPiece = (i64, Vec<u8>, i64, i64, Vec<u8>, Option<i64>);
 
 /// One `turns` row as stored: number, kind, started, ended, rewound to.
 type TurnRow = (i64, String, i64, Option<i64>, Option<i64>);
@@ -189,7 +190,7 @@ pub fn verify_with_progress(
     let numbers: BTreeSet<i64> = turns.iter().map(|t| t.0).collect();
     let mut wanted = Wanted::new();
     let records = check_records(&db, &numbers, &mut wanted, &mut c)?;
-    check_ranges(&db, &numbers, &mut wanted, &mut c)?;
+    check_ranges(&db, state, &numbers, &mut wanted, &mut c)?;
     check_blobs(&db, state, &wanted, &mut c, progress)?;
     let unreferenced = check_blob_dir(state, &wanted, &mut c);
     check_log(state, &mut c);
@@ -406,9 +407,12 @@ fn check_record(r: &RawRecord, numbers: &BTreeSet<i64>, wanted: &mut Wanted, c: 
 }
 
 /// Saved ranges of ranged records (version 3): an existing turn, a sane
-/// offset and length, a 32-byte blob hash (added to `wanted`).
+/// offset and length, a 32-byte blob hash (added to `wanted`), or for a
+/// piece kept in a range pack (version 6), bytes in the turn's pack that
+/// hash to it.
 fn check_ranges(
     db: &Db<'_>,
+    state: &StateDir,
     numbers: &BTreeSet<i64>,
     wanted: &mut Wanted,
     c: &mut Checker,
@@ -416,11 +420,23 @@ fn check_ranges(
     if !db.has_column("ranges", "offset")? {
         return Ok(());
     }
-    let pieces: Vec<RawPiece> = db.rows(
-        "SELECT turn, path, offset, len, blob FROM ranges ORDER BY turn, path, offset",
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-    )?;
-    for (turn, path, offset, len, blob) in pieces {
+    let sql = if db.has_column("ranges", "pack")? {
+        "SELECT turn, path, offset, len, blob, pack FROM ranges ORDER BY turn, path, offset"
+    } else {
+        "SELECT turn, path, offset, len, blob, NULL FROM ranges ORDER BY turn, path, offset"
+    };
+    let pieces: Vec<RawPiece> = db.rows(sql, |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+        ))
+    })?;
+    let store = BlobStore::open_existing(&state.blobs_dir());
+    for (turn, path, offset, len, blob, pack) in pieces {
         let at = format!(
             "turn {turn} path {:?} saved range at byte {offset}",
             paths::display(&path)
@@ -431,11 +447,19 @@ fn check_ranges(
         if offset < 0 || len <= 0 {
             c.add("record", format!("{at}: bad offset or length {len}"));
         }
-        match <Hash>::try_from(blob.as_slice()) {
-            Ok(h) => {
+        match (<Hash>::try_from(blob.as_slice()), pack) {
+            (Ok(h), None) => {
                 wanted.entry(h).or_insert((len, at));
             }
-            Err(_) => c.add("record", format!("{at}: blob hash is not 32 bytes")),
+            (Ok(h), Some(p)) => match (u64::try_from(turn), u64::try_from(p), u64::try_from(len)) {
+                (Ok(t), Ok(p), Ok(n)) if n > 0 => {
+                    if let Err(e) = store.read_packed(t, p, n, &h) {
+                        c.add("blob", format!("{e} (used by {at})"));
+                    }
+                }
+                _ => c.add("record", format!("{at}: bad range pack offset {p}")),
+            },
+            (Err(_), _) => c.add("record", format!("{at}: blob hash is not 32 bytes")),
         }
     }
     Ok(())
@@ -533,6 +557,20 @@ fn check_blob_dir(state: &StateDir, wanted: &Wanted, c: &mut Checker) -> u64 {
         let dname = d.file_name();
         let dname = dname.to_string_lossy();
         if dname == crate::store::blob::TMP_DIR {
+            continue;
+        }
+        if dname == crate::store::blob::PACKS_DIR && d.path().is_dir() {
+            // Range packs: one per turn, named by its number (their bytes
+            // are checked with the saved ranges).
+            for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                let name = f.file_name();
+                if name.to_str().and_then(|n| n.parse::<u64>().ok()).is_none() {
+                    c.add(
+                        "store",
+                        format!("{} is not named like a range pack", f.path().display()),
+                    );
+                }
+            }
             continue;
         }
         if dname.len() != 2 || !is_hex(&dname) || !d.path().is_dir() {

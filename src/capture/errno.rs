@@ -67,7 +67,7 @@ fn index_errno(e: &IndexError) -> Errno {
             rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => libc::EAGAIN,
             _ => libc::EIO,
         },
-        IndexError::Kept { source, .. } => blob_errno(source),
+        IndexError::Kept { source, .. } | IndexError::Pack { source, .. } => blob_errno(source),
         IndexError::Sqlite { .. } | IndexError::Corrupt { .. } | IndexError::Version { .. } => {
             libc::EIO
         }

@@ -294,6 +294,19 @@ impl<T: Tree> Journal<T> {
         }
     }
 
+    /// The bytes of a saved piece (checked): from its range pack when
+    /// `at` says where, else blob `hash` (inline or a blob file). Errors
+    /// as [`crate::store::read_blob`].
+    pub fn read_piece(
+        &self,
+        hash: &crate::record::Hash,
+        at: Option<crate::store::index::Packed>,
+    ) -> Result<Vec<u8>, BlobError> {
+        let mut inner = self.lock();
+        inner.apply_pending().map_err(index_as_blob_error)?;
+        crate::store::read_piece(&inner.index, &self.blobs, hash, at)
+    }
+
     /// The open turn's number.
     pub fn open_turn(&self) -> u64 {
         self.lock().turn.number

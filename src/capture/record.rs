@@ -58,7 +58,7 @@ impl Pending {
         if self.entries.is_empty() {
             return Ok(0);
         }
-        let added = index.apply(&self.entries)?;
+        let added = index.apply(&self.entries, &self.blobs)?;
         self.entries.clear();
         self.bytes = 0;
         // If the truncation fails the log keeps records the index already

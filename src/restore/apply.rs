@@ -100,10 +100,7 @@ fn patch_in_place(journal: &Journal, p: &PathPlan, segments: &[Segment]) -> io::
     let mut loaded: Option<([u8; 32], Vec<u8>)> = None;
     for s in segments {
         if loaded.as_ref().map(|(h, _)| h) != Some(&s.blob) {
-            let data = match journal.inline_blob(&s.blob).map_err(blob_err)? {
-                Some(d) => d,
-                None => journal.blobs().read(&s.blob).map_err(blob_err)?,
-            };
+            let data = journal.read_piece(&s.blob, s.at).map_err(blob_err)?;
             loaded = Some((s.blob, data));
         }
         let data = loaded.as_ref().map(|(_, d)| d.as_slice()).unwrap_or(&[]);

@@ -66,8 +66,24 @@ pub(crate) fn preflight(
             }
         }
         if let Some(segments) = &p.patch {
-            let blobs: BTreeSet<[u8; 32]> = segments.iter().map(|s| s.blob).collect();
-            if let Some(e) = blobs.iter().find_map(|b| journal.verify_blob(b).err()) {
+            let mut blobs: BTreeSet<[u8; 32]> = BTreeSet::new();
+            let mut packed = BTreeSet::new();
+            for s in segments {
+                match s.at {
+                    Some(at) => packed.insert((at.turn, at.offset, at.len, s.blob)),
+                    None => blobs.insert(s.blob),
+                };
+            }
+            let failed = blobs
+                .iter()
+                .find_map(|b| journal.verify_blob(b).err())
+                .or_else(|| {
+                    packed.iter().find_map(|&(turn, offset, len, blob)| {
+                        let at = crate::store::index::Packed { turn, offset, len };
+                        journal.read_piece(&blob, Some(at)).err()
+                    })
+                });
+            if let Some(e) = failed {
                 conflicts.push(Conflict::new(&p.raw, ConflictReason::SavedRange(e)));
                 bad.insert(p.raw.clone());
                 continue;

@@ -114,6 +114,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BlobError + '_ {
 /// digits).
 pub const TMP_DIR: &str = "tmp";
 
+/// The folder inside the blob directory holding the range packs: one file
+/// per turn, `packs/<turn>`, the small saved pieces of that turn's ranged
+/// records back to back (`docs/format.md`, "Range packs"; never a blob name).
+pub const PACKS_DIR: &str = "packs";
+
 impl BlobStore {
     /// Opens (creating if needed) the blob store at `dir`. With `sync`, every
     /// blob is fsynced before it is renamed into place and the directory
@@ -350,6 +355,121 @@ impl BlobStore {
             });
         }
         Ok(data)
+    }
+
+    /// The range pack of `turn` (see [`PACKS_DIR`]).
+    pub fn pack_path(&self, turn: u64) -> PathBuf {
+        self.dir.join(PACKS_DIR).join(turn.to_string())
+    }
+
+    /// Appends `bytes` to the range pack of `turn` with one `write(2)`
+    /// (creating the pack, and the packs folder, if needed) and returns the
+    /// byte offset they start at. With `sync` the pack (and the folder
+    /// when the pack was created) is fsynced before this returns. After
+    /// `Err` the pack may end with a part of `bytes` no row refers to:
+    /// harmless, the next append starts after it.
+    ///
+    /// Errors: [`BlobError::Io`] naming the pack (ENOSPC when the disk is
+    /// full).
+    pub fn append_pack(&self, turn: u64, bytes: &[u8]) -> Result<u64, BlobError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.pack_path(turn);
+        let open = || {
+            fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let mut f = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = self.dir.join(PACKS_DIR);
+                fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(io_err(&path))?;
+        let at = f.metadata().map_err(io_err(&path))?.len();
+        f.write_all(bytes).map_err(io_err(&path))?;
+        if self.sync {
+            f.sync_data().map_err(io_err(&path))?;
+            if at == 0 {
+                let dir = self.dir.join(PACKS_DIR);
+                File::open(&dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io_err(&dir))?;
+            }
+        }
+        Ok(at)
+    }
+
+    /// The `len` bytes at `offset` of the range pack of `turn`, checked
+    /// against `hash`.
+    ///
+    /// Errors: [`BlobError::Missing`] when the pack is gone or shorter,
+    /// [`BlobError::Corrupt`] when the bytes do not hash to `hash`,
+    /// [`BlobError::Io`] naming the pack when it cannot be read.
+    pub fn read_packed(
+        &self,
+        turn: u64,
+        offset: u64,
+        len: u64,
+        hash: &Hash,
+    ) -> Result<Vec<u8>, BlobError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.pack_path(turn);
+        let missing = || {
+            BlobError::Missing(format!(
+                "{} (the {len} bytes at {offset} of range pack {})",
+                hex(hash),
+                path.display()
+            ))
+        };
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(missing()),
+            Err(source) => return Err(BlobError::Io { path, source }),
+        };
+        let mut data = vec![0u8; usize::try_from(len).map_err(|_| missing())?];
+        match f.read_exact_at(&mut data, offset) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(missing()),
+            Err(source) => return Err(BlobError::Io { path, source }),
+        }
+        let actual = *blake3::hash(&data).as_bytes();
+        if &actual != hash {
+            return Err(BlobError::Corrupt {
+                hash: hex(hash),
+                actual: hex(&actual),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Removes (or, with `dry_run`, counts) the range packs of the turns
+    /// before `cut` (after gc dropped their rows); returns `(files,
+    /// bytes)`. Packs that cannot be removed are left for the next gc;
+    /// names that are not turn numbers are left alone (`opfs verify`
+    /// reports them).
+    pub fn remove_packs_before(&self, cut: u64, dry_run: bool) -> (u64, u64) {
+        let mut removed = (0, 0);
+        let Ok(entries) = fs::read_dir(self.dir.join(PACKS_DIR)) else {
+            return removed;
+        };
+        for e in entries.flatten() {
+            let Some(turn) = e.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else {
+                continue;
+            };
+            if turn < cut {
+                let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                if dry_run || fs::remove_file(e.path()).is_ok() {
+                    removed.0 += 1;
+                    removed.1 += len;
+                }
+            }
+        }
+        removed
     }
 
     /// Total bytes of all blob files (a walk of the blob directory).

@@ -43,10 +43,12 @@ pub fn replay_capture_log(
     blobs: &BlobStore,
     sync: bool,
 ) -> Result<CaptureLog, ReplayError> {
-    let mut entries = log::read(log_path)?;
+    let entries = log::read(log_path)?;
+    // A group committed just before a crash is in the log still.
+    let mut entries = index.unlisted(entries)?;
     kept::resolve(&mut entries, kept, blobs)?;
     if !entries.is_empty() {
-        index.apply(&entries)?;
+        index.apply(&entries, blobs)?;
     }
     let mut capture_log = CaptureLog::open(log_path, sync)?;
     capture_log.truncate()?;
@@ -69,16 +71,32 @@ pub enum ReplayError {
 }
 
 /// The content of blob `hash`, checked against its name: inline in the
-/// index for a small file, else the blob file.
+/// index for a small file, else the blob file (a saved piece in a range
+/// pack is read with [`read_piece`]).
 ///
-/// Errors: [`BlobError::Missing`] when neither holds it,
+/// Errors: [`BlobError::Missing`] when none holds it,
 /// [`BlobError::Corrupt`] when the bytes do not hash to `hash`,
-/// [`BlobError::Io`] when the index or the file cannot be read (the error
-/// names which).
+/// [`BlobError::Io`] when the index, the pack or the file cannot be read
+/// (the error names which).
 pub fn read_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<Vec<u8>, BlobError> {
     match inline(index, hash)? {
         Some(data) => Ok(data),
         None => blobs.read(hash),
+    }
+}
+
+/// The bytes of a saved piece (`index::Piece`): from its range pack when
+/// `at` says where, else blob `hash` ([`read_blob`]); checked against
+/// `hash` either way. Errors as [`read_blob`].
+pub fn read_piece(
+    index: &Index,
+    blobs: &BlobStore,
+    hash: &Hash,
+    at: Option<index::Packed>,
+) -> Result<Vec<u8>, BlobError> {
+    match at {
+        Some(p) => blobs.read_packed(p.turn, p.offset, p.len, hash),
+        None => read_blob(index, blobs, hash),
     }
 }
 

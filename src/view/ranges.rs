@@ -32,6 +32,8 @@ pub struct Segment {
     pub blob: Hash,
     /// Where the run starts inside the piece.
     pub skip: u64,
+    /// Where the piece's bytes are in a range pack (`None`: blob `blob`).
+    pub at: Option<crate::store::index::Packed>,
 }
 
 /// The runs a chain of ranged records lays over the file below them, for
@@ -73,6 +75,7 @@ fn layout(pieces: &[Piece], size: u64) -> Vec<Segment> {
                 len: b - a,
                 blob: p.blob,
                 skip: a - p.offset,
+                at: p.at,
             });
         }
         covered.insert(start, end);
@@ -200,9 +203,9 @@ impl<'a> Patched<'a> {
         }
     }
 
-    fn piece(&mut self, blob: &Hash) -> io::Result<&[u8]> {
+    fn piece(&mut self, blob: &Hash, at: Option<crate::store::index::Packed>) -> io::Result<&[u8]> {
         if self.loaded.as_ref().map(|(h, _)| h) != Some(blob) {
-            let data = crate::store::read_blob(self.index, self.blobs, blob)
+            let data = crate::store::read_piece(self.index, self.blobs, blob, at)
                 .map_err(|e: BlobError| io::Error::other(format!("a saved range: {e}")))?;
             self.loaded = Some((*blob, data));
         }
@@ -232,7 +235,7 @@ impl Read for Patched<'_> {
             Some(s) if s.offset <= self.pos => {
                 let from = (s.skip + (self.pos - s.offset)) as usize;
                 let want = ((s.offset + s.len - self.pos) as usize).min(buf.len());
-                let data = self.piece(&s.blob)?;
+                let data = self.piece(&s.blob, s.at)?;
                 let src = data.get(from..from + want).ok_or_else(|| {
                     io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -318,6 +321,7 @@ mod tests {
                 offset,
                 len: bytes.len() as u64,
                 blob: *blake3::hash(bytes).as_bytes(),
+                at: None,
             },
             bytes.to_vec(),
         )
@@ -403,7 +407,7 @@ mod tests {
             });
         }
         let mut index = index;
-        index.apply(&entries).expect("apply");
+        index.apply(&entries, &blobs).expect("apply");
         let got = patch_in_memory(&index, &blobs, 1, b"f", 14, b"0123456789xy").expect("patch");
         assert_eq!(got, b"01AAAAbbbbxyZZ");
         let got = patch_in_memory(&index, &blobs, 1, b"f", 5, b"0123456789").expect("cut");

@@ -6,7 +6,7 @@
 //! process, with `synchronous=FULL` (the `--sync` option) also a power loss.
 //!
 //! One file per table family, each adding methods to [`Index`]:
-//! - [`schema`] (the tables and the upgrades from versions 1 to 4),
+//! - [`schema`] (the tables and the upgrades from versions 1 to 5),
 //! - `turns`, `records` (reading and writing pre-image records), `apply`
 //!   (committing the capture log), `ranges`, `blobs`, `fingerprints`,
 //!   `restores`, and `retention` (what `opfs gc` reads and deletes);
@@ -29,7 +29,7 @@ mod retention;
 mod schema;
 mod turns;
 
-pub use ranges::Piece;
+pub use ranges::{Packed, Piece};
 pub use records::Target;
 pub use retention::Dropped;
 pub use schema::SCHEMA_VERSION;
@@ -62,6 +62,15 @@ pub enum IndexError {
         /// The cause.
         source: crate::store::BlobError,
     },
+    /// A range pack (the saved pieces of a turn's ranged records) could
+    /// not be written; nothing of the commit is in the index.
+    #[error("range pack {path}: {source}")]
+    Pack {
+        /// The pack file.
+        path: PathBuf,
+        /// The cause (ENOSPC when the disk is full).
+        source: crate::store::BlobError,
+    },
     /// The database was written by a newer opfs.
     #[error("index {path} has schema version {found}; this opfs reads version {SCHEMA_VERSION}")]
     Version {
@@ -78,6 +87,7 @@ impl IndexError {
         match self {
             IndexError::Sqlite { path, .. }
             | IndexError::Kept { path, .. }
+            | IndexError::Pack { path, .. }
             | IndexError::Corrupt { path, .. }
             | IndexError::Version { path, .. } => path,
         }
@@ -98,6 +108,9 @@ pub struct Index {
     /// The `preimages.uid`, `gid` and `xattrs` columns exist (false only
     /// for a file older than version 5 opened read-only).
     meta_columns: bool,
+    /// The `ranges.pack` column exists (false only for a file older than
+    /// version 6 opened read-only: no piece is in a pack).
+    pack_column: bool,
 }
 
 /// Current time in ns since the Unix epoch (0 before it, `i64::MAX` after
@@ -186,6 +199,7 @@ impl Index {
             inline_column: true,
             ranges_table: true,
             meta_columns: true,
+            pack_column: true,
         };
         schema::create_or_upgrade(&index)?;
         index
@@ -215,6 +229,7 @@ impl Index {
             inline_column: false,
             ranges_table: false,
             meta_columns: false,
+            pack_column: false,
         };
         // Touch the schema so a garbage file fails here, with its name.
         index
@@ -224,6 +239,7 @@ impl Index {
         index.inline_column = index.has_column("blobs", "data")?;
         index.ranges_table = index.has_column("ranges", "offset")?;
         index.meta_columns = index.has_column("preimages", "xattrs")?;
+        index.pack_column = index.ranges_table && index.has_column("ranges", "pack")?;
         Ok(index)
     }
 

@@ -409,7 +409,7 @@ impl Index {
     }
 
     /// Number of pre-image records and total bytes of the blobs the index
-    /// lists.
+    /// lists (range packs included: the bytes of the pieces they hold).
     pub fn totals(&self) -> Result<(u64, u64), IndexError> {
         let records: Uint = self
             .conn
@@ -419,7 +419,7 @@ impl Index {
             .conn
             .query_row("SELECT coalesce(sum(size), 0) FROM blobs", [], |r| r.get(0))
             .map_err(self.err())?;
-        Ok((records.0, bytes.0))
+        Ok((records.0, bytes.0.saturating_add(self.packed_bytes()?)))
     }
 
     /// Notes that `path`'s record in `turn` is a file that had `nlink`

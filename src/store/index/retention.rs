@@ -27,9 +27,11 @@ impl Index {
     }
 
     /// Bytes of the listed blobs that records and saved ranges of turns
-    /// `>= from` name.
+    /// `>= from` name, plus the saved pieces those turns keep in range
+    /// packs.
     pub fn kept_blob_bytes(&self, from: u64) -> Result<u64, IndexError> {
-        self.conn
+        let blobs = self
+            .conn
             .query_row(
                 &format!(
                     "SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.hash IN ({KEPT_BLOBS})"
@@ -38,11 +40,24 @@ impl Index {
                 |r| r.get::<_, Uint>(0),
             )
             .map(|v| v.0)
-            .map_err(self.err())
+            .map_err(self.err())?;
+        if !self.pack_column {
+            return Ok(blobs);
+        }
+        let packed = self
+            .conn
+            .query_row(
+                "SELECT coalesce(sum(len), 0) FROM ranges WHERE turn >= ?1 AND pack IS NOT NULL",
+                [Uint(from)],
+                |r| r.get::<_, Uint>(0),
+            )
+            .map(|v| v.0)
+            .map_err(self.err())?;
+        Ok(blobs.saturating_add(packed))
     }
 
     /// The bytes of the listed blobs by the newest turn whose records or
-    /// saved ranges name them: `kept_blob_bytes(from)` is the sum of the
+    /// saved ranges name them, plus each turn's packed pieces: `kept_blob_bytes(from)` is the sum of the
     /// values of the keys `>= from`. One pass over the records, however
     /// many cuts the caller then weighs.
     pub fn bytes_by_last_use(&self) -> Result<BTreeMap<u64, u64>, IndexError> {
@@ -64,6 +79,21 @@ impl Index {
         for r in rows {
             let (t, bytes) = r.map_err(self.err())?;
             out.insert(t, bytes);
+        }
+        if self.pack_column {
+            // A packed piece belongs to its turn alone.
+            let mut stmt = self
+                .conn
+                .prepare("SELECT turn, sum(len) FROM ranges WHERE pack IS NOT NULL GROUP BY turn")
+                .map_err(self.err())?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, Uint>(0)?.0, r.get::<_, Uint>(1)?.0)))
+                .map_err(self.err())?;
+            for r in rows {
+                let (t, bytes) = r.map_err(self.err())?;
+                let e = out.entry(t).or_insert(0);
+                *e = e.saturating_add(bytes);
+            }
         }
         Ok(out)
     }

@@ -1,18 +1,20 @@
 //! The index's tables (`docs/format.md`) and the upgrade of older files.
 //!
-//! Versions 1 to 4 lack only columns, a table and indexes that
+//! Versions 1 to 5 lack only columns, a table and indexes that
 //! [`create_or_upgrade`] adds in place; version 4 also allows the record
 //! kind 10 (unknown), which older builds refuse, and version 5 records a
 //! path's owner and extended attributes (`uid`, `gid`, `xattrs`), which a
 //! version 4 build would drop when it copies records, so the version number
-//! is raised once they are added. A newer version is refused.
+//! is raised once they are added. Version 6 keeps small saved pieces of
+//! ranged records in range packs (`ranges.pack`), which a version 5 build
+//! would look for in vain among the blobs. A newer version is refused.
 
 use rusqlite::OptionalExtension;
 
 use super::{Index, IndexError};
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Every table, as version [`SCHEMA_VERSION`] has it (`IF NOT EXISTS`: a
 /// no-op on a current file).
@@ -63,7 +65,7 @@ CREATE TABLE IF NOT EXISTS ranges(
     offset INTEGER NOT NULL,
     len    INTEGER NOT NULL,
     blob   BLOB NOT NULL,
-    UNIQUE (turn, path, offset, blob)
+    pack   INTEGER
 );
 CREATE TABLE IF NOT EXISTS fingerprints(
     path     BLOB PRIMARY KEY,
@@ -81,8 +83,8 @@ CREATE TABLE IF NOT EXISTS restores(
 ";
 
 /// Columns added since the first release: `(table, column, type)`. They
-/// are optional (NULL: unknown inode, content in a blob file), so older
-/// files gain them in place.
+/// are optional (NULL: unknown inode, content in a blob file, a piece
+/// stored as a blob), so older files gain them in place.
 const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
     ("preimages", "ino", "INTEGER"),
     ("blobs", "data", "BLOB"),
@@ -94,15 +96,41 @@ const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
 /// Indexes added since the first release.
 const ADDED_INDEXES: &str =
     "CREATE INDEX IF NOT EXISTS preimages_by_ino ON preimages(ino) WHERE ino IS NOT NULL;
-     CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);";
+     CREATE INDEX IF NOT EXISTS preimages_by_path ON preimages(path, turn);
+     CREATE INDEX IF NOT EXISTS ranges_by_path ON ranges(turn, path);";
 
-/// Creates the tables of a fresh file, or brings a version 1 to 4 file up
+/// Version 6's `ranges` table: the `pack` column, and no `UNIQUE (turn,
+/// path, offset, blob)` (an index keyed by the offset of random writes
+/// dirtied a page per piece; a replay skips pieces already listed
+/// instead, [`Index::apply`]). Rebuilt in rowid order, which is the
+/// saving order the readers rely on.
+const RANGES_V6: &str = "
+CREATE TABLE ranges_v6(
+    turn   INTEGER NOT NULL,
+    path   BLOB NOT NULL,
+    offset INTEGER NOT NULL,
+    len    INTEGER NOT NULL,
+    blob   BLOB NOT NULL,
+    pack   INTEGER
+);
+INSERT INTO ranges_v6(rowid, turn, path, offset, len, blob)
+    SELECT rowid, turn, path, offset, len, blob FROM ranges ORDER BY rowid;
+DROP TABLE ranges;
+ALTER TABLE ranges_v6 RENAME TO ranges;";
+
+/// Creates the tables of a fresh file, or brings a version 1 to 5 file up
 /// to [`SCHEMA_VERSION`] (durable with the connection's `synchronous`
 /// level). Errors: [`IndexError::Version`] for a newer file,
 /// [`IndexError::Corrupt`] for an unreadable version, else SQLite's.
 pub(super) fn create_or_upgrade(index: &Index) -> Result<(), IndexError> {
     let err = index.err();
     index.conn.execute_batch(SCHEMA).map_err(&err)?;
+    if !index.has_column("ranges", "pack")? {
+        // One transaction: dropped on error, the old table stays.
+        let tx = index.conn.unchecked_transaction().map_err(&err)?;
+        tx.execute_batch(RANGES_V6).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+    }
     for (table, column, ty) in ADDED_COLUMNS {
         if !index.has_column(table, column)? {
             index
