@@ -134,6 +134,16 @@ pub struct Options {
     /// as the kernel would (crate README, "Killing suid/sgid"). The
     /// overlay ignores it.
     pub killpriv_v2: bool,
+    /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`
+    /// (default on): the kernel then makes every new file with MKNOD
+    /// (`fc->no_create`) and, having no OPEN to send, opens it without a
+    /// request, so a new file costs one request instead of CREATE and the
+    /// RELEASE of its handle. The birth is captured as for `mknod`
+    /// ([`Mutation::Create`]), under the caller's credentials and umask
+    /// as CREATE made it (crate README, "No create"). With OPEN (no
+    /// `FUSE_NO_OPEN_SUPPORT`) CREATE is served as always. The overlay
+    /// ignores it.
+    pub no_create: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -160,6 +170,7 @@ impl Default for Options {
             no_opendir: true,
             no_open: true,
             killpriv_v2: true,
+            no_create: true,
             inode_fds: None,
         }
     }
@@ -301,6 +312,7 @@ pub fn mount(
         open_off: AtomicBool::new(false),
         killpriv_v2: opts.killpriv_v2,
         killpriv_on: AtomicBool::new(false),
+        no_create: opts.no_create,
         notifier: std::sync::OnceLock::new(),
     });
     if state.no_open {
