@@ -413,7 +413,8 @@ fn without_open_new_files_are_made_by_mknod_and_captured() {
             .mode(0o640)
             .open(fx.m(format!("new{i}.txt")))
             .expect("create via mount");
-        f.write_all(format!("file {i}\n").as_bytes()).expect("write");
+        f.write_all(format!("file {i}\n").as_bytes())
+            .expect("write");
     }
     let excl = fs::OpenOptions::new()
         .write(true)

@@ -134,6 +134,15 @@ pub struct Options {
     /// as the kernel would (crate README, "Killing suid/sgid"). The
     /// overlay ignores it.
     pub killpriv_v2: bool,
+    /// Serve the backing directory through a private clone of its mount
+    /// tree whose writes the watch ignores (default on; fanotify only, so
+    /// privileged): the daemon's own WRITEs then cost the watch thread no
+    /// wake-up. Without it (or where the clone or the ignore mark is
+    /// refused) the daemon works through the backing directory's own
+    /// mount and its writes' events are dropped by pid
+    /// (`docs/coherence.md`, "The daemon's own changes"). The overlay
+    /// ignores it.
+    pub own_mount: bool,
     /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`
     /// (default on): the kernel then makes every new file with MKNOD
     /// (`fc->no_create`) and, having no OPEN to send, opens it without a
@@ -171,6 +180,7 @@ impl Default for Options {
             no_open: true,
             killpriv_v2: true,
             no_create: true,
+            own_mount: true,
             inode_fds: None,
         }
     }
@@ -277,6 +287,13 @@ pub fn mount(
     let st = sys::fstat(root_fd.as_fd())?;
     let root_key = inode::InodeKey::of(&st);
     let watch = watch::Watch::new(opts.watch, root_fd.as_fd());
+    // The daemon's own I/O through a private clone of the project's mount
+    // whose writes the watch ignores (`docs/coherence.md`, "The daemon's
+    // own changes"): every node is opened below this root.
+    let root_fd = match (&watch, opts.own_mount) {
+        (Some(w), true) => w.own_mount(&backing_c, root_fd.as_fd()).unwrap_or(root_fd),
+        _ => root_fd,
+    };
     if let Some(w) = &watch {
         w.add(inode::ROOT, root_key, root_fd.as_fd());
     }
