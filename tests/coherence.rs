@@ -466,3 +466,77 @@ fn changes_behind_the_mount_show_at_once_with_fanotify() {
 fn changes_behind_the_mount_show_at_once_with_inotify() {
     run(14, &[("OPFS_WATCH", "inotify")], "inotify");
 }
+
+/// How many times the daemon's watch thread (`opfs-watch`) has slept and
+/// woken so far (its voluntary context switches: one per wait in `poll`).
+fn watch_wakeups(pid: i64) -> u64 {
+    let tasks = format!("/proc/{pid}/task");
+    for t in fs::read_dir(&tasks).expect("daemon tasks").flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "opfs-watch" {
+            continue;
+        }
+        let status = fs::read_to_string(t.path().join("status")).expect("task status");
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("voluntary_ctxt_switches");
+    }
+    panic!("no opfs-watch thread in {tasks}");
+}
+
+/// The daemon's own writes do not wake the watch (`docs/coherence.md`,
+/// "The daemon's own changes"): with fanotify it serves the project
+/// through a private clone of the project's mount whose `FAN_MODIFY`
+/// events the group ignores, so 300 writes through the mount cost the
+/// watch thread no wake-up (with `OPFS_OWN_MOUNT=0`, about one each:
+/// 308 measured). A write made behind the mount, through the project's
+/// own mount, to the same file still shows at once.
+#[test]
+fn the_daemons_own_writes_do_not_wake_the_watch() {
+    let fx = Fixture::new();
+    fs::create_dir(fx.p("d")).expect("mkdir");
+    fs::write(fx.p("d/f"), b"start\n").expect("seed");
+    fx.mount_with(&["--no-export"]);
+    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
+    if !log.contains("with fanotify: entries") {
+        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+        return;
+    }
+    let pid = fx.status()["pid"].as_i64().expect("pid");
+    let n = 300;
+    let before = watch_wakeups(pid);
+    {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(fx.m("d/f"))
+            .expect("open via mount");
+        for i in 0..n {
+            f.write_all(format!("{i:04}\n").as_bytes()).expect("write");
+        }
+    }
+    let woke = watch_wakeups(pid) - before;
+    assert!(
+        woke < n / 10,
+        "{woke} watch wake-ups for {n} writes through the mount"
+    );
+    assert_eq!(
+        fs::metadata(fx.p("d/f")).expect("stat").len(),
+        6 + 5 * n,
+        "every write reached the project"
+    );
+
+    // Behind the mount: still seen (the reader primed the pages first).
+    let e = Expect::Content("d/f".into(), b"behind\n".to_vec());
+    prime(&fx.mnt, &e);
+    fs::write(fx.p("d/f"), b"behind\n").expect("edit behind the mount");
+    let t0 = Instant::now();
+    while let Err(why) = check(&fx.mnt, &e) {
+        assert!(
+            t0.elapsed() < HARD_LIMIT,
+            "edit behind the mount not seen: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

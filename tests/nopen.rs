@@ -349,3 +349,114 @@ fn a_daemon_that_cannot_override_modes_writes_through_read_only_descriptors() {
     assert_eq!(fs::read(fx.p("a.txt")).expect("read"), b"rewritten\n");
     fx.umount();
 }
+
+/// FUSE requests of one mount by opcode name, counted through the
+/// `fuse:fuse_request_send` tracepoint (kernel 6.16+) in a private
+/// tracefs instance, as `scripts/bench_reqs.py` does. `None` (said on
+/// stderr) where tracefs or the tracepoint is missing.
+struct Requests {
+    inst: std::path::PathBuf,
+}
+
+impl Requests {
+    fn start(mnt: &Path) -> Option<Requests> {
+        use std::os::unix::fs::MetadataExt;
+        let tracefs = Path::new("/sys/kernel/tracing");
+        if !tracefs.join("events/fuse/fuse_request_send").is_dir() {
+            eprintln!("no fuse:fuse_request_send tracepoint under {tracefs:?}: not counted");
+            return None;
+        }
+        // The connection number is the mount's anonymous device minor.
+        let dev = fs::metadata(mnt).expect("stat mount").dev();
+        let conn = libc::minor(dev);
+        let inst = tracefs.join(format!("instances/opfs-nopen-{}", std::process::id()));
+        fs::create_dir(&inst).expect("tracefs instance");
+        let ev = inst.join("events/fuse/fuse_request_send");
+        fs::write(ev.join("filter"), format!("connection == {conn}")).expect("filter");
+        fs::write(ev.join("enable"), "1").expect("enable");
+        Some(Requests { inst })
+    }
+
+    /// The requests sent so far whose opcode is `name` (`FUSE_CREATE`).
+    fn count(&self, name: &str) -> usize {
+        let trace = fs::read_to_string(self.inst.join("trace")).expect("read trace");
+        let want = format!("({name})");
+        trace.lines().filter(|l| l.contains(&want)).count()
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        let _ = fs::write(self.inst.join("events/fuse/fuse_request_send/enable"), "0");
+        let _ = fs::remove_dir(&self.inst);
+    }
+}
+
+/// Without OPEN, new files are made by MKNOD, not CREATE (the first CREATE
+/// is answered `ENOSYS`, after which the kernel sends none): one request
+/// per new file. The birth is captured as before (a rewind removes the
+/// files and leaves the one that existed), the files get the caller's
+/// mode under its umask, `O_EXCL` still refuses an existing name, and an
+/// `O_CREAT` open of an existing name opens (and truncates) it.
+#[test]
+fn without_open_new_files_are_made_by_mknod_and_captured() {
+    let fx = Fixture::new();
+    write_file(&fx.p("old.txt"), b"old bytes\n", 0o644);
+    fx.mount();
+    assert_eq!(fx.turn("two"), 2);
+    let reqs = Requests::start(&fx.mnt);
+    let n = 20;
+    for i in 0..n {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(fx.m(format!("new{i}.txt")))
+            .expect("create via mount");
+        f.write_all(format!("file {i}\n").as_bytes())
+            .expect("write");
+    }
+    let excl = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(fx.m("old.txt"));
+    assert_eq!(
+        excl.expect_err("O_EXCL of an existing name").kind(),
+        std::io::ErrorKind::AlreadyExists
+    );
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(fx.m("old.txt"))
+        .expect("O_CREAT of an existing name");
+    f.write_all(b"new").expect("write old");
+    drop(f);
+    use std::os::unix::fs::PermissionsExt;
+    for i in 0..n {
+        let meta = fs::metadata(fx.p(format!("new{i}.txt"))).expect("stat new");
+        assert!(meta.is_file());
+        // The test process's umask is the default 022: 0640 stays.
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o640, "new{i}.txt");
+        assert_eq!(
+            fs::read(fx.p(format!("new{i}.txt"))).expect("read"),
+            format!("file {i}\n").as_bytes()
+        );
+    }
+    let no_open = std::env::var("OPFS_NO_OPEN").map_or(true, |v| v != "0")
+        && std::env::var("OPFS_WATCH").map_or(true, |v| v != "off" && v != "0");
+    if let (Some(r), true) = (&reqs, no_open) {
+        let (create, mknod) = (r.count("FUSE_CREATE"), r.count("FUSE_MKNOD"));
+        // The first CREATE may fall in this test (answered ENOSYS), none
+        // after it.
+        assert!(create <= 1, "{create} CREATE requests for {n} new files");
+        assert_eq!(mknod, n, "MKNOD requests for {n} new files");
+    }
+    drop(reqs);
+    assert_eq!(fx.turn("three"), 3);
+    fx.rewind(2);
+    for i in 0..n {
+        assert!(!fx.p(format!("new{i}.txt")).exists(), "new{i}.txt rewound");
+    }
+    assert_eq!(fs::read(fx.p("old.txt")).expect("read"), b"old bytes\n");
+}

@@ -134,6 +134,25 @@ pub struct Options {
     /// as the kernel would (crate README, "Killing suid/sgid"). The
     /// overlay ignores it.
     pub killpriv_v2: bool,
+    /// Serve the backing directory through a private clone of its mount
+    /// tree whose writes the watch ignores (default on; fanotify only, so
+    /// privileged): the daemon's own WRITEs then cost the watch thread no
+    /// wake-up. Without it (or where the clone or the ignore mark is
+    /// refused) the daemon works through the backing directory's own
+    /// mount and its writes' events are dropped by pid
+    /// (`docs/coherence.md`, "The daemon's own changes"). The overlay
+    /// ignores it.
+    pub own_mount: bool,
+    /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`
+    /// (default on): the kernel then makes every new file with MKNOD
+    /// (`fc->no_create`) and, having no OPEN to send, opens it without a
+    /// request, so a new file costs one request instead of CREATE and the
+    /// RELEASE of its handle. The birth is captured as for `mknod`
+    /// ([`Mutation::Create`]), under the caller's credentials and umask
+    /// as CREATE made it (crate README, "No create"). With OPEN (no
+    /// `FUSE_NO_OPEN_SUPPORT`) CREATE is served as always. The overlay
+    /// ignores it.
+    pub no_create: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -160,6 +179,8 @@ impl Default for Options {
             no_opendir: true,
             no_open: true,
             killpriv_v2: true,
+            no_create: true,
+            own_mount: true,
             inode_fds: None,
         }
     }
@@ -266,6 +287,13 @@ pub fn mount(
     let st = sys::fstat(root_fd.as_fd())?;
     let root_key = inode::InodeKey::of(&st);
     let watch = watch::Watch::new(opts.watch, root_fd.as_fd());
+    // The daemon's own I/O through a private clone of the project's mount
+    // whose writes the watch ignores (`docs/coherence.md`, "The daemon's
+    // own changes"): every node is opened below this root.
+    let root_fd = match (&watch, opts.own_mount) {
+        (Some(w), true) => w.own_mount(&backing_c, root_fd.as_fd()).unwrap_or(root_fd),
+        _ => root_fd,
+    };
     if let Some(w) = &watch {
         w.add(inode::ROOT, root_key, root_fd.as_fd());
     }
@@ -301,6 +329,7 @@ pub fn mount(
         open_off: AtomicBool::new(false),
         killpriv_v2: opts.killpriv_v2,
         killpriv_on: AtomicBool::new(false),
+        no_create: opts.no_create,
         notifier: std::sync::OnceLock::new(),
     });
     if state.no_open {

@@ -204,7 +204,7 @@ impl<T: Tree> Journal<T> {
         };
         // Numbers start over with each journal; a leftover of a crash was
         // removed by the replay, so a taken number is a foreign file.
-        if let Err(e) = self.kept.link(file, id, self.blobs.is_sync()) {
+        if let Err(e) = self.link_kept(path, file, st, id) {
             log::debug!("cannot keep {:?}: {e}", crate::paths::display(path));
             return give_up(false);
         }
@@ -227,6 +227,33 @@ impl<T: Tree> Journal<T> {
                 resolved: false,
             },
         ))
+    }
+
+    /// Links the inode of `file` (stat `st`, at `path`) into `kept/` as
+    /// number `id`. The FUSE layer's descriptors (which `file` was opened
+    /// through) may be on its private clone of the project's mount
+    /// (`opfs_fs::Options::own_mount`), from which a link into the state
+    /// dir fails with `EXDEV` even on one filesystem: then the same inode
+    /// is linked through an `O_PATH` descriptor on the project's own mount
+    /// (taking no open, so the lease stays unbroken), once its path is
+    /// checked to still name that inode.
+    ///
+    /// Errors: the link fails, or the path names another inode now.
+    fn link_kept(&self, path: &[u8], file: &File, st: &Stat, id: u64) -> std::io::Result<()> {
+        let sync = self.blobs.is_sync();
+        match self.kept.link(file, id, sync) {
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                let here = self.tree.open_path(path)?;
+                let now = rustix::fs::fstat(&here)?;
+                if now.st_dev != st.dev || now.st_ino != st.ino {
+                    return Err(std::io::Error::other(
+                        "the path names another inode on the project's mount",
+                    ));
+                }
+                self.kept.link(&here, id, sync)
+            }
+            other => other,
+        }
     }
 
     /// The removal (or rename over) of `path` is done (`done`) or failed:

@@ -162,6 +162,12 @@ pub struct FsTuning {
     /// `OPFS_KILLPRIV_V2` (0 or 1): `FUSE_HANDLE_KILLPRIV_V2` when the
     /// kernel took `FUSE_NO_OPEN_SUPPORT`.
     pub killpriv_v2: Option<bool>,
+    /// `OPFS_NO_CREATE` (0 or 1): CREATE answered `ENOSYS` (new files by
+    /// MKNOD) when the kernel took `FUSE_NO_OPEN_SUPPORT`.
+    pub no_create: Option<bool>,
+    /// `OPFS_OWN_MOUNT` (0 or 1): the daemon's I/O through a private clone
+    /// of the project's mount whose writes the fanotify watch ignores.
+    pub own_mount: Option<bool>,
     /// `OPFS_THREADS`: FUSE worker threads (overrides `--threads`; 0 is
     /// ignored).
     pub threads: Option<usize>,
@@ -204,6 +210,8 @@ impl FsTuning {
             no_opendir: flag("OPFS_NO_OPENDIR"),
             no_open: flag("OPFS_NO_OPEN"),
             killpriv_v2: flag("OPFS_KILLPRIV_V2"),
+            no_create: flag("OPFS_NO_CREATE"),
+            own_mount: flag("OPFS_OWN_MOUNT"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
             keep_min: var("OPFS_KEEP_MIN").and_then(|v| parse_range_min(&v).ok()),
@@ -244,6 +252,12 @@ impl FsTuning {
         }
         if let Some(v) = self.killpriv_v2 {
             o.killpriv_v2 = v;
+        }
+        if let Some(v) = self.no_create {
+            o.no_create = v;
+        }
+        if let Some(v) = self.own_mount {
+            o.own_mount = v;
         }
         if let Some(n) = self.threads {
             o.threads = n;

@@ -23,7 +23,7 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -88,14 +88,16 @@ impl KeptDir {
         self.dir.join(id.to_string())
     }
 
-    /// Makes `kept/<id>` another name of the open file `file` (`linkat`
-    /// through `/proc/self/fd`, which names the inode, not a path that
-    /// could have been replaced). With `sync` the folder is fsynced after.
+    /// Makes `kept/<id>` another name of the open file `file` (any
+    /// descriptor, `O_PATH` included; `linkat` through `/proc/self/fd`,
+    /// which names the inode, not a path that could have been replaced).
+    /// With `sync` the folder is fsynced after.
     ///
-    /// Errors: the kernel's (`EXDEV` for another filesystem, `EEXIST` when
-    /// the number is taken).
-    pub fn link(&self, file: &File, id: u64, sync: bool) -> io::Result<()> {
-        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    /// Errors: the kernel's (`EXDEV` for another filesystem, or for a
+    /// descriptor on another mount of it; `EEXIST` when the number is
+    /// taken).
+    pub fn link(&self, file: impl AsFd, id: u64, sync: bool) -> io::Result<()> {
+        let proc = format!("/proc/self/fd/{}", file.as_fd().as_raw_fd());
         let name = id.to_string();
         rustix::fs::linkat(
             CWD,

@@ -113,6 +113,12 @@ impl Dir {
         self.openat2(target, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)
     }
 
+    /// An `O_PATH` descriptor of the entry at `rel` itself (a final
+    /// symlink is not followed; one on the way is refused, `ELOOP`).
+    pub fn open_path(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        self.openat2(rel, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)
+    }
+
     fn openat2(&self, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
         let c = cstr(rel)?;
         Ok(rustix::fs::openat2(

@@ -17,7 +17,7 @@ mod xattr;
 
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 pub use dir::Dir;
 
@@ -97,6 +97,17 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
     /// particular order.
     fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>>;
 
+    /// An `O_PATH` descriptor of the entry at `rel` itself (never followed)
+    /// on this tree's own mount of the project. The journal links a kept
+    /// inode into the state dir through it when the FUSE layer's
+    /// descriptor of the same inode is on another vfsmount (its private
+    /// clone of the project's mount), where `linkat` fails with `EXDEV`.
+    /// The default: `Unsupported`.
+    fn open_path(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        let _ = rel;
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
     /// The owner and extended attributes of `rel`, whose `lstat` is `st`
     /// (`file`: that inode already open). `Ok(None)` (the default) when
     /// this tree cannot tell: the pre-image then holds none and a rewind
@@ -146,6 +157,10 @@ impl Tree for Dir {
 
     fn list_dir(&self, rel: &[u8]) -> io::Result<Vec<Vec<u8>>> {
         Dir::list_dir(self, rel)
+    }
+
+    fn open_path(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        Dir::open_path(self, rel)
     }
 
     fn meta(&self, rel: &[u8], st: &Stat, file: Option<&File>) -> io::Result<Option<Meta>> {

@@ -284,6 +284,15 @@ impl State {
     /// caller, with `mode & !umask`) if absent. `Create` is reported only
     /// for a name that was absent; if it appears in between (made behind
     /// the mount's back) the call is retried, then fails with `EAGAIN`.
+    ///
+    /// Without OPEN (`FUSE_NO_OPEN_SUPPORT` taken) and with
+    /// `Options::no_create`, `ENOSYS` before anything is touched: the
+    /// kernel then sets `no_create` and makes this file, and every later
+    /// one, with MKNOD (`fuse_atomic_open`), whose entry it opens without
+    /// a request. An `O_CREAT` open of a name the kernel holds as present
+    /// never reaches CREATE or MKNOD (it is a plain open, and its
+    /// `O_TRUNC` a size SETATTR); MKNOD of a name that exists answers
+    /// `EEXIST`, and the kernel drops its entry, as for CREATE.
     pub(super) fn create(
         &self,
         req: &Request,
@@ -293,6 +302,9 @@ impl State {
         umask: u32,
         flags: i32,
     ) -> Res<Created> {
+        if self.no_create && self.no_open_active() {
+            return Err(Errno::ENOSYS);
+        }
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;

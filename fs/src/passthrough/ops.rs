@@ -75,6 +75,9 @@ pub(crate) struct State {
     /// set-group-ID bits on a write, truncation, allocation or copy by a
     /// caller without `CAP_FSETID` is the daemon's job (see `io.rs`).
     pub(crate) killpriv_on: AtomicBool,
+    /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`:
+    /// new files then arrive as MKNOD (see `io.rs`, `create`).
+    pub(crate) no_create: bool,
     /// The session's notifier, set before the first request: for the
     /// attribute invalidation a callback sends before it replies (see
     /// [`crate::Controller`]'s `notifier`).
@@ -395,7 +398,11 @@ impl State {
     }
 
     /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
-    /// kernel's 32-bit encoding.
+    /// kernel's 32-bit encoding. Without OPEN and CREATE (see `io.rs`,
+    /// `create`) this is also how every `open(O_CREAT)` of a new name
+    /// arrives: a new regular file then starts out reported in this epoch,
+    /// as one made by CREATE does (its birth is recorded as absent, so its
+    /// first write of the turn has nothing to capture).
     pub(super) fn mknod(
         &self,
         req: &Request,
@@ -404,9 +411,16 @@ impl State {
         mode: u32,
         rdev: u32,
     ) -> Res<Entry> {
-        self.create_entry(req, parent, name, |dir, name| {
+        // Read before the report: a boundary since makes the next write
+        // report again.
+        let epoch = self.hook.epoch();
+        let entry = self.create_entry(req, parent, name, |dir, name| {
             sys::mknodat(dir, name, mode, decode_dev(rdev))
-        })
+        })?;
+        if mode & libc::S_IFMT == libc::S_IFREG && self.no_open_active() {
+            self.inodes.set_reported(entry.attr.ino.0, epoch, false);
+        }
+        Ok(entry)
     }
 
     /// `mkdir` of `parent/name` with permission bits `mode`.

@@ -21,6 +21,30 @@ pub(crate) fn open_dir(path: &CString) -> io::Result<OwnedFd> {
     })
 }
 
+/// `open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | AT_RECURSIVE)`: an
+/// `O_PATH` fd of the directory `path` on a private copy of the mount tree
+/// under it (a detached mount that only this fd and what is opened through
+/// it hold; the original mounts are untouched). Files opened through it
+/// are the same inodes as through `path`, on another vfsmount. Fails with
+/// `EPERM` without `CAP_SYS_ADMIN`, `ENOSYS` before Linux 5.2.
+pub(crate) fn open_tree_clone(path: &CString) -> io::Result<OwnedFd> {
+    /// `OPEN_TREE_CLONE` (`linux/mount.h`).
+    const OPEN_TREE_CLONE: libc::c_long = 1;
+    /// `AT_RECURSIVE` (`linux/fcntl.h`): the mounts below `path` too.
+    const AT_RECURSIVE: libc::c_long = 0x8000;
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::c_long::from(libc::O_CLOEXEC);
+    // SAFETY: valid C string; the call returns a new fd or -1.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            flags,
+        )
+    };
+    owned(libc::c_int::try_from(ret).unwrap_or(-1))
+}
+
 /// `openat(dir, name, flags, mode)` with `O_CLOEXEC` added.
 pub(crate) fn openat(
     dir: BorrowedFd<'_>,

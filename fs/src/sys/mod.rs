@@ -23,8 +23,8 @@ mod proc;
 mod xattr;
 
 pub(crate) use at::{
-    chown_fd, fstat, link_fd, mkdirat, mknodat, open_dir, open_path, openat, readlink_fd,
-    renameat2, stat_at, symlinkat, unlinkat,
+    chown_fd, fstat, link_fd, mkdirat, mknodat, open_dir, open_path, open_tree_clone, openat,
+    readlink_fd, renameat2, stat_at, symlinkat, unlinkat,
 };
 pub(crate) use child::{fdatasync_in_child, SyncOutcome};
 pub(crate) use dirent::{getdents, parse_dirents, Dirent};

@@ -155,6 +155,33 @@ impl Backend for Fanotify {
         }
     }
 
+    fn ignore_modify_on_mount(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        // A mount mark holding only an ignore mask: `FAN_MARK_IGNORE`
+        // (Linux 6.0) needs `IGNORED_SURV_MODIFY` on a mount; the older
+        // `FAN_MARK_IGNORED_MASK` means the same for non-directories.
+        // By path: an `O_PATH` fd (what `open_tree` returns) as the
+        // directory fd gives `EBADF`.
+        let path = proc_path(fd);
+        let mark = |flags: libc::c_uint| {
+            // SAFETY: valid group fd and C string.
+            let ret = unsafe {
+                libc::fanotify_mark(
+                    self.fd.as_raw_fd(),
+                    libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT | flags,
+                    libc::FAN_MODIFY,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                )
+            };
+            if ret < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        };
+        mark(libc::FAN_MARK_IGNORE | libc::FAN_MARK_IGNORED_SURV_MODIFY)
+            .or_else(|_| mark(libc::FAN_MARK_IGNORED_MASK | libc::FAN_MARK_IGNORED_SURV_MODIFY))
+    }
+
     fn read(&self, buf: &mut [u8]) -> io::Result<Read> {
         // SAFETY: valid fd and buffer.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };

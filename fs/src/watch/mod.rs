@@ -24,7 +24,7 @@ mod inotify;
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,6 +86,13 @@ trait Backend: Send + Sync {
     fn remove(&self, id: &[u8]);
     /// Reads what is queued without blocking.
     fn read(&self, buf: &mut [u8]) -> io::Result<Read>;
+    /// Stops the group from hearing of content changes (`FAN_MODIFY`)
+    /// made through the vfsmount of `fd`. `Unsupported` where the backend
+    /// cannot tell mounts apart (inotify).
+    fn ignore_modify_on_mount(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let _ = fd;
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// The filesystem side: turns a change into the invalidations it needs.
@@ -175,6 +182,52 @@ impl Watch {
     /// `"fanotify"` or `"inotify"`.
     pub(crate) fn backend(&self) -> &'static str {
         self.backend.name()
+    }
+
+    /// Moves the daemon's own I/O out of the watch where the backend can:
+    /// with fanotify, clones the mount tree of `backing` (privately:
+    /// `open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`, a detached copy only
+    /// the returned fd and what is opened through it hold) and ignores
+    /// content changes made through that clone's vfsmount, so the writes
+    /// the daemon makes through it (every WRITE, FALLOCATE, COPY_FILE_RANGE
+    /// of the mount) no longer wake the watch thread. Returns the clone's
+    /// root (an `O_PATH` fd of the same directory as `root`) for the
+    /// daemon's I/O, or `None` (logged) where the backend is inotify
+    /// (whose events cannot be told apart by mount), the clone or the
+    /// ignore mark is refused (`EPERM` without `CAP_SYS_ADMIN`), or the
+    /// clone's root is not `root`'s inode. Changes made through any other
+    /// mount of the project still report; entry and attribute events of
+    /// the daemon's own changes still come (a mount mark cannot ignore
+    /// them: `EINVAL`) and are dropped by pid as before
+    /// (`docs/coherence.md`, "The daemon's own changes").
+    pub(crate) fn own_mount(
+        &self,
+        backing: &std::ffi::CString,
+        root: BorrowedFd<'_>,
+    ) -> Option<OwnedFd> {
+        if self.backend.name() != "fanotify" {
+            return None;
+        }
+        let clone = match crate::sys::open_tree_clone(backing) {
+            Ok(fd) => fd,
+            Err(err) => {
+                log::info!("no private clone of the project's mount ({err}): the daemon's writes wake the watch");
+                return None;
+            }
+        };
+        let same = match (crate::sys::fstat(clone.as_fd()), crate::sys::fstat(root)) {
+            (Ok(a), Ok(b)) => InodeKey::of(&a) == InodeKey::of(&b),
+            _ => false,
+        };
+        if !same {
+            log::info!("the clone of the project's mount is another directory: not used");
+            return None;
+        }
+        if let Err(err) = self.backend.ignore_modify_on_mount(clone.as_fd()) {
+            log::info!("cannot ignore the daemon's writes through its clone ({err}): not used");
+            return None;
+        }
+        Some(clone)
     }
 
     /// True while every directory the inode table holds is marked.
