@@ -341,15 +341,15 @@ class Suite:
 
     def one_run(self, layer, setup, work, export=False, reqs=None):
         """One run on a fresh backing directory and mount; `work(path,
-        handle)` is timed. With `--requests`, the FUSE requests of the run
-        are added to the Counter `reqs`."""
+        handle)` is timed. With `--requests` and a list `reqs`, the FUSE
+        requests of the run (by opcode) are appended to `reqs`."""
         backing, fs = self.fresh_backing()
         setup(backing)
         path, h = self.mount(layer, backing, export)
         try:
             if h and h["layer"].startswith("opfs"):
                 self.opfs_cli(h, "turn", "--label", "bench")
-            counter = bench_reqs.FuseRequests(path) if self.args.requests and h else None
+            counter = bench_reqs.FuseRequests(path) if self.args.requests and h and reqs is not None else None
             try:
                 t = measured(lambda: work(path, h), h and h["pid"])
             finally:
