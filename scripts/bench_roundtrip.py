@@ -21,7 +21,9 @@ cheap operations from a fresh child process:
 Per layer and operation it reports medians over the rounds, per operation:
 the caller's CPU (the loop's own RUSAGE_SELF, user + system: the system
 call, queueing the request, sleeping and waking), the daemon's CPU
-(/proc/PID/stat, all its threads, user and system), and the wall time (one
+(/proc/PID/stat, all its threads, user and system; in clock ticks of
+10 ms, so N × the cost of a request must be well above that: the default
+N of 20,000 gives ~0.5 s per batch), and the wall time (one
 synchronous call at a time: the latency). "extra" columns subtract the
 plain directory's figure (the same loop without FUSE). Then, untimed, it
 counts the requests one batch causes (bench_reqs.py: the kernel's
