@@ -27,7 +27,9 @@ N of 20,000 gives ~0.5 s per batch), and the wall time (one
 synchronous call at a time: the latency). "extra" columns subtract the
 plain directory's figure (the same loop without FUSE). Then, untimed, it
 counts the requests one batch causes (bench_reqs.py: the kernel's
-`fuse:fuse_request_send` tracepoint), so that the per-request cost is the
+`fuse:fuse_request_send` tracepoint) and the context switches of the
+caller (RUSAGE_SELF) and of the daemon's threads (/proc/PID/task/*/status)
+in that batch, which do not depend on load, so that the per-request cost is the
 FUSE part divided by the real number of requests, and it shows whether the
 daemon talks to the kernel over io_uring (an io_uring fd in the daemon).
 
@@ -58,33 +60,57 @@ import os, resource, sys, time
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+def sw():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_nvcsw + r.ru_nivcsw
 path, op, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 name = "%s"
 if op == "getxattr":
     fd = os.open(path, os.O_RDONLY)
-    c0, t0 = cpu(), time.perf_counter()
+    s0, c0, t0 = sw(), cpu(), time.perf_counter()
     for _ in range(n):
         try:
             os.getxattr(fd, name)
         except OSError:
             pass
-    t, c = time.perf_counter() - t0, cpu() - c0
+    t, c, s = time.perf_counter() - t0, cpu() - c0, sw() - s0
     os.close(fd)
 elif op == "open":
     os.close(os.open(path, os.O_RDONLY))
-    c0, t0 = cpu(), time.perf_counter()
+    s0, c0, t0 = sw(), cpu(), time.perf_counter()
     for _ in range(n):
         os.close(os.open(path, os.O_RDONLY))
-    t, c = time.perf_counter() - t0, cpu() - c0
-print(t, c)
+    t, c, s = time.perf_counter() - t0, cpu() - c0, sw() - s0
+print(t, c, s)
 """ % XATTR
 
 
-def batch(path, op, n, pid):
-    """(wall s of the loop, caller CPU s, daemon CPU s) of one batch."""
-    d0 = bench.proc_cpu(pid)
-    wall, caller = map(float, subprocess.run([sys.executable, "-c", LOOP, path, op, str(n)], check=True,
-                                             capture_output=True).stdout.split())
+def switches(pid):
+    """Context switches (voluntary + involuntary) of the live threads of
+    process `pid`."""
+    k = 0
+    if pid is None:
+        return 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        k += int(line.split()[1])
+        except OSError:
+            pass
+    return k
+
+
+def batch(path, op, n, pid, ctx=None):
+    """(wall s of the loop, caller CPU s, daemon CPU s) of one batch; with
+    a dict `ctx`, its "caller" and "daemon" get the batch's context
+    switches."""
+    d0, s0 = bench.proc_cpu(pid), switches(pid)
+    wall, caller, csw = map(float, subprocess.run([sys.executable, "-c", LOOP, path, op, str(n)], check=True,
+                                                  capture_output=True).stdout.split())
+    if ctx is not None:
+        ctx["caller"], ctx["daemon"] = csw, switches(pid) - s0
     return wall, caller, bench.proc_cpu(pid) - d0
 
 
@@ -138,16 +164,18 @@ def main():
                 for layer, (_, mp, h) in mounted.items():
                     runs[(layer, op)].append(batch(os.path.join(mp, "f"), op, a.n, h and h["pid"]))
             bench.log(f"round {r + 1}/{a.rounds} done")
-        reqs = {}
+        reqs, ctxs = {}, {}
         for layer, (_, mp, h) in mounted.items():
             if h is None:
                 continue
             for op in ops:
                 c = bench_reqs.FuseRequests(mp)
+                ctx = {}
                 try:
-                    batch(os.path.join(mp, "f"), op, a.n, h["pid"])
+                    batch(os.path.join(mp, "f"), op, a.n, h["pid"], ctx)
                 finally:
                     reqs[(layer, op)] = c.stop()
+                    ctxs[(layer, op)] = ctx
     finally:
         for layer, (backing, mp, h) in mounted.items():
             uring = uring_fds(h["pid"]) if h else 0
@@ -173,6 +201,8 @@ def main():
                 total = sum(v for k, v in c.items() if k != "lost")
                 e["requests_per_op"] = total / a.n
                 per = a.n / total if total else 0
+                cx = ctxs.get((layer, op), {})
+                e["context_switches_per_request"] = {k: v / total for k, v in cx.items()} if total else {}
                 e["per_request"] = {"extra_caller_us": e["extra_caller_us"] * per,
                                     "daemon_us": e["daemon_us"] * per,
                                     "extra_wall_us": e["extra_wall_us"] * per}
@@ -180,8 +210,9 @@ def main():
     lines = [f"N = {a.n} operations per batch, {a.rounds} rounds interleaved, medians; "
              "µs per operation (extra = minus the plain directory's)", "",
              "| op | layer | requests/op | wall | extra wall | caller CPU | extra caller CPU | daemon CPU"
-             " | FUSE CPU per request (extra caller + daemon) | io_uring |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             " | FUSE CPU per request (extra caller + daemon) | context switches per request (caller + daemon)"
+             " | io_uring |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for op, by in res.items():
         for layer, e in by.items():
             per = e.get("per_request")
@@ -190,6 +221,8 @@ def main():
                          f"{e['daemon_us']:.1f} | "
                          + (f"{per['extra_caller_us']:.1f} + {per['daemon_us']:.1f} = "
                             f"{per['extra_caller_us'] + per['daemon_us']:.1f}" if per else "")
+                         + " | " + (" + ".join(f"{e['context_switches_per_request'].get(k, 0):.2f}"
+                                              for k in ("caller", "daemon")) if per else "")
                          + f" | {'yes' if e['io_uring_fds'] else 'no'} |")
     print("\n".join(lines))
     if a.json:
