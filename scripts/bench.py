@@ -16,6 +16,20 @@ Conventions:
   state an agent sees when it runs the same command again.
 - fuse-overlayfs runs with the backing directory as its lower layer and an
   empty upper layer (how an overlay sandbox sits over a project).
+- Workloads 1, 4, 5, 6 and 7 interleave the layers: run 1 of every layer,
+  then run 2 of every layer, ... so that a change in the machine's load
+  during the run falls on all layers alike.
+- `--peer NAME=TEMPLATE` adds a column for any other FUSE filesystem: the
+  shell command TEMPLATE, with `{src}` replaced by the backing directory
+  and `{mnt}` by the mountpoint, must mount it and return (daemonize); the
+  suite finds the daemon by the mountpoint on its command line (for its
+  CPU time) and unmounts it with `umount`. A peer whose program is not
+  found is skipped with a message. The peer also runs as a way of
+  workload 11.
+- `--requests` also counts the kernel's FUSE requests by opcode of each
+  FUSE layer's run (`bench_reqs.py`, the `fuse:fuse_request_send`
+  tracepoint); the count costs some CPU per request, so take times from a
+  run without it.
 """
 
 import argparse
@@ -31,7 +45,10 @@ import sys
 import tarfile
 import time
 
+import shlex
+
 import bench_agent
+import bench_reqs
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ["plain", "opfs", "bindfs", "overlay"]
@@ -121,6 +138,21 @@ class Suite:
         for v in args.variant:
             name, _, kvs = v.partition(":")
             self.variants[f"opfs[{name}]"] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
+        # Extra peers: NAME -> shell command template mounting {src} at {mnt}.
+        self.peers = {}
+        for p in args.peer:
+            name, eq, tmpl = p.partition("=")
+            if not eq or not name or "{src}" not in tmpl or "{mnt}" not in tmpl:
+                sys.exit(f"bench: --peer {p!r}: expected NAME='COMMAND ... {{src}} {{mnt}}' "
+                         f"(the command mounts the directory {{src}} at {{mnt}} and returns)")
+            if name in LAYERS or name.startswith("opfs") or name in bench_agent.WAYS:
+                sys.exit(f"bench: --peer {name}: the name is taken by a built-in column; choose another")
+            prog = shlex.split(tmpl)[0]
+            if shutil.which(prog) is None:
+                log(f"bench: peer {name} skipped: its program {prog} is not found "
+                    f"(not installed, or not on PATH)")
+                continue
+            self.peers[name] = tmpl
         os.makedirs(self.work, exist_ok=True)
 
     # ---- layers -------------------------------------------------------
@@ -154,6 +186,8 @@ class Suite:
             upper, wd = self.side("upper"), self.side("ovwork")
             h["extra"] = [upper, wd]
             sh(["fuse-overlayfs", "-o", f"lowerdir={backing},upperdir={upper},workdir={wd}", mp])
+        elif layer in self.peers:
+            sh(self.peers[layer].replace("{src}", shlex.quote(backing)).replace("{mnt}", shlex.quote(mp)))
         deadline = time.time() + 20
         while not os.path.ismount(mp):
             if time.time() > deadline:
@@ -194,7 +228,7 @@ class Suite:
         log(f"  {workload:<28} {layer:<14} median {entry['median_s']:.3f} s  cpu {entry['median_cpu_s']:.3f} s  runs {entry['times_s']}")
 
     def layers(self):
-        return [l for l in LAYERS if l in self.args.layers] + list(self.variants)
+        return [l for l in LAYERS if l in self.args.layers] + list(self.peers) + list(self.variants)
 
     # ---- inputs -------------------------------------------------------
 
@@ -305,30 +339,46 @@ class Suite:
         rmtree(d)
         os.unlink(img)
 
-    def per_run(self, name, layer, setup, work, export=False, after=None):
-        """Fresh backing + mount per run; `work(path, handle)` is timed."""
-        times = []
-        for _ in range(self.args.runs):
-            backing, fs = self.fresh_backing()
-            setup(backing)
-            path, h = self.mount(layer, backing, export)
+    def one_run(self, layer, setup, work, export=False, reqs=None):
+        """One run on a fresh backing directory and mount; `work(path,
+        handle)` is timed. With `--requests` and a list `reqs`, the FUSE
+        requests of the run (by opcode) are appended to `reqs`."""
+        backing, fs = self.fresh_backing()
+        setup(backing)
+        path, h = self.mount(layer, backing, export)
+        try:
+            if h and h["layer"].startswith("opfs"):
+                self.opfs_cli(h, "turn", "--label", "bench")
+            counter = bench_reqs.FuseRequests(path) if self.args.requests and h and reqs is not None else None
             try:
-                if h and h["layer"].startswith("opfs"):
-                    self.opfs_cli(h, "turn", "--label", "bench")
-                times.append(measured(lambda: work(path, h), h and h["pid"]))
-                if after:
-                    after(path, h)
+                t = measured(lambda: work(path, h), h and h["pid"])
             finally:
-                self.umount(h)
-                self.drop_backing(backing, fs)
-        return times
+                if counter:
+                    reqs.append(counter.stop())
+            return t
+        finally:
+            self.umount(h)
+            self.drop_backing(backing, fs)
+
+    def per_run(self, name, layer, setup, work, export=False):
+        """`--runs` runs of one layer."""
+        return [self.one_run(layer, setup, work, export) for _ in range(self.args.runs)]
+
+    def interleaved(self, workload, setup, work):
+        """`--runs` rounds of one run of every layer; records each layer's
+        runs (and, with `--requests`, its FUSE requests per run)."""
+        times = {l: [] for l in self.layers()}
+        reqs = {l: [] for l in self.layers()}
+        for _ in range(self.args.runs):
+            for layer in self.layers():
+                times[layer].append(self.one_run(layer, setup, work, reqs=reqs[layer]))
+        for layer in self.layers():
+            extra = {"requests": reqs[layer]} if reqs[layer] else {}
+            self.record(workload, layer, times[layer], **extra)
 
     def w1_untar(self):
         arc = self.archive()
-        for layer in self.layers():
-            t = self.per_run("untar", layer, lambda b: None,
-                             lambda p, h: sh(["tar", "xzf", arc, "-C", p]))
-            self.record("1 untar", layer, t)
+        self.interleaved("1 untar", lambda b: None, lambda p, h: sh(["tar", "xzf", arc, "-C", p]))
         if "opfs" in self.layers() and not self.args.no_export_row:
             # The export's cost: the same untar, then the turn boundary and a
             # foreground export of that turn (waits for the background one).
@@ -403,42 +453,29 @@ class Suite:
                 shutil.copyfile(src, os.path.join(b, name))
             with open(os.path.join(b, "Makefile"), "w") as f:
                 f.write("\n".join(mk) + "\n")
-        for layer in self.layers():
-            t = self.per_run("build", layer, setup,
-                             lambda p, h: sh(["make", "-s", "-j2"], cwd=p))
-            self.record("4 make -j2 (C)", layer, t)
+        self.interleaved("4 make -j2 (C)", setup, lambda p, h: sh(["make", "-s", "-j2"], cwd=p))
 
     def w5_rm(self):
         n = self.args.rm_files
-        for layer in self.layers():
-            t = self.per_run("rm", layer, lambda b: self.gen_tree(os.path.join(b, "t"), n),
-                             lambda p, h: sh(["rm", "-rf", os.path.join(p, "t")]))
-            self.record(f"5 rm -rf {n} files", layer, t)
+        self.interleaved(f"5 rm -rf {n} files", lambda b: self.gen_tree(os.path.join(b, "t"), n),
+                         lambda p, h: sh(["rm", "-rf", os.path.join(p, "t")]))
 
     def w6_meta(self):
         n = self.args.meta_files
         script = os.path.join(HERE, "scripts", "bench_meta.py")
-        for layer in self.layers():
-            t = self.per_run("meta", layer, lambda b: None,
-                             lambda p, h: sh([sys.executable, script, p, str(n)]))
-            self.record(f"6 metadata storm {n}", layer, t)
+        self.interleaved(f"6 metadata storm {n}", lambda b: None,
+                         lambda p, h: sh([sys.executable, script, p, str(n)]))
 
     def w7_large(self):
         mib = self.args.large_mib
         script = os.path.join(HERE, "scripts", "bench_meta.py")
-        for layer in self.layers():
-            t = self.per_run("seq", layer, lambda b: None,
-                             lambda p, h: sh(["dd", "if=/dev/zero", f"of={p}/big", "bs=1M",
-                                              f"count={mib}"]))
-            self.record(f"7a write {mib} MiB seq", layer, t)
+        self.interleaved(f"7a write {mib} MiB seq", lambda b: None,
+                         lambda p, h: sh(["dd", "if=/dev/zero", f"of={p}/big", "bs=1M", f"count={mib}"]))
 
         def setup(b):
             sh(["dd", "if=/dev/urandom", f"of={b}/big", "bs=1M", f"count={mib}"])
-        for layer in self.layers():
-            t = self.per_run("rand", layer, setup,
-                             lambda p, h: sh([sys.executable, script, "--random-writes",
-                                              f"{p}/big", "1000"]))
-            self.record(f"7b 1000x4KiB into {mib} MiB", layer, t)
+        self.interleaved(f"7b 1000x4KiB into {mib} MiB", setup,
+                         lambda p, h: sh([sys.executable, script, "--random-writes", f"{p}/big", "1000"]))
 
     # ---- workloads 8-10 -------------------------------------------------
 
@@ -591,7 +628,26 @@ class Suite:
         main = any(not wl.startswith(("8", "9", "10", "11")) for wl in self.results)
         return ((self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
                  + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
+                 + self.table_requests()
                  if main else "") + self.table_89_10() + bench_agent.table(self.results))
+
+    def table_requests(self):
+        """FUSE requests per run (median of the runs' totals), when counted."""
+        rows = [(wl, by) for wl, by in self.results.items()
+                if not wl.startswith(("8", "9", "10", "11")) and any("requests" in e for e in by.values())]
+        if not rows:
+            return ""
+        cols = [l for l in self.layers() if l != "plain"]
+        lines = ["", "**FUSE requests per run** (median total; `--requests`)", "",
+                 "| workload | " + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
+        for wl, by in rows:
+            cells = []
+            for l in cols:
+                rs = by.get(l, {}).get("requests")
+                cells.append(f"{statistics.median(sum(v for k, v in r.items() if k != 'lost') for r in rs):.0f}"
+                             if rs else "")
+            lines.append(f"| {wl} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
 
     def table_of(self, key, title):
         lines = [f"**{title}**", ""]
@@ -673,13 +729,19 @@ def main():
     ap.add_argument("--agent-seed", type=int, default=11)
     ap.add_argument("--agent-ways", default=",".join(bench_agent.WAYS))
     ap.add_argument("--requests", action="store_true",
-                    help="workload 11 also counts FUSE requests by opcode (bench_reqs.py)")
+                    help="workloads 1, 4-7 and 11 also count each FUSE layer's requests by opcode "
+                         "(bench_reqs.py; costs CPU per request: take times from a run without it)")
     ap.add_argument("--no-export-row", action="store_true")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:K=V,... an extra opfs column mounted with these environment "
                          "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
                          "mounts with another opfs binary (e.g. the build before a change); "
                          "OPFS_EXPORT=0 mounts with --no-export")
+    ap.add_argument("--peer", action="append", default=[], metavar="NAME=TEMPLATE",
+                    help="an extra FUSE peer column: TEMPLATE is a shell command that mounts the "
+                         "directory {src} at {mnt} and returns (the daemon in the background), e.g. "
+                         "hp='passthrough_hp {src} {mnt}'; unmounted with umount; skipped with a "
+                         "message when its program is not found; also a way of workload 11")
     ap.add_argument("--label", default="")
     ap.add_argument("--no-fresh-fs", dest="fresh_fs", action="store_false",
                     help="destructive workloads run in a plain subdirectory of --work instead of "

@@ -36,7 +36,8 @@ The ways, each on a fresh copy of the tree on a fresh ext4 filesystem
   export of the last turn (`opfs export` waits for the background one),
   so the daemon's export work is paid for like the shadow repo's commits.
 - `bindfs`, `overlay` (fuse-overlayfs, project as lower layer, empty
-  upper): the FUSE peers, which capture nothing.
+  upper): the FUSE peers, which capture nothing; and each `--peer` of
+  scripts/bench.py (e.g. libfuse's passthrough_hp), under its name.
 
 CPU = the workload's processes (RUSAGE_CHILDREN, which includes each
 `opfs turn`, `git` and the scan) plus the FUSE daemon (/proc/PID/stat).
@@ -290,7 +291,7 @@ def w11_agent(suite, bench):
     B = bench
     a = suite.args
     # `--variant` columns run as extra opfs ways.
-    ways = [w for w in WAYS if w in a.agent_ways] + list(suite.variants)
+    ways = [w for w in WAYS if w in a.agent_ways] + list(suite.peers) + list(suite.variants)
     if a.requests:
         import bench_reqs
     res = {}
@@ -305,7 +306,7 @@ def w11_agent(suite, bench):
             for w in ways:
                 backing, fs = suite.fresh_backing()
                 bench.sh(["cp", "-a", tmpl + "/.", backing])
-                layer = w if w.startswith("opfs") else LAYER.get(w, "plain")
+                layer = w if w.startswith("opfs") or w in suite.peers else LAYER.get(w, "plain")
                 mp, h = suite.mount(layer, backing, export=True)
                 try:
                     pid = h and h["pid"]
