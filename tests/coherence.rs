@@ -333,7 +333,14 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
         fs::write(fx.p(&p), &content).expect("seed file");
         model.files.insert(p, (content, 0o644));
     }
+    // An A/B of the real-time class (`docs/coherence.md`, "What limits
+    // promptness"): `OPFS_REALTIME=0` in the test's environment reaches
+    // the daemon.
+    if let Ok(v) = std::env::var("OPFS_REALTIME") {
+        fx.set_env("OPFS_REALTIME", &v);
+    }
     fx.mount_with(&["--no-export"]);
+    let daemon = fx.status()["pid"].as_u64().expect("status has the pid") as u32;
     let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
     assert!(
         log.contains(&format!(
@@ -361,6 +368,7 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
         .unwrap_or(10_000);
     let mut latencies = Vec::with_capacity(changes);
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    let mut slow = Vec::new();
     let mut done = 0;
     while done < changes {
         let (kind, expect) = change(&mut rng, &mut model, &fx.project, &fx.mnt);
@@ -368,6 +376,8 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
             continue;
         }
         let t0 = Instant::now();
+        let t0_ns = monotonic_ns();
+        let waited0 = cpu_wait(daemon);
         loop {
             let failed = expect.iter().find_map(|e| check(&fx.mnt, e).err());
             let Some(why) = failed else { break };
@@ -383,9 +393,11 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 };
+                let waited = cpu_wait(daemon).saturating_sub(waited0);
                 panic!(
-                    "change {done} ({kind}, seed {seed}, {backend}) not visible through the \
-                     mount within {HARD_LIMIT:?}: {why} ({late}; load {})",
+                    "change {done} ({kind}, seed {seed}, {backend}, at monotonic {t0_ns} ns) \
+                     not visible through the mount within {HARD_LIMIT:?}: {why} ({late}; the \
+                     daemon's threads waited {waited:?} for a CPU meanwhile; load {})",
                     fs::read_to_string("/proc/loadavg")
                         .unwrap_or_default()
                         .trim()
@@ -393,7 +405,15 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        latencies.push(t0.elapsed());
+        let took = t0.elapsed();
+        if took > LIMIT {
+            let waited = cpu_wait(daemon).saturating_sub(waited0);
+            slow.push(format!(
+                "change {done} ({kind}) {took:?} at monotonic {t0_ns} ns; the daemon's \
+                 threads waited {waited:?} for a CPU meanwhile"
+            ));
+        }
+        latencies.push(took);
         *by_kind.entry(kind).or_default() += 1;
         done += 1;
     }
@@ -411,6 +431,9 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
         latencies[latencies.len() / 2],
         load.trim()
     );
+    for s in &slow {
+        eprintln!("  slow: {s}");
+    }
     assert!(p99 <= LIMIT, "p99 latency {p99:?} (max {max:?})");
     // The mount and the project agree at the end, byte for byte.
     assert_manifest_eq(
@@ -418,6 +441,37 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
         &manifest(&fx.project),
         &manifest(&fx.mnt),
     );
+}
+
+/// How long the threads of process `pid` have waited, runnable, for a CPU
+/// (the sum over its threads of `/proc/PID/task/TID/schedstat`'s second
+/// field); zero where schedstat is missing.
+fn cpu_wait(pid: u32) -> Duration {
+    let mut ns = 0u64;
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(text) = fs::read_to_string(t.path().join("schedstat")) {
+                ns += text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock of the daemon's debug log
+/// and of kernel traces), to find a slow change in them.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Reads every file and lists every directory under `dir`, ignoring

@@ -167,6 +167,10 @@ pub struct FsTuning {
     pub threads: Option<usize>,
     /// `OPFS_INODE_FDS`: how many inodes keep an open fd.
     pub inode_fds: Option<usize>,
+    /// `OPFS_REALTIME` (0 or 1): the watch's and the invalidation thread
+    /// in the real-time class when permitted (`docs/coherence.md`, "What
+    /// limits promptness").
+    pub realtime: Option<bool>,
     /// `OPFS_KEEP_MIN` (bytes, or `off`): files of more than this many
     /// bytes are kept instead of copied when removed (`docs/design.md`,
     /// "Removals keep the inode"). Not an `opfs_fs::Options` field: the
@@ -206,6 +210,7 @@ impl FsTuning {
             killpriv_v2: flag("OPFS_KILLPRIV_V2"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
+            realtime: flag("OPFS_REALTIME"),
             keep_min: var("OPFS_KEEP_MIN").and_then(|v| parse_range_min(&v).ok()),
         }
     }
@@ -250,6 +255,9 @@ impl FsTuning {
         }
         if let Some(n) = self.inode_fds {
             o.inode_fds = Some(n);
+        }
+        if let Some(v) = self.realtime {
+            o.realtime = v;
         }
         o
     }

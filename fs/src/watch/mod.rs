@@ -264,16 +264,32 @@ impl Watch {
         self.stop.store(true, Ordering::Release);
     }
 
-    /// Starts the thread that reads events and posts their invalidations.
-    pub(crate) fn start(self: &Arc<Self>, target: Arc<dyn Target>, post: Poster) -> io::Result<()> {
+    /// Starts the thread that reads events and posts their invalidations;
+    /// `urgent`: real-time while it may ([`crate::Options::realtime`]).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        target: Arc<dyn Target>,
+        post: Poster,
+        urgent: bool,
+    ) -> io::Result<()> {
         let watch = Arc::clone(self);
         std::thread::Builder::new()
             .name("opfs-watch".to_string())
-            .spawn(move || watch.serve(&*target, &post))?;
+            .spawn(move || watch.serve(&*target, &post, urgent))?;
         Ok(())
     }
 
-    fn serve(&self, target: &dyn Target, post: &Poster) {
+    fn serve(&self, target: &dyn Target, post: &Poster, urgent: bool) {
+        let (mut urgency, claimed) = crate::sys::Urgency::claim(urgent);
+        match claimed {
+            Ok(true) => log::info!("the watch and invalidation threads run real-time (SCHED_FIFO 1)"),
+            Ok(false) => {}
+            Err(err) => log::info!(
+                "the watch and invalidation threads stay in the normal class ({err}): \
+                 while other processes keep every CPU busy, a change behind the mount may \
+                 show late (docs/coherence.md, \"What limits promptness\")"
+            ),
+        }
         let mut buf = vec![0u8; 64 * 1024];
         let mut trailing: Vec<(Instant, Vec<Inval>)> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
@@ -283,11 +299,17 @@ impl Watch {
             };
             if poll_in(self.backend.fd(), timeout) {
                 let mut ops = Vec::new();
+                let mut events = 0;
                 loop {
                     match self.backend.read(&mut buf) {
                         Ok(Read::Events(raw)) if raw.is_empty() => break,
-                        Ok(Read::Events(raw)) => self.handle(target, raw, &mut ops),
+                        Ok(Read::Events(raw)) => {
+                            events += raw.len();
+                            urgency.batch(events);
+                            self.handle(target, raw, &mut ops)
+                        }
                         Ok(Read::Overflow(raw)) => {
+                            urgency.batch(usize::MAX);
                             log::info!(
                                 "{} queue overflowed: invalidating everything",
                                 self.backend()
@@ -310,6 +332,7 @@ impl Watch {
                     trailing.push((Instant::now() + TRAIL, again));
                 }
             }
+            urgency.batch(0);
             let now = Instant::now();
             while trailing.first().is_some_and(|(due, _)| *due <= now) {
                 let (_, ops) = trailing.remove(0);
