@@ -273,23 +273,30 @@ impl Watch {
         urgent: bool,
     ) -> io::Result<()> {
         let watch = Arc::clone(self);
+        let (told, class) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("opfs-watch".to_string())
-            .spawn(move || watch.serve(&*target, &post, urgent))?;
-        Ok(())
-    }
-
-    fn serve(&self, target: &dyn Target, post: &Poster, urgent: bool) {
-        let (mut urgency, claimed) = crate::sys::Urgency::claim(urgent);
-        match claimed {
-            Ok(true) => log::info!("the watch and invalidation threads run real-time (SCHED_FIFO 1)"),
-            Ok(false) => {}
-            Err(err) => log::info!(
+            .spawn(move || {
+                let (urgency, claimed) = crate::sys::Urgency::claim(urgent);
+                let _ = told.send(claimed);
+                watch.serve(&*target, &post, urgency)
+            })?;
+        // Logged before the mount is announced, so its log says it.
+        match class.recv() {
+            Ok(Ok(true)) => {
+                log::info!("the watch and invalidation threads run real-time (SCHED_FIFO 1)")
+            }
+            Ok(Err(err)) => log::info!(
                 "the watch and invalidation threads stay in the normal class ({err}): \
                  while other processes keep every CPU busy, a change behind the mount may \
                  show late (docs/coherence.md, \"What limits promptness\")"
             ),
+            Ok(Ok(false)) | Err(_) => {}
         }
+        Ok(())
+    }
+
+    fn serve(&self, target: &dyn Target, post: &Poster, mut urgency: crate::sys::Urgency) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut trailing: Vec<(Instant, Vec<Inval>)> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
