@@ -331,6 +331,12 @@ impl Watch {
                         }
                     }
                 }
+                // A wake-up that left nothing to invalidate read the
+                // daemon's own changes (fanotify drops them): while the
+                // mount serves mutations the thread waits in the normal
+                // class, as it did before; the next change from elsewhere
+                // puts it back.
+                urgency.batch(if ops.is_empty() { usize::MAX } else { 0 });
                 if !ops.is_empty() {
                     let again = ops.clone();
                     if !post.post(ops) {
@@ -339,7 +345,6 @@ impl Watch {
                     trailing.push((Instant::now() + TRAIL, again));
                 }
             }
-            urgency.batch(0);
             let now = Instant::now();
             while trailing.first().is_some_and(|(due, _)| *due <= now) {
                 let (_, ops) = trailing.remove(0);
