@@ -402,7 +402,11 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
             // What the checking thread itself waited for a CPU is the
             // machine's delay, not the daemon's: it does not count
             // against the hard limit (it is reported).
-            if t0.elapsed().saturating_sub(own_cpu_wait().saturating_sub(checker0)) > HARD_LIMIT {
+            if t0
+                .elapsed()
+                .saturating_sub(own_cpu_wait().saturating_sub(checker0))
+                > HARD_LIMIT
+            {
                 stop.store(true, Ordering::Relaxed);
                 // Late or missed? Keep looking for a while to tell.
                 let late = loop {

@@ -326,14 +326,7 @@ pub fn mount(
 
     let gate = Arc::clone(&state.gate);
     let urgent = opts.realtime && watch.as_ref().is_some_and(|w| w.active());
-    let mut mount = start(
-        fs,
-        Arc::clone(&state) as _,
-        gate,
-        mountpoint,
-        opts,
-        urgent,
-    )?;
+    let mut mount = start(fs, Arc::clone(&state) as _, gate, mountpoint, opts, urgent)?;
     // Before the session serves its first request.
     let _ = state.notifier.set(mount.controller.notifier());
     match &watch {

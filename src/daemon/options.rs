@@ -278,8 +278,12 @@ mod tests {
             "OPFS_WATCH" => Some("inotify".into()),
             "OPFS_NEGATIVE_TTL_MS" => Some("0".into()),
             "OPFS_KEEP_MIN" => Some("off".into()),
+            "OPFS_REALTIME" => Some("0".into()),
             _ => None,
         });
+        assert_eq!(t.realtime, Some(false));
+        assert!(!t.apply(opfs_fs::Options::default()).realtime);
+        assert!(opfs_fs::Options::default().realtime);
         assert_eq!(t.keep_min, Some(u64::MAX));
         assert_eq!(t.watch, Some(opfs_fs::WatchMode::Inotify));
         assert_eq!(t.negative_ttl, Some(Duration::ZERO));

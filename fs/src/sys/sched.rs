@@ -71,3 +71,49 @@ fn set_class(realtime: bool) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class() -> libc::c_int {
+        // SAFETY: pid 0 is the calling thread.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        policy & !libc::SCHED_RESET_ON_FORK
+    }
+
+    #[test]
+    fn real_time_for_small_batches_normal_for_storms() {
+        std::thread::spawn(|| {
+            let (mut u, res) = Urgency::claim(true);
+            match res {
+                Ok(true) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    eprintln!("skipped: no CAP_SYS_NICE or RLIMIT_RTPRIO here ({e})");
+                    assert_eq!(class(), libc::SCHED_OTHER);
+                    return;
+                }
+                other => panic!("claim: {other:?}"),
+            }
+            assert_eq!(class(), libc::SCHED_FIFO);
+            u.batch(Urgency::STORM + 1);
+            assert_eq!(class(), libc::SCHED_OTHER);
+            u.batch(Urgency::STORM);
+            assert_eq!(class(), libc::SCHED_FIFO);
+        })
+        .join()
+        .expect("test thread");
+    }
+
+    #[test]
+    fn not_wanted_changes_nothing() {
+        std::thread::spawn(|| {
+            let (mut u, res) = Urgency::claim(false);
+            assert!(matches!(res, Ok(false)));
+            u.batch(0);
+            assert_eq!(class(), libc::SCHED_OTHER);
+        })
+        .join()
+        .expect("test thread");
+    }
+}

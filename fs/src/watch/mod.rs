@@ -306,17 +306,20 @@ impl Watch {
             };
             if poll_in(self.backend.fd(), timeout) {
                 let mut ops = Vec::new();
-                let mut events = 0;
+                let mut events: usize = 0;
                 loop {
                     match self.backend.read(&mut buf) {
                         Ok(Read::Events(raw)) if raw.is_empty() => break,
                         Ok(Read::Events(raw)) => {
-                            events += raw.len();
-                            urgency.batch(events);
+                            events = events.saturating_add(raw.len());
+                            if events > crate::sys::Urgency::STORM {
+                                urgency.batch(events);
+                            }
                             self.handle(target, raw, &mut ops)
                         }
                         Ok(Read::Overflow(raw)) => {
-                            urgency.batch(usize::MAX);
+                            events = usize::MAX;
+                            urgency.batch(events);
                             log::info!(
                                 "{} queue overflowed: invalidating everything",
                                 self.backend()
@@ -336,7 +339,7 @@ impl Watch {
                 // mount serves mutations the thread waits in the normal
                 // class, as it did before; the next change from elsewhere
                 // puts it back.
-                urgency.batch(if ops.is_empty() { usize::MAX } else { 0 });
+                urgency.batch(if ops.is_empty() { usize::MAX } else { events });
                 if !ops.is_empty() {
                     let again = ops.clone();
                     if !post.post(ops) {
