@@ -106,13 +106,17 @@ struct InvalJob {
 
 /// Notifications go out from their own thread: writing one can block while
 /// the kernel holds a lock that an in-flight request also needs, and the
-/// caller must never wait for that forever.
-fn spawn_invalidator(notifier: Notifier) -> io::Result<mpsc::Sender<InvalJob>> {
+/// caller must never wait for that forever. `urgent`: real-time while it
+/// may ([`crate::Options::realtime`]).
+fn spawn_invalidator(notifier: Notifier, urgent: bool) -> io::Result<mpsc::Sender<InvalJob>> {
     let (tx, rx) = mpsc::channel::<InvalJob>();
     std::thread::Builder::new()
         .name("opfs-inval".to_string())
         .spawn(move || {
+            // Like the watch's thread, which logs whether it could.
+            let mut urgency = crate::sys::Urgency::claim(urgent).0;
             for job in rx {
+                urgency.batch(job.ops.len());
                 for op in &job.ops {
                     let res = match op {
                         Inval::Entry(parent, name) => {
@@ -163,15 +167,16 @@ impl std::fmt::Debug for Controller {
 impl Controller {
     /// The controller of a session just mounted at `mountpoint`: `fs` finds
     /// cached inodes, `gate` is the one its mutating callbacks hold.
-    /// Starts the invalidation thread.
+    /// Starts the invalidation thread, real-time while it may when `urgent`.
     pub(crate) fn new(
         fs: Arc<dyn Invalidate>,
         gate: Arc<Gate>,
         notifier: Notifier,
         unmounter: SessionUnmounter,
         mountpoint: &Path,
+        urgent: bool,
     ) -> io::Result<Controller> {
-        let invalidations = spawn_invalidator(notifier.clone())?;
+        let invalidations = spawn_invalidator(notifier.clone(), urgent)?;
         Ok(Controller {
             inner: Arc::new(ControlInner {
                 fs,

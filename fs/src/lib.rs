@@ -160,6 +160,17 @@ pub struct Options {
     /// the process (open files, the index, the capture log, the control
     /// socket).
     pub inode_fds: Option<usize>,
+    /// Run the watch's thread and the invalidation thread in the real-time
+    /// class (`SCHED_FIFO` priority 1) while the watch is active (default
+    /// on). It needs `CAP_SYS_NICE` or an `RLIMIT_RTPRIO` of at least 1;
+    /// without, the threads stay in the normal class (logged at mount).
+    /// Why: a woken thread of a daemon in its own session (autogroup) can
+    /// wait hundreds of milliseconds for a CPU while another session keeps
+    /// every CPU busy, and a change behind the mount shows only once both
+    /// threads have run (`docs/coherence.md`, "What limits promptness").
+    /// A batch of more than 4,096 invalidations (a checkout, an `rm -rf`
+    /// in the project) runs in the normal class. The overlay ignores it.
+    pub realtime: bool,
 }
 
 impl Default for Options {
@@ -182,6 +193,7 @@ impl Default for Options {
             no_create: true,
             own_mount: true,
             inode_fds: None,
+            realtime: true,
         }
     }
 }
@@ -342,12 +354,13 @@ pub fn mount(
     };
 
     let gate = Arc::clone(&state.gate);
-    let mut mount = start(fs, Arc::clone(&state) as _, gate, mountpoint, opts)?;
+    let urgent = opts.realtime && watch.as_ref().is_some_and(|w| w.active());
+    let mut mount = start(fs, Arc::clone(&state) as _, gate, mountpoint, opts, urgent)?;
     // Before the session serves its first request.
     let _ = state.notifier.set(mount.controller.notifier());
     match &watch {
         Some(w) if w.active() => {
-            w.start(state, mount.controller.poster())?;
+            w.start(state, mount.controller.poster(), urgent)?;
             log::info!(
                 "watching {} with {}: entries and attributes cached for {:?}, misses for {:?}",
                 backing.display(),
@@ -372,13 +385,16 @@ pub fn mount(
 }
 
 /// Mounts `fs` at `mountpoint` with the crate's mount options and hands out
-/// its [`Mount`]; `cache` and `gate` are what its [`Controller`] uses.
+/// its [`Mount`]; `cache` and `gate` are what its [`Controller`] uses, and
+/// `urgent` puts its invalidation thread in the real-time class
+/// ([`Options::realtime`]).
 fn start<FS: fuser::Filesystem + Send + 'static>(
     fs: FS,
     cache: Arc<dyn controller::Invalidate>,
     gate: Arc<quiesce::Gate>,
     mountpoint: &Path,
     opts: &Options,
+    urgent: bool,
 ) -> io::Result<Mount> {
     let mut config = Config::default();
     config.mount_options = vec![
@@ -401,6 +417,7 @@ fn start<FS: fuser::Filesystem + Send + 'static>(
         session.notifier(),
         session.unmount_callable(),
         mountpoint,
+        urgent,
     )?;
     Ok(Mount {
         session: Box::new(session),
@@ -503,7 +520,7 @@ pub fn mount_overlay(
         state: Arc::clone(&state),
     };
     let gate = Arc::clone(&state.gate);
-    start(fs, state, gate, mountpoint, opts)
+    start(fs, state, gate, mountpoint, opts, false)
 }
 
 // The core shares the controller between threads and may hand a quiesce

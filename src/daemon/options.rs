@@ -173,6 +173,10 @@ pub struct FsTuning {
     pub threads: Option<usize>,
     /// `OPFS_INODE_FDS`: how many inodes keep an open fd.
     pub inode_fds: Option<usize>,
+    /// `OPFS_REALTIME` (0 or 1): the watch's and the invalidation thread
+    /// in the real-time class when permitted (`docs/coherence.md`, "What
+    /// limits promptness").
+    pub realtime: Option<bool>,
     /// `OPFS_KEEP_MIN` (bytes, or `off`): files of more than this many
     /// bytes are kept instead of copied when removed (`docs/design.md`,
     /// "Removals keep the inode"). Not an `opfs_fs::Options` field: the
@@ -214,6 +218,7 @@ impl FsTuning {
             own_mount: flag("OPFS_OWN_MOUNT"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
+            realtime: flag("OPFS_REALTIME"),
             keep_min: var("OPFS_KEEP_MIN").and_then(|v| parse_range_min(&v).ok()),
         }
     }
@@ -265,6 +270,9 @@ impl FsTuning {
         if let Some(n) = self.inode_fds {
             o.inode_fds = Some(n);
         }
+        if let Some(v) = self.realtime {
+            o.realtime = v;
+        }
         o
     }
 }
@@ -284,8 +292,12 @@ mod tests {
             "OPFS_WATCH" => Some("inotify".into()),
             "OPFS_NEGATIVE_TTL_MS" => Some("0".into()),
             "OPFS_KEEP_MIN" => Some("off".into()),
+            "OPFS_REALTIME" => Some("0".into()),
             _ => None,
         });
+        assert_eq!(t.realtime, Some(false));
+        assert!(!t.apply(opfs_fs::Options::default()).realtime);
+        assert!(opfs_fs::Options::default().realtime);
         assert_eq!(t.keep_min, Some(u64::MAX));
         assert_eq!(t.watch, Some(opfs_fs::WatchMode::Inotify));
         assert_eq!(t.negative_ttl, Some(Duration::ZERO));

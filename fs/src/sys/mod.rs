@@ -11,7 +11,8 @@
 //!   `/proc/self/fd/N`; `file.rs`: I/O on real fds; `dirent.rs`: directory
 //!   listings; `xattr.rs`: extended attributes; `limits.rs`: `RLIMIT_NOFILE`;
 //!   `child.rs`: `fdatasync` of files of the daemon's own mount in a forked
-//!   child; `maps.rs`: the files some process maps shared.
+//!   child; `maps.rs`: the files some process maps shared; `sched.rs`: the
+//!   real-time class of the threads that keep the kernel coherent.
 
 mod at;
 mod child;
@@ -20,6 +21,7 @@ mod file;
 mod limits;
 mod maps;
 mod proc;
+mod sched;
 mod xattr;
 
 pub(crate) use at::{
@@ -37,6 +39,7 @@ pub(crate) use maps::{mount_dev, shared_mappings};
 pub(crate) use proc::{
     chmod_fd, holds_fsetid, in_chown, overrides_file_modes, reopen, truncate_path_fd, utimens_fd,
 };
+pub(crate) use sched::Urgency;
 pub(crate) use xattr::{getxattr, listxattr, removexattr, setxattr};
 
 use std::ffi::CString;

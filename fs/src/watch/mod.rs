@@ -317,16 +317,39 @@ impl Watch {
         self.stop.store(true, Ordering::Release);
     }
 
-    /// Starts the thread that reads events and posts their invalidations.
-    pub(crate) fn start(self: &Arc<Self>, target: Arc<dyn Target>, post: Poster) -> io::Result<()> {
+    /// Starts the thread that reads events and posts their invalidations;
+    /// `urgent`: real-time while it may ([`crate::Options::realtime`]).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        target: Arc<dyn Target>,
+        post: Poster,
+        urgent: bool,
+    ) -> io::Result<()> {
         let watch = Arc::clone(self);
+        let (told, class) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("opfs-watch".to_string())
-            .spawn(move || watch.serve(&*target, &post))?;
+            .spawn(move || {
+                let (urgency, claimed) = crate::sys::Urgency::claim(urgent);
+                let _ = told.send(claimed);
+                watch.serve(&*target, &post, urgency)
+            })?;
+        // Logged before the mount is announced, so its log says it.
+        match class.recv() {
+            Ok(Ok(true)) => {
+                log::info!("the watch and invalidation threads run real-time (SCHED_FIFO 1)")
+            }
+            Ok(Err(err)) => log::info!(
+                "the watch and invalidation threads stay in the normal class ({err}): \
+                 while other processes keep every CPU busy, a change behind the mount may \
+                 show late (docs/coherence.md, \"What limits promptness\")"
+            ),
+            Ok(Ok(false)) | Err(_) => {}
+        }
         Ok(())
     }
 
-    fn serve(&self, target: &dyn Target, post: &Poster) {
+    fn serve(&self, target: &dyn Target, post: &Poster, mut urgency: crate::sys::Urgency) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut trailing: Vec<(Instant, Vec<Inval>)> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
@@ -336,11 +359,20 @@ impl Watch {
             };
             if poll_in(self.backend.fd(), timeout) {
                 let mut ops = Vec::new();
+                let mut events: usize = 0;
                 loop {
                     match self.backend.read(&mut buf) {
                         Ok(Read::Events(raw)) if raw.is_empty() => break,
-                        Ok(Read::Events(raw)) => self.handle(target, raw, &mut ops),
+                        Ok(Read::Events(raw)) => {
+                            events = events.saturating_add(raw.len());
+                            if events > crate::sys::Urgency::STORM {
+                                urgency.batch(events);
+                            }
+                            self.handle(target, raw, &mut ops)
+                        }
                         Ok(Read::Overflow(raw)) => {
+                            events = usize::MAX;
+                            urgency.batch(events);
                             log::info!(
                                 "{} queue overflowed: invalidating everything",
                                 self.backend()
@@ -355,6 +387,12 @@ impl Watch {
                         }
                     }
                 }
+                // A wake-up that left nothing to invalidate read the
+                // daemon's own changes (fanotify drops them): while the
+                // mount serves mutations the thread waits in the normal
+                // class, as it did before; the next change from elsewhere
+                // puts it back.
+                urgency.batch(if ops.is_empty() { usize::MAX } else { events });
                 if !ops.is_empty() {
                     let again = ops.clone();
                     if !post.post(ops) {
