@@ -23,7 +23,9 @@
 /// journal `capture-after-blob` (a pre-image's bytes are stored, its record
 /// is not) and `capture-after-record` (the record is committed, the
 /// mutation has not run), `kept-after-removal` (a removed file was kept:
-/// its record is in the capture log, the removal done, the hash pending), and in gc `gc-after-drop` (the turns are
+/// its record is in the capture log, the removal done, the hash pending),
+/// `before-removal` (an unlink's pre-image is recorded and the journal's
+/// lock released, the unlink has not run), and in gc `gc-after-drop` (the turns are
 /// deleted from the index, no blob file is removed yet), `gc-before-sweep`
 /// (while mounted: the kept blobs are read, the sweep has not begun) and
 /// `gc-between-steps` (while mounted: one step of the deletions is

@@ -6,6 +6,9 @@
 //! - `a_removed_large_file_is_kept_as_its_own_inode`: the blob of a removed
 //!   300 KiB file is the file's own inode (not a copy), and a rewind brings
 //!   the bytes back; the same for a rename over it.
+//! - `a_timer_commit_while_a_kept_file_is_being_removed_does_not_copy_it`:
+//!   the group-commit timer ticks while a removal is paused between its
+//!   record and the unlink; the file is still kept, not copied.
 //! - `kill_right_after_a_kept_removal_loses_nothing`: SIGKILL right after
 //!   the removal, with the hash still pending; the next start hashes the
 //!   kept file and the rewind restores it.
@@ -126,6 +129,28 @@ fn a_removed_large_file_is_kept_as_its_own_inode() {
     f.assert_tree("after the rewind", &before);
     let v = f.opfs_p(&["verify", "--json"]);
     assert_eq!(v.code, Some(0), "verify: {v}");
+    f.umount();
+}
+
+#[test]
+fn a_timer_commit_while_a_kept_file_is_being_removed_does_not_copy_it() {
+    // The removal pauses 600 ms between its record and the unlink, the
+    // journal's lock released: six ticks of the group-commit timer. A tick
+    // in that window used to commit the record by copying the file (its
+    // removal could still fail), which made the keeping test above flaky
+    // under load; the timer now waits for the removal to end.
+    let f = keeping_fixture();
+    let a = big_bytes(60);
+    write_file(&f.p("a"), &a, 0o644);
+    let ino_a = ino(&f.p("a"));
+    mount_env(&f, &[("OPFS_FAILPOINT", "before-removal:1:pause=600")]);
+    let start = f.turn("start");
+    let before = f.tree();
+    f.sh("rm a");
+    assert_eq!(wait_blob(&f, &a).ino(), ino_a, "a was copied, not kept");
+    assert!(kept_dir_is_empty(&f), "kept files left after the commit");
+    f.rewind_in("kept while a timer ticked: ", start);
+    f.assert_tree("after the rewind", &before);
     f.umount();
 }
 

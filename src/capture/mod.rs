@@ -369,6 +369,24 @@ impl<T: Tree> Journal<T> {
     pub fn apply_pending(&self) -> Result<(), IndexError> {
         self.lock().apply_pending()
     }
+
+    /// [`Journal::apply_pending`] for a timer: commits unless the removal
+    /// of a kept file is under way (between its record and the end of the
+    /// unlink or rename), when it does nothing and returns `Ok(false)`.
+    /// A commit in that window would have to copy the file's bytes (its
+    /// removal may still fail, so the inode cannot become a blob yet),
+    /// which is the work keeping saves; the removal ends within one
+    /// request, so the next tick commits. A caller that must commit now
+    /// (history commands, a turn boundary) uses `apply_pending`.
+    ///
+    /// Errors: as `apply_pending`; the records stay pending.
+    pub fn apply_pending_unless_leaving(&self) -> Result<bool, IndexError> {
+        let mut inner = self.lock();
+        if !inner.leaving.is_empty() {
+            return Ok(false);
+        }
+        inner.apply_pending().map(|()| true)
+    }
 }
 
 impl<T: Tree + 'static> MutationHook for Journal<T> {
@@ -408,7 +426,11 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
                     self.capture_locked(&mut inner, path)
                 }
             }
-            Mutation::Remove { path } => self.capture_leaving(&mut self.lock(), path, None),
+            Mutation::Remove { path } => {
+                let captured = self.capture_leaving(&mut self.lock(), path, None);
+                crate::failpoint::failpoint("before-removal");
+                captured
+            }
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
         result.map_err(|e| {
@@ -423,7 +445,9 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
         // resolving their parents from the project root again.
         let result = match *mutation {
             Mutation::Remove { path } => {
-                self.capture_leaving(&mut self.lock(), path, Some(parents.from))
+                let captured = self.capture_leaving(&mut self.lock(), path, Some(parents.from));
+                crate::failpoint::failpoint("before-removal");
+                captured
             }
             Mutation::Rename { from, to, exchange } => {
                 self.capture_rename_in(from, to, exchange, Some(parents))

@@ -365,11 +365,27 @@ impl Committer {
         let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let journal = journal.clone();
         let thread = std::thread::spawn(move || {
+            // Ticks in a row that found a kept file's removal under way;
+            // after `MAX_WAIT` of them the tick commits anyway (copying
+            // such a file), so a stream of removals cannot hold captures
+            // out of the index for more than about a second.
+            const MAX_WAIT: u32 = 10;
+            let mut waited = 0;
             while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
                 stop_rx.recv_timeout(GROUP_INTERVAL)
             {
-                if let Err(e) = journal.apply_pending() {
-                    log::warn!("group commit deferred: {e}");
+                let done = if waited >= MAX_WAIT {
+                    journal.apply_pending().map(|()| true)
+                } else {
+                    journal.apply_pending_unless_leaving()
+                };
+                match done {
+                    Ok(true) => waited = 0,
+                    Ok(false) => waited += 1,
+                    Err(e) => {
+                        waited = 0;
+                        log::warn!("group commit deferred: {e}");
+                    }
                 }
             }
         });
