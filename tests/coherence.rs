@@ -644,3 +644,65 @@ fn realtime_permitted() -> bool {
     .join()
     .unwrap_or(false)
 }
+
+/// The daemon's own removals wake the watch in batches (`docs/coherence.md`,
+/// "The daemon's own changes"): an `rm -rf` of 2,000 files through the
+/// mount queues an entry event per file that fanotify cannot ignore by
+/// mount, and the watch thread lets them gather while the burst lasts
+/// instead of waking once per file (about 2,000 wake-ups before). A change
+/// made behind the mount while the burst runs still shows within the
+/// hard limit.
+#[test]
+fn the_daemons_own_removals_wake_the_watch_in_batches() {
+    let fx = Fixture::new();
+    let n = 2000;
+    for d in 0..20 {
+        fs::create_dir_all(fx.p(&format!("t/d{d:02}"))).expect("mkdir");
+        for i in 0..n / 20 {
+            fs::write(fx.p(&format!("t/d{d:02}/f{i:03}")), b"small file\n").expect("seed");
+        }
+    }
+    fs::create_dir(fx.p("keep")).expect("mkdir");
+    fs::write(fx.p("keep/f"), b"before\n").expect("seed");
+    fx.mount_with(&["--no-export"]);
+    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
+    if !log.contains("with fanotify: entries") {
+        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+        return;
+    }
+    let pid = fx.status()["pid"].as_i64().expect("pid");
+    // Listed through the mount first: every directory marked, every name
+    // known, so the removal sends no lookups.
+    read_all(&fx.m("t"));
+    let e = Expect::Content("keep/f".into(), b"behind\n".to_vec());
+    prime(&fx.mnt, &e);
+
+    let before = watch_wakeups(pid);
+    let target = fx.m("t");
+    let rm = std::thread::spawn(move || {
+        let st = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&target)
+            .status()
+            .expect("run rm");
+        assert!(st.success(), "rm -rf through the mount failed");
+    });
+    // Behind the mount, while the burst runs.
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(fx.p("keep/f"), b"behind\n").expect("edit behind the mount");
+    let t0 = Instant::now();
+    while let Err(why) = check(&fx.mnt, &e) {
+        assert!(
+            t0.elapsed() < HARD_LIMIT,
+            "edit behind the mount during an rm -rf not seen: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rm.join().expect("rm thread");
+    let woke = watch_wakeups(pid) - before;
+    assert!(!fx.p("t").exists(), "the removal reached the project");
+    assert!(
+        woke < n / 4,
+        "{woke} watch wake-ups for {n} removals through the mount"
+    );
+}

@@ -67,3 +67,69 @@ fn a_removal_in_a_directory_moved_behind_the_mount_captures_the_removed_bytes() 
     }
     panic!("no try finished within {WINDOW:?} (machine too loaded?)");
 }
+
+/// The capture reads a file without changing its access time (zero
+/// intrusion; `tree::dir::open_entry` opens with `O_NOATIME`): the first
+/// write of a turn to a file through the mount captures its bytes, and
+/// the project's file keeps the access time it had. Skipped where the
+/// backing filesystem does not update access times on a read (a
+/// `noatime` mount): the test could not fail there.
+#[test]
+fn the_capture_leaves_the_access_time_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    let old = libc::timespec {
+        tv_sec: 1_000_000_000,
+        tv_nsec: 0,
+    };
+    let set_atime = |rel: &str| {
+        let path =
+            std::ffi::CString::new(fx.p(rel).into_os_string().into_encoded_bytes()).expect("path");
+        let times = [
+            old,
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+        ];
+        // SAFETY: a valid C string and two timespecs.
+        let ret = unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(
+            ret,
+            0,
+            "utimensat {rel}: {}",
+            std::io::Error::last_os_error()
+        );
+    };
+    std::fs::write(fx.p("probe"), b"probe\n").expect("seed");
+    set_atime("probe");
+    std::fs::read(fx.p("probe")).expect("read probe");
+    if std::fs::metadata(fx.p("probe")).expect("stat").atime() == old.tv_sec {
+        eprintln!("the backing filesystem does not update access times on a read: not checked");
+        return;
+    }
+    std::fs::write(fx.p("f"), b"kept bytes\n").expect("seed");
+    std::fs::write(fx.p("g"), b"removed bytes\n").expect("seed");
+    set_atime("f");
+    fx.mount_with(&["--no-export"]);
+    fx.turn("t");
+    let t = fx.open_turn();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(fx.m("f"))
+            .expect("open via mount");
+        f.write_all(b"more\n").expect("write via mount");
+    }
+    std::fs::remove_file(fx.m("g")).expect("rm via mount");
+    assert_eq!(
+        std::fs::metadata(fx.p("f")).expect("stat").atime(),
+        old.tv_sec,
+        "the capture's read changed the access time of the project's file"
+    );
+    let v = fx.rewind(t);
+    check_rewind_result(&v, t, false);
+    assert_eq!(std::fs::read(fx.p("f")).expect("read"), b"kept bytes\n");
+    assert_eq!(std::fs::read(fx.p("g")).expect("read"), b"removed bytes\n");
+}

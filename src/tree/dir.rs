@@ -585,13 +585,20 @@ fn entry_open_born(
 /// following a symlink or blocking on a fifo; `None` when that fails (the
 /// entry was replaced or removed since it was stat'ed: the caller reports
 /// what is there now).
+///
+/// With `O_NOATIME`: the capture's read must not change the file's access
+/// time (zero intrusion), and a fresh file's first read would otherwise
+/// dirty its inode (`relatime`), a journal update per captured file. The
+/// kernel allows the flag only to the file's owner or with `CAP_FOWNER`;
+/// on `EPERM` the file is opened without it.
 fn open_entry(dir: &impl rustix::fd::AsFd, name: &std::ffi::CStr) -> Option<File> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-        Mode::empty(),
-    )
-    .ok()
-    .map(File::from)
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+    match rustix::fs::openat(dir, name, flags | OFlags::NOATIME, Mode::empty()) {
+        Ok(fd) => Some(File::from(fd)),
+        Err(rustix::io::Errno::PERM) => rustix::fs::openat(dir, name, flags, Mode::empty())
+            .ok()
+            .map(File::from),
+        Err(_) => None,
+    }
 }

@@ -134,6 +134,23 @@ const GEN_SLOTS: usize = 4096;
 /// inode in finds no inode to invalidate (`docs/coherence.md`, "Races").
 const TRAIL: Duration = Duration::from_millis(30);
 
+/// How long the thread lets the daemon's own events gather while the
+/// daemon is mid-burst of entry changes (an `rm -rf` or an untar through
+/// the mount): after a wake-up that left nothing to invalidate and came
+/// within [`BURST`] of the previous such wake-up, it sleeps this long
+/// before it polls again, and then reads what the burst queued meanwhile
+/// in one go. Without it every removal through the mount woke the thread
+/// once, only to read the event and drop it (fanotify cannot ignore entry
+/// events by mount: `EINVAL`). A change made behind the mount while the
+/// thread gathers shows up to this much later (`docs/coherence.md`, "The
+/// daemon's own changes").
+const GATHER: Duration = Duration::from_millis(4);
+
+/// Two wake-ups with nothing to invalidate at most this far apart mean a
+/// burst of the daemon's own changes ([`GATHER`]); a single removal now
+/// and then costs one wake-up, as before.
+const BURST: Duration = Duration::from_millis(10);
+
 /// The watch of one mount.
 pub(crate) struct Watch {
     backend: Box<dyn Backend>,
@@ -352,6 +369,8 @@ impl Watch {
     fn serve(&self, target: &dyn Target, post: &Poster, mut urgency: crate::sys::Urgency) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut trailing: Vec<(Instant, Vec<Inval>)> = Vec::new();
+        // When the last wake-up that left nothing to invalidate ended.
+        let mut idle_at: Option<Instant> = None;
         while !self.stop.load(Ordering::Acquire) {
             let timeout = match trailing.first() {
                 Some((due, _)) => due.saturating_duration_since(Instant::now()),
@@ -393,7 +412,19 @@ impl Watch {
                 // class, as it did before; the next change from elsewhere
                 // puts it back.
                 urgency.batch(if ops.is_empty() { usize::MAX } else { events });
-                if !ops.is_empty() {
+                if ops.is_empty() {
+                    let now = Instant::now();
+                    let burst = idle_at.is_some_and(|t| now.duration_since(t) < BURST);
+                    idle_at = Some(now);
+                    if burst {
+                        // Never past a trailing post that falls due.
+                        let nap = trailing.first().map_or(GATHER, |(due, _)| {
+                            due.saturating_duration_since(now).min(GATHER)
+                        });
+                        std::thread::sleep(nap);
+                    }
+                } else {
+                    idle_at = None;
                     let again = ops.clone();
                     if !post.post(ops) {
                         return;

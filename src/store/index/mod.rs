@@ -162,6 +162,15 @@ fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     })
 }
 
+/// SQLite's page cache per connection, as its `cache_size` pragma takes
+/// it: negative means KiB (16 MiB; the default is 2 MiB).
+const CACHE_KIB: i64 = -16 * 1024;
+
+/// WAL pages between automatic checkpoints (the default is 1,000: 4 MiB of
+/// 4 KiB pages; this lets the WAL grow to 32 MiB before the checkpoint
+/// copies it into the database and resets it).
+const CHECKPOINT_PAGES: i64 = 8192;
+
 impl Index {
     /// Opens (creating if needed) the index at `path`, upgrading an older
     /// schema in place. `sync` selects `synchronous=FULL` (power-loss safe)
@@ -192,6 +201,17 @@ impl Index {
                 .map_err(err)?;
         }
         conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        // A burst of captures (an `rm -rf`) inserts rows at random places
+        // of the blob table (keyed by hash): at SQLite's defaults the
+        // group commits re-read evicted pages and checkpoint (copy the
+        // WAL into the database, then `fsync`) every 1,000 pages, so a
+        // hot page is written several times a second. A larger page cache
+        // and WAL between checkpoints write each page fewer times
+        // (`docs/benchmarks.md`, "Removals: the capture's cost per file").
+        conn.pragma_update(None, "cache_size", CACHE_KIB)
+            .map_err(err)?;
+        conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES)
             .map_err(err)?;
         let index = Index {
             conn,
