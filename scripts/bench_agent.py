@@ -252,12 +252,13 @@ class Way:
             self.suite.opfs_cli(self.h, "turn")
 
 
-def session(suite, way, plan_file, plan, pid=None):
+def session(suite, way, plan_file, plan, pid=None, reqs=None):
     """Runs the turns in `way.mp`; returns the wall time of each turn, each
     step's wall time summed over the turns, each step's CPU summed over the
     turns: {step: [workload's processes, FUSE daemon]} (the daemon's CPU
     during a step includes its background work then, e.g. an export), and
-    each turn's CPU as [workload's processes, FUSE daemon]."""
+    each turn's CPU as [workload's processes, FUSE daemon]. With `reqs` (a
+    bench_reqs.FuseRequests) each step is marked "TURN STEP" in the count."""
     walls, steps, cpus, turn_cpus = [], {}, {}, []
     mp = way.mp
     for p in plan:
@@ -272,6 +273,8 @@ def session(suite, way, plan_file, plan, pid=None):
                 ("git status", lambda: way.sh(["git", "status"], cwd=mp)),
                 ("git diff --stat", lambda: way.sh(["git", "--no-pager", "diff", "--stat"], cwd=mp)),
                 ("checkpoint", lambda: way.checkpoint(p["turn"]))):
+            if reqs:
+                reqs.mark(f"{p['turn']} {step}")
             s0, c0, d0 = time.perf_counter(), B.children_cpu(), B.proc_cpu(pid)
             fn()
             steps[step] = steps.get(step, 0.0) + time.perf_counter() - s0
@@ -329,9 +332,11 @@ def w11_agent(suite, bench):
                     reqs = bench_reqs.FuseRequests(mp) if a.requests and h else None
                     c0, d0 = bench.children_cpu(), bench.proc_cpu(pid)
                     t0 = time.perf_counter()
-                    walls, steps, step_cpu, turn_cpu = session(suite, way, plan_file, plan, pid)
+                    walls, steps, step_cpu, turn_cpu = session(suite, way, plan_file, plan, pid, reqs)
                     wall = time.perf_counter() - t0
                     e0, f0 = bench.children_cpu(), bench.proc_cpu(pid)
+                    if reqs:
+                        reqs.mark("last export")
                     if exports:
                         suite.opfs_cli(h, "export")
                     step_cpu["last export"] = [round(bench.children_cpu() - e0, 4),
@@ -345,6 +350,10 @@ def w11_agent(suite, bench):
                            "step_cpu_s": step_cpu, "turn_cpu_s": turn_cpu}
                     if reqs:
                         run["requests"] = reqs.stop()
+                        # "TURN STEP" -> {opcode: count}, and who sent them
+                        # (scripts/agent_census.py makes the tables).
+                        run["requests_by_step"] = reqs.parts
+                        run["request_senders"] = reqs.senders
                     runs[w].append(run)
                     bench.log(f"  11 agent n={n} {w:<11} wall {wall:.3f} s  cpu {cpu:.3f} s"
                               f" (workload {work_cpu:.3f}, daemon {daemon_cpu:.3f};"

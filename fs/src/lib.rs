@@ -153,6 +153,21 @@ pub struct Options {
     /// `FUSE_NO_OPEN_SUPPORT`) CREATE is served as always. The overlay
     /// ignores it.
     pub no_create: bool,
+    /// Answer LSEEK (`SEEK_DATA`/`SEEK_HOLE`) `ENOSYS` (default on). The
+    /// kernel then sets `no_lseek` for the connection and answers every
+    /// later `SEEK_DATA`/`SEEK_HOLE` itself from the file's cached size
+    /// (`fuse_lseek`'s fallback, `generic_file_llseek`): one data run from
+    /// 0 to the size, no holes. Bytes read through the mount stay exact
+    /// (a hole reads as zeros either way) and the backing file stays
+    /// sparse; what a caller loses is the map of the holes, so a sparse
+    /// file copied out of the mount by a tool that asks for it (`cp`,
+    /// `tar --sparse`) is copied as a dense one unless the tool finds the
+    /// zeros itself. What it saves: `grep` probes each file larger than
+    /// its buffer with `SEEK_HOLE`, one round trip per file per pass
+    /// (docs/benchmarks.md, "The agent session's requests"). Off: each
+    /// LSEEK is answered from the backing file. The overlay keeps its
+    /// own answer (lower files report no holes, upper files their own).
+    pub no_lseek: bool,
     /// Most fds the inode table keeps open (one per inode the kernel has
     /// cached) before it closes some and reopens them by name when needed.
     /// `None` (default): the soft `RLIMIT_NOFILE` after raising it to the
@@ -191,6 +206,7 @@ impl Default for Options {
             no_open: true,
             killpriv_v2: true,
             no_create: true,
+            no_lseek: true,
             own_mount: true,
             inode_fds: None,
             realtime: true,
@@ -342,6 +358,7 @@ pub fn mount(
         killpriv_v2: opts.killpriv_v2,
         killpriv_on: AtomicBool::new(false),
         no_create: opts.no_create,
+        no_lseek: opts.no_lseek,
         notifier: std::sync::OnceLock::new(),
     });
     if state.no_open {

@@ -165,6 +165,9 @@ pub struct FsTuning {
     /// `OPFS_NO_CREATE` (0 or 1): CREATE answered `ENOSYS` (new files by
     /// MKNOD) when the kernel took `FUSE_NO_OPEN_SUPPORT`.
     pub no_create: Option<bool>,
+    /// `OPFS_NO_LSEEK` (0 or 1): LSEEK answered `ENOSYS`, so the kernel
+    /// answers `SEEK_DATA`/`SEEK_HOLE` itself (no holes reported).
+    pub no_lseek: Option<bool>,
     /// `OPFS_OWN_MOUNT` (0 or 1): the daemon's I/O through a private clone
     /// of the project's mount whose writes the fanotify watch ignores.
     pub own_mount: Option<bool>,
@@ -215,6 +218,7 @@ impl FsTuning {
             no_open: flag("OPFS_NO_OPEN"),
             killpriv_v2: flag("OPFS_KILLPRIV_V2"),
             no_create: flag("OPFS_NO_CREATE"),
+            no_lseek: flag("OPFS_NO_LSEEK"),
             own_mount: flag("OPFS_OWN_MOUNT"),
             threads: count("OPFS_THREADS").filter(|n| *n > 0),
             inode_fds: count("OPFS_INODE_FDS"),
@@ -260,6 +264,9 @@ impl FsTuning {
         }
         if let Some(v) = self.no_create {
             o.no_create = v;
+        }
+        if let Some(v) = self.no_lseek {
+            o.no_lseek = v;
         }
         if let Some(v) = self.own_mount {
             o.own_mount = v;

@@ -600,6 +600,10 @@ impl State {
 
     /// `lseek` of handle `fh` (for `SEEK_DATA`/`SEEK_HOLE`); the new offset.
     pub(super) fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+        if self.no_lseek {
+            // Once: the kernel sets `no_lseek` and sends no more.
+            return Err(Errno::ENOSYS);
+        }
         if self.handleless(fh) {
             let fd = self.request_fd(ino, libc::O_RDONLY, 0)?;
             return sys::lseek(fd.as_fd(), offset, whence).map_err(errno);

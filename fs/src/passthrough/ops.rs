@@ -78,6 +78,9 @@ pub(crate) struct State {
     /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`:
     /// new files then arrive as MKNOD (see `io.rs`, `create`).
     pub(crate) no_create: bool,
+    /// Answer LSEEK `ENOSYS` (the kernel then answers `SEEK_DATA` and
+    /// `SEEK_HOLE` itself, reporting no holes; see `Options::no_lseek`).
+    pub(crate) no_lseek: bool,
     /// The session's notifier, set before the first request: for the
     /// attribute invalidation a callback sends before it replies (see
     /// [`crate::Controller`]'s `notifier`).
