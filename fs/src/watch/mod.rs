@@ -134,6 +134,18 @@ const GEN_SLOTS: usize = 4096;
 /// inode in finds no inode to invalidate (`docs/coherence.md`, "Races").
 const TRAIL: Duration = Duration::from_millis(30);
 
+/// How long the thread stays away from the queue after a wake-up that
+/// carried only the daemon's own changes (fanotify drops them by pid):
+/// while the mount serves mutations, each one queues an entry or
+/// attribute event, and a thread waiting in `poll` is woken for every
+/// single one (a context switch on each side and an inter-processor
+/// wake-up, to drop it). Not waiting for this long lets them gather and
+/// be dropped a batch per read. A change made behind the mount in the
+/// meantime waits at most this long more before its invalidations
+/// (`docs/coherence.md`, "The daemon's own changes"; figures in
+/// `docs/benchmarks.md`, "Per-request cost of the daemon").
+const GATHER: Duration = Duration::from_millis(1);
+
 /// The watch of one mount.
 pub(crate) struct Watch {
     backend: Box<dyn Backend>,
@@ -353,6 +365,7 @@ impl Watch {
         let mut buf = vec![0u8; 64 * 1024];
         let mut trailing: Vec<(Instant, Vec<Inval>)> = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
+            let mut gather = false;
             let timeout = match trailing.first() {
                 Some((due, _)) => due.saturating_duration_since(Instant::now()),
                 None => Duration::from_secs(1),
@@ -400,6 +413,9 @@ impl Watch {
                     }
                     trailing.push((Instant::now() + TRAIL, again));
                 }
+                // Nothing from elsewhere: the daemon's own changes (or a
+                // read error). Let the next ones gather in the queue.
+                gather = events == 0;
             }
             let now = Instant::now();
             while trailing.first().is_some_and(|(due, _)| *due <= now) {
@@ -407,6 +423,9 @@ impl Watch {
                 if !post.post(ops) {
                     return;
                 }
+            }
+            if gather {
+                std::thread::sleep(GATHER);
             }
         }
     }
