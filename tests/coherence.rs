@@ -655,10 +655,10 @@ fn the_daemons_own_entry_changes_wake_the_watch_once_per_burst() {
     let before = watch_wakeups(pid);
     let t0 = Instant::now();
     for i in 0..n {
-        fs::write(fx.m(&format!("d/f{i}")), b"").expect("create through the mount");
+        fs::write(fx.m(format!("d/f{i}")), b"").expect("create through the mount");
     }
     for i in 0..n {
-        fs::remove_file(fx.m(&format!("d/f{i}"))).expect("remove through the mount");
+        fs::remove_file(fx.m(format!("d/f{i}"))).expect("remove through the mount");
     }
     let took = t0.elapsed();
     let woke = watch_wakeups(pid) - before;
