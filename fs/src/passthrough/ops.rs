@@ -10,7 +10,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,8 +296,14 @@ impl State {
         let cname = sys::cname(name).map_err(errno)?;
         let fd = sys::open_path(dir.fd.as_fd(), &cname).map_err(errno)?;
         let st = sys::fstat(fd.as_fd()).map_err(errno)?;
+        Ok(self.enter(parent, name, fd, &st))
+    }
+
+    /// Records `parent/name`, opened as `fd` (`O_PATH`) whose attributes
+    /// are `st`, as [`State::lookup_entry`] does.
+    fn enter(&self, parent: u64, name: &[u8], fd: OwnedFd, st: &libc::stat) -> FileAttr {
         let kind = st.st_mode & libc::S_IFMT;
-        let key = InodeKey::of(&st);
+        let key = InodeKey::of(st);
         let (ino, created) = self.inodes.lookup(parent, name, fd, key, kind);
         // A new directory node is marked before the kernel can look
         // anything up in it (its children's answers are cached only once
@@ -307,7 +313,7 @@ impl State {
                 w.add(ino, key, node.fd.as_fd());
             }
         }
-        Ok(attr(ino, &st))
+        attr(ino, st)
     }
 
     /// `lookup`: the entry `parent/name`; a missing name is a negative
@@ -369,6 +375,8 @@ impl State {
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
+        let gen;
+        let made;
         {
             let _gate = self.gate.read();
             let path = self.child_path(parent, name)?;
@@ -385,13 +393,25 @@ impl State {
                 let _as = AsCaller::switch(caller(req)).map_err(errno)?;
                 make(dir.fd.as_fd(), &cname).map_err(errno)?;
             }
-            let now = sys::stat_at(dir.fd.as_fd(), &cname).ok().flatten();
-            self.after(Mutation::Create { path: &path }, now.as_ref());
+            // Read before the new entry is: a change behind the mount
+            // handled from here on makes the answer uncached.
+            gen = self.gen(parent);
+            // One open and one stat give both what the mount left (for the
+            // hook) and the entry (for the reply).
+            made = sys::open_path(dir.fd.as_fd(), &cname)
+                .and_then(|fd| sys::fstat(fd.as_fd()).map(|st| (fd, st)))
+                .ok();
+            self.after(
+                Mutation::Create { path: &path },
+                made.as_ref().map(|(_, st)| st),
+            );
         }
         // A positive entry or the error: a negative entry is no answer to
         // a creation (the kernel takes inode 0 there for EIO).
-        let gen = self.gen(parent);
-        let attr = self.lookup_entry(parent, name)?;
+        let attr = match made {
+            Some((fd, st)) => self.enter(parent, name, fd, &st),
+            None => self.lookup_entry(parent, name)?,
+        };
         let ttl = self.ttls_since(parent, gen);
         Ok(Entry {
             attr,
