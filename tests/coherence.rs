@@ -657,9 +657,9 @@ fn the_daemons_own_removals_wake_the_watch_in_batches() {
     let fx = Fixture::new();
     let n = 2000;
     for d in 0..20 {
-        fs::create_dir_all(fx.p(&format!("t/d{d:02}"))).expect("mkdir");
+        fs::create_dir_all(fx.p(format!("t/d{d:02}"))).expect("mkdir");
         for i in 0..n / 20 {
-            fs::write(fx.p(&format!("t/d{d:02}/f{i:03}")), b"small file\n").expect("seed");
+            fs::write(fx.p(format!("t/d{d:02}/f{i:03}")), b"small file\n").expect("seed");
         }
     }
     fs::create_dir(fx.p("keep")).expect("mkdir");
