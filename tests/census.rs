@@ -68,8 +68,8 @@ fn probe(env: &[(&str, &str)]) -> Option<Vec<(i64, i64)>> {
         let f = File::open(fx.m(name)).expect("open through the mount");
         let hole = seek(&f, 0, libc::SEEK_HOLE).expect("SEEK_HOLE through the mount");
         let data = seek(&f, DATA as i64 + 10, libc::SEEK_DATA).expect("SEEK_DATA");
-        let past = seek(&f, size as i64, libc::SEEK_DATA)
-            .expect_err("SEEK_DATA at the end of the file");
+        let past =
+            seek(&f, size as i64, libc::SEEK_DATA).expect_err("SEEK_DATA at the end of the file");
         assert_eq!(past.raw_os_error(), Some(libc::ENXIO), "{name}: {past}");
         assert_eq!(
             fs::read(fx.m(name)).expect("read through the mount"),
@@ -90,7 +90,11 @@ fn seek_hole_is_answered_by_the_kernel_from_the_size() {
     let size = (DATA as u64 * 2 + HOLE) as i64;
     for (i, (hole, data)) in got.into_iter().enumerate() {
         assert_eq!(hole, size, "file {i}: SEEK_HOLE from 0 through the mount");
-        assert_eq!(data, DATA as i64 + 10, "file {i}: SEEK_DATA inside the hole");
+        assert_eq!(
+            data,
+            DATA as i64 + 10,
+            "file {i}: SEEK_DATA inside the hole"
+        );
     }
 }
 
@@ -102,7 +106,10 @@ fn with_the_knob_off_the_holes_are_reported() {
         return;
     };
     for (i, (hole, data)) in got.into_iter().enumerate() {
-        assert_eq!(hole, DATA as i64, "file {i}: SEEK_HOLE from 0 through the mount");
+        assert_eq!(
+            hole, DATA as i64,
+            "file {i}: SEEK_HOLE from 0 through the mount"
+        );
         assert_eq!(
             data,
             DATA as i64 + HOLE as i64,
