@@ -735,6 +735,7 @@ fn the_daemons_own_removals_wake_the_watch_in_batches() {
 
     let before = watch_wakeups(pid);
     let target = fx.m("t");
+    let t0 = Instant::now();
     let rm = std::thread::spawn(move || {
         let st = std::process::Command::new("rm")
             .arg("-rf")
@@ -748,10 +749,18 @@ fn the_daemons_own_removals_wake_the_watch_in_batches() {
     fs::write(fx.p("keep/f"), b"behind\n").expect("edit behind the mount");
     wait_seen(&fx.mnt, &e, "edit behind the mount during an rm -rf");
     rm.join().expect("rm thread");
+    let took = t0.elapsed();
     let woke = watch_wakeups(pid) - before;
     assert!(!fx.p("t").exists(), "the removal reached the project");
+    // A gathering costs the thread two voluntary switches (its sleep in
+    // `poll` and the 4 ms nap), so a burst slowed down by load may cost up
+    // to one switch per 2 ms of it; never as many as one per removal
+    // (2,022 for these 2,000 before the gather).
+    let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+    let bound = (n / 4).max(ms / 2 + 20).min(3 * n / 4);
+    eprintln!("{woke} watch wake-ups for {n} removals in {took:?} (at most {bound})");
     assert!(
-        woke < n / 4,
-        "{woke} watch wake-ups for {n} removals through the mount"
+        woke <= bound,
+        "{woke} watch wake-ups for {n} removals through the mount in {took:?} (at most {bound})"
     );
 }
