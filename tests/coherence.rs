@@ -537,6 +537,18 @@ fn read_all(dir: &Path) {
     }
 }
 
+/// Mounts `fx` without export; the daemon's pid when its watch uses
+/// fanotify, else `None` (said on stderr: the caller checks nothing).
+fn mount_watched_by_fanotify(fx: &Fixture) -> Option<i64> {
+    fx.mount_with(&["--no-export"]);
+    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
+    if !log.contains("with fanotify: entries") {
+        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+        return None;
+    }
+    Some(fx.status()["pid"].as_i64().expect("pid"))
+}
+
 /// The daemon's log under the fixture's home.
 fn find_log(home: &Path) -> std::path::PathBuf {
     fn find(dir: &Path) -> Option<std::path::PathBuf> {
@@ -597,13 +609,9 @@ fn the_daemons_own_writes_do_not_wake_the_watch() {
     let fx = Fixture::new();
     fs::create_dir(fx.p("d")).expect("mkdir");
     fs::write(fx.p("d/f"), b"start\n").expect("seed");
-    fx.mount_with(&["--no-export"]);
-    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
-    if !log.contains("with fanotify: entries") {
-        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+    let Some(pid) = mount_watched_by_fanotify(&fx) else {
         return;
-    }
-    let pid = fx.status()["pid"].as_i64().expect("pid");
+    };
     let n = 300;
     let before = watch_wakeups(pid);
     {
@@ -646,13 +654,9 @@ fn the_daemons_own_writes_do_not_wake_the_watch() {
 fn the_daemons_own_entry_changes_wake_the_watch_once_per_burst() {
     let fx = Fixture::new();
     fs::create_dir(fx.p("d")).expect("mkdir");
-    fx.mount_with(&["--no-export"]);
-    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
-    if !log.contains("with fanotify: entries") {
-        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+    let Some(pid) = mount_watched_by_fanotify(&fx) else {
         return;
-    }
-    let pid = fx.status()["pid"].as_i64().expect("pid");
+    };
     // The directory's node (and its mark) before counting.
     fs::metadata(fx.m("d")).expect("stat d");
     let n: u64 = 300;
@@ -720,13 +724,9 @@ fn the_daemons_own_removals_wake_the_watch_in_batches() {
     }
     fs::create_dir(fx.p("keep")).expect("mkdir");
     fs::write(fx.p("keep/f"), b"before\n").expect("seed");
-    fx.mount_with(&["--no-export"]);
-    let log = fs::read_to_string(find_log(&fx.home)).unwrap_or_default();
-    if !log.contains("with fanotify: entries") {
-        eprintln!("the daemon does not watch with fanotify (unprivileged?): not checked");
+    let Some(pid) = mount_watched_by_fanotify(&fx) else {
         return;
-    }
-    let pid = fx.status()["pid"].as_i64().expect("pid");
+    };
     // Listed through the mount first: every directory marked, every name
     // known, so the removal sends no lookups.
     read_all(&fx.m("t"));
