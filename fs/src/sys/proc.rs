@@ -70,30 +70,33 @@ impl FdName {
     }
 }
 
+/// Calls `call(dirfd, name)` with the `*at` form of `/proc/self/fd/N`
+/// for `fd`: [`fd_dir`] and `N` (no allocation), or `AT_FDCWD` and the
+/// full path where `/proc/self/fd` could not be opened. Either names the
+/// inode `fd` holds; a call that follows the magic link reaches that
+/// inode and never goes beyond it.
+fn at_proc_fd<R>(fd: BorrowedFd<'_>, call: impl FnOnce(i32, *const libc::c_char) -> R) -> R {
+    match fd_dir() {
+        Some(dir) => call(dir.as_raw_fd(), FdName::of(fd).as_ptr()),
+        None => call(libc::AT_FDCWD, proc_path(fd).as_ptr()),
+    }
+}
+
 /// Opens the inode behind an `O_PATH` fd for real I/O.
 pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: i32) -> io::Result<OwnedFd> {
     let flags = flags | libc::O_CLOEXEC;
-    let Some(dir) = fd_dir() else {
-        let path = proc_path(fd);
-        // SAFETY: valid C string.
-        return owned(unsafe { libc::open(path.as_ptr(), flags) });
-    };
-    let name = FdName::of(fd);
-    // SAFETY: a valid directory fd and a NUL-terminated name.
-    owned(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })
+    // SAFETY: a valid directory fd (or AT_FDCWD) and a NUL-terminated name.
+    owned(at_proc_fd(fd, |dir, name| unsafe {
+        libc::openat(dir, name, flags)
+    }))
 }
 
 pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
-    let Some(dir) = fd_dir() else {
-        let path = proc_path(fd);
-        // SAFETY: valid C string.
-        cvt(unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) })?;
-        return Ok(());
-    };
-    let name = FdName::of(fd);
-    // SAFETY: a valid directory fd and a NUL-terminated name; flags 0
-    // follows the magic link to the inode, as `chmod` of the path does.
-    cvt(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, 0) })?;
+    // SAFETY: as in `reopen`; flags 0 follows the magic link to the inode,
+    // as `chmod` of the path does.
+    cvt(at_proc_fd(fd, |dir, name| unsafe {
+        libc::fchmodat(dir, name, mode as libc::mode_t, 0)
+    }))?;
     Ok(())
 }
 
@@ -108,17 +111,12 @@ pub(crate) fn truncate_path_fd(fd: BorrowedFd<'_>, size: u64) -> io::Result<()> 
 /// Sets times on the inode behind any fd (`O_PATH` included) without
 /// following a symlink.
 pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> io::Result<()> {
-    let Some(dir) = fd_dir() else {
-        let path = proc_path(fd);
-        // SAFETY: valid C string and a two-element timespec array.
-        cvt(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) })?;
-        return Ok(());
-    };
-    let name = FdName::of(fd);
-    // SAFETY: a valid directory fd, a NUL-terminated name and a
-    // two-element timespec array; flags 0 follows the magic link to the
-    // inode (never beyond it: the link is the inode itself).
-    cvt(unsafe { libc::utimensat(dir.as_raw_fd(), name.as_ptr(), times.as_ptr(), 0) })?;
+    // SAFETY: as in `reopen`, and a two-element timespec array; flags 0
+    // follows the magic link to the inode (never beyond it: the link is
+    // the inode itself).
+    cvt(at_proc_fd(fd, |dir, name| unsafe {
+        libc::utimensat(dir, name, times.as_ptr(), 0)
+    }))?;
     Ok(())
 }
 
