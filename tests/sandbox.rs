@@ -1232,10 +1232,11 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
         raw[1]
     );
     assert!(created.get("note").is_none(), "{}", raw[1]);
-    // A bound worktree cannot be discarded from inside (its mount cannot
-    // stop while the sandbox holds it): refused at once, still mounted.
+    // The user's worktree cannot be discarded from inside (the agent's
+    // tools act only on the agent's worktrees): refused at once, still
+    // mounted.
     let refused = raw[2]["error"]["message"].as_str().unwrap_or_default();
-    assert!(refused.contains("bound into this sandbox"), "{}", raw[2]);
+    assert!(refused.contains("made by the user"), "{}", raw[2]);
     let list = w
         .opfs()
         .arg("-C")
@@ -1522,4 +1523,107 @@ fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
         .filter(|n| n.ends_with(&format!("/sandbox-worktrees/{killed}")))
         .collect();
     assert!(left.is_empty(), "the killed run's folder is gone: {left:?}");
+}
+
+/// Inside the sandbox: raw requests (argv[1], a JSON list) on the narrow
+/// socket, each answer printed as `RAW ...`.
+const RAW_REQUESTS: &str = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["OPFS_MCP_SOCKET"])
+f = s.makefile("rw")
+for req in json.loads(sys.argv[1]):
+    f.write(json.dumps(req) + chr(10)); f.flush()
+    print("RAW " + f.readline().strip())
+"#;
+
+#[test]
+fn the_agent_cannot_merge_or_discard_a_worktree_the_user_made() {
+    let w = World::new();
+    let _mp = w.mount();
+    let made = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "create", "userwt"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", show(&made));
+    let path = PathBuf::from(stdout(&made).trim());
+    std::fs::write(path.join("a.txt"), "the user's work\n").unwrap();
+    let umount = w.opfs().arg("umount").arg(&path).output().unwrap();
+    assert!(umount.status.success(), "{}", show(&umount));
+    let client = w.root.join("raw.py");
+    std::fs::write(&client, RAW_REQUESTS).unwrap();
+    let requests = serde_json::json!([
+        {"tool": "worktree_discard", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_merge", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_diff", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_create", "arguments": {"name": "agentwt"}},
+        {"tool": "worktree_list", "arguments": {}},
+        {"tool": "worktree_discard", "arguments": {"name": "agentwt"}},
+    ]);
+    let out = w.run_alone(
+        &[],
+        &format!("/usr/bin/python3 {} '{}'; true", client.display(), requests),
+    );
+    let raw: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("RAW "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(raw.len(), 6, "{}", show(&out));
+    for refused in &raw[..2] {
+        let msg = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("\"userwt\" was made by the user")
+                && msg.contains("opfs worktree discard userwt"),
+            "{refused}"
+        );
+    }
+    assert!(
+        raw[2]["ok"]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("+the user's work"),
+        "diff stays allowed: {}",
+        raw[2]
+    );
+    assert_eq!(raw[3]["ok"]["name"], "agentwt", "{}", raw[3]);
+    let rows = raw[4]["ok"].as_array().unwrap();
+    let by = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["created_by"].clone())
+    };
+    assert_eq!(by("userwt"), Some("user".into()), "{rows:?}");
+    assert_eq!(by("agentwt"), Some("agent".into()), "{rows:?}");
+    assert_eq!(raw[5]["ok"]["discarded"], "agentwt", "{}", raw[5]);
+    // The user's worktree and its work are still there, unmerged.
+    let wt_file = w
+        .pinned
+        .opfs_home
+        .join("projects")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("worktrees/userwt/worktree.json").is_file());
+    assert!(wt_file.is_some(), "the user's worktree is gone");
+    let diff = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "diff", "userwt"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&diff).contains("+the user's work"),
+        "{}",
+        show(&diff)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
 }

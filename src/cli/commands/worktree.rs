@@ -55,6 +55,7 @@ pub fn run(
                 name,
                 from,
                 at.as_deref(),
+                opfs::worktree::Creator::User,
                 &opts,
                 ctx.verbose,
             )
