@@ -1627,3 +1627,241 @@ fn the_agent_cannot_merge_or_discard_a_worktree_the_user_made() {
         "original a\n"
     );
 }
+
+// ------------------------------------------------------- git's own files
+
+/// Makes the world's project a git repository with one commit.
+fn git_init(w: &World) {
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&w.project)
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .env("HOME", &w.pinned.home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", show(&out));
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+}
+
+/// `git ARGS` in the project, outside the sandbox, as the user runs it.
+fn git_outside(w: &World, args: &[&str]) -> Output {
+    Command::new("git")
+        .arg("-C")
+        .arg(&w.project)
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .env("HOME", &w.pinned.home)
+        .output()
+        .unwrap()
+}
+
+/// Inside: the escape of a planted `core.fsmonitor` and a planted
+/// `post-checkout` hook (each would touch `$OUT/...` when git runs it
+/// outside), a `commondir` redirect and a `.git` swap; then the git
+/// commands an agent needs. Prints one tagged line per step.
+const PLANT_AND_COMMIT: &str = r#"
+G="git -c user.email=a@example.com -c user.name=agent"
+git config core.fsmonitor "touch $OUT/ESCAPED-fsmonitor; false" && echo "PLANTED config"
+printf '#!/bin/sh\ntouch %s/ESCAPED-hook\n' "$OUT" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && echo "PLANTED hook"
+printf '[core]\n\tfsmonitor = "touch %s/ESCAPED-info"\n' "$OUT" > .git/info/planted && echo "PLANTED info"
+mkdir -p .git/evil && echo evil > .git/commondir && echo "PLANTED commondir"
+mv .git .git-old && echo "PLANTED swap"
+echo new > new.txt
+$G add new.txt && echo OK-add
+$G commit -qm "by the agent" && echo OK-commit
+$G branch side && echo OK-branch
+$G checkout -qb other && echo OK-checkout
+echo more >> new.txt && $G stash -q && echo OK-stash
+$G stash pop -q && echo OK-stash-pop
+"#;
+
+#[test]
+fn what_git_runs_is_read_only_inside_and_nothing_planted_runs_outside() {
+    let w = World::new();
+    git_init(&w);
+    let out_dir = w.root.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let config_before = std::fs::read(w.project.join(".git/config")).unwrap();
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", PLANT_AND_COMMIT])
+        .env("OUT", &out_dir)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!text.contains("PLANTED"), "{}", show(&out));
+    for ok in [
+        "OK-add",
+        "OK-commit",
+        "OK-branch",
+        "OK-checkout",
+        "OK-stash",
+        "OK-stash-pop",
+    ] {
+        assert!(text.contains(ok), "{ok} missing: {}", show(&out));
+    }
+    assert_eq!(
+        std::fs::read(w.project.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!w.project.join(".git/commondir").exists());
+    // The user's git outside runs nothing the command planted, and sees
+    // the agent's commit and branch.
+    for args in [
+        &["status"][..],
+        &["checkout", "-q", "-b", "mine"],
+        &["checkout", "-q", "other"],
+    ] {
+        let o = git_outside(&w, args);
+        assert!(o.status.success(), "git {args:?}: {}", show(&o));
+    }
+    let planted: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+    assert!(
+        planted.is_empty(),
+        "code planted inside ran outside: {planted:?}"
+    );
+    let log = git_outside(&w, &["log", "--format=%s", "other"]);
+    assert!(stdout(&log).contains("by the agent"), "{}", show(&log));
+    assert!(stdout(&git_outside(&w, &["branch"])).contains("side"));
+}
+
+#[test]
+fn writable_git_config_opens_it_and_status_and_log_show_the_change() {
+    let w = World::new();
+    git_init(&w);
+    let out = w.run(
+        &["--writable-git-config", "--turn", "agent"],
+        "git config opfs-test.planted yes && echo CONFIG-OK; echo '#!/bin/sh' > .git/hooks/pre-commit && echo HOOK-OK",
+    );
+    assert!(stdout(&out).contains("CONFIG-OK"), "{}", show(&out));
+    assert!(stdout(&out).contains("HOOK-OK"), "{}", show(&out));
+    let status = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let warned = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .find(|w| w.contains("changed what git runs or trusts"))
+        .unwrap_or_else(|| panic!("no warning: {v}"))
+        .to_string();
+    assert!(
+        warned.contains(".git/config") && warned.contains(".git/hooks/pre-commit"),
+        "{warned}"
+    );
+    let turn = v["git_changes"][0]["turn"].as_u64().unwrap();
+    let log = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["log"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&log).contains(&format!(
+            "warning: turn {turn} changed what git runs or trusts"
+        )),
+        "{}",
+        show(&log)
+    );
+}
+
+#[test]
+fn a_hooks_path_inside_the_project_is_read_only_and_a_missing_one_is_refused() {
+    let w = World::new();
+    std::fs::create_dir_all(w.project.join("tools/hooks")).unwrap();
+    std::fs::write(w.project.join("tools/hooks/keep"), "").unwrap();
+    git_init(&w);
+    let cfg = git_outside(&w, &["config", "core.hooksPath", "tools/hooks"]);
+    assert!(cfg.status.success(), "{}", show(&cfg));
+    let out = w.run(
+        &[],
+        "echo '#!/bin/sh' > tools/hooks/post-checkout && echo PLANTED; echo ok > src/x && echo WROTE",
+    );
+    assert!(!stdout(&out).contains("PLANTED"), "{}", show(&out));
+    assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
+    // A hooks folder that does not exist, whose parent is the project's
+    // root: it cannot be kept read-only, so the command is not run.
+    let cfg = git_outside(&w, &["config", "core.hooksPath", ".githooks"]);
+    assert!(cfg.status.success(), "{}", show(&cfg));
+    let out = w.run(&[], "echo RAN");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}/.githooks", w.project.display()))
+            && err.contains("--writable-git-config"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_control_socket_of_another_project_is_usable_inside() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let other = w.root.join("other");
+    let other_home = w.root.join("other-home");
+    let other_mnt = w.root.join("other-mnt");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::create_dir_all(&other_mnt).unwrap();
+    std::fs::write(other.join("f.txt"), "one\n").unwrap();
+    let other_opfs = |args: &[&str]| {
+        w.opfs()
+            .env("OPFS_HOME", &other_home)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let m = other_opfs(&[
+        "mount",
+        other.to_str().unwrap(),
+        other_mnt.to_str().unwrap(),
+    ]);
+    assert!(m.status.success(), "{}", show(&m));
+    let t = other_opfs(&["-C", other_mnt.to_str().unwrap(), "turn"]);
+    assert!(t.status.success(), "{}", show(&t));
+    let before = stdout(&t).trim().to_string();
+    let script = format!(
+        r#"for c in turn "rewind 1" "gc --keep 1" umount; do OPFS_HOME={home} {bin} -C {mnt} $c; echo "RC $c $?"; done"#,
+        home = other_home.display(),
+        bin = bin.display(),
+        mnt = other_mnt.display(),
+    );
+    let out = w.run(&[], &script);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    for c in ["turn", "rewind 1", "gc --keep 1", "umount"] {
+        assert!(
+            text.contains(&format!("RC {c} 1")),
+            "{c} must fail: {}",
+            show(&out)
+        );
+    }
+    assert_eq!(
+        err.matches("refused by the daemon of").count(),
+        4,
+        "{}",
+        show(&out)
+    );
+    // Nothing changed: still mounted, the same open turn.
+    let s = other_opfs(&["-C", other_mnt.to_str().unwrap(), "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["mounted"], true, "{v}");
+    assert_eq!(v["turn"].to_string(), before, "{v}");
+    let u = other_opfs(&["umount", other_mnt.to_str().unwrap()]);
+    assert!(u.status.success(), "{}", show(&u));
+}

@@ -45,6 +45,7 @@ use crate::store::StateDir;
 
 mod bwrap;
 pub mod config;
+pub mod git;
 mod mount;
 mod policy;
 mod process;
@@ -127,6 +128,25 @@ pub enum RunError {
     /// `--turn` could not open a turn; the command was not run.
     #[error("cannot open a turn: {0}")]
     Turn(ClientError),
+    /// A file git would run or trust outside the sandbox does not exist,
+    /// and the folder it would be made in must stay writable inside, so
+    /// it cannot be kept read-only; the command was not run.
+    #[error(
+        "cannot keep {} read-only inside the sandbox, so the command was not run: it does not \
+         exist, git would run or trust it once made, and {} must stay writable inside; create \
+         it outside first (e.g. `mkdir -p {}` for a folder of hooks, `touch` for a file), or \
+         pass --writable-git-config (config: [sandbox] writable_git_config = true) to let the \
+         command change git's configuration and hooks",
+        .path.display(),
+        .parent.display(),
+        .path.display()
+    )]
+    GitPath {
+        /// The path, as the command would see it.
+        path: PathBuf,
+        /// Its nearest existing folder, which stays writable.
+        parent: PathBuf,
+    },
     /// The configuration file is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -169,6 +189,11 @@ pub struct RunOptions {
     /// `--turn`: open a turn with this label before the command starts
     /// (in the worktree's own history with `worktree`).
     pub turn: Option<String>,
+    /// `--writable-git-config` (or the configuration's
+    /// `writable_git_config`): leave what git executes or trusts (`.git/config`,
+    /// hooks, `info/`, includes...) writable inside; by default it is
+    /// read-only (`git.rs`).
+    pub writable_git_config: bool,
     /// `--worktree NAME`: run over this worktree of the project instead of
     /// the project (mounted first if it is not; left mounted), seen inside
     /// at the project's own path.
@@ -355,6 +380,22 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     } else {
         None
     };
+    // What git executes or trusts, read-only over the project as the
+    // sandbox shows it (the mount, or the worktree's mount).
+    let git = if opts.mode == Mode::WorkspaceWrite
+        && !(opts.writable_git_config || opts.config.writable_git_config)
+    {
+        let git_bin = git::find_git(opts.env.search_path.as_deref());
+        git::git_binds(&git::GitScope {
+            view: &guard.mountpoint,
+            project: &st.project,
+            writable: &policy.writable,
+            user_home: opts.user_home.as_deref(),
+            git: git_bin.as_deref(),
+        })?
+    } else {
+        Vec::new()
+    };
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
@@ -362,6 +403,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
         worktrees: bwrap_binds,
         shared_worktrees: share.as_ref().ok().map(|s| s.0.dir().to_path_buf()),
+        git,
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
