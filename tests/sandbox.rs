@@ -1633,12 +1633,12 @@ fn the_agent_cannot_merge_or_discard_a_worktree_the_user_made() {
 /// Makes the world's project a git repository with one commit.
 fn git_init(w: &World) {
     let git = |args: &[&str]| {
-        let out = Command::new("git")
+        let out = w
+            .command("git")
             .arg("-C")
             .arg(&w.project)
             .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
             .args(args)
-            .env("HOME", &w.pinned.home)
             .output()
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {}", show(&out));
@@ -1650,12 +1650,11 @@ fn git_init(w: &World) {
 
 /// `git ARGS` in the project, outside the sandbox, as the user runs it.
 fn git_outside(w: &World, args: &[&str]) -> Output {
-    Command::new("git")
+    w.command("git")
         .arg("-C")
         .arg(&w.project)
         .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
         .args(args)
-        .env("HOME", &w.pinned.home)
         .output()
         .unwrap()
 }
@@ -1819,12 +1818,14 @@ fn no_control_socket_of_another_project_is_usable_inside() {
     std::fs::create_dir_all(&other).unwrap();
     std::fs::create_dir_all(&other_mnt).unwrap();
     std::fs::write(other.join("f.txt"), "one\n").unwrap();
+    let other_env = TestEnv {
+        opfs_home: other_home.clone(),
+        home: w.pinned.home.clone(),
+        config: w.pinned.config.clone(),
+    };
     let other_opfs = |args: &[&str]| {
-        w.opfs()
-            .env("OPFS_HOME", &other_home)
-            .args(args)
-            .output()
-            .unwrap()
+        let mut c = Command::new(OPFS);
+        other_env.pin(&mut c).args(args).output().unwrap()
     };
     let m = other_opfs(&[
         "mount",
