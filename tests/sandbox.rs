@@ -1446,11 +1446,29 @@ f.write(json.dumps({"tool": "worktree_create", "arguments": {"name": sys.argv[1]
 print("RAW " + f.readline().strip())
 "#;
 
-/// The mount points of `w` below its shared worktree folders.
+/// The mount points of `w` below its shared worktree folders (not their
+/// private staging folders: `staging_mounts`).
 fn shared_mounts(w: &World) -> Vec<PathBuf> {
     w.mounts_under_root()
         .into_iter()
         .filter(|m| m.to_string_lossy().contains("/sandbox-worktrees/"))
+        .filter(|m| staging_folder(m).is_none())
+        .collect()
+}
+
+/// The staging folder (`sandbox-worktrees/<pid>-stage`) `m` lies in, if any.
+fn staging_folder(m: &Path) -> Option<PathBuf> {
+    m.ancestors()
+        .find(|a| a.to_string_lossy().ends_with("-stage"))
+        .map(Path::to_path_buf)
+}
+
+/// The mount points of `w` in the shared folders' staging folders.
+fn staging_mounts(w: &World) -> Vec<PathBuf> {
+    w.mounts_under_root()
+        .into_iter()
+        .filter(|m| m.to_string_lossy().contains("/sandbox-worktrees/"))
+        .filter(|m| staging_folder(m).is_some())
         .collect()
 }
 
@@ -1469,6 +1487,7 @@ fn a_killed_command_leaves_no_shared_worktree_mount() {
     assert_eq!(out.status.code(), Some(128 + 9), "{}", show(&out));
     assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
     assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    assert!(staging_mounts(&w).is_empty(), "{:?}", staging_mounts(&w));
     // What is left mounted is the worktree at its own path, nothing else.
     assert_eq!(
         w.mounts_under_root().len(),
@@ -1518,6 +1537,7 @@ fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
         show(&out)
     );
     assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    assert!(staging_mounts(&w).is_empty(), "{:?}", staging_mounts(&w));
     let left: Vec<_> = walk_names(&w.pinned.opfs_home)
         .into_iter()
         .filter(|n| n.ends_with(&format!("/sandbox-worktrees/{killed}")))
@@ -1865,4 +1885,44 @@ fn no_control_socket_of_another_project_is_usable_inside() {
     assert_eq!(v["turn"].to_string(), before, "{v}");
     let u = other_opfs(&["umount", other_mnt.to_str().unwrap()]);
     assert!(u.status.success(), "{}", show(&u));
+}
+
+#[test]
+fn what_git_runs_is_read_only_in_the_worktrees_the_sandbox_shows() {
+    let w = World::new();
+    git_init(&w);
+    let _mp = w.mount();
+    let made = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "create", "w1"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", show(&made));
+    let client = w.root.join("raw.py");
+    std::fs::write(&client, RAW_REQUESTS).unwrap();
+    let requests = serde_json::json!([
+        {"tool": "worktree_create", "arguments": {"name": "w2"}},
+    ]);
+    let script = format!(
+        r#"/usr/bin/python3 {client} '{requests}'
+for wt in w1 w2; do
+  d=/tmp/opfs-worktrees/$wt
+  test -d $d/.git/hooks && echo "SHOWN $wt"
+  echo x > $d/.git/hooks/post-checkout && echo "PLANTED hook $wt"
+  git -C $d config core.fsmonitor "touch /x; false" && echo "PLANTED config $wt"
+  echo y > $d/y.txt && echo "WROTE $wt"
+done
+true"#,
+        client = client.display(),
+    );
+    let out = w.run_alone(&[], &script);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    for wt in ["w1", "w2"] {
+        assert!(text.contains(&format!("SHOWN {wt}")), "{}", show(&out));
+        assert!(text.contains(&format!("WROTE {wt}")), "{}", show(&out));
+    }
+    assert!(!text.contains("PLANTED"), "{}", show(&out));
 }

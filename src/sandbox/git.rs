@@ -67,6 +67,40 @@ pub struct GitScope<'a> {
     pub git: Option<&'a Path>,
 }
 
+/// What [`git_binds`] needs besides the paths, owned: kept by the run for
+/// the worktrees it binds into the sandbox while it runs (`share.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct GitGuard {
+    /// False with `--writable-git-config` (and outside `workspace-write`):
+    /// [`GitGuard::binds`] gives nothing.
+    pub enabled: bool,
+    /// The git binary.
+    pub git: Option<PathBuf>,
+    /// The user's home directory.
+    pub user_home: Option<PathBuf>,
+    /// Writable roots of the sandbox.
+    pub writable: Vec<PathBuf>,
+}
+
+impl GitGuard {
+    /// [`git_binds`] for the tree the host sees at `view`, shown at
+    /// `project`; nothing when not enabled.
+    ///
+    /// Errors: as [`git_binds`].
+    pub fn binds(&self, view: &Path, project: &Path) -> Result<Vec<GitBind>, RunError> {
+        if !self.enabled {
+            return Ok(Vec::new());
+        }
+        git_binds(&GitScope {
+            view,
+            project,
+            writable: &self.writable,
+            user_home: self.user_home.as_deref(),
+            git: self.git.as_deref(),
+        })
+    }
+}
+
 /// Keys whose value is a command git runs: the first word of the value
 /// (after a leading `!`) is protected when it is a path inside the
 /// project. A `*` stands for one subsection name.

@@ -301,8 +301,17 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     // Through a shared folder where the host allows one, so that
     // worktrees created during the run show inside at once (share.rs);
     // else bound by bwrap, and a new one shows from the next run on.
+    // What git runs or trusts stays read-only inside (git.rs), in the
+    // project and in every worktree the sandbox shows.
+    let git_guard = git::GitGuard {
+        enabled: opts.mode == Mode::WorkspaceWrite
+            && !(opts.writable_git_config || opts.config.writable_git_config),
+        git: git::find_git(opts.env.search_path.as_deref()),
+        user_home: opts.user_home.clone(),
+        writable: policy.writable.clone(),
+    };
     let share = if tools_inside {
-        match WorktreeShare::make(&st) {
+        match WorktreeShare::make(&st, git_guard.clone()) {
             Ok(s) => Ok(ShareGuard(Arc::new(s))),
             Err(e) => {
                 log::info!(
@@ -381,21 +390,12 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         None
     };
     // What git executes or trusts, read-only over the project as the
-    // sandbox shows it (the mount, or the worktree's mount).
-    let git = if opts.mode == Mode::WorkspaceWrite
-        && !(opts.writable_git_config || opts.config.writable_git_config)
-    {
-        let git_bin = git::find_git(opts.env.search_path.as_deref());
-        git::git_binds(&git::GitScope {
-            view: &guard.mountpoint,
-            project: &st.project,
-            writable: &policy.writable,
-            user_home: opts.user_home.as_deref(),
-            git: git_bin.as_deref(),
-        })?
-    } else {
-        Vec::new()
-    };
+    // sandbox shows it (the mount, or the worktree's mount), and over each
+    // worktree bound in by bwrap.
+    let mut git = git_guard.binds(&guard.mountpoint, &st.project)?;
+    for (outside, inside) in &bwrap_binds {
+        git.extend(git_guard.binds(outside, inside)?);
+    }
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
