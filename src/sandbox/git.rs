@@ -151,10 +151,9 @@ pub fn git_binds(scope: &GitScope<'_>) -> Result<Vec<GitBind>, RunError> {
     };
     let dotgit = scope.view.join(".git");
     let Ok(meta) = std::fs::symlink_metadata(&dotgit) else {
-        // No repository (yet): what the command makes is its own
-        // (docs/sandbox.md, known gaps); the configuration files of the
-        // user are still read below for a hooksPath into the project.
-        c.global_configs();
+        // No repository (yet): a repository the command makes is its own
+        // (docs/sandbox.md, known gaps), so nothing here is guarded, not
+        // even a relative hooksPath of the user's configuration.
         return Ok(c.binds);
     };
     let git_dir = if meta.is_dir() {
@@ -518,6 +517,48 @@ pub fn find_git(search_path: Option<&OsStr>) -> Option<PathBuf> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_repository_gets_its_config_hooks_and_info_bound_and_a_missing_hooks_folder_refused() {
+        let tmp = std::env::temp_dir().join(format!("opfs-git-unit-{}", std::process::id()));
+        let view = tmp.join("view");
+        std::fs::create_dir_all(view.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(view.join(".git/info")).unwrap();
+        std::fs::write(view.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(view.join(".git/modules/sub/hooks")).unwrap();
+        std::fs::create_dir_all(view.join(".git/modules/sub/info")).unwrap();
+        std::fs::write(view.join(".git/modules/sub/config"), "").unwrap();
+        let project = Path::new("/srv/app");
+        let scope = GitScope {
+            view: &view,
+            project,
+            writable: &[],
+            user_home: None,
+            git: None,
+        };
+        let binds = git_binds(&scope).unwrap();
+        let dests: Vec<String> = binds.iter().map(|b| b.dest.display().to_string()).collect();
+        assert_eq!(dests[0], "/srv/app/.git", "{dests:?}");
+        assert!(binds[0].writable);
+        for d in [
+            "/srv/app/.git/config",
+            "/srv/app/.git/hooks",
+            "/srv/app/.git/info",
+            "/srv/app/.git/modules/sub/config",
+            "/srv/app/.git/modules/sub/hooks",
+        ] {
+            assert!(dests.iter().any(|x| x == d), "{d} in {dests:?}");
+        }
+        assert!(binds[1..].iter().all(|b| !b.writable));
+        assert!(!dests.iter().any(|x| x.ends_with("commondir")), "{dests:?}");
+        std::fs::remove_dir(view.join(".git/hooks")).unwrap();
+        let e = git_binds(&scope).unwrap_err().to_string();
+        assert!(
+            e.contains("/srv/app/.git/hooks") && e.contains("--writable-git-config"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 
     #[test]
     fn command_values_name_their_program() {
