@@ -2,7 +2,8 @@
 //! "What git runs stays read-only"): `.git` is not recorded, so no rewind
 //! restores a change to `.git/config` or a hook. Every mutation of one of
 //! them through the mount is noted instead, once per turn and path, in
-//! `<state dir>/git-changes` (one line `TURN<TAB>PATH`), which `opfs
+//! `<state dir>/git-changes` (one line `TURN<TAB>PATH`, appended before
+//! the mutation, not synced), which `opfs
 //! status` and `opfs log` show as a warning. Creating `commondir` in the
 //! project's git dir (or a submodule's), which git itself never does and
 //! which would redirect the repository to a configuration of the creator's
@@ -19,9 +20,6 @@ use opfs_fs::{Errno, Mutation};
 
 use super::Journal;
 use crate::store::StateDir;
-
-/// The file of notes in a state dir.
-pub const GIT_CHANGES_FILE: &str = "git-changes";
 
 /// The (turn, path) pairs already noted by this daemon.
 #[derive(Debug, Default)]
@@ -78,7 +76,7 @@ impl<T: crate::tree::Tree> Journal<T> {
         if !fresh {
             return;
         }
-        let file = self.state.dir.join(GIT_CHANGES_FILE);
+        let file = self.state.git_changes_path();
         let line = format!("{turn}\t{}\n", escape(path));
         let written = std::fs::OpenOptions::new()
             .create(true)
@@ -117,7 +115,7 @@ fn escape(path: &[u8]) -> String {
 /// state dir's notes. Empty when there are none or the file cannot be
 /// read.
 pub fn git_changes(state: &StateDir) -> Vec<(u64, Vec<String>)> {
-    let Ok(text) = std::fs::read_to_string(state.dir.join(GIT_CHANGES_FILE)) else {
+    let Ok(text) = std::fs::read_to_string(state.git_changes_path()) else {
         return Vec::new();
     };
     let mut by_turn: std::collections::BTreeMap<u64, BTreeSet<String>> = Default::default();
