@@ -311,6 +311,32 @@ mod tests {
     }
 
     #[test]
+    fn git_binds_come_after_the_project_and_only_when_writable() {
+        let mut l = layout();
+        l.git = vec![
+            crate::sandbox::git::GitBind {
+                source: PathBuf::from("/state/run/1/.git"),
+                dest: PathBuf::from("/srv/app/.git"),
+                writable: true,
+            },
+            crate::sandbox::git::GitBind {
+                source: PathBuf::from("/state/run/1/.git/config"),
+                dest: PathBuf::from("/srv/app/.git/config"),
+                writable: false,
+            },
+        ];
+        let a = text(&bwrap_args(&policy(Mode::WorkspaceWrite), &l).unwrap());
+        let p = a.find("--bind /state/run/1 /srv/app").unwrap();
+        let d = a.find("--bind /state/run/1/.git /srv/app/.git").unwrap();
+        let c = a
+            .find("--ro-bind /state/run/1/.git/config /srv/app/.git/config")
+            .unwrap();
+        assert!(p < d && d < c, "{a}");
+        let r = text(&bwrap_args(&policy(Mode::ReadOnly), &l).unwrap());
+        assert!(!r.contains(".git"), "{r}");
+    }
+
+    #[test]
     fn net_keeps_the_host_network() {
         let mut p = policy(Mode::WorkspaceWrite);
         p.net = true;

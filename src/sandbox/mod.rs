@@ -23,7 +23,10 @@
 //!    `/dev/null` over anything else;
 //! 5. the mountpoint bound over the project path (read-only in `read-only`
 //!    mode), so every write to the project goes through the journal;
-//! 6. hidden paths inside the project (they would be re-exposed by 5).
+//! 6. in `workspace-write` mode, what git runs or trusts in the project
+//!    (and in each worktree bound by bwrap) bound read-only over itself,
+//!    the `.git` folder bound onto itself (`git.rs`);
+//! 7. hidden paths inside the project (they would be re-exposed by 5).
 //!
 //! The library never prints; what went wrong is in [`RunError`].
 
@@ -298,9 +301,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     } else {
         Vec::new()
     };
-    // Through a shared folder where the host allows one, so that
-    // worktrees created during the run show inside at once (share.rs);
-    // else bound by bwrap, and a new one shows from the next run on.
     // What git runs or trusts stays read-only inside (git.rs), in the
     // project and in every worktree the sandbox shows.
     let git_guard = git::GitGuard {
@@ -310,6 +310,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         user_home: opts.user_home.clone(),
         writable: policy.writable.clone(),
     };
+    // Through a shared folder where the host allows one, so that
+    // worktrees created during the run show inside at once (share.rs);
+    // else bound by bwrap, and a new one shows from the next run on.
     let share = if tools_inside {
         match WorktreeShare::make(&st, git_guard.clone()) {
             Ok(s) => Ok(ShareGuard(Arc::new(s))),
