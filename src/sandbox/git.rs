@@ -174,7 +174,7 @@ pub fn git_binds(scope: &GitScope<'_>) -> Result<Vec<GitBind>, RunError> {
     if let Some(g) = git_dir {
         c.git_dir(&g, true)?;
     }
-    c.global_configs();
+    c.global_configs()?;
     let configs: Vec<PathBuf> = c.configs.iter().cloned().collect();
     for f in configs {
         c.config_file(&f, 0)?;
@@ -249,7 +249,15 @@ impl Collector<'_, '_> {
         let mut parent = p.parent().map(Path::to_path_buf);
         while let Some(d) = parent {
             if std::fs::symlink_metadata(&d).is_ok() {
-                let root = d == self.scope.view || !d.starts_with(self.scope.view);
+                // Stays writable: the project's root, a writable root, or
+                // anything above them.
+                let inside_writable = self
+                    .scope
+                    .writable
+                    .iter()
+                    .any(|w| d.starts_with(w) && d != *w);
+                let root =
+                    d == self.scope.view || (!d.starts_with(self.scope.view) && !inside_writable);
                 if root || self.git_dirs.contains(&d) || self.scope.writable.contains(&d) {
                     return Err(RunError::GitPath {
                         path: self.inside(&p),
@@ -319,12 +327,20 @@ impl Collector<'_, '_> {
         Ok(())
     }
 
-    fn global_configs(&mut self) {
+    /// The user's and the system's configuration files: read for what
+    /// they point into the project, and protected themselves when a
+    /// writable root holds them.
+    fn global_configs(&mut self) -> Result<(), RunError> {
+        let mut files = vec![PathBuf::from("/etc/gitconfig")];
         if let Some(h) = self.scope.user_home {
-            self.configs.insert(h.join(".gitconfig"));
-            self.configs.insert(h.join(".config/git/config"));
+            files.push(h.join(".gitconfig"));
+            files.push(h.join(".config/git/config"));
         }
-        self.configs.insert(PathBuf::from("/etc/gitconfig"));
+        for f in files {
+            self.protect(&f, Missing::Skip)?;
+            self.configs.insert(f);
+        }
+        Ok(())
     }
 
     /// Reads configuration file `f`: protects what it includes (and reads
