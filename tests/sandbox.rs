@@ -1697,6 +1697,7 @@ $G branch side && echo OK-branch
 $G checkout -qb other && echo OK-checkout
 echo more >> new.txt && $G stash -q && echo OK-stash
 $G stash pop -q && echo OK-stash-pop
+git init -q nested && echo OK-nested
 "#;
 
 #[test]
@@ -1724,6 +1725,7 @@ fn what_git_runs_is_read_only_inside_and_nothing_planted_runs_outside() {
         "OK-checkout",
         "OK-stash",
         "OK-stash-pop",
+        "OK-nested",
     ] {
         assert!(text.contains(ok), "{ok} missing: {}", show(&out));
     }
@@ -1750,6 +1752,24 @@ fn what_git_runs_is_read_only_inside_and_nothing_planted_runs_outside() {
     let log = git_outside(&w, &["log", "--format=%s", "other"]);
     assert!(stdout(&log).contains("by the agent"), "{}", show(&log));
     assert!(stdout(&git_outside(&w, &["branch"])).contains("side"));
+    // The repository made in a subfolder is the command's own: status
+    // names it; nothing of the project's `.git` changed, so nothing else.
+    let status = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let changed: Vec<String> = v["git_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["paths"].as_array().unwrap().clone())
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(changed, vec!["nested/.git".to_string()], "{v}");
 }
 
 #[test]

@@ -9,8 +9,12 @@
 //! which would redirect the repository to a configuration of the creator's
 //! choosing, is refused (`EPERM`).
 //!
-//! Cost: one prefix comparison (`.git`) per mutation path; only paths
-//! under `.git` are classified further.
+//! A `.git` made in a subfolder (a nested repository) is noted the same
+//! way: git run there runs its configuration.
+//!
+//! Cost: one prefix comparison (`.git`) per mutation path, and for a
+//! creation or a rename one suffix comparison (`/.git`); only paths under
+//! `.git` are classified further.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -48,6 +52,12 @@ impl<T: crate::tree::Tree> Journal<T> {
             ),
         };
         if !a.starts_with(b".git") && !b.is_some_and(|b| b.starts_with(b".git")) {
+            // A repository made in a subfolder (`sub/.git`, a directory or
+            // a gitfile): git run there, or `git status` of a superproject
+            // that registers it as a submodule, runs its configuration.
+            if let Some(made) = creates.filter(|p| p.ends_with(b"/.git")) {
+                self.note_git_change(made);
+            }
             return Ok(());
         }
         if creates.is_some_and(is_forbidden_commondir) {
