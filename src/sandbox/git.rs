@@ -299,15 +299,17 @@ impl Collector<'_, '_> {
         }
         self.configs.insert(common.join("config"));
         let worktree_config = g.join("config.worktree");
-        if config_bool(
+        // Read only with the extension on (which config, protected, says).
+        let per_worktree = if config_bool(
             self.scope.git,
             &common.join("config"),
             "extensions.worktreeconfig",
         ) {
-            self.protect(&worktree_config, Missing::Guard)?;
+            Missing::Guard
         } else {
-            self.protect(&worktree_config, Missing::Skip)?;
-        }
+            Missing::Skip
+        };
+        self.protect(&worktree_config, per_worktree)?;
         if worktree_config.exists() {
             self.configs.insert(worktree_config);
         }
@@ -318,7 +320,7 @@ impl Collector<'_, '_> {
             if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
                 for e in rd.flatten() {
                     let w = e.path();
-                    self.protect(&w.join("config.worktree"), Missing::Skip)?;
+                    self.protect(&w.join("config.worktree"), per_worktree)?;
                     self.protect(&w.join("commondir"), Missing::Skip)?;
                     self.protect(&w.join("gitdir"), Missing::Skip)?;
                 }
