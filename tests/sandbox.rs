@@ -1946,3 +1946,66 @@ true"#,
     }
     assert!(!text.contains("PLANTED"), "{}", show(&out));
 }
+
+#[test]
+fn a_daemon_started_after_the_sandbox_refuses_it_too() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let later = w.root.join("later");
+    let later_home = w.root.join("later-home");
+    let later_mnt = w.root.join("later-mnt");
+    std::fs::create_dir_all(&later).unwrap();
+    std::fs::create_dir_all(&later_mnt).unwrap();
+    std::fs::write(later.join("f.txt"), "one\n").unwrap();
+    let go = w.root.join("go");
+    // Inside: say it runs (a file in the project), wait (bounded) for the
+    // other daemon to be up, then try it.
+    let script = format!(
+        r#"echo up > started; i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; OPFS_HOME={home} {bin} -C {mnt} turn; echo "RC $?""#,
+        go = go.display(),
+        home = later_home.display(),
+        bin = bin.display(),
+        mnt = later_mnt.display(),
+    );
+    let mut c = w.opfs();
+    c.arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !w.project.join("started").exists() {
+        assert!(Instant::now() < deadline, "the sandbox never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Only now: a daemon the sandbox could not know about when it started.
+    let later_env = TestEnv {
+        opfs_home: later_home.clone(),
+        home: w.pinned.home.clone(),
+        config: w.pinned.config.clone(),
+    };
+    let later_opfs = |args: &[&str]| {
+        let mut c = Command::new(OPFS);
+        later_env.pin(&mut c).args(args).output().unwrap()
+    };
+    let m = later_opfs(&[
+        "mount",
+        later.to_str().unwrap(),
+        later_mnt.to_str().unwrap(),
+    ]);
+    assert!(m.status.success(), "{}", show(&m));
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(stdout(&out).contains("RC 1"), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused by the daemon of"),
+        "{}",
+        show(&out)
+    );
+    let s = later_opfs(&["-C", later_mnt.to_str().unwrap(), "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["turn"], 1, "no turn was opened: {v}");
+    let u = later_opfs(&["umount", later_mnt.to_str().unwrap()]);
+    assert!(u.status.success(), "{}", show(&u));
+}
