@@ -1232,10 +1232,11 @@ fn worktrees_mounted_at_start_are_editable_inside_at_the_path_the_tools_give() {
         raw[1]
     );
     assert!(created.get("note").is_none(), "{}", raw[1]);
-    // A bound worktree cannot be discarded from inside (its mount cannot
-    // stop while the sandbox holds it): refused at once, still mounted.
+    // The user's worktree cannot be discarded from inside (the agent's
+    // tools act only on the agent's worktrees): refused at once, still
+    // mounted.
     let refused = raw[2]["error"]["message"].as_str().unwrap_or_default();
-    assert!(refused.contains("bound into this sandbox"), "{}", raw[2]);
+    assert!(refused.contains("made by the user"), "{}", raw[2]);
     let list = w
         .opfs()
         .arg("-C")
@@ -1445,11 +1446,29 @@ f.write(json.dumps({"tool": "worktree_create", "arguments": {"name": sys.argv[1]
 print("RAW " + f.readline().strip())
 "#;
 
-/// The mount points of `w` below its shared worktree folders.
+/// The mount points of `w` below its shared worktree folders (not their
+/// private staging folders: `staging_mounts`).
 fn shared_mounts(w: &World) -> Vec<PathBuf> {
     w.mounts_under_root()
         .into_iter()
         .filter(|m| m.to_string_lossy().contains("/sandbox-worktrees/"))
+        .filter(|m| staging_folder(m).is_none())
+        .collect()
+}
+
+/// The staging folder (`sandbox-worktrees/<pid>-stage`) `m` lies in, if any.
+fn staging_folder(m: &Path) -> Option<PathBuf> {
+    m.ancestors()
+        .find(|a| a.to_string_lossy().ends_with("-stage"))
+        .map(Path::to_path_buf)
+}
+
+/// The mount points of `w` in the shared folders' staging folders.
+fn staging_mounts(w: &World) -> Vec<PathBuf> {
+    w.mounts_under_root()
+        .into_iter()
+        .filter(|m| m.to_string_lossy().contains("/sandbox-worktrees/"))
+        .filter(|m| staging_folder(m).is_some())
         .collect()
 }
 
@@ -1468,6 +1487,7 @@ fn a_killed_command_leaves_no_shared_worktree_mount() {
     assert_eq!(out.status.code(), Some(128 + 9), "{}", show(&out));
     assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
     assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    assert!(staging_mounts(&w).is_empty(), "{:?}", staging_mounts(&w));
     // What is left mounted is the worktree at its own path, nothing else.
     assert_eq!(
         w.mounts_under_root().len(),
@@ -1517,9 +1537,475 @@ fn a_shared_folder_left_by_a_killed_opfs_run_is_torn_down_by_the_next_run() {
         show(&out)
     );
     assert!(shared_mounts(&w).is_empty(), "{:?}", shared_mounts(&w));
+    assert!(staging_mounts(&w).is_empty(), "{:?}", staging_mounts(&w));
     let left: Vec<_> = walk_names(&w.pinned.opfs_home)
         .into_iter()
         .filter(|n| n.ends_with(&format!("/sandbox-worktrees/{killed}")))
         .collect();
     assert!(left.is_empty(), "the killed run's folder is gone: {left:?}");
+}
+
+/// Inside the sandbox: raw requests (argv[1], a JSON list) on the narrow
+/// socket, each answer printed as `RAW ...`.
+const RAW_REQUESTS: &str = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["OPFS_MCP_SOCKET"])
+f = s.makefile("rw")
+for req in json.loads(sys.argv[1]):
+    f.write(json.dumps(req) + chr(10)); f.flush()
+    print("RAW " + f.readline().strip())
+"#;
+
+#[test]
+fn the_agent_cannot_merge_or_discard_a_worktree_the_user_made() {
+    let w = World::new();
+    let _mp = w.mount();
+    let made = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "create", "userwt"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", show(&made));
+    let path = PathBuf::from(stdout(&made).trim());
+    std::fs::write(path.join("a.txt"), "the user's work\n").unwrap();
+    let umount = w.opfs().arg("umount").arg(&path).output().unwrap();
+    assert!(umount.status.success(), "{}", show(&umount));
+    let client = w.root.join("raw.py");
+    std::fs::write(&client, RAW_REQUESTS).unwrap();
+    let requests = serde_json::json!([
+        {"tool": "worktree_discard", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_merge", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_diff", "arguments": {"name": "userwt"}},
+        {"tool": "worktree_create", "arguments": {"name": "agentwt"}},
+        {"tool": "worktree_list", "arguments": {}},
+        {"tool": "worktree_discard", "arguments": {"name": "agentwt"}},
+    ]);
+    let out = w.run_alone(
+        &[],
+        &format!("/usr/bin/python3 {} '{}'; true", client.display(), requests),
+    );
+    let raw: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("RAW "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(raw.len(), 6, "{}", show(&out));
+    for refused in &raw[..2] {
+        let msg = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("\"userwt\" was made by the user")
+                && msg.contains("opfs worktree discard userwt"),
+            "{refused}"
+        );
+    }
+    assert!(
+        raw[2]["ok"]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("+the user's work"),
+        "diff stays allowed: {}",
+        raw[2]
+    );
+    assert_eq!(raw[3]["ok"]["name"], "agentwt", "{}", raw[3]);
+    let rows = raw[4]["ok"].as_array().unwrap();
+    let by = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["created_by"].clone())
+    };
+    assert_eq!(by("userwt"), Some("user".into()), "{rows:?}");
+    assert_eq!(by("agentwt"), Some("agent".into()), "{rows:?}");
+    assert_eq!(raw[5]["ok"]["discarded"], "agentwt", "{}", raw[5]);
+    // The user's worktree and its work are still there, unmerged.
+    let wt_file = w
+        .pinned
+        .opfs_home
+        .join("projects")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("worktrees/userwt/worktree.json").is_file());
+    assert!(wt_file.is_some(), "the user's worktree is gone");
+    let diff = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "diff", "userwt"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&diff).contains("+the user's work"),
+        "{}",
+        show(&diff)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "original a\n"
+    );
+}
+
+// ------------------------------------------------------- git's own files
+
+/// Makes the world's project a git repository with one commit.
+fn git_init(w: &World) {
+    let git = |args: &[&str]| {
+        let out = w
+            .command("git")
+            .arg("-C")
+            .arg(&w.project)
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", show(&out));
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+}
+
+/// `git ARGS` in the project, outside the sandbox, as the user runs it.
+fn git_outside(w: &World, args: &[&str]) -> Output {
+    w.command("git")
+        .arg("-C")
+        .arg(&w.project)
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Inside: the escape of a planted `core.fsmonitor` and a planted
+/// `post-checkout` hook (each would touch `$OUT/...` when git runs it
+/// outside), a `commondir` redirect and a `.git` swap; then the git
+/// commands an agent needs. Prints one tagged line per step.
+const PLANT_AND_COMMIT: &str = r#"
+G="git -c user.email=a@example.com -c user.name=agent"
+git config core.fsmonitor "touch $OUT/ESCAPED-fsmonitor; false" && echo "PLANTED config"
+printf '#!/bin/sh\ntouch %s/ESCAPED-hook\n' "$OUT" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && echo "PLANTED hook"
+printf '[core]\n\tfsmonitor = "touch %s/ESCAPED-info"\n' "$OUT" > .git/info/planted && echo "PLANTED info"
+mkdir -p .git/evil && echo evil > .git/commondir && echo "PLANTED commondir"
+mv .git .git-old && echo "PLANTED swap"
+echo new > new.txt
+$G add new.txt && echo OK-add
+$G commit -qm "by the agent" && echo OK-commit
+$G branch side && echo OK-branch
+$G checkout -qb other && echo OK-checkout
+echo more >> new.txt && $G stash -q && echo OK-stash
+$G stash pop -q && echo OK-stash-pop
+git init -q nested && echo OK-nested
+"#;
+
+#[test]
+fn what_git_runs_is_read_only_inside_and_nothing_planted_runs_outside() {
+    let w = World::new();
+    git_init(&w);
+    let out_dir = w.root.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let config_before = std::fs::read(w.project.join(".git/config")).unwrap();
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", PLANT_AND_COMMIT])
+        .env("OUT", &out_dir)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!text.contains("PLANTED"), "{}", show(&out));
+    for ok in [
+        "OK-add",
+        "OK-commit",
+        "OK-branch",
+        "OK-checkout",
+        "OK-stash",
+        "OK-stash-pop",
+        "OK-nested",
+    ] {
+        assert!(text.contains(ok), "{ok} missing: {}", show(&out));
+    }
+    assert_eq!(
+        std::fs::read(w.project.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!w.project.join(".git/commondir").exists());
+    // The user's git outside runs nothing the command planted, and sees
+    // the agent's commit and branch.
+    for args in [
+        &["status"][..],
+        &["checkout", "-q", "-b", "mine"],
+        &["checkout", "-q", "other"],
+    ] {
+        let o = git_outside(&w, args);
+        assert!(o.status.success(), "git {args:?}: {}", show(&o));
+    }
+    let planted: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+    assert!(
+        planted.is_empty(),
+        "code planted inside ran outside: {planted:?}"
+    );
+    let log = git_outside(&w, &["log", "--format=%s", "other"]);
+    assert!(stdout(&log).contains("by the agent"), "{}", show(&log));
+    assert!(stdout(&git_outside(&w, &["branch"])).contains("side"));
+    // The repository made in a subfolder is the command's own: status
+    // names it; nothing of the project's `.git` changed, so nothing else.
+    let status = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let changed: Vec<String> = v["git_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["paths"].as_array().unwrap().clone())
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(changed, vec!["nested/.git".to_string()], "{v}");
+}
+
+#[test]
+fn writable_git_config_opens_it_and_status_and_log_show_the_change() {
+    let w = World::new();
+    git_init(&w);
+    let out = w.run(
+        &["--writable-git-config", "--turn", "agent"],
+        "git config opfs-test.planted yes && echo CONFIG-OK; echo '#!/bin/sh' > .git/hooks/pre-commit && echo HOOK-OK",
+    );
+    assert!(stdout(&out).contains("CONFIG-OK"), "{}", show(&out));
+    assert!(stdout(&out).contains("HOOK-OK"), "{}", show(&out));
+    let status = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let warned = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .find(|w| w.contains("changed what git runs or trusts"))
+        .unwrap_or_else(|| panic!("no warning: {v}"))
+        .to_string();
+    assert!(
+        warned.contains(".git/config") && warned.contains(".git/hooks/pre-commit"),
+        "{warned}"
+    );
+    let turn = v["git_changes"][0]["turn"].as_u64().unwrap();
+    let log = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["log"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&log).contains(&format!(
+            "warning: turn {turn} changed what git runs or trusts"
+        )),
+        "{}",
+        show(&log)
+    );
+}
+
+#[test]
+fn a_hooks_path_inside_the_project_is_read_only_and_a_missing_one_is_refused() {
+    let w = World::new();
+    std::fs::create_dir_all(w.project.join("tools/hooks")).unwrap();
+    std::fs::write(w.project.join("tools/hooks/keep"), "").unwrap();
+    git_init(&w);
+    let cfg = git_outside(&w, &["config", "core.hooksPath", "tools/hooks"]);
+    assert!(cfg.status.success(), "{}", show(&cfg));
+    let out = w.run(
+        &[],
+        "echo '#!/bin/sh' > tools/hooks/post-checkout && echo PLANTED; echo ok > src/x && echo WROTE",
+    );
+    assert!(!stdout(&out).contains("PLANTED"), "{}", show(&out));
+    assert!(stdout(&out).contains("WROTE"), "{}", show(&out));
+    // A hooks folder that does not exist, whose parent is the project's
+    // root: it cannot be kept read-only, so the command is not run.
+    let cfg = git_outside(&w, &["config", "core.hooksPath", ".githooks"]);
+    assert!(cfg.status.success(), "{}", show(&cfg));
+    let out = w.run(&[], "echo RAN");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!stdout(&out).contains("RAN"), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}/.githooks", w.project.display()))
+            && err.contains("--writable-git-config"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_control_socket_of_another_project_is_usable_inside() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let other = w.root.join("other");
+    let other_home = w.root.join("other-home");
+    let other_mnt = w.root.join("other-mnt");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::create_dir_all(&other_mnt).unwrap();
+    std::fs::write(other.join("f.txt"), "one\n").unwrap();
+    let other_env = TestEnv {
+        opfs_home: other_home.clone(),
+        home: w.pinned.home.clone(),
+        config: w.pinned.config.clone(),
+    };
+    let other_opfs = |args: &[&str]| {
+        let mut c = Command::new(OPFS);
+        other_env.pin(&mut c).args(args).output().unwrap()
+    };
+    let m = other_opfs(&[
+        "mount",
+        other.to_str().unwrap(),
+        other_mnt.to_str().unwrap(),
+    ]);
+    assert!(m.status.success(), "{}", show(&m));
+    let t = other_opfs(&["-C", other_mnt.to_str().unwrap(), "turn"]);
+    assert!(t.status.success(), "{}", show(&t));
+    let before = stdout(&t).trim().to_string();
+    let script = format!(
+        r#"for c in turn "rewind 1" "gc --keep 1" umount; do OPFS_HOME={home} {bin} -C {mnt} $c; echo "RC $c $?"; done"#,
+        home = other_home.display(),
+        bin = bin.display(),
+        mnt = other_mnt.display(),
+    );
+    let out = w.run(&[], &script);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    for c in ["turn", "rewind 1", "gc --keep 1", "umount"] {
+        assert!(
+            text.contains(&format!("RC {c} 1")),
+            "{c} must fail: {}",
+            show(&out)
+        );
+    }
+    assert_eq!(
+        err.matches("refused by the daemon of").count(),
+        4,
+        "{}",
+        show(&out)
+    );
+    // Nothing changed: still mounted, the same open turn.
+    let s = other_opfs(&["-C", other_mnt.to_str().unwrap(), "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["mounted"], true, "{v}");
+    assert_eq!(v["turn"].to_string(), before, "{v}");
+    let u = other_opfs(&["umount", other_mnt.to_str().unwrap()]);
+    assert!(u.status.success(), "{}", show(&u));
+}
+
+#[test]
+fn what_git_runs_is_read_only_in_the_worktrees_the_sandbox_shows() {
+    let w = World::new();
+    git_init(&w);
+    let _mp = w.mount();
+    let made = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["worktree", "create", "w1"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", show(&made));
+    let client = w.root.join("raw.py");
+    std::fs::write(&client, RAW_REQUESTS).unwrap();
+    let requests = serde_json::json!([
+        {"tool": "worktree_create", "arguments": {"name": "w2"}},
+    ]);
+    let script = format!(
+        r#"/usr/bin/python3 {client} '{requests}'
+for wt in w1 w2; do
+  d=/tmp/opfs-worktrees/$wt
+  test -d $d/.git/hooks && echo "SHOWN $wt"
+  echo x > $d/.git/hooks/post-checkout && echo "PLANTED hook $wt"
+  git -C $d config core.fsmonitor "touch /x; false" && echo "PLANTED config $wt"
+  echo y > $d/y.txt && echo "WROTE $wt"
+done
+true"#,
+        client = client.display(),
+    );
+    let out = w.run_alone(&[], &script);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    for wt in ["w1", "w2"] {
+        assert!(text.contains(&format!("SHOWN {wt}")), "{}", show(&out));
+        assert!(text.contains(&format!("WROTE {wt}")), "{}", show(&out));
+    }
+    assert!(!text.contains("PLANTED"), "{}", show(&out));
+}
+
+#[test]
+fn a_daemon_started_after_the_sandbox_refuses_it_too() {
+    let w = World::new();
+    let bin = visible_opfs(&w);
+    let later = w.root.join("later");
+    let later_home = w.root.join("later-home");
+    let later_mnt = w.root.join("later-mnt");
+    std::fs::create_dir_all(&later).unwrap();
+    std::fs::create_dir_all(&later_mnt).unwrap();
+    std::fs::write(later.join("f.txt"), "one\n").unwrap();
+    let go = w.root.join("go");
+    // Inside: say it runs (a file in the project), wait (bounded) for the
+    // other daemon to be up, then try it.
+    let script = format!(
+        r#"echo up > started; i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; OPFS_HOME={home} {bin} -C {mnt} turn; echo "RC $?""#,
+        go = go.display(),
+        home = later_home.display(),
+        bin = bin.display(),
+        mnt = later_mnt.display(),
+    );
+    let mut c = w.opfs();
+    c.arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !w.project.join("started").exists() {
+        assert!(Instant::now() < deadline, "the sandbox never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Only now: a daemon the sandbox could not know about when it started.
+    let later_env = TestEnv {
+        opfs_home: later_home.clone(),
+        home: w.pinned.home.clone(),
+        config: w.pinned.config.clone(),
+    };
+    let later_opfs = |args: &[&str]| {
+        let mut c = Command::new(OPFS);
+        later_env.pin(&mut c).args(args).output().unwrap()
+    };
+    let m = later_opfs(&[
+        "mount",
+        later.to_str().unwrap(),
+        later_mnt.to_str().unwrap(),
+    ]);
+    assert!(m.status.success(), "{}", show(&m));
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(stdout(&out).contains("RC 1"), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused by the daemon of"),
+        "{}",
+        show(&out)
+    );
+    let s = later_opfs(&["-C", later_mnt.to_str().unwrap(), "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(v["turn"], 1, "no turn was opened: {v}");
+    let u = later_opfs(&["umount", later_mnt.to_str().unwrap()]);
+    assert!(u.status.success(), "{}", show(&u));
 }

@@ -30,6 +30,7 @@ mod birth;
 mod errno;
 mod error;
 mod fingerprints;
+pub mod git_note;
 mod keep;
 mod links;
 mod ranges;
@@ -107,6 +108,8 @@ pub struct Journal<T = Dir> {
     /// The paths not recorded: `.git/` and the list in effect for the
     /// state dir (`StateDir::record_exclude`), read once at open.
     exclude: crate::paths::Exclude,
+    /// Changes to what git runs or trusts noted so far (`git_note`).
+    git_notes: git_note::GitNotes,
 }
 
 impl<T> std::fmt::Debug for Journal<T> {
@@ -226,6 +229,7 @@ impl<T: Tree> Journal<T> {
             epoch: AtomicU64::new(turn),
             range_min: DEFAULT_RANGE_MIN,
             exclude,
+            git_notes: Default::default(),
         })
     }
 
@@ -391,6 +395,7 @@ impl<T: Tree> Journal<T> {
 
 impl<T: Tree + 'static> MutationHook for Journal<T> {
     fn before(&self, mutation: &Mutation<'_>) -> Result<(), Errno> {
+        self.git_guard(mutation)?;
         let result = match *mutation {
             Mutation::Content { path } => {
                 // One lock for both: record the pre-image, then mark the
@@ -440,6 +445,9 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
     }
 
     fn before_in(&self, mutation: &Mutation<'_>, parents: Parents<'_>) -> Result<(), Errno> {
+        if matches!(mutation, Mutation::Remove { .. } | Mutation::Rename { .. }) {
+            self.git_guard(mutation)?;
+        }
         // The layer's own descriptors of the directories the mutation runs
         // in: the capture reads exactly the entries it changes, and saves
         // resolving their parents from the project root again.

@@ -322,6 +322,9 @@ pub struct RunArgs {
     /// Run over worktree NAME of the project (seen at the project's path).
     #[arg(long, value_name = "NAME")]
     pub worktree: Option<String>,
+    /// Leave what git runs or trusts (.git/config, hooks, info/...) writable.
+    #[arg(long)]
+    pub writable_git_config: bool,
     /// The command and its arguments.
     #[arg(
         required = true,

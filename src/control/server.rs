@@ -270,6 +270,22 @@ fn serve_one(
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = conn;
     let mut line = String::new();
+    if let Some(why) = peer_elsewhere(&writer) {
+        // Answered, not just closed, so the caller says why.
+        log::warn!("control connection refused: {why}");
+        let refusal = Response::Error {
+            kind: FailureKind::Failure,
+            message: format!(
+                "refused by the daemon of {}: {why}; no control socket is usable from inside a \
+                 sandbox (`opfs run`): run this command outside it",
+                journal.project().display()
+            ),
+        };
+        while protocol::read_line(&mut reader, &mut line)? {
+            protocol::write_message(&mut writer, &refusal)?;
+        }
+        return Ok(());
+    }
     while protocol::read_line(&mut reader, &mut line)? {
         let resp = match serde_json::from_str::<Request>(&line) {
             Ok(req) => {
@@ -350,4 +366,59 @@ fn handle_with_progress_lines(
     drop(done_tx);
     let _ = writer.join();
     Ok(resp)
+}
+
+/// Why the process at the other end of `conn` may not use the control
+/// socket, or `None` when it may: it must live in the daemon's own mount
+/// and user namespaces. A sandbox (`opfs run`'s bwrap, a container) has a
+/// mount namespace of its own, so no project's daemon answers a process
+/// inside one, whatever the socket's path or `OPFS_HOME` (guarantee 8;
+/// `docs/sandbox.md` "No control socket inside"). A peer whose pid this
+/// daemon cannot see (0: another pid namespace not below ours) or whose
+/// namespaces cannot be read (it is gone) is refused too.
+fn peer_elsewhere(conn: &UnixStream) -> Option<String> {
+    let cred = match rustix::net::sockopt::socket_peercred(conn) {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(format!(
+                "the caller's credentials cannot be read ({})",
+                io::Error::from(e)
+            ))
+        }
+    };
+    // A peer this pid namespace cannot see would read as pid 0, for which
+    // `/proc/0/ns` does not exist: refused below.
+    let pid = cred.pid.as_raw_nonzero().get();
+    for ns in ["mnt", "user"] {
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
+        let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", pid));
+        match (ours, theirs) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(_), Ok(_)) => {
+                let what = if ns == "mnt" { "mount" } else { "user" };
+                return Some(format!(
+                    "the caller (pid {}) runs in another {what} namespace than this daemon",
+                    pid
+                ));
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                return Some(format!(
+                    "the namespaces of the caller (pid {}) cannot be compared: {e}",
+                    pid
+                ))
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_in_the_daemons_own_namespaces_is_served() {
+        let (a, _b) = UnixStream::pair().expect("pair");
+        assert_eq!(peer_elsewhere(&a), None);
+    }
 }

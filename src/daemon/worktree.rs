@@ -16,7 +16,7 @@ use crate::state::mountinfo;
 use crate::store::{index::now_ns, Index, IndexError, StateDir};
 use crate::view::{check_turn, TurnError};
 use crate::worktree::base::{read_drift, Base, BaseError};
-use crate::worktree::{check_name, Meta, Worktree, WorktreeError};
+use crate::worktree::{check_name, Creator, Meta, Worktree, WorktreeError};
 
 use super::{DaemonOptions, MountError, MountPlan, SpawnError};
 
@@ -208,14 +208,19 @@ fn base_of(
 /// have a new turn (see `base_of`). After `Err` nothing of the worktree is
 /// left (a project turn opened for it stays, empty).
 ///
+/// `created_by` is recorded in its metadata (the agent's tools merge and
+/// discard only the agent's worktrees).
+///
 /// Errors: a bad or taken name, an unknown or dropped turn, an unusable
 /// mountpoint, the project's records unreadable, the daemon not starting.
+#[allow(clippy::too_many_arguments)]
 pub fn create(
     home: &Path,
     project: &Project,
     name: &str,
     from: Option<u64>,
     at: Option<&Path>,
+    created_by: Creator,
     opts: &DaemonOptions,
     verbose: u8,
 ) -> Result<Meta, WorktreeCmdError> {
@@ -251,6 +256,7 @@ pub fn create(
         base_ns,
         created_ns: now_ns(),
         mountpoint,
+        created_by,
     };
     wt.create(&meta)?;
     drop(pins_lock);
@@ -484,6 +490,8 @@ pub struct Listed {
     /// Paths whose base is not known (changed behind the project's mount
     /// after the base turn began: `worktree merge` reports them).
     pub drifted: usize,
+    /// Who made it: `user` (the CLI) or `agent` (the MCP tools).
+    pub created_by: Creator,
 }
 
 /// Every worktree of `project`, with what it changed.
@@ -541,6 +549,7 @@ fn listed(
         mounted: is_mounted(home, wt, meta),
         changed,
         drifted: drift.len(),
+        created_by: meta.created_by,
     })
 }
 

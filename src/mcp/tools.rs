@@ -27,6 +27,7 @@ use crate::diff;
 use crate::history::{self, HistoryError, Opened};
 use crate::worktree::history::WorktreeHistory;
 use crate::worktree::merge::MergeReport;
+use crate::worktree::{Creator, Worktree};
 
 /// One tool as an MCP client lists it.
 #[derive(Debug, Clone, Copy)]
@@ -322,6 +323,17 @@ pub enum ToolError {
         /// What the unmount said.
         source: std::io::Error,
     },
+    /// `worktree_merge` or `worktree_discard` of a worktree the user made
+    /// (`opfs worktree create`, or one whose metadata predates the
+    /// record of who made it): the agent's tools act only on the agent's
+    /// worktrees. Nothing was changed.
+    #[error(
+        "worktree {0:?} was made by the user (`opfs worktree create`), not through these tools, \
+         so the agent may not merge or discard it: nothing was changed; worktree_diff and \
+         worktree_list work on it, and the user can run `opfs worktree merge {0}` or \
+         `opfs worktree discard {0}`"
+    )]
+    NotTheAgents(String),
     /// The tool ran behind the narrow socket (`super::narrow`) and failed
     /// there, or the socket could not be reached: its message and detail.
     #[error("{message}")]
@@ -462,6 +474,7 @@ impl Tools {
             &a.name,
             a.from_turn,
             None,
+            Creator::Agent,
             &self.opts,
             self.verbose,
         )?;
@@ -533,9 +546,11 @@ impl Tools {
     /// `worktree_merge`: `opfs worktree merge NAME [--dry-run]`, never
     /// `--force`; recorded as one project turn of kind `merge`.
     ///
-    /// Errors: as [`Project::merge`]; [`ToolError::Conflicts`] (with the
+    /// Errors: [`ToolError::NotTheAgents`] for a worktree the user made;
+    /// as [`Project::merge`]; [`ToolError::Conflicts`] (with the
     /// report) when paths were left as the project has them.
     pub fn worktree_merge(&self, a: WorktreeMergeArgs) -> Result<MergeReport, ToolError> {
+        self.agents_own(&a.name)?;
         let report = self.project.merge(&a.name, a.dry_run, false)?;
         if report.conflicts.is_empty() {
             Ok(report)
@@ -548,11 +563,14 @@ impl Tools {
     /// sandbox, a worktree bound into it after it started is unbound first
     /// (and bound again if the discard then fails).
     ///
-    /// Errors: as [`wt_cmd::discard`]; serving a sandbox,
+    /// Errors: [`ToolError::NotTheAgents`] for a worktree the user made
+    /// (checked first: nothing is unmounted); as [`wt_cmd::discard`];
+    /// serving a sandbox,
     /// [`ToolError::BoundInSandbox`] for a worktree mounted when it started
     /// and [`ToolError::InUseInSandbox`] for one a process inside uses
     /// (nothing is unmounted in either case).
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
+        self.agents_own(&a.name)?;
         let Some(view) = &self.sandbox else {
             wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
             return Ok(Discarded { discarded: a.name });
@@ -595,6 +613,23 @@ impl Tools {
             return Err(e.into());
         }
         Ok(Discarded { discarded: a.name })
+    }
+
+    /// Refuses a worktree the agent did not make through these tools
+    /// ([`Creator::User`], which a `worktree.json` without the field
+    /// counts as).
+    ///
+    /// Errors: [`ToolError::NotTheAgents`]; the worktree's metadata
+    /// missing or unreadable, as [`wt_cmd::discard`] says it.
+    fn agents_own(&self, name: &str) -> Result<(), ToolError> {
+        crate::worktree::check_name(name).map_err(WorktreeCmdError::from)?;
+        let meta = Worktree::of(self.project.state(), name)
+            .meta()
+            .map_err(WorktreeCmdError::from)?;
+        match meta.created_by {
+            Creator::Agent => Ok(()),
+            Creator::User => Err(ToolError::NotTheAgents(name.to_string())),
+        }
     }
 
     /// `history_log`: `opfs log --json`, the newest `limit` entries.

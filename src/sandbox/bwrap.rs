@@ -30,6 +30,10 @@ pub struct Layout {
     /// bound at `WORKTREES_INSIDE` inside, its own mount read-only (only
     /// the worktree mounts in it are writable; `share.rs`).
     pub shared_worktrees: Option<PathBuf>,
+    /// What git executes or trusts, bound read-only over itself after the
+    /// project (`super::git`); empty with `--writable-git-config` and in
+    /// `read-only` mode (where the whole project is read-only).
+    pub git: Vec<super::git::GitBind>,
 }
 
 /// Where the narrow socket appears inside the sandbox (on its private
@@ -125,6 +129,16 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
         layout.source.clone().into(),
         layout.project.clone().into(),
     ]);
+    if policy.mode == Mode::WorkspaceWrite {
+        for g in &layout.git {
+            let how = if g.writable { "--bind" } else { "--ro-bind" };
+            a.extend([
+                OsString::from(how),
+                g.source.clone().into(),
+                g.dest.clone().into(),
+            ]);
+        }
+    }
     for (p, is_dir) in &inside {
         push_hide(&mut a, p, *is_dir);
     }
@@ -262,6 +276,7 @@ mod tests {
             narrow: None,
             worktrees: Vec::new(),
             shared_worktrees: None,
+            git: Vec::new(),
             project: PathBuf::from("/srv/app"),
             source: PathBuf::from("/state/run/1"),
             cwd: PathBuf::from("/srv/app/src"),
@@ -293,6 +308,32 @@ mod tests {
         let a = text(&bwrap_args(&policy(Mode::ReadOnly), &layout()).unwrap());
         assert!(a.contains("--ro-bind /state/run/1 /srv/app"));
         assert!(!a.contains("--bind /var"));
+    }
+
+    #[test]
+    fn git_binds_come_after_the_project_and_only_when_writable() {
+        let mut l = layout();
+        l.git = vec![
+            crate::sandbox::git::GitBind {
+                source: PathBuf::from("/state/run/1/.git"),
+                dest: PathBuf::from("/srv/app/.git"),
+                writable: true,
+            },
+            crate::sandbox::git::GitBind {
+                source: PathBuf::from("/state/run/1/.git/config"),
+                dest: PathBuf::from("/srv/app/.git/config"),
+                writable: false,
+            },
+        ];
+        let a = text(&bwrap_args(&policy(Mode::WorkspaceWrite), &l).unwrap());
+        let p = a.find("--bind /state/run/1 /srv/app").unwrap();
+        let d = a.find("--bind /state/run/1/.git /srv/app/.git").unwrap();
+        let c = a
+            .find("--ro-bind /state/run/1/.git/config /srv/app/.git/config")
+            .unwrap();
+        assert!(p < d && d < c, "{a}");
+        let r = text(&bwrap_args(&policy(Mode::ReadOnly), &l).unwrap());
+        assert!(!r.contains(".git"), "{r}");
     }
 
     #[test]

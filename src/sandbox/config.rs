@@ -13,6 +13,7 @@
 //! hide = ["~/.config/openai"]          # unreadable inside, added to the defaults
 //! secret_env = ["OPENAI_API_KEY"]      # removed from the environment inside
 //! net = false                          # network by default (`--net` turns it on)
+//! writable_git_config = false          # git's config and hooks writable inside
 //!
 //! [record]
 //! exclude = ["target/", "node_modules/"]  # not recorded, never restored
@@ -120,6 +121,10 @@ pub struct SandboxConfig {
     /// Give the sandbox the network by default.
     #[serde(default)]
     pub net: bool,
+    /// Leave what git executes or trusts (`.git/config`, hooks, `info/`,
+    /// includes...) writable inside, as `--writable-git-config` does.
+    #[serde(default)]
+    pub writable_git_config: bool,
 }
 
 /// Reads the configuration at `path`; a missing file gives the defaults.

@@ -23,7 +23,10 @@
 //!    `/dev/null` over anything else;
 //! 5. the mountpoint bound over the project path (read-only in `read-only`
 //!    mode), so every write to the project goes through the journal;
-//! 6. hidden paths inside the project (they would be re-exposed by 5).
+//! 6. in `workspace-write` mode, what git runs or trusts in the project
+//!    (and in each worktree bound by bwrap) bound read-only over itself,
+//!    the `.git` folder bound onto itself (`git.rs`);
+//! 7. hidden paths inside the project (they would be re-exposed by 5).
 //!
 //! The library never prints; what went wrong is in [`RunError`].
 
@@ -45,6 +48,7 @@ use crate::store::StateDir;
 
 mod bwrap;
 pub mod config;
+pub mod git;
 mod mount;
 mod policy;
 mod process;
@@ -127,6 +131,25 @@ pub enum RunError {
     /// `--turn` could not open a turn; the command was not run.
     #[error("cannot open a turn: {0}")]
     Turn(ClientError),
+    /// A file git would run or trust outside the sandbox does not exist,
+    /// and the folder it would be made in must stay writable inside, so
+    /// it cannot be kept read-only; the command was not run.
+    #[error(
+        "cannot keep {} read-only inside the sandbox, so the command was not run: it does not \
+         exist, git would run or trust it once made, and {} must stay writable inside; create \
+         it outside first (e.g. `mkdir -p {}` for a folder of hooks, `touch` for a file), or \
+         pass --writable-git-config (config: [sandbox] writable_git_config = true) to let the \
+         command change git's configuration and hooks",
+        .path.display(),
+        .parent.display(),
+        .path.display()
+    )]
+    GitPath {
+        /// The path, as the command would see it.
+        path: PathBuf,
+        /// Its nearest existing folder, which stays writable.
+        parent: PathBuf,
+    },
     /// The configuration file is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -169,6 +192,11 @@ pub struct RunOptions {
     /// `--turn`: open a turn with this label before the command starts
     /// (in the worktree's own history with `worktree`).
     pub turn: Option<String>,
+    /// `--writable-git-config` (or the configuration's
+    /// `writable_git_config`): leave what git executes or trusts (`.git/config`,
+    /// hooks, `info/`, includes...) writable inside; by default it is
+    /// read-only (`git.rs`).
+    pub writable_git_config: bool,
     /// `--worktree NAME`: run over this worktree of the project instead of
     /// the project (mounted first if it is not; left mounted), seen inside
     /// at the project's own path.
@@ -273,11 +301,20 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     } else {
         Vec::new()
     };
+    // What git runs or trusts stays read-only inside (git.rs), in the
+    // project and in every worktree the sandbox shows.
+    let git_guard = git::GitGuard {
+        enabled: opts.mode == Mode::WorkspaceWrite
+            && !(opts.writable_git_config || opts.config.writable_git_config),
+        git: git::find_git(opts.env.search_path.as_deref()),
+        user_home: opts.user_home.clone(),
+        writable: policy.writable.clone(),
+    };
     // Through a shared folder where the host allows one, so that
     // worktrees created during the run show inside at once (share.rs);
     // else bound by bwrap, and a new one shows from the next run on.
     let share = if tools_inside {
-        match WorktreeShare::make(&st) {
+        match WorktreeShare::make(&st, git_guard.clone()) {
             Ok(s) => Ok(ShareGuard(Arc::new(s))),
             Err(e) => {
                 log::info!(
@@ -355,6 +392,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     } else {
         None
     };
+    // What git executes or trusts, read-only over the project as the
+    // sandbox shows it (the mount, or the worktree's mount), and over each
+    // worktree bound in by bwrap.
+    let mut git = git_guard.binds(&guard.mountpoint, &st.project)?;
+    for (outside, inside) in &bwrap_binds {
+        git.extend(git_guard.binds(outside, inside)?);
+    }
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
@@ -362,6 +406,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
         worktrees: bwrap_binds,
         shared_worktrees: share.as_ref().ok().map(|s| s.0.dir().to_path_buf()),
+        git,
     };
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;

@@ -19,6 +19,13 @@
 //! the run can be removed from the running sandbox (the unmount fails with
 //! `EBUSY` while a process inside uses it).
 //!
+//! What git runs or trusts in each worktree (`git.rs`) is bound read-only
+//! over itself below its bind. A read-only remount does not propagate, so
+//! each worktree is put together in a private staging folder first
+//! (`<pid>-stage` beside the folder: its clone, then the git binds,
+//! remounted read-only) and moved into the folder whole: the sandbox's
+//! copies of a moved tree keep the flags it has.
+//!
 //! Guarantee 8: nothing but worktree mounts appears in the folder. It holds
 //! only the empty directories opfs makes as mountpoints, and inside it is
 //! read-only, so the command cannot create entries there (a symlink it
@@ -45,6 +52,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use rustix::mount::{mount_change, unmount, MountFlags, MountPropagationFlags, UnmountFlags};
 
+use super::git::GitGuard;
 use crate::mcp::tools::{SandboxBinds, WORKTREES_INSIDE};
 use crate::state::mountinfo;
 use crate::store::StateDir;
@@ -57,12 +65,15 @@ pub(super) const SHARE_DIR: &str = "sandbox-worktrees";
 pub(crate) struct WorktreeShare {
     dir: PathBuf,
     state: Mutex<Bound>,
+    /// What git runs or trusts in each worktree is bound read-only over
+    /// itself below its bind (`git.rs`).
+    git: GitGuard,
 }
 
 #[derive(Debug, Default)]
 struct Bound {
-    /// Names bound at `dir/NAME`.
-    names: std::collections::BTreeSet<String>,
+    /// Names bound at `dir/NAME`, with the worktree's mountpoint.
+    names: std::collections::BTreeMap<String, PathBuf>,
     /// Set by [`WorktreeShare::close`]: nothing more is bound.
     closed: bool,
 }
@@ -77,7 +88,7 @@ impl WorktreeShare {
     ///
     /// Errors: its directory cannot be made; mounting its tmpfs fails
     /// (`EPERM` without the right to mount).
-    pub(crate) fn make(st: &StateDir) -> io::Result<WorktreeShare> {
+    pub(crate) fn make(st: &StateDir, git: GitGuard) -> io::Result<WorktreeShare> {
         let parent = st.dir.join(SHARE_DIR);
         std::fs::create_dir_all(&parent)?;
         reap_stale(&parent);
@@ -85,6 +96,7 @@ impl WorktreeShare {
         // Ours by name only if this process made it: one left by an earlier
         // process with the same pid goes first.
         teardown(&dir);
+        teardown(&stage_of(&dir));
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -103,9 +115,32 @@ impl WorktreeShare {
             let _ = std::fs::remove_dir(&parent);
             return Err(e.into());
         }
+        // The staging folder: private, so the git binds made on a worktree
+        // there are read-only before the tree moves into the shared folder
+        // (a read-only remount does not propagate; a moved tree's copies
+        // keep the flags it has).
+        let stage = stage_of(&dir);
+        let staged = std::fs::create_dir_all(&stage).and_then(|()| {
+            rustix::mount::mount(
+                "opfs-worktrees-stage",
+                &stage,
+                "tmpfs",
+                MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                Some(c"mode=0700,size=64k"),
+            )
+            .and_then(|()| mount_change(&stage, MountPropagationFlags::PRIVATE))
+            .map_err(io::Error::from)
+        });
+        if let Err(e) = staged {
+            let _ = teardown(&stage);
+            let _ = teardown(&dir);
+            let _ = std::fs::remove_dir(&parent);
+            return Err(e);
+        }
         Ok(WorktreeShare {
             dir,
             state: Mutex::new(Bound::default()),
+            git,
         })
     }
 
@@ -153,7 +188,7 @@ impl WorktreeShare {
         // fail). Such a copy keeps its binds until that namespace ends, as
         // it keeps every mount that existed when it was made.
         let _ = mount_change(&self.dir, MountPropagationFlags::PRIVATE);
-        for name in std::mem::take(&mut bound.names) {
+        for name in std::mem::take(&mut bound.names).into_keys() {
             let target = self.dir.join(&name);
             if let Err(e) = unmount_now(&target) {
                 warnings.push(format!(
@@ -164,6 +199,7 @@ impl WorktreeShare {
         }
         drop(bound);
         warnings.extend(unmount_all(&self.dir));
+        warnings.extend(teardown(&stage_of(&self.dir)));
         warnings
     }
 }
@@ -176,7 +212,7 @@ impl SandboxBinds for WorktreeShare {
             return Err(io::Error::other("the sandbox has ended"));
         }
         let inside = Path::new(WORKTREES_INSIDE).join(name);
-        if bound.names.contains(name) {
+        if bound.names.contains_key(name) {
             return Ok(inside);
         }
         let target = self.dir.join(name);
@@ -185,30 +221,121 @@ impl SandboxBinds for WorktreeShare {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        if let Err(e) = attach_clone(mountpoint, &target) {
+        // Made in the private staging folder with its git binds, then
+        // moved in whole.
+        let staged = stage_of(&self.dir).join(name);
+        let _ = std::fs::create_dir(&staged);
+        let made = attach_clone(mountpoint, &staged)
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "cannot bind {} at {}: {e}",
+                    mountpoint.display(),
+                    staged.display()
+                ))
+            })
+            .and_then(|()| {
+                self.guard_git(mountpoint, &staged).map_err(|e| {
+                    io::Error::other(format!(
+                        "cannot keep what git runs in {} read-only: {e}",
+                        mountpoint.display()
+                    ))
+                })
+            })
+            .and_then(|()| {
+                use rustix::mount::{move_mount, MoveMountFlags};
+                move_mount(
+                    rustix::fs::CWD,
+                    &staged,
+                    rustix::fs::CWD,
+                    &target,
+                    MoveMountFlags::empty(),
+                )
+                .map_err(|e| {
+                    io::Error::other(format!(
+                        "cannot move {} to {}: {e}",
+                        staged.display(),
+                        target.display()
+                    ))
+                })
+            });
+        if let Err(e) = made {
+            let _ = unmount_all(&staged);
+            let _ = std::fs::remove_dir(&staged);
             let _ = std::fs::remove_dir(&target);
-            return Err(io::Error::other(format!(
-                "cannot bind {} at {}: {e}",
-                mountpoint.display(),
-                target.display()
-            )));
+            return Err(e);
         }
-        bound.names.insert(name.to_string());
+        let _ = std::fs::remove_dir(&staged);
+        bound
+            .names
+            .insert(name.to_string(), mountpoint.to_path_buf());
         Ok(inside)
     }
 
     fn unbind(&self, name: &str) -> io::Result<bool> {
         let mut bound = self.lock();
-        if !bound.names.contains(name) {
+        let Some(mountpoint) = bound.names.get(name).cloned() else {
             return Ok(false);
-        }
+        };
         let target = self.dir.join(name);
-        // Not lazy: a process inside that uses it keeps it (EBUSY).
-        unmount(&target, UnmountFlags::empty())?;
+        // Its git binds first (a mount with mounts below it is busy), then
+        // the bind itself, not lazily: a process inside that uses it keeps
+        // it (EBUSY), and the git binds are made again.
+        let below: Vec<PathBuf> = mountinfo::mount_points_under(&target)
+            .into_iter()
+            .filter(|m| *m != target)
+            .collect();
+        let mut result = Ok(());
+        for m in below {
+            if let Err(e) = unmount(&m, UnmountFlags::empty()) {
+                result = Err(e.into());
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = unmount(&target, UnmountFlags::empty()).map_err(io::Error::from);
+        }
+        if let Err(e) = result {
+            // Read-only remounts here do not reach the sandbox's copy of
+            // the bind; the binds themselves do (a git write that renames
+            // over one fails with EBUSY).
+            if let Err(g) = self.guard_git(&mountpoint, &target) {
+                log::warn!(
+                    "worktree {name:?} stays bound in the sandbox, but what git runs in it \
+                     could not be made read-only again: {g}"
+                );
+            }
+            return Err(e);
+        }
         bound.names.remove(name);
         // Its directory stays (in the tmpfs, gone with it): a sandbox
         // starting now may be resolving its path in a copy of the folder.
         Ok(true)
+    }
+}
+
+impl WorktreeShare {
+    /// Binds what git runs or trusts in the worktree mounted at
+    /// `mountpoint` read-only over itself below its bind at `target` (the
+    /// `.git` directory writable onto itself); the binds already made stay
+    /// on error (the caller unmounts everything below `target`).
+    fn guard_git(&self, mountpoint: &Path, target: &Path) -> io::Result<()> {
+        let binds = self
+            .git
+            .binds(mountpoint, target)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        for b in binds {
+            if std::fs::symlink_metadata(&b.dest).is_ok_and(|m| m.is_dir() || m.is_file()) {
+                rustix::mount::mount_bind(&b.source, &b.dest)?;
+                if !b.writable {
+                    rustix::mount::mount_remount(
+                        &b.dest,
+                        MountFlags::BIND | MountFlags::RDONLY,
+                        "",
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -218,6 +345,14 @@ impl Drop for WorktreeShare {
             log::warn!("{w}");
         }
     }
+}
+
+/// The private staging folder of shared folder `dir` (`<pid>-stage`
+/// beside it).
+fn stage_of(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push("-stage");
+    dir.with_file_name(name)
 }
 
 /// `FUSE_SUPER_MAGIC`: the filesystem type of a worktree's mount.
@@ -307,7 +442,11 @@ fn reap_stale(parent: &Path) {
         return;
     };
     for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_suffix("-stage").unwrap_or(n).parse::<i32>().ok())
+        else {
             continue;
         };
         let alive = rustix::process::Pid::from_raw(pid)

@@ -15,6 +15,7 @@
 //!   pins.lock      held while gc reads its pins and drops turns
 //!   mountpoint     the current mountpoint, while mounted
 //!   record-exclude the `[record] exclude` list of the last mount
+//!   git-changes    changes to what git runs or trusts, per turn (capture::git_note)
 //! ```
 //!
 //! `<key>` is [`key_of`] the canonical project path.
@@ -156,6 +157,12 @@ impl StateDir {
     /// The file naming the current mountpoint while mounted.
     pub fn mount_record(&self) -> PathBuf {
         self.scoped("mountpoint")
+    }
+
+    /// The notes of changes to what git runs or trusts in `.git`, one
+    /// `TURN<TAB>PATH` line each (`crate::capture::git_note`).
+    pub fn git_changes_path(&self) -> PathBuf {
+        self.scoped("git-changes")
     }
 
     /// The `[record] exclude` list in effect: the one the last mount was

@@ -62,6 +62,35 @@ pub struct Meta {
     pub created_ns: i64,
     /// Where it is mounted (or will be, by `worktree mount`).
     pub mountpoint: PathBuf,
+    /// Who made it: the user (the CLI) or the agent (the MCP tools). The
+    /// agent's tools merge and discard only the agent's (`docs/mcp.md`).
+    /// Absent in a `worktree.json` written before the field existed: the
+    /// user's.
+    #[serde(default)]
+    pub created_by: Creator,
+}
+
+/// Who made a worktree ([`Meta::created_by`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Creator {
+    /// The user, through the CLI (`opfs worktree create`); also any
+    /// worktree whose metadata predates the field.
+    #[default]
+    User,
+    /// The agent, through the MCP tools (`opfs mcp`, inside `opfs run`'s
+    /// sandbox or outside).
+    Agent,
+}
+
+impl Creator {
+    /// `"user"` or `"agent"`, as stored and listed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Creator::User => "user",
+            Creator::Agent => "agent",
+        }
+    }
 }
 
 /// Errors about worktrees as things (names, their folders).
@@ -389,6 +418,7 @@ mod name_tests {
             base_ns: 1,
             created_ns: 2,
             mountpoint: wt.default_mountpoint(),
+            created_by: Creator::Agent,
         };
         wt.create(&meta).expect("ok");
         assert!(matches!(wt.create(&meta), Err(WorktreeError::Exists(_))));
@@ -400,5 +430,17 @@ mod name_tests {
         assert!(!wt.dir.exists());
         assert!(matches!(wt.meta(), Err(WorktreeError::Missing(_))));
         assert!(list(&project).is_empty());
+    }
+
+    #[test]
+    fn metadata_without_a_creator_is_the_users() {
+        let old = r#"{"name":"a","base_turn":1,"base_ns":0,"created_ns":0,"mountpoint":"/m"}"#;
+        let meta: Meta = serde_json::from_str(old).expect("parse");
+        assert_eq!(meta.created_by, Creator::User);
+        let agent: Meta = serde_json::from_str(
+            r#"{"name":"a","base_turn":1,"base_ns":0,"created_ns":0,"mountpoint":"/m","created_by":"agent"}"#,
+        )
+        .expect("parse");
+        assert_eq!(agent.created_by, Creator::Agent);
     }
 }

@@ -14,7 +14,7 @@ use opfs_fs::{Mutation, MutationHook};
 use super::base::Base;
 use super::changes::{changes, Change, Entry};
 use super::merge::{merge, MergeOptions};
-use super::{Meta, Worktree};
+use super::{Creator, Meta, Worktree};
 use crate::capture::{Journal, NewTurn};
 use crate::restore::ConflictReason;
 use crate::store::{index::now_ns, StateDir};
@@ -150,6 +150,7 @@ fn upper_of(s: &Setup, name: &str, base_turn: u64) -> Worktree {
         base_ns: since,
         created_ns: now_ns(),
         mountpoint: wt.default_mountpoint(),
+        created_by: Creator::User,
     })
     .expect("create");
     wt

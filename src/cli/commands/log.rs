@@ -59,15 +59,30 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
     if let Some(n) = a.max_count {
         entries.truncate(n);
     }
+    // `.git` is not recorded: changes to what git runs or trusts are
+    // noted per turn (`opfs::capture::git_note`).
+    let git_changes: std::collections::BTreeMap<u64, Vec<String>> =
+        opfs::capture::git_note::git_changes(project.state())
+            .into_iter()
+            .collect();
     if ctx.format.is_json() {
-        writeln!(out, "{}", history::log_json(&entries))?;
+        let mut v = history::log_json(&entries);
+        if let Some(rows) = v.as_array_mut() {
+            for row in rows {
+                let turn = row["turn"].as_u64().unwrap_or_default();
+                if let Some(paths) = git_changes.get(&turn) {
+                    row["git_changes"] = serde_json::json!(paths);
+                }
+            }
+        }
+        writeln!(out, "{v}")?;
         return Ok(());
     }
     pager::page(ctx, out, |w, paint| {
         if a.oneline {
             oneline(&entries, w, paint)
         } else {
-            long(&entries, w, paint)
+            long(&entries, &git_changes, w, paint)
         }
     })
 }
@@ -106,7 +121,12 @@ fn oneline(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::
     Ok(())
 }
 
-fn long(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Result<()> {
+fn long(
+    entries: &[LogEntry],
+    git_changes: &std::collections::BTreeMap<u64, Vec<String>>,
+    out: &mut dyn Write,
+    paint: Paint,
+) -> std::io::Result<()> {
     for e in entries {
         writeln!(
             out,
@@ -132,6 +152,13 @@ fn long(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Res
             "    changes: {} added, {} modified, {} deleted ({} paths recorded, {} bytes stored)",
             e.added, e.modified, e.deleted, e.paths, e.bytes_stored
         )?;
+        if let Some(paths) = git_changes.get(&e.turn) {
+            writeln!(
+                out,
+                "    warning: {}",
+                opfs::capture::git_note::git_change_warning(e.turn, paths)
+            )?;
+        }
     }
     Ok(())
 }

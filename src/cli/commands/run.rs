@@ -25,6 +25,7 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         writable: a.writable.iter().map(|w| state::absolute(w)).collect(),
         turn: a.turn.clone(),
         worktree: a.worktree.clone(),
+        writable_git_config: a.writable_git_config,
         command: a.command.clone(),
         config: config.sandbox,
         bwrap: ctx.env.bwrap.clone(),

@@ -19,6 +19,10 @@ use opfs::store::{Index, StateDir};
 use crate::cli::error::{failure, CommandError};
 use crate::cli::Ctx;
 
+/// The newest turns whose changes to what git runs or trusts `status`
+/// names one by one.
+const GIT_CHANGE_TURNS: usize = 5;
+
 /// What `status` adds to the daemon's (or the state dir's) status.
 #[derive(Debug, Default)]
 struct Protection {
@@ -39,6 +43,19 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let status = project.status()?;
     let worktree = opfs::daemon::worktree::describe(ctx.home(), project.state()).transpose()?;
     let mut p = protection(project.state(), &status);
+    // `.git` is not recorded: a change to what git runs or trusts is only
+    // noted (`opfs::capture::git_note`), newest turns first.
+    let git_changes = opfs::capture::git_note::git_changes(project.state());
+    for (turn, paths) in git_changes.iter().rev().take(GIT_CHANGE_TURNS) {
+        p.warnings
+            .push(opfs::capture::git_note::git_change_warning(*turn, paths));
+    }
+    if git_changes.len() > GIT_CHANGE_TURNS {
+        p.warnings.push(format!(
+            "{} earlier turns changed what git runs or trusts too: `opfs log` shows them",
+            git_changes.len() - GIT_CHANGE_TURNS
+        ));
+    }
     if let Some((_, w)) = &worktree {
         // The upper layer is never mounted as a project: say how to bring
         // the worktree back instead.
@@ -71,6 +88,10 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             None => serde_json::Value::Null,
         };
         v["warnings"] = serde_json::json!(p.warnings);
+        v["git_changes"] = serde_json::json!(git_changes
+            .iter()
+            .map(|(turn, paths)| serde_json::json!({"turn": turn, "paths": paths}))
+            .collect::<Vec<_>>());
         v["record_exclude"] = serde_json::json!(exclude.0);
         v["record_exclude_next_mount"] = serde_json::json!(exclude.1);
         writeln!(out, "{v}")?;

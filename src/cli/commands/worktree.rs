@@ -55,6 +55,7 @@ pub fn run(
                 name,
                 from,
                 at.as_deref(),
+                opfs::worktree::Creator::User,
                 &opts,
                 ctx.verbose,
             )
@@ -86,15 +87,20 @@ pub fn run(
                     } else {
                         String::new()
                     };
+                    let by = match r.created_by {
+                        opfs::worktree::Creator::Agent => "  (made by the agent)",
+                        opfs::worktree::Creator::User => "",
+                    };
                     writeln!(
                         out,
-                        "{}  from turn {}  {}  {}  {} changed{}",
+                        "{}  from turn {}  {}  {}  {} changed{}{}",
                         r.name,
                         r.base_turn,
                         if r.mounted { "mounted" } else { "not mounted" },
                         r.path.display(),
                         r.changed,
-                        drift
+                        drift,
+                        by
                     )?;
                 }
             }
