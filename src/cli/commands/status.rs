@@ -27,8 +27,11 @@ struct Protection {
     /// Live opfs mounts of the project that this state dir's daemon does
     /// not serve (another `OPFS_HOME`).
     served_elsewhere: Vec<PathBuf>,
-    /// An interrupted rewind left in the index: `(rewind turn, to, started)`.
+    /// An interrupted rewind left in the index: `(rewind turn, to,
+    /// started)`, and what a stopped one says of itself.
     interrupted_rewind: Option<(u64, u64, bool)>,
+    /// A rewind that stopped on a failure and waits for `--resume`/`--abort`.
+    stopped_rewind: Option<opfs::store::index::StoppedRestore>,
     /// One line per problem, for people.
     warnings: Vec<String>,
 }
@@ -64,11 +67,23 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["disk"] = serde_json::to_value(disk).map_err(failure)?;
         v["stale_mounts"] = serde_json::json!(p.stale_mounts);
         v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
-        v["interrupted_rewind"] = match p.interrupted_rewind {
-            Some((turn, to, started)) => {
-                serde_json::json!({ "turn": turn, "rewound_to": to, "started": started })
-            }
-            None => serde_json::Value::Null,
+        v["interrupted_rewind"] = match (&p.stopped_rewind, p.interrupted_rewind) {
+            (Some(s), _) => serde_json::json!({
+                "turn": s.rewind_turn,
+                "rewound_to": s.rewound_to,
+                "started": true,
+                "state": "stopped",
+                "restored": s.restored,
+                "total": s.total,
+                "detail": s.detail,
+            }),
+            (None, Some((turn, to, started))) => serde_json::json!({
+                "turn": turn,
+                "rewound_to": to,
+                "started": started,
+                "state": if started { "running" } else { "not started" },
+            }),
+            (None, None) => serde_json::Value::Null,
         };
         v["warnings"] = serde_json::json!(p.warnings);
         v["record_exclude"] = serde_json::json!(exclude.0);
@@ -192,7 +207,14 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
             project.display()
         ));
     }
-    if !s.mounted {
+    // Stopped on a failure: nothing finishes it by itself, mounted or not.
+    p.stopped_rewind = Index::open_read_only(&st.index_path())
+        .ok()
+        .and_then(|ix| ix.stopped_restore().ok().flatten());
+    if let Some(s) = &p.stopped_rewind {
+        p.warnings.push(s.to_string());
+    }
+    if !s.mounted && p.stopped_rewind.is_none() {
         p.interrupted_rewind = interrupted_rewind(st);
         if let Some((turn, to, started)) = p.interrupted_rewind {
             p.warnings.push(if started {

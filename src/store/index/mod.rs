@@ -31,6 +31,7 @@ mod turns;
 
 pub use ranges::{Packed, Piece};
 pub use records::Target;
+pub use restores::StoppedRestore;
 pub use retention::Dropped;
 pub use schema::SCHEMA_VERSION;
 
