@@ -6,7 +6,9 @@
 //! it (`opfs log --json` shows it whole; text output escapes control
 //! characters).
 //!
-//! Exit 0 and nothing on stdout when the turn was opened. When it was not
+//! Exit 0 and nothing on stdout when the turn was opened, unless a rewind
+//! stopped half way (`opfs rewind --resume`/`--abort` pending): then that
+//! is said as a `systemMessage`, on stderr and on the terminal. When it was not
 //! (no daemon serves the project, a stale mount, no project, bad input),
 //! the user must see it: the reason goes to stderr, to the terminal
 //! (`/dev/tty`, if the hook has one) and as `{"systemMessage": ...}` on

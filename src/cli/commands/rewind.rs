@@ -1,5 +1,6 @@
 //! `opfs rewind`: without N, list the rewind points; with N (or `--id`),
-//! restore the start of turn N. Paths left unrestored exit 3.
+//! restore the start of turn N; `--resume`/`--abort` finish or put back a
+//! rewind that stopped on a failure. Paths left unrestored exit 3.
 //!
 //! With no daemon serving the project both still work (a rewind runs
 //! directly on the project under the state lock), and a warning on stderr

@@ -3,7 +3,8 @@
 //! logs; `state::usage`), and what
 //! leaves the project unprotected, said plainly (`docs/cli.md`): no daemon
 //! serving it, a stale mount whose daemon is gone, another daemon (another
-//! state dir) serving it, a rewind a crash interrupted. `--json` adds
+//! state dir) serving it, a rewind a crash interrupted or one that stopped
+//! half way on a failure. `--json` adds
 //! `stale_mounts`, `served_elsewhere`, `interrupted_rewind`, `warnings`
 //! and `record_exclude` (the `[record] exclude` list in effect, set by the
 //! last mount; `docs/design.md` "Excluded paths") to the status object.
