@@ -21,7 +21,7 @@ use super::plan::{PathPlan, Step};
 
 /// Bytes always kept free on top of the estimate (SQLite's write-ahead
 /// log and checkpoint, directory blocks, the filesystem's own metadata).
-pub const MARGIN_FIXED: u64 = 1 << 20;
+pub const MARGIN_FIXED: u64 = 256 << 10;
 
 /// The share of the estimate added as margin: need / 16.
 pub const MARGIN_SHARE: u64 = 16;

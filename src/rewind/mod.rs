@@ -24,7 +24,9 @@ use crate::view::{check_turn, TurnError};
 
 pub use resume::{abort, close_interrupted_rewind_turn, leave_rewind_turn, resume, resume_stopped};
 
-/// Errors that stop a rewind before it writes anything.
+/// Why a rewind failed: most stop it before it writes anything;
+/// [`RewindError::RolledBack`] and [`RewindError::Stopped`] say what it
+/// wrote and what is left.
 #[derive(Debug, thiserror::Error)]
 pub enum RewindError {
     /// The turn cannot be rewound to: it does not exist or was dropped by
@@ -219,13 +221,21 @@ fn plan_until(
 ///
 /// `opts.force` restores paths changed outside the mount too.
 ///
-/// Errors, all before anything is written to the project:
+/// Errors before anything is written to the project:
 /// [`RewindError::Turn`] for a turn that does not exist or was dropped by
 /// retention, [`RewindError::ProjectDeleted`] when the project directory
-/// was deleted under the mount, [`RewindError::Index`] when the index fails
-/// (an interrupted rewind finished first, if any, stays finished).
-/// Per-path failures are not errors: they are listed in `conflicts` and
-/// the other paths are restored.
+/// was deleted under the mount, [`RewindError::NoRoom`] when the state dir
+/// or the project lacks the room the rewind needs (no turn opened),
+/// [`RewindError::NotStarted`] when recording the current states failed
+/// (the rewind's turn closed as rolled back, an agent turn open),
+/// [`RewindError::Index`] when the index fails (an interrupted rewind
+/// finished first, if any, stays finished). After writing:
+/// [`RewindError::RolledBack`] when a step failed for a cause not the
+/// path's own (`ENOSPC`, `EDQUOT`, `EROFS`, `EIO`) and everything written
+/// was put back, [`RewindError::Stopped`] when putting back failed too
+/// (the index says so until `--resume`/`--abort`); an agent turn is open
+/// after either. Per-path failures of their own are not errors: they are
+/// listed in `conflicts` and the other paths are restored.
 pub fn rewind(
     journal: &Journal,
     to: u64,
@@ -371,7 +381,7 @@ fn run(
             rewind_turn,
             to,
             cause,
-            (restored.len(), recorded.runnable.len()),
+            (&restored, recorded.runnable.len()),
             touched,
         ));
     }
@@ -429,7 +439,7 @@ fn roll_back(
     rewind_turn: u64,
     to: u64,
     cause: String,
-    (restored, total): (usize, usize),
+    (restored, total): (&[String], usize),
     touched: Vec<Vec<u8>>,
 ) -> RewindError {
     let back = journal
@@ -439,13 +449,16 @@ fn roll_back(
         Ok((plan, mut left)) => {
             let (put_back, failed) = restore::apply::execute_unrecorded(journal, &plan);
             left.extend(failed);
-            (put_back.len(), left)
+            (put_back, left)
         }
         Err(e) => (
-            0,
+            Vec::new(),
             vec![Conflict::new(b"", ConflictReason::Text(e.to_string()))],
         ),
     };
+    // Paths the rewind restored that the roll back did not put back.
+    let still_restored = restored.iter().filter(|p| !put_back.contains(p)).count();
+    let put_back = put_back.len();
     sync_project(journal);
     let outcome = if left.is_empty() {
         journal
@@ -461,7 +474,7 @@ fn roll_back(
         let stopped = crate::store::index::StoppedRestore {
             rewind_turn,
             rewound_to: to,
-            restored: restored.saturating_sub(put_back) as u64,
+            restored: still_restored as u64,
             total: total as u64,
             detail: format!(
                 "{cause}; putting back what it changed failed too for {} path(s), first {}",

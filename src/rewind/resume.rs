@@ -199,8 +199,14 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
     }
     let to = turn.rewound_to.unwrap_or(0);
     let started = journal.with_index(|ix| ix.restore_started(open))?;
+    let outcome = journal.with_index(|ix| ix.restore_outcome(open))?;
     let next = journal.next_turn(NewTurn::agent())?;
-    Ok(Some(if started {
+    Ok(Some(if outcome.as_deref() == Some("rolled_back") {
+        format!(
+            "a rewind to turn {to} (turn {open}) failed and was rolled back (the project is as it \
+             was before it), but had not opened the next turn; opened turn {next}"
+        )
+    } else if started {
         format!("a finished rewind to turn {to} (turn {open}) had not opened the next turn; opened turn {next}")
     } else {
         format!(
