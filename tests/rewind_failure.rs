@@ -352,6 +352,38 @@ fn a_ranged_rewind_without_room_changes_nothing_and_works_once_space_is_freed() 
     f.assert_tree("redo of rewind 3", &after);
 }
 
+/// The index failing after the rewind opened its turn, before it wrote
+/// anything (the commit of its records: what the full disk hit):
+/// the project is unchanged, nothing is pending, the agent works in an
+/// agent turn, and no later start replays the rewind over that work.
+#[test]
+fn an_index_failure_before_the_first_write_leaves_nothing_to_replay() {
+    let f = Fixture::new();
+    let (start, after) = twenty_rewritten(&f, &[("OPFS_FAILPOINT", "rewind-commit:1:enospc")]);
+    let failed_turn = f.open_turn() + 1;
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the rewind must fail: {run}");
+    assert!(
+        run.stderr.contains("failed before it changed anything")
+            && run.stderr.contains(&format!(
+                "turn {failed_turn}, the rewind's, is closed as rolled back"
+            )),
+        "{run}"
+    );
+    assert_eq!(manifest(&f.project), after);
+    assert_nothing_pending(&f, "after the failed rewind");
+    fs::write(f.m("s07"), "AGENT WORK\n").expect("agent write");
+    f.umount();
+    f.mount_with(&["--no-export"]);
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+    assert!(f.status()["recovered"].is_null());
+    // The rewind works now, and its redo gives the agent's work back.
+    let v = f.rewind(1);
+    assert_eq!(manifest(&f.project), start);
+    f.rewind(rewind_turn(&v));
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+}
+
 /// Twenty files rewritten in turn 1, so `rewind 1` writes them back in
 /// path order (`s00` first): the failpoint's N-th write is `s(N-1)`.
 fn twenty_rewritten(f: &Fixture, env: &[(&str, &str)]) -> (Manifest, Manifest) {

@@ -356,10 +356,12 @@ fn run(
     let mut recorded = restore::apply::record(journal, &plan, progress);
     // Every record of R3 is in the index before R4 touches the project: a
     // full or failing state dir stops the rewind here, with nothing changed.
-    let failure = recorded
-        .store_failure()
-        .map(|c| c.to_string())
-        .or_else(|| journal.apply_pending().err().map(|e| e.to_string()));
+    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
+        crate::failpoint::failpoint_error("rewind-commit")
+            .map_err(|e| format!("index: {e}"))
+            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
+            .err()
+    });
     if let Some(cause) = failure {
         return Err(abandon(journal, rewind_turn, to, cause));
     }
