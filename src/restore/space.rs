@@ -104,7 +104,8 @@ pub fn with_margin(bytes: u64) -> u64 {
 /// One filesystem a restore writes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shortage {
-    /// What is written there: `the state dir` or `the project`, or both.
+    /// Which filesystem: `the filesystem holding the state dir`, `... the
+    /// project` or `... the state dir and the project`.
     pub what: &'static str,
     /// A directory on that filesystem.
     pub dir: PathBuf,
@@ -144,7 +145,7 @@ pub fn shortage(need: Need, state_dir: &Path, project: &Path) -> Option<Shortage
     if state_dev == project_dev {
         let needed = with_margin(need.state + need.project);
         return (needed > state_free).then(|| Shortage {
-            what: "the state dir and the project (one filesystem)",
+            what: "the filesystem holding the state dir and the project",
             dir: state_dir.to_path_buf(),
             needed,
             free: state_free,
@@ -153,7 +154,7 @@ pub fn shortage(need: Need, state_dir: &Path, project: &Path) -> Option<Shortage
     let needed = with_margin(need.state);
     if needed > state_free {
         return Some(Shortage {
-            what: "the state dir",
+            what: "the filesystem holding the state dir",
             dir: state_dir.to_path_buf(),
             needed,
             free: state_free,
@@ -161,7 +162,7 @@ pub fn shortage(need: Need, state_dir: &Path, project: &Path) -> Option<Shortage
     }
     let needed = with_margin(need.project);
     (needed > project_free).then(|| Shortage {
-        what: "the project",
+        what: "the filesystem holding the project",
         dir: project.to_path_buf(),
         needed,
         free: project_free,
