@@ -177,3 +177,103 @@ pub fn human(bytes: u64) -> String {
         format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Stat;
+    use crate::view::ranges::Segment;
+
+    fn file(size: u64) -> Current {
+        Current::File {
+            stat: Stat {
+                mode: libc::S_IFREG | 0o644,
+                size,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                dev: 0,
+                ino: 1,
+                rdev: 0,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+            },
+        }
+    }
+
+    fn entry(current: Current, target: PreImage, steps: Vec<Step>) -> PathPlan {
+        PathPlan {
+            path: "p".into(),
+            raw: b"p".to_vec(),
+            current: crate::restore::StateKind::of_current(&current),
+            target: crate::restore::StateKind::of_target(&target),
+            steps,
+            detail: String::new(),
+            link_to: None,
+            link_raw: None,
+            target_state: target,
+            target_meta: None,
+            current_state: current,
+            patch: None,
+        }
+    }
+
+    fn target_file(size: u64) -> PreImage {
+        PreImage::File {
+            blob: [0; 32],
+            size,
+            perm: 0o644,
+            ino: 0,
+        }
+    }
+
+    #[test]
+    fn a_rewrite_needs_its_current_bytes_in_the_store_and_its_growth_in_the_project() {
+        let n = need(&[entry(
+            file(1 << 20),
+            target_file(3 << 20),
+            vec![Step::Rewrite],
+        )]);
+        assert_eq!(n.state, PER_PATH_STATE + 1 + (1 << 20));
+        assert_eq!(n.project, 2 << 20);
+    }
+
+    #[test]
+    fn small_content_counts_three_times_and_a_creation_its_blocks() {
+        let n = need(&[
+            entry(file(100), PreImage::Absent, vec![Step::Remove]),
+            entry(Current::Absent, target_file(5000), vec![Step::Create]),
+        ]);
+        assert_eq!(n.state, 2 * (PER_PATH_STATE + 1) + 300);
+        assert_eq!(n.project, 8192 + PER_CREATE);
+    }
+
+    #[test]
+    fn an_in_place_restore_of_ranges_records_only_the_runs_it_overwrites() {
+        let mut p = entry(
+            file(6 << 20),
+            PreImage::Ranged {
+                size: 6 << 20,
+                perm: 0o644,
+                ino: 1,
+            },
+            vec![Step::Rewrite],
+        );
+        p.patch = Some(vec![Segment {
+            offset: 0,
+            len: 1 << 20,
+            blob: [0; 32],
+            skip: 0,
+            at: None,
+        }]);
+        let n = need(&[p]);
+        assert_eq!(n.state, PER_PATH_STATE + 1 + (1 << 20));
+        assert_eq!(n.project, 0);
+    }
+
+    #[test]
+    fn the_margin_is_fixed_plus_a_sixteenth() {
+        assert_eq!(with_margin(0), MARGIN_FIXED);
+        assert_eq!(with_margin(16 << 20), (17 << 20) + MARGIN_FIXED);
+    }
+}
