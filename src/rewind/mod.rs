@@ -390,7 +390,16 @@ fn run(
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     failpoint("rewind-before-done");
-    journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    if let Err(e) = journal.with_index(|ix| ix.finish_restore(rewind_turn)) {
+        // The project is rewound but the index says running: the next
+        // start finishes it (nothing left to do). Meanwhile the agent must
+        // not work in the rewind's turn, where its changes would be kept
+        // nowhere; in a later turn a finish leaves them alone.
+        if let Err(e) = journal.next_turn(NewTurn::agent()) {
+            log::error!("cannot open an agent turn after the rewind to turn {to}: {e}");
+        }
+        return Err(e.into());
+    }
     failpoint("rewind-after-done");
     let open_turn = journal.next_turn(NewTurn::agent())?;
     Ok(RewindReport {
