@@ -61,7 +61,8 @@ pub fn failpoint(name: &str) {
 /// `ENOSPC` (the others `Ok`); with `NAME:N:enospc+` the N-th and every
 /// later pass does. The restore executor passes `rewind-write` before each
 /// write to the project, and a rewind `rewind-commit` before it commits
-/// its records (`docs/crash-model.md`, "A rewind that fails").
+/// its records and `rewind-done` before it marks its restore done
+/// (`docs/crash-model.md`, "A rewind that fails").
 /// Without the variable: `Ok` after one atomic load.
 ///
 /// Errors: `ENOSPC` when armed as above.

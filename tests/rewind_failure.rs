@@ -384,6 +384,53 @@ fn an_index_failure_before_the_first_write_leaves_nothing_to_replay() {
     assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
 }
 
+/// Marking the restore done fails (the index, after every step ran): the
+/// rewind says so, `status` reports the restore left running, the agent
+/// works in an agent turn, and the next start finishes the restore without
+/// touching the agent's work.
+#[test]
+fn a_restore_that_cannot_be_marked_done_is_reported_and_finished_around_later_work() {
+    let f = Fixture::new();
+    let (start, _after) = twenty_rewritten(&f, &[("OPFS_FAILPOINT", "rewind-done:1:enospc")]);
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the rewind must fail: {run}");
+    assert!(
+        run.stderr.contains("could not mark it finished")
+            && run.stderr.contains("database is full"),
+        "{run}"
+    );
+    assert_eq!(manifest(&f.project), start, "every step ran");
+    let open = f.open_turn();
+    assert_eq!(kind_of(&f, open), "agent");
+    let st = f.status();
+    assert_eq!(st["interrupted_rewind"]["state"], "running", "{st:#}");
+    assert!(
+        st["warnings"].as_array().is_some_and(|w| w.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.contains("could not be marked finished")))),
+        "{st:#}"
+    );
+    fs::write(f.m("s05"), "AGENT WORK\n").expect("agent write");
+    f.umount();
+    f.mount_with(&["--no-export"]);
+    let st = f.status();
+    assert!(
+        st["recovered"]
+            .as_str()
+            .is_some_and(|r| r.contains("finished an interrupted rewind to turn 1")
+                && r.contains("1 left unrestored")),
+        "{st:#}"
+    );
+    assert_eq!(fs::read(f.p("s05")).expect("s05"), b"AGENT WORK\n");
+    let mut expected = start.clone();
+    expected.insert(
+        b"s05".to_vec(),
+        manifest(&f.project)[&b"s05".to_vec()].clone(),
+    );
+    assert_eq!(manifest(&f.project), expected);
+    assert_nothing_pending(&f, "after the start finished it");
+}
+
 /// Twenty files rewritten in turn 1, so `rewind 1` writes them back in
 /// path order (`s00` first): the failpoint's N-th write is `s(N-1)`.
 fn twenty_rewritten(f: &Fixture, env: &[(&str, &str)]) -> (Manifest, Manifest) {

@@ -107,6 +107,22 @@ pub enum RewindError {
         /// Raw paths the rewind wrote (for cache invalidation).
         touched: Vec<Vec<u8>>,
     },
+    /// Every step ran, but the index failed to mark the restore done: it
+    /// stays running, and the next start (or rewind) finishes it, checked
+    /// like any rewind. An agent turn is open if the index took it.
+    #[error(
+        "the rewind to turn {to} (turn {turn}) ran every step, but the index could not mark it \
+         finished ({source}): `opfs status` shows it; the next `opfs rewind` or `opfs mount` \
+         finishes it (leaving alone what changed since)"
+    )]
+    NotMarkedDone {
+        /// The turn rewound to.
+        to: u64,
+        /// The rewind's turn.
+        turn: u64,
+        /// The index's error.
+        source: IndexError,
+    },
     /// `--resume` or `--abort` with no interrupted rewind.
     #[error("no rewind is interrupted: nothing to resume or abort")]
     NothingPending,
@@ -390,7 +406,10 @@ fn run(
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     failpoint("rewind-before-done");
-    if let Err(e) = journal.with_index(|ix| ix.finish_restore(rewind_turn)) {
+    let done = crate::failpoint::failpoint_error("rewind-done")
+        .map_err(|_| IndexError::disk_full(journal.state().index_path()))
+        .and_then(|()| journal.with_index(|ix| ix.finish_restore(rewind_turn)));
+    if let Err(e) = done {
         // The project is rewound but the index says running: the next
         // start finishes it (nothing left to do). Meanwhile the agent must
         // not work in the rewind's turn, where its changes would be kept
@@ -398,7 +417,11 @@ fn run(
         if let Err(e) = journal.next_turn(NewTurn::agent()) {
             log::error!("cannot open an agent turn after the rewind to turn {to}: {e}");
         }
-        return Err(e.into());
+        return Err(RewindError::NotMarkedDone {
+            to,
+            turn: rewind_turn,
+            source: e,
+        });
     }
     failpoint("rewind-after-done");
     let open_turn = journal.next_turn(NewTurn::agent())?;

@@ -215,6 +215,18 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
     if let Some(s) = &p.stopped_rewind {
         p.warnings.push(s.to_string());
     }
+    if s.mounted && p.stopped_rewind.is_none() {
+        // A restore still running behind the open turn: marking it done
+        // failed (the index), though the daemon went on serving.
+        p.interrupted_rewind = unfinished_behind_open_turn(st);
+        if let Some((turn, to, _)) = p.interrupted_rewind {
+            p.warnings.push(format!(
+                "the rewind to turn {to} (turn {turn}) could not be marked finished (the index \
+                 failed): the project may be half restored; the next `opfs rewind` or `opfs \
+                 mount` finishes it, checked like any rewind"
+            ));
+        }
+    }
     if !s.mounted && p.stopped_rewind.is_none() {
         p.interrupted_rewind = interrupted_rewind(st);
         if let Some((turn, to, started)) = p.interrupted_rewind {
@@ -233,6 +245,16 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
         }
     }
     p
+}
+
+/// While mounted: a restore still marked running whose rewind turn is
+/// closed (one the daemon is running has the open turn), as
+/// `(rewind turn, to, true)`.
+fn unfinished_behind_open_turn(st: &StateDir) -> Option<(u64, u64, bool)> {
+    let ix = Index::open_read_only(&st.index_path()).ok()?;
+    let (turn, to) = ix.unfinished_restore().ok()??;
+    let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
+    (open.number > turn).then_some((turn, to, true))
 }
 
 /// A rewind a crash interrupted: a restore still marked running, else a

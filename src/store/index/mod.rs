@@ -83,6 +83,21 @@ pub enum IndexError {
 }
 
 impl IndexError {
+    /// What SQLite reports when the disk is full (`SQLITE_FULL`, "database
+    /// or disk is full") for the index at `path`: the error the failure
+    /// tests inject (`crate::failpoint::failpoint_error`).
+    pub fn disk_full(path: PathBuf) -> IndexError {
+        IndexError::Sqlite {
+            path,
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                None,
+            ),
+        }
+    }
+}
+
+impl IndexError {
     /// The database file the error is about.
     pub fn path(&self) -> &Path {
         match self {
