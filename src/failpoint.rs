@@ -37,50 +37,108 @@
 /// `worktree-before-meta` (`worktree create` checked its base turn and has
 /// not written the metadata that pins it).
 pub fn failpoint(name: &str) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    static ARMED: OnceLock<Option<(String, u64, Option<u64>)>> = OnceLock::new();
-    static HITS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| parse(&std::env::var("OPFS_FAILPOINT").ok()?));
-    let Some((armed_name, at, pause)) = armed else {
+    let Some((at, action)) = reached(name) else {
         return;
     };
-    if armed_name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *at {
-        if let Some(ms) = pause {
+    match action {
+        Action::Pause(ms) => {
             log::warn!("failpoint {name}:{at} reached: pausing for {ms} ms");
-            std::thread::sleep(std::time::Duration::from_millis(*ms));
-            return;
+            std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-        log::error!("failpoint {name}:{at} reached: killing this process");
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        Action::Kill => {
+            log::error!("failpoint {name}:{at} reached: killing this process");
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        Action::Enospc { .. } => {}
     }
 }
 
-/// `NAME`, `NAME:N` or `NAME:N:pause=MS` as (name, N, pause in ms).
-fn parse(v: &str) -> Option<(String, u64, Option<u64>)> {
+/// An error-injecting failpoint for the failure tests: with
+/// `OPFS_FAILPOINT=NAME:N:enospc` the N-th pass through `NAME` returns
+/// `ENOSPC` (the others `Ok`); with `NAME:N:enospc+` the N-th and every
+/// later pass does. The restore executor passes `rewind-write` before each
+/// write to the project, and a rewind `rewind-commit` before it commits
+/// its records and `rewind-done` before it marks its restore done
+/// (`docs/crash-model.md`, "A rewind that fails").
+/// Without the variable: `Ok` after one atomic load.
+///
+/// Errors: `ENOSPC` when armed as above.
+pub fn failpoint_error(name: &str) -> std::io::Result<()> {
+    match reached(name) {
+        Some((at, Action::Enospc { .. })) => {
+            log::warn!("failpoint {name}:{at} reached: failing with ENOSPC");
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What an armed failpoint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// SIGKILL (the default).
+    Kill,
+    /// Sleep this many ms.
+    Pause(u64),
+    /// [`failpoint_error`] fails; `sticky`: on every later pass too.
+    Enospc {
+        /// Every pass from the N-th on, not only the N-th.
+        sticky: bool,
+    },
+}
+
+/// The hit count and action when this pass through `name` is the armed
+/// one (or, for a sticky action, a later one).
+fn reached(name: &str) -> Option<(u64, Action)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u64, Action)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| parse(&std::env::var("OPFS_FAILPOINT").ok()?));
+    let (armed_name, at, action) = armed.as_ref()?;
+    if armed_name != name {
+        return None;
+    }
+    let hit = HITS.fetch_add(1, Ordering::SeqCst) + 1;
+    let sticky = matches!(action, Action::Enospc { sticky: true });
+    (hit == *at || (sticky && hit > *at)).then_some((*at, *action))
+}
+
+/// `NAME`, `NAME:N`, `NAME:N:pause=MS`, `NAME:N:enospc` or
+/// `NAME:N:enospc+` as (name, N, action).
+fn parse(v: &str) -> Option<(String, u64, Action)> {
     let mut parts = v.splitn(3, ':');
     let name = parts.next()?.to_string();
     let at = match parts.next() {
         Some(n) => n.parse().ok()?,
         None => 1,
     };
-    let pause = match parts.next() {
-        Some(action) => Some(action.strip_prefix("pause=")?.parse().ok()?),
-        None => None,
+    let action = match parts.next() {
+        Some("enospc") => Action::Enospc { sticky: false },
+        Some("enospc+") => Action::Enospc { sticky: true },
+        Some(action) => Action::Pause(action.strip_prefix("pause=")?.parse().ok()?),
+        None => Action::Kill,
     };
-    Some((name, at, pause))
+    Some((name, at, action))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn parses_names_counts_and_pauses() {
-        assert_eq!(super::parse("a-b"), Some(("a-b".into(), 1, None)));
-        assert_eq!(super::parse("a-b:3"), Some(("a-b".into(), 3, None)));
+        use super::Action;
+        assert_eq!(super::parse("a-b"), Some(("a-b".into(), 1, Action::Kill)));
+        assert_eq!(super::parse("a-b:3"), Some(("a-b".into(), 3, Action::Kill)));
         assert_eq!(
             super::parse("a-b:2:pause=500"),
-            Some(("a-b".into(), 2, Some(500)))
+            Some(("a-b".into(), 2, Action::Pause(500)))
+        );
+        assert_eq!(
+            super::parse("a-b:2:enospc+"),
+            Some(("a-b".into(), 2, Action::Enospc { sticky: true }))
         );
         assert_eq!(super::parse("a-b:x"), None);
         assert_eq!(super::parse("a-b:2:sleep"), None);

@@ -615,16 +615,31 @@ fn check_log(state: &StateDir, c: &mut Checker) {
 /// Restores: none left `running` (an interrupted rewind the next daemon
 /// start would finish).
 fn check_restores(db: &Db<'_>, c: &mut Checker) -> Result<(), VerifyError> {
-    let running: Vec<(i64, i64, String)> = db.rows(
-        "SELECT rewind_turn, rewound_to, state FROM restores WHERE state != 'done'",
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    let outcome = if db.has_column("restores", "outcome")? {
+        "outcome"
+    } else {
+        "NULL"
+    };
+    let running: Vec<(i64, i64, String, Option<String>)> = db.rows(
+        &format!(
+            "SELECT rewind_turn, rewound_to, state, {outcome} FROM restores WHERE state != 'done'"
+        ),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    for (turn, to, st) in running {
+    for (turn, to, st, outcome) in running {
         c.add(
             "restore",
-            format!(
-                "the rewind to turn {to} (recorded as turn {turn}) is {st:?}, not finished: the next mount finishes it"
-            ),
+            if outcome.as_deref() == Some("stopped") {
+                format!(
+                    "the rewind to turn {to} (recorded as turn {turn}) stopped on a failure and \
+                     left the project half restored: `opfs rewind --resume` finishes it, \
+                     `opfs rewind --abort` puts back what it changed"
+                )
+            } else {
+                format!(
+                    "the rewind to turn {to} (recorded as turn {turn}) is {st:?}, not finished: the next mount finishes it"
+                )
+            },
         );
     }
     Ok(())

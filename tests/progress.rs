@@ -28,6 +28,7 @@ fn rewind_request(to: u64, progress: bool) -> Request {
         dry_run: false,
         force: false,
         progress,
+        pending: None,
     }
 }
 

@@ -182,7 +182,7 @@ fn status_flags_an_interrupted_rewind_while_unmounted() {
     let s = fx.opfs_p(&["status", "--json"]).ok().json();
     assert_eq!(
         s["interrupted_rewind"],
-        serde_json::json!({"turn": 3, "rewound_to": 1, "started": true}),
+        serde_json::json!({"turn": 3, "rewound_to": 1, "started": true, "state": "running"}),
         "{s:#}"
     );
     let human = fx.opfs_p(&["status"]).ok();

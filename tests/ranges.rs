@@ -353,6 +353,9 @@ fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
             &[("OPFS_FAILPOINT", point), ("OPFS_RANGE_MIN", RANGE_MIN)],
         );
         assert_eq!(hash_file(&f.m("big")), after, "{point}: before");
+        // The interrupted rewind's turn (the start finishes it as a turn
+        // of its own).
+        let interrupted = f.open_turn() + 1;
         let run = f.opfs_c(&["rewind", &t.to_string(), "--json"]);
         assert_ne!(
             run.code,
@@ -365,8 +368,7 @@ fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
         assert_eq!(hash_file(&f.m("big")), start, "{point}: finished restore");
         assert_eq!(hash_file(&f.p("big")), start, "{point}: project");
         // Redo, for the next failpoint.
-        let rewind_turn = f.open_turn() - 1;
-        f.rewind(rewind_turn);
+        f.rewind(interrupted);
         assert_eq!(hash_file(&f.m("big")), after, "{point}: redo");
         f.umount();
     }

@@ -297,6 +297,14 @@ pub struct RewindArgs {
     /// Restore paths even where they conflict.
     #[arg(long)]
     pub force: bool,
+    /// Finish the rewind that stopped on a failure (or that a crash
+    /// interrupted), as a new rewind turn, checked like any rewind.
+    #[arg(long, conflicts_with_all = ["turn", "id", "dry_run", "abort", "all"])]
+    pub resume: bool,
+    /// Put back what the rewind that stopped on a failure changed, as a new
+    /// rewind turn, checked like any rewind.
+    #[arg(long, conflicts_with_all = ["turn", "id", "dry_run", "all"])]
+    pub abort: bool,
 }
 
 // `opfs run`.

@@ -326,6 +326,30 @@ impl Project {
         force: bool,
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<(RewindReport, Via), ClientError> {
+        let opts = rewind::RewindOptions {
+            dry_run,
+            force,
+            pending: None,
+        };
+        self.rewind_opts_with_progress(to, opts, progress)
+    }
+
+    /// [`Project::rewind_with_progress`] with every option, so also `opfs
+    /// rewind --resume` and `--abort` (`opts.pending`; `to` is then
+    /// ignored). Errors as [`Project::rewind`], and
+    /// [`rewind::RewindError::NothingPending`] for `--resume`/`--abort`
+    /// with no pending rewind.
+    pub fn rewind_opts_with_progress(
+        &self,
+        to: u64,
+        opts: rewind::RewindOptions,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
+        let rewind::RewindOptions {
+            dry_run,
+            force,
+            pending,
+        } = opts;
         let mut none = |_: u64, _: u64| {};
         let wants = progress.is_some();
         let progress: &mut dyn FnMut(u64, u64) = match progress {
@@ -337,18 +361,14 @@ impl Project {
             dry_run,
             force,
             progress: wants,
+            pending,
         };
         match self.ask_with_progress(&req, progress)? {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                let report = rewind::rewind_with_progress(
-                    &journal,
-                    to,
-                    rewind::RewindOptions { dry_run, force },
-                    progress,
-                )?;
+                let report = rewind::rewind_with_progress(&journal, to, opts, progress)?;
                 Ok((report, Via::Direct))
             }
         }

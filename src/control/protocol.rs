@@ -39,6 +39,10 @@ pub enum Request {
         /// (absent: false).
         #[serde(default)]
         progress: bool,
+        /// Resume or abort the pending rewind instead (`to` is ignored;
+        /// absent: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pending: Option<crate::rewind::Pending>,
     },
     /// Unmount and exit.
     Unmount,

@@ -58,8 +58,7 @@ pub fn rewind_mounted(
     journal: &Journal,
     mount: Option<&dyn MountOps>,
     to: u64,
-    dry_run: bool,
-    force: bool,
+    opts: rewind::RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
     // A dirty mmap page written back after the restore would clobber the
@@ -69,15 +68,15 @@ pub fn rewind_mounted(
         m.write_back();
     }
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind_with_progress(
-        journal,
-        to,
-        rewind::RewindOptions { dry_run, force },
-        progress,
-    );
+    let report = rewind::rewind_with_progress(journal, to, opts, progress);
     drop(guard);
-    if let (Some(m), Ok(r)) = (mount, &report) {
-        invalidate_with_parents(m, &r.touched);
+    if let Some(m) = mount {
+        match &report {
+            Ok(r) => invalidate_with_parents(m, &r.touched),
+            // Written, then (partly) put back: every path may differ from
+            // what the kernel cached.
+            Err(e) => invalidate_with_parents(m, e.touched()),
+        }
     }
     report
 }
@@ -161,10 +160,20 @@ pub fn handle(
             }
         }
         Request::Rewind {
-            to, dry_run, force, ..
+            to,
+            dry_run,
+            force,
+            pending,
+            ..
         } => {
-            let result = rewind_mounted(journal, Some(mount), to, dry_run, force, progress);
-            if result.is_ok() && !dry_run {
+            let opts = rewind::RewindOptions {
+                dry_run,
+                force,
+                pending,
+            };
+            let result = rewind_mounted(journal, Some(mount), to, opts, progress);
+            // A failed rewind may have closed turns too (its own, rolled back).
+            if !dry_run {
                 mount.turns_closed();
             }
             match result {

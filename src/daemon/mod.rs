@@ -235,11 +235,15 @@ fn recover_rewind(journal: &Journal) -> Option<String> {
     match rewind::resume(journal) {
         Ok(Some(r)) => {
             let msg = format!(
-                "finished an interrupted rewind to turn {} (recorded as turn {}): {} paths restored, {} left unrestored",
+                "finished an interrupted rewind to turn {} (recorded as turn {}): {} paths restored, {} left unrestored{}",
                 r.rewound_to,
                 r.turn.unwrap_or(0),
                 r.restored.len(),
-                r.conflicts.len()
+                r.conflicts.len(),
+                match r.conflicts.first() {
+                    Some(c) => format!(" (first: {c})"),
+                    None => String::new(),
+                }
             );
             log::warn!("{msg}");
             Some(msg)
@@ -260,6 +264,10 @@ fn recover_rewind(journal: &Journal) -> Option<String> {
         },
         Err(e) => {
             log::error!("cannot finish an interrupted rewind: {e}");
+            // The agent must not work in the rewind's turn.
+            if let Err(e) = rewind::leave_rewind_turn(journal) {
+                log::error!("cannot open an agent turn: {e}");
+            }
             Some(format!("an interrupted rewind could not be finished: {e}"))
         }
     }

@@ -131,6 +131,21 @@ pub fn opened(agent: Option<Agent>) -> HookReply {
     }
 }
 
+/// The answer when the turn was opened but the project needs the user's
+/// attention (`warning`, e.g. a rewind that stopped half way): a
+/// `systemMessage` shown to the user, and the same on stderr; exit 0.
+pub fn opened_with_warning(warning: &str) -> HookReply {
+    let msg = format!(
+        "opfs: {}",
+        warning.strip_prefix("opfs: ").unwrap_or(warning)
+    );
+    HookReply {
+        stdout: format!("{}\n", serde_json::json!({ "systemMessage": msg })),
+        stderr: format!("{msg}\n"),
+        code: 0,
+    }
+}
+
 /// The message shown when no turn was opened, for `reason`.
 pub fn not_recorded_message(reason: &str) -> String {
     let reason = reason.strip_prefix("opfs: ").unwrap_or(reason);

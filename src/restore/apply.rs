@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::io::{self, Seek, Write};
 
 use crate::capture::{CaptureError, Journal};
-use crate::failpoint::failpoint;
+use crate::failpoint::{failpoint, failpoint_error};
 use crate::record::{PreImage, Special};
 use crate::tree::Dir;
 use crate::view::current::Current;
@@ -254,7 +254,7 @@ fn execute(journal: &Journal, plan: &[PathPlan], tick: &mut dyn FnMut()) -> Vec<
                     }
                 }
             }
-            if let Err(e) = remove(backing, p) {
+            if let Err(e) = failpoint_error("rewind-write").and_then(|()| remove(backing, p)) {
                 fail(i, FailedStep::Remove, e, &mut failed);
             }
             failpoint("rewind-after-step");
@@ -266,7 +266,9 @@ fn execute(journal: &Journal, plan: &[PathPlan], tick: &mut dyn FnMut()) -> Vec<
         if failed.contains(&i) || p.steps.contains(&Step::Link) {
             continue;
         }
-        let result = if let Some(park) = parked.remove(&i) {
+        let result = if let Err(e) = failpoint_error("rewind-write") {
+            Err(e)
+        } else if let Some(park) = parked.remove(&i) {
             let moved_back = backing
                 .link_in(&park, &p.raw)
                 .and_then(|()| rewrite(journal, p));
@@ -405,6 +407,57 @@ pub(crate) fn apply_with_progress(
     plan: &[PathPlan],
     progress: &mut dyn FnMut(u64, u64),
 ) -> (Vec<String>, Vec<Conflict>) {
+    let recorded = record(journal, plan, progress);
+    let (restored, mut conflicts) = execute_recorded(journal, &recorded, progress);
+    let mut all = recorded.conflicts;
+    all.append(&mut conflicts);
+    (restored, all)
+}
+
+/// What [`record`] did: the plan entries whose current state is recorded
+/// (the ones the executor may change), the paths it could not record, and
+/// the progress so far.
+pub(crate) struct Recorded {
+    /// The entries recorded, in plan order.
+    pub runnable: Vec<PathPlan>,
+    /// Paths not recorded, with the reason (never touched).
+    pub conflicts: Vec<Conflict>,
+    /// Names a link step makes this plan's paths share an inode with that
+    /// the plan has no entry of (recorded too).
+    anchors: Vec<Vec<u8>>,
+    /// Units of work done, of `total` ([`work_units`]).
+    done: u64,
+    total: u64,
+}
+
+impl Recorded {
+    /// The first failure to record that came from the state dir (storing
+    /// the bytes, the capture log, the index: no room, an I/O error), not
+    /// from the path itself: the restore must not go on.
+    pub fn store_failure(&self) -> Option<&Conflict> {
+        self.conflicts.iter().find(|c| {
+            matches!(
+                &c.reason,
+                ConflictReason::Capture(
+                    CaptureError::Blob { .. }
+                        | CaptureError::Log { .. }
+                        | CaptureError::Index { .. }
+                )
+            )
+        })
+    }
+}
+
+/// The first phase of [`apply`] (R3 in `docs/crash-model.md`): records the
+/// current state of every planned path in the open turn, so the restore can
+/// itself be rewound. Writes nothing to the project. The records are in
+/// the capture log when it returns (the caller commits them to the index
+/// before [`execute_recorded`] if it needs them there).
+pub(crate) fn record(
+    journal: &Journal,
+    plan: &[PathPlan],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Recorded {
     let total = work_units(plan);
     let mut done = 0u64;
     let mut conflicts = Vec::new();
@@ -462,15 +515,35 @@ pub(crate) fn apply_with_progress(
             Err(e) => conflicts.push(Conflict::new(&p.raw, ConflictReason::Capture(e))),
         }
     }
-    let exec = execute(journal, &runnable, &mut || {
+    Recorded {
+        runnable,
+        conflicts,
+        anchors: anchors.into_iter().map(<[u8]>::to_vec).collect(),
+        done,
+        total,
+    }
+}
+
+/// The second phase of [`apply`] (R4, R5): runs the steps of the recorded
+/// entries and remembers the fingerprints of what it wrote. Returns the
+/// rendered paths restored and the paths whose step failed (the others
+/// went on).
+pub(crate) fn execute_recorded(
+    journal: &Journal,
+    recorded: &Recorded,
+    progress: &mut dyn FnMut(u64, u64),
+) -> (Vec<String>, Vec<Conflict>) {
+    let (total, mut done) = (recorded.total, recorded.done);
+    let runnable = &recorded.runnable;
+    let exec = execute(journal, runnable, &mut || {
         done += 1;
         progress(done.min(total), total);
     });
     progress(total, total);
-    for p in &runnable {
+    for p in runnable {
         journal.remember(&p.raw);
     }
-    for a in &anchors {
+    for a in &recorded.anchors {
         journal.remember(a);
     }
     if let Err(e) = journal.flush() {
@@ -482,6 +555,37 @@ pub(crate) fn apply_with_progress(
         .filter(|p| !failed.contains(p.raw.as_slice()))
         .map(|p| p.path.clone())
         .collect();
-    conflicts.extend(exec);
-    (restored, conflicts)
+    (restored, exec)
+}
+
+/// Runs `plan`'s steps without recording anything first: for putting back
+/// states the open turn recorded already (a restore rolling back what it
+/// wrote). Remembers the fingerprints of what it wrote. Returns the
+/// rendered paths restored and the paths whose step failed.
+pub(crate) fn execute_unrecorded(
+    journal: &Journal,
+    plan: &[PathPlan],
+) -> (Vec<String>, Vec<Conflict>) {
+    let recorded = Recorded {
+        runnable: plan.to_vec(),
+        conflicts: Vec::new(),
+        anchors: Vec::new(),
+        done: 0,
+        total: work_units(plan),
+    };
+    execute_recorded(journal, &recorded, &mut |_, _| {})
+}
+
+/// True when a step failed for a reason that is not the path's own: the
+/// filesystem is full, over quota, read-only or failing (`ENOSPC`,
+/// `EDQUOT`, `EROFS`, `EIO`). The restore then stops and rolls back
+/// instead of leaving a half-restored project.
+pub(crate) fn is_hard_failure(c: &Conflict) -> bool {
+    match &c.reason {
+        ConflictReason::Step { source, .. } => matches!(
+            source.raw_os_error(),
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
+        ),
+        _ => false,
+    }
 }

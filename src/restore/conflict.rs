@@ -105,6 +105,16 @@ pub enum ConflictReason {
         /// What changed, as [`crate::record::Fingerprint::differs`] words it.
         what: String,
     },
+    /// A rewind that resumes or aborts an earlier one that stopped: the
+    /// path changed in a turn after that rewind stopped (the agent's work,
+    /// recorded there), so it is not overwritten.
+    #[error("changed in turn {turn}, after the interrupted rewind (turn {rewind}) stopped; left as it is (--force restores it anyway; the change is kept in turn {turn}'s records either way)")]
+    ChangedAfterStop {
+        /// The interrupted rewind's turn.
+        rewind: u64,
+        /// The first later turn that recorded the path.
+        turn: u64,
+    },
     /// Another name of its file (a hard link) changed behind the mount's
     /// back: so did this one.
     #[error("{} changed outside the mount since opfs last saw it, and it is a hard link of this path's file, so this path changed too; left as it is (--force restores it anyway)", paths::display(.other))]

@@ -7,6 +7,8 @@
 //!   a [`PathPlan`] per path that needs steps;
 //! - [`preflight`]: the checks that move a path from the plan to the
 //!   conflicts before anything is written;
+//! - [`space`]: the room check (state dir and project) before anything
+//!   is written;
 //! - `links`: names that were hard links of one inode when the turn began
 //!   become one inode's names again ([`Step::Link`]);
 //! - [`apply`]: the executor;
@@ -17,6 +19,7 @@ pub mod conflict;
 mod links;
 pub mod plan;
 pub mod preflight;
+pub mod space;
 
 pub(crate) use apply::apply;
 pub use conflict::{Conflict, ConflictReason, FailedStep};

@@ -18,13 +18,15 @@ use crate::capture::{Journal, NewTurn};
 use crate::failpoint::failpoint;
 use crate::record::TurnKind;
 use crate::restore::apply::sync_project;
-use crate::restore::{self, Conflict, PathPlan};
+use crate::restore::{self, Conflict, ConflictReason, PathPlan};
 use crate::store::IndexError;
 use crate::view::{check_turn, TurnError};
 
-pub use resume::{close_interrupted_rewind_turn, resume};
+pub use resume::{abort, close_interrupted_rewind_turn, leave_rewind_turn, resume, resume_stopped};
 
-/// Errors that stop a rewind before it writes anything.
+/// Why a rewind failed: most stop it before it writes anything;
+/// [`RewindError::RolledBack`] and [`RewindError::Stopped`] say what it
+/// wrote and what is left.
 #[derive(Debug, thiserror::Error)]
 pub enum RewindError {
     /// The turn cannot be rewound to: it does not exist or was dropped by
@@ -37,6 +39,110 @@ pub enum RewindError {
     /// The project directory was deleted while the daemon served it.
     #[error("project {0} was deleted while it was mounted; nothing was restored (unmount, recreate the directory, mount it again, then rewind)")]
     ProjectDeleted(std::path::PathBuf),
+    /// The room check failed: the rewind could not finish, so it did not
+    /// start. Nothing was written, no turn was opened.
+    #[error(
+        "not enough room to rewind to turn {to}: {} ({}) has {} free, and the rewind needs \
+         about {} there (the current state of the {paths} paths it changes, recorded first so \
+         that it can be undone, and the bytes it writes back, plus a margin); nothing was \
+         changed. Free space there (`opfs gc` drops turns older than the retention policy keeps) \
+         and run it again",
+        .shortage.what,
+        .shortage.dir.display(),
+        size(.shortage.free),
+        size(.shortage.needed)
+    )]
+    NoRoom {
+        /// The turn rewound to.
+        to: u64,
+        /// Paths the plan changes.
+        paths: usize,
+        /// Where room is short, and by how much.
+        shortage: crate::restore::space::Shortage,
+    },
+    /// Recording the current states failed (the state dir is full or
+    /// failing) before anything was written to the project: the project
+    /// is as it was; the rewind's turn is closed and an agent turn open.
+    #[error(
+        "the rewind to turn {to} failed before it changed anything: {cause}; the project is as \
+         it was (turn {turn}, the rewind's, is closed as rolled back{cleanup})"
+    )]
+    NotStarted {
+        /// The turn rewound to.
+        to: u64,
+        /// The rewind's turn.
+        turn: u64,
+        /// What failed.
+        cause: String,
+        /// Empty, or why the turn could not be closed (`; ...`).
+        cleanup: String,
+    },
+    /// A step failed for a reason that is not the path's own (no room,
+    /// I/O error) after some paths were restored; the rewind put them back
+    /// from its own records: the project is as it was before it.
+    #[error(
+        "the rewind to turn {to} failed: {cause}; rolled back: the project is as it was \
+         before the rewind ({put_back} paths put back; turn {turn}, the rewind's, keeps their \
+         states). Fix the cause and run it again"
+    )]
+    RolledBack {
+        /// The turn rewound to.
+        to: u64,
+        /// The rewind's turn.
+        turn: u64,
+        /// What failed, and on which path.
+        cause: String,
+        /// Paths written back.
+        put_back: usize,
+        /// Raw paths the rewind wrote (for cache invalidation).
+        touched: Vec<Vec<u8>>,
+    },
+    /// A step failed as for [`RewindError::RolledBack`], and putting back
+    /// failed too: the project is half restored, and the index says so
+    /// until `opfs rewind --resume` or `--abort`.
+    #[error("{stopped}")]
+    Stopped {
+        /// What the index now says of it.
+        stopped: crate::store::index::StoppedRestore,
+        /// Raw paths the rewind wrote (for cache invalidation).
+        touched: Vec<Vec<u8>>,
+    },
+    /// Every step ran, but the index failed to mark the restore done: it
+    /// stays running, and the next start (or rewind) finishes it, checked
+    /// like any rewind. An agent turn is open if the index took it.
+    #[error(
+        "the rewind to turn {to} (turn {turn}) ran every step, but the index could not mark it \
+         finished ({source}): `opfs status` shows it; the next `opfs rewind` or `opfs mount` \
+         finishes it (leaving alone what changed since)"
+    )]
+    NotMarkedDone {
+        /// The turn rewound to.
+        to: u64,
+        /// The rewind's turn.
+        turn: u64,
+        /// The index's error.
+        source: IndexError,
+    },
+    /// `--resume` or `--abort` with no interrupted rewind.
+    #[error("no rewind is interrupted: nothing to resume or abort")]
+    NothingPending,
+}
+
+impl RewindError {
+    /// The raw paths the failed rewind wrote in the project (and put back,
+    /// or not): empty unless it got that far.
+    pub fn touched(&self) -> &[Vec<u8>] {
+        match self {
+            RewindError::RolledBack { touched, .. } | RewindError::Stopped { touched, .. } => {
+                touched
+            }
+            _ => &[],
+        }
+    }
+}
+
+fn size(bytes: u64) -> String {
+    crate::restore::space::human(bytes)
 }
 
 /// How to rewind.
@@ -47,6 +153,20 @@ pub struct RewindOptions {
     /// Restore paths changed outside the mount since opfs last saw them
     /// (without it they are conflicts).
     pub force: bool,
+    /// Instead of rewinding to the turn given: finish (`Resume`) or put
+    /// back (`Abort`) the pending rewind, one that stopped on a failure or
+    /// that a crash interrupted ([`resume_stopped`], [`abort`]).
+    pub pending: Option<Pending>,
+}
+
+/// What to do with a pending rewind ([`RewindOptions::pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pending {
+    /// `opfs rewind --resume`: finish it.
+    Resume,
+    /// `opfs rewind --abort`: put back what it changed.
+    Abort,
 }
 
 /// The outcome of a rewind (or of its dry run).
@@ -117,13 +237,21 @@ fn plan_until(
 ///
 /// `opts.force` restores paths changed outside the mount too.
 ///
-/// Errors, all before anything is written to the project:
+/// Errors before anything is written to the project:
 /// [`RewindError::Turn`] for a turn that does not exist or was dropped by
 /// retention, [`RewindError::ProjectDeleted`] when the project directory
-/// was deleted under the mount, [`RewindError::Index`] when the index fails
-/// (an interrupted rewind finished first, if any, stays finished).
-/// Per-path failures are not errors: they are listed in `conflicts` and
-/// the other paths are restored.
+/// was deleted under the mount, [`RewindError::NoRoom`] when the state dir
+/// or the project lacks the room the rewind needs (no turn opened),
+/// [`RewindError::NotStarted`] when recording the current states failed
+/// (the rewind's turn closed as rolled back, an agent turn open),
+/// [`RewindError::Index`] when the index fails (an interrupted rewind
+/// finished first, if any, stays finished). After writing:
+/// [`RewindError::RolledBack`] when a step failed for a cause not the
+/// path's own (`ENOSPC`, `EDQUOT`, `EROFS`, `EIO`) and everything written
+/// was put back, [`RewindError::Stopped`] when putting back failed too
+/// (the index says so until `--resume`/`--abort`); an agent turn is open
+/// after either. Per-path failures of their own are not errors: they are
+/// listed in `conflicts` and the other paths are restored.
 pub fn rewind(
     journal: &Journal,
     to: u64,
@@ -146,7 +274,16 @@ pub fn rewind_with_progress(
     opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
-    let RewindOptions { dry_run, force } = opts;
+    let RewindOptions {
+        dry_run,
+        force,
+        pending,
+    } = opts;
+    match pending {
+        Some(Pending::Resume) => return resume_stopped(journal, force, progress),
+        Some(Pending::Abort) => return abort(journal, force, progress),
+        None => {}
+    }
     if !dry_run {
         // Only reachable without a daemon (a daemon resumes at start): finish
         // a rewind a crash interrupted before starting another, so that
@@ -159,7 +296,7 @@ pub fn rewind_with_progress(
             );
         }
     }
-    let (plan, mut conflicts) = plan(journal, to, force)?;
+    let (plan, conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
             turn: Some(journal.open_turn() + 1),
@@ -173,25 +310,125 @@ pub fn rewind_with_progress(
             touched: Vec::new(),
         });
     }
+    // A rewind that stopped on a failure is superseded: this one records
+    // the half-restored state first, like any state it overwrites.
+    let stopped = journal.with_index(|ix| ix.stopped_restore())?;
+    let job = Job {
+        to,
+        label: format!("rewind to turn {to}"),
+        supersede: stopped.map(|s| (s.rewind_turn, "superseded")),
+    };
+    run(journal, job, plan, conflicts, progress)
+}
+
+/// A restore run besides its plan: the turn it restores, the label of its
+/// rewind turn, and an earlier pending restore it ends (its rewind turn and
+/// the outcome recorded for it).
+struct Job {
+    to: u64,
+    label: String,
+    supersede: Option<(u64, &'static str)>,
+}
+
+/// Runs a planned restore as a new rewind turn (R1–R7 in
+/// `docs/crash-model.md`): the room check, the turn, the restore marked
+/// running, the current states recorded and committed, then the steps; a
+/// step that fails for a reason that is not the path's own rolls back.
+fn run(
+    journal: &Journal,
+    job: Job,
+    plan: Vec<PathPlan>,
+    mut conflicts: Vec<Conflict>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
+    let to = job.to;
+    let need = restore::space::need(&plan);
+    if let Some(shortage) = restore::space::shortage(need, &journal.state().dir, journal.project())
+    {
+        return Err(RewindError::NoRoom {
+            to,
+            paths: plan.len(),
+            shortage,
+        });
+    }
     let rewind_turn = journal.next_turn(NewTurn {
         kind: TurnKind::Rewind,
-        label: Some(&format!("rewind to turn {to}")),
+        label: Some(&job.label),
         external_id: None,
         rewound_to: Some(to),
     })?;
     failpoint("rewind-begin");
-    journal.with_index(|ix| ix.begin_restore(rewind_turn, to))?;
-    let (restored, exec_conflicts) = restore::apply::apply_with_progress(journal, &plan, progress);
+    let began = journal.with_index(|ix| {
+        ix.begin_restore(rewind_turn, to)?;
+        if let Some((old, outcome)) = job.supersede {
+            let note = format!("{outcome} by turn {rewind_turn}");
+            ix.end_restore(old, outcome, Some(&note))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = began {
+        return Err(abandon(journal, rewind_turn, to, e.to_string()));
+    }
+    let mut recorded = restore::apply::record(journal, &plan, progress);
+    // Every record of R3 is in the index before R4 touches the project: a
+    // full or failing state dir stops the rewind here, with nothing changed.
+    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
+        crate::failpoint::failpoint_error("rewind-commit")
+            .map_err(|e| format!("index: {e}"))
+            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
+            .err()
+    });
+    if let Some(cause) = failure {
+        return Err(abandon(journal, rewind_turn, to, cause));
+    }
+    conflicts.append(&mut recorded.conflicts);
+    let (restored, exec_conflicts) = restore::apply::execute_recorded(journal, &recorded, progress);
+    if let Some(hard) = exec_conflicts
+        .iter()
+        .find(|c| restore::apply::is_hard_failure(c))
+    {
+        let cause = hard.to_string();
+        let touched = recorded
+            .runnable
+            .iter()
+            .flat_map(|p| std::iter::once(&p.raw).chain(&p.link_raw))
+            .cloned()
+            .collect();
+        return Err(roll_back(
+            journal,
+            rewind_turn,
+            to,
+            cause,
+            (&restored, recorded.runnable.len()),
+            touched,
+        ));
+    }
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     failpoint("rewind-before-done");
-    journal.with_index(|ix| ix.finish_restore(rewind_turn))?;
+    let done = crate::failpoint::failpoint_error("rewind-done")
+        .map_err(|_| IndexError::disk_full(journal.state().index_path()))
+        .and_then(|()| journal.with_index(|ix| ix.finish_restore(rewind_turn)));
+    if let Err(e) = done {
+        // The project is rewound but the index says running: the next
+        // start finishes it (nothing left to do). Meanwhile the agent must
+        // not work in the rewind's turn, where its changes would be kept
+        // nowhere; in a later turn a finish leaves them alone.
+        if let Err(e) = journal.next_turn(NewTurn::agent()) {
+            log::error!("cannot open an agent turn after the rewind to turn {to}: {e}");
+        }
+        return Err(RewindError::NotMarkedDone {
+            to,
+            turn: rewind_turn,
+            source: e,
+        });
+    }
     failpoint("rewind-after-done");
     let open_turn = journal.next_turn(NewTurn::agent())?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
         rewound_to: to,
-        dry_run,
+        dry_run: false,
         restored,
         conflicts,
         touched: plan
@@ -202,4 +439,96 @@ pub fn rewind_with_progress(
         plan,
         open_turn,
     })
+}
+
+/// A rewind that failed before writing to the project: its restore is
+/// marked rolled back and an agent turn opened, so neither a later start
+/// nor the agent's next mutations treat the rewind's turn as pending.
+fn abandon(journal: &Journal, rewind_turn: u64, to: u64, cause: String) -> RewindError {
+    let closed = journal.with_index(|ix| ix.end_restore(rewind_turn, "rolled_back", Some(&cause)));
+    let reopened = journal.next_turn(NewTurn::agent()).map(drop);
+    let reopened = closed.and(reopened);
+    RewindError::NotStarted {
+        to,
+        turn: rewind_turn,
+        cause,
+        cleanup: match reopened {
+            Ok(()) => String::new(),
+            Err(e) => format!(
+                "; it could not be closed ({e}): the next start or rewind does that, after the \
+                 same checks as any rewind"
+            ),
+        },
+    }
+}
+
+/// A rewind whose step failed for a reason not the path's own (`ENOSPC`,
+/// `EIO`...) after `restored` of `total` paths: puts back the pre-rewind
+/// state of every path the rewind turn recorded (its own records, written
+/// before any step), without recording it again. When that works the
+/// restore is marked rolled back; otherwise stopped, with what still
+/// differs. Either way an agent turn is opened.
+fn roll_back(
+    journal: &Journal,
+    rewind_turn: u64,
+    to: u64,
+    cause: String,
+    (restored, total): (&[String], usize),
+    touched: Vec<Vec<u8>>,
+) -> RewindError {
+    let back = journal
+        .with_index(|ix| ix.targets_at(rewind_turn, None))
+        .map(|targets| restore::plan::plan_targets(journal, rewind_turn, targets, true));
+    let (put_back, left) = match back {
+        Ok((plan, mut left)) => {
+            let (put_back, failed) = restore::apply::execute_unrecorded(journal, &plan);
+            left.extend(failed);
+            (put_back, left)
+        }
+        Err(e) => (
+            Vec::new(),
+            vec![Conflict::new(b"", ConflictReason::Text(e.to_string()))],
+        ),
+    };
+    // Paths the rewind restored that the roll back did not put back.
+    let still_restored = restored.iter().filter(|p| !put_back.contains(p)).count();
+    let put_back = put_back.len();
+    sync_project(journal);
+    let outcome = if left.is_empty() {
+        journal
+            .with_index(|ix| ix.end_restore(rewind_turn, "rolled_back", Some(&cause)))
+            .map(|()| RewindError::RolledBack {
+                to,
+                turn: rewind_turn,
+                cause: cause.clone(),
+                put_back,
+                touched: touched.clone(),
+            })
+    } else {
+        let stopped = crate::store::index::StoppedRestore {
+            rewind_turn,
+            rewound_to: to,
+            restored: still_restored as u64,
+            total: total as u64,
+            detail: format!(
+                "{cause}; putting back what it changed failed too for {} path(s), first {}",
+                left.len(),
+                left[0]
+            ),
+        };
+        journal
+            .with_index(|ix| {
+                ix.stop_restore(
+                    rewind_turn,
+                    stopped.restored,
+                    stopped.total,
+                    &stopped.detail,
+                )
+            })
+            .map(|()| RewindError::Stopped { stopped, touched })
+    };
+    if let Err(e) = journal.next_turn(NewTurn::agent()) {
+        log::error!("cannot open an agent turn after the failed rewind to turn {to}: {e}");
+    }
+    outcome.unwrap_or_else(RewindError::Index)
 }

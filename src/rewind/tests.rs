@@ -13,6 +13,7 @@ fn dry() -> RewindOptions {
     RewindOptions {
         dry_run: true,
         force: false,
+        pending: None,
     }
 }
 

@@ -190,6 +190,7 @@ pub fn roll_back_interrupted(journal: &Journal) -> Result<Option<String>, MergeE
         RewindOptions {
             dry_run: false,
             force: true,
+            pending: None,
         },
     )
     .map_err(|source| MergeError::RollBack { turn, source })?;

@@ -6,7 +6,9 @@
 //! it (`opfs log --json` shows it whole; text output escapes control
 //! characters).
 //!
-//! Exit 0 and nothing on stdout when the turn was opened. When it was not
+//! Exit 0 and nothing on stdout when the turn was opened, unless a rewind
+//! stopped half way (`opfs rewind --resume`/`--abort` pending): then that
+//! is said as a `systemMessage`, on stderr and on the terminal. When it was not
 //! (no daemon serves the project, a stale mount, no project, bad input),
 //! the user must see it: the reason goes to stderr, to the terminal
 //! (`/dev/tty`, if the hook has one) and as `{"systemMessage": ...}` on
@@ -43,7 +45,12 @@ pub fn run(
         hook::in_sandbox()
     } else {
         match open_turn(ctx, agent) {
-            Ok(agent) => hook::opened(agent),
+            Ok((_, Some(warning))) => {
+                let reply = hook::opened_with_warning(&warning);
+                tell_terminal(&reply);
+                reply
+            }
+            Ok((agent, None)) => hook::opened(agent),
             Err(reason) => {
                 let reply = hook::not_opened(&reason, strict);
                 tell_terminal(&reply);
@@ -56,9 +63,10 @@ pub fn run(
     Ok(reply.code)
 }
 
-/// Reads the event and opens the turn; the agent it came from, or why no
-/// turn was opened.
-fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<Option<Agent>, String> {
+/// Reads the event and opens the turn; the agent it came from and what
+/// the user must know of the project (a rewind that stopped half way), or
+/// why no turn was opened.
+fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<(Option<Agent>, Option<String>), String> {
     let mut input = Vec::new();
     std::io::stdin()
         .take(MAX_EVENT_BYTES as u64 + 1)
@@ -85,7 +93,13 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<Option<Agent>, String> {
     };
     let (mut number, mut notes) = (Vec::new(), Vec::new());
     match super::turn::run(&turn_ctx, &args, &mut number, &mut notes) {
-        Ok(()) => Ok(Some(event.agent)),
+        Ok(()) => {
+            let warning = turn_ctx
+                .project()
+                .ok()
+                .and_then(|p| super::rewind::pending_note(p.state()));
+            Ok((Some(event.agent), warning))
+        }
         Err(e) => Err(e
             .message
             .unwrap_or_else(|| String::from_utf8_lossy(&notes).trim().to_string())),

@@ -1,5 +1,6 @@
 //! `opfs rewind`: without N, list the rewind points; with N (or `--id`),
-//! restore the start of turn N. Paths left unrestored exit 3.
+//! restore the start of turn N; `--resume`/`--abort` finish or put back a
+//! rewind that stopped on a failure. Paths left unrestored exit 3.
 //!
 //! With no daemon serving the project both still work (a rewind runs
 //! directly on the project under the state lock), and a warning on stderr
@@ -44,6 +45,23 @@ pub fn run(
         }
         (None, None) => None,
     };
+    let pending = if a.resume {
+        Some(opfs::rewind::Pending::Resume)
+    } else if a.abort {
+        Some(opfs::rewind::Pending::Abort)
+    } else {
+        None
+    };
+    if pending.is_some() {
+        return execute_opts(ctx, &project, 0, a.force, pending, None, out, err);
+    }
+    if let (Some(_), false, Some(note)) = (target, a.dry_run, pending_note(st)) {
+        writeln!(
+            err,
+            "opfs: note: this rewind runs over an earlier one that stopped; it records the \
+             half-restored state first (a redo of it gives that back): {note}"
+        )?;
+    }
     let Some(n) = target else {
         project.commit_pending()?;
         if !project.served()? {
@@ -68,6 +86,53 @@ pub fn execute(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
+    if dry_run {
+        return plan_only(ctx, project, n, force, extra, out, err);
+    }
+    execute_opts(ctx, project, n, force, None, extra, out, err)
+}
+
+/// [`execute`] of a dry run.
+fn plan_only(
+    ctx: &Ctx,
+    project: &Project,
+    n: u64,
+    force: bool,
+    extra: Option<(&str, serde_json::Value)>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    run_rewind(ctx, project, n, true, force, None, extra, out, err)
+}
+
+/// [`execute`] for a rewind that writes, or for `--resume`/`--abort`
+/// (`pending`; `n` is then ignored).
+#[allow(clippy::too_many_arguments)]
+fn execute_opts(
+    ctx: &Ctx,
+    project: &Project,
+    n: u64,
+    force: bool,
+    pending: Option<opfs::rewind::Pending>,
+    extra: Option<(&str, serde_json::Value)>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    run_rewind(ctx, project, n, false, force, pending, extra, out, err)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_rewind(
+    ctx: &Ctx,
+    project: &Project,
+    n: u64,
+    dry_run: bool,
+    force: bool,
+    pending: Option<opfs::rewind::Pending>,
+    extra: Option<(&str, serde_json::Value)>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
     let st = project.state();
     // A bar on a terminal for a restore that runs longer than a second;
     // the daemon is asked for progress lines only when one may be drawn.
@@ -75,7 +140,12 @@ pub fn execute(
         let mut bar = crate::cli::progress::Bar::new(ctx, "restoring");
         let shown = bar.is_shown() && !dry_run;
         let mut update = |d, t| bar.update(d, t);
-        project.rewind_with_progress(n, dry_run, force, shown.then_some(&mut update as _))?
+        let opts = opfs::rewind::RewindOptions {
+            dry_run,
+            force,
+            pending,
+        };
+        project.rewind_opts_with_progress(n, opts, shown.then_some(&mut update as _))?
     };
     if via == Via::Direct {
         writeln!(
@@ -132,8 +202,9 @@ fn open_index(st: &StateDir) -> Result<Index, CommandError> {
     Index::open(&st.index_path(), false).map_err(failure)
 }
 
-fn turn_json(t: &Turn, paths_changed: &[Vec<u8>]) -> serde_json::Value {
+fn turn_json(t: &Turn, paths_changed: &[Vec<u8>], restore: Option<&str>) -> serde_json::Value {
     serde_json::json!({
+        "restore": restore,
         "turn": t.number,
         "kind": t.kind.as_str(),
         "label": t.label,
@@ -185,7 +256,10 @@ fn list_rewind_points(
         rows.push((t, p));
     }
     if json {
-        let v: Vec<_> = rows.iter().map(|(t, p)| turn_json(t, p)).collect();
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(t, p)| turn_json(t, p, outcome(&ix, t).as_deref()))
+            .collect();
         writeln!(out, "{}", serde_json::Value::Array(v))?;
         return Ok(());
     }
@@ -214,15 +288,27 @@ fn list_rewind_points(
                 _ => "-".to_string(),
             },
         };
+        let how = match outcome(&ix, t).as_deref() {
+            Some("rolled_back") => " (failed, rolled back)",
+            Some("stopped") => " (STOPPED: half restored, see below)",
+            Some("resumed") => " (interrupted, finished by a later turn)",
+            Some("aborted") => " (interrupted, put back by a later turn)",
+            Some("superseded") => " (interrupted, a later rewind ran over it)",
+            Some("running") if !open => " (interrupted)",
+            _ => "",
+        };
         writeln!(
             out,
-            "{:>5}  {:<6}  {:<20}  {:>5}  {label}{}",
+            "{:>5}  {:<6}  {:<20}  {:>5}  {label}{how}{}",
             t.number,
             t.kind.as_str(),
             rfc3339(t.started_at),
             p.len(),
             if open { " (open)" } else { "" }
         )?;
+    }
+    if let Some(s) = pending_note(st) {
+        writeln!(out, "warning: {s}")?;
     }
     if hidden > 0 {
         writeln!(
@@ -233,6 +319,22 @@ fn list_rewind_points(
         )?;
     }
     Ok(())
+}
+
+/// How the restore of a rewind turn ended (`None` for other turns).
+fn outcome(ix: &Index, t: &Turn) -> Option<String> {
+    if t.kind != TurnKind::Rewind {
+        return None;
+    }
+    ix.restore_outcome(t.number).ok().flatten()
+}
+
+/// What a rewind that stopped on a failure says of itself
+/// ([`opfs::store::index::StoppedRestore`]), if one waits for `--resume`
+/// or `--abort`. `status`, the rewind list, `turn` and the hook print it.
+pub fn pending_note(st: &StateDir) -> Option<String> {
+    let ix = Index::open_read_only(&st.index_path()).ok()?;
+    ix.stopped_restore().ok().flatten().map(|s| s.to_string())
 }
 
 /// How many rows the rewind list shows without `--all`.

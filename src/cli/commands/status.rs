@@ -3,7 +3,8 @@
 //! logs; `state::usage`), and what
 //! leaves the project unprotected, said plainly (`docs/cli.md`): no daemon
 //! serving it, a stale mount whose daemon is gone, another daemon (another
-//! state dir) serving it, a rewind a crash interrupted. `--json` adds
+//! state dir) serving it, a rewind a crash interrupted or one that stopped
+//! half way on a failure. `--json` adds
 //! `stale_mounts`, `served_elsewhere`, `interrupted_rewind`, `warnings`
 //! and `record_exclude` (the `[record] exclude` list in effect, set by the
 //! last mount; `docs/design.md` "Excluded paths") to the status object.
@@ -31,8 +32,11 @@ struct Protection {
     /// Live opfs mounts of the project that this state dir's daemon does
     /// not serve (another `OPFS_HOME`).
     served_elsewhere: Vec<PathBuf>,
-    /// An interrupted rewind left in the index: `(rewind turn, to, started)`.
+    /// An interrupted rewind left in the index: `(rewind turn, to,
+    /// started)`, and what a stopped one says of itself.
     interrupted_rewind: Option<(u64, u64, bool)>,
+    /// A rewind that stopped on a failure and waits for `--resume`/`--abort`.
+    stopped_rewind: Option<opfs::store::index::StoppedRestore>,
     /// One line per problem, for people.
     warnings: Vec<String>,
 }
@@ -81,11 +85,23 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["disk"] = serde_json::to_value(disk).map_err(failure)?;
         v["stale_mounts"] = serde_json::json!(p.stale_mounts);
         v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
-        v["interrupted_rewind"] = match p.interrupted_rewind {
-            Some((turn, to, started)) => {
-                serde_json::json!({ "turn": turn, "rewound_to": to, "started": started })
-            }
-            None => serde_json::Value::Null,
+        v["interrupted_rewind"] = match (&p.stopped_rewind, p.interrupted_rewind) {
+            (Some(s), _) => serde_json::json!({
+                "turn": s.rewind_turn,
+                "rewound_to": s.rewound_to,
+                "started": true,
+                "state": "stopped",
+                "restored": s.restored,
+                "total": s.total,
+                "detail": s.detail,
+            }),
+            (None, Some((turn, to, started))) => serde_json::json!({
+                "turn": turn,
+                "rewound_to": to,
+                "started": started,
+                "state": if started { "running" } else { "not started" },
+            }),
+            (None, None) => serde_json::Value::Null,
         };
         v["warnings"] = serde_json::json!(p.warnings);
         v["git_changes"] = serde_json::json!(git_changes
@@ -213,7 +229,26 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
             project.display()
         ));
     }
-    if !s.mounted {
+    // Stopped on a failure: nothing finishes it by itself, mounted or not.
+    p.stopped_rewind = Index::open_read_only(&st.index_path())
+        .ok()
+        .and_then(|ix| ix.stopped_restore().ok().flatten());
+    if let Some(s) = &p.stopped_rewind {
+        p.warnings.push(s.to_string());
+    }
+    if s.mounted && p.stopped_rewind.is_none() {
+        // A restore still running behind the open turn: marking it done
+        // failed (the index), though the daemon went on serving.
+        p.interrupted_rewind = unfinished_behind_open_turn(st);
+        if let Some((turn, to, _)) = p.interrupted_rewind {
+            p.warnings.push(format!(
+                "the rewind to turn {to} (turn {turn}) could not be marked finished (the index \
+                 failed): the project may be half restored; the next `opfs rewind` or `opfs \
+                 mount` finishes it, checked like any rewind"
+            ));
+        }
+    }
+    if !s.mounted && p.stopped_rewind.is_none() {
         p.interrupted_rewind = interrupted_rewind(st);
         if let Some((turn, to, started)) = p.interrupted_rewind {
             p.warnings.push(if started {
@@ -231,6 +266,16 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
         }
     }
     p
+}
+
+/// While mounted: a restore still marked running whose rewind turn is
+/// closed (one the daemon is running has the open turn), as
+/// `(rewind turn, to, true)`.
+fn unfinished_behind_open_turn(st: &StateDir) -> Option<(u64, u64, bool)> {
+    let ix = Index::open_read_only(&st.index_path()).ok()?;
+    let (turn, to) = ix.unfinished_restore().ok()??;
+    let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
+    (open.number > turn).then_some((turn, to, true))
 }
 
 /// A rewind a crash interrupted: a restore still marked running, else a

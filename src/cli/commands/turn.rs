@@ -44,6 +44,9 @@ pub fn run(
     } else {
         writeln!(out, "{turn}")?;
     }
+    if let Some(note) = super::rewind::pending_note(project.state()) {
+        writeln!(err, "opfs: warning: {note}")?;
+    }
     if !mounted {
         writeln!(
             err,

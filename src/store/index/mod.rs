@@ -31,6 +31,7 @@ mod turns;
 
 pub use ranges::{Packed, Piece};
 pub use records::Target;
+pub use restores::StoppedRestore;
 pub use retention::Dropped;
 pub use schema::SCHEMA_VERSION;
 
@@ -79,6 +80,21 @@ pub enum IndexError {
         /// The version found.
         found: i64,
     },
+}
+
+impl IndexError {
+    /// What SQLite reports when the disk is full (`SQLITE_FULL`, "database
+    /// or disk is full") for the index at `path`: the error the failure
+    /// tests inject (`crate::failpoint::failpoint_error`).
+    pub fn disk_full(path: PathBuf) -> IndexError {
+        IndexError::Sqlite {
+            path,
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                None,
+            ),
+        }
+    }
 }
 
 impl IndexError {

@@ -85,12 +85,16 @@ CREATE TABLE IF NOT EXISTS restores(
 /// Columns added since the first release: `(table, column, type)`. They
 /// are optional (NULL: unknown inode, content in a blob file, a piece
 /// stored as a blob), so older files gain them in place.
-const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
     ("preimages", "ino", "INTEGER"),
     ("blobs", "data", "BLOB"),
     ("preimages", "uid", "INTEGER"),
     ("preimages", "gid", "INTEGER"),
     ("preimages", "xattrs", "BLOB"),
+    ("restores", "outcome", "TEXT"),
+    ("restores", "restored", "INTEGER"),
+    ("restores", "total", "INTEGER"),
+    ("restores", "detail", "TEXT"),
 ];
 
 /// Indexes added since the first release.
