@@ -43,7 +43,7 @@ impl<T: Tree> Journal<T> {
             self.capture_in(&mut inner, to, to_dir)?;
         } else {
             // Whatever `to` holds loses its name: a large file may be kept.
-            self.capture_leaving(&mut inner, to, to_dir)?;
+            self.capture_leaving(&mut inner, to, to_dir, "replace")?;
         }
         self.capture_subtree_move(&mut inner, from, to, from_dir)?;
         if exchange {
@@ -78,8 +78,8 @@ impl<T: Tree> Journal<T> {
             for name in names {
                 let sub = paths::join(&rel, &name);
                 let from_path = paths::join(src, &sub);
-                self.capture_locked(inner, &from_path)?;
-                self.capture_locked(inner, &paths::join(dst, &sub))?;
+                self.capture_by(inner, &from_path, "rename")?;
+                self.capture_by(inner, &paths::join(dst, &sub), "replace")?;
                 if let Some(st) = self.tree.lstat(&from_path).at(&from_path)? {
                     if st.file_type() == libc::S_IFDIR {
                         stack.push(sub);

@@ -59,15 +59,29 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
     if let Some(n) = a.max_count {
         entries.truncate(n);
     }
+    // Edits made behind the mount that the mount then overwrote, kept
+    // (`opfs show N:PATH --outside`). A worktree keeps none.
+    let kept = match &worktree {
+        Some(_) => Vec::new(),
+        None => history::outside_edits(&src, None)?,
+    };
+    let kept_in = |turn: u64| kept.iter().filter(move |k| k.turn == turn);
     if ctx.format.is_json() {
-        writeln!(out, "{}", history::log_json(&entries))?;
+        let mut v = history::log_json(&entries);
+        if let Some(list) = v.as_array_mut() {
+            for e in list {
+                let turn = e["turn"].as_u64().unwrap_or(0);
+                e["outside_edits"] = kept_in(turn).map(history::outside_json).collect();
+            }
+        }
+        writeln!(out, "{v}")?;
         return Ok(());
     }
     pager::page(ctx, out, |w, paint| {
         if a.oneline {
             oneline(&entries, w, paint)
         } else {
-            long(&entries, w, paint)
+            long(&entries, &kept, w, paint)
         }
     })
 }
@@ -106,7 +120,12 @@ fn oneline(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::
     Ok(())
 }
 
-fn long(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Result<()> {
+fn long(
+    entries: &[LogEntry],
+    kept: &[opfs::store::index::OutsideEdit],
+    out: &mut dyn Write,
+    paint: Paint,
+) -> std::io::Result<()> {
     for e in entries {
         writeln!(
             out,
@@ -132,6 +151,9 @@ fn long(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::Res
             "    changes: {} added, {} modified, {} deleted ({} paths recorded, {} bytes stored)",
             e.added, e.modified, e.deleted, e.paths, e.bytes_stored
         )?;
+        for k in kept.iter().filter(|k| k.turn == e.turn) {
+            writeln!(out, "    user edit: {}", history::outside_line(k))?;
+        }
     }
     Ok(())
 }
