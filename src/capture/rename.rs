@@ -38,6 +38,10 @@ impl<T: Tree> Journal<T> {
         let from_dir = parents.map(|p| p.from);
         let to_dir = parents.and_then(|p| p.to);
         let mut inner = self.lock();
+        self.note_repo_move(&mut inner, from, to)?;
+        if exchange {
+            self.note_repo_move(&mut inner, to, from)?;
+        }
         self.capture_in(&mut inner, from, from_dir)?;
         if exchange {
             self.capture_in(&mut inner, to, to_dir)?;
@@ -48,6 +52,26 @@ impl<T: Tree> Journal<T> {
         self.capture_subtree_move(&mut inner, from, to, from_dir)?;
         if exchange {
             self.capture_subtree_move(&mut inner, to, from, to_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Notes (in the index, before the rename runs) a move of the
+    /// project's repository from `src` to `dst`: `src` is the root `.git`
+    /// or a path the repository was moved to before. A rewind never removes
+    /// a repository so moved (`restore::repo`). Cost: one indexed lookup per
+    /// rename.
+    fn note_repo_move(
+        &self,
+        inner: &mut super::Inner,
+        src: &[u8],
+        dst: &[u8],
+    ) -> Result<(), CaptureError> {
+        if self.excludes(dst) {
+            return Ok(());
+        }
+        if src == b".git" || inner.index.repo_moved_to(src).at(src)? {
+            inner.index.note_repo_move(inner.turn.number, dst).at(dst)?;
         }
         Ok(())
     }

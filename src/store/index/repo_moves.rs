@@ -20,6 +20,17 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// True when some turn noted a move of the project's repository to
+    /// `path` ([`Index::note_repo_move`]).
+    ///
+    /// Errors: SQLite's.
+    pub fn repo_moved_to(&self, path: &[u8]) -> Result<bool, IndexError> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM repo_moves WHERE path = ?1 LIMIT 1")
+            .and_then(|mut s| s.exists([path]))
+            .map_err(self.err())
+    }
+
     /// The paths the root `.git` was moved to through the mount in turns
     /// `>= from`, with the turn of each move, oldest first. Empty for a file
     /// without the table (an older schema opened read-only).
