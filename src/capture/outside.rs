@@ -60,7 +60,13 @@ impl<T: Tree> Journal<T> {
         };
         let now = match now {
             Some(now) => now,
-            None => self.tree.lstat_in(path, parent).at(path)?,
+            // Through the layer's directory when given; else one quick
+            // stat, confirmed by a confined one when it differs.
+            None if parent.is_some() => self.tree.lstat_in(path, parent).at(path)?,
+            None => match self.tree.lstat_hint(path) {
+                Ok(hint) if fp.differs(hint.as_ref()).is_none() => return Ok(()),
+                _ => self.tree.lstat_in(path, None).at(path)?,
+            },
         };
         let Some(st) = now else {
             // Removed behind the mount: nothing left to keep.
