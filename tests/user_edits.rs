@@ -430,6 +430,9 @@ fn overwritten_user_edit_is_kept(no_open: bool, agent: &str, by: &str) {
         status.stdout.contains("opfs show 2:f --outside=1"),
         "{status}"
     );
+    // The kept blob is accounted for: verify finds nothing unreferenced.
+    let verify = fx.opfs_c(&["verify", "--json"]).ok().json();
+    assert_eq!(verify["unreferenced_blobs"], 0, "{verify:#}");
 }
 
 #[test]
