@@ -87,10 +87,14 @@ impl<T: Tree> Journal<T> {
         let pre = self.read_outside_state(path, parent)?;
         let Some(pre) = pre else { return Ok(()) };
         let turn = inner.turn.number;
-        let seq = inner
+        let (seq, added) = inner
             .index
             .keep_outside_edit(turn, path, &pre, by, crate::store::index::now_ns())
             .at(path)?;
+        // The running total a byte budget reads (`Journal::stored_bytes`).
+        if let Some(total) = inner.stored_bytes.as_mut() {
+            *total = total.saturating_add(added);
+        }
         log::warn!(
             "{} was changed behind the mount during turn {turn}; kept it before the mount's {by} \
              (opfs show {turn}:{} --outside={seq})",

@@ -71,9 +71,10 @@ impl Index {
 
     /// Keeps `pre` (with a file's blob, already in the blob store, listed
     /// as `blob_size` bytes) as the next state of `path` kept in `turn`,
-    /// met by mutation `by`; returns its sequence number. One transaction:
-    /// durable after `Ok` to the level the index was opened with; after
-    /// `Err` nothing was written.
+    /// met by mutation `by`; returns its sequence number and the bytes of
+    /// the blob when this listed it for the first time (else 0). One
+    /// transaction: durable after `Ok` to the level the index was opened
+    /// with; after `Err` nothing was written.
     pub fn keep_outside_edit(
         &mut self,
         turn: u64,
@@ -81,13 +82,17 @@ impl Index {
         pre: &PreImage,
         by: &str,
         kept_at: i64,
-    ) -> Result<u64, IndexError> {
+    ) -> Result<(u64, u64), IndexError> {
         self.in_transaction(|tx| {
+            let mut added = 0;
             if let PreImage::File { blob, size, .. } = pre {
-                tx.execute(
+                if tx.execute(
                     "INSERT OR IGNORE INTO blobs(hash, size) VALUES (?1, ?2)",
                     params![&blob[..], Uint(*size)],
-                )?;
+                )? > 0
+                {
+                    added = *size;
+                }
             }
             let seq: Uint = tx.query_row(
                 "SELECT coalesce(max(seq), 0) + 1 FROM outside_edits WHERE turn = ?1 AND path = ?2",
@@ -99,7 +104,7 @@ impl Index {
                 &format!("INSERT INTO outside_edits({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                 params![Uint(turn), path, seq, kind, perm, blob, size, target, rdev, ino, kept_at, by],
             )?;
-            Ok(seq.0)
+            Ok((seq.0, added))
         })
     }
 
