@@ -190,6 +190,7 @@ pub fn verify_with_progress(
     let numbers: BTreeSet<i64> = turns.iter().map(|t| t.0).collect();
     let mut wanted = Wanted::new();
     let records = check_records(&db, &numbers, &mut wanted, &mut c)?;
+    check_outside_edits(&db, &numbers, &mut wanted, &mut c)?;
     check_ranges(&db, state, &numbers, &mut wanted, &mut c)?;
     check_blobs(&db, state, &wanted, &mut c, progress)?;
     let unreferenced = check_blob_dir(state, &wanted, &mut c);
@@ -332,6 +333,38 @@ fn check_records(
         check_record(r, numbers, wanted, c);
     }
     Ok(records.len() as u64)
+}
+
+/// Edits made behind the mount and kept (`outside_edits`, version 7):
+/// checked as records are, their blobs added to `wanted`.
+fn check_outside_edits(
+    db: &Db<'_>,
+    numbers: &BTreeSet<i64>,
+    wanted: &mut Wanted,
+    c: &mut Checker,
+) -> Result<(), VerifyError> {
+    if !db.has_column("outside_edits", "seq")? {
+        return Ok(());
+    }
+    let kept: Vec<RawRecord> = db.rows(
+        "SELECT turn, path, kind, perm, blob, size, target FROM outside_edits
+         ORDER BY turn, path, seq",
+        |r| {
+            Ok(RawRecord {
+                turn: r.get(0)?,
+                path: r.get(1)?,
+                kind: r.get(2)?,
+                perm: r.get(3)?,
+                blob: r.get(4)?,
+                size: r.get(5)?,
+                target: r.get(6)?,
+            })
+        },
+    )?;
+    for r in &kept {
+        check_record(r, numbers, wanted, c);
+    }
+    Ok(())
 }
 
 /// One record (see [`check_records`]).

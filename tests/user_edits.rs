@@ -361,3 +361,114 @@ fn an_edit_behind_the_mount_spreads_to_a_hard_link_without_a_fingerprint() {
     );
     assert_eq!(fs::read(fx.p("b")).expect("read"), b"one\ntwo\nuser\n");
 }
+
+/// `opfs -C m show N:PATH --outside[=K]`: the kept edit's bytes.
+fn show_outside(fx: &Fixture, spec: &str, k: Option<u64>) -> Run {
+    let flag = match k {
+        Some(k) => format!("--outside={k}"),
+        None => "--outside".to_string(),
+    };
+    fx.opfs_c(&["show", spec, &flag])
+}
+
+/// The user's edit behind the mount between two writes of the agent in one
+/// turn (the agent overwrites it, removes it, or renames another file over
+/// it) is kept before the mount's mutation runs, shown by `show --outside`,
+/// and reported by `log`, `diff` and `status`.
+fn overwritten_user_edit_is_kept(no_open: bool, agent: &str, by: &str) {
+    let fx = Fixture::new();
+    fs::write(fx.p("f"), b"v0\n").expect("write");
+    if !no_open {
+        fx.set_env("OPFS_NO_OPEN", "0");
+    }
+    fx.mount();
+    assert_eq!(fx.turn("work"), 2);
+    fs::write(fx.m("f"), b"agent1\n").expect("write via mount");
+    fs::write(fx.m("g"), b"other\n").expect("write via mount");
+    // The user, in their editor, directly in the project.
+    fs::write(fx.p("f"), b"USER-EDIT\n").expect("write behind the mount");
+    // The agent again, same turn.
+    fx.sh(agent);
+    assert_eq!(fx.turn("next"), 3);
+
+    let shown = show_outside(&fx, "2:f", None).ok();
+    assert_eq!(shown.stdout, "USER-EDIT\n", "{shown}");
+    let shown = show_outside(&fx, "2:f", Some(1)).ok();
+    assert_eq!(shown.stdout, "USER-EDIT\n", "{shown}");
+    let json = fx
+        .opfs_c(&["show", "2:f", "--outside", "--json"])
+        .ok()
+        .json();
+    assert_eq!(json["outside"]["by"], by, "{json:#}");
+    assert_eq!(
+        json["outside"]["show"], "opfs show 2:f --outside=1",
+        "{json:#}"
+    );
+    // The turn's own record is unchanged: f was v0 when turn 2 began.
+    assert_eq!(fx.opfs_c(&["show", "2:f"]).ok().stdout, "v0\n");
+    // No second copy for a later write of the same state.
+    let missing = show_outside(&fx, "2:f", Some(2));
+    assert_eq!(missing.code, Some(2), "{missing}");
+
+    let log = fx.opfs_c(&["log"]).ok();
+    assert!(log.stdout.contains("opfs show 2:f --outside=1"), "{log}");
+    let log = fx.opfs_c(&["log", "--json"]).ok().json();
+    let two = log
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["turn"] == 2))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(two["outside_edits"][0]["path"], "f", "{log:#}");
+    let diff = fx.opfs_c(&["diff", "2"]).ok();
+    assert!(diff.stdout.contains("opfs show 2:f --outside=1"), "{diff}");
+    let diff = fx.opfs_c(&["diff", "2", "--json"]).ok().json();
+    assert_eq!(diff["outside_edits"][0]["path"], "f", "{diff:#}");
+    let status = fx.status();
+    assert_eq!(status["outside_edits"][0]["path"], "f", "{status:#}");
+    let status = fx.opfs_c(&["status"]).ok();
+    assert!(
+        status.stdout.contains("opfs show 2:f --outside=1"),
+        "{status}"
+    );
+    // The kept blob is accounted for: verify finds nothing unreferenced.
+    let verify = fx.opfs_c(&["verify", "--json"]).ok().json();
+    assert_eq!(verify["unreferenced_blobs"], 0, "{verify:#}");
+}
+
+#[test]
+fn a_user_edit_the_agent_overwrites_in_the_same_turn_is_kept() {
+    overwritten_user_edit_is_kept(true, "echo agent2 > f", "write");
+}
+
+#[test]
+fn a_user_edit_the_agent_overwrites_through_an_open_is_kept() {
+    overwritten_user_edit_is_kept(false, "echo agent2 > f", "write");
+}
+
+#[test]
+fn a_user_edit_the_agent_removes_in_the_same_turn_is_kept() {
+    overwritten_user_edit_is_kept(true, "rm f", "remove");
+}
+
+#[test]
+fn a_user_edit_the_agent_renames_over_in_the_same_turn_is_kept() {
+    overwritten_user_edit_is_kept(true, "mv g f", "replace");
+}
+
+#[test]
+fn agent_writes_with_nothing_changed_behind_the_mount_keep_nothing() {
+    let fx = Fixture::new();
+    fs::write(fx.p("f"), b"v0\n").expect("write");
+    fx.mount();
+    assert_eq!(fx.turn("work"), 2);
+    fx.sh("echo a1 > f; echo a2 > f; chmod 600 f; echo a3 >> f; mv f g; mv g f; rm f");
+    assert_eq!(fx.turn("next"), 3);
+    let status = fx.status();
+    assert_eq!(status["outside_edits"], serde_json::json!([]), "{status:#}");
+    let missing = show_outside(&fx, "2:f", None);
+    assert_eq!(missing.code, Some(2), "{missing}");
+    // A rewind treats the path as before: restored, no conflict.
+    let v = fx.rewind(2);
+    assert_eq!(v["conflicts"], serde_json::json!([]), "{v:#}");
+    assert_eq!(fs::read(fx.p("f")).expect("read"), b"v0\n");
+}

@@ -46,6 +46,19 @@ impl Fingerprints {
         }
     }
 
+    /// What the mount last left at `path`, as held in memory: `None` when
+    /// not held, `Some(None)` while the mount is changing it.
+    pub(super) fn get(&self, path: &[u8]) -> Option<Option<Fingerprint>> {
+        self.0.get(path).copied()
+    }
+
+    /// True when the mount last left some name of `fp`'s inode exactly as
+    /// `fp` says, as far as memory holds
+    /// ([`Journal::seen_under_some_name`] without the index).
+    pub(super) fn left_under_some_name(&self, fp: &Fingerprint) -> bool {
+        self.1.get(&fp.ino) == Some(fp) || self.0.values().any(|f| f.as_ref() == Some(fp))
+    }
+
     /// The mount left `fp` at `path`.
     pub(super) fn left(&mut self, path: &[u8], fp: Fingerprint) {
         if !paths::is_excluded(path) {

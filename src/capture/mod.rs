@@ -33,6 +33,7 @@ mod fingerprints;
 pub mod git_note;
 mod keep;
 mod links;
+mod outside;
 mod ranges;
 mod record;
 mod rename;
@@ -426,13 +427,13 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
                 // A ranged record holds the turn-start permission bits
                 // already.
                 if inner.turn.ranged.contains_key(path) {
-                    Ok(())
+                    self.keep_outside_ranged(&mut inner, path, "metadata")
                 } else {
-                    self.capture_locked(&mut inner, path)
+                    self.capture_by(&mut inner, path, "metadata")
                 }
             }
             Mutation::Remove { path } => {
-                let captured = self.capture_leaving(&mut self.lock(), path, None);
+                let captured = self.capture_leaving(&mut self.lock(), path, None, "remove");
                 crate::failpoint::failpoint("before-removal");
                 captured
             }
@@ -453,7 +454,8 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
         // resolving their parents from the project root again.
         let result = match *mutation {
             Mutation::Remove { path } => {
-                let captured = self.capture_leaving(&mut self.lock(), path, Some(parents.from));
+                let captured =
+                    self.capture_leaving(&mut self.lock(), path, Some(parents.from), "remove");
                 crate::failpoint::failpoint("before-removal");
                 captured
             }

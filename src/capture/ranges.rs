@@ -45,6 +45,30 @@ impl<T: Tree> Journal<T> {
         }
     }
 
+    /// [`Journal::keep_outside_edit`] for a file the open turn captures as
+    /// ranges: compared through the descriptor the ranges are laid over
+    /// (an `fstat`), when the journal holds it.
+    pub(super) fn keep_outside_ranged(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        by: &'static str,
+    ) -> Result<(), CaptureError> {
+        // Only when there is something to compare with: no `fstat` while
+        // the mount holds the file open for writing.
+        if matches!(inner.fingerprints.get(path), Some(None)) {
+            return Ok(());
+        }
+        let now = inner
+            .turn
+            .ranged
+            .get(path)
+            .and_then(|s| s.file.as_ref())
+            .and_then(|f| f.metadata().ok())
+            .map(|m| Some(crate::record::Stat::from_metadata(&m)));
+        self.keep_outside_edit(inner, path, None, now, by)
+    }
+
     /// Records the current bytes of `ranges` (`(offset, len)`) of the file at
     /// `path` before a rewind writes them back in place: as ranges of the
     /// open turn when the file qualifies (a regular file of at least the
@@ -72,8 +96,14 @@ impl<T: Tree> Journal<T> {
         offset: u64,
         len: u64,
     ) -> Result<(), CaptureError> {
-        if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
+        if path.is_empty() || self.excludes(path) {
             return Ok(());
+        }
+        if inner.turn.captured.contains(path) {
+            return self.keep_outside_edit(inner, path, None, None, "write");
+        }
+        if inner.turn.ranged.contains_key(path) {
+            self.keep_outside_ranged(inner, path, "write")?;
         }
         // The common case of a file written again and again: nothing new
         // to save, no allocation.

@@ -122,7 +122,18 @@ impl<T: Tree> Journal<T> {
         inner: &mut Inner,
         path: &[u8],
     ) -> Result<(), CaptureError> {
-        self.capture_known(inner, path, None)
+        self.capture_by(inner, path, "write")
+    }
+
+    /// [`Journal::capture_locked`] before mutation `by` (named in what an
+    /// edit behind the mount is kept with: `outside.rs`).
+    pub(super) fn capture_by(
+        &self,
+        inner: &mut Inner,
+        path: &[u8],
+        by: &'static str,
+    ) -> Result<(), CaptureError> {
+        self.capture_as(inner, path, None, false, None, by)
     }
 
     /// Records `path`'s pre-image: `known` when the caller already knows
@@ -135,7 +146,7 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         known: Option<PreImage>,
     ) -> Result<(), CaptureError> {
-        self.capture_as(inner, path, known, false, None)
+        self.capture_as(inner, path, known, false, None, "create")
     }
 
     /// [`Journal::capture_locked`], reading the entry through `parent` (a
@@ -147,19 +158,21 @@ impl<T: Tree> Journal<T> {
         path: &[u8],
         parent: Option<BorrowedFd<'_>>,
     ) -> Result<(), CaptureError> {
-        self.capture_as(inner, path, None, false, parent)
+        self.capture_as(inner, path, None, false, parent, "rename")
     }
 
     /// [`Journal::capture_in`] of a path whose entry is about to lose this
     /// name (an unlink, or the target of a rename over it): a large file
-    /// may be kept instead of copied (`keep.rs`).
+    /// may be kept instead of copied (`keep.rs`). `by`: `remove` or
+    /// `replace` (the target of a rename).
     pub(super) fn capture_leaving(
         &self,
         inner: &mut Inner,
         path: &[u8],
         parent: Option<BorrowedFd<'_>>,
+        by: &'static str,
     ) -> Result<(), CaptureError> {
-        self.capture_as(inner, path, None, true, parent)
+        self.capture_as(inner, path, None, true, parent, by)
     }
 
     fn capture_as(
@@ -169,11 +182,22 @@ impl<T: Tree> Journal<T> {
         known: Option<PreImage>,
         leaving: bool,
         parent: Option<BorrowedFd<'_>>,
+        by: &'static str,
     ) -> Result<(), CaptureError> {
-        if path.is_empty() || self.excludes(path) || inner.turn.captured.contains(path) {
+        if path.is_empty() || self.excludes(path) {
+            return Ok(());
+        }
+        if inner.turn.captured.contains(path) {
+            // Recorded in this turn already: only an edit made behind the
+            // mount since is kept (`outside.rs`). A creation (`known`)
+            // found the name free.
+            if known.is_none() {
+                return self.keep_outside_edit(inner, path, parent, None, by);
+            }
             return Ok(());
         }
         if inner.turn.ranged.contains_key(path) {
+            self.keep_outside_ranged(inner, path, by)?;
             return self.materialize(inner, path);
         }
         let (pre, data, nlink, meta, kept) = match known {

@@ -38,16 +38,40 @@ impl<T: Tree> Journal<T> {
         let from_dir = parents.map(|p| p.from);
         let to_dir = parents.and_then(|p| p.to);
         let mut inner = self.lock();
+        self.note_repo_move(&mut inner, from, to)?;
+        if exchange {
+            self.note_repo_move(&mut inner, to, from)?;
+        }
         self.capture_in(&mut inner, from, from_dir)?;
         if exchange {
             self.capture_in(&mut inner, to, to_dir)?;
         } else {
             // Whatever `to` holds loses its name: a large file may be kept.
-            self.capture_leaving(&mut inner, to, to_dir)?;
+            self.capture_leaving(&mut inner, to, to_dir, "replace")?;
         }
         self.capture_subtree_move(&mut inner, from, to, from_dir)?;
         if exchange {
             self.capture_subtree_move(&mut inner, to, from, to_dir)?;
+        }
+        Ok(())
+    }
+
+    /// Notes (in the index, before the rename runs) a move of the
+    /// project's repository from `src` to `dst`: `src` is the root `.git`
+    /// or a path the repository was moved to before. A rewind never removes
+    /// a repository so moved (`restore::repo`). Cost: one indexed lookup per
+    /// rename.
+    fn note_repo_move(
+        &self,
+        inner: &mut super::Inner,
+        src: &[u8],
+        dst: &[u8],
+    ) -> Result<(), CaptureError> {
+        if self.excludes(dst) {
+            return Ok(());
+        }
+        if src == b".git" || inner.index.repo_moved_to(src).at(src)? {
+            inner.index.note_repo_move(inner.turn.number, dst).at(dst)?;
         }
         Ok(())
     }
@@ -78,8 +102,8 @@ impl<T: Tree> Journal<T> {
             for name in names {
                 let sub = paths::join(&rel, &name);
                 let from_path = paths::join(src, &sub);
-                self.capture_locked(inner, &from_path)?;
-                self.capture_locked(inner, &paths::join(dst, &sub))?;
+                self.capture_by(inner, &from_path, "rename")?;
+                self.capture_by(inner, &paths::join(dst, &sub), "replace")?;
                 if let Some(st) = self.tree.lstat(&from_path).at(&from_path)? {
                     if st.file_type() == libc::S_IFDIR {
                         stack.push(sub);

@@ -62,6 +62,8 @@ pub(super) struct TurnState {
     /// [`Journal::note_birth`]'s questions without a query. Emptied when it
     /// holds [`RECENT_MAX`] paths.
     pub(super) recent: HashMap<Vec<u8>, u64>,
+    /// Edits behind the mount kept in the open turn (`outside.rs`).
+    pub(super) outside_kept: super::outside::Kept,
 }
 
 impl TurnState {
@@ -76,6 +78,7 @@ impl TurnState {
             starts,
             birth_slack: coarse_clock_resolution_ns(),
             recent: HashMap::new(),
+            outside_kept: HashMap::new(),
         }
     }
 
@@ -101,6 +104,7 @@ impl TurnState {
         self.number = next;
         self.linked.clear();
         self.ranged.clear();
+        self.outside_kept.clear();
     }
 }
 

@@ -383,6 +383,12 @@ pub struct DiffArgs {
 pub struct ShowArgs {
     /// `N:PATH`.
     pub spec: String,
+    /// Print instead the edit of PATH made behind the mount that was kept
+    /// in turn N before the mount overwrote, removed or moved it: the
+    /// K-th kept in that turn (`--outside=K`), else the last one.
+    #[arg(long, value_name = "K", num_args = 0..=1, require_equals = true,
+          default_missing_value = "0", value_parser = clap::value_parser!(u64))]
+    pub outside: Option<u64>,
 }
 
 // `opfs gc`.

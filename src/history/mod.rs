@@ -31,6 +31,7 @@ use crate::view::{Reader, Resolved, Timeline, TurnError, Version, ViewError};
 mod changes;
 mod json;
 mod log;
+mod outside;
 mod refs;
 mod show;
 
@@ -39,6 +40,7 @@ pub use changes::{
 };
 pub use json::{base64, log_json, rfc3339, show_json};
 pub use log::{log, log_turns, LogEntry};
+pub use outside::{outside_edits, outside_json, outside_line, show_outside};
 pub use refs::{resolve_range_ref, resolve_turn_ref, undo_target, Undo};
 pub use show::{show, show_entry, shown, Shown};
 
@@ -100,6 +102,21 @@ pub enum HistoryError {
         paths::display(.0)
     )]
     Excluded(Vec<u8>),
+    /// `show --outside`: no edit made behind the mount was kept for the
+    /// path in that turn (or none with that number).
+    #[error(
+        "no edit of {} made behind the mount was kept in turn {turn}{}; `opfs log` lists the kept ones",
+        paths::display(.path),
+        .seq.map(|s| format!(" as number {s}")).unwrap_or_default()
+    )]
+    NoOutsideEdit {
+        /// The path, project-relative raw bytes.
+        path: Vec<u8>,
+        /// The turn.
+        turn: u64,
+        /// The number asked for, if any.
+        seq: Option<u64>,
+    },
     /// A turn or turn range as given that is not `N` or `N..M` with turns
     /// from 1 ([`parse_range_arg`]).
     #[error("{0:?} is not a turn or a turn range (N or N..M, turns start at 1)")]
@@ -180,6 +197,7 @@ impl HistoryError {
                 | HistoryError::BadPath { .. }
                 | HistoryError::BadTurnRef(_)
                 | HistoryError::RefOutOfRange { .. }
+                | HistoryError::NoOutsideEdit { .. }
         )
     }
 }

@@ -42,6 +42,24 @@ impl Stat {
         }
     }
 
+    /// The fields of a `stat(2)` result as std reads them (`fstat` of an
+    /// open file: `File::metadata`).
+    pub fn from_metadata(m: &std::fs::Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        Stat {
+            mode: m.mode(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+            dev: m.dev(),
+            ino: m.ino(),
+            rdev: m.rdev(),
+            nlink: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+        }
+    }
+
     /// The file type bits (`S_IFMT` part) of the mode.
     pub fn file_type(&self) -> u32 {
         self.mode & libc::S_IFMT

@@ -140,6 +140,18 @@ pub enum ConflictReason {
         /// The entries' raw paths.
         names: Vec<Vec<u8>>,
     },
+    /// It is, or holds, the project's git repository, which a rename
+    /// through the mount moved there from `.git` after the target turn
+    /// began: a rewind never removes it (`restore::repo`).
+    #[error("{}; a rewind never removes the project's repository, so it is left as it is (move it back with `mv {} .git` once `.git` is free, or out of the project, then rewind again)", repo_words(.repo, .turn, .this), paths::display(.repo))]
+    Repository {
+        /// The repository's raw path.
+        repo: Vec<u8>,
+        /// The turn whose rename moved it there.
+        turn: u64,
+        /// True for the repository itself, false for a directory holding it.
+        this: bool,
+    },
     /// A directory to remove cannot be listed.
     #[error("cannot list the directory: {0}")]
     ListDir(#[source] io::Error),
@@ -172,6 +184,17 @@ pub enum ConflictReason {
     /// A reason received as text (a report deserialized from JSON).
     #[error("{0}")]
     Text(String),
+}
+
+fn repo_words(repo: &[u8], turn: &u64, this: &bool) -> String {
+    if *this {
+        format!("it is the project's git repository, moved here from .git through the mount in turn {turn}")
+    } else {
+        format!(
+            "it holds the project's git repository at {}, moved there from .git through the mount in turn {turn}",
+            paths::display(repo)
+        )
+    }
 }
 
 fn then_words(kind: &str) -> String {

@@ -11,6 +11,8 @@
 //!   is written;
 //! - `links`: names that were hard links of one inode when the turn began
 //!   become one inode's names again ([`Step::Link`]);
+//! - `repo`: the project's repository, moved from `.git` through the
+//!   mount, is never removed;
 //! - [`apply`]: the executor;
 //! - [`conflict`]: [`Conflict`] and its typed [`ConflictReason`].
 
@@ -19,6 +21,7 @@ pub mod conflict;
 mod links;
 pub mod plan;
 pub mod preflight;
+mod repo;
 pub mod space;
 
 pub(crate) use apply::apply;

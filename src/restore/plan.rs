@@ -527,6 +527,7 @@ pub(crate) fn plan_targets(
     };
     let mut plan = super::links::relink(journal, plan, idle, &targets, &nlink_of);
     preflight(journal, &mut plan, &mut conflicts, force);
+    super::repo::keep_repositories(journal, to, &mut plan, &mut conflicts);
     (plan, conflicts)
 }
 

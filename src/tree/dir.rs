@@ -147,6 +147,26 @@ impl Dir {
         Ok(self.entry(rel)?.map(|(_, _, st)| stat_of(&st)))
     }
 
+    /// One `fstatat` of `rel` from the root, without `AT_SYMLINK_NOFOLLOW`
+    /// on the way (a symlinked parent is followed; the last component is
+    /// not): [`crate::tree::Tree::lstat_hint`]. `Ok(None)` when absent.
+    pub fn lstat_hint(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
+        if rel.is_empty() {
+            return self.lstat(rel);
+        }
+        match rustix::fs::statat(&self.root, cstr(rel)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(stat_of(&st))),
+            Err(e) => {
+                let e = io::Error::from(e);
+                if is_not_found(&e) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
     /// The parent directory of `rel` (not empty), its name there and its
     /// `lstat`; `None` when the path does not exist. A symlink as the parent
     /// gives ENOTDIR (O_DIRECTORY | O_NOFOLLOW), one further up ELOOP

@@ -78,6 +78,15 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
         self.lstat(rel)
     }
 
+    /// A quick `lstat` of `rel` to decide whether to look closer: one
+    /// system call where the tree can, at the price of following a symlink
+    /// on the way (never the last component). Only for comparing with a
+    /// known state; anything read from the project afterwards goes through
+    /// the confined calls. The default is [`Tree::lstat`].
+    fn lstat_hint(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
+        self.lstat(rel)
+    }
+
     /// [`Tree::read_link`] through `parent` (as for
     /// [`Tree::lstat_open_born_in`]; the default ignores it).
     fn read_link_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Vec<u8>> {
@@ -121,6 +130,10 @@ pub trait Tree: Send + Sync + std::fmt::Debug {
 impl Tree for Dir {
     fn lstat(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
         Dir::lstat(self, rel)
+    }
+
+    fn lstat_hint(&self, rel: &[u8]) -> io::Result<Option<Stat>> {
+        Dir::lstat_hint(self, rel)
     }
 
     fn lstat_open(&self, rel: &[u8]) -> io::Result<Option<(Stat, Option<File>)>> {

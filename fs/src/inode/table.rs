@@ -73,6 +73,11 @@ pub(super) struct Node {
     /// the file's content was last reported, and whether it is written as
     /// ranges in that epoch; `None` until its first mutating request.
     reported: Option<(u64, bool)>,
+    /// What the backing inode looked like right after the layer last
+    /// reported what a change through the mount left in it (the hook's
+    /// `after`): a different stamp at the next request without a handle
+    /// means something changed it behind the mount since.
+    left: Option<Stamp>,
 }
 
 /// A node that keeps its own list of the (parent, name) pairs naming it,
@@ -221,6 +226,7 @@ impl Table {
         if let Some(node) = self.nodes.get_mut(&ino) {
             if node.names.is_empty() {
                 node.reported = None;
+                node.left = None;
             }
         }
         Some(ino)
@@ -289,6 +295,7 @@ impl Inodes {
                 names: Vec::new(),
                 opened: None,
                 reported: None,
+                left: None,
             },
         );
         table.by_key.insert(root_key, ROOT);
@@ -346,6 +353,7 @@ impl Inodes {
                         names: Vec::new(),
                         opened: None,
                         reported: None,
+                        left: None,
                     },
                 );
                 table.by_key.insert(key, ino);
@@ -483,6 +491,20 @@ impl Inodes {
     /// (see `Node::reported`); `None` if never, or the node is gone.
     pub(crate) fn reported(&self, ino: u64) -> Option<(u64, bool)> {
         self.lock().nodes.get(&ino).and_then(|n| n.reported)
+    }
+
+    /// The stamp the backing inode of `ino` had right after the layer last
+    /// reported a change of it ([`Inodes::set_left`]).
+    pub(crate) fn left(&self, ino: u64) -> Option<Stamp> {
+        self.lock().nodes.get(&ino).and_then(|n| n.left)
+    }
+
+    /// Records the stamp the backing inode of `ino` has right after the
+    /// layer reported what a change through the mount left in it.
+    pub(crate) fn set_left(&self, ino: u64, now: Stamp) {
+        if let Some(node) = self.lock().nodes.get_mut(&ino) {
+            node.left = Some(now);
+        }
     }
 
     /// Records that `ino`'s content was reported in `epoch`, as ranges or

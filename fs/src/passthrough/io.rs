@@ -165,7 +165,15 @@ impl State {
         let epoch = self.hook.epoch();
         match self.inodes.reported(ino) {
             Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
-            Some((e, false)) if e == epoch => Ok(()),
+            // Reported whole in this epoch: again only when the file was
+            // changed behind the mount since the layer last left it, so
+            // the hook can keep that change before this one overwrites it.
+            Some((e, false)) if e == epoch => {
+                if self.changed_behind(ino, fd) {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                }
+                Ok(())
+            }
             _ => {
                 let ranged = self.ranged(fd);
                 if ranged {
@@ -186,14 +194,26 @@ impl State {
     /// capture, as an `O_TRUNC` open makes through OPEN, not the range from
     /// 0 to the end: a range record holds a sparse file's holes as zeros,
     /// and a rewind of it would write them back allocated.
-    pub(super) fn content_whole_before(&self, ino: u64) -> Res<()> {
+    pub(super) fn content_whole_before(&self, ino: u64, fd: BorrowedFd<'_>) -> Res<()> {
         let epoch = self.hook.epoch();
-        if self.inodes.reported(ino) == Some((epoch, false)) {
+        if self.inodes.reported(ino) == Some((epoch, false)) && !self.changed_behind(ino, fd) {
             return Ok(());
         }
         self.before_inode(ino, |path| Mutation::Content { path })?;
         self.inodes.set_reported(ino, epoch, false);
         Ok(())
+    }
+
+    /// True when the backing inode of `ino` (open as `fd`) is not as the
+    /// layer last left it ([`Inodes::set_left`]): something changed it
+    /// behind the mount since. One `fstat`; false when there is no stamp
+    /// to compare with or the `fstat` fails (the hook's own check at the
+    /// next report still runs).
+    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match (self.inodes.left(ino), sys::fstat(fd)) {
+            (Some(left), Ok(st)) => Stamp::of(&st) != left,
+            _ => false,
+        }
     }
 
     /// Reports what a request without a handle left in file `ino` (open
@@ -354,9 +374,10 @@ impl State {
                 // reported now (there is no FLUSH), and the node starts out
                 // reported in this epoch.
                 let reported = writes(flags) || existing.is_none();
+                let mut now = None;
                 if reported {
                     // Under the gate, as every `after`.
-                    let now = sys::fstat(fd.as_fd()).ok();
+                    now = sys::fstat(fd.as_fd()).ok();
                     self.after(Mutation::Content { path: &path }, now.as_ref());
                 }
                 drop(fd);
@@ -366,6 +387,9 @@ impl State {
                     // `epoch` was read before the report: a boundary since
                     // makes the next write report again.
                     self.inodes.set_reported(a.ino.0, epoch, false);
+                    if let Some(st) = &now {
+                        self.inodes.set_left(a.ino.0, Stamp::of(st));
+                    }
                 }
                 return Ok(Created {
                     attr: a,

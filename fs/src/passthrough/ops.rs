@@ -23,7 +23,7 @@ use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::errno;
 use crate::handle::{Handle, Handles};
 use crate::hook::{Mutation, MutationHook};
-use crate::inode::{child, InodeKey, Inodes, NodeRef};
+use crate::inode::{child, InodeKey, Inodes, NodeRef, Stamp};
 use crate::quiesce::Gate;
 use crate::reply::{Attr, Entry, Res, Xattr};
 use crate::sys;
@@ -183,6 +183,9 @@ impl State {
             .node(ino)
             .ok()
             .and_then(|n| sys::fstat(n.fd.as_fd()).ok());
+        if let Some(st) = &now {
+            self.inodes.set_left(ino, Stamp::of(st));
+        }
         for path in paths {
             self.after(make(&path), now.as_ref());
         }
@@ -196,6 +199,9 @@ impl State {
         make: fn(&[u8]) -> Mutation<'_>,
         now: Option<&libc::stat>,
     ) {
+        if let Some(st) = now {
+            self.inodes.set_left(ino, Stamp::of(st));
+        }
         for path in self.inodes.paths(ino) {
             self.after(make(&path), now);
         }
@@ -498,7 +504,7 @@ impl State {
                 if self.no_open_active() && size == 0 {
                     // An `O_TRUNC` open arrives here too (no
                     // `ATOMIC_O_TRUNC` without OPEN): captured whole.
-                    self.content_whole_before(ino)?
+                    self.content_whole_before(ino, node.fd.as_fd())?
                 } else if self.no_open_active() {
                     self.content_before(ino, node.fd.as_fd(), size, u64::MAX - size)?
                 } else if self.ranged(node.fd.as_fd()) {

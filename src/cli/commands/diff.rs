@@ -72,6 +72,17 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
             history::dir_changes(&src, from, to, &filter)?,
         ),
     };
+    // Edits made behind the mount in these turns that the mount then
+    // overwrote: listed before the patch (`git apply` skips text before
+    // the first `diff --git`), each with the command that prints it.
+    let kept: Vec<_> = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
+        Some(_) => Vec::new(),
+        None => history::outside_edits(&src, Some(from))?
+            .into_iter()
+            .filter(|k| k.turn <= to)
+            .filter(|k| filter.is_empty() || filter.iter().any(|f| pathspec::is_within(&k.path, f)))
+            .collect(),
+    };
     let diffs = patch::build(&src, &changes)?;
     let dirs = patch::empty_dirs(&dirs, &diffs);
     let write = |w: &mut dyn Write| match mode {
@@ -90,12 +101,18 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
             "from": from,
             "to": to,
             "output": String::from_utf8_lossy(&buf),
+            "outside_edits": kept.iter().map(history::outside_json).collect::<Vec<_>>(),
         });
         writeln!(out, "{v}")?;
         return Ok(());
     }
     pager::page(ctx, out, |w, paint| {
         let mut buf = Vec::new();
+        if mode == Mode::Patch {
+            for k in &kept {
+                writeln!(buf, "# user edit: {}", history::outside_line(k))?;
+            }
+        }
         write(&mut buf)?;
         paint.write_diff(&buf, w)
     })

@@ -65,6 +65,13 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
         opfs::capture::git_note::git_changes(project.state())
             .into_iter()
             .collect();
+    // Edits made behind the mount that the mount then overwrote, kept
+    // (`opfs show N:PATH --outside`). A worktree keeps none.
+    let kept = match &worktree {
+        Some(_) => Vec::new(),
+        None => history::outside_edits(&src, None)?,
+    };
+    let kept_in = |turn: u64| kept.iter().filter(move |k| k.turn == turn);
     if ctx.format.is_json() {
         let mut v = history::log_json(&entries);
         if let Some(rows) = v.as_array_mut() {
@@ -73,6 +80,7 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
                 if let Some(paths) = git_changes.get(&turn) {
                     row["git_changes"] = serde_json::json!(paths);
                 }
+                row["outside_edits"] = kept_in(turn).map(history::outside_json).collect();
             }
         }
         writeln!(out, "{v}")?;
@@ -82,7 +90,7 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
         if a.oneline {
             oneline(&entries, w, paint)
         } else {
-            long(&entries, &git_changes, w, paint)
+            long(&entries, &git_changes, &kept, w, paint)
         }
     })
 }
@@ -124,6 +132,7 @@ fn oneline(entries: &[LogEntry], out: &mut dyn Write, paint: Paint) -> std::io::
 fn long(
     entries: &[LogEntry],
     git_changes: &std::collections::BTreeMap<u64, Vec<String>>,
+    kept: &[opfs::store::index::OutsideEdit],
     out: &mut dyn Write,
     paint: Paint,
 ) -> std::io::Result<()> {
@@ -158,6 +167,9 @@ fn long(
                 "    warning: {}",
                 opfs::capture::git_note::git_change_warning(e.turn, paths)
             )?;
+        }
+        for k in kept.iter().filter(|k| k.turn == e.turn) {
+            writeln!(out, "    user edit: {}", history::outside_line(k))?;
         }
     }
     Ok(())

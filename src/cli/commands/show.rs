@@ -1,5 +1,6 @@
 //! `opfs show N:PATH`: the raw bytes; with `--json` one object
-//! (`docs/export.md`). N may be a turn ref (`@`, `@-2`); `N:./PATH` is
+//! (`docs/export.md`). With `--outside[=K]`, the edit of PATH made behind
+//! the mount that was kept in turn N before the mount overwrote it. N may be a turn ref (`@`, `@-2`); `N:./PATH` is
 //! relative to the current directory inside the mount, as in git. In a
 //! worktree (`-C <worktree path>`), what the worktree showed at the start
 //! of its own turn N (`opfs::worktree::history`).
@@ -44,6 +45,21 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
         project.state(),
         Box::new(move || commit_through_daemon(&st)),
     )?;
+    if let Some(k) = a.outside {
+        let (kept, shown) =
+            history::show_outside(&opened.sources(), turn, &path, (k > 0).then_some(k))?;
+        if ctx.format.is_json() {
+            let mut v = history::show_json(turn, &path, &shown);
+            v["outside"] = history::outside_json(&kept);
+            writeln!(out, "{v}")?;
+        } else {
+            out.write_all(match &shown {
+                Shown::File { bytes, .. } => bytes,
+                Shown::Symlink { target } => target,
+            })?;
+        }
+        return Ok(());
+    }
     let shown = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
         Some((_, _, base)) => {
             WorktreeHistory::new(opened.sources(), &base).show_entry(turn, &path)?

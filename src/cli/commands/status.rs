@@ -6,8 +6,10 @@
 //! state dir) serving it, a rewind a crash interrupted or one that stopped
 //! half way on a failure. `--json` adds
 //! `stale_mounts`, `served_elsewhere`, `interrupted_rewind`, `warnings`
-//! and `record_exclude` (the `[record] exclude` list in effect, set by the
-//! last mount; `docs/design.md` "Excluded paths") to the status object.
+//! `record_exclude` (the `[record] exclude` list in effect, set by the
+//! last mount; `docs/design.md` "Excluded paths") and `outside_edits`
+//! (edits made behind the mount that the mount then overwrote, kept) to
+//! the status object.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -75,6 +77,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     }
     let disk = disk_use(project.state());
     let exclude = record_exclude(ctx, project.state());
+    let kept = outside_edits(project.state());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
         if let Some((project, w)) = &worktree {
@@ -110,6 +113,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             .collect::<Vec<_>>());
         v["record_exclude"] = serde_json::json!(exclude.0);
         v["record_exclude_next_mount"] = serde_json::json!(exclude.1);
+        v["outside_edits"] = kept.iter().map(opfs::history::outside_json).collect();
         writeln!(out, "{v}")?;
     } else {
         if let Some((project, w)) = &worktree {
@@ -128,6 +132,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             )?;
         }
         print_human(&status, &p, &disk, out)?;
+        print_outside_edits(&kept, out)?;
         if !exclude.0.is_empty() {
             writeln!(
                 out,
@@ -145,6 +150,37 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     }
     if let Some(n) = note {
         writeln!(err, "opfs: note: {n}")?;
+    }
+    Ok(())
+}
+
+/// Edits made behind the mount that the mount then overwrote, kept in the
+/// turns the index holds, oldest first (`docs/design.md`, "Edits behind
+/// the mount that the agent overwrites"). An unreadable index shows none:
+/// `status` reports, it does not fail on it.
+fn outside_edits(st: &StateDir) -> Vec<opfs::store::index::OutsideEdit> {
+    Index::open_read_only(&st.index_path())
+        .and_then(|ix| ix.outside_edits(None))
+        .unwrap_or_default()
+}
+
+/// At most this many kept edits are listed by `status` (the newest).
+const OUTSIDE_SHOWN: usize = 10;
+
+/// `user edit: ...` lines, the newest [`OUTSIDE_SHOWN`] kept edits.
+fn print_outside_edits(
+    kept: &[opfs::store::index::OutsideEdit],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let skip = kept.len().saturating_sub(OUTSIDE_SHOWN);
+    if skip > 0 {
+        writeln!(
+            out,
+            "user edit:  {skip} older edit(s) made behind the mount and then overwritten are kept (`opfs log` lists them)"
+        )?;
+    }
+    for k in &kept[skip..] {
+        writeln!(out, "user edit:  {}", opfs::history::outside_line(k))?;
     }
     Ok(())
 }

@@ -33,7 +33,10 @@ impl Index {
     ///
     /// Errors: [`IndexError::Corrupt`] when a reference is not 32 bytes.
     pub fn referenced_blobs(&self) -> Result<Vec<Hash>, IndexError> {
-        let sql = if self.ranges_table {
+        let sql = if self.has_outside_table()? {
+            "SELECT blob FROM preimages WHERE blob IS NOT NULL UNION SELECT blob FROM ranges
+             UNION SELECT blob FROM outside_edits WHERE blob IS NOT NULL"
+        } else if self.ranges_table {
             "SELECT blob FROM preimages WHERE blob IS NOT NULL UNION SELECT blob FROM ranges"
         } else {
             "SELECT DISTINCT blob FROM preimages WHERE blob IS NOT NULL"

@@ -22,13 +22,16 @@ mod apply;
 mod blobs;
 mod codec;
 mod fingerprints;
+mod outside;
 mod ranges;
 mod records;
+mod repo_moves;
 mod restores;
 mod retention;
 mod schema;
 mod turns;
 
+pub use outside::OutsideEdit;
 pub use ranges::{Packed, Piece};
 pub use records::Target;
 pub use restores::StoppedRestore;

@@ -12,7 +12,8 @@ use crate::record::Hash;
 
 /// The blobs that records and saved ranges of turns `>= ?1` name.
 const KEPT_BLOBS: &str = "SELECT blob FROM preimages WHERE turn >= ?1 AND blob IS NOT NULL
-     UNION SELECT blob FROM ranges WHERE turn >= ?1";
+     UNION SELECT blob FROM ranges WHERE turn >= ?1
+     UNION SELECT blob FROM outside_edits WHERE turn >= ?1 AND blob IS NOT NULL";
 
 impl Index {
     /// The oldest and the newest turn, or `None` when there is none.
@@ -67,7 +68,9 @@ impl Index {
                 "SELECT t, sum(size) FROM (
                      SELECT b.size AS size, max(x.turn) AS t FROM blobs b
                      JOIN (SELECT blob, turn FROM preimages WHERE blob IS NOT NULL
-                           UNION ALL SELECT blob, turn FROM ranges) x ON x.blob = b.hash
+                           UNION ALL SELECT blob, turn FROM ranges
+                           UNION ALL SELECT blob, turn FROM outside_edits
+                               WHERE blob IS NOT NULL) x ON x.blob = b.hash
                      GROUP BY b.hash)
                  GROUP BY t",
             )
@@ -169,6 +172,8 @@ impl Index {
             let records = tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM links WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM outside_edits WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM repo_moves WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
             tx.execute(
                 "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",
@@ -282,6 +287,8 @@ impl Index {
             dropped.records =
                 tx.execute("DELETE FROM preimages WHERE turn < ?1", params![cut])? as u64;
             tx.execute("DELETE FROM ranges WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM outside_edits WHERE turn < ?1", params![cut])?;
+            tx.execute("DELETE FROM repo_moves WHERE turn < ?1", params![cut])?;
             tx.execute("DELETE FROM turns WHERE number < ?1", params![cut])?;
             tx.execute(
                 "DELETE FROM restores WHERE rewind_turn < ?1 AND state = 'done'",

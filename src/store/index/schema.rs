@@ -7,14 +7,17 @@
 //! version 4 build would drop when it copies records, so the version number
 //! is raised once they are added. Version 6 keeps small saved pieces of
 //! ranged records in range packs (`ranges.pack`), which a version 5 build
-//! would look for in vain among the blobs. A newer version is refused.
+//! would look for in vain among the blobs. Version 7 adds `outside_edits`
+//! (edits behind the mount kept before the mount overwrote them) and
+//! `repo_moves` (the project's `.git` moved through the mount): a version 6
+//! build's gc would drop the kept edits' blobs. A newer version is refused.
 
 use rusqlite::OptionalExtension;
 
 use super::{Index, IndexError};
 
 /// The version of the schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Every table, as version [`SCHEMA_VERSION`] has it (`IF NOT EXISTS`: a
 /// no-op on a current file).
@@ -80,6 +83,26 @@ CREATE TABLE IF NOT EXISTS restores(
     rewound_to  INTEGER NOT NULL,
     state       TEXT NOT NULL CHECK (state IN ('running', 'done'))
 );
+CREATE TABLE IF NOT EXISTS outside_edits(
+    turn    INTEGER NOT NULL,
+    path    BLOB NOT NULL,
+    seq     INTEGER NOT NULL,
+    kind    INTEGER NOT NULL,
+    perm    INTEGER,
+    blob    BLOB,
+    size    INTEGER,
+    target  BLOB,
+    rdev    INTEGER,
+    ino     INTEGER,
+    kept_at INTEGER NOT NULL,
+    by      TEXT NOT NULL,
+    PRIMARY KEY (turn, path, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repo_moves(
+    turn INTEGER NOT NULL,
+    path BLOB NOT NULL,
+    PRIMARY KEY (turn, path)
+) WITHOUT ROWID;
 ";
 
 /// Columns added since the first release: `(table, column, type)`. They
