@@ -1,0 +1,141 @@
+//! Damaged state and hostile arguments are refused plainly
+//! (`docs/errors.md`): a corrupt index stops `mount` and `rewind` before
+//! they write, an empty one is named as such, `-C` a file is refused, a
+//! negative retention setting is named, and a mount right after its
+//! daemon was killed works.
+
+mod common;
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::time::Duration;
+
+use common::*;
+
+/// Overwrites 8 KiB in the middle of `path` with garbage.
+fn garble_middle(path: &std::path::Path) {
+    let len = fs::metadata(path).expect("index").len();
+    let mut f = fs::OpenOptions::new().write(true).open(path).expect("open");
+    f.seek(SeekFrom::Start(len / 2 / 4096 * 4096))
+        .expect("seek");
+    f.write_all(&[0xA5; 8192]).expect("garble");
+    f.sync_all().expect("sync");
+}
+
+#[test]
+fn a_corrupt_index_stops_mount_and_rewind_before_they_write() {
+    let fx = Fixture::new();
+    for i in 0..400 {
+        write_file(
+            &fx.p(format!("f{i:03}")),
+            format!("v0 {i}\n").as_bytes(),
+            0o644,
+        );
+    }
+    fx.mount();
+    fx.sh("for f in f*; do echo v1 > $f; done");
+    fx.turn("two");
+    fx.sh("for f in f*; do echo v2 > $f; done");
+    fx.umount();
+    let index = fx.state_dir().join("index.db");
+    garble_middle(&index);
+    let run = fx.opfs_p(&["verify"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stdout.contains("malformed") || run.stderr.contains("malformed"),
+        "{run}"
+    );
+    let before = manifest(&fx.project);
+
+    let run = fx.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(1), "mount ran on a corrupt index: {run}");
+    assert!(
+        run.stderr.contains("index.db is corrupt") && run.stderr.contains("backup"),
+        "{run}"
+    );
+    assert!(!is_mounted(&fx.mnt));
+    let run = fx.opfs_p(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "rewind ran on a corrupt index: {run}");
+    assert!(run.stderr.contains("index.db is corrupt"), "{run}");
+    assert_manifest_eq("corrupt index", &before, &manifest(&fx.project));
+}
+
+#[test]
+fn an_empty_index_is_named_by_verify() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    fx.umount();
+    let state = fx.state_dir();
+    fs::write(state.join("index.db"), b"").expect("truncate");
+    let run = fx.opfs_p(&["verify"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains("is empty (0 bytes)") && !run.stderr.contains("no such table"),
+        "{run}"
+    );
+}
+
+#[test]
+fn dash_c_a_file_is_refused() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    for dir in [fx.m("f"), fx.p("f")] {
+        let run = fx.opfs(&[
+            std::ffi::OsStr::new("-C"),
+            dir.as_os_str(),
+            std::ffi::OsStr::new("status"),
+        ]);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains("not a directory"), "{run}");
+    }
+}
+
+#[test]
+fn a_negative_retention_setting_is_named() {
+    let fx = Fixture::new();
+    fx.mount();
+    for (text, says) in [
+        (
+            "[retention]\nkeep = -1\n",
+            "[retention] keep = -1: keep at least 1 turn",
+        ),
+        (
+            "[retention]\nmax_bytes = -5\n",
+            "[retention] max_bytes = -5: a size cannot be negative",
+        ),
+    ] {
+        fs::write(&fx.pinned.config, text).expect("config");
+        let run = fx.opfs_c(&["gc"]);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains(says), "{text}: {run}");
+    }
+}
+
+/// The next mount right after a daemon was killed works (xfstests' harness
+/// killed one mid-test; the next test's mount must not fail): with a
+/// writer busy in the mount and a process whose cwd is inside it.
+#[test]
+fn a_mount_right_after_its_daemon_was_killed_works() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    for round in 0..3 {
+        fx.mount();
+        let pid = fx.status()["pid"].as_i64().expect("pid") as i32;
+        let mut writer = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("while :; do head -c 1048576 /dev/zero > big 2>/dev/null; done")
+            .current_dir(&fx.mnt)
+            .spawn()
+            .expect("writer");
+        sigkill(pid);
+        let run = fx.try_mount(&[], &[]);
+        let _ = writer.kill();
+        let _ = writer.wait();
+        assert_eq!(run.code, Some(0), "round {round}: {run}");
+        assert!(wait_mount_state(&fx.mnt, true, Duration::from_secs(15)));
+        assert_eq!(fx.sh("cat f"), "v0\n");
+        fx.umount();
+    }
+}
