@@ -139,3 +139,103 @@ fn a_mount_right_after_its_daemon_was_killed_works() {
         fx.umount();
     }
 }
+
+/// Unmounts (lazily) the loop-mounted state dir filesystem on drop.
+struct LoopMount(std::path::PathBuf);
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A full state dir is not invisible: while mutations are refused for
+/// `ENOSPC`, `status` says since when and how much space is left, and
+/// says nothing once captures succeed again. The state dir is on a small
+/// loop-mounted ext4 (root only: skipped with the reason otherwise).
+#[test]
+fn a_full_state_dir_is_shown_by_status() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: loop-mounting a small ext4 for the state dir needs root");
+        return;
+    }
+    let fx = Fixture::new();
+    let img = fx.root().join("state.img");
+    fs::File::create(&img)
+        .and_then(|f| f.set_len(32 << 20))
+        .expect("image");
+    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+    assert!(ok(std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "0"])
+        .arg(&img)));
+    assert!(ok(std::process::Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&fx.home)));
+    let _loop = LoopMount(fx.home.clone());
+    write_file(&fx.p("big"), &vec![7u8; 3 << 20], 0o644);
+    fx.mount_with(&["--no-export"]);
+
+    // Fill the state dir's filesystem from outside.
+    let filler = fx.home.join("filler");
+    {
+        let mut f = fs::File::create(&filler).expect("filler");
+        let chunk = vec![0u8; 1 << 20];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let run = fx.opfs(&[
+        std::ffi::OsStr::new("-C"),
+        fx.mnt.as_os_str(),
+        std::ffi::OsStr::new("status"),
+        std::ffi::OsStr::new("--json"),
+    ]);
+    assert!(
+        run.json()["mutations_refused"].is_null(),
+        "no mutation refused yet: {run}"
+    );
+    let overwrite = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo agent > big")
+        .current_dir(&fx.mnt)
+        .output()
+        .expect("sh");
+    assert!(!overwrite.status.success(), "the overwrite was not refused");
+    assert_eq!(fs::read(fx.p("big")).expect("big").len(), 3 << 20);
+
+    let v = fx.status();
+    assert_eq!(v["mutations_refused"]["errno"], "ENOSPC", "{v:#}");
+    assert!(v["mutations_refused"]["count"].as_u64() >= Some(1), "{v:#}");
+    assert!(
+        v["mutations_refused"]["since_ms"].as_u64() > Some(0),
+        "{v:#}"
+    );
+    assert!(
+        v["state_dir_free_bytes"].as_u64() < Some(3 << 20),
+        "free space: {v:#}"
+    );
+    assert!(
+        v["warnings"].as_array().is_some_and(|w| w.iter().any(|w| w
+            .as_str()
+            .is_some_and(|w| w.contains("mutations are refused since")))),
+        "{v:#}"
+    );
+    let run = fx.opfs_c(&["status"]).ok();
+    assert!(
+        run.stdout.contains("mutations are refused since")
+            && run.stdout.contains("filesystem is full")
+            && run.stdout.contains("free on its filesystem"),
+        "{run}"
+    );
+
+    // Space back: the next capture succeeds and the warning goes.
+    fs::remove_file(&filler).expect("free");
+    fx.sh("echo agent > big");
+    let v = fx.status();
+    assert!(v["mutations_refused"].is_null(), "{v:#}");
+    fx.umount();
+}
