@@ -140,10 +140,10 @@ fn a_mount_right_after_its_daemon_was_killed_works() {
     }
 }
 
-/// Unmounts (lazily) the loop-mounted state dir filesystem on drop.
-struct LoopMount(std::path::PathBuf);
+/// Unmounts a mount the test made (lazily) on drop.
+struct LazyUnmount(std::path::PathBuf);
 
-impl Drop for LoopMount {
+impl Drop for LazyUnmount {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount")
             .arg("-l")
@@ -176,7 +176,7 @@ fn a_full_state_dir_is_shown_by_status() {
         .args(["-o", "loop"])
         .arg(&img)
         .arg(&fx.home)));
-    let _loop = LoopMount(fx.home.clone());
+    let _loop = LazyUnmount(fx.home.clone());
     write_file(&fx.p("big"), &vec![7u8; 3 << 20], 0o644);
     fx.mount_with(&["--no-export"]);
 
@@ -238,4 +238,53 @@ fn a_full_state_dir_is_shown_by_status() {
     let v = fx.status();
     assert!(v["mutations_refused"].is_null(), "{v:#}");
     fx.umount();
+}
+
+/// A bind-mount alias of a served project is the same directory: a second
+/// daemon on it (another `OPFS_HOME`, or the same one) is refused, since
+/// "served once" compares the directory's identity, not its path.
+#[test]
+fn a_bind_mount_alias_of_a_served_project_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a bind mount needs root");
+        return;
+    }
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"one\n", 0o644);
+    fx.mount();
+    let alias = fx.root().join("alias");
+    let mnt2 = fx.root().join("mnt2");
+    fs::create_dir(&alias).expect("mkdir");
+    fs::create_dir(&mnt2).expect("mkdir");
+    assert!(std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(&fx.project)
+        .arg(&alias)
+        .status()
+        .is_ok_and(|s| s.success()));
+    let _alias = LazyUnmount(alias.clone());
+    for home in [fx.root().join("home2"), fx.home.clone()] {
+        let mut cmd = fx.opfs_command(&[
+            std::ffi::OsStr::new("mount"),
+            alias.as_os_str(),
+            mnt2.as_os_str(),
+        ]);
+        cmd.env("OPFS_HOME", &home);
+        let run = run_command(cmd, fx.root(), Duration::from_secs(60)).expect("mount");
+        let served = is_mounted(&mnt2);
+        if served {
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&mnt2)
+                .status();
+        }
+        assert!(!served, "a second daemon serves the alias: {run}");
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(
+            run.stderr.contains("already served by another opfs daemon")
+                && run.stderr.contains(&*fx.mnt.to_string_lossy()),
+            "{run}"
+        );
+    }
 }

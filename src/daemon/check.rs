@@ -320,15 +320,33 @@ fn lock_released(state: &StateDir) -> bool {
 /// stale (check each with [`is_dead_mount`]): every daemon names its mount
 /// `opfs:<project>` (the source field of `/proc/self/mountinfo`), so this
 /// finds them without writing anything, inside the project or out, and
-/// without asking the mounts themselves. Mounts in other mount namespaces
+/// without asking the mounts themselves. A mount whose source is another
+/// path to the same directory (a bind mount: same device and inode)
+/// counts too; the sources are `stat`ed, never the mounts. Mounts in other mount namespaces
 /// (another container) are not seen. An unreadable mount table yields none.
 pub fn mounts_of(project: &Path) -> Vec<PathBuf> {
     mounts_in(&mountinfo::Table::read(), project)
 }
 
-/// [`mounts_of`] in a mount table already read.
+/// [`mounts_of`] in a mount table already read. A mount serves `project`
+/// when its source names it, or names a directory with the same
+/// identity (device and inode): a bind-mount alias of the project
+/// (`mount --bind proj alias`) is the same directory under another path,
+/// and a second daemon on it would record behind the first one's back.
 fn mounts_in(table: &mountinfo::Table, project: &Path) -> Vec<PathBuf> {
-    table.fuse_mounts_of(&format!("opfs:{}", project.display()))
+    use std::os::unix::fs::MetadataExt;
+    let id = std::fs::metadata(project).ok().map(|m| (m.dev(), m.ino()));
+    table
+        .opfs_mounts()
+        .into_iter()
+        .filter(|(_, source)| {
+            source == project
+                || id.is_some_and(|id| {
+                    std::fs::metadata(source).is_ok_and(|m| (m.dev(), m.ino()) == id)
+                })
+        })
+        .map(|(mp, _)| mp)
+        .collect()
 }
 
 /// True when `path` is a FUSE mount whose daemon is gone (`ENOTCONN`, or
