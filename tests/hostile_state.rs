@@ -288,3 +288,106 @@ fn a_bind_mount_alias_of_a_served_project_is_refused() {
         );
     }
 }
+
+/// Bytes of the loose objects (`objects/xx/...`) of the repository at
+/// `git_dir`.
+fn loose_bytes(git_dir: &std::path::Path) -> u64 {
+    let Ok(dirs) = fs::read_dir(git_dir.join("objects")) else {
+        return 0;
+    };
+    dirs.flatten()
+        .filter(|d| d.file_name().len() == 2)
+        .flat_map(|d| fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .filter_map(|f| f.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// A background export that fails for space cleans up after itself: the
+/// loose objects it wrote before failing are removed (they were 23 MiB
+/// that not even `gc` reclaimed). The state dir is on a small
+/// loop-mounted ext4 (root only).
+#[test]
+fn a_failed_export_leaves_no_loose_objects() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: loop-mounting a small ext4 for the state dir needs root");
+        return;
+    }
+    let fx = Fixture::new();
+    let img = fx.root().join("state.img");
+    fs::File::create(&img)
+        .and_then(|f| f.set_len(24 << 20))
+        .expect("image");
+    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+    assert!(ok(std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-m", "0"])
+        .arg(&img)));
+    assert!(ok(std::process::Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&fx.home)));
+    let _loop = LazyUnmount(fx.home.clone());
+    let mut rng = Rng::new(25);
+    for i in 0..4 {
+        write_file(&fx.p(format!("r{i}")), &rng.bytes(6 << 20), 0o644);
+    }
+    fx.mount(); // with the background export: its baseline cannot fit
+    let log = fx.state_dir().join("daemon.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !fs::read_to_string(&log).is_ok_and(|t| t.contains("background export failed")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the export did not fail: {}",
+            fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = loose_bytes(&fx.state_dir().join("export.git"));
+    assert!(
+        left < 1 << 20,
+        "the failed export left {left} bytes of loose objects"
+    );
+    fx.umount();
+}
+
+/// `gc` collects what a killed export left: loose objects no ref reaches.
+#[test]
+fn gc_removes_the_loose_objects_a_killed_export_left() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    fx.sh("echo v1 > f");
+    fx.turn("two");
+    fx.opfs_c(&["export"]).ok();
+    fx.umount();
+    let git_dir = fx.state_dir().join("export.git");
+    // What a killed export leaves: an object written, no ref moved to it.
+    let stray = fx.root().join("stray");
+    write_file(&stray, &Rng::new(7).bytes(1 << 20), 0o644);
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["hash-object", "-w"])
+        .arg(&stray)
+        .output()
+        .expect("git");
+    assert!(out.status.success());
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let object = git_dir.join("objects").join(&id[..2]).join(&id[2..]);
+    assert!(object.exists());
+    fx.opfs_p(&["gc"]).ok();
+    assert!(!object.exists(), "gc left the unreachable object {id}");
+    // What the export holds is still there.
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&git_dir)
+        .args(["fsck", "--no-dangling"])
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
