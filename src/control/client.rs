@@ -643,11 +643,15 @@ pub fn unresponsive_message(
     let what = match u.state {
         Some(st) if st.is_frozen() => format!("does not answer: {st}"),
         Some(st) => format!(
-            "did not answer within {} s: it is {st}, busy or hung (see {})",
+            "did not answer within {} s: it is {st}, busy or hung (see {}); what was asked \
+             may still happen when it gets to it",
             u.limit.as_secs(),
             log.display()
         ),
-        None => format!("did not answer within {} s", u.limit.as_secs()),
+        None => format!(
+            "did not answer within {} s; what was asked may still happen when it gets to it",
+            u.limit.as_secs()
+        ),
     };
     let mp = mountpoint.map_or_else(|| "MOUNTPOINT".to_string(), |m| m.display().to_string());
     let resume = match (u.pid, u.state) {
