@@ -164,7 +164,7 @@ fn canonical_dir(
 /// not already served, and the state dir is outside the project.
 ///
 /// A stale opfs mount left by a killed daemon (the mountpoint answers
-/// `ENOTCONN`) is cleaned up with `fusermount3 -uz` instead of refused.
+/// `ENOTCONN`) is detached ([`detach_mount`]) instead of refused.
 /// When a dead mount was found (at the mountpoint, or where the state dir
 /// says its daemon served) and the state dir's lock is still held, waits up
 /// to [`DEAD_DAEMON_LOCK_WAIT`] for the dying daemon to release it before
@@ -191,10 +191,16 @@ pub fn check(home: &Path, project: &Path, mountpoint: &Path) -> Result<MountPlan
     if found_dead {
         let abs = state::absolute(mountpoint);
         log::warn!("cleaning up a stale mount at {}", abs.display());
-        let _ = std::process::Command::new("fusermount3")
-            .arg("-uz")
-            .arg(&abs)
-            .status();
+        detach_mount(&abs).map_err(|e| MountError::Io {
+            what: format!(
+                "{} holds a dead opfs mount (its daemon is gone) that cannot be detached; \
+                 `fusermount3 -uz {}` (package fuse3) or, as root, `umount -l {}` does it",
+                abs.display(),
+                abs.display(),
+                abs.display()
+            ),
+            source: e,
+        })?;
     }
     let mountpoint = canonical_dir(
         mountpoint,
@@ -282,6 +288,27 @@ fn held_by_unresponsive(table: &mountinfo::Table, state: &StateDir) -> Option<Mo
         at,
         unmounted,
     })
+}
+
+/// Detaches the mount at `path` lazily: `fusermount3 -uz`, else (no
+/// `fusermount3` on `PATH`, or it failed) `umount2(MNT_DETACH)`, which
+/// root may always do. A mount left by a killed daemon must go even on a
+/// machine without fuse3's helper, or the next mount of the project is
+/// refused as "busy".
+///
+/// Errors: both failed (the error of the second; `EPERM` for a user
+/// without `fusermount3`).
+pub fn detach_mount(path: &Path) -> io::Result<()> {
+    let helper = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if helper.is_ok_and(|s| s.success()) {
+        return Ok(());
+    }
+    rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH).map_err(io::Error::from)
 }
 
 /// How long [`check`] waits for the state lock of a daemon whose mount is

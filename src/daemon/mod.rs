@@ -441,8 +441,13 @@ pub enum StopError {
     /// says how to end it (`opfs umount --force`).
     #[error("{0}")]
     Unresponsive(String),
-    /// No daemon, and `fusermount3 -uz` failed on what it left.
-    #[error("cannot unmount stale mount {}", .0.display())]
+    /// No daemon, and neither `fusermount3 -uz` nor a lazy `umount2`
+    /// could detach what it left.
+    #[error(
+        "cannot unmount the mount at {m}: `fusermount3 -uz` (package fuse3) and a lazy unmount \
+         both failed; as root, `umount -l {m}`",
+        m = .0.display()
+    )]
     Stale(std::path::PathBuf),
     /// The daemon did not release the state lock in time.
     #[error("the daemon serving {} did not stop within {} s", .mountpoint.display(), .limit.as_secs())]
@@ -476,7 +481,8 @@ pub enum StopError {
 /// mountpoint), is frozen or did not answer within
 /// [`client::answer_limit`] ([`StopError::Unresponsive`], naming its pid
 /// and state), or did not stop in time. A daemon that died and left a
-/// stale mount is cleaned up with `fusermount3 -uz`.
+/// stale mount is detached ([`check::detach_mount`]: `fusermount3 -uz`,
+/// else a lazy `umount2`).
 pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), StopError> {
     match client::request(state, &Request::Unmount) {
         Ok(Response::Unmounting) => {}
@@ -510,14 +516,8 @@ pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), 
                 });
             }
             // No daemon: clean up whatever mount is left.
-            if mountinfo::is_mount_point(mountpoint) {
-                let st = std::process::Command::new("fusermount3")
-                    .arg("-uz")
-                    .arg(mountpoint)
-                    .status();
-                if !matches!(st, Ok(s) if s.success()) {
-                    return Err(StopError::Stale(mountpoint.to_path_buf()));
-                }
+            if mountinfo::is_mount_point(mountpoint) && check::detach_mount(mountpoint).is_err() {
+                return Err(StopError::Stale(mountpoint.to_path_buf()));
             }
             return Ok(());
         }
@@ -580,15 +580,7 @@ pub fn force_stop(
     let pid = crate::state::holder::lock_holder(state);
     for m in &points {
         if mountinfo::is_mount_point(m) {
-            let ok = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg(m)
-                .stdin(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-                || rustix::mount::unmount(m, rustix::mount::UnmountFlags::DETACH).is_ok();
-            if !ok {
+            if check::detach_mount(m).is_err() {
                 return Err(StopError::Stale(m.clone()));
             }
             report.detached.push(m.clone());
