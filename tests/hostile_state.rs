@@ -285,7 +285,11 @@ fn a_bind_mount_alias_of_a_served_project_is_refused() {
             alias.as_os_str(),
             mnt2.as_os_str(),
         ]);
-        cmd.env("OPFS_HOME", &home);
+        TestEnv {
+            opfs_home: home.clone(),
+            ..fx.pinned.clone()
+        }
+        .pin(&mut cmd);
         let run = run_command(cmd, fx.root(), Duration::from_secs(60)).expect("mount");
         let served = is_mounted(&mnt2);
         if served {

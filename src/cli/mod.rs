@@ -145,7 +145,8 @@ impl Ctx {
                 )))
             }
             Some(Ok(_)) => {}
-            Some(Err(_)) if registered.is_some() || is_enotconn(&dir) => {}
+            // A dead mount (its daemon gone) still names its project.
+            Some(Err(e)) if e.raw_os_error() == Some(libc::ENOTCONN) => {}
             Some(Err(_)) => {
                 return Err(CommandError::failure(format!(
                     "-C {}: no such directory",
@@ -185,6 +186,8 @@ impl Ctx {
     pub fn project_state_or_former(&self) -> Result<(StateDir, Option<String>), CommandError> {
         match self.project_state() {
             Ok(st) => Ok((st, None)),
+            // Inside a mountpoint mounted now, a bad `-C` is just that.
+            Err(e) if state::resolve_registered(self.home(), &self.dir()).is_some() => Err(e),
             Err(e) => match self.former_mount() {
                 Some((mp, st)) => {
                     let note = format!(
@@ -276,10 +279,6 @@ fn metadata_within(path: &Path, limit: Duration) -> Option<io::Result<std::fs::M
         })
         .ok()?;
     rx.recv_timeout(limit).ok()
-}
-
-fn is_enotconn(p: &Path) -> bool {
-    matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
 /// Runs the command line; returns the exit code.
