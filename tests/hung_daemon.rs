@@ -269,3 +269,45 @@ fn a_request_given_up_on_is_dropped_when_the_daemon_resumes() {
     assert_eq!(fx.status()["mounted"], true);
     std::mem::forget(stopped); // it runs again: the fixture unmounts it
 }
+
+/// An export waits for another export of the same repository, but never
+/// for a holder of its lock that is stopped (a daemon stopped in the
+/// middle of its background export): `opfs export` fails at once naming
+/// it. The holder here is `flock(1)`, stopped the same way.
+#[test]
+fn an_export_lock_held_by_a_stopped_process_is_not_waited_on() {
+    let fx = Fixture::new();
+    write_file(&fx.p("f"), b"v0\n", 0o644);
+    fx.mount();
+    fx.sh("echo v1 > f");
+    fx.turn("two");
+    fx.opfs_c(&["export"]).ok();
+    let lock = fx.state_dir().join("export.git/opfs-export.lock");
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .args(["sleep", "120"])
+        .spawn()
+        .expect("flock");
+    let pid = holder.id() as i32;
+    assert!(
+        wait_for(Duration::from_secs(30), || Command::new("flock")
+            .args(["-n"])
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| !s.success())),
+        "flock did not take the lock"
+    );
+    let stopped = Stopped::new(pid);
+    let c = OsStr::new("-C");
+    let run = bounded(&fx, &[c, fx.mnt.as_os_str(), OsStr::new("export")]);
+    drop(stopped); // killed
+    let _ = holder.wait();
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr
+            .contains(&format!("held by pid {pid}, which is stopped (state T)")),
+        "{run}"
+    );
+}
