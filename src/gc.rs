@@ -144,13 +144,14 @@ pub struct PinsLock {
 }
 
 impl PinsLock {
-    /// Waits for the lock on `state`'s pins.
+    /// Waits for the lock on `state`'s pins: at most 10 min, and not at
+    /// all while its holder is stopped (a gc in a stopped daemon).
     ///
     /// Errors: [`GcError::Lock`] when the lock file cannot be opened or
-    /// locked.
+    /// locked, or its holder is frozen or did not let go in time.
     pub fn acquire(state: &StateDir) -> Result<PinsLock, GcError> {
         let path = state.pins_lock_path();
-        crate::state::lock::FileLock::exclusive(&path)
+        crate::state::lock::FileLock::exclusive_within(&path, std::time::Duration::from_secs(600))
             .map(|lock| PinsLock { _lock: lock })
             .map_err(|source| GcError::Lock { path, source })
     }

@@ -36,6 +36,13 @@ pub enum VerifyError {
     /// There is no index for this project.
     #[error("index {0} does not exist: nothing has been recorded for this project")]
     NoIndex(PathBuf),
+    /// The index file is empty (0 bytes): no table, no history.
+    #[error(
+        "index {0} is empty (0 bytes): it holds no history. If this project had one, the file \
+         was truncated or replaced: restore it from a backup; if not, remove the file (the next \
+         mount starts a new history)"
+    )]
+    EmptyIndex(PathBuf),
     /// The index cannot be opened or read at all (not a database, damaged
     /// header, permission).
     #[error("index {path}: {source}")]
@@ -167,8 +174,10 @@ pub fn verify_with_progress(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<VerifyReport, VerifyError> {
     let path = state.index_path();
-    if !path.exists() {
-        return Err(VerifyError::NoIndex(path));
+    match std::fs::metadata(&path) {
+        Err(_) => return Err(VerifyError::NoIndex(path)),
+        Ok(m) if m.len() == 0 => return Err(VerifyError::EmptyIndex(path)),
+        Ok(_) => {}
     }
     let err = |source| VerifyError::Index {
         path: path.clone(),

@@ -11,7 +11,7 @@ mod common;
 use std::fs;
 
 use common::*;
-use opfs::control::client::request_with_progress;
+use opfs::control::client::{answer_limit, exchange};
 use opfs::control::protocol::{Request, Response};
 use opfs::store::StateDir;
 
@@ -40,10 +40,11 @@ fn a_mounted_rewind_sends_progress_lines_that_grow_to_the_total() {
         write_file(&fx.m(format!("d/f{i}")), b"made in turn 1\n", 0o644);
     }
     let t2 = fx.turn("two");
-    let socket = state_of(&fx).socket_path();
+    let state = state_of(&fx);
 
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    let answer = request_with_progress(&socket, &rewind_request(1, true), &mut |d, t| {
+    let req = rewind_request(1, true);
+    let answer = exchange(&state, &req, answer_limit(&req), &mut |d, t| {
         seen.push((d, t))
     })
     .expect("rewind through the socket");
@@ -67,7 +68,8 @@ fn a_mounted_rewind_sends_progress_lines_that_grow_to_the_total() {
 
     // Not asked for, none is sent: the answer is the first line.
     let mut calls = 0;
-    let answer = request_with_progress(&socket, &rewind_request(t2, false), &mut |_, _| calls += 1)
+    let req = rewind_request(t2, false);
+    let answer = exchange(&state, &req, answer_limit(&req), &mut |_, _| calls += 1)
         .expect("rewind through the socket");
     assert!(matches!(answer, Response::Rewind(_)), "{answer:?}");
     assert_eq!(calls, 0);

@@ -111,6 +111,37 @@ pub struct Journal<T = Dir> {
     exclude: crate::paths::Exclude,
     /// Changes to what git runs or trusts noted so far (`git_note`).
     git_notes: git_note::GitNotes,
+    /// Captures refused for a full or failing store since the last one
+    /// that succeeded ([`Journal::refusals`]).
+    refused: Refused,
+}
+
+/// Captures that failed with `ENOSPC` or `EIO` (a full state dir, a
+/// damaged store) since the last capture that succeeded: the mutations
+/// refused meanwhile. Two atomics, so the success path costs one relaxed
+/// load.
+#[derive(Debug, Default)]
+struct Refused {
+    /// How many.
+    count: AtomicU64,
+    /// When the first of them failed, in milliseconds since the Unix
+    /// epoch; 0 while none has.
+    since_ms: AtomicU64,
+    /// The errno of the last one.
+    errno: AtomicU64,
+}
+
+/// What [`Journal::refusals`] reports: mutations refused because their
+/// capture failed for a full (`ENOSPC`) or failing (`EIO`) store, since
+/// the last capture that succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusals {
+    /// How many mutations were refused.
+    pub count: u64,
+    /// When the first was, in milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// The errno of the last (`ENOSPC` or `EIO`).
+    pub errno: i32,
 }
 
 impl<T> std::fmt::Debug for Journal<T> {
@@ -119,6 +150,54 @@ impl<T> std::fmt::Debug for Journal<T> {
             .field("project", &self.state.project)
             .field("turn", &self.epoch.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+impl<T> Journal<T> {
+    /// Mutations refused since the last capture that succeeded because
+    /// their capture failed with `ENOSPC` (the state dir's filesystem is
+    /// full) or `EIO` (a failing store); `None` while captures succeed.
+    /// For `opfs status`: a full state dir must not be invisible.
+    pub fn refusals(&self) -> Option<Refusals> {
+        let since_ms = self.refused.since_ms.load(Ordering::Relaxed);
+        (since_ms != 0).then(|| Refusals {
+            count: self.refused.count.load(Ordering::Relaxed),
+            since_ms,
+            errno: self.refused.errno.load(Ordering::Relaxed) as i32,
+        })
+    }
+
+    /// Logs a failed capture and counts it when the store is full or
+    /// failing; clears the count on success. Returns the errno the
+    /// mutation fails with.
+    fn count_refusal(&self, result: Result<(), CaptureError>) -> Result<(), Errno> {
+        match result {
+            Ok(()) => {
+                if self.refused.since_ms.load(Ordering::Relaxed) != 0 {
+                    self.refused.since_ms.store(0, Ordering::Relaxed);
+                    self.refused.count.store(0, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                log::error!("capture failed, refusing the mutation: {e}");
+                let errno = e.errno();
+                if matches!(errno, libc::ENOSPC | libc::EIO) {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(1, |d| d.as_millis().max(1) as u64);
+                    let _ = self.refused.since_ms.compare_exchange(
+                        0,
+                        now,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    self.refused.count.fetch_add(1, Ordering::Relaxed);
+                    self.refused.errno.store(errno as u64, Ordering::Relaxed);
+                }
+                Err(errno)
+            }
+        }
     }
 }
 
@@ -231,6 +310,7 @@ impl<T: Tree> Journal<T> {
             range_min: DEFAULT_RANGE_MIN,
             exclude,
             git_notes: Default::default(),
+            refused: Refused::default(),
         })
     }
 
@@ -439,10 +519,7 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
             }
             Mutation::Rename { from, to, exchange } => self.capture_rename(from, to, exchange),
         };
-        result.map_err(|e| {
-            log::error!("capture failed, refusing the mutation: {e}");
-            e.errno()
-        })
+        self.count_refusal(result)
     }
 
     fn before_in(&self, mutation: &Mutation<'_>, parents: Parents<'_>) -> Result<(), Errno> {
@@ -464,10 +541,7 @@ impl<T: Tree + 'static> MutationHook for Journal<T> {
             }
             _ => return self.before(mutation),
         };
-        result.map_err(|e| {
-            log::error!("capture failed, refusing the mutation: {e}");
-            e.errno()
-        })
+        self.count_refusal(result)
     }
 
     fn after(&self, mutation: &Mutation<'_>, now: Option<&libc::stat>) {

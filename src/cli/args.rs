@@ -262,6 +262,11 @@ fn parse_range_min(s: &str) -> Result<u64, String> {
 pub struct UmountArgs {
     /// The mountpoint (default: where the project `-C` names is mounted).
     pub mountpoint: Option<PathBuf>,
+    /// End a daemon that is stopped, hung or does not answer: detach its
+    /// mount lazily and kill it by its pid, without asking it anything
+    /// (what it captured is kept and replayed at the next mount).
+    #[arg(long)]
+    pub force: bool,
 }
 
 // `opfs turn`.

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Parser;
 use opfs::control::Project;
@@ -126,11 +127,35 @@ impl Ctx {
     /// contains it.
     pub fn project_state(&self) -> Result<StateDir, CommandError> {
         let dir = self.dir();
-        if !dir.exists() && !is_enotconn(&dir) {
-            return Err(CommandError::failure(format!(
-                "-C {}: no such directory",
-                dir.display()
-            )));
+        // Inside a registered mountpoint the project is found without a
+        // `stat`, and the `stat` that checks `-C` is a directory is given
+        // 2 s: a stopped daemon's mount would keep it waiting.
+        let registered = state::resolve_registered(self.home(), &dir);
+        let meta = match &registered {
+            Some(_) => metadata_within(&dir, Duration::from_secs(2)),
+            None => Some(std::fs::metadata(&dir)),
+        };
+        match meta {
+            None => {}
+            Some(Ok(m)) if !m.is_dir() => {
+                return Err(CommandError::failure(format!(
+                    "-C {}: not a directory (-C names a project, a mountpoint or a directory \
+                     inside one)",
+                    dir.display()
+                )))
+            }
+            Some(Ok(_)) => {}
+            // A dead mount (its daemon gone) still names its project.
+            Some(Err(e)) if e.raw_os_error() == Some(libc::ENOTCONN) => {}
+            Some(Err(_)) => {
+                return Err(CommandError::failure(format!(
+                    "-C {}: no such directory",
+                    dir.display()
+                )))
+            }
+        }
+        if let Some(st) = registered {
+            return Ok(st);
         }
         state::resolve(self.home(), &dir).ok_or_else(|| match self.former_mount() {
             Some((mp, st)) => CommandError::failure(format!(
@@ -161,6 +186,8 @@ impl Ctx {
     pub fn project_state_or_former(&self) -> Result<(StateDir, Option<String>), CommandError> {
         match self.project_state() {
             Ok(st) => Ok((st, None)),
+            // Inside a mountpoint mounted now, a bad `-C` is just that.
+            Err(e) if state::resolve_registered(self.home(), &self.dir()).is_some() => Err(e),
             Err(e) => match self.former_mount() {
                 Some((mp, st)) => {
                     let note = format!(
@@ -240,8 +267,18 @@ fn stderr_log_file() -> Option<opfs::daemon::logfile::RotatingLog> {
     RotatingLog::open(&path, LOG_CAP, LOG_KEEP).ok()
 }
 
-fn is_enotconn(p: &Path) -> bool {
-    matches!(std::fs::metadata(p), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+/// `stat` of `path`, or `None` when it takes longer than `limit` (a path
+/// in the mount of a stopped daemon: the `stat` is left behind on a
+/// thread of its own, which ends with the process).
+fn metadata_within(path: &Path, limit: Duration) -> Option<io::Result<std::fs::Metadata>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let p = path.to_path_buf();
+    std::thread::Builder::new()
+        .spawn(move || {
+            let _ = tx.send(std::fs::metadata(&p));
+        })
+        .ok()?;
+    rx.recv_timeout(limit).ok()
 }
 
 /// Runs the command line; returns the exit code.

@@ -5,16 +5,17 @@
 //! `rewind` and making pending captures visible; nothing else decides
 //! between the daemon and direct access.
 
-use std::io::{self, BufReader};
+use std::io::{self, BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::protocol::{self, FailureKind, Request, Response, Status};
 use super::server;
 use crate::capture::{Journal, NewTurn, OpenError};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
+use crate::state::holder::{self, ProcState};
 use crate::state::lock::StateLock;
 use crate::store::Index;
 use crate::store::StateDir;
@@ -60,6 +61,21 @@ pub enum ClientError {
         socket: PathBuf,
         /// Why connecting or asking failed.
         source: io::Error,
+    },
+    /// The daemon took no answer within the request's bound
+    /// ([`answer_limit`]), or cannot answer at all: it is stopped
+    /// (`SIGSTOP`), traced or exited. Nothing in its mount is served or
+    /// recorded meanwhile.
+    #[error("{}", unresponsive_message(.project, .unanswered, .mountpoint.as_deref(), .log))]
+    Unresponsive {
+        /// The project.
+        project: PathBuf,
+        /// Its mountpoint, when the state dir records one.
+        mountpoint: Option<PathBuf>,
+        /// The daemon's log file.
+        log: PathBuf,
+        /// What was found.
+        unanswered: Unanswered,
     },
     /// The daemon answered with something that does not fit the request.
     #[error("unexpected answer from the daemon: {0:?}")]
@@ -138,12 +154,22 @@ impl ClientError {
 #[derive(Debug, Clone)]
 pub struct Project {
     state: StateDir,
+    /// Overrides [`answer_limit`] for every request, when set.
+    limit: Option<Duration>,
 }
 
 impl Project {
     /// The project whose state dir is `state` (it need not exist yet).
     pub fn new(state: StateDir) -> Project {
-        Project { state }
+        Project { state, limit: None }
+    }
+
+    /// This project, waiting at most `limit` for any answer of its daemon
+    /// instead of each request's own bound ([`answer_limit`]): the agent
+    /// hook uses a short one, so a hung daemon never hangs the agent.
+    pub fn with_answer_limit(mut self, limit: Duration) -> Project {
+        self.limit = Some(limit);
+        self
     }
 
     /// The project's state dir.
@@ -367,6 +393,10 @@ impl Project {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
+                // A damaged page must stop the rewind before it writes
+                // (opening the journal replays the capture log into it).
+                crate::store::quick_check(&self.state.index_path())
+                    .map_err(|e| ClientError::Open(OpenError::from(e)))?;
                 let (journal, _lock) = self.open_direct()?;
                 let report = rewind::rewind_with_progress(&journal, to, opts, progress)?;
                 Ok((report, Via::Direct))
@@ -473,26 +503,37 @@ impl Project {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Option<Response>, ClientError> {
         let st = &self.state;
-        match request_with_progress(&st.socket_path(), req, progress) {
-            Ok(r) => Ok(Some(r)),
+        let limit = self.limit.unwrap_or_else(|| answer_limit(req));
+        let source = match exchange(st, req, limit, progress) {
+            Ok(r) => return Ok(Some(r)),
+            Err(AskError::Unanswered(unanswered)) => {
+                return Err(ClientError::Unresponsive {
+                    project: st.project.clone(),
+                    mountpoint: crate::state::registry::recorded_mountpoint(st),
+                    log: st.log_path(),
+                    unanswered,
+                })
+            }
+            Err(AskError::Io(e)) => e,
+        };
+        match source {
             // Connected and sent, but no answer: the daemon died while
             // handling the request. Running it again directly could repeat
             // half of it; the next `opfs mount` finishes an interrupted
             // rewind instead. A status needs no answer from a dying daemon:
             // once it is gone the state dir answers.
-            Err(e)
-                if is_cut_off(&e)
-                    && matches!(req, Request::Status)
-                    && wait_for(DYING_DAEMON_WAIT, || !StateLock::is_held(st)) =>
+            e if is_cut_off(&e)
+                && matches!(req, Request::Status)
+                && wait_for(DYING_DAEMON_WAIT, || !StateLock::is_held(st)) =>
             {
                 Ok(None)
             }
-            Err(source) if is_cut_off(&source) => Err(ClientError::DaemonDied {
+            source if is_cut_off(&source) => Err(ClientError::DaemonDied {
                 project: st.project.clone(),
                 log: st.log_path(),
                 source,
             }),
-            Err(source) => {
+            source => {
                 // Nobody listens on the socket while the lock is held: a
                 // daemon that was just killed, whose lock goes a moment
                 // after its last thread (the request never reached it, so
@@ -533,10 +574,22 @@ impl Project {
 
 /// Asks the daemon serving `state`, if one runs, to commit the records
 /// pending in its capture log. Without a daemon nothing is pending that a
-/// reader could race with, so errors (no socket) are ignored. This is the
-/// `commit` seam the history readers are given.
+/// reader could race with, so errors (no socket) are ignored; a daemon
+/// that does not answer within [`answer_limit`] (at once when it is
+/// stopped) is not waited for further: the reader goes on with what the
+/// index holds. This is the `commit` seam the history readers are given.
 pub fn commit_through_daemon(state: &StateDir) {
-    let _ = request(&state.socket_path(), &Request::Commit);
+    if let Err(AskError::Unanswered(u)) = request(state, &Request::Commit) {
+        log::warn!(
+            "{}",
+            unresponsive_message(
+                &state.project,
+                &u,
+                crate::state::registry::recorded_mountpoint(state).as_deref(),
+                &state.log_path()
+            )
+        );
+    }
 }
 
 fn is_cut_off(e: &io::Error) -> bool {
@@ -544,39 +597,239 @@ fn is_cut_off(e: &io::Error) -> bool {
     matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
 }
 
-/// Sends one request to the daemon whose socket is `socket` and waits for
-/// the answer.
+/// How long a client waits for the daemon's answer to `req` (between two
+/// lines, for a request that gets progress lines), unless the daemon is
+/// found frozen first (stopped, traced or exited: checked about four
+/// times a second while waiting, and before connecting):
 ///
-/// Errors: the socket is missing or refuses (no daemon), or the daemon
-/// closed the connection without answering (`UnexpectedEof`).
-pub fn request(socket: &Path, req: &Request) -> io::Result<Response> {
-    request_with_progress(socket, req, &mut |_, _| {})
+/// - status: 10 s (a daemon answers it from memory and one index read);
+/// - commit of pending captures: 30 s (one group commit);
+/// - turn: 60 s (it writes back dirty mmap pages and waits for the
+///   mutations in flight; the agent hook waits 5 s, [`HOOK_LIMIT`]);
+/// - unmount: 30 s for the answer (then the caller waits for the daemon
+///   to exit, with a bound of its own);
+/// - rewind, merge, gc: 30 min without a line (each progress line of a
+///   rewind starts the wait again).
+pub fn answer_limit(req: &Request) -> Duration {
+    match req {
+        Request::Status => Duration::from_secs(10),
+        Request::Commit | Request::Unmount => Duration::from_secs(30),
+        Request::Turn { .. } => Duration::from_secs(60),
+        Request::Rewind { .. } | Request::Merge { .. } | Request::Gc { .. } => {
+            Duration::from_secs(30 * 60)
+        }
+    }
 }
 
-/// [`request`], passing each [`Response::Progress`] line that comes before
-/// the answer to `progress(done, total)`.
+/// How long the agent hook (`opfs hook`) waits for a turn: short, so a
+/// hung daemon never hangs the agent; the hook then tells the agent that
+/// work may not be recorded.
+pub const HOOK_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long a client waits to connect to the control socket (a stopped
+/// daemon's listen queue fills, then `connect` blocks).
+const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How often a waiting client checks whether the daemon froze.
+const FROZEN_CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// A daemon that did not answer: who holds the state lock and what the
+/// kernel says it is doing.
+#[derive(Debug, Clone)]
+pub struct Unanswered {
+    /// The lock holder's pid, when `/proc/locks` names one.
+    pub pid: Option<u32>,
+    /// Its state when last checked (`None`: gone, or no pid).
+    pub state: Option<ProcState>,
+    /// How long the client waited (0 when the daemon was frozen before
+    /// the request was sent).
+    pub waited: Duration,
+    /// The bound it waited for.
+    pub limit: Duration,
+}
+
+/// The message for a daemon that does not answer: who, what it is
+/// doing, that nothing is recorded meanwhile, and what to do.
+pub fn unresponsive_message(
+    project: &Path,
+    u: &Unanswered,
+    mountpoint: Option<&Path>,
+    log: &Path,
+) -> String {
+    let who = match u.pid {
+        Some(pid) => format!("the daemon of {} (pid {pid})", project.display()),
+        None => format!("the daemon of {}", project.display()),
+    };
+    let what = match u.state {
+        Some(st) if st.is_frozen() => format!("does not answer: {st}"),
+        Some(st) => format!(
+            "did not answer within {} s: it is {st}, busy or hung (see {}); what was asked \
+             may still happen when it gets to it",
+            u.limit.as_secs(),
+            log.display()
+        ),
+        None => format!(
+            "did not answer within {} s; what was asked may still happen when it gets to it",
+            u.limit.as_secs()
+        ),
+    };
+    let mp = mountpoint.map_or_else(|| "MOUNTPOINT".to_string(), |m| m.display().to_string());
+    let resume = match (u.pid, u.state) {
+        (Some(pid), Some(ProcState::Stopped)) => {
+            format!("`kill -CONT {pid}` resumes it, or ")
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{who} {what}; nothing in its mount is served or recorded meanwhile: {resume}\
+         `opfs umount --force {mp}` ends it and unmounts (what it captured is kept and \
+         replayed at the next mount)"
+    )
+}
+
+/// Why [`request`] got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// Connecting, sending or reading failed: no daemon listens (the
+    /// socket is missing or refuses), or it closed the connection
+    /// without answering (`UnexpectedEof`).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The daemon is frozen, or did not answer within the bound.
+    #[error("the daemon does not answer ({unanswered:?})", unanswered = .0)]
+    Unanswered(Unanswered),
+}
+
+/// Sends one request to the daemon serving `state` and waits for the
+/// answer, at most [`answer_limit`] of the request.
 ///
-/// Errors: as [`request`].
-pub fn request_with_progress(
-    socket: &Path,
+/// Errors: as [`exchange`].
+pub fn request(state: &StateDir, req: &Request) -> Result<Response, AskError> {
+    exchange(state, req, answer_limit(req), &mut |_, _| {})
+}
+
+/// Sends one request to the daemon serving `state` and waits for the
+/// answer, passing each [`Response::Progress`] line that comes before it
+/// to `progress(done, total)`. Waits at most `limit` for each line, and
+/// not at all for a daemon found frozen (stopped, traced, exited: the
+/// holder of the state lock, checked before connecting and about four
+/// times a second while waiting). The request is never sent to a daemon
+/// already frozen; one that freezes after it was sent may still carry it
+/// out when it runs again, unless the client has gone by then (the
+/// daemon drops requests whose client stopped waiting).
+///
+/// Errors: [`AskError::Io`] when no daemon listens, the connection ends
+/// without an answer (`UnexpectedEof`) or the answer is not JSON;
+/// [`AskError::Unanswered`] for a frozen daemon or one silent for `limit`.
+pub fn exchange(
+    state: &StateDir,
     req: &Request,
+    limit: Duration,
     progress: &mut dyn FnMut(u64, u64),
-) -> io::Result<Response> {
-    let mut conn = UnixStream::connect(socket)?;
+) -> Result<Response, AskError> {
+    let start = Instant::now();
+    let frozen = |waited: Duration| -> Option<Unanswered> {
+        let pid = holder::lock_holder(state)?;
+        let st = holder::proc_state(pid)?;
+        st.is_frozen().then_some(Unanswered {
+            pid: Some(pid),
+            state: Some(st),
+            waited,
+            limit,
+        })
+    };
+    if let Some(u) = frozen(Duration::ZERO) {
+        return Err(AskError::Unanswered(u));
+    }
+    let socket = state.socket_path();
+    let mut conn = match connect_within(&socket, CONNECT_LIMIT.min(limit)) {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            return Err(AskError::Unanswered(unanswered_now(
+                state,
+                start.elapsed(),
+                limit,
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    conn.set_write_timeout(Some(CONNECT_LIMIT))?;
     protocol::write_message(&mut conn, req)?;
+    conn.set_read_timeout(Some(FROZEN_CHECK_EVERY))?;
     let mut reader = BufReader::new(conn);
-    let mut line = String::new();
+    let mut line = Vec::new();
+    let mut since = Instant::now();
     loop {
-        if !protocol::read_line(&mut reader, &mut line)? {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the daemon closed the connection without answering",
-            ));
+        match reader.read_until(b'\n', &mut line) {
+            Ok(_) if line.ends_with(b"\n") => {
+                match serde_json::from_slice(&line).map_err(io::Error::other)? {
+                    Response::Progress { done, total } => progress(done, total),
+                    answer => return Ok(answer),
+                }
+                line.clear();
+                since = Instant::now();
+            }
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the daemon closed the connection without answering",
+                )
+                .into())
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                // What was read of a line so far stays in `line`.
+                if let Some(u) = frozen(start.elapsed()) {
+                    return Err(AskError::Unanswered(u));
+                }
+                if since.elapsed() >= limit {
+                    return Err(AskError::Unanswered(unanswered_now(
+                        state,
+                        start.elapsed(),
+                        limit,
+                    )));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
         }
-        match serde_json::from_str(&line).map_err(io::Error::other)? {
-            Response::Progress { done, total } => progress(done, total),
-            answer => return Ok(answer),
-        }
+    }
+}
+
+/// What the lock holder of `state` is doing now.
+fn unanswered_now(state: &StateDir, waited: Duration, limit: Duration) -> Unanswered {
+    let pid = holder::lock_holder(state);
+    Unanswered {
+        pid,
+        state: pid.and_then(holder::proc_state),
+        waited,
+        limit,
+    }
+}
+
+/// Connects to `socket`, giving up after `limit` (`TimedOut`): `connect`
+/// blocks once a daemon that stopped accepting has a full listen queue.
+/// The attempt runs on a thread of its own, left behind when it times
+/// out (it ends when the connection is accepted or refused, or with the
+/// process).
+fn connect_within(socket: &Path, limit: Duration) -> io::Result<UnixStream> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let path = socket.to_path_buf();
+    std::thread::Builder::new()
+        .name("opfs-connect".into())
+        .spawn(move || {
+            let _ = tx.send(UnixStream::connect(&path));
+        })?;
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("connecting to {} timed out", socket.display()),
+        )),
     }
 }
 

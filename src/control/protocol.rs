@@ -150,6 +150,23 @@ pub struct Status {
     /// mutation through the mount fails (`ENOENT`) and rewinds are refused.
     #[serde(default)]
     pub project_deleted: bool,
+    /// Mutations refused since the last capture that succeeded, because
+    /// their capture failed with `ENOSPC` (the state dir's filesystem is
+    /// full) or `EIO`; absent while captures succeed (and without a
+    /// daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutations_refused: Option<MutationsRefused>,
+}
+
+/// Mutations refused for a full or failing store ([`Status`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MutationsRefused {
+    /// How many since the last capture that succeeded.
+    pub count: u64,
+    /// When the first of them was, in milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// Why the last one failed: `ENOSPC` or `EIO`.
+    pub errno: String,
 }
 
 /// Writes `msg` as one line of JSON.

@@ -31,6 +31,17 @@ pub fn status_of(
         pid: mountpoint.map(|_| std::process::id()),
         recovered,
         project_deleted: journal.backing().is_deleted(),
+        mutations_refused: journal
+            .refusals()
+            .map(|r| super::protocol::MutationsRefused {
+                count: r.count,
+                since_ms: r.since_ms,
+                errno: match r.errno {
+                    libc::ENOSPC => "ENOSPC".into(),
+                    libc::EIO => "EIO".into(),
+                    n => n.to_string(),
+                },
+            }),
     }
 }
 
@@ -297,6 +308,14 @@ fn serve_one(
     }
     while protocol::read_line(&mut reader, &mut line)? {
         let resp = match serde_json::from_str::<Request>(&line) {
+            Ok(req) if client_gone(&writer) => {
+                // The client stopped waiting (the daemon was stopped or
+                // busy past the client's bound): carrying the request out
+                // now would surprise whoever gave up on it (an unmount, a
+                // turn, a rewind long after it was asked for).
+                log::warn!("control request dropped, its client stopped waiting: {req:?}");
+                continue;
+            }
             Ok(req) => {
                 log::info!("control request: {req:?}");
                 if matches!(req, Request::Rewind { progress: true, .. }) {
@@ -313,6 +332,18 @@ fn serve_one(
         protocol::write_message(&mut writer, &resp)?;
     }
     Ok(())
+}
+
+/// True when the peer of `conn` has closed its end: a read would find
+/// end of file at once. Our clients never close their end before reading
+/// the answer, so this means the client gave up waiting.
+fn client_gone(conn: &UnixStream) -> bool {
+    use rustix::net::RecvFlags;
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(conn, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Ok((0, _))
+    )
 }
 
 /// The shortest time between two progress lines.

@@ -27,7 +27,10 @@ pub mod signals;
 pub mod spawn;
 pub mod worktree;
 
-pub use check::{check, is_dead_mount, mounts_of, MountError, MountPlan, DEAD_DAEMON_LOCK_WAIT};
+pub use check::{
+    check, is_dead_mount, mounts_of, probe_mount, MountError, MountPlan, MountProbe,
+    DEAD_DAEMON_LOCK_WAIT, MOUNT_PROBE_LIMIT,
+};
 pub use options::{
     default_threads, parse_range_min, project_sync, range_min_from, remember_sync, BadRangeMin,
     DaemonOptions, FsTuning,
@@ -188,6 +191,9 @@ fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, 
             state.dir.display()
         )))?;
     }
+    // A damaged page is found now, not by the first capture that meets it.
+    crate::store::quick_check(&state.index_path())
+        .map_err(|e| MountError::Journal(crate::capture::OpenError::from(e)))?;
     let mut journal = Journal::open(state, opts.sync)?;
     journal.set_range_min(opts.range_min);
     let keep_min = opts
@@ -419,7 +425,7 @@ fn shut_down(home: &Path, plan: &MountPlan, journal: &Journal) {
     log::info!("unmounted {}", plan.mountpoint.display());
 }
 
-/// Why [`stop`] failed.
+/// Why [`stop`] or [`force_stop`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StopError {
     /// The daemon refused (a busy mountpoint); its message.
@@ -438,8 +444,18 @@ pub enum StopError {
         /// The cause.
         source: io::Error,
     },
-    /// No daemon, and `fusermount3 -uz` failed on what it left.
-    #[error("cannot unmount stale mount {}", .0.display())]
+    /// The daemon is frozen (stopped, traced) or did not answer the
+    /// unmount request in time; the message names its pid and state and
+    /// says how to end it (`opfs umount --force`).
+    #[error("{0}")]
+    Unresponsive(String),
+    /// No daemon, and neither `fusermount3 -uz` nor a lazy `umount2`
+    /// could detach what it left.
+    #[error(
+        "cannot unmount the mount at {m}: `fusermount3 -uz` (package fuse3) and a lazy unmount \
+         both failed; as root, `umount -l {m}`",
+        m = .0.display()
+    )]
     Stale(std::path::PathBuf),
     /// The daemon did not release the state lock in time.
     #[error("the daemon serving {} did not stop within {} s", .mountpoint.display(), .limit.as_secs())]
@@ -449,6 +465,19 @@ pub enum StopError {
         /// How long it was given.
         limit: Duration,
     },
+    /// [`force_stop`] could not end the process holding the state lock.
+    #[error(
+        "cannot end the daemon of {} (pid {pid}): {source}; end it yourself (`kill -KILL {pid}`)",
+        .project.display()
+    )]
+    Kill {
+        /// The project.
+        project: std::path::PathBuf,
+        /// The daemon's pid.
+        pid: u32,
+        /// The cause.
+        source: io::Error,
+    },
 }
 
 /// Stops the daemon serving `state`'s project: asks it to unmount and waits
@@ -457,14 +486,25 @@ pub enum StopError {
 /// A daemon that closes the connection without answering (it unmounted
 /// and exited before its answer went out) is waited for like one that
 /// answered. Errors name the mountpoint: the daemon refused (busy
-/// mountpoint), or it did not stop in time. A daemon that died and left a
-/// stale mount is cleaned up with `fusermount3 -uz`.
+/// mountpoint), is frozen or did not answer within
+/// [`client::answer_limit`] ([`StopError::Unresponsive`], naming its pid
+/// and state), or did not stop in time. A daemon that died and left a
+/// stale mount is detached ([`check::detach_mount`]: `fusermount3 -uz`,
+/// else a lazy `umount2`).
 pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), StopError> {
-    match client::request(&state.socket_path(), &Request::Unmount) {
+    match client::request(state, &Request::Unmount) {
         Ok(Response::Unmounting) => {}
         Ok(Response::Error { message, .. }) => return Err(StopError::Refused(message)),
         Ok(other) => return Err(StopError::Unexpected(Box::new(other))),
-        Err(source) => {
+        Err(client::AskError::Unanswered(u)) => {
+            return Err(StopError::Unresponsive(client::unresponsive_message(
+                &state.project,
+                &u,
+                Some(mountpoint),
+                &state.log_path(),
+            )))
+        }
+        Err(client::AskError::Io(source)) => {
             // A daemon that took the request unmounts and exits, and may be
             // gone before its answer is written: a connection cut off with
             // the lock still held is waited for like an answer.
@@ -484,14 +524,8 @@ pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), 
                 });
             }
             // No daemon: clean up whatever mount is left.
-            if mountinfo::is_mount_point(mountpoint) {
-                let st = std::process::Command::new("fusermount3")
-                    .arg("-uz")
-                    .arg(mountpoint)
-                    .status();
-                if !matches!(st, Ok(s) if s.success()) {
-                    return Err(StopError::Stale(mountpoint.to_path_buf()));
-                }
+            if mountinfo::is_mount_point(mountpoint) && check::detach_mount(mountpoint).is_err() {
+                return Err(StopError::Stale(mountpoint.to_path_buf()));
             }
             return Ok(());
         }
@@ -504,4 +538,86 @@ pub fn stop(state: &StateDir, mountpoint: &Path, limit: Duration) -> Result<(), 
             limit,
         })
     }
+}
+
+/// What [`force_stop`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ForceStop {
+    /// The mountpoints detached (lazily: a process still inside one keeps
+    /// what it has open; new accesses see the directory beneath).
+    pub detached: Vec<std::path::PathBuf>,
+    /// The pid of the process that held the state lock, killed.
+    pub killed: Option<u32>,
+    /// What that process was doing before (`stopped (state T)`...).
+    pub was: Option<String>,
+}
+
+/// How long [`force_stop`] waits for a killed daemon to release the state
+/// lock (its last thread leaving the kernel).
+pub const FORCE_STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Ends the daemon serving `state`'s project whatever it is doing
+/// (stopped, hung, busy, or already gone): detaches `mountpoint` and the
+/// mountpoint the state dir records (`fusermount3 -uz`, else a lazy
+/// `umount2(MNT_DETACH)`), kills the process holding the state lock with
+/// `SIGKILL` (which ends a stopped process too, and fails the requests
+/// waiting on its mount with `ENOTCONN`), waits up to [`FORCE_STOP_WAIT`]
+/// for the lock to be released, and removes the mount's registration.
+/// Never asks the daemon anything, so it never waits on it.
+///
+/// Durable afterwards: every capture the daemon made (its capture log is
+/// replayed into the index at the next open, as after any crash); a
+/// rewind it was running is finished by the next mount. Lost: nothing
+/// recorded; a mutation that was in flight through the mount fails.
+///
+/// Errors: [`StopError::Kill`] when the process cannot be killed or still
+/// holds the lock after the wait; [`StopError::Stale`] when a mountpoint
+/// stays mounted.
+pub fn force_stop(
+    home: &Path,
+    state: &StateDir,
+    mountpoint: &Path,
+) -> Result<ForceStop, StopError> {
+    let mut report = ForceStop::default();
+    let mut points = vec![mountpoint.to_path_buf()];
+    if let Some(m) = registry::recorded_mountpoint(state) {
+        if !points.contains(&m) {
+            points.push(m);
+        }
+    }
+    let pid = crate::state::holder::lock_holder(state);
+    for m in &points {
+        if mountinfo::is_mount_point(m) {
+            if check::detach_mount(m).is_err() {
+                return Err(StopError::Stale(m.clone()));
+            }
+            report.detached.push(m.clone());
+        }
+    }
+    if let Some(pid) = pid {
+        report.was = crate::state::holder::proc_state(pid).map(|s| s.to_string());
+        let kill_err = |source: io::Error| StopError::Kill {
+            project: state.project.clone(),
+            pid,
+            source,
+        };
+        let p = rustix::process::Pid::from_raw(pid as i32)
+            .ok_or_else(|| kill_err(io::Error::other("not a pid")))?;
+        match rustix::process::kill_process(p, rustix::process::Signal::KILL) {
+            Ok(()) => report.killed = Some(pid),
+            Err(rustix::io::Errno::SRCH) => {}
+            Err(e) => return Err(kill_err(e.into())),
+        }
+        if !wait_for(FORCE_STOP_WAIT, || !StateLock::is_held(state)) {
+            return Err(kill_err(io::Error::other(format!(
+                "it still holds {} after {} s",
+                state.lock_path().display(),
+                FORCE_STOP_WAIT.as_secs()
+            ))));
+        }
+    }
+    for m in &points {
+        registry::unregister_mount(home, state, m);
+    }
+    Ok(report)
 }

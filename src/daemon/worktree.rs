@@ -306,7 +306,7 @@ pub fn mount(
 pub fn is_mounted(home: &Path, wt: &Worktree, meta: &Meta) -> bool {
     mountinfo::is_mount_point(&meta.mountpoint)
         && matches!(
-            crate::control::client::request(&wt.state(home).socket_path(), &Request::Status),
+            crate::control::client::request(&wt.state(home), &Request::Status),
             Ok(Response::Status(_))
         )
 }

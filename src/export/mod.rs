@@ -374,7 +374,13 @@ pub fn export_with(
                     "turns {from} to {to} were dropped by gc under the export: starting over"
                 );
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // What this run wrote is unreachable (no ref moved to it):
+                // a failed export (a full disk) cleans up after itself
+                // rather than leave megabytes of loose objects behind.
+                prune::drop_unreachable(&git_dir);
+                return Err(e);
+            }
             Ok(None) => return Ok(report),
             Ok(Some(done)) => break done,
         }

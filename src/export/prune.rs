@@ -174,12 +174,15 @@ fn prune_with(
         chain.push((id, owned, turn));
     }
     chain.reverse();
-    let Some(base_turn) = chain.first().map(|c| c.2) else {
-        return Ok(Some(report));
-    };
     // The baseline holds turn F - 1 (the start of F): nothing older to drop.
-    if base_turn + 1 >= oldest_kept {
+    // With no chain (a baseline that never finished) nothing is dropped
+    // either. Objects an interrupted export left (killed, or failed before
+    // a cleanup could run) are unreachable: removed here, so `gc` reclaims
+    // them.
+    let nothing_to_drop = chain.first().is_none_or(|c| c.2 + 1 >= oldest_kept);
+    if nothing_to_drop {
         if !dry_run {
+            drop_unreachable(&git_dir);
             report.packed = pack(&git_dir, true);
             report.bytes_after = disk_bytes(&git_dir);
         }
@@ -441,6 +444,41 @@ pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
         Err(e) => {
             log::warn!("git gc in {}: {e}", git_dir.display());
             Packed::No
+        }
+    }
+}
+
+/// Removes the loose objects of the repository at `git_dir` that no ref
+/// (or reflog) reaches: what an export that failed or was killed wrote
+/// before it could move a ref (`git prune --expire=now`; packs are left
+/// alone). The caller holds the export lock, so no export is writing
+/// objects it has not yet made reachable. Without `git` on `PATH`,
+/// nothing is removed. Returns whether git ran and succeeded; a failure is
+/// logged.
+pub(super) fn drop_unreachable(git_dir: &Path) -> bool {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["prune", "--expire=now"])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            log::warn!(
+                "git prune in {}: {}",
+                git_dir.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            false
+        }
+        Err(e) => {
+            log::warn!("git prune in {}: {e}", git_dir.display());
+            false
         }
     }
 }

@@ -82,8 +82,9 @@ pub struct RecordConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Keep at least the newest this many turns.
-    pub keep: Option<u64>,
+    /// Keep at least the newest this many turns (signed, so that a
+    /// negative value is reported by the CLI's check, not as a type error).
+    pub keep: Option<i64>,
     /// Drop more old turns until the kept blobs take at most this: bytes
     /// (an integer) or a size with a suffix (`"10G"`).
     pub max_bytes: Option<Size>,
@@ -96,8 +97,9 @@ pub struct RetentionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum Size {
-    /// A number of bytes.
-    Bytes(u64),
+    /// A number of bytes (signed, so that a negative value is reported
+    /// by the CLI's check, not as a type error).
+    Bytes(i64),
     /// A number with a suffix, as `opfs gc --max-bytes` takes it.
     Text(String),
 }

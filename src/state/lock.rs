@@ -41,6 +41,44 @@ impl FileLock {
         flock(&file, FlockOperation::LockExclusive)?;
         Ok(FileLock { _file: file })
     }
+
+    /// [`FileLock::exclusive`], but never waiting on a holder that cannot
+    /// let go: polls (every 50 ms) and gives up at once when the process
+    /// holding the lock is stopped, traced or exited
+    /// ([`crate::state::holder`]), and after `limit` in any case.
+    ///
+    /// Errors: as [`FileLock::exclusive`]; `WouldBlock` naming the holder's
+    /// pid and state when it is frozen; `TimedOut` after `limit`.
+    pub fn exclusive_within(path: &Path, limit: std::time::Duration) -> io::Result<FileLock> {
+        let start = std::time::Instant::now();
+        let mut checked = start;
+        loop {
+            if let Some(lock) = FileLock::try_exclusive(path)? {
+                return Ok(lock);
+            }
+            if checked.elapsed() >= std::time::Duration::from_millis(250) || checked == start {
+                checked = std::time::Instant::now();
+                if let Some(pid) = super::holder::flock_holder(path) {
+                    if let Some(st) = super::holder::proc_state(pid).filter(|s| s.is_frozen()) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WouldBlock,
+                            format!(
+                                "the lock is held by pid {pid}, which is {st}: it cannot let go \
+                                 until it runs again (`kill -CONT {pid}`) or ends"
+                            ),
+                        ));
+                    }
+                }
+            }
+            if start.elapsed() >= limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("still held by another process after {} s", limit.as_secs()),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 fn open(path: &Path) -> io::Result<File> {

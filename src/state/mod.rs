@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::store::layout::key_of;
 use crate::store::StateDir;
 
+pub mod holder;
 pub mod home;
 pub mod lock;
 pub mod mountinfo;
@@ -30,8 +31,27 @@ pub fn mount_entry(home: &Path, mountpoint: &Path) -> PathBuf {
 /// inside one) belongs to: walks up from `path` and returns the first
 /// ancestor that is a known project or a registered mountpoint.
 pub fn resolve(home: &Path, path: &Path) -> Option<StateDir> {
-    let start = absolute(path);
-    let mut cur: Option<&Path> = Some(&start);
+    // Lexically first: a path inside a registered mountpoint is found
+    // without a `stat` of the mount, which would wait for a stopped
+    // daemon.
+    resolve_from(home, &lexically_absolute(path)).or_else(|| resolve_from(home, &absolute(path)))
+}
+
+/// [`resolve`] for a path at or inside a mountpoint registered under
+/// `home`, found lexically: without any file system access to the path
+/// itself, so a stopped daemon's mount is never touched. `None` for
+/// anything else (ask [`resolve`]).
+pub fn resolve_registered(home: &Path, path: &Path) -> Option<StateDir> {
+    let start = lexically_absolute(path);
+    start.ancestors().find_map(|p| {
+        let project = fs::read(mount_entry(home, p)).ok()?;
+        let sd = StateDir::for_project(home, Path::new(std::ffi::OsStr::from_bytes(&project)));
+        sd.exists().then_some(sd)
+    })
+}
+
+fn resolve_from(home: &Path, start: &Path) -> Option<StateDir> {
+    let mut cur: Option<&Path> = Some(start);
     while let Some(p) = cur {
         let sd = StateDir::for_project(home, p);
         if sd.exists() {
@@ -56,6 +76,12 @@ pub fn absolute(path: &Path) -> PathBuf {
     if let Ok(c) = fs::canonicalize(path) {
         return c;
     }
+    lexically_absolute(path)
+}
+
+/// `path` made absolute against the current directory, with `.` and `..`
+/// resolved lexically: no file system access (symlinks stay as they are).
+pub fn lexically_absolute(path: &Path) -> PathBuf {
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {

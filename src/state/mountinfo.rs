@@ -71,6 +71,19 @@ impl Table {
             .collect()
     }
 
+    /// Every opfs mount as `(mountpoint, project)`: the project is the
+    /// source's path after `opfs:` (the name the daemon gives its mount).
+    pub fn opfs_mounts(&self) -> Vec<(PathBuf, PathBuf)> {
+        self.lines
+            .iter()
+            .filter(|l| l.fstype.starts_with("fuse"))
+            .filter_map(|l| {
+                let project = l.source.strip_prefix("opfs:")?;
+                Some((PathBuf::from(&l.point), PathBuf::from(project)))
+            })
+            .collect()
+    }
+
     /// The mountpoints of the FUSE mounts whose source is `source`.
     pub fn fuse_mounts_of(&self, source: &str) -> Vec<PathBuf> {
         self.lines

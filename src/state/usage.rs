@@ -70,6 +70,14 @@ pub fn of(state: &StateDir) -> Usage {
     u
 }
 
+/// Bytes free for an unprivileged writer on the filesystem that holds
+/// `dir` (`statvfs`: available blocks times the fragment size); `None`
+/// when it cannot be asked.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let v = rustix::fs::statvfs(dir).ok()?;
+    Some(v.f_bavail.saturating_mul(v.f_frsize))
+}
+
 /// Disk bytes of `path` and, for a directory, everything below it (not
 /// following symlinks, not crossing into other filesystems' mounts).
 pub fn disk_bytes(path: &Path) -> u64 {

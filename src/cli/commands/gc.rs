@@ -30,13 +30,23 @@ pub fn configured(ctx: &Ctx) -> Result<(opfs::gc::Retention, bool), CommandError
     let bad =
         |what: String| CommandError::failure(format!("{}: [retention] {what}", path.display()));
     let keep = match c.keep {
-        Some(0) => return Err(bad("keep = 0: keep at least 1 turn".into())),
-        Some(n) => n,
+        Some(n) if n < 1 => {
+            return Err(bad(format!(
+                "keep = {n}: keep at least 1 turn (a whole number of turns, 1 or more)"
+            )))
+        }
+        Some(n) => n.unsigned_abs(),
         None => opfs::gc::DEFAULT_KEEP,
     };
     let max_bytes = match &c.max_bytes {
         None => None,
-        Some(Size::Bytes(n)) => Some(*n),
+        Some(Size::Bytes(n)) if *n < 0 => {
+            return Err(bad(format!(
+                "max_bytes = {n}: a size cannot be negative; give bytes (1048576) or a size \
+                 such as \"10G\""
+            )))
+        }
+        Some(Size::Bytes(n)) => Some(n.unsigned_abs()),
         Some(Size::Text(t)) => {
             Some(opfs::state::usage::parse_size(t).map_err(|e| bad(format!("max_bytes: {e}")))?)
         }

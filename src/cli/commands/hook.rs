@@ -92,7 +92,9 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<(Option<Agent>, Option<S
         allow_unmounted: false,
     };
     let (mut number, mut notes) = (Vec::new(), Vec::new());
-    match super::turn::run(&turn_ctx, &args, &mut number, &mut notes) {
+    // A short bound: a hung daemon must never hang the agent.
+    let limit = Some(opfs::control::client::HOOK_LIMIT);
+    match super::turn::run_within(&turn_ctx, &args, limit, &mut number, &mut notes) {
         Ok(()) => {
             let warning = turn_ctx
                 .project()

@@ -76,6 +76,10 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         }
     }
     let disk = disk_use(project.state());
+    let free = opfs::state::usage::free_bytes(&project.state().dir);
+    if let Some(w) = refused_warning(&status, free) {
+        p.warnings.push(w);
+    }
     let exclude = record_exclude(ctx, project.state());
     let kept = outside_edits(project.state());
     if ctx.format.is_json() {
@@ -86,6 +90,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             v["worktree"] = o;
         }
         v["disk"] = serde_json::to_value(disk).map_err(failure)?;
+        v["state_dir_free_bytes"] = serde_json::json!(free);
         v["stale_mounts"] = serde_json::json!(p.stale_mounts);
         v["served_elsewhere"] = serde_json::json!(p.served_elsewhere);
         v["interrupted_rewind"] = match (&p.stopped_rewind, p.interrupted_rewind) {
@@ -131,7 +136,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                 }
             )?;
         }
-        print_human(&status, &p, &disk, out)?;
+        print_human(&status, &p, &disk, free, out)?;
         print_outside_edits(&kept, out)?;
         if !exclude.0.is_empty() {
             writeln!(
@@ -335,10 +340,46 @@ fn interrupted_rewind(st: &StateDir) -> Option<(u64, u64, bool)> {
     None
 }
 
+/// The warning for mutations refused because their capture failed (a
+/// full state dir, `ENOSPC`; a failing one, `EIO`): since when, how many,
+/// the free space left, and the fix.
+fn refused_warning(s: &Status, free: Option<u64>) -> Option<String> {
+    let r = s.mutations_refused.as_ref()?;
+    let since = crate::cli::output::rfc3339(
+        i64::try_from(r.since_ms)
+            .unwrap_or(i64::MAX / 1_000_000)
+            .saturating_mul(1_000_000),
+    );
+    let free = free.map_or_else(|| "unknown".to_string(), opfs::state::usage::format_size);
+    Some(if r.errno == "ENOSPC" {
+        format!(
+            "mutations are refused since {since}: {} failed because the state dir's              filesystem is full ({free} free at {}); the project is unchanged by them. Free              space there (`opfs gc` drops old turns), then work goes on",
+            count(r.count),
+            s.state_dir.display()
+        )
+    } else {
+        format!(
+            "mutations are refused since {since}: {} failed with {} (the store in {} fails;              see the daemon log); the project is unchanged by them",
+            count(r.count),
+            r.errno,
+            s.state_dir.display()
+        )
+    })
+}
+
+fn count(n: u64) -> String {
+    if n == 1 {
+        "1 mutation's capture".to_string()
+    } else {
+        format!("{n} mutations' captures")
+    }
+}
+
 fn print_human(
     s: &Status,
     p: &Protection,
     disk: &opfs::state::usage::Usage,
+    free: Option<u64>,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
     use opfs::state::usage::format_size as size;
@@ -362,14 +403,15 @@ fn print_human(
     )?;
     writeln!(
         out,
-        "disk:       {} in the state dir: blobs {}, index {}, export {}, worktrees {}, logs {}, other {}",
+        "disk:       {} in the state dir: blobs {}, index {}, export {}, worktrees {}, logs {}, other {}{}",
         size(disk.total),
         size(disk.blobs),
         size(disk.index),
         size(disk.export),
         size(disk.worktrees),
         size(disk.logs),
-        size(disk.other)
+        size(disk.other),
+        free.map(|f| format!("; {} free on its filesystem", size(f))).unwrap_or_default()
     )?;
     if s.project_deleted {
         writeln!(

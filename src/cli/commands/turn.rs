@@ -19,7 +19,22 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let project = ctx.project()?;
+    run_within(ctx, a, None, out, err)
+}
+
+/// [`run`], waiting at most `limit` for the daemon's answer when given
+/// (else the turn's own bound, `opfs::control::client::answer_limit`).
+pub fn run_within(
+    ctx: &Ctx,
+    a: &TurnArgs,
+    limit: Option<std::time::Duration>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let mut project = ctx.project()?;
+    if let Some(l) = limit {
+        project = project.with_answer_limit(l);
+    }
     let (turn, via) = project
         .turn_via(a.label.as_deref(), a.id.as_deref(), a.allow_unmounted)
         .map_err(|e| match e {

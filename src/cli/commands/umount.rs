@@ -1,7 +1,10 @@
-//! `opfs umount [MOUNTPOINT]`: without MOUNTPOINT, the mount of the
-//! project `-C` (or the current directory) names. Afterwards `-C
+//! `opfs umount [--force] [MOUNTPOINT]`: without MOUNTPOINT, the mount of
+//! the project `-C` (or the current directory) names. Afterwards `-C
 //! MOUNTPOINT` still points to the project it served
-//! ([`crate::cli::former_mount_entry`]).
+//! ([`crate::cli::former_mount_entry`]). `--force` ends a daemon that is
+//! stopped or hung ([`opfs::daemon::force_stop`]) without asking it
+//! anything; a plain `umount` of such a daemon fails within its bound and
+//! says so.
 
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -18,7 +21,17 @@ use crate::cli::{former_mount_entry, Ctx};
 pub fn run(ctx: &Ctx, a: &UmountArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let mp = match &a.mountpoint {
         // A relative MOUNTPOINT is relative to `-C`, as with git.
-        Some(m) => state::absolute(&ctx.dir.as_ref().map_or_else(|| m.clone(), |d| d.join(m))),
+        Some(m) => {
+            let m = ctx.dir.as_ref().map_or_else(|| m.clone(), |d| d.join(m));
+            // A registered mountpoint is found without touching it (a stat
+            // of a stopped daemon's mount would wait for it).
+            let lexical = state::lexically_absolute(&m);
+            if state::mount_entry(ctx.home(), &lexical).exists() {
+                lexical
+            } else {
+                state::absolute(&m)
+            }
+        }
         None => mount_of_dir(ctx)?,
     };
     let st = state::resolve(ctx.home(), &mp).ok_or_else(|| {
@@ -32,7 +45,33 @@ pub fn run(ctx: &Ctx, a: &UmountArgs, out: &mut dyn Write) -> Result<(), Command
             }
         ))
     })?;
-    daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
+    if a.force {
+        let r = daemon::force_stop(ctx.home(), &st, &mp).map_err(failure)?;
+        if !ctx.format.is_json() {
+            if let Some(pid) = r.killed {
+                writeln!(
+                    out,
+                    "killed the daemon of {} (pid {pid}{}); detached {}",
+                    st.project.display(),
+                    r.was
+                        .as_deref()
+                        .map(|w| format!(", {w}"))
+                        .unwrap_or_default(),
+                    if r.detached.is_empty() {
+                        "nothing (no mount was left)".to_string()
+                    } else {
+                        r.detached
+                            .iter()
+                            .map(|m| m.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                )?;
+            }
+        }
+    } else {
+        daemon::stop(&st, &mp, Duration::from_secs(60)).map_err(failure)?;
+    }
     let entry = former_mount_entry(ctx.home(), &mp);
     let recorded = entry
         .parent()

@@ -181,6 +181,53 @@ fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     })
 }
 
+/// Reads every page of the index at `path` once (SQLite's `PRAGMA
+/// quick_check`) and fails if any is damaged: SQLite itself reads pages
+/// lazily, so a file with garbage in its middle opens, and a mount or a
+/// rewind would run on it until it met the damage. `mount` and a rewind
+/// run without a daemon call this first. Cost: one read of the file (a
+/// 117 MiB index: 0.3 s with a warm page cache, 3.5 s cold). A missing or
+/// empty file passes (a new history; [`Index::open`] refuses one that was
+/// lost).
+///
+/// Errors: [`IndexError::Corrupt`] naming the file and the first problems
+/// SQLite found, and the fix; [`IndexError::Sqlite`] when it is not a
+/// database at all.
+pub fn quick_check(path: &Path) -> Result<(), IndexError> {
+    if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+        return Ok(());
+    }
+    let err = |source| codec::sqlite_error(path, source);
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(err)?;
+    let lines: Vec<String> = match conn.prepare("PRAGMA quick_check(5)").and_then(|mut st| {
+        st.query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()
+    }) {
+        Ok(lines) => lines,
+        // Damage where the check itself must read (the schema) stops it.
+        Err(e @ rusqlite::Error::SqliteFailure(..)) => vec![e.to_string()],
+        Err(e) => return Err(err(e)),
+    };
+    if lines == ["ok"] {
+        return Ok(());
+    }
+    Err(IndexError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!(
+            "SQLite's check of every page found: {}; nothing was changed. Restore the file \
+             from a backup, or move the state dir away to start a new history (`opfs verify` \
+             lists what it can still read)",
+            lines.join("; ")
+        ),
+    })
+}
+
 /// SQLite's page cache per connection, as its `cache_size` pragma takes
 /// it: negative means KiB (16 MiB; the default is 2 MiB).
 const CACHE_KIB: i64 = -16 * 1024;
