@@ -10,6 +10,7 @@ use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::time::Duration;
 
+use common::loopfs::LoopFs;
 use common::*;
 
 /// Overwrites 8 KiB in the middle of `path` with garbage.
@@ -179,19 +180,8 @@ fn a_full_state_dir_is_shown_by_status() {
         return;
     }
     let fx = Fixture::new();
-    let img = fx.root().join("state.img");
-    fs::File::create(&img)
-        .and_then(|f| f.set_len(32 << 20))
-        .expect("image");
-    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
-    assert!(ok(std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0"])
-        .arg(&img)));
-    assert!(ok(std::process::Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&fx.home)));
-    let _loop = LazyUnmount(fx.home.clone());
+    let _state_fs = LoopFs::make_at("mkfs.ext4", &["-q", "-F", "-m", "0"], 32 << 20, &fx.home)
+        .expect("a small ext4 for the state dir");
     write_file(&fx.p("big"), &vec![7u8; 3 << 20], 0o644);
     fx.mount_with(&["--no-export"]);
 
@@ -334,19 +324,8 @@ fn a_failed_export_leaves_no_loose_objects() {
         return;
     }
     let fx = Fixture::new();
-    let img = fx.root().join("state.img");
-    fs::File::create(&img)
-        .and_then(|f| f.set_len(24 << 20))
-        .expect("image");
-    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
-    assert!(ok(std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0"])
-        .arg(&img)));
-    assert!(ok(std::process::Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&fx.home)));
-    let _loop = LazyUnmount(fx.home.clone());
+    let _state_fs = LoopFs::make_at("mkfs.ext4", &["-q", "-F", "-m", "0"], 24 << 20, &fx.home)
+        .expect("a small ext4 for the state dir");
     let mut rng = Rng::new(25);
     for i in 0..4 {
         write_file(&fx.p(format!("r{i}")), &rng.bytes(6 << 20), 0o644);

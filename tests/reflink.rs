@@ -15,99 +15,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
+use common::loopfs::LoopFs;
 use common::*;
-use opfs_testutil::mount_points;
-
-/// A fresh filesystem of `kind` on a loop device, mounted in a temp dir;
-/// `Drop` unmounts whatever is still mounted below it (a failed test's
-/// worktree), then it, which frees the loop device (`-o loop` attaches it
-/// with autoclear), and removes the image.
-struct LoopFs {
-    /// Holds the image; removed when dropped, after `Drop::drop` unmounted.
-    _dir: tempfile::TempDir,
-    mnt: PathBuf,
-}
-
-impl LoopFs {
-    /// `Err(why)` when this machine cannot make one (not root, tools or
-    /// loop devices missing): the caller skips.
-    fn make(mkfs: &str, args: &[&str]) -> Result<LoopFs, String> {
-        // SAFETY: no arguments, no memory.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root (a loop mount needs it)".into());
-        }
-        if which(mkfs).is_none() {
-            return Err(format!("{mkfs} is missing (apt-get install xfsprogs)"));
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("opfs-loopfs-")
-            .tempdir()
-            .map_err(|e| e.to_string())?;
-        let img = dir.path().join("image");
-        let mnt = dir.path().join("mnt");
-        fs::create_dir(&mnt).map_err(|e| e.to_string())?;
-        fs::File::create(&img)
-            .and_then(|f| f.set_len(512 << 20))
-            .map_err(|e| e.to_string())?;
-        let quiet = |cmd: &mut Command| {
-            cmd.stdin(Stdio::null())
-                .output()
-                .map_err(|e| e.to_string())
-                .and_then(|o| {
-                    if o.status.success() {
-                        Ok(())
-                    } else {
-                        Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
-                    }
-                })
-        };
-        quiet(Command::new(mkfs).args(args).arg(&img))
-            .map_err(|e| format!("{mkfs} failed: {e}"))?;
-        quiet(
-            Command::new("mount")
-                .arg("-o")
-                .arg("loop")
-                .arg(&img)
-                .arg(&mnt),
-        )
-        .map_err(|e| format!("cannot loop-mount the image (no loop devices?): {e}"))?;
-        Ok(LoopFs { _dir: dir, mnt })
-    }
-}
-
-impl Drop for LoopFs {
-    fn drop(&mut self) {
-        // Never panic here: this also runs while a failed test unwinds.
-        let mut below: Vec<PathBuf> = mount_points()
-            .into_iter()
-            .filter(|m| m.starts_with(&self.mnt) && *m != self.mnt)
-            .collect();
-        below.reverse();
-        for m in below {
-            let _ = Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&m)
-                .stdin(Stdio::null())
-                .status();
-        }
-        for _ in 0..50 {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok || !is_mounted(&self.mnt) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        eprintln!("{} stayed busy; unmounting it lazily", self.mnt.display());
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-    }
-}
 
 /// `len` bytes that differ from block to block (so nothing dedups or
 /// compresses), seeded by `seed`.
@@ -239,7 +149,7 @@ fn upper_of(f: &Fixture) -> PathBuf {
 
 #[test]
 fn copy_up_shares_extents_on_a_reflink_filesystem() {
-    let xfs = match LoopFs::make("mkfs.xfs", &["-q", "-m", "reflink=1"]) {
+    let xfs = match LoopFs::make("mkfs.xfs", &["-q", "-m", "reflink=1"], 512 << 20) {
         Ok(x) => x,
         Err(why) => {
             eprintln!("skipped: copy_up_shares_extents_on_a_reflink_filesystem: {why}");

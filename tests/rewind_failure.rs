@@ -13,133 +13,11 @@ mod common;
 
 use std::fs;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
+use common::loopfs::LoopFs;
 use common::*;
-use opfs_testutil::mount_points;
 use serde_json::Value;
-
-/// An ext4 filesystem of `mib` MiB on a loop device, mounted in a temp
-/// dir; `Drop` unmounts what is still mounted below it (the fixture's
-/// FUSE mount, if a failed test left it), then it (`-o loop` attaches
-/// with autoclear, so the loop device goes too), even while a failed test
-/// unwinds.
-struct SmallExt4 {
-    /// Holds the image; removed when dropped, after `Drop::drop` unmounted.
-    _dir: tempfile::TempDir,
-    mnt: PathBuf,
-}
-
-impl SmallExt4 {
-    /// `Err(why)` when this machine cannot make one: the caller skips.
-    fn make(mib: u64) -> Result<SmallExt4, String> {
-        // SAFETY: no arguments, no memory.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root (a loop mount needs it)".into());
-        }
-        if which("mkfs.ext4").is_none() {
-            return Err("mkfs.ext4 is missing (apt-get install e2fsprogs)".into());
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("opfs-small-ext4-")
-            .tempdir()
-            .map_err(|e| e.to_string())?;
-        let img = dir.path().join("image");
-        let mnt = dir.path().join("mnt");
-        fs::create_dir(&mnt).map_err(|e| e.to_string())?;
-        fs::File::create(&img)
-            .and_then(|f| f.set_len(mib << 20))
-            .map_err(|e| e.to_string())?;
-        let quiet = |cmd: &mut Command| {
-            cmd.stdin(Stdio::null())
-                .output()
-                .map_err(|e| e.to_string())
-                .and_then(|o| {
-                    if o.status.success() {
-                        Ok(())
-                    } else {
-                        Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
-                    }
-                })
-        };
-        quiet(Command::new("mkfs.ext4").arg("-q").arg(&img))
-            .map_err(|e| format!("mkfs.ext4 failed: {e}"))?;
-        quiet(
-            Command::new("mount")
-                .arg("-o")
-                .arg("loop")
-                .arg(&img)
-                .arg(&mnt),
-        )
-        .map_err(|e| format!("cannot loop-mount the image (no loop devices?): {e}"))?;
-        Ok(SmallExt4 { _dir: dir, mnt })
-    }
-
-    /// Fills the filesystem from outside opfs (a file `fill` at its root,
-    /// written until `ENOSPC`), then frees `leave` bytes of it.
-    fn fill(&self, leave: u64) {
-        let path = self.mnt.join("fill");
-        let mut f = fs::File::create(&path).expect("create fill");
-        let chunk = vec![0x5a_u8; 1 << 20];
-        let mut size: u64 = 0;
-        for len in [1 << 20, 4096, 512] {
-            while f.write_all(&chunk[..len]).is_ok() {
-                size += len as u64;
-            }
-            // What delayed allocation accepted is on disk after this.
-            let _ = f.sync_all();
-        }
-        assert!(size > 0, "nothing could be written to fill the filesystem");
-        f.set_len(size.saturating_sub(leave))
-            .expect("free some room");
-        f.sync_all().expect("sync fill");
-    }
-
-    /// Removes what [`SmallExt4::fill`] wrote.
-    fn unfill(&self) {
-        fs::remove_file(self.mnt.join("fill")).expect("remove fill");
-        sync_all();
-    }
-}
-
-impl Drop for SmallExt4 {
-    fn drop(&mut self) {
-        // Never panic here: this also runs while a failed test unwinds.
-        let mut below: Vec<PathBuf> = mount_points()
-            .into_iter()
-            .filter(|m| m.starts_with(&self.mnt) && *m != self.mnt)
-            .collect();
-        below.reverse();
-        for m in below {
-            let _ = Command::new("fusermount3")
-                .arg("-uz")
-                .arg(&m)
-                .stdin(Stdio::null())
-                .status();
-        }
-        for _ in 0..50 {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok || !is_mounted(&self.mnt) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        eprintln!("{} stayed busy; unmounting it lazily", self.mnt.display());
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-    }
-}
-
-fn sync_all() {
-    // SAFETY: no arguments.
-    unsafe { libc::sync() };
-}
 
 /// `len` bytes that differ from block to block (nothing dedups).
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -188,7 +66,7 @@ fn assert_nothing_pending(f: &Fixture, ctx: &str) {
 /// the agent's work done after it failed.
 #[test]
 fn a_rewind_without_room_changes_nothing_and_never_replays_over_later_work() {
-    let fs64 = match SmallExt4::make(64) {
+    let fs64 = match LoopFs::make("mkfs.ext4", &["-q"], 64 << 20) {
         Ok(fs) => fs,
         Err(why) => {
             eprintln!("skipped: {why}");
@@ -281,7 +159,7 @@ fn a_rewind_without_room_changes_nothing_and_never_replays_over_later_work() {
 /// must change nothing, and rewinds must work once space is freed.
 #[test]
 fn a_ranged_rewind_without_room_changes_nothing_and_works_once_space_is_freed() {
-    let fs96 = match SmallExt4::make(96) {
+    let fs96 = match LoopFs::make("mkfs.ext4", &["-q"], 96 << 20) {
         Ok(fs) => fs,
         Err(why) => {
             eprintln!("skipped: {why}");

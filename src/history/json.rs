@@ -3,11 +3,13 @@
 //! `history_show` return (`docs/mcp.md`): one builder for both, so the two
 //! can never disagree.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::paths;
+use crate::store::index::OutsideEdit;
 
 use super::{LogEntry, Shown};
 
@@ -20,13 +22,20 @@ pub fn rfc3339(ns: i64) -> String {
 
 /// The JSON array of `opfs log --json`: one object per entry, in the
 /// order given (newest first from [`super::log`]); times both as RFC 3339
-/// (`started_at`, `ended_at`) and as nanoseconds (`*_ns`).
-pub fn log_json(entries: &[LogEntry]) -> Value {
+/// (`started_at`, `ended_at`) and as nanoseconds (`*_ns`). Each entry
+/// lists the edits behind the mount kept in its turn (`outside_edits`,
+/// from `kept`) and, when `git_changes` names its turn, the paths git
+/// runs or trusts that it changed (`git_changes`).
+pub fn log_json(
+    entries: &[LogEntry],
+    kept: &[OutsideEdit],
+    git_changes: &BTreeMap<u64, Vec<String>>,
+) -> Value {
     Value::Array(
         entries
             .iter()
             .map(|e| {
-                json!({
+                let mut v = json!({
                     "turn": e.turn,
                     "kind": e.kind,
                     "label": e.label,
@@ -41,7 +50,16 @@ pub fn log_json(entries: &[LogEntry]) -> Value {
                     "deleted": e.deleted,
                     "paths": e.paths,
                     "bytes_stored": e.bytes_stored,
-                })
+                });
+                if let Some(paths) = git_changes.get(&e.turn) {
+                    v["git_changes"] = json!(paths);
+                }
+                v["outside_edits"] = kept
+                    .iter()
+                    .filter(|k| k.turn == e.turn)
+                    .map(super::outside_json)
+                    .collect();
+                v
             })
             .collect(),
     )

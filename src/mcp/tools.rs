@@ -644,14 +644,24 @@ impl Tools {
             Box::new(move || commit_through_daemon(&st)),
         )?;
         // In a worktree (`opfs -C <worktree path> mcp`): its view.
-        let mut entries = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => WorktreeHistory::new(opened.sources(), &base).log()?,
-            None => history::log(&opened.sources())?,
+        // A worktree keeps no edits made behind the mount.
+        let (mut entries, kept) = match wt_cmd::history_base(self.project.state()).transpose()? {
+            Some((_, _, base)) => (
+                WorktreeHistory::new(opened.sources(), &base).log()?,
+                Vec::new(),
+            ),
+            None => (
+                history::log(&opened.sources())?,
+                history::outside_edits(&opened.sources(), None)?,
+            ),
         };
         if let Some(n) = a.limit {
             entries.truncate(n);
         }
-        Ok(history::log_json(&entries))
+        let git_changes = crate::capture::git_note::git_changes(self.project.state())
+            .into_iter()
+            .collect();
+        Ok(history::log_json(&entries, &kept, &git_changes))
     }
 
     /// `history_diff`: the patch of `opfs diff RANGE [PATH...]`.

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod loopfs;
 pub mod mmap;
 
 /// Path of the binary under test.

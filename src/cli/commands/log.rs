@@ -71,18 +71,8 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
         Some(_) => Vec::new(),
         None => history::outside_edits(&src, None)?,
     };
-    let kept_in = |turn: u64| kept.iter().filter(move |k| k.turn == turn);
     if ctx.format.is_json() {
-        let mut v = history::log_json(&entries);
-        if let Some(rows) = v.as_array_mut() {
-            for row in rows {
-                let turn = row["turn"].as_u64().unwrap_or_default();
-                if let Some(paths) = git_changes.get(&turn) {
-                    row["git_changes"] = serde_json::json!(paths);
-                }
-                row["outside_edits"] = kept_in(turn).map(history::outside_json).collect();
-            }
-        }
+        let v = history::log_json(&entries, &kept, &git_changes);
         writeln!(out, "{v}")?;
         return Ok(());
     }
