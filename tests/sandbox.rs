@@ -1848,6 +1848,86 @@ fn a_hooks_path_inside_the_project_is_read_only_and_a_missing_one_is_refused() {
     );
 }
 
+/// Inside, against a repository whose hooks folder is `.husky/_`, which
+/// includes `../tools/cfg/inc` and `../conf/local/extra.inc` (missing):
+/// each parent of what git runs is removed, or moved away and the path made
+/// anew with code that would touch `$OUT/...` outside; then ordinary work
+/// in those folders. Prints one tagged line per step.
+const MOVE_A_PARENT_AWAY: &str = r#"
+echo "RMDIR $(rmdir .husky 2>&1)"
+rm -rf tools conf 2>/dev/null; echo "RM $?"
+printf '#!/bin/sh\ntouch %s/ESCAPED-direct\n' "$OUT" > .husky/_/post-checkout && echo PLANTED-direct
+mv .husky .husky-old && mkdir -p .husky/_ && printf '#!/bin/sh\ntouch %s/ESCAPED-husky\n' "$OUT" > .husky/_/post-checkout && chmod +x .husky/_/post-checkout && echo PLANTED-husky
+mv tools tools2 && mkdir -p tools/cfg && printf '[core]\n\tfsmonitor = "touch %s/ESCAPED-include; false"\n' "$OUT" > tools/cfg/inc && echo PLANTED-include
+mv tools/cfg tools/cfg2 && mkdir -p tools/cfg && printf '[core]\n\tfsmonitor = "touch %s/ESCAPED-include2; false"\n' "$OUT" > tools/cfg/inc && echo PLANTED-include2
+mv conf conf2 && mkdir -p conf/local && printf '[alias]\n\tst = "!touch %s/ESCAPED-missing"\n' "$OUT" > conf/local/extra.inc && echo PLANTED-missing
+printf '[alias]\n\tst = "!touch %s/ESCAPED-missing2"\n' "$OUT" > conf/local/extra.inc && echo PLANTED-missing2
+echo new > .husky/pre-push && echo WROTE-husky
+echo new > tools/cfg/other && mkdir tools/more && echo WROTE-tools
+echo new > conf/other && echo WROTE-conf
+true
+"#;
+
+#[test]
+fn a_parent_of_what_git_runs_cannot_be_moved_away_and_the_path_made_anew() {
+    let w = World::new();
+    std::fs::create_dir_all(w.project.join(".husky/_")).unwrap();
+    std::fs::write(w.project.join(".husky/_/h"), "#!/bin/sh\n").unwrap();
+    std::fs::write(w.project.join(".husky/pre-commit"), "true\n").unwrap();
+    std::fs::create_dir_all(w.project.join("tools/cfg")).unwrap();
+    std::fs::write(w.project.join("tools/cfg/inc"), "[user]\n\tname = t\n").unwrap();
+    std::fs::create_dir_all(w.project.join("conf/local")).unwrap();
+    std::fs::write(w.project.join("conf/local/keep"), "").unwrap();
+    git_init(&w);
+    for (k, v) in [
+        ("core.hooksPath", ".husky/_"),
+        ("include.path", "../tools/cfg/inc"),
+        ("include.path", "../conf/local/extra.inc"),
+    ] {
+        let cfg = git_outside(&w, &["config", "--add", k, v]);
+        assert!(cfg.status.success(), "{}", show(&cfg));
+    }
+    let out_dir = w.root.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", MOVE_A_PARENT_AWAY])
+        .env("OUT", &out_dir)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", show(&out));
+    // The user's git outside runs nothing the command planted (`st`, an
+    // alias the command may have planted, is not there: it fails).
+    for args in [&["status"][..], &["checkout", "-q", "-b", "br2"]] {
+        let o = git_outside(&w, args);
+        assert!(o.status.success(), "git {args:?}: {}", show(&o));
+    }
+    let _ = git_outside(&w, &["st"]);
+    let planted: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+    assert!(
+        planted.is_empty(),
+        "code planted inside ran outside: {planted:?}\n{}",
+        show(&out)
+    );
+    assert!(!text.contains("PLANTED"), "{}", show(&out));
+    let rmdir = text.lines().find(|l| l.starts_with("RMDIR")).unwrap_or("");
+    assert!(rmdir.contains("busy"), "{}", show(&out));
+    assert!(!text.contains("RM 0"), "{}", show(&out));
+    for ok in ["WROTE-husky", "WROTE-tools", "WROTE-conf"] {
+        assert!(text.contains(ok), "{ok} missing: {}", show(&out));
+    }
+    // What git runs is where it was, as it was.
+    assert!(w.project.join(".husky/_/h").is_file());
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("tools/cfg/inc")).unwrap(),
+        "[user]\n\tname = t\n"
+    );
+    assert!(!w.project.join("conf/local/extra.inc").exists());
+}
+
 #[test]
 fn no_control_socket_of_another_project_is_usable_inside() {
     let w = World::new();
@@ -1910,7 +1990,11 @@ fn no_control_socket_of_another_project_is_usable_inside() {
 #[test]
 fn what_git_runs_is_read_only_in_the_worktrees_the_sandbox_shows() {
     let w = World::new();
+    std::fs::create_dir_all(w.project.join(".husky/_")).unwrap();
+    std::fs::write(w.project.join(".husky/_/h"), "#!/bin/sh\n").unwrap();
     git_init(&w);
+    let cfg = git_outside(&w, &["config", "core.hooksPath", ".husky/_"]);
+    assert!(cfg.status.success(), "{}", show(&cfg));
     let _mp = w.mount();
     let made = w
         .opfs()
@@ -1933,6 +2017,8 @@ for wt in w1 w2; do
   echo x > $d/.git/hooks/post-checkout && echo "PLANTED hook $wt"
   git -C $d config core.fsmonitor "touch /x; false" && echo "PLANTED config $wt"
   echo y > $d/y.txt && echo "WROTE $wt"
+  mv $d/.husky $d/.husky-old && mkdir -p $d/.husky/_ && echo x > $d/.husky/_/post-checkout && echo "PLANTED husky $wt"
+  echo z > $d/.husky/other && echo "WROTE husky $wt"
 done
 true"#,
         client = client.display(),
@@ -1943,6 +2029,11 @@ true"#,
     for wt in ["w1", "w2"] {
         assert!(text.contains(&format!("SHOWN {wt}")), "{}", show(&out));
         assert!(text.contains(&format!("WROTE {wt}")), "{}", show(&out));
+        assert!(
+            text.contains(&format!("WROTE husky {wt}")),
+            "{}",
+            show(&out)
+        );
     }
     assert!(!text.contains("PLANTED"), "{}", show(&out));
 }

@@ -20,6 +20,12 @@
 //!   `core.editor`, filter and diff drivers, aliases starting with `!`...)
 //!   when it is a path inside the project (or a writable root).
 //!
+//! Every folder between the project's root (or the writable root holding
+//! it) and a protected path is bound writable onto itself, as `.git` is,
+//! so the command cannot rename or remove it (`EBUSY`) and make the path
+//! anew under a fresh folder (`mv .husky .husky-old; mkdir -p .husky/_`);
+//! what else it holds stays writable. The binds come parents first.
+//!
 //! A path that does not exist cannot be bound over. Its nearest existing
 //! parent is made read-only instead when that parent lies inside the
 //! project but is neither the project's root nor a git dir (which must stay
@@ -179,7 +185,7 @@ pub fn git_binds(scope: &GitScope<'_>) -> Result<Vec<GitBind>, RunError> {
     for f in configs {
         c.config_file(&f, 0)?;
     }
-    Ok(c.binds)
+    Ok(c.with_parents())
 }
 
 /// What to do when a protected path does not exist.
@@ -264,7 +270,11 @@ impl Collector<'_, '_> {
                         parent: self.inside(&d),
                     });
                 }
-                return self.bind(d);
+                // Bound as the path it really is (its parents are bound
+                // onto themselves by `with_parents`).
+                let real = std::fs::canonicalize(&d).unwrap_or_else(|_| d.clone());
+                let target = if self.reachable(&real) { real } else { d };
+                return self.bind(target);
             }
             parent = d.parent().map(Path::to_path_buf);
         }
@@ -281,6 +291,62 @@ impl Collector<'_, '_> {
             });
         }
         Ok(())
+    }
+
+    /// The root a host path `p` lies under: the view or the deepest
+    /// writable root holding it.
+    fn root_of(&self, p: &Path) -> Option<PathBuf> {
+        std::iter::once(self.scope.view)
+            .chain(self.scope.writable.iter().map(PathBuf::as_path))
+            .filter(|r| p.starts_with(r))
+            .max_by_key(|r| r.components().count())
+            .map(Path::to_path_buf)
+    }
+
+    /// The binds with, for each read-only one, every directory between
+    /// its root (the project or the writable root holding it, exclusive)
+    /// and itself bound writable onto itself: a mountpoint cannot be
+    /// renamed or removed (`EBUSY`), so the command cannot move a parent
+    /// away and make the protected path anew under a fresh one, while what
+    /// else such a folder holds stays writable. A path below another
+    /// read-only bind needs nothing (that bind covers it, and a writable
+    /// bind there would open it). Sorted parents first (a bind made over a
+    /// parent after its child's would hide the child's).
+    fn with_parents(mut self) -> Vec<GitBind> {
+        let read_only: Vec<PathBuf> = self
+            .binds
+            .iter()
+            .filter(|b| !b.writable)
+            .map(|b| b.source.clone())
+            .collect();
+        let mut have: BTreeSet<PathBuf> = self.binds.iter().map(|b| b.source.clone()).collect();
+        let mut parents = Vec::new();
+        for p in &read_only {
+            if read_only.iter().any(|r| r != p && p.starts_with(r)) {
+                continue;
+            }
+            let Some(root) = self.root_of(p) else {
+                continue;
+            };
+            let mut up = p.parent();
+            while let Some(d) = up {
+                if d == root || !d.starts_with(&root) {
+                    break;
+                }
+                if have.insert(d.to_path_buf()) {
+                    parents.push(GitBind {
+                        source: d.to_path_buf(),
+                        dest: self.inside(d),
+                        writable: true,
+                    });
+                }
+                up = d.parent();
+            }
+        }
+        self.binds.extend(parents);
+        // Stable: the order found stays among binds of one depth.
+        self.binds.sort_by_key(|b| b.dest.components().count());
+        self.binds
     }
 
     /// Protects git dir `g` (and its common dir); `top` for the project's
@@ -567,7 +633,26 @@ mod tests {
         ] {
             assert!(dests.iter().any(|x| x == d), "{d} in {dests:?}");
         }
-        assert!(binds[1..].iter().all(|b| !b.writable));
+        // The submodule's git dir and `modules/` are bound onto
+        // themselves (they cannot be renamed away), after `.git` and
+        // before what they hold; nothing else is writable.
+        let writable: Vec<&str> = binds
+            .iter()
+            .filter(|b| b.writable)
+            .map(|b| b.dest.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            writable,
+            [
+                "/srv/app/.git",
+                "/srv/app/.git/modules",
+                "/srv/app/.git/modules/sub"
+            ],
+            "{dests:?}"
+        );
+        let at = |d: &str| dests.iter().position(|x| x == d).unwrap();
+        assert!(at("/srv/app/.git/modules/sub") < at("/srv/app/.git/modules/sub/hooks"));
+        assert!(at("/srv/app/.git/modules") < at("/srv/app/.git/modules/sub"));
         assert!(!dests.iter().any(|x| x.ends_with("commondir")), "{dests:?}");
         std::fs::remove_dir(view.join(".git/hooks")).unwrap();
         let e = git_binds(&scope).unwrap_err().to_string();

@@ -25,7 +25,8 @@
 //!    mode), so every write to the project goes through the journal;
 //! 6. in `workspace-write` mode, what git runs or trusts in the project
 //!    (and in each worktree bound by bwrap) bound read-only over itself,
-//!    the `.git` folder bound onto itself (`git.rs`);
+//!    the `.git` folder and every folder above a protected path bound
+//!    onto itself, parents first (`git.rs`);
 //! 7. hidden paths inside the project (they would be re-exposed by 5).
 //!
 //! The library never prints; what went wrong is in [`RunError`].
