@@ -549,3 +549,9 @@ fn a_user_edit_between_two_ranged_writes_makes_the_turn_start_unknown() {
 fn a_user_edit_before_the_agent_removes_a_ranged_file_makes_the_turn_start_unknown() {
     user_edit_between_two_ranged_mutations("rm big");
 }
+
+#[test]
+fn a_user_edit_before_the_agent_truncates_or_moves_a_ranged_file_makes_the_turn_start_unknown() {
+    user_edit_between_two_ranged_mutations("printf agent-2 > big");
+    user_edit_between_two_ranged_mutations("mv big moved");
+}
