@@ -472,3 +472,86 @@ fn agent_writes_with_nothing_changed_behind_the_mount_keep_nothing() {
     assert_eq!(v["conflicts"], serde_json::json!([]), "{v:#}");
     assert_eq!(fs::read(fx.p("f")).expect("read"), b"v0\n");
 }
+
+/// A file of at least 1 MiB written in place is kept as ranges: the turn
+/// saves only the bytes the mount overwrites (`docs/ranges.md`). A user's
+/// edit behind the mount between two of the agent's mutations in that turn
+/// changed bytes the turn never saved, so what the file held when the turn
+/// began is not known in full: `show` says so instead of printing the
+/// user's bytes as the turn's start, and the rewind of the path is a
+/// conflict even with `--force`, naming the kept edit, which holds the
+/// whole file as it was before the agent's second mutation. `agent` is that
+/// mutation (a shell command run in the mount): a write in place keeps the
+/// record ranged; a removal, a rename away or a truncating open takes the
+/// file away and so would make the record whole from the user's bytes.
+fn user_edit_between_two_ranged_mutations(agent: &str) {
+    use std::os::unix::fs::FileExt;
+    let fx = Fixture::new();
+    let size = 2 << 20;
+    fs::write(fx.p("big"), vec![0u8; size]).expect("write");
+    fx.mount();
+    assert_eq!(fx.turn("work"), 2);
+    fx.sh("printf agent-1 | dd of=big bs=1 seek=100 conv=notrunc status=none");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(fx.p("big"))
+        .and_then(|f| f.write_all_at(b"USER-EDIT", 5000))
+        .expect("write behind the mount");
+    fx.sh(agent);
+    assert_eq!(fx.turn("next"), 3);
+    let now = fs::read(fx.p("big")).ok();
+
+    // The kept edit: zeros but the agent's first write and the user's.
+    let mut kept = vec![0u8; size];
+    kept[100..107].copy_from_slice(b"agent-1");
+    kept[5000..5009].copy_from_slice(b"USER-EDIT");
+    let outside = fx.opfs_c(&["show", "2:big", "--outside=1"]).ok();
+    assert!(outside.stdout.as_bytes() == kept, "kept edit differs");
+
+    // Not the user's bytes presented as turn 2's start.
+    let shown = fx.opfs_c(&["show", "2:big"]);
+    assert_eq!(shown.code, Some(1), "{}", shown.stderr);
+    assert!(
+        shown.stderr.contains("behind the mount")
+            && shown.stderr.contains("opfs show 2:big --outside=1"),
+        "{}",
+        shown.stderr
+    );
+
+    for force in [false, true] {
+        let mut args = vec!["rewind", "2", "--json"];
+        if force {
+            args.push("--force");
+        }
+        let run = fx.opfs_c(&args);
+        assert_eq!(run.code, Some(3), "{run}");
+        let v = run.json();
+        assert!(conflicts(&v).contains(&"big".to_string()), "{run}");
+        let reason = v["conflicts"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["path"] == "big"))
+            .and_then(|c| c["reason"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        assert!(reason.contains("opfs show 2:big --outside=1"), "{reason}");
+        assert!(fs::read(fx.p("big")).ok() == now, "left as it is");
+    }
+}
+
+#[test]
+fn a_user_edit_between_two_ranged_writes_makes_the_turn_start_unknown() {
+    user_edit_between_two_ranged_mutations(
+        "printf agent-2 | dd of=big bs=1 seek=5000 conv=notrunc status=none",
+    );
+}
+
+#[test]
+fn a_user_edit_before_the_agent_removes_a_ranged_file_makes_the_turn_start_unknown() {
+    user_edit_between_two_ranged_mutations("rm big");
+}
+
+#[test]
+fn a_user_edit_before_the_agent_truncates_or_moves_a_ranged_file_makes_the_turn_start_unknown() {
+    user_edit_between_two_ranged_mutations("printf agent-2 > big");
+    user_edit_between_two_ranged_mutations("mv big moved");
+}

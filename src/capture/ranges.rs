@@ -260,6 +260,26 @@ impl<T: Tree> Journal<T> {
             // pre-image, and the ranges were never needed.
             return Ok(());
         };
+        // Changed behind the mount since the turn saved its first range
+        // (kept by `keep_outside_ranged`, always before this): the bytes
+        // that edit changed were never saved, so laying the ranges over
+        // the file would give the edit's bytes as the turn's start. What
+        // the path held then is unknown (`docs/ranges.md`, "Limits").
+        if inner
+            .index
+            .outside_edit(turn, path, Some(1))
+            .at(path)?
+            .is_some()
+        {
+            return inner.append(Entry {
+                turn,
+                path: path.to_vec(),
+                pre: PreImage::Unknown,
+                data: None,
+                op: Op::Replace,
+                meta: None,
+            });
+        }
         let reopened;
         let file = match &state.file {
             Some(f) => f,

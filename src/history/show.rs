@@ -2,7 +2,8 @@
 
 use crate::paths;
 use crate::record::PreImage;
-use crate::view::{Timeline, Version};
+use crate::view::chain::{self, RangeError};
+use crate::view::{Timeline, Version, ViewError};
 
 use super::{HistoryError, Sources};
 
@@ -39,7 +40,8 @@ pub fn show(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Vec<u8>, Histor
 ///
 /// Errors: unknown turn (usage); [`HistoryError::Absent`] when the path did
 /// not exist then; [`HistoryError::Unknown`] when what it held then is not
-/// known; [`HistoryError::NoContent`] for a directory or special file; the
+/// known; [`HistoryError::Read`] with [`RangeError::EditedBehind`] when it
+/// was kept as ranges and changed behind the mount during that turn; [`HistoryError::NoContent`] for a directory or special file; the
 /// blob or project cannot be read.
 pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, HistoryError> {
     src.turn(turn)?;
@@ -54,7 +56,19 @@ pub fn show_entry(src: &Sources<'_>, turn: u64, path: &[u8]) -> Result<Shown, Hi
         return Err(HistoryError::Excluded(path.to_vec()));
     }
     let timeline = Timeline::default();
-    let v = match src.index.state_from(path, turn)? {
+    let state = src.index.state_from(path, turn)?;
+    if matches!(state, Some(PreImage::Ranged { .. } | PreImage::Unknown)) {
+        // Not the bytes of an edit behind the mount presented as the
+        // turn's start (`docs/ranges.md`, "Limits").
+        chain::check_edited_behind(src.index, path, turn).map_err(|reason| match reason {
+            RangeError::Index(e) => HistoryError::from(e),
+            reason => HistoryError::Read(ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            }),
+        })?;
+    }
+    let v = match state {
         Some(PreImage::Ranged { .. }) => {
             let mut timeline = Timeline::load(src.index, turn)?;
             src.resolve(&mut timeline, Some(path), true)?;

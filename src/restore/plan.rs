@@ -383,6 +383,16 @@ pub(crate) fn plan_targets(
             not_dirs.insert(path.clone(), target.kind_name());
         }
         if matches!(target, PreImage::Unknown) {
+            // Unknown because the mount took away a file kept as ranges
+            // after an edit behind the mount: say where that edit is.
+            let edited = journal
+                .with_index(|ix| Ok(chain::check_edited_behind(ix, &path, to)))
+                .map_err(RangeError::from)
+                .and_then(|r| r);
+            if let Err(e) = edited {
+                conflicts.push(Conflict::new(&path, ConflictReason::Ranges(e)));
+                continue;
+            }
             conflicts.push(Conflict::new(
                 &path,
                 ConflictReason::UnknownAtTurnStart { turn: to },

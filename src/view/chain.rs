@@ -52,6 +52,22 @@ pub enum RangeError {
         /// What changed, as [`Fingerprint::differs`] words it.
         what: String,
     },
+    /// The file was changed behind the mount during a turn after that
+    /// turn's record of it began (between two writes through the mount
+    /// into a file kept as ranges): the bytes that edit changed were never
+    /// saved, so the turn's start is not known in full.
+    #[error(
+        "it was changed behind the mount during turn {turn} after that turn began recording it, and turn {turn} kept only the bytes the mount overwrote, so the bytes that edit changed were never captured and its content when turn {turn} began is not known in full (--force cannot restore it); the file as it was just before the mount wrote over, removed or moved that edit is kept: opfs show {turn}:{} --outside={seq}",
+        crate::paths::display(.path)
+    )]
+    EditedBehind {
+        /// The turn whose ranged record met the edit.
+        turn: u64,
+        /// The path's raw bytes.
+        path: Vec<u8>,
+        /// The kept edit's sequence number in that turn (the first).
+        seq: u64,
+    },
     /// The project's file under the chain is gone (or not a regular file).
     #[error("its turn-start bytes are kept as ranges over a file that is no longer there")]
     BaseGone,
@@ -132,6 +148,7 @@ pub fn resolve(
     let base = loop {
         match index.record_from(path, at)? {
             Some((t, PreImage::Ranged { size, perm, ino })) => {
+                edited_in(index, path, t)?;
                 chain.push((t, size, perm, ino));
                 at = t + 1;
             }
@@ -195,6 +212,43 @@ pub fn resolve(
         });
     }
     out.map(Resolved::Blob).ok_or(RangeError::NoRangedRecord)
+}
+
+/// Fails with [`RangeError::EditedBehind`] when a ranged record of `path`
+/// that the content at the start of turn `to` is put together from (the
+/// path's ranged records from `to` on, up to its first other record) met
+/// an edit behind the mount in its turn (`outside_edits`), or the record
+/// there is unknown and its turn kept such an edit: the bytes that edit
+/// changed were never saved. `show` calls it before putting the
+/// content together; [`resolve`] checks each record of its chain.
+///
+/// Errors: [`RangeError::EditedBehind`]; the index failed.
+pub fn check_edited_behind(index: &Index, path: &[u8], to: u64) -> Result<(), RangeError> {
+    let mut at = to;
+    loop {
+        match index.record_from(path, at)? {
+            Some((t, PreImage::Ranged { .. })) => {
+                edited_in(index, path, t)?;
+                at = t + 1;
+            }
+            // A ranged record made unknown when the mount took the file
+            // away after such an edit (`capture::ranges`, materialising).
+            Some((t, PreImage::Unknown)) => return edited_in(index, path, t),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// [`check_edited_behind`] for the one ranged record of `path` in `turn`.
+fn edited_in(index: &Index, path: &[u8], turn: u64) -> Result<(), RangeError> {
+    match index.outside_edit(turn, path, Some(1))? {
+        Some(kept) => Err(RangeError::EditedBehind {
+            turn,
+            path: path.to_vec(),
+            seq: kept.seq,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// One step of [`resolve`]: the content under `path`'s ranged record of
