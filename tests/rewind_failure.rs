@@ -262,6 +262,77 @@ fn an_index_failure_before_the_first_write_leaves_nothing_to_replay() {
     assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
 }
 
+/// The index failing while the rewind records (the state dir filling
+/// after the room check passed), and again when it closes its turn: the
+/// message does not claim the turn was closed, `status` warns about the
+/// rewind turn left open, nothing is pending (`--abort` has nothing to put
+/// back), and neither the next start nor the next rewind finishes the
+/// failed rewind over the agent's work done since: the start closes the
+/// turn as rolled back.
+#[test]
+fn a_rewind_failing_while_recording_and_closing_never_finishes_over_later_work() {
+    let f = Fixture::new();
+    let (start, after) = twenty_rewritten(
+        &f,
+        &[(
+            "OPFS_FAILPOINT",
+            "rewind-commit:1:enospc,rewind-close:1:enospc",
+        )],
+    );
+    let failed_turn = f.open_turn() + 1;
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the rewind must fail: {run}");
+    assert!(
+        run.stderr.contains("failed before it changed anything")
+            && run
+                .stderr
+                .contains(&format!("turn {failed_turn}, the rewind's, is still open"))
+            && !run.stderr.contains("is closed"),
+        "{run}"
+    );
+    assert_eq!(manifest(&f.project), after);
+    let st = f.status();
+    assert!(
+        st["interrupted_rewind"].is_null(),
+        "nothing pending: {st:#}"
+    );
+    assert!(
+        st["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w.as_str().is_some_and(|w| w
+                .contains(&format!("turn {failed_turn}"))
+                && w.contains("left open")))),
+        "status must show the rewind turn left open: {st:#}"
+    );
+    fs::write(f.m("s07"), "AGENT WORK\n").expect("agent write");
+    let abort = f.opfs_c(&["rewind", "--abort"]);
+    assert_ne!(abort.code, Some(0), "{abort}");
+    assert!(abort.stderr.contains("no rewind is interrupted"), "{abort}");
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+    f.umount();
+    f.mount_with(&["--no-export"]);
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+    let st = f.status();
+    assert!(
+        st["recovered"]
+            .as_str()
+            .is_some_and(|r| r.contains("before it changed anything")),
+        "{st:#}"
+    );
+    let mut expected = after.clone();
+    expected.insert(
+        b"s07".to_vec(),
+        manifest(&f.project)[&b"s07".to_vec()].clone(),
+    );
+    assert_eq!(manifest(&f.project), expected, "nothing replayed");
+    assert_nothing_pending(&f, "after the next start");
+    // The rewind works now, and its redo gives the agent's work back.
+    let v = f.rewind(1);
+    assert_eq!(manifest(&f.project), start);
+    f.rewind(rewind_turn(&v));
+    assert_eq!(manifest(&f.project), expected);
+}
+
 /// Marking the restore done fails (the index, after every step ran): the
 /// rewind says so, `status` reports the restore left running, the agent
 /// works in an agent turn, and the next start finishes the restore without

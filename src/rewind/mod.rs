@@ -65,7 +65,8 @@ pub enum RewindError {
     /// is as it was; the rewind's turn is closed and an agent turn open.
     #[error(
         "the rewind to turn {to} failed before it changed anything: {cause}; the project is as \
-         it was (turn {turn}, the rewind's, is closed as rolled back{cleanup})"
+         it was ({})",
+        closing(*.turn, .not_closed.as_deref())
     )]
     NotStarted {
         /// The turn rewound to.
@@ -74,8 +75,9 @@ pub enum RewindError {
         turn: u64,
         /// What failed.
         cause: String,
-        /// Empty, or why the turn could not be closed (`; ...`).
-        cleanup: String,
+        /// Why the turn could not be closed, if it could not: it stays
+        /// open until the next start or rewind closes it as rolled back.
+        not_closed: Option<String>,
     },
     /// A step failed for a reason that is not the path's own (no room,
     /// I/O error) after some paths were restored; the rewind put them back
@@ -138,6 +140,19 @@ impl RewindError {
             }
             _ => &[],
         }
+    }
+}
+
+/// What became of the turn of a rewind that failed before it changed
+/// anything.
+fn closing(turn: u64, not_closed: Option<&str>) -> String {
+    match not_closed {
+        None => format!("turn {turn}, the rewind's, is closed as rolled back"),
+        Some(e) => format!(
+            "turn {turn}, the rewind's, is still open: closing it failed too ({e}); changes made \
+             now are recorded in it, and `opfs status` warns until the next `opfs turn`, \
+             `opfs rewind` or `opfs mount` closes it as rolled back, without restoring anything"
+        ),
     }
 }
 
@@ -294,6 +309,10 @@ pub fn rewind_with_progress(
                 r.rewound_to,
                 r.turn.unwrap_or(0)
             );
+        } else if let Some(m) = close_interrupted_rewind_turn(journal)? {
+            // A rewind turn left open by a rewind that failed before it
+            // changed anything (or by a crash): closed as rolled back.
+            log::warn!("{m}");
         }
     }
     let (plan, conflicts) = plan(journal, to, force)?;
@@ -331,8 +350,8 @@ struct Job {
 }
 
 /// Runs a planned restore as a new rewind turn (R1–R7 in
-/// `docs/crash-model.md`): the room check, the turn, the restore marked
-/// running, the current states recorded and committed, then the steps; a
+/// `docs/crash-model.md`): the room check, the turn, the current states
+/// recorded and committed, the restore marked running, then the steps; a
 /// step that fails for a reason that is not the path's own rolls back.
 fn run(
     journal: &Journal,
@@ -358,6 +377,22 @@ fn run(
         rewound_to: Some(to),
     })?;
     failpoint("rewind-begin");
+    let mut recorded = restore::apply::record(journal, &plan, progress);
+    // Every record of R2 is in the index before R3 marks the restore
+    // running and R4 touches the project: a full or failing state dir
+    // stops the rewind here, with nothing changed.
+    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
+        crate::failpoint::failpoint_error("rewind-commit")
+            .map_err(|e| format!("index: {e}"))
+            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
+            .err()
+    });
+    if let Some(cause) = failure {
+        return Err(abandon(journal, rewind_turn, to, cause));
+    }
+    // R3 only now, right before the first write to the project: a failure
+    // while recording leaves no running restore, so nothing can finish
+    // this rewind later over work done since.
     let began = journal.with_index(|ix| {
         ix.begin_restore(rewind_turn, to)?;
         if let Some((old, outcome)) = job.supersede {
@@ -368,18 +403,6 @@ fn run(
     });
     if let Err(e) = began {
         return Err(abandon(journal, rewind_turn, to, e.to_string()));
-    }
-    let mut recorded = restore::apply::record(journal, &plan, progress);
-    // Every record of R3 is in the index before R4 touches the project: a
-    // full or failing state dir stops the rewind here, with nothing changed.
-    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
-        crate::failpoint::failpoint_error("rewind-commit")
-            .map_err(|e| format!("index: {e}"))
-            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
-            .err()
-    });
-    if let Some(cause) = failure {
-        return Err(abandon(journal, rewind_turn, to, cause));
     }
     conflicts.append(&mut recorded.conflicts);
     let (restored, exec_conflicts) = restore::apply::execute_recorded(journal, &recorded, progress);
@@ -442,23 +465,21 @@ fn run(
 }
 
 /// A rewind that failed before writing to the project: its restore is
-/// marked rolled back and an agent turn opened, so neither a later start
-/// nor the agent's next mutations treat the rewind's turn as pending.
+/// marked rolled back and an agent turn opened, so the agent's next
+/// mutations are not recorded in the rewind's turn. When the index fails
+/// here too, the rewind turn stays open with no running restore (or one
+/// marked rolled back): `status` warns, and the next start or rewind closes
+/// it as rolled back ([`close_interrupted_rewind_turn`]), never finishes it.
 fn abandon(journal: &Journal, rewind_turn: u64, to: u64, cause: String) -> RewindError {
-    let closed = journal.with_index(|ix| ix.end_restore(rewind_turn, "rolled_back", Some(&cause)));
-    let reopened = journal.next_turn(NewTurn::agent()).map(drop);
-    let reopened = closed.and(reopened);
+    let reopened = crate::failpoint::failpoint_error("rewind-close")
+        .map_err(|_| IndexError::disk_full(journal.state().index_path()))
+        .and_then(|()| journal.with_index(|ix| ix.abandon_restore(rewind_turn, to, &cause)))
+        .and_then(|()| journal.next_turn(NewTurn::agent()).map(drop));
     RewindError::NotStarted {
         to,
         turn: rewind_turn,
         cause,
-        cleanup: match reopened {
-            Ok(()) => String::new(),
-            Err(e) => format!(
-                "; it could not be closed ({e}): the next start or rewind does that, after the \
-                 same checks as any rewind"
-            ),
-        },
+        not_closed: reopened.err().map(|e| e.to_string()),
     }
 }
 

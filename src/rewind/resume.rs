@@ -186,7 +186,9 @@ fn keep_later_work(
 ///
 /// Two crash points leave this: before the restore was marked running (the
 /// rewind wrote nothing: the project is as it was before it, i.e. rolled
-/// back) and after it was marked done (the rewind is complete; only the next
+/// back; so does a rewind that failed while recording and could not close
+/// its turn: its restore is then marked rolled back here) and after it was
+/// marked done (the rewind is complete; only the next
 /// agent turn was missing). Returns a description of what was found, or
 /// `None` when the open turn is not a rewind turn.
 pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>, RewindError> {
@@ -200,6 +202,11 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
     let to = turn.rewound_to.unwrap_or(0);
     let started = journal.with_index(|ix| ix.restore_started(open))?;
     let outcome = journal.with_index(|ix| ix.restore_outcome(open))?;
+    if !started {
+        // Listed as the failed, rolled-back rewind it is.
+        let note = "closed as rolled back: it failed or was interrupted before it changed anything";
+        journal.with_index(|ix| ix.abandon_restore(open, to, note))?;
+    }
     let next = journal.next_turn(NewTurn::agent())?;
     Ok(Some(if outcome.as_deref() == Some("rolled_back") {
         format!(

@@ -55,6 +55,27 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// Marks the restore recorded as `rewind_turn` (to the start of
+    /// `rewound_to`) rolled back with `detail`, whether or not it was
+    /// marked running: a rewind that failed before it wrote anything.
+    ///
+    /// Durable after `Ok` to the level the index was opened with.
+    pub fn abandon_restore(
+        &self,
+        rewind_turn: u64,
+        rewound_to: u64,
+        detail: &str,
+    ) -> Result<(), IndexError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO restores(rewind_turn, rewound_to, state, outcome, detail)
+                 VALUES (?1, ?2, 'done', 'rolled_back', ?3)",
+                params![Uint(rewind_turn), Uint(rewound_to), detail],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
     /// Marks the restore recorded as `rewind_turn` complete.
     ///
     /// Durable after `Ok` to the level the index was opened with.
