@@ -13,7 +13,8 @@
 ///
 /// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
 /// marked running), `rewind-after-capture` (after each path's current state
-/// is recorded, the restore still not marked running), `rewind-after-step` (after each path operation of the
+/// is recorded, the restore still not marked running), `rewind-running`
+/// (every record committed, the restore marked running, nothing written), `rewind-after-step` (after each path operation of the
 /// executor), `rewind-before-done` (all steps done, restore still running),
 /// `rewind-after-done` (restore done, no new agent turn yet),
 /// `rewind-patch-run` (after each run an in-place restore of a file kept

@@ -125,6 +125,18 @@ pub enum RewindError {
         /// The index's error.
         source: IndexError,
     },
+    /// A rewind run without a daemon (or after a restore could not be
+    /// marked done) first finished an interrupted one, then failed: what
+    /// the finish changed stays changed, and `finished` says so.
+    #[error("{finished}; then {source}")]
+    AfterFinish {
+        /// What the finish did, and how to undo it.
+        finished: String,
+        /// Why the rewind asked for failed after it.
+        source: Box<RewindError>,
+        /// Raw paths the finish and the failed rewind wrote.
+        touched: Vec<Vec<u8>>,
+    },
     /// `--resume` or `--abort` with no interrupted rewind.
     #[error("no rewind is interrupted: nothing to resume or abort")]
     NothingPending,
@@ -135,9 +147,9 @@ impl RewindError {
     /// or not): empty unless it got that far.
     pub fn touched(&self) -> &[Vec<u8>] {
         match self {
-            RewindError::RolledBack { touched, .. } | RewindError::Stopped { touched, .. } => {
-                touched
-            }
+            RewindError::RolledBack { touched, .. }
+            | RewindError::Stopped { touched, .. }
+            | RewindError::AfterFinish { touched, .. } => touched,
             _ => &[],
         }
     }
@@ -170,7 +182,8 @@ pub struct RewindOptions {
     pub force: bool,
     /// Instead of rewinding to the turn given: finish (`Resume`) or put
     /// back (`Abort`) the pending rewind, one that stopped on a failure or
-    /// that a crash interrupted ([`resume_stopped`], [`abort`]).
+    /// that a crash interrupted ([`resume_stopped`], [`abort`]); with
+    /// `dry_run`, only the plan that would run.
     pub pending: Option<Pending>,
 }
 
@@ -206,6 +219,23 @@ pub struct RewindReport {
     /// Raw bytes of every path the rewind wrote (for cache invalidation).
     #[serde(skip)]
     pub touched: Vec<Vec<u8>>,
+    /// Set when the rewind first finished an interrupted one (what that
+    /// changed, and how to undo it); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_first: Option<String>,
+}
+
+/// What finishing an interrupted rewind changed, for the rewind that ran
+/// it first: a sentence.
+fn finished_first(r: &RewindReport) -> String {
+    let turn = r.turn.unwrap_or(0);
+    format!(
+        "first finished an interrupted rewind to turn {} (recorded as turn {turn}): {} path(s) \
+         restored, {} left as they are; `opfs rewind {turn}` puts back what it changed",
+        r.rewound_to,
+        r.restored.len(),
+        r.conflicts.len()
+    )
 }
 
 /// Computes the plan for rewinding to the start of `to` from the index and
@@ -295,26 +325,56 @@ pub fn rewind_with_progress(
         pending,
     } = opts;
     match pending {
+        Some(which) if dry_run => return resume::plan_pending(journal, which, force),
         Some(Pending::Resume) => return resume_stopped(journal, force, progress),
         Some(Pending::Abort) => return abort(journal, force, progress),
         None => {}
     }
+    let mut first = None;
     if !dry_run {
-        // Only reachable without a daemon (a daemon resumes at start): finish
-        // a rewind a crash interrupted before starting another, so that
-        // one's plan can never be replayed over this one's result later.
+        // Finish a rewind a crash interrupted (without a daemon: a daemon
+        // finishes it at start) or one whose restore could not be marked
+        // done, before starting another, so that its plan can never be
+        // replayed over this one's result later.
         if let Some(r) = resume(journal)? {
-            log::warn!(
-                "finished an interrupted rewind to turn {} (recorded as turn {}) first",
-                r.rewound_to,
-                r.turn.unwrap_or(0)
-            );
+            log::warn!("{}", finished_first(&r));
+            first = Some(r);
         } else if let Some(m) = close_interrupted_rewind_turn(journal)? {
             // A rewind turn left open by a rewind that failed before it
             // changed anything (or by a crash): closed as rolled back.
             log::warn!("{m}");
         }
     }
+    let result = rewind_planned(journal, to, dry_run, force, progress);
+    let Some(first) = first else {
+        return result;
+    };
+    match result {
+        Ok(mut report) => {
+            report.finished_first = Some(finished_first(&first));
+            report.touched.extend(first.touched);
+            Ok(report)
+        }
+        Err(e) => {
+            let mut touched = first.touched.clone();
+            touched.extend_from_slice(e.touched());
+            Err(RewindError::AfterFinish {
+                finished: finished_first(&first),
+                source: Box::new(e),
+                touched,
+            })
+        }
+    }
+}
+
+/// [`rewind_with_progress`] once nothing is pending.
+fn rewind_planned(
+    journal: &Journal,
+    to: u64,
+    dry_run: bool,
+    force: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
     let (plan, conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
@@ -327,6 +387,7 @@ pub fn rewind_with_progress(
             plan,
             open_turn: journal.open_turn(),
             touched: Vec::new(),
+            finished_first: None,
         });
     }
     // A rewind that stopped on a failure is superseded: this one records
@@ -404,6 +465,7 @@ fn run(
     if let Err(e) = began {
         return Err(abandon(journal, rewind_turn, to, e.to_string()));
     }
+    failpoint("rewind-running");
     conflicts.append(&mut recorded.conflicts);
     let (restored, exec_conflicts) = restore::apply::execute_recorded(journal, &recorded, progress);
     if let Some(hard) = exec_conflicts
@@ -461,6 +523,7 @@ fn run(
             .collect(),
         plan,
         open_turn,
+        finished_first: None,
     })
 }
 

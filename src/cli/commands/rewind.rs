@@ -53,6 +53,9 @@ pub fn run(
         None
     };
     if pending.is_some() {
+        if a.dry_run {
+            return run_rewind(ctx, &project, 0, true, a.force, pending, None, out, err);
+        }
         return execute_opts(ctx, &project, 0, a.force, pending, None, out, err);
     }
     if let (Some(_), false, Some(note)) = (target, a.dry_run, pending_note(st)) {
@@ -166,6 +169,9 @@ fn run_rewind(
         writeln!(out, "{value}")?;
     } else {
         print_human(&report, out)?;
+        if let Some(f) = &report.finished_first {
+            writeln!(err, "opfs: {f}")?;
+        }
         for c in &report.conflicts {
             writeln!(err, "opfs: not restored: {c}")?;
         }

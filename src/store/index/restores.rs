@@ -31,6 +31,18 @@ pub struct StoppedRestore {
 
 impl std::fmt::Display for StoppedRestore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.restored == 0 {
+            // Nothing holds its target; a step a crash cut short may have
+            // left one path partly written (the rewind's turn holds its
+            // state before).
+            return write!(
+                f,
+                "the rewind to turn {} (turn {}) stopped: 0 of {} paths restored ({}); none of \
+                 them holds its rewound state yet: run `opfs rewind --resume` to finish it or \
+                 `opfs rewind --abort` to put back anything it changed",
+                self.rewound_to, self.rewind_turn, self.total, self.detail
+            );
+        }
         write!(
             f,
             "the rewind to turn {} (turn {}) stopped: {} of {} paths restored ({}); the project \
