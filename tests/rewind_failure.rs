@@ -326,6 +326,14 @@ fn a_rewind_failing_while_recording_and_closing_never_finishes_over_later_work()
     );
     assert_eq!(manifest(&f.project), expected, "nothing replayed");
     assert_nothing_pending(&f, "after the next start");
+    let list = f.opfs_c(&["rewind"]).ok();
+    assert!(
+        list.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{failed_turn} "))
+                && l.contains("(failed, rolled back)")),
+        "{list}"
+    );
     // The rewind works now, and its redo gives the agent's work back.
     let v = f.rewind(1);
     assert_eq!(manifest(&f.project), start);

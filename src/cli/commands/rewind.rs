@@ -301,6 +301,9 @@ fn list_rewind_points(
             Some("aborted") => " (interrupted, put back by a later turn)",
             Some("superseded") => " (interrupted, a later rewind ran over it)",
             Some("running") if !open => " (interrupted)",
+            // Every rewind that reached the project has a restore row: this
+            // one failed or was killed before, and was closed unrecorded.
+            None if t.kind == TurnKind::Rewind && !open => " (failed before it changed anything)",
             _ => "",
         };
         writeln!(
