@@ -310,6 +310,9 @@ fn a_rewind_failing_while_recording_and_closing_never_finishes_over_later_work()
     assert!(abort.stderr.contains("no rewind is interrupted"), "{abort}");
     assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
     f.umount();
+    // Unmounted, status says the same.
+    let st = f.status();
+    assert_eq!(st["interrupted_rewind"]["state"], "not started", "{st:#}");
     f.mount_with(&["--no-export"]);
     assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
     let st = f.status();

@@ -363,10 +363,12 @@ fn interrupted_rewind(st: &StateDir) -> Option<(u64, u64, bool)> {
     }
     let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
     if open.kind == TurnKind::Rewind && open.ended_at.is_none() {
-        let started = ix.restore_started(open.number).unwrap_or(false);
+        let outcome = ix.restore_outcome(open.number).ok().flatten();
         // A finished restore whose next turn was not opened yet changed
-        // the project completely: nothing is half done.
-        if !started {
+        // the project completely: nothing is half done. One marked rolled
+        // back (it failed before it wrote) is reported like one that never
+        // began.
+        if outcome.is_none() || outcome.as_deref() == Some("rolled_back") {
             return Some((open.number, open.rewound_to.unwrap_or(0), false));
         }
     }
