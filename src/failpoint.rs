@@ -13,7 +13,8 @@
 ///
 /// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
 /// marked running), `rewind-after-capture` (after each path's current state
-/// is recorded), `rewind-after-step` (after each path operation of the
+/// is recorded, the restore still not marked running), `rewind-running`
+/// (every record committed, the restore marked running, nothing written), `rewind-after-step` (after each path operation of the
 /// executor), `rewind-before-done` (all steps done, restore still running),
 /// `rewind-after-done` (restore done, no new agent turn yet),
 /// `rewind-patch-run` (after each run an in-place restore of a file kept
@@ -63,6 +64,10 @@ pub fn failpoint(name: &str) {
 /// write to the project, and a rewind `rewind-commit` before it commits
 /// its records and `rewind-done` before it marks its restore done
 /// (`docs/crash-model.md`, "A rewind that fails").
+/// A rewind also passes `rewind-close` before it closes its turn after
+/// such a failure. Several failpoints are armed at once as a
+/// comma-separated list (`rewind-commit:1:enospc,rewind-close:1:enospc`),
+/// each counting its own passes.
 /// Without the variable: `Ok` after one atomic load.
 ///
 /// Errors: `ENOSPC` when armed as above.
@@ -95,14 +100,21 @@ enum Action {
 fn reached(name: &str) -> Option<(u64, Action)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
-    static ARMED: OnceLock<Option<(String, u64, Action)>> = OnceLock::new();
-    static HITS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| parse(&std::env::var("OPFS_FAILPOINT").ok()?));
-    let (armed_name, at, action) = armed.as_ref()?;
-    if armed_name != name {
-        return None;
-    }
-    let hit = HITS.fetch_add(1, Ordering::SeqCst) + 1;
+    type Armed = Vec<(String, u64, Action, AtomicU64)>;
+    static ARMED: OnceLock<Armed> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        std::env::var("OPFS_FAILPOINT")
+            .ok()
+            .map(|v| {
+                v.split(',')
+                    .filter_map(parse)
+                    .map(|(n, at, a)| (n, at, a, AtomicU64::new(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    let (_, at, action, hits) = armed.iter().find(|(n, ..)| n == name)?;
+    let hit = hits.fetch_add(1, Ordering::SeqCst) + 1;
     let sticky = matches!(action, Action::Enospc { sticky: true });
     (hit == *at || (sticky && hit > *at)).then_some((*at, *action))
 }

@@ -363,8 +363,15 @@ fn a_killed_in_place_restore_of_ranges_is_finished_at_next_start() {
             "{point}: the daemon should have died: {run}"
         );
         wait_gone(pid);
-        // The next start finishes the restore from the records.
         f.mount();
+        if point.starts_with("rewind-after-capture") {
+            // Killed while recording, before the restore was marked
+            // running: nothing was written, and the start rolls it back.
+            assert_eq!(hash_file(&f.m("big")), after, "{point}: rolled back");
+            f.umount();
+            continue;
+        }
+        // The next start finishes the restore from the records.
         assert_eq!(hash_file(&f.m("big")), start, "{point}: finished restore");
         assert_eq!(hash_file(&f.p("big")), start, "{point}: project");
         // Redo, for the next failpoint.

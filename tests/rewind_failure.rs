@@ -262,6 +262,88 @@ fn an_index_failure_before_the_first_write_leaves_nothing_to_replay() {
     assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
 }
 
+/// The index failing while the rewind records (the state dir filling
+/// after the room check passed), and again when it closes its turn: the
+/// message does not claim the turn was closed, `status` warns about the
+/// rewind turn left open, nothing is pending (`--abort` has nothing to put
+/// back), and neither the next start nor the next rewind finishes the
+/// failed rewind over the agent's work done since: the start closes the
+/// turn as rolled back.
+#[test]
+fn a_rewind_failing_while_recording_and_closing_never_finishes_over_later_work() {
+    let f = Fixture::new();
+    let (start, after) = twenty_rewritten(
+        &f,
+        &[(
+            "OPFS_FAILPOINT",
+            "rewind-commit:1:enospc,rewind-close:1:enospc",
+        )],
+    );
+    let failed_turn = f.open_turn() + 1;
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the rewind must fail: {run}");
+    assert!(
+        run.stderr.contains("failed before it changed anything")
+            && run
+                .stderr
+                .contains(&format!("turn {failed_turn}, the rewind's, is still open"))
+            && !run.stderr.contains("is closed"),
+        "{run}"
+    );
+    assert_eq!(manifest(&f.project), after);
+    let st = f.status();
+    assert!(
+        st["interrupted_rewind"].is_null(),
+        "nothing pending: {st:#}"
+    );
+    assert!(
+        st["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w.as_str().is_some_and(|w| w
+                .contains(&format!("turn {failed_turn}"))
+                && w.contains("left open")))),
+        "status must show the rewind turn left open: {st:#}"
+    );
+    fs::write(f.m("s07"), "AGENT WORK\n").expect("agent write");
+    let abort = f.opfs_c(&["rewind", "--abort"]);
+    assert_ne!(abort.code, Some(0), "{abort}");
+    assert!(abort.stderr.contains("no rewind is interrupted"), "{abort}");
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+    f.umount();
+    // Unmounted, status says the same.
+    let st = f.status();
+    assert_eq!(st["interrupted_rewind"]["state"], "not started", "{st:#}");
+    f.mount_with(&["--no-export"]);
+    assert_eq!(fs::read(f.p("s07")).expect("s07"), b"AGENT WORK\n");
+    let st = f.status();
+    assert!(
+        st["recovered"]
+            .as_str()
+            .is_some_and(|r| r.contains("before it changed anything")),
+        "{st:#}"
+    );
+    let mut expected = after.clone();
+    expected.insert(
+        b"s07".to_vec(),
+        manifest(&f.project)[&b"s07".to_vec()].clone(),
+    );
+    assert_eq!(manifest(&f.project), expected, "nothing replayed");
+    assert_nothing_pending(&f, "after the next start");
+    let list = f.opfs_c(&["rewind"]).ok();
+    assert!(
+        list.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{failed_turn} "))
+                && l.contains("(failed, rolled back)")),
+        "{list}"
+    );
+    // The rewind works now, and its redo gives the agent's work back.
+    let v = f.rewind(1);
+    assert_eq!(manifest(&f.project), start);
+    f.rewind(rewind_turn(&v));
+    assert_eq!(manifest(&f.project), expected);
+}
+
 /// Marking the restore done fails (the index, after every step ran): the
 /// rewind says so, `status` reports the restore left running, the agent
 /// works in an agent turn, and the next start finishes the restore without
@@ -434,6 +516,14 @@ fn a_rewind_that_cannot_roll_back_is_reported_and_resumed_without_overwriting_la
     assert_eq!(manifest(&f.project), before_resume, "the start replayed it");
     assert_eq!(f.status()["interrupted_rewind"]["state"], "stopped");
 
+    // The dry run shows the plan the resume would run, and writes nothing.
+    let dry = f.opfs_c(&["rewind", "--resume", "--dry-run", "--json"]);
+    assert_eq!(dry.code, Some(3), "its conflicts exit 3 too: {dry}");
+    let d = dry.json();
+    assert_eq!(d["dry_run"], true, "{d:#}");
+    assert_eq!(d["rewound_to"], 1, "{d:#}");
+    assert_eq!(manifest(&f.project), before_resume, "the dry run wrote");
+    assert_eq!(f.status()["interrupted_rewind"]["state"], "stopped");
     let run = f.opfs_c(&["rewind", "--resume", "--json"]);
     assert_eq!(run.code, Some(3), "conflicts exit 3: {run}");
     let v = run.json();
@@ -444,6 +534,20 @@ fn a_rewind_that_cannot_roll_back_is_reported_and_resumed_without_overwriting_la
         .filter_map(|c| c["path"].as_str())
         .collect();
     assert_eq!(conflicts, vec!["s02", "s10"], "{v:#}");
+    assert_eq!(
+        d["restored"], v["restored"],
+        "the dry run's plan is the resume's"
+    );
+    assert_eq!(
+        d["conflicts"], v["conflicts"],
+        "the dry run's conflicts are the resume's"
+    );
+    let said = v["conflicts"][0].to_string();
+    assert!(
+        said.contains("a rewind to that turn gives the change back")
+            && !said.contains("kept in turn"),
+        "the conflict must say where the change is kept: {said}"
+    );
     let mut expected = start.clone();
     for name in ["s02", "s10"] {
         let name = name.as_bytes().to_vec();
@@ -458,6 +562,90 @@ fn a_rewind_that_cannot_roll_back_is_reported_and_resumed_without_overwriting_la
     // (The agent's later work stays in its own turn's records.)
     f.rewind(stopped_turn);
     assert_eq!(manifest(&f.project), after, "redo of the stopped rewind");
+}
+
+/// A start that cannot finish an interrupted rewind for lack of room,
+/// when the rewind had restored nothing yet (killed right after its
+/// restore was marked running): it is reported stopped with 0 paths
+/// restored, and not as "half restored".
+#[test]
+fn a_start_that_cannot_finish_a_rewind_that_restored_nothing_does_not_say_half_restored() {
+    let fs64 = match LoopFs::make("mkfs.ext4", &["-q"], 64 << 20) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let f = Fixture::new_in(&fs64.mnt);
+    for i in 0..20u8 {
+        write_file(&f.p(format!("f{i:02}")), &pattern(i, 256 << 10), 0o644);
+    }
+    let run = f.try_mount(&["--no-export"], &[("OPFS_FAILPOINT", "rewind-running:1")]);
+    assert_eq!(run.code, Some(0), "opfs mount failed: {run}");
+    assert!(wait_mount_state(&f.mnt, true, MOUNT_TIMEOUT), "not mounted");
+    for i in 0..20u8 {
+        fs::write(f.m(format!("f{i:02}")), pattern(50 + i, 256 << 10)).expect("rewrite");
+    }
+    f.turn("after");
+    let after = manifest(&f.project);
+    let pid = f.status()["pid"].as_u64().expect("daemon pid") as i32;
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_ne!(run.code, Some(0), "the daemon should have died: {run}");
+    assert!(
+        wait_dead(pid, std::time::Duration::from_secs(10)),
+        "the daemon is still alive"
+    );
+    assert_eq!(
+        manifest(&f.project),
+        after,
+        "nothing written before the kill"
+    );
+    fs64.fill(64 << 10);
+    f.mount_with(&["--no-export"]);
+    let st = f.status();
+    assert_eq!(st["interrupted_rewind"]["state"], "stopped", "{st:#}");
+    assert_eq!(st["interrupted_rewind"]["restored"], 0, "{st:#}");
+    let human = f.opfs_c(&["status"]).ok();
+    assert!(
+        human.stdout.contains("0 of 20 paths restored") && !human.stdout.contains("half restored"),
+        "{human}"
+    );
+    assert_eq!(manifest(&f.project), after);
+    fs64.unfill();
+}
+
+/// A rewind that first finishes one whose restore could not be marked
+/// done, and then fails itself, says what the finish did, not only that
+/// "nothing was changed".
+#[test]
+fn a_rewind_that_finished_an_old_one_first_says_so_when_it_fails() {
+    let f = Fixture::new();
+    let (_start, _after) = twenty_rewritten(
+        &f,
+        &[(
+            "OPFS_FAILPOINT",
+            "rewind-done:1:enospc,rewind-commit:3:enospc",
+        )],
+    );
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the rewind must fail: {run}");
+    assert!(run.stderr.contains("could not mark it finished"), "{run}");
+    fs::write(f.m("s05"), "AGENT WORK\n").expect("agent write");
+    let run = f.opfs_c(&["rewind", "1"]);
+    assert_eq!(run.code, Some(1), "the second rewind must fail: {run}");
+    assert!(
+        run.stderr
+            .contains("first finished an interrupted rewind to turn 1")
+            && run
+                .stderr
+                .contains("0 path(s) restored, 1 left as they are")
+            && run
+                .stderr
+                .contains("then the rewind to turn 1 failed before it changed anything"),
+        "{run}"
+    );
+    assert_eq!(fs::read(f.p("s05")).expect("s05"), b"AGENT WORK\n");
 }
 
 /// `--abort` puts back what a stopped rewind changed, as a new turn,

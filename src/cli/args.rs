@@ -304,11 +304,12 @@ pub struct RewindArgs {
     pub force: bool,
     /// Finish the rewind that stopped on a failure (or that a crash
     /// interrupted), as a new rewind turn, checked like any rewind.
-    #[arg(long, conflicts_with_all = ["turn", "id", "dry_run", "abort", "all"])]
+    /// With --dry-run: print the plan the resume would run.
+    #[arg(long, conflicts_with_all = ["turn", "id", "abort", "all"])]
     pub resume: bool,
     /// Put back what the rewind that stopped on a failure changed, as a new
-    /// rewind turn, checked like any rewind.
-    #[arg(long, conflicts_with_all = ["turn", "id", "dry_run", "all"])]
+    /// rewind turn, checked like any rewind. With --dry-run: print the plan.
+    #[arg(long, conflicts_with_all = ["turn", "id", "all"])]
     pub abort: bool,
 }
 

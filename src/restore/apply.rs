@@ -448,7 +448,7 @@ impl Recorded {
     }
 }
 
-/// The first phase of [`apply`] (R3 in `docs/crash-model.md`): records the
+/// The first phase of [`apply`] (R2 in `docs/crash-model.md`): records the
 /// current state of every planned path in the open turn, so the restore can
 /// itself be rewound. Writes nothing to the project. The records are in
 /// the capture log when it returns (the caller commits them to the index

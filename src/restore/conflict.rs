@@ -108,7 +108,7 @@ pub enum ConflictReason {
     /// A rewind that resumes or aborts an earlier one that stopped: the
     /// path changed in a turn after that rewind stopped (the agent's work,
     /// recorded there), so it is not overwritten.
-    #[error("changed in turn {turn}, after the interrupted rewind (turn {rewind}) stopped; left as it is (--force restores it anyway; the change is kept in turn {turn}'s records either way)")]
+    #[error("changed in turn {turn}, after the interrupted rewind (turn {rewind}) stopped; left as it is (--force restores it anyway, after recording its current state in the new rewind's own turn, so that a rewind to that turn gives the change back; turn {turn}'s records hold the path as it was before the change)")]
     ChangedAfterStop {
         /// The interrupted rewind's turn.
         rewind: u64,

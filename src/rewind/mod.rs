@@ -65,7 +65,8 @@ pub enum RewindError {
     /// is as it was; the rewind's turn is closed and an agent turn open.
     #[error(
         "the rewind to turn {to} failed before it changed anything: {cause}; the project is as \
-         it was (turn {turn}, the rewind's, is closed as rolled back{cleanup})"
+         it was ({})",
+        closing(*.turn, .not_closed.as_deref())
     )]
     NotStarted {
         /// The turn rewound to.
@@ -74,8 +75,9 @@ pub enum RewindError {
         turn: u64,
         /// What failed.
         cause: String,
-        /// Empty, or why the turn could not be closed (`; ...`).
-        cleanup: String,
+        /// Why the turn could not be closed, if it could not: it stays
+        /// open until the next start or rewind closes it as rolled back.
+        not_closed: Option<String>,
     },
     /// A step failed for a reason that is not the path's own (no room,
     /// I/O error) after some paths were restored; the rewind put them back
@@ -123,6 +125,18 @@ pub enum RewindError {
         /// The index's error.
         source: IndexError,
     },
+    /// A rewind run without a daemon (or after a restore could not be
+    /// marked done) first finished an interrupted one, then failed: what
+    /// the finish changed stays changed, and `finished` says so.
+    #[error("{finished}; then {source}")]
+    AfterFinish {
+        /// What the finish did, and how to undo it.
+        finished: String,
+        /// Why the rewind asked for failed after it.
+        source: Box<RewindError>,
+        /// Raw paths the finish and the failed rewind wrote.
+        touched: Vec<Vec<u8>>,
+    },
     /// `--resume` or `--abort` with no interrupted rewind.
     #[error("no rewind is interrupted: nothing to resume or abort")]
     NothingPending,
@@ -133,11 +147,24 @@ impl RewindError {
     /// or not): empty unless it got that far.
     pub fn touched(&self) -> &[Vec<u8>] {
         match self {
-            RewindError::RolledBack { touched, .. } | RewindError::Stopped { touched, .. } => {
-                touched
-            }
+            RewindError::RolledBack { touched, .. }
+            | RewindError::Stopped { touched, .. }
+            | RewindError::AfterFinish { touched, .. } => touched,
             _ => &[],
         }
+    }
+}
+
+/// What became of the turn of a rewind that failed before it changed
+/// anything.
+fn closing(turn: u64, not_closed: Option<&str>) -> String {
+    match not_closed {
+        None => format!("turn {turn}, the rewind's, is closed as rolled back"),
+        Some(e) => format!(
+            "turn {turn}, the rewind's, is still open: closing it failed too ({e}); changes made \
+             now are recorded in it, and `opfs status` warns until the next `opfs turn`, \
+             `opfs rewind` or `opfs mount` closes it as rolled back, without restoring anything"
+        ),
     }
 }
 
@@ -155,7 +182,8 @@ pub struct RewindOptions {
     pub force: bool,
     /// Instead of rewinding to the turn given: finish (`Resume`) or put
     /// back (`Abort`) the pending rewind, one that stopped on a failure or
-    /// that a crash interrupted ([`resume_stopped`], [`abort`]).
+    /// that a crash interrupted ([`resume_stopped`], [`abort`]); with
+    /// `dry_run`, only the plan that would run.
     pub pending: Option<Pending>,
 }
 
@@ -191,6 +219,23 @@ pub struct RewindReport {
     /// Raw bytes of every path the rewind wrote (for cache invalidation).
     #[serde(skip)]
     pub touched: Vec<Vec<u8>>,
+    /// Set when the rewind first finished an interrupted one (what that
+    /// changed, and how to undo it); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_first: Option<String>,
+}
+
+/// What finishing an interrupted rewind changed, for the rewind that ran
+/// it first: a sentence.
+fn finished_first(r: &RewindReport) -> String {
+    let turn = r.turn.unwrap_or(0);
+    format!(
+        "first finished an interrupted rewind to turn {} (recorded as turn {turn}): {} path(s) \
+         restored, {} left as they are; `opfs rewind {turn}` puts back what it changed",
+        r.rewound_to,
+        r.restored.len(),
+        r.conflicts.len()
+    )
 }
 
 /// Computes the plan for rewinding to the start of `to` from the index and
@@ -280,22 +325,56 @@ pub fn rewind_with_progress(
         pending,
     } = opts;
     match pending {
+        Some(which) if dry_run => return resume::plan_pending(journal, which, force),
         Some(Pending::Resume) => return resume_stopped(journal, force, progress),
         Some(Pending::Abort) => return abort(journal, force, progress),
         None => {}
     }
+    let mut first = None;
     if !dry_run {
-        // Only reachable without a daemon (a daemon resumes at start): finish
-        // a rewind a crash interrupted before starting another, so that
-        // one's plan can never be replayed over this one's result later.
+        // Finish a rewind a crash interrupted (without a daemon: a daemon
+        // finishes it at start) or one whose restore could not be marked
+        // done, before starting another, so that its plan can never be
+        // replayed over this one's result later.
         if let Some(r) = resume(journal)? {
-            log::warn!(
-                "finished an interrupted rewind to turn {} (recorded as turn {}) first",
-                r.rewound_to,
-                r.turn.unwrap_or(0)
-            );
+            log::warn!("{}", finished_first(&r));
+            first = Some(r);
+        } else if let Some(m) = close_interrupted_rewind_turn(journal)? {
+            // A rewind turn left open by a rewind that failed before it
+            // changed anything (or by a crash): closed as rolled back.
+            log::warn!("{m}");
         }
     }
+    let result = rewind_planned(journal, to, dry_run, force, progress);
+    let Some(first) = first else {
+        return result;
+    };
+    match result {
+        Ok(mut report) => {
+            report.finished_first = Some(finished_first(&first));
+            report.touched.extend(first.touched);
+            Ok(report)
+        }
+        Err(e) => {
+            let mut touched = first.touched.clone();
+            touched.extend_from_slice(e.touched());
+            Err(RewindError::AfterFinish {
+                finished: finished_first(&first),
+                source: Box::new(e),
+                touched,
+            })
+        }
+    }
+}
+
+/// [`rewind_with_progress`] once nothing is pending.
+fn rewind_planned(
+    journal: &Journal,
+    to: u64,
+    dry_run: bool,
+    force: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
     let (plan, conflicts) = plan(journal, to, force)?;
     if dry_run {
         return Ok(RewindReport {
@@ -308,6 +387,7 @@ pub fn rewind_with_progress(
             plan,
             open_turn: journal.open_turn(),
             touched: Vec::new(),
+            finished_first: None,
         });
     }
     // A rewind that stopped on a failure is superseded: this one records
@@ -331,8 +411,8 @@ struct Job {
 }
 
 /// Runs a planned restore as a new rewind turn (R1–R7 in
-/// `docs/crash-model.md`): the room check, the turn, the restore marked
-/// running, the current states recorded and committed, then the steps; a
+/// `docs/crash-model.md`): the room check, the turn, the current states
+/// recorded and committed, the restore marked running, then the steps; a
 /// step that fails for a reason that is not the path's own rolls back.
 fn run(
     journal: &Journal,
@@ -358,6 +438,22 @@ fn run(
         rewound_to: Some(to),
     })?;
     failpoint("rewind-begin");
+    let mut recorded = restore::apply::record(journal, &plan, progress);
+    // Every record of R2 is in the index before R3 marks the restore
+    // running and R4 touches the project: a full or failing state dir
+    // stops the rewind here, with nothing changed.
+    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
+        crate::failpoint::failpoint_error("rewind-commit")
+            .map_err(|e| format!("index: {e}"))
+            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
+            .err()
+    });
+    if let Some(cause) = failure {
+        return Err(abandon(journal, rewind_turn, to, cause));
+    }
+    // R3 only now, right before the first write to the project: a failure
+    // while recording leaves no running restore, so nothing can finish
+    // this rewind later over work done since.
     let began = journal.with_index(|ix| {
         ix.begin_restore(rewind_turn, to)?;
         if let Some((old, outcome)) = job.supersede {
@@ -369,18 +465,7 @@ fn run(
     if let Err(e) = began {
         return Err(abandon(journal, rewind_turn, to, e.to_string()));
     }
-    let mut recorded = restore::apply::record(journal, &plan, progress);
-    // Every record of R3 is in the index before R4 touches the project: a
-    // full or failing state dir stops the rewind here, with nothing changed.
-    let failure = recorded.store_failure().map(|c| c.to_string()).or_else(|| {
-        crate::failpoint::failpoint_error("rewind-commit")
-            .map_err(|e| format!("index: {e}"))
-            .and_then(|()| journal.apply_pending().map_err(|e| e.to_string()))
-            .err()
-    });
-    if let Some(cause) = failure {
-        return Err(abandon(journal, rewind_turn, to, cause));
-    }
+    failpoint("rewind-running");
     conflicts.append(&mut recorded.conflicts);
     let (restored, exec_conflicts) = restore::apply::execute_recorded(journal, &recorded, progress);
     if let Some(hard) = exec_conflicts
@@ -438,27 +523,26 @@ fn run(
             .collect(),
         plan,
         open_turn,
+        finished_first: None,
     })
 }
 
 /// A rewind that failed before writing to the project: its restore is
-/// marked rolled back and an agent turn opened, so neither a later start
-/// nor the agent's next mutations treat the rewind's turn as pending.
+/// marked rolled back and an agent turn opened, so the agent's next
+/// mutations are not recorded in the rewind's turn. When the index fails
+/// here too, the rewind turn stays open with no running restore (or one
+/// marked rolled back): `status` warns, and the next start or rewind closes
+/// it as rolled back ([`close_interrupted_rewind_turn`]), never finishes it.
 fn abandon(journal: &Journal, rewind_turn: u64, to: u64, cause: String) -> RewindError {
-    let closed = journal.with_index(|ix| ix.end_restore(rewind_turn, "rolled_back", Some(&cause)));
-    let reopened = journal.next_turn(NewTurn::agent()).map(drop);
-    let reopened = closed.and(reopened);
+    let reopened = crate::failpoint::failpoint_error("rewind-close")
+        .map_err(|_| IndexError::disk_full(journal.state().index_path()))
+        .and_then(|()| journal.with_index(|ix| ix.abandon_restore(rewind_turn, to, &cause)))
+        .and_then(|()| journal.next_turn(NewTurn::agent()).map(drop));
     RewindError::NotStarted {
         to,
         turn: rewind_turn,
         cause,
-        cleanup: match reopened {
-            Ok(()) => String::new(),
-            Err(e) => format!(
-                "; it could not be closed ({e}): the next start or rewind does that, after the \
-                 same checks as any rewind"
-            ),
-        },
+        not_closed: reopened.err().map(|e| e.to_string()),
     }
 }
 

@@ -58,6 +58,13 @@ pub fn abort(
     force: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
+    let (job, plan, conflicts) = abort_plan(journal, force)?;
+    run(journal, job, plan, conflicts, progress)
+}
+
+/// The plan `--abort` runs: over the paths the pending restore's turn
+/// recorded, to that turn's start.
+fn abort_plan(journal: &Journal, force: bool) -> Result<Planned, RewindError> {
     let (old, to) = pending(journal)?.ok_or(RewindError::NothingPending)?;
     let targets = journal.with_index(|ix| ix.targets_at(old, Some(old + 1)))?;
     let (plan, conflicts) = restore::plan::plan_targets(journal, old, targets, force);
@@ -67,7 +74,42 @@ pub fn abort(
         label: format!("abort the rewind to turn {to} (turn {old})"),
         supersede: Some((old, "aborted")),
     };
-    run(journal, job, plan, conflicts, progress)
+    Ok((job, plan, conflicts))
+}
+
+/// A restore's job, plan and conflicts.
+type Planned = (Job, Vec<PathPlan>, Vec<Conflict>);
+
+/// `opfs rewind --resume --dry-run` and `--abort --dry-run`: the plan the
+/// pending restore's resume (or abort) would run now, as a dry-run report
+/// (`rewound_to`: the turn it restores; `turn`: the number its rewind turn
+/// would get). Writes nothing.
+///
+/// Errors: [`RewindError::NothingPending`] when no restore is pending;
+/// the index's.
+pub fn plan_pending(
+    journal: &Journal,
+    which: super::Pending,
+    force: bool,
+) -> Result<RewindReport, RewindError> {
+    let (job, plan, conflicts) = match which {
+        super::Pending::Resume => {
+            let (old, to) = pending(journal)?.ok_or(RewindError::NothingPending)?;
+            finish_plan(journal, old, to, force)?
+        }
+        super::Pending::Abort => abort_plan(journal, force)?,
+    };
+    Ok(RewindReport {
+        turn: Some(journal.open_turn() + 1),
+        rewound_to: job.to,
+        dry_run: true,
+        restored: plan.iter().map(|p| p.path.clone()).collect(),
+        conflicts,
+        plan,
+        open_turn: journal.open_turn(),
+        touched: Vec::new(),
+        finished_first: None,
+    })
 }
 
 /// The pending restore, `(rewind turn, rewound-to turn)`: one a crash
@@ -90,14 +132,8 @@ fn finish(
     force: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
-    let (plan, conflicts) = plan_until(journal, to, Some(old), force)?;
-    let (plan, conflicts) = keep_later_work(journal, old, plan, conflicts, force)?;
+    let (job, plan, conflicts) = finish_plan(journal, old, to, force)?;
     let remaining = plan.len() as u64;
-    let job = Job {
-        to,
-        label: format!("finish the rewind to turn {to} (turn {old})"),
-        supersede: Some((old, "resumed")),
-    };
     match run(journal, job, plan, conflicts, progress) {
         Ok(report) => {
             // Paths the interrupted run already restored are not in this
@@ -132,6 +168,18 @@ fn finish(
         }
         Err(e) => Err(e),
     }
+}
+
+/// The plan that finishes the restore recorded as turn `old`.
+fn finish_plan(journal: &Journal, old: u64, to: u64, force: bool) -> Result<Planned, RewindError> {
+    let (plan, conflicts) = plan_until(journal, to, Some(old), force)?;
+    let (plan, conflicts) = keep_later_work(journal, old, plan, conflicts, force)?;
+    let job = Job {
+        to,
+        label: format!("finish the rewind to turn {to} (turn {old})"),
+        supersede: Some((old, "resumed")),
+    };
+    Ok((job, plan, conflicts))
 }
 
 /// Opens an agent turn when the open turn is a rewind turn, so the agent's
@@ -186,7 +234,9 @@ fn keep_later_work(
 ///
 /// Two crash points leave this: before the restore was marked running (the
 /// rewind wrote nothing: the project is as it was before it, i.e. rolled
-/// back) and after it was marked done (the rewind is complete; only the next
+/// back; so does a rewind that failed while recording and could not close
+/// its turn: its restore is then marked rolled back here) and after it was
+/// marked done (the rewind is complete; only the next
 /// agent turn was missing). Returns a description of what was found, or
 /// `None` when the open turn is not a rewind turn.
 pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>, RewindError> {
@@ -200,6 +250,11 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
     let to = turn.rewound_to.unwrap_or(0);
     let started = journal.with_index(|ix| ix.restore_started(open))?;
     let outcome = journal.with_index(|ix| ix.restore_outcome(open))?;
+    if !started {
+        // Listed as the failed, rolled-back rewind it is.
+        let note = "closed as rolled back: it failed or was interrupted before it changed anything";
+        journal.with_index(|ix| ix.abandon_restore(open, to, note))?;
+    }
     let next = journal.next_turn(NewTurn::agent())?;
     Ok(Some(if outcome.as_deref() == Some("rolled_back") {
         format!(

@@ -53,6 +53,9 @@ pub fn run(
         None
     };
     if pending.is_some() {
+        if a.dry_run {
+            return run_rewind(ctx, &project, 0, true, a.force, pending, None, out, err);
+        }
         return execute_opts(ctx, &project, 0, a.force, pending, None, out, err);
     }
     if let (Some(_), false, Some(note)) = (target, a.dry_run, pending_note(st)) {
@@ -166,6 +169,9 @@ fn run_rewind(
         writeln!(out, "{value}")?;
     } else {
         print_human(&report, out)?;
+        if let Some(f) = &report.finished_first {
+            writeln!(err, "opfs: {f}")?;
+        }
         for c in &report.conflicts {
             writeln!(err, "opfs: not restored: {c}")?;
         }
@@ -295,6 +301,9 @@ fn list_rewind_points(
             Some("aborted") => " (interrupted, put back by a later turn)",
             Some("superseded") => " (interrupted, a later rewind ran over it)",
             Some("running") if !open => " (interrupted)",
+            // Every rewind that reached the project has a restore row: this
+            // one failed or was killed before, and was closed unrecorded.
+            None if t.kind == TurnKind::Rewind && !open => " (failed before it changed anything)",
             _ => "",
         };
         writeln!(

@@ -289,6 +289,25 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
             ));
         }
     }
+    if s.mounted && p.interrupted_rewind.is_none() {
+        if let Some((turn, to, outcome)) = rewind_turn_left_open(st) {
+            p.warnings.push(if outcome.as_deref() == Some("done") {
+                format!(
+                    "the rewind to turn {to} (turn {turn}) finished but its turn is still open \
+                     (the index failed to open the next one): changes made now are recorded in \
+                     it; the next `opfs turn`, `opfs rewind` or `opfs mount` opens an agent turn"
+                )
+            } else {
+                format!(
+                    "the open turn {turn} is the rewind to turn {to}'s, left open: that rewind \
+                     failed before it changed anything and could not close its turn (or is \
+                     recording right now); the project is as it was before it. Changes made now \
+                     are recorded in that turn; the next `opfs turn`, `opfs rewind` or `opfs \
+                     mount` closes it as rolled back, without restoring anything"
+                )
+            });
+        }
+    }
     if !s.mounted && p.stopped_rewind.is_none() {
         p.interrupted_rewind = interrupted_rewind(st);
         if let Some((turn, to, started)) = p.interrupted_rewind {
@@ -319,6 +338,20 @@ fn unfinished_behind_open_turn(st: &StateDir) -> Option<(u64, u64, bool)> {
     (open.number > turn).then_some((turn, to, true))
 }
 
+/// While mounted: the open turn is a rewind turn whose restore is not
+/// running (none, or ended: a rewind that failed, or finished, and could
+/// not open the next turn), as `(turn, to, outcome)`.
+fn rewind_turn_left_open(st: &StateDir) -> Option<(u64, u64, Option<String>)> {
+    let ix = Index::open_read_only(&st.index_path()).ok()?;
+    let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
+    if open.kind != TurnKind::Rewind || open.ended_at.is_some() {
+        return None;
+    }
+    let outcome = ix.restore_outcome(open.number).ok()?;
+    (outcome.as_deref() != Some("running") && outcome.as_deref() != Some("stopped"))
+        .then(|| (open.number, open.rewound_to.unwrap_or(0), outcome))
+}
+
 /// A rewind a crash interrupted: a restore still marked running, else a
 /// rewind turn left open. A daemon finishes either when it starts, so this
 /// is asked only while unmounted. An index that cannot be read has none
@@ -330,10 +363,12 @@ fn interrupted_rewind(st: &StateDir) -> Option<(u64, u64, bool)> {
     }
     let open = ix.turns(Some(1)).ok()?.into_iter().next()?;
     if open.kind == TurnKind::Rewind && open.ended_at.is_none() {
-        let started = ix.restore_started(open.number).unwrap_or(false);
+        let outcome = ix.restore_outcome(open.number).ok().flatten();
         // A finished restore whose next turn was not opened yet changed
-        // the project completely: nothing is half done.
-        if !started {
+        // the project completely: nothing is half done. One marked rolled
+        // back (it failed before it wrote) is reported like one that never
+        // began.
+        if outcome.is_none() || outcome.as_deref() == Some("rolled_back") {
             return Some((open.number, open.rewound_to.unwrap_or(0), false));
         }
     }

@@ -31,6 +31,18 @@ pub struct StoppedRestore {
 
 impl std::fmt::Display for StoppedRestore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.restored == 0 {
+            // Nothing holds its target; a step a crash cut short may have
+            // left one path partly written (the rewind's turn holds its
+            // state before).
+            return write!(
+                f,
+                "the rewind to turn {} (turn {}) stopped: 0 of {} paths restored ({}); none of \
+                 them holds its rewound state yet: run `opfs rewind --resume` to finish it or \
+                 `opfs rewind --abort` to put back anything it changed",
+                self.rewound_to, self.rewind_turn, self.total, self.detail
+            );
+        }
         write!(
             f,
             "the rewind to turn {} (turn {}) stopped: {} of {} paths restored ({}); the project \
@@ -50,6 +62,27 @@ impl Index {
             .execute(
                 "INSERT OR REPLACE INTO restores(rewind_turn, rewound_to, state) VALUES (?1, ?2, 'running')",
                 params![Uint(rewind_turn), Uint(rewound_to)],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    /// Marks the restore recorded as `rewind_turn` (to the start of
+    /// `rewound_to`) rolled back with `detail`, whether or not it was
+    /// marked running: a rewind that failed before it wrote anything.
+    ///
+    /// Durable after `Ok` to the level the index was opened with.
+    pub fn abandon_restore(
+        &self,
+        rewind_turn: u64,
+        rewound_to: u64,
+        detail: &str,
+    ) -> Result<(), IndexError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO restores(rewind_turn, rewound_to, state, outcome, detail)
+                 VALUES (?1, ?2, 'done', 'rolled_back', ?3)",
+                params![Uint(rewind_turn), Uint(rewound_to), detail],
             )
             .map(drop)
             .map_err(self.err())
