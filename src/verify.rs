@@ -324,24 +324,13 @@ fn check_records(
     wanted: &mut Wanted,
     c: &mut Checker,
 ) -> Result<u64, VerifyError> {
-    let records: Vec<RawRecord> = db.rows(
+    check_rows(
+        db,
         "SELECT turn, path, kind, perm, blob, size, target FROM preimages ORDER BY turn, path",
-        |r| {
-            Ok(RawRecord {
-                turn: r.get(0)?,
-                path: r.get(1)?,
-                kind: r.get(2)?,
-                perm: r.get(3)?,
-                blob: r.get(4)?,
-                size: r.get(5)?,
-                target: r.get(6)?,
-            })
-        },
-    )?;
-    for r in &records {
-        check_record(r, numbers, wanted, c);
-    }
-    Ok(records.len() as u64)
+        numbers,
+        wanted,
+        c,
+    )
 }
 
 /// Edits made behind the mount and kept (`outside_edits`, version 7):
@@ -355,25 +344,41 @@ fn check_outside_edits(
     if !db.has_column("outside_edits", "seq")? {
         return Ok(());
     }
-    let kept: Vec<RawRecord> = db.rows(
+    check_rows(
+        db,
         "SELECT turn, path, kind, perm, blob, size, target FROM outside_edits
          ORDER BY turn, path, seq",
-        |r| {
-            Ok(RawRecord {
-                turn: r.get(0)?,
-                path: r.get(1)?,
-                kind: r.get(2)?,
-                perm: r.get(3)?,
-                blob: r.get(4)?,
-                size: r.get(5)?,
-                target: r.get(6)?,
-            })
-        },
-    )?;
-    for r in &kept {
+        numbers,
+        wanted,
+        c,
+    )
+    .map(|_| ())
+}
+
+/// Checks each row `sql` selects (turn, path, kind, perm, blob, size,
+/// target) as a record; returns how many there were.
+fn check_rows(
+    db: &Db<'_>,
+    sql: &str,
+    numbers: &BTreeSet<i64>,
+    wanted: &mut Wanted,
+    c: &mut Checker,
+) -> Result<u64, VerifyError> {
+    let rows: Vec<RawRecord> = db.rows(sql, |r| {
+        Ok(RawRecord {
+            turn: r.get(0)?,
+            path: r.get(1)?,
+            kind: r.get(2)?,
+            perm: r.get(3)?,
+            blob: r.get(4)?,
+            size: r.get(5)?,
+            target: r.get(6)?,
+        })
+    })?;
+    for r in &rows {
         check_record(r, numbers, wanted, c);
     }
-    Ok(())
+    Ok(rows.len() as u64)
 }
 
 /// One record (see [`check_records`]).

@@ -181,6 +181,20 @@ fn refuse_lost_index(path: &Path) -> Result<(), IndexError> {
     })
 }
 
+/// A read-only connection to the index at `path` that waits up to 10 s
+/// for a writer's lock.
+fn connect_read_only(path: &Path) -> Result<Connection, IndexError> {
+    let err = |source| codec::sqlite_error(path, source);
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(err)?;
+    Ok(conn)
+}
+
 /// Reads every page of the index at `path` once (SQLite's `PRAGMA
 /// quick_check`) and fails if any is damaged: SQLite itself reads pages
 /// lazily, so a file with garbage in its middle opens, and a mount or a
@@ -198,13 +212,7 @@ pub fn quick_check(path: &Path) -> Result<(), IndexError> {
         return Ok(());
     }
     let err = |source| codec::sqlite_error(path, source);
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(err)?;
+    let conn = connect_read_only(path)?;
     let lines: Vec<String> = match conn.prepare("PRAGMA quick_check(5)").and_then(|mut st| {
         st.query_map([], |r| r.get::<_, String>(0))?
             .collect::<Result<_, _>>()
@@ -301,14 +309,7 @@ impl Index {
     /// Errors: [`IndexError::Sqlite`] when the file is missing, is not a
     /// database or has no `turns` table.
     pub fn open_read_only(path: &Path) -> Result<Index, IndexError> {
-        let err = |source| codec::sqlite_error(path, source);
-        let conn = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(err)?;
+        let conn = connect_read_only(path)?;
         let mut index = Index {
             conn,
             path: path.to_path_buf(),
@@ -321,7 +322,7 @@ impl Index {
         index
             .conn
             .query_row("SELECT count(*) FROM turns", [], |r| r.get::<_, i64>(0))
-            .map_err(err)?;
+            .map_err(|source| codec::sqlite_error(path, source))?;
         index.inline_column = index.has_column("blobs", "data")?;
         index.ranges_table = index.has_column("ranges", "offset")?;
         index.meta_columns = index.has_column("preimages", "xattrs")?;
