@@ -154,17 +154,7 @@ impl Dir {
         if rel.is_empty() {
             return self.lstat(rel);
         }
-        match rustix::fs::statat(&self.root, cstr(rel)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(stat_of(&st))),
-            Err(e) => {
-                let e = io::Error::from(e);
-                if is_not_found(&e) {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        stat_nofollow(&self.root, rel)
     }
 
     /// The parent directory of `rel` (not empty), its name there and its
@@ -263,17 +253,7 @@ impl Dir {
         let (Some(dir), Some((_, name))) = (parent, paths::split(rel)) else {
             return self.lstat(rel);
         };
-        match rustix::fs::statat(dir, cstr(name)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(stat_of(&st))),
-            Err(e) => {
-                let e = io::Error::from(e);
-                if is_not_found(&e) {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+        stat_nofollow(dir, name)
     }
 
     /// [`Dir::read_link`] of the symlink at `rel` read through `parent`
@@ -620,5 +600,20 @@ fn open_entry(dir: &impl rustix::fd::AsFd, name: &std::ffi::CStr) -> Option<File
             .ok()
             .map(File::from),
         Err(_) => None,
+    }
+}
+
+/// One `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; `Ok(None)` when absent.
+fn stat_nofollow<Fd: rustix::fd::AsFd>(dir: Fd, name: &[u8]) -> io::Result<Option<Stat>> {
+    match rustix::fs::statat(dir, cstr(name)?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(stat_of(&st))),
+        Err(e) => {
+            let e = io::Error::from(e);
+            if is_not_found(&e) {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        }
     }
 }
