@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The opfs benchmark suite (issue 4). Run it through `scripts/bench`.
+"""The opfs benchmark suite. Run it through `scripts/bench`.
 
 Each workload runs on the plain directory (the physical limit), the opfs
 mount (`--no-export`), and the peers bindfs and fuse-overlayfs (no capture),
@@ -539,7 +539,7 @@ class Suite:
         self.results["9 rewind 100 files"] = res9
 
     def w10_store(self):
-        """State growth (issue 15 item 2): the whole state dir (index, blobs,
+        """State growth: the whole state dir (index, blobs,
         capture log, export.git, logs) of a mount with the export on, for a
         tree of small files plus one large file: after the baseline, each of
         10 small edits, one 4 KiB write into the large file, and a rewind.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Workload 11 of scripts/bench (issue 13): a scripted agent session.
+"""Workload 11 of scripts/bench: a scripted agent session.
 
 One session is T turns (default 6) on a git repository of real sources
 (this repository's tracked files under `opfs/`, and the sources of the

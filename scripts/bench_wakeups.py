@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """FUSE requests, watch wake-ups and daemon CPU of one workload, several
-builds or knob settings interleaved (docs/benchmarks.md, "No CREATE, and
+builds or knob settings interleaved (docs/bench/2026-12-03-no-create.md, "No CREATE, and
 the daemon's writes out of the watch").
 
   bench_wakeups.py [--rounds R] [--files N] WORKLOAD NAME=BIN[,K=V...] ...

@@ -1,4 +1,4 @@
-//! Kernel coherence with the project (issue 13 item 2, `docs/coherence.md`):
+//! Kernel coherence with the project (`docs/coherence.md`):
 //! with long TTLs on, every change made directly in the project, behind
 //! the mount's back, shows through the mount within 100 ms.
 //!

@@ -1,4 +1,4 @@
-//! Disk use as a user sees it (issue 14 item 4), on real mounts: `status`
+//! Disk use as a user sees it, on real mounts: `status`
 //! counts everything opfs keeps, `gc --dry-run` works while mounted and
 //! changes nothing, sizes take suffixes, and `gc` takes the commits of the
 //! turns it dropped out of the export, keeps every kept turn's tree, and

@@ -1,10 +1,10 @@
-//! `FUSE_NO_OPEN_SUPPORT` (issue 13 item 3): with the watch active (the
+//! `FUSE_NO_OPEN_SUPPORT`: with the watch active (the
 //! default) the kernel sends no OPEN, FLUSH or RELEASE for files, so a
 //! file's content is captured at the first mutating request of each turn,
 //! an `O_TRUNC` open arrives as a size SETATTR, what the mount left is
 //! fingerprinted after each mutating request, and the turn boundary finds
 //! the files with dirty pages through the processes' shared mappings
-//! (`docs/benchmarks.md`, "No OPEN"). The tests also pass with
+//! (`docs/bench/2026-12-02-no-open.md`, "No OPEN"). The tests also pass with
 //! `OPFS_NO_OPEN=0` (the OPEN path; the first checks which path is
 //! engaged), but for one noted below.
 

@@ -1,4 +1,4 @@
-//! Retention while mounted (issue 15 item 5), on real mounts: `opfs gc`
+//! Retention while mounted, on real mounts: `opfs gc`
 //! goes to the daemon, which applies it by turn count and by byte budget
 //! (dropped turns gone from `opfs rewind`, kept ones rewind exactly, the
 //! store shrinks); a worktree's base turn stays pinned; a workload running

@@ -1,5 +1,4 @@
-//! What opfs keeps on disk for one project (`opfs status`, issue 14 item
-//! 4): every file of its state dir, counted by what it is for, and the
+//! What opfs keeps on disk for one project (`opfs status`): every file of its state dir, counted by what it is for, and the
 //! byte sizes the CLI accepts and prints (`10M`, `2G`, `512K`).
 //!
 //! Sizes are the disk space used (allocated blocks, as `du` counts them),
