@@ -734,7 +734,7 @@ def main():
     ap.add_argument("--no-export-row", action="store_true")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:K=V,... an extra opfs column mounted with these environment "
-                         "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
+                         "variables (e.g. open:OPFS_NO_OPEN=0); OPFS_BIN=PATH "
                          "mounts with another opfs binary (e.g. the build before a change); "
                          "OPFS_EXPORT=0 mounts with --no-export")
     ap.add_argument("--peer", action="append", default=[], metavar="NAME=TEMPLATE",
