@@ -54,20 +54,18 @@ impl Default for DaemonOptions {
     }
 }
 
-/// The file in a project's state dir that is present while the project's
-/// last mount was started with `--sync` (`docs/worktrees.md`): the
-/// worktrees' daemons, started later by `worktree create|mount`, run with
-/// the durability the user chose for the project.
-const SYNC_MARKER: &str = "mount-sync";
-
 /// Records whether the project daemon of `state` runs with `sync`
-/// ([`project_sync`] reads it): the marker is made or removed. Not
+/// ([`project_sync`] reads it): the marker
+/// ([`crate::store::StateDir::sync_marker_path`]) is made or removed, so
+/// the worktrees' daemons, started later by `worktree create|mount`, run
+/// with the durability the user chose for the project
+/// (`docs/worktrees.md`). Not
 /// fsynced; a crash may leave the previous choice, which the next mount
 /// overwrites.
 ///
 /// Errors: the marker cannot be written or removed.
 pub fn remember_sync(state: &crate::store::StateDir, sync: bool) -> std::io::Result<()> {
-    let marker = state.dir.join(SYNC_MARKER);
+    let marker = state.sync_marker_path();
     if sync {
         return std::fs::write(marker, b"");
     }
@@ -80,7 +78,7 @@ pub fn remember_sync(state: &crate::store::StateDir, sync: bool) -> std::io::Res
 /// True when the project of `state` was last mounted with `--sync`
 /// ([`remember_sync`]): its worktrees' daemons then run with it too.
 pub fn project_sync(state: &crate::store::StateDir) -> bool {
-    state.dir.join(SYNC_MARKER).exists()
+    state.sync_marker_path().exists()
 }
 
 /// A range minimum (`--range-min` or its variable) that is neither a
