@@ -73,18 +73,6 @@ fn blob_file_bytes(f: &Fixture) -> u64 {
         .sum()
 }
 
-/// Polls `cond` every 50 ms for at most `limit`; whether it held.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
-}
-
 /// Every turn in `starts` from `oldest` on rewinds to exactly its
 /// manifest (newest first, so each rewind crosses the ones before it).
 fn kept_turns_rewind_exactly(f: &Fixture, starts: &[(u64, Manifest)], oldest: u64, ctx: &str) {
