@@ -351,7 +351,7 @@ def w11_agent(suite, bench):
                     if reqs:
                         run["requests"] = reqs.stop()
                         # "TURN STEP" -> {opcode: count}, and who sent them
-                        # (scripts/agent_census.py makes the tables).
+                        # (counted by bench_reqs.py).
                         run["requests_by_step"] = reqs.parts
                         run["request_senders"] = reqs.senders
                     runs[w].append(run)
