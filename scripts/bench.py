@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The opfs benchmark suite (issue 4). Run it through `scripts/bench`.
+"""The opfs benchmark suite. Run it through `scripts/bench`.
 
 Each workload runs on the plain directory (the physical limit), the opfs
 mount (`--no-export`), and the peers bindfs and fuse-overlayfs (no capture),
@@ -52,6 +52,10 @@ import bench_reqs
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ["plain", "opfs", "bindfs", "overlay"]
+# Results that are not a row of the layer tables: opfs against the tools
+# used without it (8-10), the agent session (11), and the opfs-only
+# measurements run by name (`--only export,gc-pause`).
+OWN = ("8", "9", "10", "11", "export", "gc-pause")
 
 
 def log(msg):
@@ -538,8 +542,75 @@ class Suite:
         self.results["8 turn boundary (10 changed)"] = res8
         self.results["9 rewind 100 files"] = res9
 
+    def w_export(self):
+        """`opfs export` on a tree of N files (`--export-files`, default
+        10,000): the first export (the baseline read of the whole project
+        plus one turn), then the incremental export of one more turn that
+        changed one file. Wall seconds of each, loose objects written, and
+        the repository's size; `git fsck --strict` must pass."""
+        n = self.args.export_files
+        backing = self.fresh("b")
+        self.gen_tree(backing, n)
+        path, h = self.mount("opfs", backing)
+        git_dir = self.side("export.git")
+        res = {"files": n}
+        try:
+            def loose():
+                return sum(len(fs) for d, _, fs in os.walk(os.path.join(git_dir, "objects"))
+                           if len(os.path.basename(d)) == 2)
+            for step, rel in (("first", "d00000/f000000.txt"), ("second", f"d{(n // 2) // 100:05d}/f{n // 2:06d}.txt")):
+                with open(os.path.join(path, rel), "a") as f:
+                    f.write(f"changed before the {step} export\n")
+                self.opfs_cli(h, "turn")
+                before = loose() if os.path.isdir(git_dir) else 0
+                wall = timed(lambda: self.opfs_cli(h, "export", "--git-dir", git_dir, "--json"))
+                res[f"{step} export s"] = round(wall, 3)
+                res[f"{step} export loose objects"] = loose() - before
+            sh(["git", "--git-dir", git_dir, "fsck", "--strict", "--no-dangling"])
+            res["repository bytes"] = dir_bytes(git_dir)
+        finally:
+            self.umount(h)
+            rmtree(backing)
+            rmtree(git_dir)
+        log(f"  export: {res}")
+        self.results["export"] = res
+
+    def w_gc_pause(self):
+        """How long `opfs gc` while mounted makes the agent's writes wait
+        (`docs/design.md`, "Retention while mounted"): T turns
+        (`--gc-turns`, default 100) that each rewrite F files
+        (`--gc-files`, default 200; one in ten of 20 KB, the rest 100 B),
+        then `gc --keep 10` while a writer rewrites small files through the
+        mount. gc's report (`paused_ms`: how long mutations waited), its
+        wall time, and the writer's longest write."""
+        backing = self.fresh("b")
+        path, h = self.mount("opfs", backing)
+        res = {"turns": self.args.gc_turns, "files": self.args.gc_files}
+        try:
+            for _ in range(self.args.gc_turns):
+                for i in range(self.args.gc_files):
+                    with open(os.path.join(path, f"f{i}"), "wb") as f:
+                        f.write(os.urandom(100 if i % 10 else 20000))
+                self.opfs_cli(h, "turn")
+            st = json.loads(self.opfs_cli(h, "status", "--json"))
+            res["records"], res["store_bytes"] = st["records"], st["store_bytes"]
+            writer = subprocess.Popen([sys.executable, "-c", GC_WRITER, path], stdout=subprocess.PIPE)
+            # gc starts once the writer has written (it prints its first line).
+            writer.stdout.readline()
+            t0 = time.perf_counter()
+            report = json.loads(self.opfs_cli(h, "gc", "--keep", "10", "--json"))
+            res["gc wall s"] = round(time.perf_counter() - t0, 3)
+            res.update({k: report.get(k) for k in ("dropped_turns", "records_deleted", "blobs_removed", "paused_ms")})
+            writes, worst = writer.communicate()[0].decode().split()
+            res["writer writes"], res["writer longest write ms"] = int(writes), float(worst)
+        finally:
+            self.umount(h)
+            rmtree(backing)
+        log(f"  gc-pause: {res}")
+        self.results["gc-pause"] = res
+
     def w10_store(self):
-        """State growth (issue 15 item 2): the whole state dir (index, blobs,
+        """State growth: the whole state dir (index, blobs,
         capture log, export.git, logs) of a mount with the export on, for a
         tree of small files plus one large file: after the baseline, each of
         10 small edits, one 4 KiB write into the large file, and a rewind.
@@ -625,7 +696,7 @@ class Suite:
     # ---- report ---------------------------------------------------------
 
     def table(self):
-        main = any(not wl.startswith(("8", "9", "10", "11")) for wl in self.results)
+        main = any(not wl.startswith(OWN) for wl in self.results)
         return ((self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
                  + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
                  + self.table_requests()
@@ -634,7 +705,7 @@ class Suite:
     def table_requests(self):
         """FUSE requests per run (median of the runs' totals), when counted."""
         rows = [(wl, by) for wl, by in self.results.items()
-                if not wl.startswith(("8", "9", "10", "11")) and any("requests" in e for e in by.values())]
+                if not wl.startswith(OWN) and any("requests" in e for e in by.values())]
         if not rows:
             return ""
         cols = [l for l in self.layers() if l != "plain"]
@@ -657,7 +728,7 @@ class Suite:
         lines.append("| workload | " + " | ".join(cols) + " |")
         lines.append("| --- |" + " --- |" * len(cols))
         for wl, by in self.results.items():
-            if wl.startswith(("8", "9", "10", "11")):
+            if wl.startswith(OWN):
                 continue
             cells = []
             for l in cols:
@@ -681,6 +752,10 @@ class Suite:
                       "| files | " + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
             for n, r in self.results[key].items():
                 lines.append(f"| {n} | " + " | ".join("" if r[c] is None else f"{r[c]:.3f}" for c in cols) + " |")
+        for key in ("export", "gc-pause"):
+            if key in self.results:
+                lines += ["", f"**{key}**", "", "| | |", "| --- | --- |"]
+                lines += [f"| {k} | {v} |" for k, v in self.results[key].items()]
         if "10 store growth" in self.results:
             lines += ["", "**10 state growth** (apparent bytes of the whole state dir, export on)", "",
                       "| step | bytes written | state dir growth | of which export.git | seconds |",
@@ -689,6 +764,26 @@ class Suite:
                 lines.append(f"| {r['turn']} | {r['bytes written']} | {r['state dir growth']} | "
                              f"{r['export growth']} | {r['seconds']} |")
         return "\n".join(lines) + "\n"
+
+
+# The writer of `gc-pause`: rewrites small files through the mount for
+# 6 s, prints a line once it has started, then "WRITES LONGEST_MS".
+GC_WRITER = """
+import sys, time
+m = sys.argv[1]; worst = 0; n = 0; end = time.time() + 6
+while time.time() < end:
+    a = time.time()
+    with open(f"{m}/w{n % 100}", "wb") as f:
+        f.write(b"x" * 100)
+    worst = max(worst, time.time() - a); n += 1
+    if n == 1:
+        print("started", flush=True)
+print(n, round(worst * 1000, 1))
+"""
+
+
+def dir_bytes(root):
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(root) for f in fs)
 
 
 def machine():
@@ -715,7 +810,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), "bench"))
     ap.add_argument("--opfs", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), "release", "opfs"))
     ap.add_argument("--layers", default=",".join(LAYERS))
-    ap.add_argument("--only", default="", help="comma-separated workload numbers, e.g. 1,5,6")
+    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. 1,5,6; "
+                    "the opfs-only measurements export and gc-pause run only when named")
+    ap.add_argument("--export-files", type=int, default=10000, help="files of the export measurement")
+    ap.add_argument("--gc-turns", type=int, default=100, help="turns before gc in gc-pause")
+    ap.add_argument("--gc-files", type=int, default=200, help="files each turn rewrites in gc-pause")
     ap.add_argument("--untar-files", type=int)
     ap.add_argument("--git-files", type=int)
     ap.add_argument("--rm-files", type=int)
@@ -734,7 +833,7 @@ def main():
     ap.add_argument("--no-export-row", action="store_true")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME:K=V,... an extra opfs column mounted with these environment "
-                         "variables (e.g. keep0:OPFS_KEEP_CACHE=0); OPFS_BIN=PATH "
+                         "variables (e.g. open:OPFS_NO_OPEN=0); OPFS_BIN=PATH "
                          "mounts with another opfs binary (e.g. the build before a change); "
                          "OPFS_EXPORT=0 mounts with --no-export")
     ap.add_argument("--peer", action="append", default=[], metavar="NAME=TEMPLATE",
@@ -766,8 +865,8 @@ def main():
                  f"the ways are {', '.join(bench_agent.WAYS)} (fuse-overlayfs is `overlay`)")
     a.layers = a.layers.split(",")
     only = set(a.only.split(",")) if a.only else None
-    for tool in ["bindfs", "fuse-overlayfs"]:
-        if shutil.which(tool) is None:
+    for layer, tool in [("bindfs", "bindfs"), ("overlay", "fuse-overlayfs")]:
+        if layer in a.layers and shutil.which(tool) is None:
             sys.exit(f"bench: {tool} is missing (apt-get install bindfs fuse-overlayfs)")
     if not os.access(a.opfs, os.X_OK):
         sys.exit(f"bench: {a.opfs} is missing (cargo build --release)")
@@ -775,10 +874,13 @@ def main():
     t0 = time.time()
     steps = [("1", s.w1_untar), ("2", s.w23_git_grep), ("4", s.w4_build), ("5", s.w5_rm),
              ("6", s.w6_meta), ("7", s.w7_large), ("8", s.w89_turn_rewind), ("10", s.w10_store),
-             ("11", lambda: bench_agent.w11_agent(s, sys.modules[__name__]))]
+             ("11", lambda: bench_agent.w11_agent(s, sys.modules[__name__])),
+             ("export", s.w_export), ("gc-pause", s.w_gc_pause)]
     try:
         for key, fn in steps:
             if only and key not in only and not (key == "2" and "3" in only) and not (key == "8" and "9" in only):
+                continue
+            if not only and key in ("export", "gc-pause"):
                 continue
             log(f"workload {key}")
             fn()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Workload 11 of scripts/bench (issue 13): a scripted agent session.
+"""Workload 11 of scripts/bench: a scripted agent session.
 
 One session is T turns (default 6) on a git repository of real sources
 (this repository's tracked files under `opfs/`, and the sources of the
@@ -351,7 +351,7 @@ def w11_agent(suite, bench):
                     if reqs:
                         run["requests"] = reqs.stop()
                         # "TURN STEP" -> {opcode: count}, and who sent them
-                        # (scripts/agent_census.py makes the tables).
+                        # (counted by bench_reqs.py).
                         run["requests_by_step"] = reqs.parts
                         run["request_senders"] = reqs.senders
                     runs[w].append(run)

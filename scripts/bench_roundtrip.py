@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CPU cost of one FUSE round trip, per layer (docs/benchmarks.md, "The
+"""The CPU cost of one FUSE round trip, per layer (docs/bench/2026-12-03-fuse-floor.md, "The
 floor of a FUSE mount").
 
   bench_roundtrip.py [--opfs BIN] [--layers plain,opfs,bindfs,overlay]

@@ -1,4 +1,4 @@
-//! Bad input and hostile conditions (issue 3, section 5): each case gets a
+//! Bad input and hostile conditions: each case gets a
 //! clear error naming its cause and loses nothing. `docs/errors.md` lists
 //! the messages and exit codes these tests pin down.
 //!

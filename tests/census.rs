@@ -1,4 +1,4 @@
-//! What the mount answers to `SEEK_DATA`/`SEEK_HOLE` (docs/benchmarks.md,
+//! What the mount answers to `SEEK_DATA`/`SEEK_HOLE` (docs/bench/2026-12-03-agent-requests-floor.md,
 //! "The agent session's requests"): by default LSEEK is answered `ENOSYS`
 //! once, so the kernel answers every later probe itself from the file's
 //! size (no holes reported, no round trip), while the bytes read through

@@ -1,4 +1,4 @@
-//! git and jj habits (issue 14 items 4 and 5, `docs/cli.md`): labels
+//! git and jj habits (`docs/cli.md`): labels
 //! (`turn --label`, `label`, `mount --label`), a rewind list that stays
 //! readable, turn refs (`@`, `@-`, `@-K`), `undo`, `log -n/--oneline/PATH`,
 //! `diff` of the open turn, paths relative to the cwd, colour and pager.

@@ -1,5 +1,4 @@
-//! `opfs completions`, `opfs man` and `opfs doctor` (issue 14 item 5,
-//! `docs/cli.md`): generated from the real clap tree, and a doctor whose
+//! `opfs completions`, `opfs man` and `opfs doctor` (`docs/cli.md`): generated from the real clap tree, and a doctor whose
 //! checks fail and pass where they should.
 
 mod common;

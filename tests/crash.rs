@@ -1,4 +1,4 @@
-//! Crash safety (design §2.3, issue 3 §3; the write order is in
+//! Crash safety (design §2.3; the write order is in
 //! `docs/crash-model.md`).
 //!
 //! - `sigkill_under_workload_loses_no_preimage`: rounds of a mutation-heavy

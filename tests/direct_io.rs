@@ -1,4 +1,4 @@
-//! Direct I/O (`O_DIRECT`) through a real mount (issue 15, item 6): it works
+//! Direct I/O (`O_DIRECT`) through a real mount: it works
 //! as on the backing filesystem, alignment errors included, and a direct
 //! write is captured like any other (whole file and ranged), so a rewind
 //! gives the old bytes back. Needs `/dev/fuse` and `fusermount3`.

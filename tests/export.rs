@@ -128,7 +128,7 @@ fn materialize(m: &Manifest, root: &Path) {
     }
 }
 
-use common::{git_in as git, git_in_ok as git_ok};
+use common::{git_in as git, git_in_ok as git_ok, wait_for};
 
 /// The tree of `rev` as stock git reads it: `ls-tree -r -z` for modes and
 /// ids, `cat-file --batch` for the bytes.
@@ -660,8 +660,9 @@ fn baseline_while_the_agent_writes_is_the_turn_start() {
     );
     let start = manifest(&f.project);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let writer = {
-        let stop = stop.clone();
+        let (stop, done) = (stop.clone(), done.clone());
         let mp = f.mp.clone();
         std::thread::spawn(move || {
             let mut round = 0u32;
@@ -671,11 +672,18 @@ fn baseline_while_the_agent_writes_is_the_turn_start() {
                     fs::write(mp.join(format!("d{d}/f{i}")), format!("agent {round}\n")).unwrap();
                 }
                 round += 1;
+                done.store(round, std::sync::atomic::Ordering::Relaxed);
             }
             round
         })
     };
-    std::thread::sleep(Duration::from_millis(50));
+    // The export runs while the writer is at work.
+    assert!(
+        wait_for(Duration::from_secs(60), || done
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0),
+        "the writer wrote nothing within 60 s"
+    );
     f.ok(&["export"]);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let rounds = writer.join().unwrap();

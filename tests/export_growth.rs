@@ -1,4 +1,4 @@
-//! State that grows with what changed (issue 15 item 2), on a real mount:
+//! State that grows with what changed, on a real mount:
 //! a large file is exported as a pointer file (its bytes stay in opfs), so
 //! a 4 KiB write into it grows the whole state dir by about what the turn
 //! wrote, not by a copy of the file; and the export is packed.

@@ -1,4 +1,4 @@
-//! The export follows the project's ignore rules (issue 14 item 4), on a
+//! The export follows the project's ignore rules, on a
 //! real mount: `.gitignore` at every level, `.git/info/exclude` and the
 //! user's global excludes keep build output out of the exported commits,
 //! while rewind still records and restores the ignored paths; a change of

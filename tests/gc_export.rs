@@ -1,4 +1,4 @@
-//! Disk use as a user sees it (issue 14 item 4), on real mounts: `status`
+//! Disk use as a user sees it, on real mounts: `status`
 //! counts everything opfs keeps, `gc --dry-run` works while mounted and
 //! changes nothing, sizes take suffixes, and `gc` takes the commits of the
 //! turns it dropped out of the export, keeps every kept turn's tree, and
@@ -233,7 +233,16 @@ fn a_first_export_racing_a_daemon_gc_ends_as_the_project_is() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // The export starts once gc is paused inside its hold (the daemon logs
+    // the failpoint as it reaches it).
+    let log = fx.state_dir().join("daemon.log");
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&log).is_ok_and(|l| l.contains("failpoint gc-after-hold:1 reached"))
+        }),
+        "gc did not reach its hold within 60 s ({})",
+        log.display()
+    );
     let mut export = fx.opfs_command(&["-C".as_ref(), fx.mnt.as_os_str(), "export".as_ref()]);
     export.env("OPFS_FAILPOINT", "export-before-turns:1:pause=4000");
     let out = export.output().unwrap();

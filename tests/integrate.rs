@@ -1,4 +1,4 @@
-//! One-command integrations (issue 14 item 3), on real mounts: `opfs
+//! One-command integrations, on real mounts: `opfs
 //! integrate AGENT` writes the agent's user-level configuration into a
 //! `HOME` that already has settings of its own, and a stand-in for each
 //! agent runs the hook command found there exactly as the agent documents

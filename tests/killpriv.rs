@@ -1,4 +1,4 @@
-//! `FUSE_HANDLE_KILLPRIV_V2` (issue 13, workloads 7a/7b): without OPEN the
+//! `FUSE_HANDLE_KILLPRIV_V2` (workloads 7a/7b): without OPEN the
 //! kernel stops asking for `security.capability` before every write and
 //! leaves it to the daemon to clear set-user-ID and set-group-ID bits when
 //! a caller without `CAP_FSETID` writes, truncates, allocates or copies

@@ -2,6 +2,9 @@
 //! in the binary, `opfs::X`) reference in `src/` must be an edge the table
 //! in `docs/architecture.md` allows. Cargo sees cycles between crates, not
 //! between modules; this test is what keeps the layers pointing one way.
+//! Two more rules of `docs/architecture.md` are checked the same way: the
+//! state dir's file names are spelled only in `store/layout.rs`, and only
+//! `cli::Env` reads the environment.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -297,4 +300,121 @@ fn the_reference_scanner_sees_groups_and_paths() {
         .collect();
     assert_eq!(found, want);
     assert!(references("use opfs_fs::x;", "opfs::").is_empty());
+}
+
+/// The non-test code of every file of `src/` (comments removed, a file's
+/// inline `#[cfg(test)] mod tests` and `tests.rs` files left out), by path
+/// relative to `src/`.
+fn production_code() -> Vec<(PathBuf, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|f| !f.ends_with("tests.rs"))
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).expect("read source");
+            // A file's inline test module comes last.
+            let text = match text.find("#[cfg(test)]\nmod tests {") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            };
+            let rel = f.strip_prefix(&src).expect("under src").to_path_buf();
+            (rel, code(&text))
+        })
+        .collect()
+}
+
+/// The names `store/layout.rs` gives files of a state dir: its `&str`
+/// constants and the arguments of `scoped`/`shared`.
+fn layout_names() -> BTreeSet<String> {
+    let layout = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/layout.rs");
+    let text = code(&std::fs::read_to_string(layout).expect("read layout.rs"));
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let at = [": &str = \"", ".scoped(\"", ".shared(\""]
+            .iter()
+            .find_map(|m| line.find(m).map(|i| i + m.len()));
+        if let Some(start) = at {
+            if let Some(len) = line[start..].find('"') {
+                names.insert(line[start..start + len].to_string());
+            }
+        }
+    }
+    names
+}
+
+/// A state dir's file names are spelled in `src/store/layout.rs` only; the
+/// rest of the code asks a `StateDir` or uses the layout's constants.
+/// Checked are the names that cannot be an ordinary word (`export.git`,
+/// `mount-sync`, ...) and `worktrees`; the latter also names git's own
+/// folder and a JSON key, in the places listed.
+#[test]
+fn state_dir_names_live_in_the_layout() {
+    let names: Vec<String> = layout_names()
+        .into_iter()
+        .filter(|n| n.contains('.') || n.contains('-') || n == "worktrees")
+        .collect();
+    for must in [
+        "export.git",
+        "mount-sync",
+        "worktrees",
+        "daemon.log",
+        "index.db",
+    ] {
+        assert!(
+            names.iter().any(|n| n == must),
+            "store/layout.rs no longer names {must:?}: {names:?}"
+        );
+    }
+    let other_meanings = [
+        ("sandbox/git.rs", "worktrees"),
+        ("cli/commands/export.rs", "worktrees"),
+    ];
+    let mut found = Vec::new();
+    for (rel, code) in production_code() {
+        if rel == Path::new("store/layout.rs") {
+            continue;
+        }
+        for name in &names {
+            let quoted = format!("\"{name}\"");
+            let byte_string = format!("b{quoted}");
+            let hits = code.matches(&quoted).count() - code.matches(&byte_string).count();
+            let allowed = other_meanings
+                .iter()
+                .any(|(f, n)| rel == Path::new(f) && n == name);
+            if hits > 0 && !allowed {
+                found.push(format!("{}: {quoted}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "state dir names spelled outside src/store/layout.rs (use its constants or \
+         a StateDir method): {found:#?}"
+    );
+}
+
+/// Only `cli::Env` (`src/cli/mod.rs`) reads environment variables; the one
+/// exception is the failpoint test hook (`src/failpoint.rs`).
+#[test]
+fn only_the_cli_env_reads_the_environment() {
+    let readers = ["env::var(", "env::var_os(", "env::vars(", "env::vars_os("];
+    let mut found = Vec::new();
+    for (rel, code) in production_code() {
+        if rel == Path::new("cli/mod.rs") || rel == Path::new("failpoint.rs") {
+            continue;
+        }
+        for r in readers {
+            if code.contains(r) {
+                found.push(format!("{}: {r}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "environment read outside cli::Env (add the variable to src/cli/vars.rs \
+         or cli::Env and pass the value down): {found:#?}"
+    );
 }

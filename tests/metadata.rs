@@ -1,4 +1,4 @@
-//! Pre-images that hold everything a path is (issue 15 item 3), through a
+//! Pre-images that hold everything a path is, through a
 //! real mount: owner and extended attributes (`user.*`, `trusted.*`, POSIX
 //! ACLs as stored), and special files.
 //!

@@ -1,4 +1,4 @@
-//! A model to compare with (issue 3, section 2).
+//! A model to compare with.
 //!
 //! A property test drives random sequences of file operations, turn
 //! boundaries and rewinds through a real mount, and runs the same sequence
@@ -146,7 +146,7 @@ enum Op<T = P> {
     /// `open(O_RDWR)`, `mmap(MAP_SHARED)` of the whole file, close the fd,
     /// then a plain store of the bytes that fit inside the file at the
     /// offset (no `msync`): the mapping, and its dirty page, stay live until
-    /// the next `opfs turn` or rewind has run (issue 15: the store belongs
+    /// the next `opfs turn` or rewind has run (The store belongs
     /// to the turn before that boundary). Never extends the file.
     MapStore(T, u64, Vec<u8>),
     /// `opfs turn`.
@@ -842,7 +842,7 @@ fn check_project(fx: &Fixture, ctx: &str, expected: &Tree) -> Result<(), TestCas
 /// After a rewind to `n`: files are hard links of one inode exactly when
 /// they were when turn `n` began. Two separate files must not have become
 /// links of each other (a later write through one name would change the
-/// other), and names of one inode must be one inode again (issue 15: a
+/// other), and names of one inode must be one inode again (A
 /// write through one must show under all).
 fn check_links(
     ctx: &str,
@@ -1113,7 +1113,7 @@ fn file_replaced_by_a_hard_link_of_another() {
     );
 }
 
-/// Issue 15, found by `scripts/model 150 20261201`: three names of one
+/// Found by `scripts/model 150 20261201`: three names of one
 /// empty file (none looked up by the mount), one of them moved over a
 /// separate file and written there. The rewind must give the three names
 /// one inode again (the moved one back in place), and the redo the byte
@@ -1137,7 +1137,7 @@ fn hard_link_moved_over_a_file_written_then_rewound_and_redone() {
     );
 }
 
-/// Issue 15: three names of one file whose bits the turn changed through
+/// Three names of one file whose bits the turn changed through
 /// one name, then split up (one unlinked and made again, one moved away):
 /// the rewind gives the bits back to one inode with three names.
 #[test]
@@ -1161,7 +1161,7 @@ fn linked_names_split_and_chmodded_come_back_as_one_file() {
     );
 }
 
-/// Issue 15: a store through a shared mapping that is still live (its page
+/// A store through a shared mapping that is still live (its page
 /// dirty) when `opfs turn` runs belongs to the turn that closes; one still
 /// live at a rewind is not written back over the restored bytes.
 #[test]
@@ -1380,7 +1380,7 @@ proptest! {
 
     /// The same with shared-mmap stores whose mapping (and dirty page) is
     /// still live when the next turn or rewind runs: each store lands in
-    /// the turn before that boundary (issue 15).
+    /// the turn before that boundary.
     #[test]
     fn mount_agrees_with_model_mmap_across_boundaries(
         setup in prop::collection::vec(setup_entry(), 0..16),

@@ -1,10 +1,10 @@
-//! `FUSE_NO_OPEN_SUPPORT` (issue 13 item 3): with the watch active (the
+//! `FUSE_NO_OPEN_SUPPORT`: with the watch active (the
 //! default) the kernel sends no OPEN, FLUSH or RELEASE for files, so a
 //! file's content is captured at the first mutating request of each turn,
 //! an `O_TRUNC` open arrives as a size SETATTR, what the mount left is
 //! fingerprinted after each mutating request, and the turn boundary finds
 //! the files with dirty pages through the processes' shared mappings
-//! (`docs/benchmarks.md`, "No OPEN"). The tests also pass with
+//! (`docs/bench/2026-12-02-no-open.md`, "No OPEN"). The tests also pass with
 //! `OPFS_NO_OPEN=0` (the OPEN path; the first checks which path is
 //! engaged), but for one noted below.
 
@@ -352,8 +352,9 @@ fn a_daemon_that_cannot_override_modes_writes_through_read_only_descriptors() {
 
 /// FUSE requests of one mount by opcode name, counted through the
 /// `fuse:fuse_request_send` tracepoint (kernel 6.16+) in a private
-/// tracefs instance, as `scripts/bench_reqs.py` does. `None` (said on
-/// stderr) where tracefs or the tracepoint is missing.
+/// tracefs instance, as `scripts/bench_reqs.py` does (mounting tracefs
+/// first if it is not). `None` (said on stderr) where tracefs or the
+/// tracepoint is missing.
 struct Requests {
     inst: std::path::PathBuf,
 }
@@ -362,6 +363,13 @@ impl Requests {
     fn start(mnt: &Path) -> Option<Requests> {
         use std::os::unix::fs::MetadataExt;
         let tracefs = Path::new("/sys/kernel/tracing");
+        if !tracefs.join("events").is_dir() {
+            // Not mounted yet (as `scripts/bench_reqs.py` does; needs root).
+            let _ = std::process::Command::new("mount")
+                .args(["-t", "tracefs", "nodev"])
+                .arg(tracefs)
+                .status();
+        }
         if !tracefs.join("events/fuse/fuse_request_send").is_dir() {
             eprintln!("no fuse:fuse_request_send tracepoint under {tracefs:?}: not counted");
             return None;
@@ -459,4 +467,41 @@ fn without_open_new_files_are_made_by_mknod_and_captured() {
         assert!(!fx.p(format!("new{i}.txt")).exists(), "new{i}.txt rewound");
     }
     assert_eq!(fs::read(fx.p("old.txt")).expect("read"), b"old bytes\n");
+}
+
+/// The cache policies that are fixed behaviour (`docs/benchmarks.md`,
+/// "Measurement levers": `FOPEN_NOFLUSH`, `FOPEN_KEEP_CACHE`,
+/// `FOPEN_CACHE_DIR`, `READDIRPLUS_AUTO`) stay on whatever the
+/// environment says: on the OPEN path (`OPFS_NO_OPEN=0`), where file
+/// handles exist, closing a file opened read-only sends no FLUSH even with
+/// the variables that used to turn them off.
+#[test]
+fn the_fixed_cache_policies_ignore_the_environment() {
+    let fx = Fixture::new();
+    write_file(&fx.p("r.txt"), b"read me\n", 0o644);
+    for (k, v) in [
+        ("OPFS_NO_OPEN", "0"),
+        ("OPFS_NO_FLUSH", "0"),
+        ("OPFS_KEEP_CACHE", "0"),
+        ("OPFS_CACHE_DIR", "0"),
+        ("OPFS_READDIRPLUS_AUTO", "0"),
+    ] {
+        fx.set_env(k, v);
+    }
+    fx.mount_with(&["--no-export"]);
+    let Some(reqs) = Requests::start(&fx.mnt) else {
+        fx.umount();
+        return;
+    };
+    for _ in 0..5 {
+        assert_eq!(
+            fs::read(fx.m("r.txt")).expect("read through the mount"),
+            b"read me\n"
+        );
+    }
+    let (open, flush) = (reqs.count("FUSE_OPEN"), reqs.count("FUSE_FLUSH"));
+    drop(reqs);
+    fx.umount();
+    assert!(open >= 1, "the OPEN path is engaged ({open} OPEN requests)");
+    assert_eq!(flush, 0, "FLUSH requests for 5 read-only opens");
 }

@@ -4,8 +4,8 @@
 //! (`default_permissions`), so every decision is made with the caller's
 //! credentials and the attributes the daemon reports, even for names and
 //! attributes the kernel has cached for long TTLs and for files opened
-//! without an OPEN request. `docs/benchmarks.md` ("Permission checks and
-//! the parent's GETATTR") says why the mount keeps it although it costs a
+//! without an OPEN request. `docs/bench/2026-12-02-rm-rf-and-storm.md` ("The parent's
+//! GETATTR") says why the mount keeps it although it costs a
 //! GETATTR of the parent directory after every entry change. These tests
 //! pin what the option guarantees, against a model: the same operations,
 //! run by the same unprivileged callers, on a plain copy of the tree and

@@ -1,4 +1,4 @@
-//! Progress (issue 14 item 5) for what can run for more than a second: the
+//! Progress for what can run for more than a second: the
 //! seams the CLI's bars hang on, on real mounts. A mounted rewind that asks
 //! for progress gets `progress` lines over the control socket that grow to
 //! their total before its answer, and one that does not ask gets none (the

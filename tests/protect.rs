@@ -1,4 +1,4 @@
-//! Never silently unprotected (issue 14 item 1), on real mounts: with no
+//! Never silently unprotected, on real mounts: with no
 //! daemon serving the project `turn` fails (exit 1) unless
 //! `--allow-unmounted`, `rewind` and `status` say so; `status` flags a stale
 //! mount (a SIGKILLed daemon) and an interrupted rewind while unmounted; a

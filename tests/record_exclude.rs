@@ -1,4 +1,4 @@
-//! The `[record] exclude` list (issue 14 item 4), on real mounts: excluded
+//! The `[record] exclude` list, on real mounts: excluded
 //! paths are served but not recorded, and a rewind never touches them
 //! while every recorded path comes back exactly; a rename between a
 //! recorded and an excluded name; a directory the rewind must remove that

@@ -1,4 +1,4 @@
-//! Retention while mounted (issue 15 item 5), on real mounts: `opfs gc`
+//! Retention while mounted, on real mounts: `opfs gc`
 //! goes to the daemon, which applies it by turn count and by byte budget
 //! (dropped turns gone from `opfs rewind`, kept ones rewind exactly, the
 //! store shrinks); a worktree's base turn stays pinned; a workload running
@@ -71,18 +71,6 @@ fn blob_file_bytes(f: &Fixture) -> u64 {
         .filter(|e| e.meta.is_file())
         .map(|e| e.meta.len())
         .sum()
-}
-
-/// Polls `cond` every 50 ms for at most `limit`; whether it held.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
 }
 
 /// Every turn in `starts` from `oldest` on rewinds to exactly its

@@ -1,4 +1,4 @@
-//! Exact rewind through a real mount, one test per scenario of issue 2.
+//! Exact rewind through a real mount, one test per scenario.
 //!
 //! Each scenario populates the project, mounts it, mutates it through the
 //! mount in turn 2 (sometimes also in turn 1), then rewinds and compares the
@@ -753,7 +753,7 @@ fn head(path: &Path, n: usize) -> Vec<u8> {
     bytes
 }
 
-/// Issue 15 item 1: a store made through a shared mapping before `opfs
+/// A store made through a shared mapping before `opfs
 /// turn` belongs to the turn it closes, even when its dirty page reaches the
 /// daemon only after the boundary (the mapping stays live across it).
 fn mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn(size: usize) {
@@ -794,7 +794,7 @@ fn mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn_4m_ranged() {
     mmap_store_kept_mapped_across_a_turn_lands_in_the_earlier_turn(4 << 20);
 }
 
-/// The rewind side of issue 15 item 1: a dirty page stored before `opfs
+/// The rewind side of A dirty page stored before `opfs
 /// rewind` must not be written back over the bytes the rewind restored.
 fn mmap_store_kept_mapped_across_a_rewind_does_not_clobber_it(size: usize) {
     let fx = Fixture::new();
@@ -845,7 +845,7 @@ fn link_sets(root: &Path, names: &[&str]) -> Vec<Vec<String>> {
     sets
 }
 
-/// Issue 15: names that were hard links of one file when a turn began are
+/// Names that were hard links of one file when a turn began are
 /// one file again after a rewind to it, whatever the turn did to them: `b`
 /// unlinked and made again as a separate file, `c` moved away (its file
 /// written and removed under the new name) and made a link of `x`, `d` (a

@@ -1,5 +1,5 @@
 //! `opfs run` against real FUSE mounts and real bubblewrap: every escape
-//! attempt from issue 6 must fail inside, and every "must work" item must
+//! attempt of `docs/sandbox.md` must fail inside, and every "must work" item must
 //! work. Needs /dev/fuse, fusermount3 and bwrap; fails with a clear message
 //! when one is missing.
 //!

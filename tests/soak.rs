@@ -1,4 +1,4 @@
-//! "Done means" for issue 2: on a real source tree of thousands of files with
+//! "Done means" for On a real source tree of thousands of files with
 //! a git repository inside, seeded random shell work over several turns, then
 //! rewinds to every turn in random order. Each rewind must give back exactly
 //! the tree that turn began with (outside `.git`), leave `.git` exactly as the

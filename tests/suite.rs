@@ -1,7 +1,7 @@
 //! Guards of the test suite itself (in the spirit of jj's
 //! `test_no_forgotten_test_files`): every `tests/*.rs` file is a test target
 //! and builds on the shared harness `tests/common`, and the helpers that are
-//! shared stay shared (issue 11: one manifest, one mount-table reader, one
+//! shared stay shared (One manifest, one mount-table reader, one
 //! pinned environment).
 //!
 //! This file is the one exception to its own rules: it reads the others as

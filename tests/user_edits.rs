@@ -1,4 +1,4 @@
-//! The user's own edits are never clobbered (design §2.6, issue 3 §4): a
+//! The user's own edits are never clobbered (design §2.6): a
 //! path changed directly in the project after the mount last wrote it is a
 //! conflict for `rewind` (and its dry run), `--force` overrides, and the
 //! mount serves the changed file correctly.
@@ -254,7 +254,7 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     let v = fx.rewind(3);
     assert!(conflicts(&v).is_empty(), "{v:#}");
     assert_eq!(fs::read(fx.p("b")).expect("read"), b"a0\n");
-    // a and b were one file when turn 3 began, and are again (issue 15).
+    // a and b were one file when turn 3 began, and are again.
     assert_eq!(fx.p("a").metadata().expect("stat a").ino(), ino(&fx.p("b")));
 
     // Behind the mount, through one name: a conflict. a and b are one
@@ -275,7 +275,7 @@ fn ino(p: &std::path::Path) -> u64 {
     p.metadata().expect("stat").ino()
 }
 
-/// Issue 15: names that were one file when the turn began are one file
+/// Names that were one file when the turn began are one file
 /// again after the rewind, and an edit behind the mount through any name
 /// of that file is still a conflict for every name of it (the relinked
 /// group), also when only a name the rewind did not touch carries the edit.

@@ -164,7 +164,7 @@ pub struct Options {
     /// `tar --sparse`) is copied as a dense one unless the tool finds the
     /// zeros itself. What it saves: `grep` probes each file larger than
     /// its buffer with `SEEK_HOLE`, one round trip per file per pass
-    /// (docs/benchmarks.md, "The agent session's requests"). Off: each
+    /// (docs/bench/2026-12-03-agent-requests-floor.md, "The agent session's requests"). Off: each
     /// LSEEK is answered from the backing file. The overlay keeps its
     /// own answer (lower files report no holes, upper files their own).
     pub no_lseek: bool,

@@ -40,8 +40,7 @@ use crate::tree::Tree;
 
 /// Files of more than this many bytes are kept instead of copied when
 /// removed, unless the daemon is told otherwise (`OPFS_KEEP_MIN`). Below
-/// it a copy costs about what keeping costs (see `docs/benchmarks.md`,
-/// "Cheaper capture").
+/// it a copy costs about what keeping costs (see `docs/bench/2026-12-02-cheaper-capture.md`).
 pub const DEFAULT_KEEP_MIN: u64 = 256 << 10;
 
 /// What the journal needs to keep inodes.

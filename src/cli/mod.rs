@@ -22,6 +22,7 @@ mod pager;
 mod pathspec;
 mod progress;
 mod refs;
+mod vars;
 
 use args::{Cli, Cmd};
 use error::{CommandError, ErrorKind};
@@ -36,10 +37,19 @@ pub struct Env {
     pub home: Option<PathBuf>,
     /// `$OPFS_RANGE_MIN`, as given.
     pub range_min: Option<OsString>,
-    /// The FUSE tuning knobs (`OPFS_ATTR_TTL_MS` etc.).
+    /// The FUSE tuning the variables of [`vars::VARS`] set.
     pub tuning: opfs::daemon::FsTuning,
     /// `$OPFS_BWRAP`.
     pub bwrap: Option<PathBuf>,
+    /// `$OPFS_HOOK_STRICT` is `1`: `opfs hook` fails when it cannot open a
+    /// turn.
+    pub hook_strict: bool,
+    /// `$OPFS_SANDBOX`, which `opfs run` sets inside its sandbox to its
+    /// mode.
+    pub sandbox: Option<OsString>,
+    /// `$OPFS_MCP_SOCKET` if not empty: the narrow socket `opfs run`
+    /// names inside its sandbox.
+    pub mcp_socket: Option<PathBuf>,
     /// What `opfs run` needs besides.
     pub run: opfs::sandbox::RunEnv,
     /// The configuration file (`$OPFS_CONFIG`, else from
@@ -69,8 +79,11 @@ impl Env {
             ),
             home: var("HOME").map(PathBuf::from),
             range_min: var("OPFS_RANGE_MIN"),
-            tuning: opfs::daemon::FsTuning::from_vars(|k| std::env::var(k).ok()),
+            tuning: vars::tuning_from(|k| std::env::var(k).ok()),
             bwrap: var("OPFS_BWRAP").map(PathBuf::from),
+            hook_strict: var("OPFS_HOOK_STRICT").is_some_and(|v| v == "1"),
+            sandbox: var("OPFS_SANDBOX"),
+            mcp_socket: nonempty("OPFS_MCP_SOCKET").map(PathBuf::from),
             run: opfs::sandbox::RunEnv {
                 xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
                 ssh_auth_sock: var("SSH_AUTH_SOCK").map(PathBuf::from),

@@ -565,7 +565,7 @@ fn listed(
 /// long a cached entry hides it, and the drift is listed and stops a merge
 /// either way (`docs/worktrees.md`). With the project mount's 1 s, `git
 /// status` in a worktree re-looked-up every entry each second and cost
-/// several times the main mount's (`docs/benchmarks.md`, "Worktrees").
+/// several times the main mount's (`docs/bench/2026-12-02-worktrees.md`, "Worktrees").
 pub const WORKTREE_TTL: Duration = Duration::from_secs(60);
 
 /// The FUSE options of a worktree mount: the project mount's `fs`, with

@@ -288,7 +288,7 @@ const EXPORT_IGNORED_MARKER: &str = "opfs-export-ignored";
 
 /// The default repository: `export.git` in the project's state dir.
 pub fn default_git_dir(state: &StateDir) -> PathBuf {
-    state.dir.join("export.git")
+    state.export_dir()
 }
 
 /// Exports `state`'s history into the bare repository `git_dir` (default:

@@ -1,5 +1,4 @@
-//! Keeping the export as small as the history it shows (issue 14 item 4,
-//! issue 15 item 2): after `opfs gc` drops turns, their commits leave the
+//! Keeping the export as small as the history it shows: after `opfs gc` drops turns, their commits leave the
 //! export ([`prune`]); loose objects are packed ([`pack`]).
 //!
 //! **Pruning** rewrites the chain from the oldest kept turn C on: the new

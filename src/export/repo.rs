@@ -53,8 +53,6 @@ fn refuse_inside_project(state: &StateDir, git_dir: &Path) -> Result<(), ExportE
         (Some(p), Some(name)) if !p.as_os_str().is_empty() => crate::state::absolute(p).join(name),
         _ => crate::state::absolute(git_dir),
     };
-    // TODO(lead): `crate::state::registry::recorded_mountpoint` after the
-    // proc branch is merged.
     let mountpoint = crate::state::registry::recorded_mountpoint(state);
     if abs.starts_with(project) || mountpoint.is_some_and(|m| abs.starts_with(m)) {
         return Err(ExportError::InsideProject {
@@ -77,7 +75,7 @@ fn init_atomically(git_dir: &Path) -> Result<(), ExportError> {
     let name = git_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "export.git".into());
+        .unwrap_or_else(|| crate::store::layout::EXPORT_DIR.into());
     let tmp = parent.join(format!(".{name}.opfs-init-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     gix::init_bare(&tmp).git(git_dir, "creating the repository")?;

@@ -1,4 +1,4 @@
-//! The narrow socket (issue 14 item 2, `docs/mcp.md`): how `opfs mcp`
+//! The narrow socket (`docs/mcp.md`): how `opfs mcp`
 //! inside `opfs run`'s sandbox reaches the project's tools although the
 //! state dir and the control socket are invisible there (guarantee 8).
 //!

@@ -1,5 +1,4 @@
-//! What opfs keeps on disk for one project (`opfs status`, issue 14 item
-//! 4): every file of its state dir, counted by what it is for, and the
+//! What opfs keeps on disk for one project (`opfs status`): every file of its state dir, counted by what it is for, and the
 //! byte sizes the CLI accepts and prints (`10M`, `2G`, `512K`).
 //!
 //! Sizes are the disk space used (allocated blocks, as `du` counts them),
@@ -10,13 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::store::layout::{BLOBS, CAPTURE_LOG, INDEX};
+use crate::store::layout::{BLOBS, CAPTURE_LOG, DAEMON_LOG, EXPORT_DIR, INDEX, WORKTREES_DIR};
 use crate::store::StateDir;
-
-/// The export repository's name in the state dir (`export::default_git_dir`).
-pub const EXPORT_DIR: &str = "export.git";
-/// The folder of the project's worktrees in the state dir.
-pub const WORKTREES_DIR: &str = "worktrees";
 
 /// Bytes on disk of one state dir, by part. Every file is in exactly one
 /// part; `total` is their sum.
@@ -55,7 +49,7 @@ pub fn of(state: &StateDir) -> Usage {
             &mut u.blobs
         } else if name.starts_with(INDEX) || name == CAPTURE_LOG {
             &mut u.index
-        } else if name.starts_with("daemon.log") {
+        } else if name.starts_with(DAEMON_LOG) {
             &mut u.logs
         } else if name == EXPORT_DIR {
             &mut u.export

@@ -16,6 +16,9 @@
 //!   mountpoint     the current mountpoint, while mounted
 //!   record-exclude the `[record] exclude` list of the last mount
 //!   git-changes    changes to what git runs or trusts, per turn (capture::git_note)
+//!   mount-sync     present while the last mount was made with --sync
+//!   export.git     the shadow git repository (export)
+//!   worktrees/     one folder per worktree (worktree)
 //! ```
 //!
 //! `<key>` is [`key_of`] the canonical project path.
@@ -46,6 +49,15 @@ pub const CAPTURE_LOG: &str = "capture.log";
 pub const BLOBS: &str = "blobs";
 /// The file naming the project a state dir belongs to.
 const PROJECT_MARKER: &str = "project";
+/// The name of the daemon's log (rotated copies add `.1`, `.2`, ...).
+pub const DAEMON_LOG: &str = "daemon.log";
+/// The name of the export repository (shared by the scopes of a project).
+pub const EXPORT_DIR: &str = "export.git";
+/// The name of the folder of the project's worktrees.
+pub const WORKTREES_DIR: &str = "worktrees";
+/// The marker present while the project's last mount was made with
+/// `--sync`.
+const SYNC_MARKER: &str = "mount-sync";
 
 /// The key of a canonical path: 16 hex digits of its BLAKE3.
 pub fn key_of(canonical: &Path) -> String {
@@ -138,7 +150,7 @@ impl StateDir {
 
     /// The daemon's log file.
     pub fn log_path(&self) -> PathBuf {
-        self.scoped("daemon.log")
+        self.scoped(DAEMON_LOG)
     }
 
     /// The lock file the daemon (or a direct CLI operation) holds.
@@ -163,6 +175,22 @@ impl StateDir {
     /// `TURN<TAB>PATH` line each (`crate::capture::git_note`).
     pub fn git_changes_path(&self) -> PathBuf {
         self.scoped("git-changes")
+    }
+
+    /// The default export repository (`crate::export::default_git_dir`).
+    pub fn export_dir(&self) -> PathBuf {
+        self.shared(EXPORT_DIR)
+    }
+
+    /// The folder holding one folder per worktree of the project.
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.shared(WORKTREES_DIR)
+    }
+
+    /// The marker that is present while the project's last mount was made
+    /// with `--sync` (`crate::daemon::remember_sync`).
+    pub fn sync_marker_path(&self) -> PathBuf {
+        self.scoped(SYNC_MARKER)
     }
 
     /// The `[record] exclude` list in effect: the one the last mount was

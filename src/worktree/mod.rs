@@ -341,7 +341,7 @@ pub fn of_state(state: &StateDir) -> Option<(StateDir, Worktree)> {
     let dir = upper.parent()?;
     let name = dir.file_name()?.to_str()?;
     let wts = dir.parent()?;
-    if wts.file_name()? != "worktrees" {
+    if wts.file_name()? != crate::store::layout::WORKTREES_DIR {
         return None;
     }
     let project = StateDir::open_existing(wts.parent()?).ok()?;
@@ -351,7 +351,7 @@ pub fn of_state(state: &StateDir) -> Option<(StateDir, Worktree)> {
 
 /// `<project state dir>/worktrees`.
 pub fn worktrees_dir(project: &StateDir) -> PathBuf {
-    project.dir.join("worktrees")
+    project.worktrees_dir()
 }
 
 /// Every worktree of the project, sorted by name. Folders without a

@@ -579,6 +579,22 @@ pub fn is_dead(pid: i32) -> bool {
     )
 }
 
+/// Polls `cond` every 10 ms until it holds or `limit` has passed; whether
+/// it held. The way a test waits for another process to reach a point
+/// (never a fixed sleep).
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Polls until `pid` [`is_dead`]; false if it still lives after `limit`.
 pub fn wait_dead(pid: i32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;

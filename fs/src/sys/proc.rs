@@ -20,7 +20,7 @@ pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> CString {
 /// This process's `/proc/self/fd`, opened once (`O_PATH`): the calls
 /// below resolve one name in it (`N`, the fd's magic link) instead of
 /// the four components of `/proc/self/fd/N` on every request (1.5 µs less
-/// per call here; `docs/benchmarks.md`, "Per-request cost of the
+/// per call here; `docs/bench/2026-12-03-per-request-cost.md`, "Per-request cost of the
 /// daemon"). It names this process's fd table for good, so a forked child
 /// must not use it (`child.rs` prepares its own paths). `None` where it
 /// cannot be opened (no `/proc`): the callers then take the full path,

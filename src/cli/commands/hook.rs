@@ -34,11 +34,13 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<i32, CommandError> {
-    // Read here, not in `cli::Env`: it is this command's alone, and the
-    // agents document it as the hook's own switch.
-    let strict = std::env::var_os("OPFS_HOOK_STRICT").is_some_and(|v| v == "1");
+    let strict = ctx.env.hook_strict;
     let agent = a.agent.as_deref().and_then(Agent::from_name);
-    let sandboxed = std::env::var_os("OPFS_SANDBOX").is_some_and(|m| m != "danger-full-access");
+    let sandboxed = ctx
+        .env
+        .sandbox
+        .as_ref()
+        .is_some_and(|m| m != "danger-full-access");
     let reply = if sandboxed {
         // Drain the event: the agent may wait for its hook to read it.
         let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());

@@ -13,10 +13,9 @@ use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx) -> Result<(), CommandError> {
     // Inside `opfs run`'s sandbox the state is invisible; `opfs run` names
-    // its narrow socket instead (docs/mcp.md). Read here: it is this
-    // command's alone.
-    let tools = match std::env::var_os("OPFS_MCP_SOCKET").filter(|s| !s.is_empty()) {
-        Some(socket) => Backend::Narrow(socket.into()),
+    // its narrow socket instead (docs/mcp.md).
+    let tools = match ctx.env.mcp_socket.clone() {
+        Some(socket) => Backend::Narrow(socket),
         None => {
             let project = ctx.project()?;
             let opts = DaemonOptions {

@@ -282,7 +282,7 @@ impl Index {
         // WAL into the database, then `fsync`) every 1,000 pages, so a
         // hot page is written several times a second. A larger page cache
         // and WAL between checkpoints write each page fewer times
-        // (`docs/benchmarks.md`, "Removals: the capture's cost per file").
+        // (`docs/bench/2026-12-03-removal-capture.md`, "Removals: the capture's cost per file").
         conn.pragma_update(None, "cache_size", CACHE_KIB)
             .map_err(err)?;
         conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES)
