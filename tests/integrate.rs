@@ -356,6 +356,21 @@ fn in_the_backing_directory_of_a_served_project_each_agents_prompt_is_blocked() 
         let run = run_hook_as(&fx, agent, &command, &fx.m("src"), "s", false);
         assert_eq!(run.code, Some(0), "{agent}: {run}");
         assert_eq!(fx.open_turn(), before + 1, "{agent}: {run}");
+        // `-C` naming the backing directory (a hand-made hook) is no
+        // mistake while the agent works in the mountpoint.
+        let by_hand = format!(
+            "{} -C {} hook --agent {agent}",
+            opfs_bin().display(),
+            fx.project.display()
+        );
+        let before = fx.open_turn();
+        let run = run_hook_as(&fx, agent, &by_hand, &fx.m("src"), "s", false);
+        assert_eq!(run.code, Some(0), "{agent}: {run}");
+        assert_eq!(
+            fx.open_turn(),
+            before + 1,
+            "{agent}: -C is not where it works: {run}"
+        );
     }
 }
 

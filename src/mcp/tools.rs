@@ -1035,6 +1035,30 @@ mod tests {
                 )
             );
         }
+        for t in TOOLS {
+            let out = (t.output_schema)();
+            assert_eq!(out["type"], "object", "{}: {out}", t.name);
+            // Changing the project's files or deleting a worktree is
+            // destructive; everything read-only is idempotent.
+            assert_eq!(
+                t.destructive,
+                matches!(t.name, "worktree_merge" | "worktree_discard"),
+                "{}",
+                t.name
+            );
+            assert!(!t.read_only || t.idempotent, "{}", t.name);
+        }
+        // Lists become objects, as the output schemas say.
+        assert_eq!(
+            result_object("worktree_list", serde_json::json!([])),
+            serde_json::json!({"worktrees": []})
+        );
+        assert_eq!(
+            result_object("history_log", serde_json::json!([{"turn": 1}])),
+            serde_json::json!({"turns": [{"turn": 1}]})
+        );
+        let created = serde_json::json!({"name": "a", "path": "/p", "base_turn": 1});
+        assert_eq!(result_object("worktree_create", created.clone()), created);
         let merge = (TOOLS[3].input_schema)();
         assert!(merge["properties"].get("force").is_none(), "{merge}");
         assert!(merge["properties"].get("dry_run").is_some(), "{merge}");

@@ -96,7 +96,7 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
         Err(e) => return Outcome::NotOpened(agent, e.to_string()),
     };
     let dir = ctx.dir.clone().or(event.cwd.clone());
-    if let Some(reason) = backing_dir_mistake(ctx, dir.as_deref(), event.agent) {
+    if let Some(reason) = backing_dir_mistake(ctx, event.cwd.as_deref(), event.agent) {
         return Outcome::Blocked(reason);
     }
     let turn_ctx = Ctx {
@@ -131,14 +131,20 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
     }
 }
 
-/// Why the prompt must be blocked, when the session's directory `dir`
-/// (else the current one) lies in the backing directory of a project
-/// that a live opfs mount serves, outside that mount: the agent's writes
-/// would go straight to the disk, around the journal, and the turn would
-/// record nothing. `None` in every other case (in a mountpoint or a
-/// worktree, nothing mounted, no project).
-fn backing_dir_mistake(ctx: &Ctx, dir: Option<&Path>, agent: Agent) -> Option<String> {
-    let dir = opfs::state::absolute(&dir.map_or_else(|| ctx.dir(), Path::to_path_buf));
+/// Why the prompt must be blocked, when the session's directory (the
+/// event's `cwd`, else the hook's own working directory, which the agents
+/// set to it; never `-C`, which names the project, not where the agent
+/// works) lies in the backing directory of a project that a live opfs
+/// mount serves, outside that mount: the agent's writes would go straight
+/// to the disk, around the journal, and the turn would record nothing.
+/// `None` in every other case (in a mountpoint or a worktree, nothing
+/// mounted, no project).
+fn backing_dir_mistake(ctx: &Ctx, cwd: Option<&Path>, agent: Agent) -> Option<String> {
+    let dir = match cwd {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().ok()?,
+    };
+    let dir = opfs::state::absolute(&dir);
     if opfs::state::resolve_registered(ctx.home(), &dir).is_some() {
         return None;
     }
