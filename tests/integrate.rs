@@ -576,9 +576,15 @@ fn each_agents_mcp_entry_finds_the_state_with_only_the_sdk_environment() {
             .arg(&command)
             .args(&args)
             .env_clear()
-            .env("HOME", home)
             .env("PATH", "/usr/bin:/bin")
             .current_dir(&fx.mnt);
+        // Of the pinned environment, only HOME, as an SDK passes it.
+        fx.pinned
+            .pin(&mut cmd)
+            .env_remove("OPFS_HOME")
+            .env_remove("OPFS_CONFIG")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME");
         for (k, v) in &env {
             cmd.env(k, v);
         }
