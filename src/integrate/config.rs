@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use toml_edit::DocumentMut;
 
 use super::json::{self, Json};
+pub use super::toml::CodexTrust;
 use super::{shell_quote, Agent};
 
 /// Put opfs's entries in, or take them out.
@@ -106,6 +107,33 @@ pub fn is_opfs_binary(program: &str) -> bool {
     Path::new(program).file_name().is_some_and(|n| n == "opfs")
 }
 
+/// What the agent runs: the `opfs` binary (by its absolute path) and the
+/// environment its MCP server needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// The `opfs` binary.
+    pub opfs: PathBuf,
+    /// Variables written into the MCP server's `env` (name, value): where
+    /// opfs keeps its state and configuration when that is not the
+    /// default place (`OPFS_HOME`, `OPFS_CONFIG`). The MCP SDKs start a
+    /// stdio server with only `HOME`, `PATH` and a few others, so a
+    /// setting in the user's shell would not reach it. Empty when the
+    /// defaults hold.
+    pub env: Vec<(String, String)>,
+}
+
+/// The variables Codex passes from its own environment to `opfs mcp`
+/// (`env_vars` of `[mcp_servers.opfs]`): Codex starts MCP servers with a
+/// short fixed environment, and without these `opfs mcp` would look for
+/// the state in the default place, and inside `opfs run`'s sandbox would
+/// not find its socket.
+pub const CODEX_ENV_VARS: [&str; 4] = [
+    "OPFS_HOME",
+    "OPFS_MCP_SOCKET",
+    "OPFS_CONFIG",
+    "XDG_DATA_HOME",
+];
+
 /// The hook command for `agent`, running the binary at `opfs`.
 pub fn hook_command(opfs: &Path, agent: Agent) -> String {
     format!(
@@ -137,7 +165,7 @@ pub fn files(agent: Agent, home: &Path) -> Vec<(PathBuf, &'static str)> {
 pub fn plan(
     agent: Agent,
     home: &Path,
-    opfs: &Path,
+    server: &Server,
     action: Action,
 ) -> Result<Vec<FileChange>, IntegrateError> {
     files(agent, home)
@@ -145,7 +173,7 @@ pub fn plan(
         .map(|(path, role)| {
             let path = follow_symlink(path);
             let before = read(&path)?;
-            let after = edit(agent, role, opfs, action, before.as_deref()).map_err(|detail| {
+            let after = edit(agent, role, server, action, before.as_deref()).map_err(|detail| {
                 IntegrateError::Unparsable {
                     path: path.clone(),
                     agent,
@@ -164,11 +192,11 @@ pub fn plan(
 
 /// What opfs adds to each of `agent`'s files, as it would be on its own
 /// (`opfs integrate AGENT --print`).
-pub fn fragments(agent: Agent, home: &Path, opfs: &Path) -> Vec<(PathBuf, String)> {
+pub fn fragments(agent: Agent, home: &Path, server: &Server) -> Vec<(PathBuf, String)> {
     files(agent, home)
         .into_iter()
         .filter_map(|(path, role)| {
-            let text = edit(agent, role, opfs, Action::Install, None).ok()??;
+            let text = edit(agent, role, server, Action::Install, None).ok()??;
             Some((path, text))
         })
         .collect()
@@ -207,6 +235,51 @@ pub fn apply(plan: &[FileChange]) -> Result<Vec<(PathBuf, Option<PathBuf>)>, Int
     Ok(written)
 }
 
+/// Whether Codex runs the opfs hook in its configuration under `home`
+/// (`~/.codex/config.toml`): see [`CodexTrust`]. `NoHook` when the file
+/// is absent.
+///
+/// Errors: the file cannot be read, or is not valid TOML.
+pub fn codex_hook_trust(home: &Path) -> Result<(PathBuf, CodexTrust), IntegrateError> {
+    let path = home.join(".codex/config.toml");
+    let Some(text) = read(&path)? else {
+        return Ok((path, CodexTrust::NoHook));
+    };
+    let doc: DocumentMut = text.parse().map_err(|e| IntegrateError::Unparsable {
+        path: path.clone(),
+        agent: Agent::Codex,
+        detail: format!("not valid TOML: {e}"),
+    })?;
+    let trust = super::toml::hook_trust(&doc, &path.to_string_lossy());
+    Ok((path, trust))
+}
+
+/// What to tell the user about `trust` (`opfs doctor`, `opfs integrate
+/// codex`): `None` when Codex runs the hook or there is none.
+pub fn codex_trust_advice(config: &Path, trust: &CodexTrust) -> Option<String> {
+    let why = match trust {
+        CodexTrust::NoHook | CodexTrust::Trusted => return None,
+        CodexTrust::Untrusted { .. } => "has not been reviewed in Codex yet",
+        CodexTrust::Changed { .. } => {
+            "changed since it was reviewed in Codex (or this Codex hashes hooks differently)"
+        }
+        CodexTrust::Disabled { .. } => "is turned off in Codex (enabled = false)",
+    };
+    let key = match trust {
+        CodexTrust::Untrusted { key }
+        | CodexTrust::Changed { key }
+        | CodexTrust::Disabled { key } => key,
+        _ => return None,
+    };
+    Some(format!(
+        "Codex skips opfs's hook in {}, which {why}, so Codex opens no opfs turns and says \
+         nothing: start `codex` in a terminal, type /hooks, select the opfs hook (`opfs hook \
+         --agent codex`, UserPromptSubmit) and trust it; Codex then records it as \
+         [hooks.state.\"{key}\"] trusted_hash",
+        config.display()
+    ))
+}
+
 /// `FILE.opfs-bak`.
 pub fn backup_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
@@ -220,17 +293,17 @@ pub fn backup_path(path: &Path) -> PathBuf {
 fn edit(
     agent: Agent,
     role: &str,
-    opfs: &Path,
+    server: &Server,
     action: Action,
     before: Option<&str>,
 ) -> Result<Option<String>, String> {
-    let opfs_s = opfs.to_string_lossy();
-    let hook = hook_command(opfs, agent);
+    let opfs_s = server.opfs.to_string_lossy();
+    let hook = hook_command(&server.opfs, agent);
     if agent == Agent::Codex {
         let text = before.unwrap_or("");
         let mut doc: DocumentMut = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
         match action {
-            Action::Install => super::toml::install(&mut doc, &opfs_s, &hook)?,
+            Action::Install => super::toml::install(&mut doc, &opfs_s, &server.env, &hook)?,
             Action::Remove => super::toml::remove(&mut doc)?,
         }
         let after = doc.to_string();
@@ -246,6 +319,13 @@ fn edit(
         return Err("not a JSON object".into());
     }
     let mut root = original.clone();
+    let env = Json::Object(
+        server
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Json::str(v)))
+            .collect(),
+    );
     let (event, handler, server) = match agent {
         Agent::ClaudeCode => (
             "UserPromptSubmit",
@@ -257,7 +337,7 @@ fn edit(
                 ("type", Json::str("stdio")),
                 ("command", Json::str(&opfs_s)),
                 ("args", Json::Array(vec![Json::str("mcp")])),
-                ("env", Json::object()),
+                ("env", env),
             ]),
         ),
         _ => (
@@ -271,10 +351,16 @@ fn edit(
                     Json::str("opfs: open a turn per user message, so it can be rewound"),
                 ),
             ]),
-            obj(&[
-                ("command", Json::str(&opfs_s)),
-                ("args", Json::Array(vec![Json::str("mcp")])),
-            ]),
+            {
+                let mut server = obj(&[
+                    ("command", Json::str(&opfs_s)),
+                    ("args", Json::Array(vec![Json::str("mcp")])),
+                ]);
+                if !env.is_empty_container() {
+                    server.set("env", env);
+                }
+                server
+            },
         ),
     };
     let hooks = role.contains("hooks");
@@ -466,6 +552,48 @@ mod tests {
         assert!(!is_opfs_hook("OPFS_PROJECT=/m /x/turn-hook.sh"));
     }
 
+    fn server(opfs: &str) -> Server {
+        Server {
+            opfs: PathBuf::from(opfs),
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_state_location_goes_into_the_servers_env() {
+        let s = Server {
+            opfs: PathBuf::from("/bin/opfs"),
+            env: vec![("OPFS_HOME".into(), "/srv/opfs state".into())],
+        };
+        for (agent, role) in [
+            (Agent::ClaudeCode, "MCP servers"),
+            (Agent::Gemini, "hooks and MCP servers"),
+        ] {
+            let text = edit(agent, role, &s, Action::Install, None)
+                .expect("install")
+                .expect("changed");
+            let v = json::parse(&text).expect("json");
+            let env = v
+                .get("mcpServers")
+                .and_then(|l| l.get("opfs"))
+                .and_then(|o| o.get("env"))
+                .and_then(|e| e.get("OPFS_HOME"))
+                .and_then(Json::as_str);
+            assert_eq!(env, Some("/srv/opfs state"), "{agent}: {text}");
+        }
+        // The defaults: Gemini gets no env, Claude Code an empty one.
+        let text = edit(
+            Agent::Gemini,
+            "hooks and MCP servers",
+            &server("/bin/opfs"),
+            Action::Install,
+            None,
+        )
+        .expect("install")
+        .expect("changed");
+        assert!(!text.contains("\"env\""), "{text}");
+    }
+
     const CLAUDE: &str = r#"{
   "model": "opus",
   "hooks": {
@@ -479,7 +607,7 @@ mod tests {
 
     #[test]
     fn json_install_is_idempotent_and_remove_restores() {
-        let opfs = Path::new("/bin/opfs");
+        let opfs = &server("/bin/opfs");
         let role = "hooks";
         let a = Agent::ClaudeCode;
         let once = edit(a, role, opfs, Action::Install, Some(CLAUDE))
@@ -510,7 +638,7 @@ mod tests {
 
     #[test]
     fn bad_files_are_refused() {
-        let opfs = Path::new("/bin/opfs");
+        let opfs = &server("/bin/opfs");
         for bad in [
             "{",
             "[1]",

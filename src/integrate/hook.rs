@@ -7,11 +7,17 @@
 //! | Codex CLI | `UserPromptSubmit` (with `turn_id`) | `prompt`, `session_id`, `cwd` |
 //! | Gemini CLI | `BeforeAgent` | `prompt`, `session_id`, `cwd` |
 //!
-//! All three take the same answers: on exit 0 a JSON object on stdout
-//! whose `systemMessage` is shown to the user, and exit 2 with the reason
-//! on stderr to block the prompt. The parser is a real JSON parser
-//! (`serde_json`), so a prompt with quotes, backslashes, newlines or any
-//! Unicode arrives intact; other fields are ignored.
+//! All three take the same answers on exit 0, as one JSON object on
+//! stdout: `systemMessage`, shown to the user (when the agent shows it:
+//! `codex exec` and `claude -p` do not); `hookSpecificOutput` with the
+//! event's `hookEventName` and `additionalContext`, text added to the
+//! model's context for this prompt, so the model itself tells the user,
+//! in every mode; and `decision: "block"` with a `reason`, which drops the
+//! prompt and shows the reason. Exit 2 with the reason on stderr blocks the
+//! prompt too. Hooks run without a terminal, so nothing is written to
+//! one. The parser is a real JSON parser (`serde_json`), so a prompt with
+//! quotes, backslashes, newlines or any Unicode arrives intact; other
+//! fields are ignored.
 
 use std::path::PathBuf;
 
@@ -131,17 +137,74 @@ pub fn opened(agent: Option<Agent>) -> HookReply {
     }
 }
 
+/// The event name `agent` puts in `hookSpecificOutput.hookEventName`.
+pub fn event_name(agent: Agent) -> &'static str {
+    match agent {
+        Agent::Gemini => "BeforeAgent",
+        _ => "UserPromptSubmit",
+    }
+}
+
+/// `{"systemMessage": message}` plus, when the agent is known, the
+/// `hookSpecificOutput` that adds `context` to the model's context.
+fn message_and_context(agent: Option<Agent>, message: &str, context: &str) -> String {
+    let mut v = serde_json::json!({ "systemMessage": message });
+    if let Some(agent) = agent.filter(|a| *a != Agent::Aider) {
+        v["hookSpecificOutput"] = serde_json::json!({
+            "hookEventName": event_name(agent),
+            "additionalContext": context,
+        });
+    }
+    format!("{v}\n")
+}
+
+/// What the model is told when this message's changes are not recorded
+/// (`reason`, with its fix).
+pub fn not_recorded_context(reason: &str) -> String {
+    let reason = reason.strip_prefix("opfs: ").unwrap_or(reason);
+    format!(
+        "[opfs] The user protects this project with opfs, which records every file change \
+         per message so the user can rewind it. For this message opfs could NOT open a turn, \
+         so the file changes you make now are NOT recorded and cannot be rewound. Reason and \
+         fix: {reason}. (To protect a project: `opfs mount PROJECT MOUNTPOINT` and start the \
+         agent in MOUNTPOINT, or start the agent with `opfs run -C PROJECT -- AGENT`.) Tell \
+         the user this, with the fix, at the start of your reply, before you change any file."
+    )
+}
+
 /// The answer when the turn was opened but the project needs the user's
 /// attention (`warning`, e.g. a rewind that stopped half way): a
-/// `systemMessage` shown to the user, and the same on stderr; exit 0.
-pub fn opened_with_warning(warning: &str) -> HookReply {
+/// `systemMessage` shown to the user, the same in the model's context (so
+/// it is said in every mode) and on stderr; exit 0.
+pub fn opened_with_warning(agent: Option<Agent>, warning: &str) -> HookReply {
     let msg = format!(
         "opfs: {}",
         warning.strip_prefix("opfs: ").unwrap_or(warning)
     );
+    let context = format!(
+        "[opfs] The user protects this project with opfs, and it needs the user's attention: \
+         {}. Tell the user this at the start of your reply.",
+        warning.strip_prefix("opfs: ").unwrap_or(warning)
+    );
     HookReply {
-        stdout: format!("{}\n", serde_json::json!({ "systemMessage": msg })),
+        stdout: message_and_context(agent, &msg, &context),
         stderr: format!("{msg}\n"),
+        code: 0,
+    }
+}
+
+/// The answer that drops the prompt (`decision: "block"`, which every
+/// agent here takes, with `reason` shown to the user) and exits 0; the
+/// reason on stderr too. For a situation that is certainly a mistake: the
+/// session works in the backing directory of a project opfs serves.
+pub fn blocked(reason: &str) -> HookReply {
+    let reason = format!("opfs: {}", reason.strip_prefix("opfs: ").unwrap_or(reason));
+    HookReply {
+        stdout: format!(
+            "{}\n",
+            serde_json::json!({ "decision": "block", "reason": reason })
+        ),
+        stderr: format!("{reason}\n"),
         code: 0,
     }
 }
@@ -157,16 +220,18 @@ pub fn not_recorded_message(reason: &str) -> String {
 
 /// The answer when no turn was opened (for `reason`): the message on
 /// stderr always; then, by default, exit 0 with `{"systemMessage": MSG}`
-/// on stdout (every agent here shows it to the user and goes on,
-/// unprotected); with `strict`, exit 2, which every agent here takes as
-/// "block this prompt" and whose stderr it shows.
-pub fn not_opened(reason: &str, strict: bool) -> HookReply {
+/// on stdout and, for a known `agent`, [`not_recorded_context`] added to
+/// the model's context (the agent goes on, unprotected, and the model
+/// tells the user even where the agent does not show `systemMessage`);
+/// with `strict`, exit 2, which every agent here takes as "block this
+/// prompt" and whose stderr it shows.
+pub fn not_opened(agent: Option<Agent>, reason: &str, strict: bool) -> HookReply {
     let msg = not_recorded_message(reason);
     HookReply {
         stdout: if strict {
             String::new()
         } else {
-            format!("{}\n", serde_json::json!({ "systemMessage": msg }))
+            message_and_context(agent, &msg, &not_recorded_context(reason))
         },
         stderr: format!("{msg}\n"),
         code: if strict { 2 } else { 0 },
@@ -251,7 +316,7 @@ mod tests {
     fn replies() {
         assert_eq!(opened(Some(Agent::ClaudeCode)).stdout, "");
         assert_eq!(opened(Some(Agent::Gemini)).stdout, "{}\n");
-        let r = not_opened("opfs: no daemon \"x\"", false);
+        let r = not_opened(None, "opfs: no daemon \"x\"", false);
         assert_eq!(r.code, 0);
         let v: Value = serde_json::from_str(&r.stdout).expect("json");
         assert_eq!(
@@ -259,7 +324,28 @@ mod tests {
             "opfs: no turn was opened for this message, so its changes are NOT recorded \
              and cannot be rewound: no daemon \"x\""
         );
-        let r = not_opened("why", true);
+        assert!(v.get("hookSpecificOutput").is_none(), "{v}");
+        for (agent, event) in [
+            (Agent::ClaudeCode, "UserPromptSubmit"),
+            (Agent::Codex, "UserPromptSubmit"),
+            (Agent::Gemini, "BeforeAgent"),
+        ] {
+            let r = not_opened(Some(agent), "no daemon", false);
+            let v: Value = serde_json::from_str(&r.stdout).expect("json");
+            assert_eq!(v["hookSpecificOutput"]["hookEventName"], event);
+            let context = v["hookSpecificOutput"]["additionalContext"]
+                .as_str()
+                .expect("context");
+            assert!(
+                context.contains("NOT recorded") && context.contains("no daemon"),
+                "{context}"
+            );
+        }
+        let b = blocked("in the backing dir");
+        let v: Value = serde_json::from_str(&b.stdout).expect("json");
+        assert_eq!((b.code, v["decision"].as_str()), (0, Some("block")));
+        assert_eq!(v["reason"], "opfs: in the backing dir");
+        let r = not_opened(Some(Agent::Codex), "why", true);
         assert_eq!((r.code, r.stdout.as_str()), (2, ""));
         assert!(r.stderr.contains("NOT recorded"));
     }

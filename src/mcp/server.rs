@@ -17,7 +17,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use super::tools::{ToolError, TOOLS};
+use super::tools::{cut_arguments, result_object, ToolError, TOOLS};
 use super::Backend;
 
 /// What the server tells the agent at `initialize`.
@@ -41,17 +41,27 @@ fn tool_list() -> Vec<Tool> {
                 Value::Object(m) => m,
                 _ => Default::default(),
             };
+            let output = match (t.output_schema)() {
+                Value::Object(m) => m,
+                _ => Default::default(),
+            };
             let mut notes = ToolAnnotations::new();
             notes.read_only_hint = Some(t.read_only);
-            notes.destructive_hint = Some(t.name == "worktree_discard");
+            notes.destructive_hint = Some(t.destructive);
+            notes.idempotent_hint = Some(t.idempotent);
             notes.open_world_hint = Some(false);
-            Tool::new(t.name, t.description, Arc::new(schema)).with_annotations(notes)
+            Tool::new(t.name, t.description, Arc::new(schema))
+                .with_raw_output_schema(Arc::new(output))
+                .with_annotations(notes)
         })
         .collect()
 }
 
-fn error_result(e: &ToolError) -> CallToolResult {
-    let mut content = vec![ContentBlock::text(e.to_string())];
+/// The error result of a failed call with `args` (long arguments cut
+/// from its text, [`cut_arguments`]): the message, then the detail (a
+/// merge report) as text and as `structuredContent`.
+fn error_result(e: &ToolError, args: &Value) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(cut_arguments(&e.to_string(), args))];
     let detail = e.detail();
     if let Some(d) = &detail {
         content.push(ContentBlock::text(d.to_string()));
@@ -93,20 +103,27 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, ErrorData> {
         let name: Cow<'static, str> = request.name;
         if !TOOLS.iter().any(|t| t.name == name) {
-            let e = ToolError::UnknownTool(name.into_owned());
-            return Err(ErrorData::invalid_params(e.to_string(), None));
+            let e = ToolError::UnknownTool(name.to_string());
+            let text = cut_arguments(&e.to_string(), &Value::String(name.into_owned()));
+            return Err(ErrorData::invalid_params(text, None));
         }
         let args = request.arguments.map_or(Value::Null, Value::Object);
+        let echo = args.clone();
         let tools = Arc::clone(&self.tools);
         let tool = name.clone();
         let outcome = tokio::task::spawn_blocking(move || tools.call(&tool, args))
             .await
             .map_err(|e| ErrorData::internal_error(format!("tool {name} failed: {e}"), None))?;
         Ok(match outcome {
-            Ok(v) => CallToolResult::success(vec![ContentBlock::text(v.to_string())]),
+            // Every result is an object: `structuredContent`, and the
+            // same JSON as text for clients that read only `content`.
+            Ok(v) => CallToolResult::structured(result_object(&name, v)),
             Err(e) => {
-                log::info!("tool {name}: {e}");
-                error_result(&e)
+                let r = error_result(&e, &echo);
+                if let Some(ContentBlock::Text(t)) = r.content.first() {
+                    log::info!("tool {name}: {}", t.text);
+                }
+                r
             }
         }
         .into())

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::control::client::{commit_through_daemon, ClientError, Project};
 use crate::daemon::worktree::{self as wt_cmd, Listed, WorktreeCmdError};
@@ -39,8 +39,18 @@ pub struct ToolSpec {
     /// True when it changes nothing (the history tools and the worktree
     /// listing and diff).
     pub read_only: bool,
+    /// True when it may overwrite or delete what exists: the project's
+    /// files (`worktree_merge`) or a worktree and its history
+    /// (`worktree_discard`). MCP's `destructiveHint`.
+    pub destructive: bool,
+    /// True when calling it again with the same arguments changes nothing
+    /// more (MCP's `idempotentHint`; read-only tools are).
+    pub idempotent: bool,
     /// The JSON schema of its arguments (an object schema).
     pub input_schema: fn() -> Value,
+    /// The JSON schema of its result (an object schema: every result is a
+    /// JSON object, MCP's `structuredContent`).
+    pub output_schema: fn() -> Value,
 }
 
 fn schema<T: JsonSchema>() -> Value {
@@ -56,21 +66,30 @@ pub const TOOLS: &[ToolSpec] = &[
                       `from_turn` or (default) from now, and mount it; returns its name, path \
                       and base turn. Work in the returned path; the project is not touched.",
         read_only: false,
+        destructive: false,
+        idempotent: false,
         input_schema: schema::<WorktreeCreateArgs>,
+        output_schema: output::created,
     },
     ToolSpec {
         name: "worktree_list",
-        description: "List the project's worktrees: name, path, base turn, mounted, paths \
-                      changed, paths whose base is unknown.",
+        description: "List the project's worktrees as `{\"worktrees\": [...]}`: name, path, \
+                      base turn, mounted, paths changed, paths whose base is unknown.",
         read_only: true,
+        destructive: false,
+        idempotent: true,
         input_schema: schema::<NoArgs>,
+        output_schema: output::worktrees,
     },
     ToolSpec {
         name: "worktree_diff",
         description: "What worktree `name` changed against its base: a patch git can apply, \
                       or with `stat` a summary of changed lines per path.",
         read_only: true,
+        destructive: false,
+        idempotent: true,
         input_schema: schema::<WorktreeDiffArgs>,
+        output_schema: output::diff,
     },
     ToolSpec {
         name: "worktree_merge",
@@ -80,21 +99,31 @@ pub const TOOLS: &[ToolSpec] = &[
                       reported as conflicts (an error result with the report). `dry_run` \
                       only plans.",
         read_only: false,
+        destructive: true,
+        idempotent: false,
         input_schema: schema::<WorktreeMergeArgs>,
+        output_schema: output::merge,
     },
     ToolSpec {
         name: "worktree_discard",
         description: "Unmount worktree `name` and delete it (its changes and its own \
                       history; the project's history is untouched).",
         read_only: false,
+        destructive: true,
+        idempotent: true,
         input_schema: schema::<NameArgs>,
+        output_schema: output::discarded,
     },
     ToolSpec {
         name: "history_log",
-        description: "The project's turns, newest first (at most `limit`), with what each \
-                      added, modified and deleted; the JSON of `opfs log --json`.",
+        description: "The project's turns as `{\"turns\": [...]}`, newest first (at most \
+                      `limit`), with what each added, modified and deleted; each entry as in \
+                      `opfs log --json`.",
         read_only: true,
+        destructive: false,
+        idempotent: true,
         input_schema: schema::<HistoryLogArgs>,
+        output_schema: output::turns,
     },
     ToolSpec {
         name: "history_diff",
@@ -102,16 +131,188 @@ pub const TOOLS: &[ToolSpec] = &[
                       git can apply; `paths` narrows it to those paths (and what is below \
                       them).",
         read_only: true,
+        destructive: false,
+        idempotent: true,
         input_schema: schema::<HistoryDiffArgs>,
+        output_schema: output::diff,
     },
     ToolSpec {
         name: "history_show",
         description: "The file or symlink at `path` as it was when turn `turn` began; the \
                       JSON of `opfs show N:PATH --json` (content in base64).",
         read_only: true,
+        destructive: false,
+        idempotent: true,
         input_schema: schema::<HistoryShowArgs>,
+        output_schema: output::shown,
     },
 ];
+
+/// The JSON schema of each tool's result (`outputSchema` in `tools/list`).
+/// Every result is an object (a list is wrapped: `{"worktrees": [...]}`,
+/// `{"turns": [...]}`), because MCP's `structuredContent` must be one and
+/// clients (Gemini CLI) refuse anything else. The schemas name the fields
+/// a result always has; results may carry more (`additionalProperties`
+/// is left open, so a new field is no break).
+mod output {
+    use serde_json::{json, Value};
+
+    fn object(properties: Value, required: &[&str]) -> Value {
+        json!({ "type": "object", "properties": properties, "required": required })
+    }
+
+    fn text(description: &str) -> Value {
+        json!({ "type": "string", "description": description })
+    }
+
+    fn count(description: &str) -> Value {
+        json!({ "type": "integer", "minimum": 0, "description": description })
+    }
+
+    fn strings(description: &str) -> Value {
+        json!({ "type": "array", "items": { "type": "string" }, "description": description })
+    }
+
+    /// `worktree_create`.
+    pub(super) fn created() -> Value {
+        object(
+            json!({
+                "name": text("the worktree's name"),
+                "path": text("where it is mounted: work there"),
+                "base_turn": count("the project turn whose start it shows"),
+                "note": text("inside opfs run's sandbox, when the path is outside it: why, and how to reach the worktree"),
+            }),
+            &["name", "path", "base_turn"],
+        )
+    }
+
+    /// `worktree_list`.
+    pub(super) fn worktrees() -> Value {
+        let row = object(
+            json!({
+                "name": text("its name"),
+                "path": text("its mountpoint"),
+                "base_turn": count("the project turn whose start is its base"),
+                "mounted": { "type": "boolean", "description": "true while a daemon serves it" },
+                "changed": count("paths changed against the base"),
+                "drifted": count("paths whose base is not known"),
+                "created_by": { "type": "string", "enum": ["user", "agent"], "description": "who made it" },
+            }),
+            &[
+                "name",
+                "path",
+                "base_turn",
+                "mounted",
+                "changed",
+                "drifted",
+                "created_by",
+            ],
+        );
+        object(
+            json!({ "worktrees": { "type": "array", "items": row, "description": "every worktree of the project" } }),
+            &["worktrees"],
+        )
+    }
+
+    /// `worktree_diff` and `history_diff`.
+    pub(super) fn diff() -> Value {
+        object(
+            json!({ "output": text("the patch (git apply takes it), or the stat") }),
+            &["output"],
+        )
+    }
+
+    /// `worktree_merge` (also the `structuredContent` of its conflict
+    /// error).
+    pub(super) fn merge() -> Value {
+        object(
+            json!({
+                "worktree": text("the worktree merged"),
+                "turn": { "type": ["integer", "null"], "minimum": 0, "description": "the project turn that records the merge (null for a dry run)" },
+                "base_turn": count("the worktree's base turn"),
+                "dry_run": { "type": "boolean" },
+                "merged": strings("paths the project now holds as the worktree has them"),
+                "three_way": strings("paths both sides changed, combined by a clean three-way merge"),
+                "conflicts": { "type": "array", "description": "paths left as the project has them, with the reason" },
+                "plan": { "type": "array", "description": "what was (or would be) done per path" },
+                "open_turn": count("the turn open after the merge"),
+            }),
+            &[
+                "worktree",
+                "turn",
+                "base_turn",
+                "dry_run",
+                "merged",
+                "conflicts",
+                "plan",
+                "open_turn",
+            ],
+        )
+    }
+
+    /// `worktree_discard`.
+    pub(super) fn discarded() -> Value {
+        object(
+            json!({ "discarded": text("the worktree deleted") }),
+            &["discarded"],
+        )
+    }
+
+    /// `history_log`.
+    pub(super) fn turns() -> Value {
+        let nullable = |t: &str, d: &str| json!({ "type": [t, "null"], "description": d });
+        let turn = object(
+            json!({
+                "turn": count("the turn's number"),
+                "kind": { "type": "string", "enum": ["agent", "rewind", "merge"] },
+                "label": nullable("string", "its label"),
+                "external_id": nullable("string", "the agent's session id"),
+                "started_at": text("RFC 3339"),
+                "ended_at": nullable("string", "RFC 3339; null for the open turn"),
+                "started_at_ns": { "type": "integer", "description": "ns since the Unix epoch" },
+                "ended_at_ns": nullable("integer", "ns since the Unix epoch"),
+                "rewound_to": nullable("integer", "for a rewind: the turn whose start was restored"),
+                "added": count("files and symlinks added"),
+                "modified": count("files and symlinks modified"),
+                "deleted": count("files and symlinks deleted"),
+                "paths": count("paths recorded"),
+                "bytes_stored": count("bytes of the pre-images kept"),
+                "git_changes": strings("paths under .git the turn changed"),
+                "outside_edits": { "type": "array", "description": "edits made behind the mount, kept" },
+            }),
+            &[
+                "turn",
+                "kind",
+                "started_at",
+                "added",
+                "modified",
+                "deleted",
+                "paths",
+            ],
+        );
+        object(
+            json!({ "turns": { "type": "array", "items": turn, "description": "the project's turns, newest first" } }),
+            &["turns"],
+        )
+    }
+
+    /// `history_show`.
+    pub(super) fn shown() -> Value {
+        object(
+            json!({
+                "turn": count("the turn at whose start the path is shown"),
+                "path": text("the project-relative path"),
+                "kind": { "type": "string", "enum": ["file", "symlink"] },
+                "perm": text("a file's permission bits, octal"),
+                "size": count("a file's size in bytes"),
+                "content_base64": text("a file's content, base64"),
+                "target": text("a symlink's target"),
+                "target_base64": text("a symlink's target, base64"),
+            }),
+            &["turn", "path", "kind"],
+        )
+    }
+}
 
 /// No arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -343,6 +544,80 @@ pub enum ToolError {
         /// Data that goes with it (a merge report).
         detail: Option<Value>,
     },
+}
+
+/// Tool `tool`'s result `v` (as [`Tools::call`] returns it) as the JSON
+/// object MCP's `structuredContent` must be, matching the tool's
+/// `output_schema`: the lists of `worktree_list` and `history_log` under
+/// `worktrees` and `turns`; objects as they are.
+pub fn result_object(tool: &str, v: Value) -> Value {
+    match v {
+        Value::Object(_) => v,
+        other => {
+            let key = match tool {
+                "worktree_list" => "worktrees",
+                "history_log" => "turns",
+                _ => "result",
+            };
+            json!({ key: other })
+        }
+    }
+}
+
+/// The most characters of one argument an error text repeats
+/// ([`cut_arguments`]).
+pub const ARGUMENT_ECHO_CHARS: usize = 200;
+
+/// `message` with every string in `args` (values and keys, at any depth)
+/// longer than [`ARGUMENT_ECHO_CHARS`] characters cut to its first
+/// [`ARGUMENT_ECHO_CHARS`] characters and `… (N bytes)`, wherever the
+/// message repeats it as it is or escaped (`{:?}`, JSON): an agent that
+/// sent a 1 MB path gets the reason, not its megabyte back.
+pub fn cut_arguments(message: &str, args: &Value) -> String {
+    let mut long = Vec::new();
+    collect_long_strings(args, &mut long);
+    if long.is_empty() {
+        return message.to_string();
+    }
+    // Longest first, so a string inside another is cut in the longer one.
+    long.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = message.to_string();
+    for s in long {
+        let cut = cut_one(s);
+        let debug = format!("{s:?}");
+        let json = Value::String(s.to_string()).to_string();
+        for form in [
+            s.to_string(),
+            debug[1..debug.len() - 1].to_string(),
+            json[1..json.len() - 1].to_string(),
+        ] {
+            if out.contains(&form) {
+                out = out.replace(&form, &cut);
+            }
+        }
+    }
+    out
+}
+
+fn cut_one(s: &str) -> String {
+    let head: String = s.chars().take(ARGUMENT_ECHO_CHARS).collect();
+    format!("{head}… ({} bytes)", s.len())
+}
+
+fn collect_long_strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::String(s) if s.chars().nth(ARGUMENT_ECHO_CHARS).is_some() => out.push(s),
+        Value::Array(items) => items.iter().for_each(|i| collect_long_strings(i, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k.chars().nth(ARGUMENT_ECHO_CHARS).is_some() {
+                    out.push(k);
+                }
+                collect_long_strings(v, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn tool_names() -> String {
@@ -760,9 +1035,51 @@ mod tests {
                 )
             );
         }
+        for t in TOOLS {
+            let out = (t.output_schema)();
+            assert_eq!(out["type"], "object", "{}: {out}", t.name);
+            // Changing the project's files or deleting a worktree is
+            // destructive; everything read-only is idempotent.
+            assert_eq!(
+                t.destructive,
+                matches!(t.name, "worktree_merge" | "worktree_discard"),
+                "{}",
+                t.name
+            );
+            assert!(!t.read_only || t.idempotent, "{}", t.name);
+        }
+        // Lists become objects, as the output schemas say.
+        assert_eq!(
+            result_object("worktree_list", serde_json::json!([])),
+            serde_json::json!({"worktrees": []})
+        );
+        assert_eq!(
+            result_object("history_log", serde_json::json!([{"turn": 1}])),
+            serde_json::json!({"turns": [{"turn": 1}]})
+        );
+        let created = serde_json::json!({"name": "a", "path": "/p", "base_turn": 1});
+        assert_eq!(result_object("worktree_create", created.clone()), created);
         let merge = (TOOLS[3].input_schema)();
         assert!(merge["properties"].get("force").is_none(), "{merge}");
         assert!(merge["properties"].get("dry_run").is_some(), "{merge}");
+    }
+
+    #[test]
+    fn long_arguments_are_cut_in_error_texts() {
+        let long = format!("a\"b{}", "x".repeat(1 << 20));
+        let args = serde_json::json!({"turn": long, "path": "p"});
+        let e = decode::<HistoryShowArgs>("history_show", args.clone()).expect_err("a string");
+        let full = e.to_string();
+        assert!(full.len() > 1 << 20, "serde repeats the argument");
+        let cut = cut_arguments(&full, &args);
+        assert!(cut.len() < 1000, "{cut}");
+        assert!(cut.contains(&format!("… ({} bytes)", long.len())), "{cut}");
+        assert!(
+            cut.starts_with("bad arguments for history_show: invalid type"),
+            "{cut}"
+        );
+        // Short ones stay whole.
+        assert_eq!(cut_arguments("no \"p\"", &args), "no \"p\"");
     }
 
     #[test]

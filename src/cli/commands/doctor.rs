@@ -6,7 +6,9 @@
 //! Required (`fail`): `/dev/fuse` usable, `fusermount3` on PATH, a kernel
 //! with `openat2` (5.6 or later), the state home writable. Optional
 //! (`warn`): `user_allow_other`, bubblewrap and its namespaces (only
-//! `opfs run` needs them).
+//! `opfs run` needs them); when `opfs integrate codex` put its hook in
+//! `~/.codex/config.toml`, whether Codex has trusted it (Codex skips a
+//! hook the user has not reviewed, silently).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -74,6 +76,9 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
     let bwrap = ctx.env.bwrap.clone().or_else(|| find("bwrap"));
     checks.push(bubblewrap(bwrap.as_deref()));
     checks.push(state_home(ctx.home()));
+    if let Some(c) = ctx.env.home.as_deref().and_then(codex_hook) {
+        checks.push(c);
+    }
     let failed = checks.iter().any(|c| c.level == Level::Fail);
     if ctx.format.is_json() {
         let list: Vec<_> = checks
@@ -108,6 +113,34 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write) -> Result<(), CommandError> {
         return Err(CommandError::reported(ErrorKind::Failure));
     }
     Ok(())
+}
+
+/// `codex hook`: whether Codex runs opfs's hook (`None` when there is
+/// none: nothing to check).
+fn codex_hook(home: &Path) -> Option<Check> {
+    use opfs::integrate::config::{codex_hook_trust, codex_trust_advice, CodexTrust};
+    const NAME: &str = "codex hook";
+    match codex_hook_trust(home) {
+        Ok((_, CodexTrust::NoHook)) => None,
+        Ok((path, CodexTrust::Trusted)) => Some(Check::ok(
+            NAME,
+            format!(
+                "trusted in {}: Codex opens a turn per message",
+                path.display()
+            ),
+        )),
+        Ok((path, trust)) => {
+            let advice = codex_trust_advice(&path, &trust)?;
+            let (detail, fix) = advice.split_once(": ").unwrap_or((&advice, ""));
+            Some(Check::bad(NAME, Level::Warn, detail, fix))
+        }
+        Err(e) => Some(Check::bad(
+            NAME,
+            Level::Warn,
+            e.to_string(),
+            "fix the file so Codex (and opfs) can read it",
+        )),
+    }
 }
 
 fn dev_fuse() -> Check {

@@ -6,21 +6,30 @@
 //! it (`opfs log --json` shows it whole; text output escapes control
 //! characters).
 //!
-//! Exit 0 and nothing on stdout when the turn was opened, unless a rewind
-//! stopped half way (`opfs rewind --resume`/`--abort` pending): then that
-//! is said as a `systemMessage`, on stderr and on the terminal. When it was not
-//! (no daemon serves the project, a stale mount, no project, bad input),
-//! the user must see it: the reason goes to stderr, to the terminal
-//! (`/dev/tty`, if the hook has one) and as `{"systemMessage": ...}` on
-//! stdout, with exit 0 so the agent goes on unprotected; with
-//! `OPFS_HOOK_STRICT=1` it exits 2 instead, which blocks the prompt.
-//! Inside `opfs run`'s sandbox (`OPFS_SANDBOX`), where no turn can be
-//! opened but the mount records everything into the turn opened outside,
-//! it says so in a `systemMessage` and exits 0.
+//! Exit 0 and nothing on stdout (`{}` for Gemini CLI) when the turn was
+//! opened, unless a rewind stopped half way (`opfs rewind
+//! --resume`/`--abort` pending): then that is said as a `systemMessage`
+//! and in the model's context (`hookSpecificOutput.additionalContext`).
+//! When no turn was opened (no daemon serves the project, a stale mount,
+//! no project, bad input), the user must learn it in every mode, and hooks
+//! have no terminal: the reason goes out as a `systemMessage` (shown by
+//! the interactive agents) and into the model's context, with the fix,
+//! so the model tells the user, and to stderr; exit 0 so the agent goes on
+//! unprotected; with `OPFS_HOOK_STRICT=1` it exits 2 instead, which
+//! blocks the prompt. When the session works in the backing directory of
+//! a project an opfs daemon serves (the writes would go around the mount
+//! and nothing would be recorded), the prompt is blocked
+//! (`decision: "block"`) with a reason naming the mountpoint and `opfs
+//! run`, and no turn is opened. Inside `opfs run`'s sandbox
+//! (`OPFS_SANDBOX`), where no turn can be opened but the mount records
+//! everything into the turn opened outside, it says so in a
+//! `systemMessage` and exits 0.
 
 use std::io::{Read, Write};
 
-use opfs::integrate::hook::{self, HookReply, MAX_EVENT_BYTES};
+use std::path::Path;
+
+use opfs::integrate::hook::{self, MAX_EVENT_BYTES};
 use opfs::integrate::Agent;
 
 use crate::cli::args::{HookArgs, TurnArgs};
@@ -47,17 +56,10 @@ pub fn run(
         hook::in_sandbox()
     } else {
         match open_turn(ctx, agent) {
-            Ok((_, Some(warning))) => {
-                let reply = hook::opened_with_warning(&warning);
-                tell_terminal(&reply);
-                reply
-            }
-            Ok((agent, None)) => hook::opened(agent),
-            Err(reason) => {
-                let reply = hook::not_opened(&reason, strict);
-                tell_terminal(&reply);
-                reply
-            }
+            Outcome::Opened(agent, Some(warning)) => hook::opened_with_warning(agent, &warning),
+            Outcome::Opened(agent, None) => hook::opened(agent),
+            Outcome::NotOpened(agent, reason) => hook::not_opened(agent, &reason, strict),
+            Outcome::Blocked(reason) => hook::blocked(&reason),
         }
     };
     out.write_all(reply.stdout.as_bytes())?;
@@ -65,23 +67,42 @@ pub fn run(
     Ok(reply.code)
 }
 
-/// Reads the event and opens the turn; the agent it came from and what
-/// the user must know of the project (a rewind that stopped half way), or
-/// why no turn was opened.
-fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<(Option<Agent>, Option<String>), String> {
+/// What the hook did.
+enum Outcome {
+    /// The turn was opened (the agent, and what the user must know of the
+    /// project: a rewind that stopped half way).
+    Opened(Option<Agent>, Option<String>),
+    /// No turn was opened: the agent (if known) and why.
+    NotOpened(Option<Agent>, String),
+    /// The prompt must not go on: why, and what to do.
+    Blocked(String),
+}
+
+/// Reads the event and opens the turn, or says why not.
+fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
     let mut input = Vec::new();
-    std::io::stdin()
+    if let Err(e) = std::io::stdin()
         .take(MAX_EVENT_BYTES as u64 + 1)
         .read_to_end(&mut input)
-        .map_err(|e| format!("cannot read the hook event on stdin: {e}"))?;
-    if input.len() > MAX_EVENT_BYTES {
-        return Err(format!(
-            "the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"
-        ));
+    {
+        return Outcome::NotOpened(agent, format!("cannot read the hook event on stdin: {e}"));
     }
-    let event = hook::parse_event(&input, agent).map_err(|e| e.to_string())?;
+    if input.len() > MAX_EVENT_BYTES {
+        return Outcome::NotOpened(
+            agent,
+            format!("the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"),
+        );
+    }
+    let event = match hook::parse_event(&input, agent) {
+        Ok(e) => e,
+        Err(e) => return Outcome::NotOpened(agent, e.to_string()),
+    };
+    let dir = ctx.dir.clone().or(event.cwd.clone());
+    if let Some(reason) = backing_dir_mistake(ctx, event.cwd.as_deref(), event.agent) {
+        return Outcome::Blocked(reason);
+    }
     let turn_ctx = Ctx {
-        dir: ctx.dir.clone().or(event.cwd.clone()),
+        dir,
         format: Format::Human,
         verbose: ctx.verbose,
         color: ctx.color,
@@ -102,19 +123,66 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Result<(Option<Agent>, Option<S
                 .project()
                 .ok()
                 .and_then(|p| super::rewind::pending_note(p.state()));
-            Ok((Some(event.agent), warning))
+            Outcome::Opened(Some(event.agent), warning)
         }
-        Err(e) => Err(e
-            .message
-            .unwrap_or_else(|| String::from_utf8_lossy(&notes).trim().to_string())),
+        Err(e) => Outcome::NotOpened(
+            Some(event.agent),
+            e.message
+                .unwrap_or_else(|| String::from_utf8_lossy(&notes).trim().to_string()),
+        ),
     }
 }
 
-/// Writes the reason to the controlling terminal, if there is one (seen
-/// even when the agent hides hook output).
-fn tell_terminal(reply: &HookReply) {
-    if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
-        // Best effort: the message is on stderr and stdout too.
-        let _ = tty.write_all(reply.stderr.as_bytes());
+/// Why the prompt must be blocked, when the session's directory (the
+/// event's `cwd`, else the hook's own working directory, which the agents
+/// set to it; never `-C`, which names the project, not where the agent
+/// works) lies in the backing directory of a project that a live opfs
+/// mount serves, outside that mount: the agent's writes would go straight
+/// to the disk, around the journal, and the turn would record nothing.
+/// `None` in every other case (in a mountpoint or a worktree, nothing
+/// mounted, no project).
+fn backing_dir_mistake(ctx: &Ctx, cwd: Option<&Path>, agent: Agent) -> Option<String> {
+    let dir = match cwd {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().ok()?,
+    };
+    let dir = opfs::state::absolute(&dir);
+    if opfs::state::resolve_registered(ctx.home(), &dir).is_some() {
+        return None;
     }
+    let state = opfs::state::resolve(ctx.home(), &dir)?;
+    let project = &state.project;
+    let below = dir.strip_prefix(project).ok()?;
+    let mountpoint = opfs::daemon::mounts_of(project)
+        .into_iter()
+        .find(|m| !dir.starts_with(m) && !opfs::daemon::is_dead_mount(m))?;
+    let program = match agent {
+        Agent::ClaudeCode => "claude",
+        Agent::Codex => "codex",
+        Agent::Gemini => "gemini",
+        Agent::Aider => "aider",
+    };
+    let here = if below.as_os_str().is_empty() {
+        mountpoint.clone()
+    } else {
+        mountpoint.join(below)
+    };
+    let place = if below.as_os_str().is_empty() {
+        format!("{}, the backing directory", dir.display())
+    } else {
+        format!(
+            "{}, inside {}, the backing directory",
+            dir.display(),
+            project.display()
+        )
+    };
+    Some(format!(
+        "this {agent} session works in {place} of a project opfs serves at {mountpoint}: \
+         changes made here go around opfs and would NOT be recorded, so this message was not \
+         sent. Start {program} in the mountpoint (cd {here}), or under opfs run, which shows \
+         the project at its own path, recorded (opfs run -C {project_q} --net -- {program})",
+        mountpoint = mountpoint.display(),
+        here = opfs::integrate::shell_quote(&here.to_string_lossy()),
+        project_q = opfs::integrate::shell_quote(&project.to_string_lossy()),
+    ))
 }

@@ -56,9 +56,12 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
              configuration under it; set HOME",
             )
         })?;
-    let opfs = this_binary()?;
+    let server = config::Server {
+        opfs: this_binary()?,
+        env: server_env(ctx, &home),
+    };
     if a.print {
-        for (path, text) in config::fragments(agent, &home, &opfs) {
+        for (path, text) in config::fragments(agent, &home, &server) {
             writeln!(out, "# {}: opfs merges in", path.display())?;
             out.write_all(text.as_bytes())?;
             writeln!(out)?;
@@ -70,7 +73,7 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
     } else {
         Action::Install
     };
-    let plan = config::plan(agent, &home, &opfs, action).map_err(failure)?;
+    let plan = config::plan(agent, &home, &server, action).map_err(failure)?;
     for change in &plan {
         refuse_inside_a_project(ctx, change)?;
     }
@@ -102,11 +105,13 @@ fn report(
                 })
             })
             .collect();
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({ "agent": agent.name(), "removed": action == Action::Remove, "files": files })
-        )?;
+        let mut v = serde_json::json!({ "agent": agent.name(), "removed": action == Action::Remove, "files": files });
+        if action == Action::Install {
+            if let Some(advice) = codex_advice(agent, ctx) {
+                v["warning"] = advice.into();
+            }
+        }
+        writeln!(out, "{v}")?;
         return Ok(());
     }
     for c in plan {
@@ -132,8 +137,42 @@ fn report(
             "{agent} now opens an opfs turn per user message in a project mounted by opfs, and \
              can use `opfs mcp`; restart it to load the change (docs/integrations.md)."
         )?;
+        if let Some(advice) = codex_advice(agent, ctx) {
+            writeln!(out, "warning: {advice}")?;
+        }
     }
     Ok(())
+}
+
+/// For Codex: what the user must do before Codex runs the hook (review
+/// and trust it), if anything.
+fn codex_advice(agent: Agent, ctx: &Ctx) -> Option<String> {
+    if agent != Agent::Codex {
+        return None;
+    }
+    let home = ctx.env.home.as_deref()?;
+    let (path, trust) = config::codex_hook_trust(home).ok()?;
+    config::codex_trust_advice(&path, &trust)
+}
+
+/// What the MCP server's `env` must say for `opfs mcp` to find this
+/// state and configuration: `OPFS_HOME` when the state dir is not the
+/// default one under `home` (`$OPFS_HOME` or `$XDG_DATA_HOME` set),
+/// `OPFS_CONFIG` when the configuration file is not the default one;
+/// absolute paths (the agent starts the server in another directory).
+fn server_env(ctx: &Ctx, home: &Path) -> Vec<(String, String)> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let absolute = |p: &Path| cwd.join(p).to_string_lossy().into_owned();
+    let mut env = Vec::new();
+    let default_home = opfs::state::home::resolve_home(None, None, Some(home.as_os_str()));
+    if ctx.home() != default_home {
+        env.push(("OPFS_HOME".to_string(), absolute(ctx.home())));
+    }
+    let default_config = home.join(".config/opfs/config.toml");
+    if let Some(config) = ctx.env.config.as_deref().filter(|c| *c != default_config) {
+        env.push(("OPFS_CONFIG".to_string(), absolute(config)));
+    }
+    env
 }
 
 /// The running `opfs`, by its absolute path: the agents run hooks with
