@@ -339,6 +339,10 @@ pub struct RunArgs {
     /// Leave what git runs or trusts (.git/config, hooks, info/...) writable.
     #[arg(long)]
     pub writable_git_config: bool,
+    /// The agent preset: claude, codex, gemini, aider, or none (default:
+    /// told by the command's name; docs/integrations.md).
+    #[arg(long, value_name = "NAME", value_parser = ["claude", "codex", "gemini", "aider", "none"])]
+    pub agent: Option<String>,
     /// The command and its arguments.
     #[arg(
         required = true,

@@ -20,8 +20,11 @@ const AIDER_RECIPE: &str = "\
 aider has no hook mechanism and no MCP client, so there is nothing to write.
 Open one turn per message from outside instead, with aider in the sandbox:
 
-  opfs run -C ~/code/app --net --writable ~/.aider --turn \"$msg\" -- \\
-      aider --yes-always --message \"$msg\"
+  opfs run -C ~/code/app aider --yes-always --message \"$msg\"
+
+(the aider preset of opfs run gives it the network and ~/.aider, and
+labels the run's turn with the message; add --turn \"$msg\" to name it
+yourself)
 
 or, for an interactive aider session in a mountpoint, open a turn from a
 second terminal before each message you may want to undo on its own:
