@@ -172,10 +172,14 @@ struct World {
 
 impl World {
     fn new(agent: &str) -> World {
+        World::new_in(agent, &visible_tmp())
+    }
+
+    fn new_in(agent: &str, base: &Path) -> World {
         require_tools();
         let tmp = tempfile::Builder::new()
             .prefix(&format!("agent-{agent}-"))
-            .tempdir_in(visible_tmp())
+            .tempdir_in(base)
             .unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let w = World {
@@ -485,5 +489,128 @@ fn aider_through_its_preset() {
     assert!(
         w.pinned.home.join(".aider").is_dir(),
         "the preset made ~/.aider"
+    );
+}
+
+/// Unmounts the project's mount and its worktrees when dropped.
+struct Mounted<'a> {
+    w: &'a World,
+    mnt: PathBuf,
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        if let Ok(list) = std::panic::catch_unwind(|| self.w.opfs(&["worktree", "list", "--json"]))
+        {
+            if let Ok(rows) = serde_json::from_str::<Value>(&list.stdout) {
+                for r in rows.as_array().into_iter().flatten() {
+                    if let Some(name) = r["name"].as_str() {
+                        let _ = self.w.opfs(&["worktree", "discard", name]);
+                    }
+                }
+            }
+        }
+        let mut c = Command::new(OPFS);
+        self.w.pinned.pin(&mut c).arg("umount").arg(&self.mnt);
+        let _ = common::run_command(c, &self.w.root, common::COMMAND_TIMEOUT);
+    }
+}
+
+/// `claude --worktree NAME` and its `EnterWorktree` tool, in a project
+/// that is not a git repository, make opfs worktrees through the hooks
+/// `opfs integrate claude-code --worktrees` writes: the session's changes
+/// land in the worktree (copy-on-write over the project), never in the
+/// project; an `ExitWorktree` "remove" keeps a worktree that changed
+/// something.
+#[test]
+fn claude_code_worktrees_are_opfs_worktrees() {
+    let bin = agent_bin("claude");
+    // Outside any git repository (the checkout may be one): Claude Code
+    // would take an enclosing repository's root for the project.
+    let w = World::new_in("claude-wt", &Path::new("/var/tmp").canonicalize().unwrap());
+    let mnt = w.root.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut c = Command::new(OPFS);
+    w.pinned.pin(&mut c).arg("mount").arg(&w.project).arg(&mnt);
+    common::run_command(c, &w.root, common::COMMAND_TIMEOUT)
+        .unwrap()
+        .ok();
+    let _mounted = Mounted {
+        w: &w,
+        mnt: mnt.clone(),
+    };
+    w.opfs(&["integrate", "claude-code", "--worktrees"]).ok();
+    let server = ModelServer::start(
+        &w.root,
+        &json!([
+            {
+                "match": "TOKEN-ENTER",
+                "actions": [
+                    {"tool": "EnterWorktree", "input": {"name": "ideas"}},
+                    {"bash": "echo in-worktree > w.txt && rm keep.txt && echo more >> edit.txt"},
+                    {"tool": "ExitWorktree", "input": {"action": "remove", "discard_changes": true}}
+                ],
+                "reply": "done enter"
+            },
+            {
+                "match": "TOKEN-FLAG",
+                "actions": [{"bash": "echo by-flag > f.txt"}],
+                "reply": "done flag"
+            }
+        ]),
+    );
+    let before = w.tree();
+    let claude = |args: &[&str]| {
+        let mut c = Command::new(&bin);
+        w.pinned.pin(&mut c).current_dir(&mnt).args(args);
+        c.env("ANTHROPIC_BASE_URL", server.url())
+            .env("ANTHROPIC_API_KEY", "sk-ant-test")
+            // root may bypass permissions only in a sandbox: this test
+            // runs in a throwaway project.
+            .env("IS_SANDBOX", "1");
+        common::run_command(c, &w.root, AGENT_TIMEOUT).unwrap()
+    };
+    claude(&[
+        "-p",
+        "TOKEN-ENTER work in a worktree",
+        "--dangerously-skip-permissions",
+    ])
+    .ok();
+    claude(&[
+        "--worktree",
+        "second",
+        "-p",
+        "TOKEN-FLAG",
+        "--dangerously-skip-permissions",
+    ])
+    .ok();
+
+    common::assert_manifest_eq("the project is untouched", &before, &w.tree());
+    let rows = w.opfs(&["worktree", "list", "--json"]).ok().json();
+    let row = |name: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no opfs worktree {name}: {rows}"))
+    };
+    let ideas = row("ideas");
+    assert_eq!(ideas["changed"], 3, "w.txt, keep.txt, edit.txt: {ideas}");
+    let ideas_path = PathBuf::from(ideas["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ideas_path.join("w.txt")).unwrap(),
+        "in-worktree\n"
+    );
+    assert!(!ideas_path.join("keep.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ideas_path.join("edit.txt")).unwrap(),
+        "alpha\nbeta\ngamma\nmore\n"
+    );
+    let second = row("second");
+    assert_eq!(
+        std::fs::read_to_string(PathBuf::from(second["path"].as_str().unwrap()).join("f.txt"))
+            .unwrap(),
+        "by-flag\n"
     );
 }

@@ -25,6 +25,7 @@ into each agent's own tools:
                                       files it has read)
 - `{"edit": PATH, "old": A, "new": B}` replace A by B in a file
 - `{"bash": COMMAND}`                 run a shell command
+- `{"tool": NAME, "input": OBJECT}`   Claude Code's tool NAME, as given
 
 A request without tools (titles, summaries) or that matches no entry gets
 the text "ok". Every request is appended to LOG_FILE (path and body) for
@@ -95,6 +96,8 @@ def tool_names(tools):
 
 
 def claude_call(action):
+    if "tool" in action:
+        return action["tool"], action["input"]
     if "write" in action:
         return "Write", {"file_path": action["write"], "content": action["content"]}
     if "read" in action:

@@ -60,11 +60,23 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
             )
         })?;
     let opfs = this_binary()?;
+    if a.worktrees && agent != Agent::ClaudeCode {
+        return Err(CommandError::usage(
+            "--worktrees is for claude-code: only Claude Code has worktree hooks",
+        ));
+    }
     if a.print {
         for (path, text) in config::fragments(agent, &home, &opfs) {
             writeln!(out, "# {}: opfs merges in", path.display())?;
             out.write_all(text.as_bytes())?;
             writeln!(out)?;
+        }
+        if a.worktrees {
+            if let Ok(Some(text)) = config::claude_worktree_hooks(None, &opfs, Action::Install) {
+                writeln!(out, "# with --worktrees, also in ~/.claude/settings.json:")?;
+                out.write_all(text.as_bytes())?;
+                writeln!(out)?;
+            }
         }
         return Ok(());
     }
@@ -73,12 +85,33 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
     } else {
         Action::Install
     };
-    let plan = config::plan(agent, &home, &opfs, action).map_err(failure)?;
+    let mut plan = config::plan(agent, &home, &opfs, action).map_err(failure)?;
+    // Claude Code's worktree hooks: put in with --worktrees, always taken
+    // out by --remove.
+    if agent == Agent::ClaudeCode && (a.worktrees || action == Action::Remove) {
+        if let Some(change) = plan.iter_mut().find(|c| c.role == "hooks") {
+            let base = change.after.clone().or_else(|| change.before.clone());
+            let edited = config::claude_worktree_hooks(base.as_deref(), &opfs, action).map_err(
+                |detail| CommandError::failure(format!("{}: {detail}", change.path.display())),
+            )?;
+            if edited.is_some() {
+                change.after = edited;
+            }
+        }
+    }
     for change in &plan {
         refuse_inside_a_project(ctx, change)?;
     }
     let written = config::apply(&plan).map_err(failure)?;
-    report(ctx, agent, action, &plan, &written, out)
+    report(ctx, agent, action, &plan, &written, out)?;
+    if a.worktrees && !ctx.format.is_json() {
+        writeln!(
+            out,
+            "claude --worktree (and its EnterWorktree tool) now makes opfs worktrees of a project \
+             opfs serves (docs/integrations.md)."
+        )?;
+    }
+    Ok(())
 }
 
 fn report(
