@@ -84,7 +84,11 @@ fn apply_preset(
     if sandboxed {
         opts.command = p.command;
     }
-    opts.writable.extend(p.writable.iter().cloned());
+    for w in &p.writable {
+        if !opts.writable.contains(w) {
+            opts.writable.push(w.clone());
+        }
+    }
     let mut said = vec![format!("{} preset", agent.name())];
     if sandboxed && !opts.net {
         opts.net = true;
