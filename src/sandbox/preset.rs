@@ -172,7 +172,14 @@ pub fn prepare(agent: Agent, command: &[OsString], user_home: Option<&Path>) -> 
 }
 
 fn annotate(path: &Path, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+    io::Error::new(
+        e.kind(),
+        format!(
+            "cannot create {}, the agent's own state, which its preset makes writable: {e}; \
+             create it yourself, or run without the preset (--agent none)",
+            path.display()
+        ),
+    )
 }
 
 /// Creates `path` with `content`, mode 0600, unless it exists by then.
