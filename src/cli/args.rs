@@ -171,6 +171,10 @@ pub enum WorktreeCmd {
     },
     /// List the worktrees: name, base turn, path, mounted, paths changed.
     List,
+    /// Claude Code's WorktreeCreate/WorktreeRemove hook: reads the event
+    /// (JSON) on stdin; makes an opfs worktree and prints its path, or
+    /// discards an unchanged one (docs/integrations.md).
+    Hook,
     /// Print worktree NAME's path.
     Path {
         /// The worktree.
@@ -339,6 +343,10 @@ pub struct RunArgs {
     /// Leave what git runs or trusts (.git/config, hooks, info/...) writable.
     #[arg(long)]
     pub writable_git_config: bool,
+    /// The agent preset: claude, codex, gemini, aider, or none (default:
+    /// told by the command's name; docs/integrations.md).
+    #[arg(long, value_name = "NAME", value_parser = ["claude", "codex", "gemini", "aider", "none"])]
+    pub agent: Option<String>,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -455,4 +463,9 @@ pub struct IntegrateArgs {
     /// Take opfs's entries out again.
     #[arg(long, visible_alias = "undo")]
     pub remove: bool,
+    /// claude-code only: also back Claude Code's worktrees
+    /// (`claude --worktree`) with opfs worktrees (WorktreeCreate and
+    /// WorktreeRemove hooks running `opfs worktree hook`).
+    #[arg(long, conflicts_with = "remove")]
+    pub worktrees: bool,
 }

@@ -99,7 +99,62 @@ pub fn is_opfs_hook(command: &str) -> bool {
             None => return false,
         },
     };
-    is_opfs_binary(program) && rest.split_whitespace().next() == Some("hook")
+    let mut words = rest.split_whitespace();
+    is_opfs_binary(program)
+        && match words.next() {
+            Some("hook") => true,
+            // Claude Code's worktree hooks (`--worktrees`).
+            Some("worktree") => words.next() == Some("hook"),
+            _ => false,
+        }
+}
+
+/// The command of Claude Code's `WorktreeCreate` and `WorktreeRemove`
+/// hooks, running the binary at `opfs`.
+pub fn worktree_hook_command(opfs: &Path) -> String {
+    format!("{} worktree hook", shell_quote(&opfs.to_string_lossy()))
+}
+
+/// The events of Claude Code's worktree hooks.
+pub const WORKTREE_EVENTS: &[&str] = &["WorktreeCreate", "WorktreeRemove"];
+
+/// Claude Code's `~/.claude/settings.json` (`text`; `None` if absent) with
+/// opfs's `WorktreeCreate` and `WorktreeRemove` hooks put in or taken out
+/// (`opfs integrate claude-code --worktrees`); `None` if that changes
+/// nothing. `Err` is what is wrong with the file.
+pub fn claude_worktree_hooks(
+    text: Option<&str>,
+    opfs: &Path,
+    action: Action,
+) -> Result<Option<String>, String> {
+    let original = match text {
+        Some(t) if !t.trim().is_empty() => {
+            json::parse(t).map_err(|e| format!("not valid JSON: {e}"))?
+        }
+        _ => Json::object(),
+    };
+    if !matches!(original, Json::Object(_)) {
+        return Err("not a JSON object".into());
+    }
+    let mut root = original.clone();
+    let command = worktree_hook_command(opfs);
+    for event in WORKTREE_EVENTS {
+        match action {
+            Action::Install => put_hook(
+                &mut root,
+                event,
+                obj(&[
+                    ("type", Json::str("command")),
+                    ("command", Json::str(&command)),
+                ]),
+            )?,
+            Action::Remove => remove_hook(&mut root, event)?,
+        }
+    }
+    if root == original {
+        return Ok(None);
+    }
+    Ok(Some(json::to_text(&root)))
 }
 
 /// Whether `program` names a binary called `opfs`.
@@ -539,6 +594,7 @@ fn write_atomic(path: &Path, bytes: &[u8], like: Option<&Path>) -> io::Result<()
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -550,6 +606,45 @@ mod tests {
         assert!(!is_opfs_hook("/x/notopfs hook"));
         assert!(!is_opfs_hook("audit.sh"));
         assert!(!is_opfs_hook("OPFS_PROJECT=/m /x/turn-hook.sh"));
+        assert!(is_opfs_hook("/usr/bin/opfs worktree hook"));
+        assert!(!is_opfs_hook("/usr/bin/opfs worktree create x"));
+    }
+
+    #[test]
+    fn claude_worktree_hooks_go_in_and_out_keeping_the_rest() {
+        let opfs = Path::new("/usr/bin/opfs");
+        let before = r#"{"theme": "dark", "hooks": {"WorktreeCreate": [{"hooks": [{"type": "command", "command": "mine.sh"}]}]}}"#;
+        let after = claude_worktree_hooks(Some(before), opfs, Action::Install)
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&after).unwrap();
+        assert_eq!(v["theme"], "dark");
+        assert_eq!(
+            v["hooks"]["WorktreeCreate"][0]["hooks"][0]["command"],
+            "mine.sh"
+        );
+        assert_eq!(
+            v["hooks"]["WorktreeCreate"][1]["hooks"][0]["command"],
+            "/usr/bin/opfs worktree hook"
+        );
+        assert_eq!(
+            v["hooks"]["WorktreeRemove"][0]["hooks"][0]["command"],
+            "/usr/bin/opfs worktree hook"
+        );
+        assert_eq!(
+            claude_worktree_hooks(Some(&after), opfs, Action::Install).unwrap(),
+            None,
+            "idempotent"
+        );
+        let removed = claude_worktree_hooks(Some(&after), opfs, Action::Remove)
+            .unwrap()
+            .unwrap();
+        let r: serde_json::Value = serde_json::from_str(&removed).unwrap();
+        assert_eq!(
+            r["hooks"]["WorktreeCreate"][0]["hooks"][0]["command"],
+            "mine.sh"
+        );
+        assert!(r["hooks"].get("WorktreeRemove").is_none());
     }
 
     fn server(opfs: &str) -> Server {

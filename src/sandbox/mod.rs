@@ -52,6 +52,7 @@ pub mod config;
 pub mod git;
 mod mount;
 mod policy;
+pub mod preset;
 mod process;
 mod share;
 

@@ -20,8 +20,11 @@ const AIDER_RECIPE: &str = "\
 aider has no hook mechanism and no MCP client, so there is nothing to write.
 Open one turn per message from outside instead, with aider in the sandbox:
 
-  opfs run -C ~/code/app --net --writable ~/.aider --turn \"$msg\" -- \\
-      aider --yes-always --message \"$msg\"
+  opfs run -C ~/code/app aider --yes-always --message \"$msg\"
+
+(the aider preset of opfs run gives it the network and ~/.aider, and
+labels the run's turn with the message; add --turn \"$msg\" to name it
+yourself)
 
 or, for an interactive aider session in a mountpoint, open a turn from a
 second terminal before each message you may want to undo on its own:
@@ -56,6 +59,11 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
              configuration under it; set HOME",
             )
         })?;
+    if a.worktrees && agent != Agent::ClaudeCode {
+        return Err(CommandError::usage(
+            "--worktrees is for claude-code: only Claude Code has worktree hooks",
+        ));
+    }
     let server = config::Server {
         opfs: this_binary()?,
         env: server_env(ctx, &home),
@@ -66,6 +74,13 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
             out.write_all(text.as_bytes())?;
             writeln!(out)?;
         }
+        if a.worktrees {
+            if let Ok(Some(text)) = config::claude_worktree_hooks(None, &opfs, Action::Install) {
+                writeln!(out, "# with --worktrees, also in ~/.claude/settings.json:")?;
+                out.write_all(text.as_bytes())?;
+                writeln!(out)?;
+            }
+        }
         return Ok(());
     }
     let action = if a.remove {
@@ -73,12 +88,33 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
     } else {
         Action::Install
     };
-    let plan = config::plan(agent, &home, &server, action).map_err(failure)?;
+    let mut plan = config::plan(agent, &home, &server, action).map_err(failure)?;
+    // Claude Code's worktree hooks: put in with --worktrees, always taken
+    // out by --remove.
+    if agent == Agent::ClaudeCode && (a.worktrees || action == Action::Remove) {
+        if let Some(change) = plan.iter_mut().find(|c| c.role == "hooks") {
+            let base = change.after.clone().or_else(|| change.before.clone());
+            let edited = config::claude_worktree_hooks(base.as_deref(), &server.opfs, action).map_err(
+                |detail| CommandError::failure(format!("{}: {detail}", change.path.display())),
+            )?;
+            if edited.is_some() {
+                change.after = edited;
+            }
+        }
+    }
     for change in &plan {
         refuse_inside_a_project(ctx, change)?;
     }
     let written = config::apply(&plan).map_err(failure)?;
-    report(ctx, agent, action, &plan, &written, out)
+    report(ctx, agent, action, &plan, &written, out)?;
+    if a.worktrees && !ctx.format.is_json() {
+        writeln!(
+            out,
+            "claude --worktree (and its EnterWorktree tool) now makes opfs worktrees of a project \
+             opfs serves (docs/integrations.md)."
+        )?;
+    }
+    Ok(())
 }
 
 fn report(

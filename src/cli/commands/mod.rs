@@ -3,10 +3,11 @@
 
 use std::io::Write;
 
-use super::args::Cmd;
+use super::args::{Cmd, WorktreeCmd};
 use super::error::CommandError;
 use super::Ctx;
 
+mod agent_worktree;
 mod completions;
 mod diff;
 mod doctor;
@@ -49,6 +50,7 @@ pub fn run(
         Cmd::Verify => verify::run(ctx, out).map(|()| 0),
         Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Worktree(WorktreeCmd::Hook) => agent_worktree::run(ctx, out, err),
         Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),
         Cmd::Hook(a) => hook::run(ctx, a, out, err),

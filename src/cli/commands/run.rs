@@ -1,8 +1,11 @@
-//! `opfs run [--sandbox MODE] -- CMD...`: exits with the command's status.
+//! `opfs run [--sandbox MODE] [--agent NAME] -- CMD...`: exits with the
+//! command's status. An agent's command (`claude`, `codex`, `gemini`,
+//! `aider`, or `--agent NAME`) gets its preset (`opfs::sandbox::preset`).
 
 use std::io::Write;
 
 use opfs::daemon::DaemonOptions;
+use opfs::sandbox::preset::{self, Agent};
 use opfs::sandbox::{self, RunError, RunOptions};
 use opfs::state;
 
@@ -16,7 +19,7 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         Some(p) => sandbox::config::load(p).map_err(failure)?,
         None => Default::default(),
     };
-    let opts = RunOptions {
+    let mut opts = RunOptions {
         home: ctx.home().to_path_buf(),
         user_home: ctx.env.home.clone(),
         dir: ctx.dir(),
@@ -37,6 +40,9 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         },
         verbose: ctx.verbose,
     };
+    if let Some(agent) = agent_of(a) {
+        apply_preset(ctx, a, agent, &mut opts, err)?;
+    }
     match sandbox::run(&opts) {
         Ok(outcome) => {
             for w in &outcome.warnings {
@@ -48,4 +54,65 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         Err(RunError::Worktree(e)) if e.is_usage() => Err(CommandError::usage(e.to_string())),
         Err(e) => Err(failure(e)),
     }
+}
+
+/// The preset `--agent` names, else the one the command's name tells.
+fn agent_of(a: &RunArgs) -> Option<Agent> {
+    match a.agent.as_deref() {
+        Some("none") => None,
+        Some(name) => Agent::from_name(name),
+        None => a.command.first().and_then(|p| Agent::detect(p)),
+    }
+}
+
+/// Puts `agent`'s preset into `opts` and says on stderr what it added.
+fn apply_preset(
+    ctx: &Ctx,
+    a: &RunArgs,
+    agent: Agent,
+    opts: &mut RunOptions,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let sandboxed = opts.mode != sandbox::Mode::DangerFullAccess;
+    let home = if opts.mode == sandbox::Mode::WorkspaceWrite {
+        ctx.env.home.as_deref()
+    } else {
+        None
+    };
+    let p = preset::prepare(agent, &a.command, home).map_err(failure)?;
+    // Without our sandbox the agent keeps its own checks and sandbox.
+    if sandboxed {
+        opts.command = p.command;
+    }
+    for w in &p.writable {
+        if !opts.writable.contains(w) {
+            opts.writable.push(w.clone());
+        }
+    }
+    let mut said = vec![format!("{} preset", agent.name())];
+    if sandboxed && !opts.net {
+        opts.net = true;
+        said.push("network on".into());
+    }
+    if !p.writable.is_empty() {
+        let names: Vec<String> = p.writable.iter().map(|w| w.display().to_string()).collect();
+        said.push(format!("writable {}", names.join(", ")));
+    }
+    if opts.turn.is_none() {
+        match p.label {
+            Some(label) => {
+                opts.turn = Some(label);
+                said.push("a turn labelled with the prompt".into());
+            }
+            None => {
+                opts.turn = Some(format!("{} session", agent.name()));
+                said.push(format!(
+                    "a turn \"{} session\" (an interactive session is one turn; `opfs turn` outside starts the next)",
+                    agent.name()
+                ));
+            }
+        }
+    }
+    writeln!(err, "opfs: {}", said.join("; "))?;
+    Ok(())
 }

@@ -176,6 +176,12 @@ pub fn run(
                 writeln!(out, "{}", serde_json::json!({ "discarded": name }))?;
             }
         }
+        // Dispatched before the project is resolved (`agent_worktree.rs`).
+        WorktreeCmd::Hook => {
+            return Err(CommandError::failure(
+                "opfs worktree hook is dispatched before the project is resolved".to_string(),
+            ))
+        }
     }
     Ok(0)
 }
