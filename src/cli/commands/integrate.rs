@@ -75,7 +75,9 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
             writeln!(out)?;
         }
         if a.worktrees {
-            if let Ok(Some(text)) = config::claude_worktree_hooks(None, &opfs, Action::Install) {
+            if let Ok(Some(text)) =
+                config::claude_worktree_hooks(None, &server.opfs, Action::Install)
+            {
                 writeln!(out, "# with --worktrees, also in ~/.claude/settings.json:")?;
                 out.write_all(text.as_bytes())?;
                 writeln!(out)?;
@@ -94,9 +96,10 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
     if agent == Agent::ClaudeCode && (a.worktrees || action == Action::Remove) {
         if let Some(change) = plan.iter_mut().find(|c| c.role == "hooks") {
             let base = change.after.clone().or_else(|| change.before.clone());
-            let edited = config::claude_worktree_hooks(base.as_deref(), &server.opfs, action).map_err(
-                |detail| CommandError::failure(format!("{}: {detail}", change.path.display())),
-            )?;
+            let edited = config::claude_worktree_hooks(base.as_deref(), &server.opfs, action)
+                .map_err(|detail| {
+                    CommandError::failure(format!("{}: {detail}", change.path.display()))
+                })?;
             if edited.is_some() {
                 change.after = edited;
             }
