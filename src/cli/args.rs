@@ -136,9 +136,56 @@ pub struct UndoArgs {
     /// Print what it would do and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Restore paths even where they conflict.
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
+}
+
+impl UndoArgs {
+    /// The conflict choices given.
+    pub fn choice(&self) -> Choice {
+        self.conflicts.choice(self.force)
+    }
+}
+
+/// What a rewind, undo, restore or merge does with conflicts: by default
+/// a conflict applies nothing (exit 3).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct ConflictArgs {
+    /// With conflicts: apply the other paths and leave the conflicted ones
+    /// as they are (exit 3).
+    #[arg(long)]
+    pub partial: bool,
+    /// Write git-style conflict markers into a conflicted text file (its
+    /// current bytes against the incoming ones) instead of leaving it.
+    #[arg(long, conflicts_with = "force")]
+    pub markers: bool,
+}
+
+impl ConflictArgs {
+    /// With `--force` or not.
+    pub fn choice(self, force: bool) -> Choice {
+        Choice {
+            force,
+            partial: self.partial,
+            markers: self.markers,
+        }
+    }
+}
+
+/// The conflict choices of one command (`--force`, `--partial`,
+/// `--markers`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Choice {
+    /// Take the incoming side.
+    pub force: bool,
+    /// Apply the rest, leave the conflicts.
+    pub partial: bool,
+    /// Conflict markers in text files.
+    pub markers: bool,
 }
 
 // `opfs log`.
@@ -150,6 +197,10 @@ pub struct LogArgs {
     /// One line per turn.
     #[arg(long)]
     pub oneline: bool,
+    /// Count paths the project's ignore rules ignore too (by default the
+    /// counts leave them out, as the export does).
+    #[arg(long)]
+    pub include_ignored: bool,
     /// Only turns that recorded one of these paths (or a path beneath).
     pub paths: Vec<String>,
 }
@@ -192,6 +243,11 @@ pub enum WorktreeCmd {
         /// Show the status letter and path of each change instead.
         #[arg(long, conflicts_with = "stat")]
         name_status: bool,
+        /// Show paths the ignore rules ignore too (build output,
+        /// virtualenvs...); by default they are left out, as a merge
+        /// leaves them.
+        #[arg(long)]
+        include_ignored: bool,
     },
     /// Apply worktree NAME's changes to the project as one turn (kind
     /// merge); paths the project changed too are left and listed (exit 3).
@@ -204,6 +260,13 @@ pub enum WorktreeCmd {
         /// Take the worktree's side for paths the project changed too.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        conflicts: ConflictArgs,
+        /// Merge paths the project's ignore rules ignore too (build
+        /// output, virtualenvs...); by default they are left out, as the
+        /// export leaves them.
+        #[arg(long)]
+        include_ignored: bool,
     },
     /// Unmount worktree NAME if needed, then delete it.
     Discard {
@@ -299,9 +362,12 @@ pub struct RewindArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Restore paths even where they conflict.
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
     /// Finish the rewind that stopped on a failure (or that a crash
     /// interrupted), as a new rewind turn, checked like any rewind.
     /// With --dry-run: print the plan the resume would run.
@@ -311,6 +377,13 @@ pub struct RewindArgs {
     /// rewind turn, checked like any rewind. With --dry-run: print the plan.
     #[arg(long, conflicts_with_all = ["turn", "id", "all"])]
     pub abort: bool,
+}
+
+impl RewindArgs {
+    /// The conflict choices given.
+    pub fn choice(&self) -> Choice {
+        self.conflicts.choice(self.force)
+    }
 }
 
 // `opfs run`.
@@ -380,6 +453,11 @@ pub struct DiffArgs {
     /// Show the status letter and path of each change instead.
     #[arg(long, conflicts_with = "stat")]
     pub name_status: bool,
+    /// Show paths the project's ignore rules ignore too (build output,
+    /// virtualenvs...); by default they are left out, as the export
+    /// leaves them.
+    #[arg(long)]
+    pub include_ignored: bool,
     /// Limit to these paths (relative to the current directory).
     pub paths: Vec<String>,
 }

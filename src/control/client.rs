@@ -356,6 +356,7 @@ impl Project {
             dry_run,
             force,
             pending: None,
+            ..Default::default()
         };
         self.rewind_opts_with_progress(to, opts, progress)
     }
@@ -375,6 +376,8 @@ impl Project {
             dry_run,
             force,
             pending,
+            partial,
+            markers,
         } = opts;
         let mut none = |_: u64, _: u64| {};
         let wants = progress.is_some();
@@ -388,6 +391,8 @@ impl Project {
             force,
             progress: wants,
             pending,
+            partial,
+            markers,
         };
         match self.ask_with_progress(&req, progress)? {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
@@ -405,8 +410,8 @@ impl Project {
     }
 
     /// Merges worktree `name` into the project as one turn of kind
-    /// `merge` (only plans with `dry_run`; `force` takes the worktree's
-    /// side for paths the project changed too): through the daemon when
+    /// `merge` (only plans with `opts.dry_run`; the other options as
+    /// [`crate::worktree::merge::MergeOptions`] says): through the daemon when
     /// one serves the project, else directly under the state lock. Returns
     /// the merge report; from a daemon its conflicts' reasons are text and
     /// `touched` is empty (the daemon has invalidated them). What the merge
@@ -417,25 +422,29 @@ impl Project {
     pub fn merge(
         &self,
         name: &str,
-        dry_run: bool,
-        force: bool,
+        opts: crate::worktree::merge::MergeOptions,
     ) -> Result<crate::worktree::merge::MergeReport, ClientError> {
+        let crate::worktree::merge::MergeOptions {
+            dry_run,
+            force,
+            partial,
+            markers,
+            include_ignored,
+        } = opts;
         let req = Request::Merge {
             worktree: name.to_string(),
             dry_run,
             force,
+            partial,
+            markers,
+            include_ignored,
         };
         match self.ask(&req)? {
             Some(Response::Merge(report)) => Ok(report),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                crate::worktree::merge::merge(
-                    &journal,
-                    name,
-                    crate::worktree::merge::MergeOptions { dry_run, force },
-                )
-                .map_err(|e| {
+                crate::worktree::merge::merge(&journal, name, opts).map_err(|e| {
                     if e.is_usage() {
                         ClientError::Refused {
                             kind: FailureKind::Usage,

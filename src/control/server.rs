@@ -175,12 +175,16 @@ pub fn handle(
             dry_run,
             force,
             pending,
+            partial,
+            markers,
             ..
         } => {
             let opts = rewind::RewindOptions {
                 dry_run,
                 force,
                 pending,
+                partial,
+                markers,
             };
             let result = rewind_mounted(journal, Some(mount), to, opts, progress);
             // A failed rewind may have closed turns too (its own, rolled back).
@@ -203,12 +207,21 @@ pub fn handle(
             worktree,
             dry_run,
             force,
+            partial,
+            markers,
+            include_ignored,
         } => {
             let result = merge_mounted(
                 journal,
                 Some(mount),
                 &worktree,
-                MergeOptions { dry_run, force },
+                MergeOptions {
+                    dry_run,
+                    force,
+                    partial,
+                    markers,
+                    include_ignored,
+                },
             );
             if result.is_ok() && !dry_run {
                 mount.turns_closed();

@@ -68,7 +68,8 @@ pub const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "worktree_diff",
         description: "What worktree `name` changed against its base: a patch git can apply, \
-                      or with `stat` a summary of changed lines per path.",
+                      or with `stat` a summary of changed lines per path. Paths the project's \
+                      ignore rules ignore are left out, as a merge leaves them.",
         read_only: true,
         input_schema: schema::<WorktreeDiffArgs>,
     },
@@ -76,9 +77,10 @@ pub const TOOLS: &[ToolSpec] = &[
         name: "worktree_merge",
         description: "Apply worktree `name`'s changes to the project as one turn of kind \
                       `merge` (the user can rewind it). Paths the project changed too are \
-                      merged three-way when clean, else left as the project has them and \
-                      reported as conflicts (an error result with the report). `dry_run` \
-                      only plans.",
+                      merged three-way when clean; any other conflict stops the merge before \
+                      it writes anything (an error result with the report listing the \
+                      conflicts). Paths the project's ignore rules ignore are not merged. \
+                      `dry_run` only plans.",
         read_only: false,
         input_schema: schema::<WorktreeMergeArgs>,
     },
@@ -539,7 +541,7 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::diffs`].
     pub fn worktree_diff(&self, a: WorktreeDiffArgs) -> Result<DiffOutput, ToolError> {
-        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name)?;
+        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name, false)?;
         render(&diffs, a.stat)
     }
 
@@ -551,7 +553,11 @@ impl Tools {
     /// report) when paths were left as the project has them.
     pub fn worktree_merge(&self, a: WorktreeMergeArgs) -> Result<MergeReport, ToolError> {
         self.agents_own(&a.name)?;
-        let report = self.project.merge(&a.name, a.dry_run, false)?;
+        let opts = crate::worktree::merge::MergeOptions {
+            dry_run: a.dry_run,
+            ..Default::default()
+        };
+        let report = self.project.merge(&a.name, opts)?;
         if report.conflicts.is_empty() {
             Ok(report)
         } else {

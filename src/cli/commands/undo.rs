@@ -52,7 +52,7 @@ pub fn run(
         &project,
         target,
         a.dry_run,
-        a.force,
+        a.choice(),
         Some(("undo", undo_json(&undo))),
         out,
         err,
