@@ -31,6 +31,7 @@ fn rewind_request(to: u64, progress: bool) -> Request {
         pending: None,
         partial: false,
         markers: false,
+        paths: None,
     }
 }
 

@@ -1003,3 +1003,103 @@ fn a_rewind_dry_run_prints_the_same_plan_mounted_or_not() {
         assert!(mounted.contains(&line), "no `{line}` in:\n{mounted}");
     }
 }
+
+/// `opfs restore ARGS...` run in `dir` (inside the mountpoint), whatever
+/// the exit code.
+fn restore_in(fx: &Fixture, dir: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["restore"];
+    all.extend(args);
+    let mut cmd = fx.opfs_command(&all);
+    cmd.current_dir(dir);
+    run_command(cmd, fx.root(), std::time::Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("running opfs restore: {e}"))
+}
+
+#[test]
+fn restore_brings_back_only_the_paths_named_as_a_turn_of_its_own() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    write_file(&fx.p("src/a.txt"), b"a0\n", 0o644);
+    write_file(&fx.p("src/b.txt"), b"b0\n", 0o644);
+    symlink("a.txt", fx.p("src/link")).expect("symlink");
+    write_file(&fx.p("d/x"), b"x0\n", 0o644);
+    write_file(&fx.p("keep.txt"), b"k0\n", 0o644);
+    fx.mount();
+    let m1 = fx.tree();
+    assert_eq!(fx.turn("work"), 2);
+    fx.sh(
+        "echo a1 > src/a.txt && chmod 600 src/b.txt && rm src/link && ln -s b.txt src/link \
+         && echo new > src/new.txt && rm -r d && mkdir new && echo f > new/f && echo k1 > keep.txt",
+    );
+
+    // A directory, from inside the mountpoint, relative to where one stands.
+    let run = restore_in(&fx, &fx.mnt, &["--from", "2", "src", "--json"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let v = run.json();
+    let turn = rewind_turn(&v);
+    let mut got = restored(&v);
+    got.sort();
+    assert_eq!(
+        got,
+        ["src/a.txt", "src/b.txt", "src/link", "src/new.txt"],
+        "{v:#}"
+    );
+    assert_eq!(fs::read(fx.p("src/a.txt")).expect("read"), b"a0\n");
+    let mode = fs::metadata(fx.p("src/b.txt"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o644, "the mode comes back");
+    assert_eq!(
+        fs::read_link(fx.p("src/link")).expect("readlink"),
+        Path::new("a.txt")
+    );
+    assert!(
+        !fx.p("src/new.txt").exists(),
+        "a file made since is removed"
+    );
+    // Nothing else moved.
+    assert_eq!(fs::read(fx.p("keep.txt")).expect("read"), b"k1\n");
+    assert!(!fx.p("d").exists() && fx.p("new/f").exists());
+    let points = fx.points(true);
+    let row = points
+        .iter()
+        .find(|p| p["turn"].as_u64() == Some(turn))
+        .expect("the restore's turn is listed");
+    assert_eq!(row["kind"], "rewind", "{row:#}");
+    assert_eq!(row["label"], "restore src from turn 2", "{row:#}");
+
+    // Removals and a removed directory, named from a subdirectory.
+    let run = restore_in(
+        &fx,
+        &fx.m("src"),
+        &["--from", "2", "../d", "../new", "--json"],
+    );
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("d/x")).expect("read"), b"x0\n");
+    assert!(!fx.p("new").exists());
+
+    // It is a turn: rewinding to its start undoes it.
+    fx.rewind(turn);
+    assert_eq!(fs::read(fx.p("src/a.txt")).expect("read"), b"a1\n");
+    assert!(fx.p("src/new.txt").exists());
+
+    // Without --from: the open turn's changes to the path are undone.
+    fs::write(fx.m("keep.txt"), b"k2\n").expect("write");
+    let run = restore_in(&fx, &fx.mnt, &["keep.txt"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("keep.txt")).expect("read"), b"k1\n");
+    let run = restore_in(&fx, &fx.mnt, &["keep.txt"]);
+    assert!(run.stdout.contains("nothing to restore"), "{run}");
+
+    // The rewind's conflict rules: a path changed behind the mount stops it.
+    fs::write(fx.p("src/a.txt"), b"edited behind the mount\n").expect("write");
+    let before = fx.tree();
+    let run = restore_in(&fx, &fx.mnt, &["--from", "2", "src", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    assert_eq!(run.json()["stopped_by_conflicts"], true, "{run}");
+    fx.assert_tree("a conflicted restore changes nothing", &before);
+    let run = restore_in(&fx, &fx.mnt, &["--from", "1", ".", "--force"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    fx.assert_tree("restoring . from turn 1 is a whole rewind", &m1);
+}

@@ -54,6 +54,10 @@ pub enum Cmd {
     Turn(TurnArgs),
     /// Without N: list rewind points. With N: restore the start of turn N.
     Rewind(RewindArgs),
+    /// Restore PATHs (files, directories with everything beneath,
+    /// symlinks, modes, removals) as they were when turn N began, as a
+    /// turn of their own (undo it with `opfs rewind` to that turn).
+    Restore(RestoreArgs),
     /// Run CMD in a sandbox with the project (through the mount) at its own path.
     Run(RunArgs),
     /// List the turns, newest first, with what each changed.
@@ -384,6 +388,28 @@ impl RewindArgs {
     pub fn choice(&self) -> Choice {
         self.conflicts.choice(self.force)
     }
+}
+
+// `opfs restore`.
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// The turn whose start to restore the paths to: a number, @ (the open
+    /// turn: undo its changes to them), @- or @-K. Default: @.
+    #[arg(long, value_name = "N")]
+    pub from: Option<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
+    /// The paths, relative to the current directory (inside the project
+    /// or its mountpoint); a directory means everything beneath it.
+    #[arg(required = true)]
+    pub paths: Vec<String>,
 }
 
 // `opfs run`.

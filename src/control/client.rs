@@ -372,6 +372,29 @@ impl Project {
         opts: rewind::RewindOptions,
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<(RewindReport, Via), ClientError> {
+        self.rewind_within(to, None, opts, progress)
+    }
+
+    /// `opfs restore`: [`rewind::restore_paths`] of the paths within
+    /// `only` to the start of turn `to`, through the daemon or directly as
+    /// [`Project::rewind_opts_with_progress`]. Errors as [`Project::rewind`].
+    pub fn restore_paths(
+        &self,
+        to: u64,
+        only: &[Vec<u8>],
+        opts: rewind::RewindOptions,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
+        self.rewind_within(to, Some(only), opts, progress)
+    }
+
+    fn rewind_within(
+        &self,
+        to: u64,
+        only: Option<&[Vec<u8>]>,
+        opts: rewind::RewindOptions,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
         let rewind::RewindOptions {
             dry_run,
             force,
@@ -393,6 +416,7 @@ impl Project {
             pending,
             partial,
             markers,
+            paths: only.map(|ps| ps.iter().map(|p| crate::paths::display(p)).collect()),
         };
         match self.ask_with_progress(&req, progress)? {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
@@ -403,7 +427,10 @@ impl Project {
                 crate::store::quick_check(&self.state.index_path())
                     .map_err(|e| ClientError::Open(OpenError::from(e)))?;
                 let (journal, _lock) = self.open_direct()?;
-                let report = rewind::rewind_with_progress(&journal, to, opts, progress)?;
+                let report = match only {
+                    None => rewind::rewind_with_progress(&journal, to, opts, progress)?,
+                    Some(only) => rewind::restore_paths(&journal, to, only, opts, progress)?,
+                };
                 Ok((report, Via::Direct))
             }
         }

@@ -50,6 +50,11 @@ pub enum Request {
         /// Write conflict markers into conflicted text files (absent: false).
         #[serde(default)]
         markers: bool,
+        /// `opfs restore`: restore only these paths (rendered, `\xNN`
+        /// for bytes that are not UTF-8; each with everything beneath it),
+        /// as a rewind turn of its own (absent: the whole project).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paths: Option<Vec<String>>,
     },
     /// Unmount and exit.
     Unmount,

@@ -275,11 +275,32 @@ fn plan_until(
     until: Option<u64>,
     force: bool,
 ) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
+    plan_within(journal, to, until, force, None)
+}
+
+/// True when `path` is `within` or beneath it (`within` empty: the root,
+/// which holds every path).
+fn is_within(path: &[u8], within: &[u8]) -> bool {
+    within.is_empty()
+        || (path.starts_with(within) && (path.len() == within.len() || path[within.len()] == b'/'))
+}
+
+/// [`plan_until`] of the paths within one of `only` (all when `None`).
+fn plan_within(
+    journal: &Journal,
+    to: u64,
+    until: Option<u64>,
+    force: bool,
+    only: Option<&[Vec<u8>]>,
+) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
     if journal.backing().is_deleted() {
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
     journal.with_index(|ix| check_turn(ix, to))??;
     let mut targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    if let Some(only) = only {
+        targets.retain(|t| only.iter().any(|o| is_within(&t.path, o)));
+    }
     // A rewind never touches an excluded path, whatever records it has
     // from a mount that recorded it (`docs/design.md` "Excluded paths").
     if !journal.exclude().is_empty() {
@@ -335,6 +356,41 @@ pub fn rewind_with_progress(
     opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
+    rewind_within(journal, to, None, opts, progress)
+}
+
+/// `opfs restore [--from N] PATH…`: a rewind to the start of turn `to` of
+/// the paths within `only` (a path, or a directory and everything beneath
+/// it; an empty path is the whole project), and of nothing else: files,
+/// directories, symlinks, permission bits and removals, as a rewind
+/// restores them, under the same conflict rules (`opts`), recorded as a
+/// rewind turn labelled `restore PATH… from turn N`, so that rewinding to
+/// that turn undoes it. `opts.pending` is ignored. A path not recorded
+/// since `to` began is as it was then already: nothing to do.
+///
+/// Errors: as [`rewind`].
+pub fn restore_paths(
+    journal: &Journal,
+    to: u64,
+    only: &[Vec<u8>],
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
+    let opts = RewindOptions {
+        pending: None,
+        ..opts
+    };
+    rewind_within(journal, to, Some(only), opts, progress)
+}
+
+/// [`rewind_with_progress`] of the paths within `only` (all when `None`).
+fn rewind_within(
+    journal: &Journal,
+    to: u64,
+    only: Option<&[Vec<u8>]>,
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
     let RewindOptions {
         dry_run,
         force,
@@ -362,7 +418,7 @@ pub fn rewind_with_progress(
             log::warn!("{m}");
         }
     }
-    let result = rewind_planned(journal, to, opts, progress);
+    let result = rewind_planned(journal, to, only, opts, progress);
     let Some(first) = first else {
         return result;
     };
@@ -388,17 +444,49 @@ pub fn rewind_with_progress(
 fn rewind_planned(
     journal: &Journal,
     to: u64,
+    only: Option<&[Vec<u8>]>,
     opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
-    let (plan, conflicts) = plan(journal, to, opts.force)?;
+    let planned = plan_within(journal, to, None, opts.force, only)?;
+    if only.is_some() && planned.0.is_empty() && planned.1.is_empty() {
+        // A restore of paths already as they were: no turn for nothing.
+        return Ok(RewindReport {
+            turn: None,
+            rewound_to: to,
+            dry_run: opts.dry_run,
+            restored: Vec::new(),
+            conflicts: Vec::new(),
+            plan: Vec::new(),
+            open_turn: journal.open_turn(),
+            touched: Vec::new(),
+            finished_first: None,
+            stopped_by_conflicts: false,
+            marked: Vec::new(),
+        });
+    }
+    let label = match only {
+        None => format!("rewind to turn {to}"),
+        Some(paths) => format!(
+            "restore {} from turn {to}",
+            paths
+                .iter()
+                .map(|p| if p.is_empty() {
+                    ".".to_string()
+                } else {
+                    crate::paths::display(p)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    };
     let job = Job {
         to,
-        label: format!("rewind to turn {to}"),
+        label,
         supersede: None,
     };
-    run_planned(journal, job, opts, (plan, conflicts), progress, &|force| {
-        plan_until(journal, to, None, force)
+    run_planned(journal, job, opts, planned, progress, &|force| {
+        plan_within(journal, to, None, force, only)
     })
 }
 
