@@ -495,6 +495,20 @@ fn rewind_planned(
 pub(crate) type Replan<'a> =
     dyn Fn(bool) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> + 'a;
 
+/// Whether conflict `c` stops a restore that was not told `partial`: all
+/// do but a directory left in place only because it holds paths the
+/// `[record] exclude` list names, which no rewind records or touches
+/// (build output under a directory the rewind removes): it is reported,
+/// the rest is applied.
+fn stops(journal: &Journal, c: &Conflict) -> bool {
+    match &c.reason {
+        ConflictReason::UnrecordedEntries { names } => {
+            names.is_empty() || !names.iter().all(|n| journal.excludes(n))
+        }
+        _ => true,
+    }
+}
+
 /// Runs (or for a dry run, reports) a planned restore under the conflict
 /// rules of `opts`: conflicted text files get markers (`opts.markers`,
 /// planned again with `replan(true)` for their targets); conflicts left
@@ -513,7 +527,7 @@ pub(crate) fn run_planned(
         let forced = replan(true)?;
         (plan, conflicts, marked) = restore::plan::with_markers(journal, to, forced, conflicts);
     }
-    let stopped_by_conflicts = !conflicts.is_empty() && !opts.partial;
+    let stopped_by_conflicts = !opts.partial && conflicts.iter().any(|c| stops(journal, c));
     if opts.dry_run || stopped_by_conflicts {
         return Ok(RewindReport {
             turn: (!stopped_by_conflicts).then(|| journal.open_turn() + 1),
