@@ -296,8 +296,8 @@ pub enum ToolError {
     /// Reading the history failed.
     #[error(transparent)]
     History(#[from] HistoryError),
-    /// A merge left paths as the project has them (the CLI exits 3); the
-    /// report says what was merged.
+    /// A merge had conflicts (the CLI exits 3): it merged nothing; the
+    /// report lists them and what the other paths would get.
     #[error("{}", conflict_lines(.0))]
     Conflicts(Box<MergeReport>),
     /// A patch could not be rendered or a result encoded.
@@ -352,11 +352,20 @@ fn tool_names() -> String {
 }
 
 fn conflict_lines(r: &MergeReport) -> String {
-    r.conflicts
+    let mut lines: Vec<String> = r
+        .conflicts
         .iter()
         .map(|c| format!("not merged: {c}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if r.stopped_by_conflicts {
+        lines.push(format!(
+            "nothing was merged ({} other path(s) would be); the user can merge with \
+             `opfs worktree merge {} --partial`, `--force` or `--markers`",
+            r.plan.len(),
+            r.worktree
+        ));
+    }
+    lines.join("\n")
 }
 
 impl ToolError {
