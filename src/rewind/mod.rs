@@ -500,7 +500,7 @@ pub(crate) type Replan<'a> =
 /// `[record] exclude` list names, which no rewind records or touches
 /// (build output under a directory the rewind removes): it is reported,
 /// the rest is applied.
-fn stops(journal: &Journal, c: &Conflict) -> bool {
+pub(crate) fn stops(journal: &Journal, c: &Conflict) -> bool {
     match &c.reason {
         ConflictReason::UnrecordedEntries { names } => {
             names.is_empty() || !names.iter().all(|n| journal.excludes(n))

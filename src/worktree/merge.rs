@@ -16,6 +16,13 @@
 //! opfs last saw it, a directory holding unrecorded entries, a failed
 //! step). `force` takes the worktree's side for the first three.
 //!
+//! A conflict found while planning **stops the merge** before it writes
+//! anything ([`MergeReport::stopped_by_conflicts`]) unless `partial`
+//! (merge the rest) is given; `markers` writes git-style conflict markers
+//! into a text file whose two sides' changes overlap. Paths the
+//! worktree's ignore rules ignore are left out unless `include_ignored`
+//! ([`super::changes::drop_ignored`]).
+//!
 //! **Crash safety.** Before its first write a merge leaves a marker
 //! (`merge.running` in the project's state dir, naming the merge turn);
 //! it is removed once the merge is done. A merge found interrupted (the
@@ -497,7 +504,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
     let (plan, plan_conflicts) = restore::plan::plan(journal, meta.base_turn, states, opts.force);
     conflicts.extend(plan_conflicts);
     conflicts.sort_by(|a, b| a.path.cmp(&b.path));
-    let stopped_by_conflicts = !conflicts.is_empty() && !opts.partial;
+    let stopped_by_conflicts = !opts.partial && conflicts.iter().any(|c| rewind::stops(journal, c));
 
     if opts.dry_run || stopped_by_conflicts {
         let mut merged: Vec<String> = plan.iter().map(|p| p.path.clone()).collect();
