@@ -470,9 +470,10 @@ fn missing_and_altered_blobs_are_conflicts_never_wrong_bytes() {
 
     // The dry run shows the same plan the real run executes.
     let damaged = ["altered", "altered_small", "missing", "missing_small"];
-    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
+    // (--partial: restore the rest; by default a conflict restores nothing.)
+    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--partial", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let v = run.json();
     check_rewind_result(&v, 2, false);
@@ -695,9 +696,9 @@ fn directory_swapped_for_a_symlink_outside_is_never_followed() {
     let outside_before = manifest(&outside);
 
     for args in [
-        &["rewind", "2", "--dry-run", "--json"][..],
-        &["rewind", "2", "--json"],
-        &["rewind", "2", "--force", "--json"],
+        &["rewind", "2", "--dry-run", "--partial", "--json"][..],
+        &["rewind", "2", "--partial", "--json"],
+        &["rewind", "2", "--force", "--partial", "--json"],
     ] {
         let run = fx.opfs_c(args);
         assert_eq!(run.code, Some(3), "{run}");

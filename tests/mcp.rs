@@ -421,7 +421,10 @@ fn a_worktree_from_a_turn_and_a_merge_with_conflicts() {
     assert_eq!(r["isError"], true, "{r}");
     let text = r["content"][0]["text"].as_str().expect("text");
     assert!(text.starts_with("not merged: a.txt: "), "{text}");
+    assert!(text.contains("nothing was merged"), "{text}");
     assert_eq!(r["structuredContent"]["worktree"], "old", "{r}");
+    assert_eq!(r["structuredContent"]["stopped_by_conflicts"], true, "{r}");
+    assert_eq!(r["structuredContent"]["turn"], Value::Null, "{r}");
     assert_eq!(read(&f.p("a.txt")), "changed by the project\n");
 
     let e = c.err("worktree_create", json!({"name": "old"}));

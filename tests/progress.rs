@@ -29,6 +29,9 @@ fn rewind_request(to: u64, progress: bool) -> Request {
         force: false,
         progress,
         pending: None,
+        partial: false,
+        markers: false,
+        paths: None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! "`.git`"): `.git` moved through the mount during a turn (`mv .git
 //! gitbackup`, or `mv .git .git-old && git init`) is never removed by a
 //! rewind to before the move; the rewind leaves it and says how to put it
-//! back. An ordinary rewind with `.git` in place behaves as before.
+//! back. An ordinary rewind with `.git` in place behaves as before. The
+//! rewinds pass `--partial`, so the other paths are restored around it.
 
 mod common;
 
@@ -48,9 +49,9 @@ fn project_with_repository() -> Fixture {
 fn a_rewind_never_removes_git_moved_away_through_the_mount() {
     let fx = project_with_repository();
     fx.sh("echo a1 > a.txt && mv .git gitbackup");
-    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
+    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--partial", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let c = conflicts(&run.json());
     assert_eq!(c.len(), 1, "{run}");
@@ -63,7 +64,7 @@ fn a_rewind_never_removes_git_moved_away_through_the_mount() {
     fx.sh("mv gitbackup .git && test \"$(git log -1 --format=%s)\" = first");
     // --force does not remove it either.
     fx.sh("mv .git gitbackup");
-    let forced = fx.opfs_c(&["rewind", "2", "--force", "--json"]);
+    let forced = fx.opfs_c(&["rewind", "2", "--force", "--partial", "--json"]);
     assert_eq!(forced.code, Some(3), "{forced}");
     assert!(
         is_repository(&fx.p("gitbackup")),
@@ -75,7 +76,7 @@ fn a_rewind_never_removes_git_moved_away_through_the_mount() {
 fn a_rewind_never_removes_git_moved_aside_for_a_new_one() {
     let fx = project_with_repository();
     fx.sh("mv .git .git-old && git init -q && echo b > b.txt");
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let c = conflicts(&run.json());
     assert_eq!(
@@ -97,7 +98,7 @@ fn a_repository_moved_twice_is_still_never_removed() {
     fx.sh("mv .git gitbackup");
     assert_eq!(fx.turn("again"), 3);
     fx.sh("mkdir -p keep && mv gitbackup keep/repo");
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let mut c: Vec<String> = conflicts(&run.json()).into_iter().map(|c| c.0).collect();
     c.sort();

@@ -611,39 +611,103 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     assert!(b.iter().any(|p| p == "src/main.rs") && b.iter().any(|p| p == "README"));
 }
 
+/// The conflicts of `v` (a rewind or merge `--json` object), by path.
+fn conflict_paths(v: &Value) -> Vec<String> {
+    v["conflicts"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["path"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
-fn change_behind_the_mount_is_a_conflict_unless_forced() {
+fn a_conflicted_rewind_changes_nothing_unless_told_how() {
     let fx = Fixture::new();
     write_file(&fx.p("agent.txt"), b"a0\n", 0o644);
-    write_file(&fx.p("user.txt"), b"u0\n", 0o644);
+    write_file(&fx.p("user.txt"), b"one\ntwo\nthree\n", 0o644);
     fx.mount();
     let m1 = fx.tree();
     assert_eq!(fx.turn("work"), 2);
-    fx.sh("echo a1 > agent.txt && echo u1 > user.txt");
-    // The user edits the project directly, not through the mount.
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    fs::write(fx.p("user.txt"), b"edited by the user, behind opfs\n").expect("write");
+    fx.sh("echo a1 > agent.txt && printf 'one\\nTWO\\nthree\\n' > user.txt");
+    // The user edits the project directly, not through the mount (a new
+    // size: the fingerprint differs whatever the clock).
+    let edited = b"one\nTWO\nthree, edited by the user behind opfs\n";
+    fs::write(fx.p("user.txt"), edited).expect("write");
+    let m2 = fx.tree();
+    let open = fx.open_turn();
 
-    let run = fx.opfs_c(&["rewind", "1", "--json"]);
-    assert_eq!(
-        run.code,
-        Some(3),
-        "a conflict leaves a path unrestored: {run}"
+    // The dry run shows the plan the rewind would follow: nothing, since
+    // user.txt conflicts; agent.txt is what the rest would be.
+    let run = fx.opfs_c(&["rewind", "1", "--dry-run", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    let dry = run.json();
+    check_rewind_result(&dry, 1, true);
+    assert_eq!(dry["stopped_by_conflicts"], true, "{dry:#}");
+    assert_eq!(conflict_paths(&dry), ["user.txt"], "{dry:#}");
+    let planned: Vec<&str> = dry["plan"]
+        .as_array()
+        .expect("plan")
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .collect();
+    assert_eq!(planned, ["agent.txt"], "{dry:#}");
+    let text = fx.opfs_c(&["rewind", "1", "--dry-run"]);
+    assert!(
+        text.stdout.contains("would change nothing") && text.stdout.contains("--partial"),
+        "{text}"
     );
+
+    // By default: nothing restored, no turn recorded, the conflict listed.
+    let run = fx.opfs_c(&["rewind", "1", "--json"]);
+    assert_eq!(run.code, Some(3), "a conflict stops the rewind: {run}");
     let v = run.json();
     check_rewind_result(&v, 1, false);
-    let conflicts = v["conflicts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(v["stopped_by_conflicts"], true, "{v:#}");
+    assert_eq!(v["turn"], Value::Null, "{v:#}");
+    assert_eq!(restored(&v), Vec::<String>::new(), "{v:#}");
+    assert_eq!(conflict_paths(&v), ["user.txt"], "{v:#}");
+    fx.assert_tree("a stopped rewind changes nothing", &m2);
+    assert_eq!(fx.open_turn(), open, "a stopped rewind opens no turn");
+    let text = fx.opfs_c(&["rewind", "1"]);
+    assert_eq!(text.code, Some(3), "{text}");
     assert!(
-        conflicts.iter().any(|c| c["path"] == "user.txt"),
-        "user.txt must be reported as a conflict: {v:#}"
-    );
-    assert_eq!(fs::read(fx.p("agent.txt")).expect("read"), b"a0\n");
-    assert_eq!(
-        fs::read(fx.p("user.txt")).expect("read"),
-        b"edited by the user, behind opfs\n",
-        "the user's edit must be left alone"
+        text.stderr
+            .contains("not restored: user.txt: changed outside the mount"),
+        "{text}"
     );
 
+    // --markers: the text file gets both sides, the rest is restored.
+    let run = fx.opfs_c(&["rewind", "1", "--markers", "--json"]);
+    assert_eq!(run.code, Some(3), "markers are left to resolve: {run}");
+    let v = run.json();
+    assert_eq!(v["marked"], serde_json::json!(["user.txt"]), "{v:#}");
+    assert_eq!(v["conflicts"], serde_json::json!([]), "{v:#}");
+    assert_eq!(fs::read(fx.p("agent.txt")).expect("read"), b"a0\n");
+    assert_eq!(
+        String::from_utf8(fs::read(fx.p("user.txt")).expect("read")).expect("utf8"),
+        "one\n<<<<<<< project now\nTWO\nthree, edited by the user behind opfs\n=======\n\
+         two\nthree\n>>>>>>> turn 1\n"
+    );
+    // It is a turn like any rewind: rewinding to it gives the edit back.
+    fx.rewind(rewind_turn(&v));
+    fx.assert_tree("rewinding the marked rewind", &m2);
+
+    // --partial: the rest restored, the conflict left as it is.
+    let again = b"edited behind opfs once more\n";
+    fs::write(fx.p("user.txt"), again).expect("write");
+    let run = fx.opfs_c(&["rewind", "1", "--partial", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    let v = run.json();
+    assert_eq!(v["stopped_by_conflicts"], false, "{v:#}");
+    assert_eq!(restored(&v), ["agent.txt"], "{v:#}");
+    assert_eq!(conflict_paths(&v), ["user.txt"], "{v:#}");
+    assert_eq!(fs::read(fx.p("agent.txt")).expect("read"), b"a0\n");
+    assert_eq!(fs::read(fx.p("user.txt")).expect("read"), again);
+
+    // --force: the incoming side.
     let run = fx.opfs_c(&["rewind", "1", "--force", "--json"]);
     assert_eq!(
         run.code,
@@ -938,4 +1002,104 @@ fn a_rewind_dry_run_prints_the_same_plan_mounted_or_not() {
     ] {
         assert!(mounted.contains(&line), "no `{line}` in:\n{mounted}");
     }
+}
+
+/// `opfs restore ARGS...` run in `dir` (inside the mountpoint), whatever
+/// the exit code.
+fn restore_in(fx: &Fixture, dir: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["restore"];
+    all.extend(args);
+    let mut cmd = fx.opfs_command(&all);
+    cmd.current_dir(dir);
+    run_command(cmd, fx.root(), std::time::Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("running opfs restore: {e}"))
+}
+
+#[test]
+fn restore_brings_back_only_the_paths_named_as_a_turn_of_its_own() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    write_file(&fx.p("src/a.txt"), b"a0\n", 0o644);
+    write_file(&fx.p("src/b.txt"), b"b0\n", 0o644);
+    symlink("a.txt", fx.p("src/link")).expect("symlink");
+    write_file(&fx.p("d/x"), b"x0\n", 0o644);
+    write_file(&fx.p("keep.txt"), b"k0\n", 0o644);
+    fx.mount();
+    let m1 = fx.tree();
+    assert_eq!(fx.turn("work"), 2);
+    fx.sh(
+        "echo a1 > src/a.txt && chmod 600 src/b.txt && rm src/link && ln -s b.txt src/link \
+         && echo new > src/new.txt && rm -r d && mkdir new && echo f > new/f && echo k1 > keep.txt",
+    );
+
+    // A directory, from inside the mountpoint, relative to where one stands.
+    let run = restore_in(&fx, &fx.mnt, &["--from", "2", "src", "--json"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let v = run.json();
+    let turn = rewind_turn(&v);
+    let mut got = restored(&v);
+    got.sort();
+    assert_eq!(
+        got,
+        ["src/a.txt", "src/b.txt", "src/link", "src/new.txt"],
+        "{v:#}"
+    );
+    assert_eq!(fs::read(fx.p("src/a.txt")).expect("read"), b"a0\n");
+    let mode = fs::metadata(fx.p("src/b.txt"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o644, "the mode comes back");
+    assert_eq!(
+        fs::read_link(fx.p("src/link")).expect("readlink"),
+        Path::new("a.txt")
+    );
+    assert!(
+        !fx.p("src/new.txt").exists(),
+        "a file made since is removed"
+    );
+    // Nothing else moved.
+    assert_eq!(fs::read(fx.p("keep.txt")).expect("read"), b"k1\n");
+    assert!(!fx.p("d").exists() && fx.p("new/f").exists());
+    let points = fx.points(true);
+    let row = points
+        .iter()
+        .find(|p| p["turn"].as_u64() == Some(turn))
+        .expect("the restore's turn is listed");
+    assert_eq!(row["kind"], "rewind", "{row:#}");
+    assert_eq!(row["label"], "restore src from turn 2", "{row:#}");
+
+    // Removals and a removed directory, named from a subdirectory.
+    let run = restore_in(
+        &fx,
+        &fx.m("src"),
+        &["--from", "2", "../d", "../new", "--json"],
+    );
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("d/x")).expect("read"), b"x0\n");
+    assert!(!fx.p("new").exists());
+
+    // It is a turn: rewinding to its start undoes it.
+    fx.rewind(turn);
+    assert_eq!(fs::read(fx.p("src/a.txt")).expect("read"), b"a1\n");
+    assert!(fx.p("src/new.txt").exists());
+
+    // Without --from: the open turn's changes to the path are undone.
+    fs::write(fx.m("keep.txt"), b"k2\n").expect("write");
+    let run = restore_in(&fx, &fx.mnt, &["keep.txt"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fs::read(fx.p("keep.txt")).expect("read"), b"k1\n");
+    let run = restore_in(&fx, &fx.mnt, &["keep.txt"]);
+    assert!(run.stdout.contains("nothing to restore"), "{run}");
+
+    // The rewind's conflict rules: a path changed behind the mount stops it.
+    fs::write(fx.p("src/a.txt"), b"edited behind the mount\n").expect("write");
+    let before = fx.tree();
+    let run = restore_in(&fx, &fx.mnt, &["--from", "2", "src", "--json"]);
+    assert_eq!(run.code, Some(3), "{run}");
+    assert_eq!(run.json()["stopped_by_conflicts"], true, "{run}");
+    fx.assert_tree("a conflicted restore changes nothing", &before);
+    let run = restore_in(&fx, &fx.mnt, &["--from", "1", ".", "--force"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    fx.assert_tree("restoring . from turn 1 is a whole rewind", &m1);
 }

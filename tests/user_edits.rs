@@ -2,6 +2,10 @@
 //! path changed directly in the project after the mount last wrote it is a
 //! conflict for `rewind` (and its dry run), `--force` overrides, and the
 //! mount serves the changed file correctly.
+//!
+//! The rewinds here pass `--partial`: they check each path's outcome, the
+//! others restored around a conflict (without it a conflict restores
+//! nothing: `tests/rewind.rs`).
 
 mod common;
 
@@ -40,16 +44,16 @@ fn a_same_size_edit_right_after_the_mount_wrote_is_a_conflict() {
     f.write_all(b"USER-01\n").expect("write behind the mount");
     drop(f);
 
-    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
+    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--partial", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
     assert_eq!(conflicts(&dry.json()), vec!["f.txt".to_string()]);
 
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     assert_eq!(conflicts(&run.json()), vec!["f.txt".to_string()]);
     assert_eq!(fs::read(fx.p("f.txt")).expect("read"), b"USER-01\n");
 
-    let forced = fx.opfs_c(&["rewind", "2", "--force", "--json"]);
+    let forced = fx.opfs_c(&["rewind", "2", "--force", "--partial", "--json"]);
     assert_eq!(forced.code, Some(0), "{forced}");
     assert_eq!(fs::read(fx.p("f.txt")).expect("read"), b"original\n");
 }
@@ -72,7 +76,7 @@ fn user_deletions_creations_and_chmods_are_conflicts() {
     .expect("chmod");
     fs::write(fx.p("new.txt"), b"the user's new file\n").expect("write");
 
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     let mut c = conflicts(&run.json());
     c.sort();
@@ -136,7 +140,7 @@ fn a_record_beneath_a_directory_absent_at_the_target_is_a_conflict_not_a_creatio
     assert_eq!(fx.turn("more"), 3);
     fs::remove_dir_all(fx.m("d")).expect("rm -rf via mount");
 
-    let dry = fx.opfs_c(&["rewind", "1", "--dry-run", "--json"]);
+    let dry = fx.opfs_c(&["rewind", "1", "--dry-run", "--partial", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
     assert_eq!(conflicts(&dry.json()), vec!["d/x".to_string()], "{dry}");
     let report = dry.json();
@@ -148,8 +152,8 @@ fn a_record_beneath_a_directory_absent_at_the_target_is_a_conflict_not_a_creatio
     assert!(!planned.contains(&"d/x"), "the dry run plans d/x: {dry}");
 
     for args in [
-        &["rewind", "1", "--json"][..],
-        &["rewind", "1", "--force", "--json"][..],
+        &["rewind", "1", "--partial", "--json"][..],
+        &["rewind", "1", "--force", "--partial", "--json"][..],
     ] {
         let run = fx.opfs_c(args);
         assert_eq!(run.code, Some(3), "{run}");
@@ -184,14 +188,14 @@ fn files_created_outside_the_mount_then_removed_through_it_are_not_put_back_into
 
     let unknown = vec!["d2".to_string(), "d2/x".to_string(), "y".to_string()];
     for turn in ["1", "2"] {
-        let dry = fx.opfs_c(&["rewind", turn, "--dry-run", "--json"]);
+        let dry = fx.opfs_c(&["rewind", turn, "--dry-run", "--partial", "--json"]);
         assert_eq!(dry.code, Some(3), "{dry}");
         assert_eq!(conflicts(&dry.json()), unknown, "{dry}");
         let show = fx.opfs_c(&["show", &format!("{turn}:y")]);
         assert_eq!(show.code, Some(1), "{show}");
         assert!(show.stderr.contains("unknown"), "{show}");
     }
-    let run = fx.opfs_c(&["rewind", "1", "--force", "--json"]);
+    let run = fx.opfs_c(&["rewind", "1", "--force", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     assert_eq!(conflicts(&run.json()), unknown, "{run}");
     assert_eq!(fs::read(fx.p("f")).expect("read"), b"a\n");
@@ -202,7 +206,7 @@ fn files_created_outside_the_mount_then_removed_through_it_are_not_put_back_into
     assert!(!fx.p("y").exists(), "y was put back into turn 1");
     assert!(!fx.p("d2").exists(), "d2 was put back into turn 1");
 
-    let run = fx.opfs_c(&["rewind", "3", "--json"]);
+    let run = fx.opfs_c(&["rewind", "3", "--partial", "--json"]);
     assert_eq!(run.code, Some(0), "{run}");
     assert_eq!(fs::read(fx.p("y")).expect("read"), b"direct y\n");
     assert_eq!(fs::read(fx.p("d2/x")).expect("read"), b"direct x\n");
@@ -230,10 +234,10 @@ fn a_file_replaced_outside_the_mount_is_unknown_before_the_replacement() {
     assert_eq!(fx.turn("more"), 3);
     fs::write(fx.m("doc"), b"agent v3\n").expect("write via mount");
 
-    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--json"]);
+    let dry = fx.opfs_c(&["rewind", "2", "--dry-run", "--partial", "--json"]);
     assert_eq!(dry.code, Some(3), "{dry}");
     assert_eq!(conflicts(&dry.json()), vec!["doc".to_string()], "{dry}");
-    let run = fx.opfs_c(&["rewind", "3", "--json"]);
+    let run = fx.opfs_c(&["rewind", "3", "--partial", "--json"]);
     assert_eq!(run.code, Some(0), "{run}");
     assert_eq!(fs::read(fx.p("doc")).expect("read"), b"user v2\n");
 }
@@ -262,7 +266,7 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     fx.sh("echo a2 >> a");
     std::thread::sleep(std::time::Duration::from_millis(10));
     fs::write(fx.p("b"), b"the user's\n").expect("write behind the mount");
-    let run = fx.opfs_c(&["rewind", "3", "--json"]);
+    let run = fx.opfs_c(&["rewind", "3", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     assert_eq!(
         conflicts(&run.json()),
@@ -306,7 +310,7 @@ fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name
         .open(fx.p("c"))
         .and_then(|mut f| f.write_all(b"user\n"))
         .expect("write behind the mount");
-    let run = fx.opfs_c(&["rewind", "5", "--json"]);
+    let run = fx.opfs_c(&["rewind", "5", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     // b, the name the turn wrote through, is the one path the rewind
     // plans; a and c were never recorded, so they are not touched either.
@@ -317,7 +321,7 @@ fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name
         "{run}"
     );
     // Forced, the file comes back as it was, one inode with three names.
-    let forced = fx.opfs_c(&["rewind", "5", "--force", "--json"]);
+    let forced = fx.opfs_c(&["rewind", "5", "--force", "--partial", "--json"]);
     assert_eq!(forced.code, Some(0), "{forced}");
     assert_eq!(fs::read(fx.p("c")).expect("read"), b"shared\n");
     let i = ino(&fx.p("a"));
@@ -352,7 +356,7 @@ fn an_edit_behind_the_mount_spreads_to_a_hard_link_without_a_fingerprint() {
         .open(fx.p("b"))
         .and_then(|mut f| f.write_all(b"user\n"))
         .expect("write behind the mount");
-    let run = fx.opfs_c(&["rewind", "2", "--json"]);
+    let run = fx.opfs_c(&["rewind", "2", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
     assert_eq!(
         conflicts(&run.json()),
@@ -519,7 +523,7 @@ fn user_edit_between_two_ranged_mutations(agent: &str) {
     );
 
     for force in [false, true] {
-        let mut args = vec!["rewind", "2", "--json"];
+        let mut args = vec!["rewind", "2", "--partial", "--json"];
         if force {
             args.push("--force");
         }

@@ -124,7 +124,21 @@ fn a_worktree_is_a_frozen_copy_on_write_view_merged_back_as_one_turn() {
         "fn main() {}\n",
         "a dry run writes nothing"
     );
-    let merged = wt(&f, &["merge", "fix-a", "--json"]);
+    // By default a conflict merges nothing: the project is as it was.
+    let project_now = manifest(&f.project);
+    let stopped = wt(&f, &["merge", "fix-a", "--json"]);
+    assert_eq!(stopped.code, Some(3), "{stopped}");
+    let report = stopped.json();
+    assert_eq!(report["stopped_by_conflicts"], true, "{stopped}");
+    assert_eq!(report["turn"], Value::Null, "{stopped}");
+    assert_eq!(paths_of(&report, "conflicts"), ["README"], "{stopped}");
+    assert_eq!(
+        manifest(&f.project),
+        project_now,
+        "a stopped merge writes nothing"
+    );
+    // --partial merges the rest and leaves the conflict.
+    let merged = wt(&f, &["merge", "fix-a", "--partial", "--json"]);
     assert_eq!(merged.code, Some(3), "{merged}");
     let report = merged.json();
     let turn = report["turn"].as_u64().expect("merge turn");
@@ -203,12 +217,32 @@ fn two_worktrees_from_different_turns_merge_one_after_the_other() {
     fs::write(b.join("only-b"), "b\n").expect("write");
     wt(&f, &["merge", "a"]).ok();
     assert_eq!(read(&f.m("shared")), "from a\n");
-    // b's base of `shared` is s0, but the project now holds a's: conflict.
-    let r = wt(&f, &["merge", "b", "--json"]);
+    // b's base of `shared` is s0, but the project now holds a's: a
+    // conflict, which stops the merge (the dry run says the same).
+    for dry in [true, false] {
+        let mut args = vec!["merge", "b", "--json"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let r = wt(&f, &args);
+        assert_eq!(r.code, Some(3), "{r}");
+        assert_eq!(paths_of(&r.json(), "conflicts"), ["shared"]);
+        assert_eq!(r.json()["stopped_by_conflicts"], true, "{r}");
+        assert!(!f.m("only-b").exists(), "{r}");
+        assert_eq!(read(&f.m("shared")), "from a\n");
+    }
+    // --markers: both sides in the text file, as git writes them.
+    let r = wt(&f, &["merge", "b", "--markers", "--json"]);
     assert_eq!(r.code, Some(3), "{r}");
-    assert_eq!(paths_of(&r.json(), "conflicts"), ["shared"]);
+    assert_eq!(paths_of(&r.json(), "marked"), ["shared"], "{r}");
     assert_eq!(read(&f.m("only-b")), "b\n");
+    assert_eq!(
+        read(&f.m("shared")),
+        "<<<<<<< project\nfrom a\n=======\nfrom b\n>>>>>>> worktree b\n"
+    );
+    f.rewind(r.json()["turn"].as_u64().expect("merge turn"));
     assert_eq!(read(&f.m("shared")), "from a\n");
+    assert!(!f.m("only-b").exists());
     // --force takes b's side.
     wt(&f, &["merge", "b", "--force"]).ok();
     assert_eq!(read(&f.m("shared")), "from b\n");
@@ -1623,4 +1657,105 @@ fn a_long_merged_listing_reads_whole_and_follows_changes() {
     let out = f.sh_in(&dir, "ls -f | sort | uniq -d");
     assert_eq!(out.trim(), "", "names listed twice");
     discard_all(&f);
+}
+
+#[test]
+fn merge_diff_and_log_follow_the_ignore_rules_and_a_rewind_still_restores_ignored_paths() {
+    let f = Fixture::new();
+    fs::write(f.p(".gitignore"), "target/\n.venv/\n.env\n").expect("write");
+    fs::write(f.p("lib.rs"), "fn a() {}\n").expect("write");
+    fs::write(f.p(".env"), "SECRET=1\n").expect("write");
+    f.mount();
+    f.turn("base");
+    let w = create(&f, "fix", &[]);
+    f.sh_in(
+        &w,
+        "echo 'fn a() { fixed() }' > lib.rs; mkdir -p target/debug .venv/bin; \
+         echo obj > target/debug/lib.o; echo py > .venv/bin/python",
+    );
+
+    // worktree diff: the work, not the build output, unless asked.
+    let diff = wt(&f, &["diff", "fix", "--name-status"]).ok();
+    assert_eq!(diff.stdout, "M\tlib.rs\n", "{diff}");
+    let all = wt(&f, &["diff", "fix", "--name-status", "--include-ignored"]).ok();
+    for p in ["lib.rs", "target/debug/lib.o", ".venv/bin/python"] {
+        assert!(all.stdout.contains(p), "--include-ignored shows {p}: {all}");
+    }
+
+    // The merge carries lib.rs alone and says what it left out.
+    let dry = wt(&f, &["merge", "fix", "--dry-run", "--json"]).ok().json();
+    assert_eq!(paths_of(&dry, "merged"), ["lib.rs"], "{dry:#}");
+    // target, target/debug, target/debug/lib.o and the same three of .venv.
+    assert_eq!(dry["ignored"], 6, "{dry:#}");
+    let merged = wt(&f, &["merge", "fix", "--json"]).ok().json();
+    assert_eq!(paths_of(&merged, "merged"), ["lib.rs"], "{merged:#}");
+    assert_eq!(read(&f.m("lib.rs")), "fn a() { fixed() }\n");
+    assert!(!f.m("target").exists() && !f.m(".venv").exists());
+    let turn = merged["turn"].as_u64().expect("merge turn");
+    f.rewind(turn);
+    let all = wt(&f, &["merge", "fix", "--include-ignored", "--json"])
+        .ok()
+        .json();
+    let mut got = paths_of(&all, "merged");
+    got.sort();
+    assert!(
+        got.contains(&"target/debug/lib.o".to_string())
+            && got.contains(&".venv/bin/python".to_string())
+            && got.contains(&"lib.rs".to_string()),
+        "{all:#}"
+    );
+    assert_eq!(read(&f.m("target/debug/lib.o")), "obj\n");
+    discard_all(&f);
+
+    // opfs diff and log in the project: the same rules.
+    let t = f.turn("build");
+    f.sh("echo 'fn b() {}' >> lib.rs; mkdir -p target/release; echo x > target/release/y; rm .env");
+    let diff = f.opfs_c(&["diff", "--name-status"]).ok();
+    assert_eq!(diff.stdout, "M\tlib.rs\n", "{diff}");
+    let all = f
+        .opfs_c(&["diff", "--name-status", "--include-ignored"])
+        .ok();
+    for p in ["lib.rs", "target/release/y", ".env"] {
+        assert!(all.stdout.contains(p), "--include-ignored shows {p}: {all}");
+    }
+    let log = f.opfs_c(&["log", "--json"]).ok().json();
+    let entry = log
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["turn"].as_u64() == Some(t)))
+        .cloned()
+        .expect("the turn is logged");
+    assert_eq!(
+        (
+            &entry["added"],
+            &entry["modified"],
+            &entry["deleted"],
+            &entry["ignored"]
+        ),
+        (
+            &Value::from(0),
+            &Value::from(1),
+            &Value::from(0),
+            &Value::from(2)
+        ),
+        "{entry:#}"
+    );
+    let log = f
+        .opfs_c(&["log", "--json", "--include-ignored"])
+        .ok()
+        .json();
+    let entry = log
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["turn"].as_u64() == Some(t)))
+        .cloned()
+        .expect("the turn is logged");
+    assert_eq!(
+        (&entry["added"], &entry["deleted"], &entry["ignored"]),
+        (&Value::from(1), &Value::from(1), &Value::from(0)),
+        "{entry:#}"
+    );
+
+    // A rewind restores what the rules ignore: the deleted .env comes back.
+    f.rewind(t);
+    assert_eq!(read(&f.p(".env")), "SECRET=1\n");
+    assert!(!f.p("target/release").exists());
 }

@@ -54,6 +54,10 @@ pub enum Cmd {
     Turn(TurnArgs),
     /// Without N: list rewind points. With N: restore the start of turn N.
     Rewind(RewindArgs),
+    /// Restore PATHs (files, directories with everything beneath,
+    /// symlinks, modes, removals) as they were when turn N began, as a
+    /// turn of their own (undo it with `opfs rewind` to that turn).
+    Restore(RestoreArgs),
     /// Run CMD in a sandbox with the project (through the mount) at its own path.
     Run(RunArgs),
     /// List the turns, newest first, with what each changed.
@@ -136,9 +140,56 @@ pub struct UndoArgs {
     /// Print what it would do and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Restore paths even where they conflict.
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
+}
+
+impl UndoArgs {
+    /// The conflict choices given.
+    pub fn choice(&self) -> Choice {
+        self.conflicts.choice(self.force)
+    }
+}
+
+/// What a rewind, undo, restore or merge does with conflicts: by default
+/// a conflict applies nothing (exit 3).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct ConflictArgs {
+    /// With conflicts: apply the other paths and leave the conflicted ones
+    /// as they are (exit 3).
+    #[arg(long)]
+    pub partial: bool,
+    /// Write git-style conflict markers into a conflicted text file (its
+    /// current bytes against the incoming ones) instead of leaving it.
+    #[arg(long, conflicts_with = "force")]
+    pub markers: bool,
+}
+
+impl ConflictArgs {
+    /// With `--force` or not.
+    pub fn choice(self, force: bool) -> Choice {
+        Choice {
+            force,
+            partial: self.partial,
+            markers: self.markers,
+        }
+    }
+}
+
+/// The conflict choices of one command (`--force`, `--partial`,
+/// `--markers`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Choice {
+    /// Take the incoming side.
+    pub force: bool,
+    /// Apply the rest, leave the conflicts.
+    pub partial: bool,
+    /// Conflict markers in text files.
+    pub markers: bool,
 }
 
 // `opfs log`.
@@ -150,6 +201,10 @@ pub struct LogArgs {
     /// One line per turn.
     #[arg(long)]
     pub oneline: bool,
+    /// Count paths the project's ignore rules ignore too (by default the
+    /// counts leave them out, as the export does).
+    #[arg(long)]
+    pub include_ignored: bool,
     /// Only turns that recorded one of these paths (or a path beneath).
     pub paths: Vec<String>,
 }
@@ -196,6 +251,11 @@ pub enum WorktreeCmd {
         /// Show the status letter and path of each change instead.
         #[arg(long, conflicts_with = "stat")]
         name_status: bool,
+        /// Show paths the ignore rules ignore too (build output,
+        /// virtualenvs...); by default they are left out, as a merge
+        /// leaves them.
+        #[arg(long)]
+        include_ignored: bool,
     },
     /// Apply worktree NAME's changes to the project as one turn (kind
     /// merge); paths the project changed too are left and listed (exit 3).
@@ -208,6 +268,13 @@ pub enum WorktreeCmd {
         /// Take the worktree's side for paths the project changed too.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        conflicts: ConflictArgs,
+        /// Merge paths the project's ignore rules ignore too (build
+        /// output, virtualenvs...); by default they are left out, as the
+        /// export leaves them.
+        #[arg(long)]
+        include_ignored: bool,
     },
     /// Unmount worktree NAME if needed, then delete it.
     Discard {
@@ -303,9 +370,12 @@ pub struct RewindArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Restore paths even where they conflict.
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
     /// Finish the rewind that stopped on a failure (or that a crash
     /// interrupted), as a new rewind turn, checked like any rewind.
     /// With --dry-run: print the plan the resume would run.
@@ -315,6 +385,35 @@ pub struct RewindArgs {
     /// rewind turn, checked like any rewind. With --dry-run: print the plan.
     #[arg(long, conflicts_with_all = ["turn", "id", "all"])]
     pub abort: bool,
+}
+
+impl RewindArgs {
+    /// The conflict choices given.
+    pub fn choice(&self) -> Choice {
+        self.conflicts.choice(self.force)
+    }
+}
+
+// `opfs restore`.
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// The turn whose start to restore the paths to: a number, @ (the open
+    /// turn: undo its changes to them), @- or @-K. Default: @.
+    #[arg(long, value_name = "N")]
+    pub from: Option<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Restore paths changed outside the mount too (their current state
+    /// is recorded first, so it can be undone).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub conflicts: ConflictArgs,
+    /// The paths, relative to the current directory (inside the project
+    /// or its mountpoint); a directory means everything beneath it.
+    #[arg(required = true)]
+    pub paths: Vec<String>,
 }
 
 // `opfs run`.
@@ -388,6 +487,11 @@ pub struct DiffArgs {
     /// Show the status letter and path of each change instead.
     #[arg(long, conflicts_with = "stat")]
     pub name_status: bool,
+    /// Show paths the project's ignore rules ignore too (build output,
+    /// virtualenvs...); by default they are left out, as the export
+    /// leaves them.
+    #[arg(long)]
+    pub include_ignored: bool,
     /// Limit to these paths (relative to the current directory).
     pub paths: Vec<String>,
 }

@@ -356,6 +356,7 @@ impl Project {
             dry_run,
             force,
             pending: None,
+            ..Default::default()
         };
         self.rewind_opts_with_progress(to, opts, progress)
     }
@@ -371,10 +372,35 @@ impl Project {
         opts: rewind::RewindOptions,
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<(RewindReport, Via), ClientError> {
+        self.rewind_within(to, None, opts, progress)
+    }
+
+    /// `opfs restore`: [`rewind::restore_paths`] of the paths within
+    /// `only` to the start of turn `to`, through the daemon or directly as
+    /// [`Project::rewind_opts_with_progress`]. Errors as [`Project::rewind`].
+    pub fn restore_paths(
+        &self,
+        to: u64,
+        only: &[Vec<u8>],
+        opts: rewind::RewindOptions,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
+        self.rewind_within(to, Some(only), opts, progress)
+    }
+
+    fn rewind_within(
+        &self,
+        to: u64,
+        only: Option<&[Vec<u8>]>,
+        opts: rewind::RewindOptions,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<(RewindReport, Via), ClientError> {
         let rewind::RewindOptions {
             dry_run,
             force,
             pending,
+            partial,
+            markers,
         } = opts;
         let mut none = |_: u64, _: u64| {};
         let wants = progress.is_some();
@@ -388,6 +414,9 @@ impl Project {
             force,
             progress: wants,
             pending,
+            partial,
+            markers,
+            paths: only.map(|ps| ps.iter().map(|p| crate::paths::display(p)).collect()),
         };
         match self.ask_with_progress(&req, progress)? {
             Some(Response::Rewind(report)) => Ok((report, Via::Daemon)),
@@ -398,15 +427,18 @@ impl Project {
                 crate::store::quick_check(&self.state.index_path())
                     .map_err(|e| ClientError::Open(OpenError::from(e)))?;
                 let (journal, _lock) = self.open_direct()?;
-                let report = rewind::rewind_with_progress(&journal, to, opts, progress)?;
+                let report = match only {
+                    None => rewind::rewind_with_progress(&journal, to, opts, progress)?,
+                    Some(only) => rewind::restore_paths(&journal, to, only, opts, progress)?,
+                };
                 Ok((report, Via::Direct))
             }
         }
     }
 
     /// Merges worktree `name` into the project as one turn of kind
-    /// `merge` (only plans with `dry_run`; `force` takes the worktree's
-    /// side for paths the project changed too): through the daemon when
+    /// `merge` (only plans with `opts.dry_run`; the other options as
+    /// [`crate::worktree::merge::MergeOptions`] says): through the daemon when
     /// one serves the project, else directly under the state lock. Returns
     /// the merge report; from a daemon its conflicts' reasons are text and
     /// `touched` is empty (the daemon has invalidated them). What the merge
@@ -417,25 +449,29 @@ impl Project {
     pub fn merge(
         &self,
         name: &str,
-        dry_run: bool,
-        force: bool,
+        opts: crate::worktree::merge::MergeOptions,
     ) -> Result<crate::worktree::merge::MergeReport, ClientError> {
+        let crate::worktree::merge::MergeOptions {
+            dry_run,
+            force,
+            partial,
+            markers,
+            include_ignored,
+        } = opts;
         let req = Request::Merge {
             worktree: name.to_string(),
             dry_run,
             force,
+            partial,
+            markers,
+            include_ignored,
         };
         match self.ask(&req)? {
             Some(Response::Merge(report)) => Ok(report),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, _lock) = self.open_direct()?;
-                crate::worktree::merge::merge(
-                    &journal,
-                    name,
-                    crate::worktree::merge::MergeOptions { dry_run, force },
-                )
-                .map_err(|e| {
+                crate::worktree::merge::merge(&journal, name, opts).map_err(|e| {
                     if e.is_usage() {
                         ClientError::Refused {
                             kind: FailureKind::Usage,

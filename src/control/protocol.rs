@@ -43,6 +43,18 @@ pub enum Request {
         /// absent: none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pending: Option<crate::rewind::Pending>,
+        /// With conflicts: restore the other paths (absent: false, a
+        /// conflict stops the rewind before it writes).
+        #[serde(default)]
+        partial: bool,
+        /// Write conflict markers into conflicted text files (absent: false).
+        #[serde(default)]
+        markers: bool,
+        /// `opfs restore`: restore only these paths (rendered, `\xNN`
+        /// for bytes that are not UTF-8; each with everything beneath it),
+        /// as a rewind turn of its own (absent: the whole project).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paths: Option<Vec<String>>,
     },
     /// Unmount and exit.
     Unmount,
@@ -56,6 +68,18 @@ pub enum Request {
         /// Take the worktree's side for paths the project changed too.
         #[serde(default)]
         force: bool,
+        /// With conflicts: merge the other paths (absent: false, a
+        /// conflict stops the merge before it writes).
+        #[serde(default)]
+        partial: bool,
+        /// Write conflict markers into text files both sides changed
+        /// (absent: false).
+        #[serde(default)]
+        markers: bool,
+        /// Merge paths the project's ignore rules ignore too (absent:
+        /// false).
+        #[serde(default)]
+        include_ignored: bool,
     },
     /// Commit the capture records pending in the capture log to the index,
     /// so a reader in another process (history, export) sees every capture
@@ -203,6 +227,8 @@ mod tests {
                 {"path": "d", "current": "dir", "target": "absent", "steps": ["remove"]},
             ],
             "open_turn": 6,
+            "stopped_by_conflicts": false,
+            "marked": [],
         });
         let report: RewindReport = serde_json::from_value(sent.clone()).expect("report");
         let mut wire = Vec::new();

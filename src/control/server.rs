@@ -63,12 +63,14 @@ pub trait MountOps: Send + Sync + 'static {
     fn turns_closed(&self) {}
 }
 
-/// Runs a rewind with the mount quiesced and invalidates the kernel's caches
+/// Runs a rewind (of the paths within `only` alone, when given: `opfs
+/// restore`) with the mount quiesced and invalidates the kernel's caches
 /// for every path it wrote.
 pub fn rewind_mounted(
     journal: &Journal,
     mount: Option<&dyn MountOps>,
     to: u64,
+    only: Option<&[Vec<u8>]>,
     opts: rewind::RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
@@ -79,7 +81,10 @@ pub fn rewind_mounted(
         m.write_back();
     }
     let guard = mount.map(|m| m.quiesce());
-    let report = rewind::rewind_with_progress(journal, to, opts, progress);
+    let report = match only {
+        None => rewind::rewind_with_progress(journal, to, opts, progress),
+        Some(only) => rewind::restore_paths(journal, to, only, opts, progress),
+    };
     drop(guard);
     if let Some(m) = mount {
         match &report {
@@ -175,14 +180,21 @@ pub fn handle(
             dry_run,
             force,
             pending,
+            partial,
+            markers,
+            paths,
             ..
         } => {
+            let only: Option<Vec<Vec<u8>>> =
+                paths.map(|ps| ps.iter().map(|p| crate::paths::parse_display(p)).collect());
             let opts = rewind::RewindOptions {
                 dry_run,
                 force,
                 pending,
+                partial,
+                markers,
             };
-            let result = rewind_mounted(journal, Some(mount), to, opts, progress);
+            let result = rewind_mounted(journal, Some(mount), to, only.as_deref(), opts, progress);
             // A failed rewind may have closed turns too (its own, rolled back).
             if !dry_run {
                 mount.turns_closed();
@@ -203,12 +215,21 @@ pub fn handle(
             worktree,
             dry_run,
             force,
+            partial,
+            markers,
+            include_ignored,
         } => {
             let result = merge_mounted(
                 journal,
                 Some(mount),
                 &worktree,
-                MergeOptions { dry_run, force },
+                MergeOptions {
+                    dry_run,
+                    force,
+                    partial,
+                    markers,
+                    include_ignored,
+                },
             );
             if result.is_ok() && !dry_run {
                 mount.turns_closed();

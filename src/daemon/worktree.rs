@@ -450,8 +450,10 @@ pub(super) fn start_exporter(
 /// What worktree `name` of `project` changed against its base, as the
 /// entries of a patch git can apply (render them with
 /// [`crate::diff::write_patch`], `write_stat` or `write_name_status`);
-/// returns its metadata too. Reads only: `opfs worktree diff` and the MCP
-/// tool `worktree_diff`.
+/// returns its metadata too. Paths the worktree's ignore rules ignore are
+/// left out unless `include_ignored` (as a merge leaves them:
+/// [`crate::worktree::changes::drop_ignored`]). Reads only: `opfs worktree
+/// diff` and the MCP tool `worktree_diff`.
 ///
 /// Errors: no such worktree; its base cannot be resolved
 /// ([`WorktreeCmdError::Base`]); its upper layer or a file of either side
@@ -459,6 +461,7 @@ pub(super) fn start_exporter(
 pub fn diffs(
     project: &StateDir,
     name: &str,
+    include_ignored: bool,
 ) -> Result<(Meta, Vec<crate::diff::FileDiff>), WorktreeCmdError> {
     let wt = Worktree::of(project, name);
     let meta = wt.meta()?;
@@ -469,7 +472,10 @@ pub fn diffs(
         source,
     };
     let upper = crate::tree::Dir::open(&wt.upper()).map_err(changes_err)?;
-    let found = crate::worktree::changes::changes(&upper, &base).map_err(changes_err)?;
+    let mut found = crate::worktree::changes::changes(&upper, &base).map_err(changes_err)?;
+    if !include_ignored {
+        crate::worktree::changes::drop_ignored(&mut found, &upper, &base, &project.project);
+    }
     let diffs = crate::worktree::patch::file_diffs(&upper, &base, &found).map_err(changes_err)?;
     Ok((meta, diffs))
 }

@@ -34,10 +34,10 @@ use crate::tree::Dir;
 
 /// Reads the text of the ignore file at a project-relative path (`None`:
 /// there is none, or it cannot be read).
-pub(super) type ReadRules<'a> = dyn Fn(&[u8]) -> Option<String> + 'a;
+pub type ReadRules<'a> = dyn Fn(&[u8]) -> Option<String> + 'a;
 
 /// The ignore rules of one project, loaded lazily per directory.
-pub(super) struct IgnoreRules<'a> {
+pub struct IgnoreRules<'a> {
     /// Where the ignore files are read from.
     read: Box<ReadRules<'a>>,
     /// The directory the patterns are relative to.
@@ -57,14 +57,14 @@ impl<'a> IgnoreRules<'a> {
     /// user's global excludes now; `.gitignore` files as they are asked for.
     /// Files that cannot be read or patterns that do not parse are left out
     /// (logged at `debug`): an ignore file must never stop an export.
-    pub(super) fn load(backing: &'a Dir) -> IgnoreRules<'a> {
+    pub fn load(backing: &'a Dir) -> IgnoreRules<'a> {
         IgnoreRules::load_with(backing.path(), Box::new(|rel| read_rules(backing, rel)))
     }
 
     /// As [`IgnoreRules::load`], the ignore files read by `read` (a
     /// worktree's view) instead of from a directory; `root` is the
     /// directory the patterns are relative to.
-    pub(super) fn load_with(root: &Path, read: Box<ReadRules<'a>>) -> IgnoreRules<'a> {
+    pub fn load_with(root: &Path, read: Box<ReadRules<'a>>) -> IgnoreRules<'a> {
         let mut bottom = Vec::new();
         if let Some(text) = read(b".git/info/exclude") {
             bottom.push(build(root, &text));
@@ -86,7 +86,7 @@ impl<'a> IgnoreRules<'a> {
     /// True when `path` (project-relative; `is_dir`: it is a directory) is
     /// ignored: it, or a directory above it, matches an ignore pattern that
     /// no later or deeper pattern re-includes.
-    pub(super) fn is_ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
+    pub fn is_ignored(&mut self, path: &[u8], is_dir: bool) -> bool {
         if let Some((parent, _)) = paths::split(path) {
             if !parent.is_empty() && self.dir_ignored(parent) {
                 return true;

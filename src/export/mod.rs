@@ -33,7 +33,7 @@ mod background;
 mod baseline;
 mod branch;
 mod commit;
-mod ignore;
+pub mod ignore;
 mod lock;
 mod prune;
 mod repo;

@@ -50,6 +50,7 @@ pub fn log_json(
                     "deleted": e.deleted,
                     "paths": e.paths,
                     "bytes_stored": e.bytes_stored,
+                    "ignored": e.ignored,
                 });
                 if let Some(paths) = git_changes.get(&e.turn) {
                     v["git_changes"] = json!(paths);

@@ -41,6 +41,10 @@ pub struct LogEntry {
     pub paths: u64,
     /// Bytes of the distinct pre-image blobs the turn's records refer to.
     pub bytes_stored: u64,
+    /// Files and symlinks the turn added, modified or deleted that the
+    /// caller's filter left out of the three counts above (`opfs log`:
+    /// paths the project's ignore rules ignore).
+    pub ignored: u64,
 }
 
 /// `opfs log`: one entry per turn, newest first.
@@ -48,7 +52,20 @@ pub struct LogEntry {
 /// The end state of the newest turns is read from the project (once per
 /// path). Errors: the index or the project cannot be read.
 pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
-    log_of(src, true)
+    log_of(src, true, &mut |_| true)
+}
+
+/// [`log`], counting in `added`, `modified` and `deleted` only the paths
+/// `counted` keeps (the others go to `ignored`); `paths` and
+/// `bytes_stored` still say what the turn recorded. `opfs log` passes the
+/// project's ignore rules.
+///
+/// Errors: as [`log`].
+pub fn log_counting(
+    src: &Sources<'_>,
+    counted: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<Vec<LogEntry>, HistoryError> {
+    log_of(src, true, counted)
 }
 
 /// [`log`] without `added`, `modified` and `deleted` (left 0), so nothing
@@ -58,10 +75,14 @@ pub fn log(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
 /// Errors: the index cannot be read, or a ranged record cannot be put
 /// together.
 pub fn log_turns(src: &Sources<'_>) -> Result<Vec<LogEntry>, HistoryError> {
-    log_of(src, false)
+    log_of(src, false, &mut |_| true)
 }
 
-fn log_of(src: &Sources<'_>, count: bool) -> Result<Vec<LogEntry>, HistoryError> {
+fn log_of(
+    src: &Sources<'_>,
+    count: bool,
+    counted: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<Vec<LogEntry>, HistoryError> {
     let turns = src.index.turns(None)?;
     let Some(first) = turns.last().map(|t| t.number) else {
         return Ok(Vec::new());
@@ -107,6 +128,7 @@ fn log_of(src: &Sources<'_>, count: bool) -> Result<Vec<LogEntry>, HistoryError>
             deleted: 0,
             paths: 0,
             bytes_stored: 0,
+            ignored: 0,
         };
         let mut blobs: BTreeSet<Hash> = BTreeSet::new();
         for p in by_turn.get(&t.number).map(Vec::as_slice).unwrap_or(&[]) {
@@ -131,7 +153,12 @@ fn log_of(src: &Sources<'_>, count: bool) -> Result<Vec<LogEntry>, HistoryError>
                     None => continue,
                 },
             };
-            match classify(before, after) {
+            let kind = classify(before, after);
+            if kind.is_some() && !counted(p) {
+                e.ignored += 1;
+                continue;
+            }
+            match kind {
                 Some(ChangeKind::Added) => e.added += 1,
                 Some(ChangeKind::Modified) => e.modified += 1,
                 Some(ChangeKind::Deleted) => e.deleted += 1,

@@ -39,7 +39,7 @@ pub use changes::{
     changes, classify, dir_changes, git_file_mode, ChangeKind, DirChange, PathChange,
 };
 pub use json::{base64, log_json, rfc3339, show_json};
-pub use log::{log, log_turns, LogEntry};
+pub use log::{log, log_counting, log_turns, LogEntry};
 pub use outside::{outside_edits, outside_json, outside_line, show_outside};
 pub use refs::{resolve_range_ref, resolve_turn_ref, undo_target, Undo};
 pub use show::{show, show_entry, shown, Shown};

@@ -84,7 +84,8 @@ pub const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "worktree_diff",
         description: "What worktree `name` changed against its base: a patch git can apply, \
-                      or with `stat` a summary of changed lines per path.",
+                      or with `stat` a summary of changed lines per path. Paths the project's \
+                      ignore rules ignore are left out, as a merge leaves them.",
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -95,9 +96,10 @@ pub const TOOLS: &[ToolSpec] = &[
         name: "worktree_merge",
         description: "Apply worktree `name`'s changes to the project as one turn of kind \
                       `merge` (the user can rewind it). Paths the project changed too are \
-                      merged three-way when clean, else left as the project has them and \
-                      reported as conflicts (an error result with the report). `dry_run` \
-                      only plans.",
+                      merged three-way when clean; any other conflict stops the merge before \
+                      it writes anything (an error result with the report listing the \
+                      conflicts). Paths the project's ignore rules ignore are not merged. \
+                      `dry_run` only plans.",
         read_only: false,
         destructive: true,
         idempotent: false,
@@ -236,6 +238,9 @@ mod output {
                 "conflicts": { "type": "array", "description": "paths left as the project has them, with the reason" },
                 "plan": { "type": "array", "description": "what was (or would be) done per path" },
                 "open_turn": count("the turn open after the merge"),
+                "stopped_by_conflicts": { "type": "boolean", "description": "true when a conflict stopped the merge: nothing was merged" },
+                "marked": strings("text files written with conflict markers"),
+                "ignored": count("changed paths the project's ignore rules ignore, left out of the merge"),
             }),
             &[
                 "worktree",
@@ -495,8 +500,8 @@ pub enum ToolError {
     /// Reading the history failed.
     #[error(transparent)]
     History(#[from] HistoryError),
-    /// A merge left paths as the project has them (the CLI exits 3); the
-    /// report says what was merged.
+    /// A merge had conflicts (the CLI exits 3): it merged nothing; the
+    /// report lists them and what the other paths would get.
     #[error("{}", conflict_lines(.0))]
     Conflicts(Box<MergeReport>),
     /// A patch could not be rendered or a result encoded.
@@ -625,11 +630,20 @@ fn tool_names() -> String {
 }
 
 fn conflict_lines(r: &MergeReport) -> String {
-    r.conflicts
+    let mut lines: Vec<String> = r
+        .conflicts
         .iter()
         .map(|c| format!("not merged: {c}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if r.stopped_by_conflicts {
+        lines.push(format!(
+            "nothing was merged ({} other path(s) would be); the user can merge with \
+             `opfs worktree merge {} --partial`, `--force` or `--markers`",
+            r.plan.len(),
+            r.worktree
+        ));
+    }
+    lines.join("\n")
 }
 
 impl ToolError {
@@ -814,7 +828,7 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::diffs`].
     pub fn worktree_diff(&self, a: WorktreeDiffArgs) -> Result<DiffOutput, ToolError> {
-        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name)?;
+        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name, false)?;
         render(&diffs, a.stat)
     }
 
@@ -826,7 +840,11 @@ impl Tools {
     /// report) when paths were left as the project has them.
     pub fn worktree_merge(&self, a: WorktreeMergeArgs) -> Result<MergeReport, ToolError> {
         self.agents_own(&a.name)?;
-        let report = self.project.merge(&a.name, a.dry_run, false)?;
+        let opts = crate::worktree::merge::MergeOptions {
+            dry_run: a.dry_run,
+            ..Default::default()
+        };
+        let report = self.project.merge(&a.name, opts)?;
         if report.conflicts.is_empty() {
             Ok(report)
         } else {

@@ -14,11 +14,13 @@
 //! - `repo`: the project's repository, moved from `.git` through the
 //!   mount, is never removed;
 //! - [`apply`]: the executor;
-//! - [`conflict`]: [`Conflict`] and its typed [`ConflictReason`].
+//! - [`conflict`]: [`Conflict`] and its typed [`ConflictReason`];
+//! - [`markers`]: git-style conflict markers for text files (`--markers`).
 
 pub mod apply;
 pub mod conflict;
 mod links;
+pub mod markers;
 pub mod plan;
 pub mod preflight;
 mod repo;

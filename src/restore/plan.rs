@@ -541,6 +541,79 @@ pub(crate) fn plan_targets(
     (plan, conflicts)
 }
 
+/// `--markers` for a rewind or restore: of the paths `conflicts` leaves
+/// because they changed outside the mount, each regular text file is
+/// planned as its two-way marked file ([`super::markers::two_way`]: the
+/// project's bytes now against the target's, the bits as they are now),
+/// taken from `forced`, the plan made with `force`. Returns the plan (the
+/// paths without a conflict and the marked ones, in `forced`'s order),
+/// the conflicts left, and the marked paths.
+pub(crate) fn with_markers(
+    journal: &Journal,
+    to: u64,
+    (forced, _): (Vec<PathPlan>, Vec<Conflict>),
+    conflicts: Vec<Conflict>,
+) -> (Vec<PathPlan>, Vec<Conflict>, Vec<String>) {
+    let conflicted: BTreeSet<Vec<u8>> = conflicts.iter().map(|c| c.path.clone()).collect();
+    let markable: BTreeSet<Vec<u8>> = conflicts
+        .iter()
+        .filter(|c| matches!(c.reason, ConflictReason::ChangedOutsideMount { .. }))
+        .map(|c| c.path.clone())
+        .collect();
+    let mut plan = Vec::new();
+    let mut marked = Vec::new();
+    let theirs = format!("turn {to}");
+    for mut p in forced {
+        if !conflicted.contains(&p.raw) {
+            plan.push(p);
+            continue;
+        }
+        if !markable.contains(&p.raw) || p.patch.is_some() || p.link_raw.is_some() {
+            continue;
+        }
+        let (Current::File { stat }, PreImage::File { blob, .. }) =
+            (&p.current_state, &p.target_state)
+        else {
+            continue;
+        };
+        let now = journal
+            .backing()
+            .open_file(&p.raw, libc::O_RDONLY, 0)
+            .and_then(|mut f| {
+                let mut v = Vec::new();
+                io::Read::read_to_end(&mut f, &mut v).map(|_| v)
+            });
+        // A small pre-image is kept in the index, not as a blob file.
+        let then = journal
+            .inline_blob(blob)
+            .and_then(|inline| inline.map_or_else(|| journal.blobs().read(blob), Ok));
+        let (Ok(now), Ok(then)) = (now, then) else {
+            continue;
+        };
+        let Some(bytes) = super::markers::two_way(&now, &then, "project now", &theirs) else {
+            continue;
+        };
+        let Ok(target) = super::markers::file_target(journal.blobs(), &bytes, stat.perm()) else {
+            continue;
+        };
+        p.detail = format!("{} (conflict markers)", target_detail(&target));
+        p.target = StateKind::File;
+        p.target_state = target;
+        p.steps = vec![Step::Rewrite];
+        marked.push(p.path.clone());
+        plan.push(p);
+    }
+    let left = conflicts
+        .into_iter()
+        .filter(|c| {
+            !marked
+                .iter()
+                .any(|m| m.as_bytes() == paths::display(&c.path).as_bytes())
+        })
+        .collect();
+    (plan, left, marked)
+}
+
 /// [`PathPlan::detail`] of a target state.
 fn target_detail(target: &PreImage) -> String {
     match target {

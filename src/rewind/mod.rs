@@ -180,6 +180,13 @@ pub struct RewindOptions {
     /// Restore paths changed outside the mount since opfs last saw them
     /// (without it they are conflicts).
     pub force: bool,
+    /// With conflicts left (after `force` or `markers`): restore the other
+    /// paths and leave the conflicts as they are. Without it a rewind with
+    /// a conflict changes nothing ([`RewindReport::stopped_by_conflicts`]).
+    pub partial: bool,
+    /// Write git-style conflict markers into a text file changed outside
+    /// the mount instead of leaving it ([`crate::restore::markers`]).
+    pub markers: bool,
     /// Instead of rewinding to the turn given: finish (`Resume`) or put
     /// back (`Abort`) the pending rewind, one that stopped on a failure or
     /// that a crash interrupted ([`resume_stopped`], [`abort`]); with
@@ -223,6 +230,15 @@ pub struct RewindReport {
     /// changed, and how to undo it); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_first: Option<String>,
+    /// True when conflicts stopped it: nothing was written and no turn
+    /// opened (for a dry run: would stop). `plan` is what it would have
+    /// done to the other paths.
+    #[serde(default)]
+    pub stopped_by_conflicts: bool,
+    /// Text files written with conflict markers (also in `restored`;
+    /// `--markers`).
+    #[serde(default)]
+    pub marked: Vec<String>,
 }
 
 /// What finishing an interrupted rewind changed, for the rewind that ran
@@ -259,11 +275,32 @@ fn plan_until(
     until: Option<u64>,
     force: bool,
 ) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
+    plan_within(journal, to, until, force, None)
+}
+
+/// True when `path` is `within` or beneath it (`within` empty: the root,
+/// which holds every path).
+fn is_within(path: &[u8], within: &[u8]) -> bool {
+    within.is_empty()
+        || (path.starts_with(within) && (path.len() == within.len() || path[within.len()] == b'/'))
+}
+
+/// [`plan_until`] of the paths within one of `only` (all when `None`).
+fn plan_within(
+    journal: &Journal,
+    to: u64,
+    until: Option<u64>,
+    force: bool,
+    only: Option<&[Vec<u8>]>,
+) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> {
     if journal.backing().is_deleted() {
         return Err(RewindError::ProjectDeleted(journal.project().to_path_buf()));
     }
     journal.with_index(|ix| check_turn(ix, to))??;
     let mut targets = journal.with_index(|ix| ix.targets_at(to, until))?;
+    if let Some(only) = only {
+        targets.retain(|t| only.iter().any(|o| is_within(&t.path, o)));
+    }
     // A rewind never touches an excluded path, whatever records it has
     // from a mount that recorded it (`docs/design.md` "Excluded paths").
     if !journal.exclude().is_empty() {
@@ -319,10 +356,46 @@ pub fn rewind_with_progress(
     opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
+    rewind_within(journal, to, None, opts, progress)
+}
+
+/// `opfs restore [--from N] PATH…`: a rewind to the start of turn `to` of
+/// the paths within `only` (a path, or a directory and everything beneath
+/// it; an empty path is the whole project), and of nothing else: files,
+/// directories, symlinks, permission bits and removals, as a rewind
+/// restores them, under the same conflict rules (`opts`), recorded as a
+/// rewind turn labelled `restore PATH… from turn N`, so that rewinding to
+/// that turn undoes it. `opts.pending` is ignored. A path not recorded
+/// since `to` began is as it was then already: nothing to do.
+///
+/// Errors: as [`rewind`].
+pub fn restore_paths(
+    journal: &Journal,
+    to: u64,
+    only: &[Vec<u8>],
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
+    let opts = RewindOptions {
+        pending: None,
+        ..opts
+    };
+    rewind_within(journal, to, Some(only), opts, progress)
+}
+
+/// [`rewind_with_progress`] of the paths within `only` (all when `None`).
+fn rewind_within(
+    journal: &Journal,
+    to: u64,
+    only: Option<&[Vec<u8>]>,
+    opts: RewindOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RewindReport, RewindError> {
     let RewindOptions {
         dry_run,
         force,
         pending,
+        ..
     } = opts;
     match pending {
         Some(which) if dry_run => return resume::plan_pending(journal, which, force),
@@ -345,7 +418,7 @@ pub fn rewind_with_progress(
             log::warn!("{m}");
         }
     }
-    let result = rewind_planned(journal, to, dry_run, force, progress);
+    let result = rewind_planned(journal, to, only, opts, progress);
     let Some(first) = first else {
         return result;
     };
@@ -371,43 +444,126 @@ pub fn rewind_with_progress(
 fn rewind_planned(
     journal: &Journal,
     to: u64,
-    dry_run: bool,
-    force: bool,
+    only: Option<&[Vec<u8>]>,
+    opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
-    let (plan, conflicts) = plan(journal, to, force)?;
-    if dry_run {
+    let planned = plan_within(journal, to, None, opts.force, only)?;
+    if only.is_some() && planned.0.is_empty() && planned.1.is_empty() {
+        // A restore of paths already as they were: no turn for nothing.
         return Ok(RewindReport {
-            turn: Some(journal.open_turn() + 1),
+            turn: None,
             rewound_to: to,
-            dry_run,
+            dry_run: opts.dry_run,
+            restored: Vec::new(),
+            conflicts: Vec::new(),
+            plan: Vec::new(),
+            open_turn: journal.open_turn(),
+            touched: Vec::new(),
+            finished_first: None,
+            stopped_by_conflicts: false,
+            marked: Vec::new(),
+        });
+    }
+    let label = match only {
+        None => format!("rewind to turn {to}"),
+        Some(paths) => format!(
+            "restore {} from turn {to}",
+            paths
+                .iter()
+                .map(|p| if p.is_empty() {
+                    ".".to_string()
+                } else {
+                    crate::paths::display(p)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    };
+    let job = Job {
+        to,
+        label,
+        supersede: None,
+    };
+    run_planned(journal, job, opts, planned, progress, &|force| {
+        plan_within(journal, to, None, force, only)
+    })
+}
+
+/// The plan of a rewind ([`plan`]) or of a restore of some paths, with or
+/// without `force`.
+pub(crate) type Replan<'a> =
+    dyn Fn(bool) -> Result<(Vec<PathPlan>, Vec<Conflict>), RewindError> + 'a;
+
+/// Whether conflict `c` stops a restore that was not told `partial`: all
+/// do but a directory left in place only because it holds paths the
+/// `[record] exclude` list names, which no rewind records or touches
+/// (build output under a directory the rewind removes): it is reported,
+/// the rest is applied.
+pub(crate) fn stops(journal: &Journal, c: &Conflict) -> bool {
+    match &c.reason {
+        ConflictReason::UnrecordedEntries { names } => {
+            names.is_empty() || !names.iter().all(|n| journal.excludes(n))
+        }
+        _ => true,
+    }
+}
+
+/// Runs (or for a dry run, reports) a planned restore under the conflict
+/// rules of `opts`: conflicted text files get markers (`opts.markers`,
+/// planned again with `replan(true)` for their targets); conflicts left
+/// stop it before anything is written unless `opts.partial`.
+pub(crate) fn run_planned(
+    journal: &Journal,
+    mut job: Job,
+    opts: RewindOptions,
+    (mut plan, mut conflicts): (Vec<PathPlan>, Vec<Conflict>),
+    progress: &mut dyn FnMut(u64, u64),
+    replan: &Replan<'_>,
+) -> Result<RewindReport, RewindError> {
+    let to = job.to;
+    let mut marked = Vec::new();
+    if opts.markers && !opts.force && !conflicts.is_empty() {
+        let forced = replan(true)?;
+        (plan, conflicts, marked) = restore::plan::with_markers(journal, to, forced, conflicts);
+    }
+    let stopped_by_conflicts = !opts.partial && conflicts.iter().any(|c| stops(journal, c));
+    if opts.dry_run || stopped_by_conflicts {
+        return Ok(RewindReport {
+            turn: (!stopped_by_conflicts).then(|| journal.open_turn() + 1),
+            rewound_to: to,
+            dry_run: opts.dry_run,
             // What the real run would restore if no step fails.
-            restored: plan.iter().map(|p| p.path.clone()).collect(),
+            restored: if stopped_by_conflicts {
+                Vec::new()
+            } else {
+                plan.iter().map(|p| p.path.clone()).collect()
+            },
             conflicts,
             plan,
             open_turn: journal.open_turn(),
             touched: Vec::new(),
             finished_first: None,
+            stopped_by_conflicts,
+            marked,
         });
     }
     // A rewind that stopped on a failure is superseded: this one records
     // the half-restored state first, like any state it overwrites.
     let stopped = journal.with_index(|ix| ix.stopped_restore())?;
-    let job = Job {
-        to,
-        label: format!("rewind to turn {to}"),
-        supersede: stopped.map(|s| (s.rewind_turn, "superseded")),
-    };
-    run(journal, job, plan, conflicts, progress)
+    job.supersede = stopped.map(|s| (s.rewind_turn, "superseded"));
+    let mut report = run(journal, job, plan, conflicts, progress)?;
+    report.marked = marked;
+    Ok(report)
 }
 
 /// A restore run besides its plan: the turn it restores, the label of its
 /// rewind turn, and an earlier pending restore it ends (its rewind turn and
 /// the outcome recorded for it).
-struct Job {
-    to: u64,
-    label: String,
-    supersede: Option<(u64, &'static str)>,
+pub(crate) struct Job {
+    pub(crate) to: u64,
+    pub(crate) label: String,
+    pub(crate) supersede: Option<(u64, &'static str)>,
 }
 
 /// Runs a planned restore as a new rewind turn (R1–R7 in
@@ -524,6 +680,8 @@ fn run(
         plan,
         open_turn,
         finished_first: None,
+        stopped_by_conflicts: false,
+        marked: Vec::new(),
     })
 }
 

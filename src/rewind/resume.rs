@@ -109,6 +109,8 @@ pub fn plan_pending(
         open_turn: journal.open_turn(),
         touched: Vec::new(),
         finished_first: None,
+        stopped_by_conflicts: false,
+        marked: Vec::new(),
     })
 }
 

@@ -9,16 +9,22 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
+/// These tests check each path's outcome: a conflict leaves that path
+/// and the rest is restored (`partial`); the default, a conflict
+/// restoring nothing, is tested on a mount (`tests/rewind.rs`).
 fn dry() -> RewindOptions {
     RewindOptions {
         dry_run: true,
-        force: false,
-        pending: None,
+        partial: true,
+        ..RewindOptions::default()
     }
 }
 
 fn real() -> RewindOptions {
-    RewindOptions::default()
+    RewindOptions {
+        partial: true,
+        ..RewindOptions::default()
+    }
 }
 
 fn manifest(root: &Path) -> BTreeMap<Vec<u8>, String> {

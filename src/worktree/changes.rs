@@ -86,6 +86,76 @@ pub struct Change {
     pub after: Entry,
 }
 
+impl Change {
+    /// True when the path is a directory in the worktree, or was one at
+    /// the base and is gone.
+    pub fn is_dir(&self) -> bool {
+        matches!(
+            (&self.before, &self.after),
+            (_, Entry::Dir { .. }) | (Entry::Dir { .. }, Entry::Absent)
+        )
+    }
+}
+
+/// The ignore rules of a worktree's view, as the export decides them
+/// ([`crate::export::ignore`]): its `.gitignore` files as the worktree
+/// holds them now (from `upper` when it wrote them, none where it deleted
+/// them, else from `base`), `.git/info/exclude` and the user's global
+/// excludes. `root` is the directory the patterns are relative to.
+pub fn view_ignore_rules<'a>(
+    upper: &'a Dir,
+    base: &'a dyn Lower,
+    root: &std::path::Path,
+) -> crate::export::ignore::IgnoreRules<'a> {
+    let read = move |rel: &[u8]| -> Option<String> {
+        if let Ok(Some(st)) = upper.lstat(rel) {
+            return (st.file_type() == libc::S_IFREG)
+                .then(|| read_upper(upper, rel))
+                .flatten();
+        }
+        let (dir, name) = paths::split(rel).unwrap_or((b"", rel));
+        let mut wh = dir.to_vec();
+        if !wh.is_empty() {
+            wh.push(b'/');
+        }
+        wh.extend_from_slice(WHITEOUT_PREFIX);
+        wh.extend_from_slice(name);
+        if matches!(upper.lstat(&wh), Ok(Some(_))) {
+            return None;
+        }
+        base_bytes(base, rel)
+            .ok()
+            .flatten()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    crate::export::ignore::IgnoreRules::load_with(root, Box::new(read))
+}
+
+/// Removes from `found` (a worktree's [`changes`]) the paths the
+/// worktree's own ignore rules ignore ([`view_ignore_rules`]). Returns
+/// how many were removed.
+pub fn drop_ignored(
+    found: &mut Vec<Change>,
+    upper: &Dir,
+    base: &dyn Lower,
+    root: &std::path::Path,
+) -> usize {
+    let mut rules = view_ignore_rules(upper, base, root);
+    let before = found.len();
+    found.retain(|c| !rules.is_ignored(&c.path, c.is_dir()));
+    before - found.len()
+}
+
+/// The text of the upper layer's file at `path` (`None`: unreadable).
+fn read_upper(upper: &Dir, path: &[u8]) -> Option<String> {
+    let mut f = upper
+        .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        .ok()?;
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).ok()?;
+    Some(String::from_utf8_lossy(&v).into_owned())
+}
+
 /// Every path the worktree changed against its base, sorted by path.
 ///
 /// `upper` is the upper layer, `base` the lower one. Cost: one `lstat` per

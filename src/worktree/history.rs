@@ -594,6 +594,18 @@ impl<'a> WorktreeHistory<'a> {
     /// Errors: the worktree's history, its upper layer or its base cannot
     /// be read.
     pub fn log(&self) -> Result<Vec<LogEntry>, HistoryError> {
+        self.log_counting(&mut |_| true)
+    }
+
+    /// [`WorktreeHistory::log`], counting in `added`, `modified` and
+    /// `deleted` only the paths `counted` keeps (the others go to
+    /// `ignored`), as [`crate::history::log_counting`].
+    ///
+    /// Errors: as [`WorktreeHistory::log`].
+    pub fn log_counting(
+        &self,
+        counted: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<LogEntry>, HistoryError> {
         let mut entries = crate::history::log_turns(&self.src)?;
         let Some(first) = entries.iter().map(|e| e.turn).min() else {
             return Ok(entries);
@@ -618,7 +630,12 @@ impl<'a> WorktreeHistory<'a> {
             for (q, (old, new)) in
                 self.compare_hashed(&timeline, &recorded, e.turn, e.turn + 1, false)?
             {
-                match self.classify_seen(&q, &old, &new)? {
+                let kind = self.classify_seen(&q, &old, &new)?;
+                if kind.is_some() && !counted(&q) {
+                    e.ignored += 1;
+                    continue;
+                }
+                match kind {
                     Some(ChangeKind::Added) => e.added += 1,
                     Some(ChangeKind::Modified) => e.modified += 1,
                     Some(ChangeKind::Deleted) => e.deleted += 1,

@@ -16,6 +16,13 @@
 //! opfs last saw it, a directory holding unrecorded entries, a failed
 //! step). `force` takes the worktree's side for the first three.
 //!
+//! A conflict found while planning **stops the merge** before it writes
+//! anything ([`MergeReport::stopped_by_conflicts`]) unless `partial`
+//! (merge the rest) is given; `markers` writes git-style conflict markers
+//! into a text file whose two sides' changes overlap. Paths the
+//! worktree's ignore rules ignore are left out unless `include_ignored`
+//! ([`super::changes::drop_ignored`]).
+//!
 //! **Crash safety.** Before its first write a merge leaves a marker
 //! (`merge.running` in the project's state dir, naming the merge turn);
 //! it is removed once the merge is done. A merge found interrupted (the
@@ -56,6 +63,17 @@ pub struct MergeOptions {
     pub dry_run: bool,
     /// Take the worktree's side for paths the project changed too.
     pub force: bool,
+    /// With conflicts left: merge the other paths and leave the conflicts
+    /// as the project has them. Without it a merge with a conflict changes
+    /// nothing ([`MergeReport::stopped_by_conflicts`]).
+    pub partial: bool,
+    /// A text file both sides changed whose changes overlap gets git-style
+    /// conflict markers ([`crate::restore::markers::three_way`]) instead
+    /// of being left as a conflict.
+    pub markers: bool,
+    /// Merge paths the project's ignore rules ignore too (without it they
+    /// are left out, as the export leaves them: `ignored`).
+    pub include_ignored: bool,
 }
 
 /// The outcome of a merge (or of its dry run).
@@ -86,6 +104,18 @@ pub struct MergeReport {
     /// Raw bytes of every path the merge wrote (for cache invalidation).
     #[serde(skip)]
     pub touched: Vec<Vec<u8>>,
+    /// True when conflicts stopped it: nothing was written and no turn
+    /// opened (for a dry run: would stop). `plan` is what it would have
+    /// done to the other paths.
+    #[serde(default)]
+    pub stopped_by_conflicts: bool,
+    /// Text files written with conflict markers (also in `merged`).
+    #[serde(default)]
+    pub marked: Vec<String>,
+    /// How many changed paths of the worktree the project's ignore rules
+    /// ignore, left out of the merge (0 with `include_ignored`).
+    #[serde(default)]
+    pub ignored: usize,
 }
 
 /// Errors that stop a merge before it writes anything to the project.
@@ -191,6 +221,9 @@ pub fn roll_back_interrupted(journal: &Journal) -> Result<Option<String>, MergeE
             dry_run: false,
             force: true,
             pending: None,
+            // Whatever cannot be put back stays listed; the rest is.
+            partial: true,
+            markers: false,
         },
     )
     .map_err(|source| MergeError::RollBack { turn, source })?;
@@ -243,8 +276,10 @@ fn special(kind: Kind) -> Option<Special> {
 }
 
 /// The three-way merge of a text file both sides changed: `None` when it
-/// does not apply (not three text files, or the changes overlap), else the
-/// merged file as a target state (its bytes put in the blob store). Its
+/// does not apply (not three text files, or the changes overlap and
+/// `markers` is false), else the merged file as a target state (its bytes
+/// put in the blob store); `with_markers` is set when it holds conflict
+/// markers (worktree `name`'s side labelled `worktree NAME`). Its
 /// permission bits are the worktree's when the worktree changed them, else
 /// the project's.
 ///
@@ -258,6 +293,7 @@ fn three_way(
     before: &Entry,
     after: &Entry,
     current: &Version,
+    (name, markers, with_markers): (&str, bool, &mut bool),
 ) -> Result<Option<PreImage>, BlobError> {
     let (
         Entry::File {
@@ -290,14 +326,20 @@ fn three_way(
         std::io::Read::read_to_end(&mut f, &mut v).map_err(io)?;
         v
     };
-    if [&ancestor, &ours, &theirs]
-        .iter()
-        .any(|b| crate::diff::is_binary(b))
-    {
-        return Ok(None);
-    }
-    let Ok(merged) = diffy::merge_bytes(&ancestor, &ours, &theirs) else {
-        return Ok(None);
+    let theirs_label = format!("worktree {name}");
+    let merged = match crate::restore::markers::three_way(
+        &ancestor,
+        &ours,
+        &theirs,
+        "project",
+        &theirs_label,
+    ) {
+        Some(Ok(merged)) => merged,
+        Some(Err(marked)) if markers => {
+            *with_markers = true;
+            marked
+        }
+        _ => return Ok(None),
     };
     let (blob, size) = journal
         .blobs()
@@ -354,13 +396,19 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         source,
     };
     let upper = Dir::open(&wt.upper()).map_err(read_err)?;
-    let found = changes(&upper, &base).map_err(read_err)?;
+    let mut found = changes(&upper, &base).map_err(read_err)?;
+    let ignored = if opts.include_ignored {
+        0
+    } else {
+        super::changes::drop_ignored(&mut found, &upper, &base, journal.backing().path())
+    };
     let mut drifted = read_drift(&wt.drift_path());
     drifted.extend(base.drifted());
 
     let mut conflicts = Vec::new();
     let mut already = Vec::new();
     let mut three_way_merged = Vec::new();
+    let mut marked = Vec::new();
     let mut states: Vec<(Vec<u8>, PreImage)> = Vec::new();
     for Change {
         path,
@@ -390,9 +438,17 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
                 continue;
             }
             if !holds(&before, &current) {
-                match three_way(&base, &upper, journal, &path, &before, &after, &current) {
+                let mut with_markers = false;
+                let how = (name, opts.markers, &mut with_markers);
+                match three_way(
+                    &base, &upper, journal, &path, &before, &after, &current, how,
+                ) {
                     Ok(Some(target)) => {
-                        three_way_merged.push(paths::display(&path));
+                        if with_markers {
+                            marked.push(paths::display(&path));
+                        } else {
+                            three_way_merged.push(paths::display(&path));
+                        }
                         states.push((path, target));
                     }
                     Ok(None) => conflicts.push(Conflict::new(
@@ -448,8 +504,9 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
     let (plan, plan_conflicts) = restore::plan::plan(journal, meta.base_turn, states, opts.force);
     conflicts.extend(plan_conflicts);
     conflicts.sort_by(|a, b| a.path.cmp(&b.path));
+    let stopped_by_conflicts = !opts.partial && conflicts.iter().any(|c| rewind::stops(journal, c));
 
-    if opts.dry_run {
+    if opts.dry_run || stopped_by_conflicts {
         let mut merged: Vec<String> = plan.iter().map(|p| p.path.clone()).collect();
         merged.extend(already);
         merged.sort();
@@ -457,13 +514,20 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
             worktree: name.to_string(),
             turn: None,
             base_turn: meta.base_turn,
-            dry_run: true,
-            merged,
+            dry_run: opts.dry_run,
+            merged: if stopped_by_conflicts {
+                Vec::new()
+            } else {
+                merged
+            },
             three_way: three_way_merged,
             conflicts,
             plan,
             open_turn: journal.open_turn(),
             touched: Vec::new(),
+            stopped_by_conflicts,
+            marked,
+            ignored,
         });
     }
     let label = format!("merge worktree {name}");
@@ -501,5 +565,8 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,
         open_turn,
+        stopped_by_conflicts: false,
+        marked,
+        ignored,
     })
 }

@@ -286,7 +286,8 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
         "w",
         MergeOptions {
             dry_run: true,
-            force: false,
+            partial: true,
+            ..MergeOptions::default()
         },
     )
     .expect("dry run");
@@ -303,7 +304,11 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
         ConflictReason::ChangedInProject { base } if base == base_turn
     ));
 
-    let report = merge(&s.journal, "w", MergeOptions::default()).expect("merge");
+    let partial = MergeOptions {
+        partial: true,
+        ..MergeOptions::default()
+    };
+    let report = merge(&s.journal, "w", partial).expect("merge");
     let turn = report.turn.expect("a merge turn");
     assert_eq!(report.merged, dry.merged);
     assert_eq!(report.conflicts.len(), 1);
@@ -339,8 +344,8 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
         &s.journal,
         "w",
         MergeOptions {
-            dry_run: false,
             force: true,
+            ..MergeOptions::default()
         },
     )
     .expect("forced merge");
@@ -362,7 +367,11 @@ fn text_changed_on_both_sides_is_merged_three_way_when_clean() {
     put(&up, "u", b"one\nTWO (worktree)\nthree\n");
     write_through(&s, "t", b"ONE (project)\ntwo\nthree\nfour\nfive\n");
     write_through(&s, "u", b"one\nTWO (project)\nthree\n");
-    let report = merge(&s.journal, "w", MergeOptions::default()).expect("merge");
+    let partial = MergeOptions {
+        partial: true,
+        ..MergeOptions::default()
+    };
+    let report = merge(&s.journal, "w", partial).expect("merge");
     assert_eq!(report.three_way, ["t"]);
     assert!(
         report.merged.contains(&"t".to_string()),

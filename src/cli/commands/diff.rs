@@ -83,6 +83,24 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
             .filter(|k| filter.is_empty() || filter.iter().any(|f| pathspec::is_within(&k.path, f)))
             .collect(),
     };
+    let (mut changes, mut dirs) = (changes, dirs);
+    if !a.include_ignored {
+        let upper;
+        let base = opfs::daemon::worktree::history_base(project.state()).transpose()?;
+        let mut rules = match &base {
+            Some((wt, _, base)) => {
+                upper = opfs::tree::Dir::open(&wt.upper()).map_err(failure)?;
+                opfs::worktree::changes::view_ignore_rules(&upper, base, &project.state().project)
+            }
+            None => {
+                upper = opfs::tree::Dir::open(&project.state().project).map_err(failure)?;
+                opfs::export::ignore::IgnoreRules::load(&upper)
+            }
+        };
+        changes
+            .retain(|c| !rules.is_ignored(&c.path, c.old.state.is_dir() || c.new.state.is_dir()));
+        dirs.retain(|d| !rules.is_ignored(&d.path, true));
+    }
     let diffs = patch::build(&src, &changes)?;
     let dirs = patch::empty_dirs(&dirs, &diffs);
     let write = |w: &mut dyn Write| match mode {

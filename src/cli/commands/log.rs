@@ -34,9 +34,28 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
     )?;
     let src = opened.sources();
     let worktree = opfs::daemon::worktree::history_base(project.state()).transpose()?;
+    // The counts follow the ignore rules of what -C names, as the export
+    // does, unless --include-ignored.
+    let dir;
+    let mut rules = match (&worktree, a.include_ignored) {
+        (_, true) => None,
+        (Some((wt, _, base)), false) => {
+            dir = opfs::tree::Dir::open(&wt.upper()).map_err(failure)?;
+            Some(opfs::worktree::changes::view_ignore_rules(
+                &dir,
+                base,
+                &project.state().project,
+            ))
+        }
+        (None, false) => {
+            dir = opfs::tree::Dir::open(&project.state().project).map_err(failure)?;
+            Some(opfs::export::ignore::IgnoreRules::load(&dir))
+        }
+    };
+    let mut counted = |p: &[u8]| rules.as_mut().is_none_or(|r| !r.is_ignored(p, false));
     let mut entries = match &worktree {
-        Some((_, _, base)) => WorktreeHistory::new(src, base).log()?,
-        None => history::log(&src)?,
+        Some((_, _, base)) => WorktreeHistory::new(src, base).log_counting(&mut counted)?,
+        None => history::log_counting(&src, &mut counted)?,
     };
     if !filter.is_empty() {
         let mut kept = Vec::new();
@@ -148,8 +167,17 @@ fn long(
         )?;
         writeln!(
             out,
-            "    changes: {} added, {} modified, {} deleted ({} paths recorded, {} bytes stored)",
-            e.added, e.modified, e.deleted, e.paths, e.bytes_stored
+            "    changes: {} added, {} modified, {} deleted{} ({} paths recorded, {} bytes stored)",
+            e.added,
+            e.modified,
+            e.deleted,
+            if e.ignored > 0 {
+                format!(", {} ignored", e.ignored)
+            } else {
+                String::new()
+            },
+            e.paths,
+            e.bytes_stored
         )?;
         if let Some(paths) = git_changes.get(&e.turn) {
             writeln!(

@@ -19,6 +19,7 @@ mod label;
 mod log;
 mod mcp;
 mod mount;
+mod restore;
 mod rewind;
 mod run;
 mod show;
@@ -43,6 +44,7 @@ pub fn run(
         Cmd::Status => status::run(ctx, out, err).map(|()| 0),
         Cmd::Turn(a) => turn::run(ctx, a, out, err).map(|()| 0),
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
+        Cmd::Restore(a) => restore::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
         Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),

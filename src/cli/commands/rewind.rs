@@ -17,7 +17,7 @@ use opfs::rewind::RewindReport;
 use opfs::store::Index;
 use opfs::store::StateDir;
 
-use crate::cli::args::RewindArgs;
+use crate::cli::args::{Choice, RewindArgs};
 use crate::cli::error::{failure, CommandError, ErrorKind};
 use crate::cli::output::{printable, rfc3339};
 use crate::cli::{refs, Ctx};
@@ -54,9 +54,9 @@ pub fn run(
     };
     if pending.is_some() {
         if a.dry_run {
-            return run_rewind(ctx, &project, 0, true, a.force, pending, None, out, err);
+            return run_rewind(ctx, &project, 0, true, a.choice(), pending, None, out, err);
         }
-        return execute_opts(ctx, &project, 0, a.force, pending, None, out, err);
+        return execute_opts(ctx, &project, 0, a.choice(), pending, None, out, err);
     }
     if let (Some(_), false, Some(note)) = (target, a.dry_run, pending_note(st)) {
         writeln!(
@@ -72,7 +72,7 @@ pub fn run(
         }
         return list_rewind_points(ctx, st, a.all, out);
     };
-    execute(ctx, &project, n, a.dry_run, a.force, None, out, err)
+    execute(ctx, &project, n, a.dry_run, a.choice(), None, out, err)
 }
 
 /// Rewinds to the start of turn `n` and prints the report (`opfs rewind N`
@@ -84,15 +84,15 @@ pub fn execute(
     project: &Project,
     n: u64,
     dry_run: bool,
-    force: bool,
+    choice: Choice,
     extra: Option<(&str, serde_json::Value)>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
     if dry_run {
-        return plan_only(ctx, project, n, force, extra, out, err);
+        return plan_only(ctx, project, n, choice, extra, out, err);
     }
-    execute_opts(ctx, project, n, force, None, extra, out, err)
+    execute_opts(ctx, project, n, choice, None, extra, out, err)
 }
 
 /// [`execute`] of a dry run.
@@ -100,12 +100,12 @@ fn plan_only(
     ctx: &Ctx,
     project: &Project,
     n: u64,
-    force: bool,
+    choice: Choice,
     extra: Option<(&str, serde_json::Value)>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    run_rewind(ctx, project, n, true, force, None, extra, out, err)
+    run_rewind(ctx, project, n, true, choice, None, extra, out, err)
 }
 
 /// [`execute`] for a rewind that writes, or for `--resume`/`--abort`
@@ -115,13 +115,13 @@ fn execute_opts(
     ctx: &Ctx,
     project: &Project,
     n: u64,
-    force: bool,
+    choice: Choice,
     pending: Option<opfs::rewind::Pending>,
     extra: Option<(&str, serde_json::Value)>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    run_rewind(ctx, project, n, false, force, pending, extra, out, err)
+    run_rewind(ctx, project, n, false, choice, pending, extra, out, err)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -130,7 +130,7 @@ fn run_rewind(
     project: &Project,
     n: u64,
     dry_run: bool,
-    force: bool,
+    choice: Choice,
     pending: Option<opfs::rewind::Pending>,
     extra: Option<(&str, serde_json::Value)>,
     out: &mut dyn Write,
@@ -145,8 +145,10 @@ fn run_rewind(
         let mut update = |d, t| bar.update(d, t);
         let opts = opfs::rewind::RewindOptions {
             dry_run,
-            force,
+            force: choice.force,
             pending,
+            partial: choice.partial,
+            markers: choice.markers,
         };
         project.rewind_opts_with_progress(n, opts, shown.then_some(&mut update as _))?
     };
@@ -176,7 +178,7 @@ fn run_rewind(
             writeln!(err, "opfs: not restored: {c}")?;
         }
     }
-    if report.conflicts.is_empty() {
+    if report.conflicts.is_empty() && report.marked.is_empty() {
         Ok(())
     } else {
         Err(CommandError::reported(ErrorKind::Conflict))
@@ -373,7 +375,22 @@ pub fn cut(text: &str, width: usize) -> String {
 }
 
 fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
-    if r.dry_run {
+    let n = r.conflicts.len();
+    if r.stopped_by_conflicts {
+        writeln!(
+            out,
+            "{}rewinding to the start of turn {} {} nothing: {n} path(s) conflict (listed \
+             below); without them it would change {} paths:",
+            if r.dry_run { "dry run: " } else { "" },
+            r.rewound_to,
+            if r.dry_run { "would change" } else { "changed" },
+            r.plan.len()
+        )?;
+        for p in &r.plan {
+            writeln!(out, "  {}", opfs::restore::describe(p))?;
+        }
+        writeln!(out, "{}", CHOICES)?;
+    } else if r.dry_run {
         writeln!(
             out,
             "dry run: rewinding to the start of turn {} would change {} paths:",
@@ -393,5 +410,20 @@ fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
             r.open_turn
         )?;
     }
+    if !r.marked.is_empty() {
+        writeln!(
+            out,
+            "{} {} file(s) with conflict markers (<<<<<<< project now / >>>>>>> turn {}): {}",
+            if r.dry_run { "would write" } else { "wrote" },
+            r.marked.len(),
+            r.rewound_to,
+            r.marked.join(", ")
+        )?;
+    }
     Ok(())
 }
+
+/// What a command stopped by conflicts offers.
+pub const CHOICES: &str = "nothing was written. Choose: --partial applies the rest and leaves \
+    the conflicts as they are; --force takes the incoming side (what is there now is recorded \
+    first, so it can be undone); --markers writes conflict markers into text files";

@@ -1,4 +1,4 @@
-//! `opfs undo [--dry-run] [--force]`: one rewind chosen from the newest
+//! `opfs undo [--dry-run] [--force] [--partial] [--markers]`: one rewind chosen from the newest
 //! turns ([`opfs::history::undo_target`], `docs/cli.md`): the last rewind
 //! is undone (redo), else the open turn's changes, else the last turn's.
 //! It says on stderr what it undoes, then prints the rewind's report.
@@ -52,7 +52,7 @@ pub fn run(
         &project,
         target,
         a.dry_run,
-        a.force,
+        a.choice(),
         Some(("undo", undo_json(&undo))),
         out,
         err,

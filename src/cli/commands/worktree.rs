@@ -128,8 +128,9 @@ pub fn run(
             name,
             stat,
             name_status,
+            include_ignored,
         } => {
-            let (meta, diffs) = wt_cmd::diffs(&st, name).map_err(err)?;
+            let (meta, diffs) = wt_cmd::diffs(&st, name, *include_ignored).map_err(err)?;
             let write = |w: &mut dyn Write| {
                 if *stat {
                     patch::write_stat(&diffs, w)
@@ -156,8 +157,17 @@ pub fn run(
             name,
             dry_run,
             force,
+            conflicts,
+            include_ignored,
         } => {
-            let report = project.merge(name, *dry_run, *force)?;
+            let opts = opfs::worktree::merge::MergeOptions {
+                dry_run: *dry_run,
+                force: *force,
+                partial: conflicts.partial,
+                markers: conflicts.markers,
+                include_ignored: *include_ignored,
+            };
+            let report = project.merge(name, opts)?;
             if json {
                 writeln!(out, "{}", serde_json::to_value(&report).map_err(failure)?)?;
             } else {
@@ -166,7 +176,7 @@ pub fn run(
                     writeln!(errs, "opfs: not merged: {c}")?;
                 }
             }
-            if !report.conflicts.is_empty() {
+            if !report.conflicts.is_empty() || !report.marked.is_empty() {
                 return Err(CommandError::reported(ErrorKind::Conflict));
             }
         }
@@ -188,6 +198,24 @@ pub fn run(
 
 fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
     let verb = if r.dry_run { "would merge" } else { "merged" };
+    if r.stopped_by_conflicts {
+        writeln!(
+            out,
+            "{}merging worktree {} (from turn {}) {} nothing: {} path(s) conflict (listed \
+             below); without them it would change {} paths:",
+            if r.dry_run { "dry run: " } else { "" },
+            r.worktree,
+            r.base_turn,
+            if r.dry_run { "would change" } else { "changed" },
+            r.conflicts.len(),
+            r.plan.len()
+        )?;
+        for p in &r.plan {
+            writeln!(out, "  {}", opfs::restore::describe(p))?;
+        }
+        writeln!(out, "{}", crate::cli::commands::rewind::CHOICES)?;
+        return print_merge_notes(r, out);
+    }
     match r.turn {
         Some(t) => writeln!(
             out,
@@ -211,6 +239,26 @@ fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
     }
     for p in &r.three_way {
         writeln!(out, "  {p}: merged three-way (both sides changed it)")?;
+    }
+    print_merge_notes(r, out)
+}
+
+/// The marked files and the ignored paths left out, after the plan.
+fn print_merge_notes(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
+    for p in &r.marked {
+        writeln!(
+            out,
+            "  {p}: conflict markers (<<<<<<< project / >>>>>>> worktree {})",
+            r.worktree
+        )?;
+    }
+    if r.ignored > 0 {
+        writeln!(
+            out,
+            "  ({} changed path(s) the project's ignore rules ignore left out; \
+             --include-ignored merges them)",
+            r.ignored
+        )?;
     }
     Ok(())
 }
