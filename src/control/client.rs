@@ -287,9 +287,25 @@ impl Project {
         id: Option<&str>,
         allow_direct: bool,
     ) -> Result<(u64, Via), ClientError> {
+        self.turn_closing(None, label, id, allow_direct)
+    }
+
+    /// [`Project::turn_via`], also labelling the turn it closes with
+    /// `closing_label` when given (`opfs turn -m`; `Some("")` removes its
+    /// label), in the transaction that closes it: after `Ok` the closed
+    /// turn has that label, after `Err` it keeps its own. Errors as
+    /// [`Project::turn_via`].
+    pub fn turn_closing(
+        &self,
+        closing_label: Option<&str>,
+        label: Option<&str>,
+        id: Option<&str>,
+        allow_direct: bool,
+    ) -> Result<(u64, Via), ClientError> {
         let req = Request::Turn {
             label: label.map(String::from),
             id: id.map(String::from),
+            closing_label: closing_label.map(String::from),
         };
         match self.ask(&req)? {
             Some(Response::Turn { turn }) => Ok((turn, Via::Daemon)),
@@ -305,6 +321,7 @@ impl Project {
                         label,
                         external_id: id,
                         rewound_to: None,
+                        closing_label,
                     })
                     .map(|turn| (turn, Via::Direct))
                     .map_err(|e| ClientError::Direct(e.to_string()))

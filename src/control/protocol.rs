@@ -25,6 +25,9 @@ pub enum Request {
         label: Option<String>,
         /// External id of the new turn.
         id: Option<String>,
+        /// Label of the turn it closes (`opfs turn -m`; absent: keep it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        closing_label: Option<String>,
     },
     /// Rewind to the start of a turn.
     Rewind {

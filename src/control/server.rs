@@ -147,7 +147,11 @@ pub fn handle(
         Request::Status => {
             Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
         }
-        Request::Turn { label, id } => {
+        Request::Turn {
+            label,
+            id,
+            closing_label,
+        } => {
             // Every store made before this request belongs to the turn it
             // closes, mmap stores still in the page cache too.
             mount.write_back();
@@ -157,6 +161,7 @@ pub fn handle(
                 label: label.as_deref(),
                 external_id: id.as_deref(),
                 rewound_to: None,
+                closing_label: closing_label.as_deref(),
             });
             drop(guard);
             if r.is_ok() {

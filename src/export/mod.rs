@@ -36,6 +36,7 @@ mod commit;
 mod ignore;
 mod lock;
 mod prune;
+mod relabel;
 mod repo;
 mod tree_edit;
 
@@ -250,6 +251,10 @@ pub struct ExportReport {
     pub baseline_entries: u64,
     /// Turns exported by this run, oldest first.
     pub turns: Vec<u64>,
+    /// Turns exported before whose label changed since (`opfs label`):
+    /// their commits were written again with the new message, oldest
+    /// first.
+    pub relabelled: Vec<u64>,
     /// The newest turn in the export after this run (`None`: only the
     /// baseline, or nothing).
     pub last_turn: Option<u64>,
@@ -410,6 +415,7 @@ impl ExportReport {
             baseline: false,
             baseline_entries: 0,
             turns: Vec::new(),
+            relabelled: Vec::new(),
             last_turn: None,
             objects: 0,
             skipped: Vec::new(),
@@ -453,7 +459,11 @@ fn bring_up_to_date(
         tip => tip,
     };
     let tip = match tip {
-        Some(tip) => tip,
+        Some(tip) => {
+            let (tip, relabelled) = relabel::relabel(ex, tip)?;
+            report.relabelled = relabelled;
+            tip
+        }
         None => {
             let b = baseline::write(ex, first, progress)?;
             report.baseline = true;

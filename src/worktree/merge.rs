@@ -472,6 +472,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         label: Some(&label),
         external_id: None,
         rewound_to: None,
+        closing_label: None,
     })?;
     let mark = marker(&state);
     fs::write(&mark, format!("{turn} {name}\n")).map_err(|source| MergeError::Marker {
