@@ -116,6 +116,50 @@ fn turn_m_labels_the_turn_it_closes_and_labels_reach_the_export() {
     git_in_ok(&git_dir, &["fsck", "--strict"]);
 }
 
+#[test]
+fn diff_shows_permission_changes_git_cannot_and_show_says_a_link_is_a_link() {
+    let fx = Fixture::new();
+    write_file(&fx.p("private"), b"secret\n", 0o644);
+    write_file(&fx.p("run.sh"), b"echo\n", 0o644);
+    fs::create_dir(fx.p("gone")).expect("mkdir");
+    std::os::unix::fs::symlink("private", fx.p("link")).expect("symlink");
+    fx.mount();
+    fx.sh("chmod 0600 private; chmod 0755 run.sh; mkdir empty; rmdir gone; ln -sfn run.sh link");
+    let patch = fx.opfs_c(&["diff"]).ok().stdout;
+    // git keeps only 644/755: a chmod 0600 that a rewind restores gets a
+    // line as `git diff --summary` words a mode change.
+    assert!(
+        patch.contains("\n mode change 0644 => 0600 private\n"),
+        "{patch}"
+    );
+    assert!(!patch.contains("diff --git a/private"), "{patch}");
+    assert!(
+        patch.contains("diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("--- a/link\n+++ b/link\n@@ -1 +1 @@\n-private\n"),
+        "{patch}"
+    );
+    assert!(patch.contains("new empty directory empty/"), "{patch}");
+    assert!(patch.contains("deleted empty directory gone/"), "{patch}");
+    let stat = fx.opfs_c(&["diff", "--stat"]).ok().stdout;
+    assert!(stat.contains(" private | 0\n"), "{stat}");
+    let names = fx.opfs_c(&["diff", "--name-status"]).ok().stdout;
+    assert!(names.contains("M\tprivate\n"), "{names}");
+    // `show` of a symlink: stdout is the target alone (a pipe gets exactly
+    // those bytes); stderr says it is a link.
+    let run = fx.opfs_c(&["show", "1:link"]).ok();
+    assert_eq!(run.stdout, "private");
+    assert!(
+        run.stderr
+            .contains("link was a symbolic link when turn 1 began"),
+        "{run}"
+    );
+    let run = fx.opfs_c(&["show", "1:run.sh"]).ok();
+    assert!(run.stderr.is_empty(), "{run}");
+}
+
 /// `label_of` through the project while unmounted.
 fn label_of_p(fx: &Fixture, n: u64) -> Value {
     let v = fx.opfs_p(&["rewind", "--json", "--all"]).ok().json();

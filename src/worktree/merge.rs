@@ -77,6 +77,10 @@ pub struct MergeReport {
     /// `merged`).
     #[serde(default)]
     pub three_way: Vec<String>,
+    /// Paths the project already held as the worktree has them (also in
+    /// `merged`): nothing was (or would be) written for them.
+    #[serde(default)]
+    pub identical: Vec<String>,
     /// Paths left as the project has them, with the reason.
     pub conflicts: Vec<Conflict>,
     /// The plan that was (or would be) executed on the project.
@@ -451,7 +455,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
 
     if opts.dry_run {
         let mut merged: Vec<String> = plan.iter().map(|p| p.path.clone()).collect();
-        merged.extend(already);
+        merged.extend(already.iter().cloned());
         merged.sort();
         return Ok(MergeReport {
             worktree: name.to_string(),
@@ -460,6 +464,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
             dry_run: true,
             merged,
             three_way: three_way_merged,
+            identical: already,
             conflicts,
             plan,
             open_turn: journal.open_turn(),
@@ -489,7 +494,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         source,
     })?;
     let open_turn = journal.next_turn(NewTurn::agent())?;
-    merged.extend(already);
+    merged.extend(already.iter().cloned());
     merged.sort();
     Ok(MergeReport {
         worktree: name.to_string(),
@@ -498,6 +503,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         dry_run: false,
         merged,
         three_way: three_way_merged,
+        identical: already,
         conflicts,
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,
