@@ -42,9 +42,12 @@ pub struct Cli {
 pub enum Cmd {
     /// Serve PROJECT at MOUNTPOINT, recording every change.
     ///
-    /// Paths the configuration file's `[record] exclude` list names
-    /// (gitignore patterns, read now) are served but not recorded, and a
-    /// rewind never restores them (docs/design.md "Excluded paths").
+    /// Paths the configuration file's `[record] exclude` lists name
+    /// (gitignore patterns, global and the project's own, read now), and
+    /// the regenerable directories the project's ignore rules ignore
+    /// (target/, node_modules/, .venv/, __pycache__/...), are served but
+    /// not recorded, and a rewind never restores them (docs/design.md
+    /// "What opfs keeps by default").
     Mount(MountArgs),
     /// Stop serving MOUNTPOINT (default: the mount of `-C`), flushing everything.
     Umount(UmountArgs),

@@ -219,6 +219,7 @@ impl Project {
         let req = Request::Gc {
             keep: retention.keep,
             max_bytes: retention.max_bytes,
+            min_age_days: retention.min_age_days,
         };
         match self.ask(&req)? {
             Some(Response::Gc(report)) => Ok(report),

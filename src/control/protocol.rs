@@ -72,6 +72,10 @@ pub enum Request {
         /// Drop more old turns until the kept blobs take at most this many
         /// bytes.
         max_bytes: Option<u64>,
+        /// Drop only turns that ended at least this many days ago (absent:
+        /// any age).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_age_days: Option<u64>,
     },
 }
 

@@ -230,8 +230,16 @@ pub fn handle(
                 },
             }
         }
-        Request::Gc { keep, max_bytes } => {
-            let retention = crate::gc::Retention { keep, max_bytes };
+        Request::Gc {
+            keep,
+            max_bytes,
+            min_age_days,
+        } => {
+            let retention = crate::gc::Retention {
+                keep,
+                max_bytes,
+                min_age_days,
+            };
             match crate::gc::gc_served(journal, &|| mount.quiesce(), retention) {
                 Ok(report) => Response::Gc(report),
                 Err(e) => Response::Error {

@@ -36,6 +36,7 @@ mod commit;
 mod ignore;
 mod lock;
 mod prune;
+mod regenerable;
 mod relabel;
 mod repo;
 mod tree_edit;
@@ -46,6 +47,7 @@ pub use branch::{
     WORKTREE_REF_PREFIX,
 };
 pub use prune::{hold, prune, prune_held, ExportHold, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use regenerable::{regenerable, regenerable_ignored, Regenerable, REGENERABLE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;

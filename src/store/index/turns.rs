@@ -155,6 +155,22 @@ impl Index {
             .map_err(self.err())
     }
 
+    /// The oldest turn that is open or ended after `ns` (the turns after
+    /// it are younger still); `u64::MAX` when there is none. Retention's
+    /// minimum age (`crate::gc`).
+    ///
+    /// Errors: SQLite's.
+    pub fn first_turn_ended_after(&self, ns: i64) -> Result<u64, IndexError> {
+        self.conn
+            .query_row(
+                "SELECT min(number) FROM turns WHERE ended_at IS NULL OR ended_at > ?1",
+                [ns],
+                |r| r.get::<_, Option<Uint>>(0),
+            )
+            .map(|v| v.map_or(u64::MAX, |n| n.0))
+            .map_err(self.err())
+    }
+
     /// Sets the label of turn `number` (`None` removes it): `opfs label`.
     /// Returns false when there is no such turn (nothing changed).
     ///
