@@ -224,6 +224,24 @@ mod tests {
     }
 
     #[test]
+    fn per_project_record_settings() {
+        let c: Config = toml::from_str(
+            "[record]\nexclude = [\"*.log\"]\nskip_regenerable = true\n\n\
+             [projects.\"~/code/app\".record]\nskip_regenerable = false\nexclude = [\"cache/\"]\n",
+        )
+        .unwrap();
+        let own = c
+            .project(Path::new("/home/u/code/app"), Some(Path::new("/home/u")))
+            .unwrap();
+        assert_eq!(own.record.skip_regenerable, Some(false));
+        assert_eq!(own.record.exclude, ["cache/"]);
+        assert!(c
+            .project(Path::new("/home/u/code/other"), Some(Path::new("/home/u")))
+            .is_none());
+        assert!(toml::from_str::<Config>("[projects.\"/p\".record]\nexclud = []\n").is_err());
+    }
+
+    #[test]
     fn record_exclude_list() {
         let c: Config = toml::from_str("[record]\nexclude = [\"target/\", \"*.log\"]\n").unwrap();
         assert_eq!(c.record.exclude, vec!["target/", "*.log"]);
