@@ -29,6 +29,9 @@ pub struct Side {
     pub mode: u32,
     /// The bytes (a symlink's target for 120000).
     pub data: Vec<u8>,
+    /// The permission bits (`0o7777`) of a file, which a rewind restores
+    /// exactly though git keeps only 644 or 755; 0 for a symlink.
+    pub perm: u32,
 }
 
 /// One entry of a diff.
@@ -94,12 +97,12 @@ fn side(
     path: &[u8],
     v: &crate::view::Version,
 ) -> Result<Option<Side>, HistoryError> {
-    let mode = match &v.state {
-        PreImage::File { perm, .. } => git_file_mode(*perm),
-        PreImage::Symlink { .. } => 0o120000,
+    let (mode, perm) = match &v.state {
+        PreImage::File { perm, .. } => (git_file_mode(*perm), *perm & 0o7777),
+        PreImage::Symlink { .. } => (0o120000, 0),
         _ => return Ok(None),
     };
-    Ok(src.content(path, v)?.map(|data| Side { mode, data }))
+    Ok(src.content(path, v)?.map(|data| Side { mode, data, perm }))
 }
 
 /// Loads both sides of every change and pairs exact renames.
@@ -329,6 +332,11 @@ pub fn write_patch(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
                 body(out, path, Some(&old.data), None)?;
             }
             FileDiff::Modified { path, old, new } => {
+                if old.mode == new.mode && old.data == new.data {
+                    // Permission bits git cannot show: a line after the
+                    // patch (`write_perms`).
+                    continue;
+                }
                 header(out, path, path)?;
                 if old.mode != new.mode {
                     writeln!(out, "old mode {:o}\nnew mode {:o}", old.mode, new.mode)?;
@@ -349,6 +357,24 @@ pub fn write_patch(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
                 out.write_all(&quote_path("", from))?;
                 out.write_all(b"\nrename to ")?;
                 out.write_all(&quote_path("", to))?;
+                out.write_all(b"\n")?;
+            }
+        }
+    }
+    write_perms(diffs, out)
+}
+
+/// Writes, after a patch, one line per file whose permission bits changed
+/// in a way git's modes (100644, 100755) do not show, as `git diff
+/// --summary` words a mode change: ` mode change 0644 => 0600 f`. `git
+/// apply` skips such lines (as the empty directory lines); `opfs rewind`
+/// restores those bits.
+fn write_perms(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
+    for d in diffs {
+        if let FileDiff::Modified { path, old, new } = d {
+            if old.mode == new.mode && old.perm != new.perm {
+                write!(out, " mode change {:04o} => {:04o} ", old.perm, new.perm)?;
+                out.write_all(&quote_path("", path))?;
                 out.write_all(b"\n")?;
             }
         }
@@ -437,8 +463,41 @@ fn line_counts(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
     Some((ins, del))
 }
 
+/// The width `--stat` lines fit in, as git's default for a pipe.
+pub const STAT_WIDTH: usize = 80;
+
+/// `name` cut to `width` bytes the way `git diff --stat` cuts it: `...`
+/// and its tail, from a `/` when the tail holds one. Names are quoted
+/// (ASCII), so any byte is a character boundary.
+fn cut_name(name: &[u8], width: usize) -> Vec<u8> {
+    if name.len() <= width {
+        return name.to_vec();
+    }
+    let keep = width.saturating_sub(3);
+    let mut tail = &name[name.len() - keep..];
+    if let Some(i) = tail.iter().position(|&b| b == b'/') {
+        tail = &tail[i..];
+    }
+    let mut out = b"...".to_vec();
+    out.extend_from_slice(tail);
+    out
+}
+
+/// `count` of `max` as a bar of at most `width` characters (git's
+/// `scale_linear`: a non-zero count is at least one character).
+fn scale(count: usize, max: usize, width: usize) -> usize {
+    if count == 0 || max <= width {
+        return count;
+    }
+    1 + count * width.saturating_sub(1) / max
+}
+
 /// Writes a `git diff --stat`-like summary: one line per path with its
-/// inserted/deleted line counts, then the totals.
+/// inserted/deleted line counts and a +/- bar, then the totals. Lines fit
+/// [`STAT_WIDTH`] columns as git's do: the bar gets what the names leave,
+/// at least 3/8 of the room, scaled to the largest change; a name that
+/// still does not fit is cut to `...` and its tail. A change of
+/// permission bits alone counts 0 lines, as git shows a mode change.
 pub fn write_stat(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
     let empty: &[u8] = &[];
     let mut rows = Vec::new();
@@ -458,31 +517,52 @@ pub fn write_stat(diffs: &[FileDiff], out: &mut dyn Write) -> io::Result<()> {
         };
         rows.push((name, old.len(), new.len(), line_counts(old, new)));
     }
-    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let max_change = rows
+        .iter()
+        .filter_map(|r| r.3.map(|(i, d)| i + d))
+        .max()
+        .unwrap_or(0);
+    let binary = rows.iter().any(|r| r.3.is_none());
+    let number_width = max_change.to_string().len().max(if binary { 3 } else { 1 });
+    // " " name " | " number " " bar
+    let room = STAT_WIDTH.saturating_sub(5 + number_width);
+    let mut name_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let mut graph_width = max_change;
+    if name_width + graph_width > room {
+        graph_width = graph_width.min(room.saturating_sub(name_width).max(room * 3 / 8));
+        name_width = name_width.min(room - graph_width);
+    }
     let (mut total_ins, mut total_del) = (0usize, 0usize);
     for (name, old_len, new_len, counts) in &rows {
+        let name = cut_name(name, name_width);
         out.write_all(b" ")?;
-        out.write_all(name)?;
-        out.write_all(&vec![b' '; width - name.len()])?;
+        out.write_all(&name)?;
+        out.write_all(&vec![b' '; name_width.saturating_sub(name.len())])?;
         match counts {
             Some((ins, del)) => {
                 total_ins += ins;
                 total_del += del;
-                let bar_total = (ins + del).min(60);
-                let plus = if ins + del == 0 {
-                    0
+                // As git: both signs show when both kinds of line changed.
+                let mut total = scale(ins + del, max_change, graph_width);
+                if *ins > 0 && *del > 0 && total < 2 {
+                    total = 2;
+                }
+                let plus = if ins < del {
+                    scale(*ins, max_change, graph_width).min(total)
                 } else {
-                    (ins * bar_total).div_ceil(ins + del)
+                    total - scale(*del, max_change, graph_width).min(total)
                 };
-                writeln!(
-                    out,
-                    " | {:>4} {}{}",
-                    ins + del,
-                    "+".repeat(plus),
-                    "-".repeat(bar_total - plus)
-                )?;
+                write!(out, " | {:>number_width$}", ins + del)?;
+                if total > 0 {
+                    write!(out, " {}{}", "+".repeat(plus), "-".repeat(total - plus))?;
+                }
+                writeln!(out)?;
             }
-            None => writeln!(out, " | Bin {old_len} -> {new_len} bytes")?,
+            None => writeln!(
+                out,
+                " | {:<number_width$} {old_len} -> {new_len} bytes",
+                "Bin"
+            )?,
         }
     }
     let files = rows.len();
@@ -516,6 +596,7 @@ mod tests {
         Side {
             mode: 0o100644,
             data: data.to_vec(),
+            perm: 0o644,
         }
     }
 
@@ -539,6 +620,57 @@ mod tests {
         assert_eq!(
             text,
             "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n-c\n+B\n+c\n\\ No newline at end of file\n"
+        );
+    }
+
+    #[test]
+    fn stat_lines_fit_80_columns_as_gits_do() {
+        let long = "a/very/deep/directory/tree/with/many/levels/and/a/rather/long/file_name.rs";
+        let d = vec![
+            FileDiff::Added {
+                path: long.as_bytes().to_vec(),
+                new: file("x\n".repeat(500).as_bytes()),
+            },
+            FileDiff::Modified {
+                path: b"short".to_vec(),
+                old: file(b"a\n"),
+                new: file(b"b\n"),
+            },
+        ];
+        let mut out = Vec::new();
+        write_stat(&d, &mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf8");
+        for line in text.lines() {
+            assert!(line.len() <= STAT_WIDTH, "{line:?} is {} wide", line.len());
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with(" .../"), "{text}");
+        assert!(lines[0].contains("| 500 +++"), "{text}");
+        assert!(lines[1].starts_with(" short"), "{text}");
+        assert!(lines[1].ends_with("|   2 +-"), "{text}");
+        // Short names keep their whole width and a bar of their own size.
+        let mut out = Vec::new();
+        write_stat(&d[1..], &mut out).expect("write");
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            " short | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n"
+        );
+    }
+
+    #[test]
+    fn a_permission_change_git_cannot_show_is_a_line_after_the_patch() {
+        let mut private = file(b"x\n");
+        private.perm = 0o600;
+        let d = vec![FileDiff::Modified {
+            path: b"f".to_vec(),
+            old: file(b"x\n"),
+            new: private,
+        }];
+        let mut out = Vec::new();
+        write_patch(&d, &mut out).expect("write");
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            " mode change 0644 => 0600 f\n"
         );
     }
 

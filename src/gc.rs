@@ -45,13 +45,17 @@ use crate::store::{BlobStore, Index, IndexError, StateDir, Sweep};
 pub const DEFAULT_KEEP: u64 = 100;
 
 /// What to keep.
-#[derive(Debug, Clone, Copy)]
+#[derive(PartialEq, Eq, Debug, Clone, Copy)]
 pub struct Retention {
     /// Keep at least the newest this many turns (at least 1).
     pub keep: u64,
     /// Drop more old turns until referenced blobs take at most this many
     /// bytes (the open turn is kept whatever its size).
     pub max_bytes: Option<u64>,
+    /// Drop only turns that ended at least this many days ago (`None`: any
+    /// age). The default policy of a mount with no `[retention]` table
+    /// ([`Retention::automatic_default`]).
+    pub min_age_days: Option<u64>,
 }
 
 impl Default for Retention {
@@ -59,7 +63,36 @@ impl Default for Retention {
         Retention {
             keep: DEFAULT_KEEP,
             max_bytes: None,
+            min_age_days: None,
         }
+    }
+}
+
+/// The days a turn is kept at least by the default automatic policy.
+pub const DEFAULT_MIN_AGE_DAYS: u64 = 30;
+
+impl Retention {
+    /// What a mount applies by itself when the user configured no
+    /// retention: a turn goes once it is older than the newest
+    /// [`DEFAULT_KEEP`] turns *and* ended more than
+    /// [`DEFAULT_MIN_AGE_DAYS`] days ago (`docs/cli.md` "Automatic
+    /// retention"), so the store stops growing without bound while
+    /// nothing from the last month or the last 100 turns goes.
+    pub fn automatic_default() -> Retention {
+        Retention {
+            keep: DEFAULT_KEEP,
+            max_bytes: None,
+            min_age_days: Some(DEFAULT_MIN_AGE_DAYS),
+        }
+    }
+
+    /// The newest `ended_at` (ns) a turn may have and still be dropped
+    /// under [`Retention::min_age_days`], at `now_ns`; `None`: any.
+    fn ended_by(&self, now_ns: i64) -> Option<i64> {
+        self.min_age_days.map(|d| {
+            let age = i64::try_from(d.saturating_mul(86_400_000_000_000)).unwrap_or(i64::MAX);
+            now_ns.saturating_sub(age)
+        })
     }
 }
 
@@ -253,9 +286,14 @@ fn plan_cut(
         Some(_) => index.bytes_by_last_use()?,
         None => Default::default(),
     };
-    cut_point(first, last, retention, pins, |from| {
+    let (cut, note) = cut_point(first, last, retention, pins, |from| {
         Ok(by_last.range(from..).map(|(_, b)| *b).sum())
-    })
+    })?;
+    // With a minimum age, no turn that ended since (or is open) goes.
+    match retention.ended_by(crate::store::index::now_ns()) {
+        Some(by) => Ok((cut.min(index.first_turn_ended_after(by)?).max(first), note)),
+        None => Ok((cut, note)),
+    }
 }
 
 /// Records a daemon-side gc deletes in one step under the mount's gate
@@ -762,6 +800,12 @@ pub fn due(journal: &Journal, retention: Retention) -> Result<bool, IndexError> 
     if first >= floor {
         return Ok(false);
     }
+    if let Some(by) = retention.ended_by(crate::store::index::now_ns()) {
+        // The oldest turn is too young to go: nothing is.
+        if journal.with_index(|ix| ix.first_turn_ended_after(by))? <= first {
+            return Ok(false);
+        }
+    }
     let by_count = (last + 1).saturating_sub(retention.keep.max(1)) > first;
     let by_bytes = match retention.max_bytes {
         Some(budget) => journal.stored_bytes()? > budget,
@@ -780,6 +824,7 @@ mod tests {
         let keep = |keep| Retention {
             keep,
             max_bytes: None,
+            min_age_days: None,
         };
         assert_eq!(cut_point(1, 10, keep(3), &[], never).ok(), Some((8, None)));
         assert_eq!(
@@ -805,6 +850,7 @@ mod tests {
         let budget = Retention {
             keep: 100,
             max_bytes: Some(250),
+            min_age_days: None,
         };
         assert_eq!(cut_point(1, 10, budget, &[], bytes).ok(), Some((9, None)));
     }

@@ -57,6 +57,109 @@ fn labels_belong_to_the_turn_they_name() {
     assert!(log.stdout.contains("label:   renamed one"), "{log}");
 }
 
+/// The subject line of the export's commit named `rev`.
+fn subject(git_dir: &std::path::Path, rev: &str) -> String {
+    let out = git_in_ok(git_dir, &["log", "-1", "--format=%s", rev]);
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+#[test]
+fn turn_m_labels_the_turn_it_closes_and_labels_reach_the_export() {
+    let fx = Fixture::new();
+    fx.mount_with(&["--no-export"]);
+    // `-m` labels the work just done (the turn it closes), as `git commit
+    // -m` does; `--label` still labels the turn that opens.
+    fx.sh("echo a > a");
+    let run = fx.opfs_c(&["turn", "-m", "wrote a"]).ok();
+    assert_eq!(parse_turn_number(&run), 2);
+    assert_eq!(label_of(&fx, 1), "wrote a");
+    assert_eq!(label_of(&fx, 2), Value::Null);
+    fx.sh("echo b > b");
+    let run = fx
+        .opfs_c(&["turn", "--message", "wrote b", "--label", "next prompt"])
+        .ok();
+    assert_eq!(parse_turn_number(&run), 3);
+    assert_eq!(label_of(&fx, 2), "wrote b");
+    assert_eq!(label_of(&fx, 3), "next prompt");
+
+    let git_dir = fx.state_dir().join("export.git");
+    let run = fx.opfs_c(&["export"]).ok();
+    assert!(run.stdout.contains("exported turns 1 to 2"), "{run}");
+    assert_eq!(subject(&git_dir, "refs/opfs/turns/1"), "Turn 1: wrote a");
+    // A label changed after the export reaches it at the next export:
+    // that commit's message changes, the later ones move onto it.
+    fx.opfs_c(&["label", "1", "wrote the letter a"]).ok();
+    let run = fx.opfs_c(&["export"]).ok();
+    assert!(!run.stdout.contains("nothing new"), "{run}");
+    assert!(run.stdout.contains("relabelled turn 1"), "{run}");
+    assert_eq!(
+        subject(&git_dir, "refs/opfs/turns/1"),
+        "Turn 1: wrote the letter a"
+    );
+    assert_eq!(subject(&git_dir, "refs/opfs/turns/2"), "Turn 2: wrote b");
+    assert_eq!(subject(&git_dir, "refs/heads/opfs"), "Turn 2: wrote b");
+    let parent = git_in_ok(&git_dir, &["rev-parse", "refs/opfs/turns/2^"]);
+    let one = git_in_ok(&git_dir, &["rev-parse", "refs/opfs/turns/1"]);
+    assert_eq!(parent, one, "turn 2's commit is on the relabelled turn 1");
+    let tip = git_in_ok(&git_dir, &["rev-parse", "refs/heads/opfs"]);
+    // Nothing changed since: nothing to do. And the rewritten history is
+    // what a fresh export of it writes (same ids).
+    let run = fx.opfs_c(&["export"]).ok();
+    assert!(run.stdout.contains("nothing new to export"), "{run}");
+    fs::remove_dir_all(&git_dir).expect("remove the export");
+    fx.opfs_c(&["export"]).ok();
+    assert_eq!(
+        git_in_ok(&git_dir, &["rev-parse", "refs/heads/opfs"]),
+        tip,
+        "a fresh export gives the same commits"
+    );
+    git_in_ok(&git_dir, &["fsck", "--strict"]);
+}
+
+#[test]
+fn diff_shows_permission_changes_git_cannot_and_show_says_a_link_is_a_link() {
+    let fx = Fixture::new();
+    write_file(&fx.p("private"), b"secret\n", 0o644);
+    write_file(&fx.p("run.sh"), b"echo\n", 0o644);
+    fs::create_dir(fx.p("gone")).expect("mkdir");
+    std::os::unix::fs::symlink("private", fx.p("link")).expect("symlink");
+    fx.mount();
+    fx.sh("chmod 0600 private; chmod 0755 run.sh; mkdir empty; rmdir gone; ln -sfn run.sh link");
+    let patch = fx.opfs_c(&["diff"]).ok().stdout;
+    // git keeps only 644/755: a chmod 0600 that a rewind restores gets a
+    // line as `git diff --summary` words a mode change.
+    assert!(
+        patch.contains("\n mode change 0644 => 0600 private\n"),
+        "{patch}"
+    );
+    assert!(!patch.contains("diff --git a/private"), "{patch}");
+    assert!(
+        patch.contains("diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("--- a/link\n+++ b/link\n@@ -1 +1 @@\n-private\n"),
+        "{patch}"
+    );
+    assert!(patch.contains("new empty directory empty/"), "{patch}");
+    assert!(patch.contains("deleted empty directory gone/"), "{patch}");
+    let stat = fx.opfs_c(&["diff", "--stat"]).ok().stdout;
+    assert!(stat.contains(" private | 0\n"), "{stat}");
+    let names = fx.opfs_c(&["diff", "--name-status"]).ok().stdout;
+    assert!(names.contains("M\tprivate\n"), "{names}");
+    // `show` of a symlink: stdout is the target alone (a pipe gets exactly
+    // those bytes); stderr says it is a link.
+    let run = fx.opfs_c(&["show", "1:link"]).ok();
+    assert_eq!(run.stdout, "private");
+    assert!(
+        run.stderr
+            .contains("link was a symbolic link when turn 1 began"),
+        "{run}"
+    );
+    let run = fx.opfs_c(&["show", "1:run.sh"]).ok();
+    assert!(run.stderr.is_empty(), "{run}");
+}
+
 /// `label_of` through the project while unmounted.
 fn label_of_p(fx: &Fixture, n: u64) -> Value {
     let v = fx.opfs_p(&["rewind", "--json", "--all"]).ok().json();

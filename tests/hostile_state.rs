@@ -106,6 +106,10 @@ fn a_negative_retention_setting_is_named() {
             "[retention]\nmax_bytes = -5\n",
             "[retention] max_bytes = -5: a size cannot be negative",
         ),
+        (
+            "[retention]\nkeep_days = -2\n",
+            "[retention] keep_days = -2: a number of days cannot be negative",
+        ),
     ] {
         fs::write(&fx.pinned.config, text).expect("config");
         let run = fx.opfs_c(&["gc"]);

@@ -101,6 +101,7 @@ fn gc_progress_sweeps_every_blob_folder_up_to_its_total() {
     let retention = opfs::gc::Retention {
         keep: 1,
         max_bytes: None,
+        min_age_days: None,
     };
     let r = opfs::gc::gc_with_progress(&st, retention, false, &mut |d, t| seen.push((d, t)))
         .expect("gc");

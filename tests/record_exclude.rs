@@ -273,3 +273,101 @@ fn a_bad_exclude_pattern_refuses_the_mount_and_names_the_file() {
         "nothing may be mounted"
     );
 }
+
+/// What opfs keeps by default (`docs/design.md` "What opfs keeps by
+/// default"): the regenerable directories the project's ignore rules
+/// ignore (`target/`, `__pycache__/`, a venv that ignores itself) are not
+/// recorded and a rewind leaves them; what is ignored but not regenerable
+/// (`.env`, a data folder) and a regenerable name the project does not
+/// ignore (`node_modules/` here) are recorded and rewound exactly.
+/// `status` says where the stored bytes go and what would save them; a
+/// project's own settings, kept in the configuration, win.
+#[test]
+fn regenerable_ignored_output_is_not_recorded_by_default_and_precious_files_are() {
+    let fx = Fixture::new();
+    fs::write(fx.p(".gitignore"), "/target\n__pycache__/\n.env\ndata/\n").expect("write");
+    write_file(&fx.p("src/a.rs"), b"fn a() {}\n", 0o644);
+    write_file(&fx.p(".env"), b"SECRET=1\n", 0o600);
+    write_file(&fx.p("target/debug/old.o"), b"old object\n", 0o644);
+    write_file(&fx.p(".venv/.gitignore"), b"*\n", 0o644);
+    let start = fx.tree_without_git();
+    fx.mount();
+    let st = fx.status();
+    assert_eq!(
+        st["record_exclude"],
+        serde_json::json!(["target/", ".venv/", "__pycache__/"]),
+        "{st:#}"
+    );
+    // A turn: a build, a bytecode cache, a venv, packages the project does
+    // not ignore, a precious file changed and data made.
+    write_file(&fx.m("target/debug/app"), &vec![7u8; 1 << 20], 0o755);
+    fs::remove_file(fx.m("target/debug/old.o")).expect("rm");
+    write_file(&fx.m("src/__pycache__/m.pyc"), b"bytecode", 0o644);
+    write_file(&fx.m(".venv/lib/site.py"), b"site\n", 0o644);
+    write_file(
+        &fx.m("node_modules/x/index.js"),
+        &vec![b'x'; 300 << 10],
+        0o644,
+    );
+    write_file(&fx.m(".env"), b"SECRET=2\n", 0o600);
+    write_file(&fx.m("data/d.csv"), b"1,2\n", 0o644);
+    write_file(&fx.m("src/a.rs"), b"fn a() { b() }\n", 0o644);
+    fx.turn("work");
+    fx.sh("echo again > node_modules/x/index.js");
+    fx.turn("more");
+    let st = fx.status();
+    let tops = st["stored_by_top"].as_array().expect("stored_by_top");
+    let top = |name: &str| tops.iter().find(|t| t["top"] == name).cloned();
+    let nm = top("node_modules").unwrap_or_else(|| panic!("no node_modules: {st:#}"));
+    assert_eq!(nm["bytes"], 300 << 10, "{st:#}");
+    assert!(
+        nm["hint"].as_str().unwrap_or("").contains("regenerable"),
+        "{st:#}"
+    );
+    assert!(top("target").is_none(), "target was recorded: {st:#}");
+    let text = fx.opfs_c(&["status"]).ok().stdout;
+    assert!(
+        text.contains("stored:     300.0 KiB in node_modules"),
+        "{text}"
+    );
+    // The rewind restores every recorded path exactly and leaves the
+    // regenerable ones as the build left them.
+    fx.rewind(1);
+    assert_eq!(fs::read(fx.m(".env")).expect(".env"), b"SECRET=1\n");
+    assert!(!fx.m("data").exists() && !fx.m("node_modules").exists());
+    assert_eq!(fs::read(fx.m("src/a.rs")).expect("a.rs"), b"fn a() {}\n");
+    assert_eq!(
+        fs::read(fx.m("target/debug/app")).expect("app").len(),
+        1 << 20
+    );
+    assert!(
+        !fx.m("target/debug/old.o").exists(),
+        "not recorded, not restored"
+    );
+    assert!(fx.m("src/__pycache__/m.pyc").exists() && fx.m(".venv/lib/site.py").exists());
+    let skip = |p: &[u8]| {
+        p.starts_with(b"target") || p.starts_with(b".venv") || p.starts_with(b"src/__pycache__")
+    };
+    assert_manifest_eq(
+        "recorded paths after the rewind",
+        &recorded_part(&start, skip),
+        &recorded_part(&fx.tree_without_git(), skip),
+    );
+    fx.umount();
+
+    // The project's own settings, outside the project, win: record its
+    // build output after all, and leave out one more folder.
+    fs::write(
+        &fx.pinned.config,
+        format!(
+            "[record]\nexclude = [\"*.log\"]\n\n[projects.{:?}.record]\nskip_regenerable = false\nexclude = [\"cache/\"]\n",
+            fx.project.display().to_string()
+        ),
+    )
+    .expect("write config");
+    fx.mount();
+    assert_eq!(
+        fx.status()["record_exclude"],
+        serde_json::json!(["*.log", "cache/"])
+    );
+}

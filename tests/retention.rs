@@ -446,3 +446,48 @@ fn gc_without_a_daemon_runs_on_the_state_dir() {
     assert!(r["dropped_turns"].is_array(), "{r:#}");
     verify_ok(&f, "unmounted gc");
 }
+
+/// With no `[retention]` table the daemon applies the default policy by
+/// itself: a turn goes once it is outside the newest 100 *and* ended more
+/// than 30 days ago, so a store never grows without bound while nothing
+/// recent goes. Turns 1 to 3 are made 40 days old in the index; of the
+/// 105 turns then, only they are dropped (4 and 5 are outside the newest
+/// 100 but recent). (Before, nothing was dropped without the table.)
+#[test]
+fn the_default_policy_drops_turns_past_100_and_30_days_while_mounted() {
+    let f = Fixture::new();
+    fs::write(f.p("f"), "0\n").unwrap();
+    f.mount();
+    for i in 1..=103u64 {
+        fs::write(f.m("f"), format!("{i}\n")).unwrap();
+        let run = f.opfs_c(&["turn"]).ok();
+        assert_eq!(parse_turn_number(&run), i + 1);
+    }
+    f.umount();
+    let days_40: i64 = 40 * 86_400 * 1_000_000_000;
+    let conn = rusqlite::Connection::open(f.state_dir().join("index.db")).unwrap();
+    conn.execute(
+        "UPDATE turns SET started_at = started_at - ?1, ended_at = ended_at - ?1 WHERE number <= 3",
+        [days_40],
+    )
+    .unwrap();
+    drop(conn);
+    f.mount();
+    assert_eq!(
+        turns_listed(&f).first(),
+        Some(&1),
+        "nothing goes before a turn"
+    );
+    let open = parse_turn_number(&f.opfs_c(&["turn"]).ok());
+    assert_eq!(open, 105);
+    let dropped = wait_for(Duration::from_secs(20), || {
+        turns_listed(&f).first() == Some(&4)
+    });
+    assert!(dropped, "turns listed: {:?}", turns_listed(&f));
+    // Turn 4 is outside the newest 100 but only days old: kept, and it
+    // rewinds exactly.
+    f.rewind_in("after the default policy: ", 4);
+    assert_eq!(fs::read_to_string(f.m("f")).unwrap(), "3\n");
+    f.umount();
+    verify_ok(&f, "after the default policy");
+}

@@ -1759,3 +1759,65 @@ fn merge_diff_and_log_follow_the_ignore_rules_and_a_rewind_still_restores_ignore
     assert_eq!(read(&f.p(".env")), "SECRET=1\n");
     assert!(!f.p("target/release").exists());
 }
+
+/// What the worktree commands print a person: a merge dry run of a change
+/// the project already holds says "already identical" (not "1 paths" and
+/// no plan), the default path is short (under the state home's `wt/`, not
+/// 80-odd characters deep), and a discard refused because a shell sits in
+/// the worktree gives its advice once.
+#[test]
+fn worktree_output_is_short_and_says_each_thing_once() {
+    let f = Fixture::new();
+    fs::write(f.p("f"), "old\n").expect("write");
+    f.mount();
+    let w = create(&f, "fix-a", &[]);
+    let home = f.home.clone();
+    assert!(
+        w.starts_with(home.join("wt")) && w.ends_with("fix-a"),
+        "default path {} is not under {}/wt",
+        w.display(),
+        home.display()
+    );
+    let depth = w
+        .strip_prefix(&home)
+        .expect("under home")
+        .components()
+        .count();
+    assert_eq!(depth, 3, "wt/<project>-<key>/fix-a: {}", w.display());
+    f.sh_in(&w, "echo new > f");
+    f.sh("echo new > f");
+    let run = wt(&f, &["merge", "fix-a", "--dry-run"]).ok();
+    assert!(run.stdout.contains("already identical"), "{run}");
+    assert!(run.stdout.contains("  f: already identical"), "{run}");
+    assert!(!run.stdout.contains("1 paths"), "{run}");
+    let v = wt(&f, &["merge", "fix-a", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(paths_of(&v, "identical"), ["f"], "{v:#}");
+
+    // A process with its cwd in the worktree: discard is refused, once.
+    let mut holder = std::process::Command::new("sleep")
+        .arg("600")
+        .current_dir(&w)
+        .spawn()
+        .expect("spawn a process inside the worktree");
+    let run = wt(&f, &["discard", "fix-a"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("was not discarded"), "{run}");
+    for advice in ["leave it", "then retry", "then try again"] {
+        assert!(
+            run.stderr.matches(advice).count() <= 1,
+            "{advice:?} said more than once: {run}"
+        );
+    }
+    assert_eq!(run.stderr.matches("fuser -vm").count(), 1, "{run}");
+    // Once the process is gone, discard removes the default mountpoint too.
+    wt(&f, &["discard", "fix-a"]).ok();
+    assert!(!w.exists(), "{} is left behind", w.display());
+    assert!(
+        !w.parent().expect("parent").exists(),
+        "its folder is left behind"
+    );
+}

@@ -24,6 +24,9 @@ pub struct NewTurn<'a> {
     pub external_id: Option<&'a str>,
     /// For a rewind turn: the turn it rewound to.
     pub rewound_to: Option<u64>,
+    /// A label for the turn this closes (`opfs turn -m`); `Some("")`
+    /// removes its label, `None` keeps it.
+    pub closing_label: Option<&'a str>,
 }
 
 impl NewTurn<'static> {
@@ -34,6 +37,7 @@ impl NewTurn<'static> {
             label: None,
             external_id: None,
             rewound_to: None,
+            closing_label: None,
         }
     }
 }
@@ -119,8 +123,9 @@ impl<T: Tree> Journal<T> {
         let mut inner = self.lock();
         inner.flush()?;
         let open = inner.turn.number;
-        let n = inner.index.next_turn(
+        let n = inner.index.next_turn_closing(
             Some(open),
+            new.closing_label,
             new.kind,
             new.label,
             new.external_id,

@@ -42,15 +42,19 @@ pub struct Cli {
 pub enum Cmd {
     /// Serve PROJECT at MOUNTPOINT, recording every change.
     ///
-    /// Paths the configuration file's `[record] exclude` list names
-    /// (gitignore patterns, read now) are served but not recorded, and a
-    /// rewind never restores them (docs/design.md "Excluded paths").
+    /// Paths the configuration file's `[record] exclude` lists name
+    /// (gitignore patterns, global and the project's own, read now), and
+    /// the regenerable directories the project's ignore rules ignore
+    /// (target/, node_modules/, .venv/, __pycache__/...), are served but
+    /// not recorded, and a rewind never restores them (docs/design.md
+    /// "What opfs keeps by default").
     Mount(MountArgs),
     /// Stop serving MOUNTPOINT (default: the mount of `-C`), flushing everything.
     Umount(UmountArgs),
     /// Show mount state, open turn and store size.
     Status,
-    /// Close the open turn and open the next; prints its number.
+    /// Close the open turn and open the next; prints its number. `-m
+    /// TEXT` labels the turn it closes, `--label TEXT` the one it opens.
     Turn(TurnArgs),
     /// Without N: list rewind points. With N: restore the start of turn N.
     Rewind(RewindArgs),
@@ -343,8 +347,13 @@ pub struct UmountArgs {
 // `opfs turn`.
 #[derive(Debug, clap::Args)]
 pub struct TurnArgs {
-    /// A label for the new turn (e.g. the user's message).
-    #[arg(long)]
+    /// Label the turn this closes (the work just done), as `git commit
+    /// -m` does; an empty TEXT removes its label.
+    #[arg(short = 'm', long = "message", value_name = "TEXT")]
+    pub message: Option<String>,
+    /// A label for the new turn, the one that opens (e.g. the user's
+    /// message, from a prompt hook).
+    #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,
     /// An external id for the new turn (e.g. the agent's message id).
     #[arg(long)]

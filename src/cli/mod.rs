@@ -239,16 +239,44 @@ impl Ctx {
         }
     }
 
-    /// The configuration's `[record] exclude` list, ready to match.
+    /// What a mount of `project` (canonical) does not record, ready to
+    /// match: the configuration's `[record] exclude`, then the project's
+    /// own (`[projects."PATH".record] exclude`), then, unless
+    /// `skip_regenerable = false` (the project's setting winning), the
+    /// regenerable directories the project's ignore rules ignore now
+    /// (`opfs::export::regenerable_ignored`; `docs/design.md` "What opfs
+    /// keeps by default").
     ///
     /// Errors: as [`Ctx::config`], or a pattern is not valid (exit 1,
     /// naming the file and the pattern).
-    pub fn record_exclude(&self) -> Result<opfs::paths::Exclude, CommandError> {
-        let config = self.config()?;
-        opfs::paths::Exclude::new(&config.record.exclude).map_err(|e| {
+    pub fn record_exclude(&self, project: &Path) -> Result<opfs::paths::Exclude, CommandError> {
+        let patterns = self.record_patterns(project)?;
+        opfs::paths::Exclude::new(&patterns).map_err(|e| {
             let file = self.env.config.as_deref().unwrap_or(Path::new("config"));
             CommandError::failure(format!("{}: [record] exclude: {e}", file.display()))
         })
+    }
+
+    /// The patterns of [`Ctx::record_exclude`], in that order, each once.
+    ///
+    /// Errors: as [`Ctx::config`].
+    pub fn record_patterns(&self, project: &Path) -> Result<Vec<String>, CommandError> {
+        let config = self.config()?;
+        let own = config.project(project, self.env.home.as_deref());
+        let mut patterns = config.record.exclude.clone();
+        if let Some(p) = own {
+            patterns.extend(p.record.exclude.iter().cloned());
+        }
+        let skip = own
+            .and_then(|p| p.record.skip_regenerable)
+            .or(config.record.skip_regenerable)
+            .unwrap_or(true);
+        if skip {
+            patterns.extend(opfs::export::regenerable_ignored(project));
+        }
+        let mut seen = std::collections::HashSet::new();
+        patterns.retain(|p| seen.insert(p.clone()));
+        Ok(patterns)
     }
 
     /// The range minimum when `--range-min` is not given: `$OPFS_RANGE_MIN`,

@@ -219,6 +219,7 @@ impl Project {
         let req = Request::Gc {
             keep: retention.keep,
             max_bytes: retention.max_bytes,
+            min_age_days: retention.min_age_days,
         };
         match self.ask(&req)? {
             Some(Response::Gc(report)) => Ok(report),
@@ -287,9 +288,25 @@ impl Project {
         id: Option<&str>,
         allow_direct: bool,
     ) -> Result<(u64, Via), ClientError> {
+        self.turn_closing(None, label, id, allow_direct)
+    }
+
+    /// [`Project::turn_via`], also labelling the turn it closes with
+    /// `closing_label` when given (`opfs turn -m`; `Some("")` removes its
+    /// label), in the transaction that closes it: after `Ok` the closed
+    /// turn has that label, after `Err` it keeps its own. Errors as
+    /// [`Project::turn_via`].
+    pub fn turn_closing(
+        &self,
+        closing_label: Option<&str>,
+        label: Option<&str>,
+        id: Option<&str>,
+        allow_direct: bool,
+    ) -> Result<(u64, Via), ClientError> {
         let req = Request::Turn {
             label: label.map(String::from),
             id: id.map(String::from),
+            closing_label: closing_label.map(String::from),
         };
         match self.ask(&req)? {
             Some(Response::Turn { turn }) => Ok((turn, Via::Daemon)),
@@ -305,6 +322,7 @@ impl Project {
                         label,
                         external_id: id,
                         rewound_to: None,
+                        closing_label,
                     })
                     .map(|turn| (turn, Via::Direct))
                     .map_err(|e| ClientError::Direct(e.to_string()))

@@ -25,6 +25,9 @@ pub enum Request {
         label: Option<String>,
         /// External id of the new turn.
         id: Option<String>,
+        /// Label of the turn it closes (`opfs turn -m`; absent: keep it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        closing_label: Option<String>,
     },
     /// Rewind to the start of a turn.
     Rewind {
@@ -93,6 +96,10 @@ pub enum Request {
         /// Drop more old turns until the kept blobs take at most this many
         /// bytes.
         max_bytes: Option<u64>,
+        /// Drop only turns that ended at least this many days ago (absent:
+        /// any age).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_age_days: Option<u64>,
     },
 }
 

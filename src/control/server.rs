@@ -152,7 +152,11 @@ pub fn handle(
         Request::Status => {
             Response::Status(status_of(journal, Some(mountpoint), recovered.clone()))
         }
-        Request::Turn { label, id } => {
+        Request::Turn {
+            label,
+            id,
+            closing_label,
+        } => {
             // Every store made before this request belongs to the turn it
             // closes, mmap stores still in the page cache too.
             mount.write_back();
@@ -162,6 +166,7 @@ pub fn handle(
                 label: label.as_deref(),
                 external_id: id.as_deref(),
                 rewound_to: None,
+                closing_label: closing_label.as_deref(),
             });
             drop(guard);
             if r.is_ok() {
@@ -246,8 +251,16 @@ pub fn handle(
                 },
             }
         }
-        Request::Gc { keep, max_bytes } => {
-            let retention = crate::gc::Retention { keep, max_bytes };
+        Request::Gc {
+            keep,
+            max_bytes,
+            min_age_days,
+        } => {
+            let retention = crate::gc::Retention {
+                keep,
+                max_bytes,
+                min_age_days,
+            };
             match crate::gc::gc_served(journal, &|| mount.quiesce(), retention) {
                 Ok(report) => Response::Gc(report),
                 Err(e) => Response::Error {

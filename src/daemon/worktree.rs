@@ -67,8 +67,10 @@ pub enum WorktreeCmdError {
     /// The daemon did not start.
     #[error(transparent)]
     Spawn(#[from] SpawnError),
-    /// It is mounted and its daemon would not stop (a shell inside it).
-    #[error("worktree {name:?} is in use at {}: {reason} (leave it, e.g. `cd` out of it in every shell, then try again)", .mountpoint.display())]
+    /// It is mounted and its daemon would not stop (a shell inside it):
+    /// nothing was discarded. The daemon's reason names the mountpoint
+    /// and, when a process holds it, what to do (said once).
+    #[error("worktree {name:?} was not discarded: {reason}")]
     Busy {
         /// The worktree.
         name: String,

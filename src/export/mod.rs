@@ -36,6 +36,8 @@ mod commit;
 pub mod ignore;
 mod lock;
 mod prune;
+mod regenerable;
+mod relabel;
 mod repo;
 mod tree_edit;
 
@@ -45,6 +47,7 @@ pub use branch::{
     WORKTREE_REF_PREFIX,
 };
 pub use prune::{hold, prune, prune_held, ExportHold, Packed, PruneReport, AUTO_PACK_LOOSE};
+pub use regenerable::{regenerable, regenerable_ignored, Regenerable, REGENERABLE};
 pub use tree_edit::{pointer, POINTER_MIN};
 
 use std::collections::HashMap;
@@ -250,6 +253,10 @@ pub struct ExportReport {
     pub baseline_entries: u64,
     /// Turns exported by this run, oldest first.
     pub turns: Vec<u64>,
+    /// Turns exported before whose label changed since (`opfs label`):
+    /// their commits were written again with the new message, oldest
+    /// first.
+    pub relabelled: Vec<u64>,
     /// The newest turn in the export after this run (`None`: only the
     /// baseline, or nothing).
     pub last_turn: Option<u64>,
@@ -410,6 +417,7 @@ impl ExportReport {
             baseline: false,
             baseline_entries: 0,
             turns: Vec::new(),
+            relabelled: Vec::new(),
             last_turn: None,
             objects: 0,
             skipped: Vec::new(),
@@ -453,7 +461,11 @@ fn bring_up_to_date(
         tip => tip,
     };
     let tip = match tip {
-        Some(tip) => tip,
+        Some(tip) => {
+            let (tip, relabelled) = relabel::relabel(ex, tip)?;
+            report.relabelled = relabelled;
+            tip
+        }
         None => {
             let b = baseline::write(ex, first, progress)?;
             report.baseline = true;

@@ -210,7 +210,7 @@ fn prune_with(
                 extra_headers: Vec::new(),
             };
             let mut parent = write(&repo, &git_dir, &base)?;
-            edits.push(update(&git_dir, BASELINE_REF, parent)?);
+            edits.push(update(&git_dir, BASELINE_REF, parent, "opfs gc")?);
             // The new id of each commit of chain[i..], in order.
             let mut new_ids = vec![parent];
             for (_, c, turn) in &chain[i + 1..] {
@@ -222,9 +222,10 @@ fn prune_with(
                     &git_dir,
                     &format!("{TURN_REF_PREFIX}{turn}"),
                     parent,
+                    "opfs gc",
                 )?);
             }
-            edits.push(update(&git_dir, BRANCH, parent)?);
+            edits.push(update(&git_dir, BRANCH, parent, "opfs gc")?);
             // Each worktree branch sits on a commit of the old chain (its
             // base): moved onto the base's new commit with the rest, or
             // `git gc` would keep every dropped turn it reaches.
@@ -232,7 +233,7 @@ fn prune_with(
                 chain[i..].iter().map(|c| c.0).zip(new_ids).collect();
             for (name, tip) in rewrite_branches(&repo, &git_dir, &moved)? {
                 report.branches_rewritten += 1;
-                edits.push(update(&git_dir, &name, tip)?);
+                edits.push(update(&git_dir, &name, tip, "opfs gc")?);
             }
         }
         None => {
@@ -277,7 +278,7 @@ fn prune_with(
 /// is (the next export of that worktree finds its base again).
 ///
 /// Errors: the repository cannot be read or written.
-fn rewrite_branches(
+pub(super) fn rewrite_branches(
     repo: &gix::Repository,
     git_dir: &Path,
     moved: &HashMap<ObjectId, ObjectId>,
@@ -368,13 +369,18 @@ fn write(
         .detach())
 }
 
-fn update(git_dir: &Path, name: &str, id: ObjectId) -> Result<RefEdit, ExportError> {
+pub(super) fn update(
+    git_dir: &Path,
+    name: &str,
+    id: ObjectId,
+    reflog: &str,
+) -> Result<RefEdit, ExportError> {
     Ok(RefEdit {
         change: Change::Update {
             log: LogChange {
                 mode: RefLog::AndReference,
                 force_create_reflog: false,
-                message: "opfs gc".into(),
+                message: reflog.into(),
             },
             expected: PreviousValue::Any,
             new: Target::Object(id),

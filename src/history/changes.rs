@@ -48,6 +48,18 @@ pub fn classify(old: &PreImage, new: &PreImage) -> Option<ChangeKind> {
     }
 }
 
+/// True when `old` and `new` are files whose permission bits differ in a
+/// way git's modes do not show (0644 to 0600): `opfs diff` lists it,
+/// since a rewind restores those bits.
+pub fn perm_changed(old: &PreImage, new: &PreImage) -> bool {
+    match (old, new) {
+        (PreImage::File { perm: a, .. }, PreImage::File { perm: b, .. }) => {
+            a & 0o7777 != b & 0o7777
+        }
+        _ => false,
+    }
+}
+
 /// One path that differs between two points in history.
 #[derive(Debug, Clone)]
 pub struct PathChange {
@@ -60,8 +72,8 @@ pub struct PathChange {
 }
 
 /// What turns `from..=to` changed: every path recorded in those turns
-/// whose state at the start of `from` differs (as git sees it) from its
-/// state at the end of `to`, limited to paths within one of `filter` (all
+/// whose state at the start of `from` differs (as git sees it, or in a
+/// file's permission bits) from its state at the end of `to`, limited to paths within one of `filter` (all
 /// when empty). Sorted by path. The end of the open turn is the project as
 /// it is now.
 ///
@@ -80,7 +92,7 @@ pub fn changes(
         let Some(old) = timeline.state_at(&path, from) else {
             continue;
         };
-        if classify(old, &new.state).is_some() {
+        if classify(old, &new.state).is_some() || perm_changed(old, &new.state) {
             out.push(PathChange {
                 old: Version::recorded(old.clone()),
                 new,

@@ -36,7 +36,7 @@ mod refs;
 mod show;
 
 pub use changes::{
-    changes, classify, dir_changes, git_file_mode, ChangeKind, DirChange, PathChange,
+    changes, classify, dir_changes, git_file_mode, perm_changed, ChangeKind, DirChange, PathChange,
 };
 pub use json::{base64, log_json, rfc3339, show_json};
 pub use log::{log, log_counting, log_turns, LogEntry};

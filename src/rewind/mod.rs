@@ -592,6 +592,7 @@ fn run(
         label: Some(&job.label),
         external_id: None,
         rewound_to: Some(to),
+        closing_label: None,
     })?;
     failpoint("rewind-begin");
     let mut recorded = restore::apply::record(journal, &plan, progress);

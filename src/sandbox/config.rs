@@ -16,7 +16,12 @@
 //! writable_git_config = false          # git's config and hooks writable inside
 //!
 //! [record]
-//! exclude = ["target/", "node_modules/"]  # not recorded, never restored
+//! exclude = ["*.log"]                   # not recorded, never restored
+//! skip_regenerable = true               # ignored target/, node_modules/, .venv/...: not recorded (default)
+//!
+//! [projects."~/code/app".record]        # one project's own settings
+//! exclude = ["data/cache/"]             # added to [record] exclude
+//! skip_regenerable = false              # record its build output after all
 //! [retention]
 //! keep = 100                           # turns `opfs gc` keeps (default 100)
 //! max_bytes = "10G"                    # and a byte budget (none by default)
@@ -64,6 +69,37 @@ pub struct Config {
     /// The `[retention]` table.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// Per-project settings: `[projects."PATH".record]`, keyed by the
+    /// project's path (`~/` is the user's home), kept here, outside the
+    /// project.
+    #[serde(default)]
+    pub projects: std::collections::BTreeMap<String, ProjectConfig>,
+}
+
+/// The settings of one project (`[projects."PATH"]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// Its `[projects."PATH".record]` table: added to, or overriding, the
+    /// global `[record]` table for this project.
+    #[serde(default)]
+    pub record: RecordConfig,
+}
+
+impl Config {
+    /// The `[projects."PATH"]` entry of `project` (a canonical path): the
+    /// first whose key, `~/` expanded with `home` and canonicalized (when
+    /// it exists), is `project`.
+    pub fn project(&self, project: &Path, home: Option<&Path>) -> Option<&ProjectConfig> {
+        self.projects.iter().find_map(|(k, v)| {
+            let p = match home {
+                Some(h) => expand_home(k, h),
+                None => PathBuf::from(k),
+            };
+            let p = std::fs::canonicalize(&p).unwrap_or(p);
+            (p == project).then_some(v)
+        })
+    }
 }
 
 /// What a mount records (the `[record]` table).
@@ -71,9 +107,14 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct RecordConfig {
     /// Gitignore patterns of paths the mount does not record and a rewind
-    /// never restores (`crate::paths::Exclude`), on top of `.git/`.
+    /// never restores (`crate::paths::Exclude`), on top of `.git/`. A
+    /// project's own list is added to the global one.
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// Leave the regenerable directories the project's ignore rules ignore
+    /// (`crate::export::REGENERABLE`) out of recording. Unset: true (a
+    /// project's own setting wins over the global one).
+    pub skip_regenerable: Option<bool>,
 }
 
 /// Retention (the `[retention]` table): the defaults of `opfs gc`, and
@@ -88,8 +129,13 @@ pub struct RetentionConfig {
     /// Drop more old turns until the kept blobs take at most this: bytes
     /// (an integer) or a size with a suffix (`"10G"`).
     pub max_bytes: Option<Size>,
+    /// Drop only turns that ended at least this many days ago (signed,
+    /// for the CLI's check). Unset with no `keep` or `max_bytes` either:
+    /// the default policy's 30 days.
+    pub keep_days: Option<i64>,
     /// Apply the policy automatically after turns while mounted. Unset:
-    /// on when `keep` or `max_bytes` is set.
+    /// on (with no other key set, the default policy: 100 turns and 30
+    /// days).
     pub auto: Option<bool>,
 }
 
@@ -175,6 +221,24 @@ mod tests {
         assert_eq!(c.sandbox.hide, vec!["/x"]);
         assert_eq!(c.sandbox.secret_env, vec!["A"]);
         assert!(c.sandbox.net);
+    }
+
+    #[test]
+    fn per_project_record_settings() {
+        let c: Config = toml::from_str(
+            "[record]\nexclude = [\"*.log\"]\nskip_regenerable = true\n\n\
+             [projects.\"~/code/app\".record]\nskip_regenerable = false\nexclude = [\"cache/\"]\n",
+        )
+        .unwrap();
+        let own = c
+            .project(Path::new("/home/u/code/app"), Some(Path::new("/home/u")))
+            .unwrap();
+        assert_eq!(own.record.skip_regenerable, Some(false));
+        assert_eq!(own.record.exclude, ["cache/"]);
+        assert!(c
+            .project(Path::new("/home/u/code/other"), Some(Path::new("/home/u")))
+            .is_none());
+        assert!(toml::from_str::<Config>("[projects.\"/p\".record]\nexclud = []\n").is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod log;
 pub mod sparse;
 
 pub use blob::{BlobError, BlobStore, Sweep};
-pub use index::{quick_check, Index, IndexError, Target};
+pub use index::{quick_check, Index, IndexError, Target, TopUse};
 pub use kept::KeptDir;
 pub use layout::StateDir;
 pub use log::{CaptureLog, Entry, LogError, INLINE_MAX};

@@ -36,7 +36,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use opfs_fs::overlay::{Kind, Lower};
 
 use crate::history::{
-    classify, ChangeKind, DirChange, HistoryError, LogEntry, PathChange, Shown, Sources,
+    classify, perm_changed, ChangeKind, DirChange, HistoryError, LogEntry, PathChange, Shown,
+    Sources,
 };
 use crate::paths;
 use crate::record::{PreImage, Special};
@@ -540,7 +541,9 @@ impl<'a> WorktreeHistory<'a> {
                 }),
                 _ => {}
             }
-            if classify(&old.version.state, &new.version.state).is_none() {
+            if classify(&old.version.state, &new.version.state).is_none()
+                && !perm_changed(&old.version.state, &new.version.state)
+            {
                 continue;
             }
             let old = self.with_bytes(&path, old)?;

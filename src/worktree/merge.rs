@@ -95,6 +95,10 @@ pub struct MergeReport {
     /// `merged`).
     #[serde(default)]
     pub three_way: Vec<String>,
+    /// Paths the project already held as the worktree has them (also in
+    /// `merged`): nothing was (or would be) written for them.
+    #[serde(default)]
+    pub identical: Vec<String>,
     /// Paths left as the project has them, with the reason.
     pub conflicts: Vec<Conflict>,
     /// The plan that was (or would be) executed on the project.
@@ -508,7 +512,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
 
     if opts.dry_run || stopped_by_conflicts {
         let mut merged: Vec<String> = plan.iter().map(|p| p.path.clone()).collect();
-        merged.extend(already);
+        merged.extend(already.iter().cloned());
         merged.sort();
         return Ok(MergeReport {
             worktree: name.to_string(),
@@ -521,6 +525,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
                 merged
             },
             three_way: three_way_merged,
+            identical: already,
             conflicts,
             plan,
             open_turn: journal.open_turn(),
@@ -536,6 +541,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         label: Some(&label),
         external_id: None,
         rewound_to: None,
+        closing_label: None,
     })?;
     let mark = marker(&state);
     fs::write(&mark, format!("{turn} {name}\n")).map_err(|source| MergeError::Marker {
@@ -552,7 +558,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         source,
     })?;
     let open_turn = journal.next_turn(NewTurn::agent())?;
-    merged.extend(already);
+    merged.extend(already.iter().cloned());
     merged.sort();
     Ok(MergeReport {
         worktree: name.to_string(),
@@ -561,6 +567,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         dry_run: false,
         merged,
         three_way: three_way_merged,
+        identical: already,
         conflicts,
         touched: plan.iter().map(|p| p.raw.clone()).collect(),
         plan,

@@ -164,6 +164,8 @@ pub struct Worktree {
     pub name: String,
     /// `<project state dir>/worktrees/<name>`.
     pub dir: PathBuf,
+    /// The default mountpoint ([`Worktree::default_mountpoint`]).
+    short: PathBuf,
 }
 
 impl Worktree {
@@ -173,6 +175,7 @@ impl Worktree {
         Worktree {
             name: name.to_string(),
             dir: worktrees_dir(project).join(name),
+            short: short_dir(project).join(name),
         }
     }
 
@@ -186,9 +189,14 @@ impl Worktree {
         self.dir.join("work")
     }
 
-    /// The default mountpoint.
+    /// The default mountpoint: `<home>/wt/<project>-<key>/<name>`, where
+    /// `<project>` is the project folder's name (letters, digits, `.`,
+    /// `-`, `_` kept, others `_`, at most 24 bytes) and `<key>` the first
+    /// 6 hex digits of the project's state dir key, so two projects of the
+    /// same name do not meet. Short enough to type: `~/.local/share/opfs/
+    /// wt/app-23ec0a/fix-a` against the state dir's 80-odd characters.
     pub fn default_mountpoint(&self) -> PathBuf {
-        self.dir.join("tree")
+        self.short.clone()
     }
 
     /// The drift list (see [`base::Base`]).
@@ -291,7 +299,8 @@ impl Worktree {
             return Err(WorktreeError::Exists(self.name.clone()));
         }
         let made = (|| {
-            for d in [self.upper(), self.work(), self.default_mountpoint()] {
+            // The mountpoint is made by the mount (`--at` or the default).
+            for d in [self.upper(), self.work()] {
                 fs::create_dir_all(&d).map_err(self.io_err("create", d.clone()))?;
             }
             let tmp = self.dir.join("worktree.json.tmp");
@@ -313,6 +322,20 @@ impl Worktree {
     /// (what is left is named).
     pub fn remove(&self, home: &Path) -> Result<(), WorktreeError> {
         let state = self.state(home);
+        // The default mountpoint (outside the worktree's folder): removed
+        // when empty (it is, once unmounted), with its project folder
+        // when that is empty too. Never a mountpoint given with `--at`.
+        for d in [
+            self.short.as_path(),
+            self.short.parent().unwrap_or(&self.short),
+        ] {
+            match fs::remove_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => break,
+                Err(e) => return Err(self.io_err("remove", d.to_path_buf())(e)),
+            }
+        }
         // The metadata first: a half-removed worktree is gone, not damaged.
         match fs::remove_file(self.meta_path()) {
             Ok(()) => {}
@@ -352,6 +375,40 @@ pub fn of_state(state: &StateDir) -> Option<(StateDir, Worktree)> {
 /// `<project state dir>/worktrees`.
 pub fn worktrees_dir(project: &StateDir) -> PathBuf {
     project.worktrees_dir()
+}
+
+/// `<home>/wt/<project>-<key>`: the folder of the project's default
+/// worktree mountpoints (see [`Worktree::default_mountpoint`]).
+fn short_dir(project: &StateDir) -> PathBuf {
+    let home = project
+        .dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(&project.dir);
+    let key = project
+        .dir
+        .file_name()
+        .map(|k| k.to_string_lossy().chars().take(6).collect::<String>())
+        .unwrap_or_default();
+    let mut name: String = project
+        .project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(24)
+        .collect();
+    if name.is_empty() || name.starts_with('.') {
+        name.insert(0, 'p');
+    }
+    home.join("wt").join(format!("{name}-{key}"))
 }
 
 /// Every worktree of the project, sorted by name. Folders without a

@@ -25,10 +25,12 @@ pub fn file_diffs(upper: &Dir, base: &dyn Lower, changes: &[Change]) -> io::Resu
             Entry::File { perm, .. } => Some(Side {
                 mode: git_file_mode(*perm),
                 data: base_bytes(base, &c.path)?.unwrap_or_default(),
+                perm: *perm & 0o7777,
             }),
             Entry::Symlink { target } => Some(Side {
                 mode: 0o120000,
                 data: target.clone(),
+                perm: 0,
             }),
             _ => None,
         };
@@ -36,10 +38,12 @@ pub fn file_diffs(upper: &Dir, base: &dyn Lower, changes: &[Change]) -> io::Resu
             Entry::File { perm, .. } => Some(Side {
                 mode: git_file_mode(*perm),
                 data: read_upper(upper, &c.path)?,
+                perm: *perm & 0o7777,
             }),
             Entry::Symlink { target } => Some(Side {
                 mode: 0o120000,
                 data: target.clone(),
+                perm: 0,
             }),
             _ => None,
         };

@@ -112,7 +112,17 @@ fn print_human(report: &ExportReport, out: &mut dyn Write) -> io::Result<()> {
     match (report.turns.first(), report.turns.last()) {
         (Some(a), Some(b)) if a == b => writeln!(out, "exported turn {a}")?,
         (Some(a), Some(b)) => writeln!(out, "exported turns {a} to {b}")?,
-        _ => writeln!(out, "nothing new to export")?,
+        _ if report.relabelled.is_empty() => writeln!(out, "nothing new to export")?,
+        _ => {}
+    }
+    if !report.relabelled.is_empty() {
+        let list: Vec<String> = report.relabelled.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            "relabelled turn{} {} (their commits were written again with the new message)",
+            if list.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        )?;
     }
     if !report.skipped.is_empty() {
         writeln!(

@@ -22,7 +22,7 @@ use crate::cli::Ctx;
 /// is not a size (exit 1, naming the file).
 pub fn configured(ctx: &Ctx) -> Result<(opfs::gc::Retention, bool), CommandError> {
     let Some(path) = &ctx.env.config else {
-        return Ok((opfs::gc::Retention::default(), false));
+        return Ok((opfs::gc::Retention::automatic_default(), true));
     };
     let c = opfs::sandbox::config::load(path)
         .map_err(failure)?
@@ -51,16 +51,48 @@ pub fn configured(ctx: &Ctx) -> Result<(opfs::gc::Retention, bool), CommandError
             Some(opfs::state::usage::parse_size(t).map_err(|e| bad(format!("max_bytes: {e}")))?)
         }
     };
-    let auto = c.auto.unwrap_or(c.keep.is_some() || c.max_bytes.is_some());
-    Ok((opfs::gc::Retention { keep, max_bytes }, auto))
+    let min_age_days = match c.keep_days {
+        Some(n) if n < 0 => {
+            return Err(bad(format!(
+                "keep_days = {n}: a number of days cannot be negative"
+            )))
+        }
+        Some(n) => Some(n.unsigned_abs()),
+        None => None,
+    };
+    if c.keep.is_none() && c.max_bytes.is_none() && c.keep_days.is_none() {
+        // No policy of the user's: the default one, applied while mounted
+        // unless `auto = false`.
+        return Ok((
+            opfs::gc::Retention::automatic_default(),
+            c.auto.unwrap_or(true),
+        ));
+    }
+    Ok((
+        opfs::gc::Retention {
+            keep,
+            max_bytes,
+            min_age_days,
+        },
+        c.auto.unwrap_or(true),
+    ))
 }
 
 pub fn run(ctx: &Ctx, a: &GcArgs, out: &mut dyn Write) -> Result<(), CommandError> {
     let st = ctx.project_state()?;
     let (defaults, _) = configured(ctx)?;
+    let default_policy = defaults == opfs::gc::Retention::automatic_default() && !user_set_age(ctx);
+    // `opfs gc` is the user's own request: the default policy's minimum
+    // age does not hold it back (a configured `keep_days` does, unless
+    // `--keep` or `--max-bytes` is given).
+    let given = a.keep.is_some() || a.max_bytes.is_some();
     let retention = opfs::gc::Retention {
         keep: a.keep.unwrap_or(defaults.keep),
         max_bytes: a.max_bytes.or(defaults.max_bytes),
+        min_age_days: match defaults.min_age_days {
+            Some(d) if !given && !default_policy => Some(d),
+            _ => None,
+        },
     };
     let mut bar = Bar::new(ctx, "sweeping blobs");
     let mut progress = |d, t| bar.update(d, t);
@@ -121,4 +153,11 @@ pub fn run(ctx: &Ctx, a: &GcArgs, out: &mut dyn Write) -> Result<(), CommandErro
         writeln!(out, "{n}")?;
     }
     Ok(())
+}
+
+/// True when the configuration's `[retention]` sets `keep_days` itself.
+fn user_set_age(ctx: &Ctx) -> bool {
+    ctx.config()
+        .map(|c| c.retention.keep_days.is_some())
+        .unwrap_or(false)
 }

@@ -110,6 +110,7 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
         env: ctx.env.clone(),
     };
     let args = TurnArgs {
+        message: None,
         label: event.prompt,
         id: event.session_id,
         allow_unmounted: false,

@@ -48,7 +48,7 @@ pub fn run(
         Cmd::Run(a) => run::run(ctx, a, err),
         Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
-        Cmd::Show(a) => show::run(ctx, a, out).map(|()| 0),
+        Cmd::Show(a) => show::run(ctx, a, out, err).map(|()| 0),
         Cmd::Verify => verify::run(ctx, out).map(|()| 0),
         Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),

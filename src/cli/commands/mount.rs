@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
         // Read at every mount of a project; a worktree records all it sees.
         record_exclude: match a.worktree {
             Some(_) => None,
-            None => Some(ctx.record_exclude()?),
+            None => Some(ctx.record_exclude(&project_path(&a.project))?),
         },
         // A worktree's own history is discarded or merged with it.
         retention: (auto && a.worktree.is_none()).then_some(retention),
@@ -121,4 +121,10 @@ fn mounted_json(plan: &MountPlan, pid: u32) -> serde_json::Value {
         "pid": pid,
         "state_dir": plan.state.dir,
     })
+}
+
+/// The canonical path of `project` (as given when it cannot be resolved:
+/// the mount's own check then says why).
+fn project_path(project: &std::path::Path) -> std::path::PathBuf {
+    std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf())
 }

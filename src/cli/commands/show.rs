@@ -15,7 +15,12 @@ use crate::cli::args::ShowArgs;
 use crate::cli::error::CommandError;
 use crate::cli::{pathspec, refs, Ctx};
 
-pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandError> {
+pub fn run(
+    ctx: &Ctx,
+    a: &ShowArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
     let project = ctx.project()?;
     project.commit_pending()?;
     let spec = &a.spec;
@@ -57,6 +62,7 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
                 Shown::File { bytes, .. } => bytes,
                 Shown::Symlink { target } => target,
             })?;
+            link_note(&shown, turn, &path, err)?;
         }
         return Ok(());
     }
@@ -72,8 +78,25 @@ pub fn run(ctx: &Ctx, a: &ShowArgs, out: &mut dyn Write) -> Result<(), CommandEr
             Shown::Symlink { target } => target,
         };
         out.write_all(bytes)?;
+        link_note(&shown, turn, &path, err)?;
         return Ok(());
     }
     writeln!(out, "{}", history::show_json(turn, &path, &shown))?;
+    Ok(())
+}
+
+/// For a symlink, says on stderr that what stdout got is a link's target
+/// (stdout keeps the target's bytes alone, as `git show REV:LINK` prints
+/// them, so a pipe gets exactly those).
+fn link_note(shown: &Shown, turn: u64, path: &[u8], err: &mut dyn Write) -> std::io::Result<()> {
+    if let Shown::Symlink { target } = shown {
+        writeln!(
+            err,
+            "opfs: note: {} was a symbolic link when turn {turn} began; the output is its \
+             target, {}",
+            opfs::paths::display(path),
+            opfs::paths::display(target)
+        )?;
+    }
     Ok(())
 }

@@ -82,6 +82,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     }
     let exclude = record_exclude(ctx, project.state());
     let kept = outside_edits(project.state());
+    let by_top = stored_by_top(project.state(), &exclude.0, worktree.is_some());
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
         if let Some((project, w)) = &worktree {
@@ -119,6 +120,17 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["record_exclude"] = serde_json::json!(exclude.0);
         v["record_exclude_next_mount"] = serde_json::json!(exclude.1);
         v["outside_edits"] = kept.iter().map(opfs::history::outside_json).collect();
+        v["stored_by_top"] = by_top
+            .iter()
+            .map(|(u, hint)| {
+                serde_json::json!({
+                    "top": opfs::paths::display(&u.top),
+                    "bytes": u.bytes,
+                    "records": u.records,
+                    "hint": hint,
+                })
+            })
+            .collect();
         writeln!(out, "{v}")?;
     } else {
         if let Some((project, w)) = &worktree {
@@ -137,6 +149,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             )?;
         }
         print_human(&status, &p, &disk, free, out)?;
+        print_by_top(&by_top, out)?;
         print_outside_edits(&kept, out)?;
         if !exclude.0.is_empty() {
             writeln!(
@@ -169,6 +182,73 @@ fn outside_edits(st: &StateDir) -> Vec<opfs::store::index::OutsideEdit> {
         .unwrap_or_default()
 }
 
+/// The top-level entries `status` lists by stored bytes.
+const TOPS_SHOWN: usize = 5;
+
+/// Where the store's bytes go, by the first component of the recorded
+/// paths, most first, each with what would save them (`None`: nothing to
+/// say): [`TOPS_SHOWN`] of them, those holding bytes. An unreadable index
+/// shows none.
+fn stored_by_top(
+    st: &StateDir,
+    excluded: &[String],
+    worktree: bool,
+) -> Vec<(opfs::store::TopUse, Option<String>)> {
+    let tops = Index::open_read_only(&st.index_path())
+        .and_then(|ix| ix.bytes_by_top())
+        .unwrap_or_default();
+    let exclude = opfs::paths::Exclude::new(excluded).unwrap_or_default();
+    let project = st.project.display();
+    tops.into_iter()
+        .filter(|u| u.bytes > 0)
+        .take(TOPS_SHOWN)
+        .map(|u| {
+            let name = opfs::paths::display(&u.top);
+            let hint = if exclude.excludes(&u.top) {
+                Some(
+                    "not recorded since the last mount; these are older records, which retention drops with their turns (`opfs gc` now)"
+                        .to_string(),
+                )
+            } else if worktree {
+                None
+            } else if let Some(r) = opfs::export::regenerable(&name) {
+                Some(format!(
+                    "regenerable ({}): ignore it (`/{name}/` in .gitignore) and the next mount leaves it out, or set [projects.\"{project}\".record] exclude = [\"{name}/\"] in the configuration",
+                    r.remade_by
+                ))
+            } else if u.bytes >= 1 << 20 {
+                Some(format!(
+                    "if it is output a tool makes again, [projects.\"{project}\".record] exclude = [\"{name}/\"] stops recording it from the next mount (a rewind then leaves it alone)"
+                ))
+            } else {
+                None
+            };
+            (u, hint)
+        })
+        .collect()
+}
+
+/// `stored:` lines, one per top-level entry of [`stored_by_top`].
+fn print_by_top(
+    tops: &[(opfs::store::TopUse, Option<String>)],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    for (u, hint) in tops {
+        write!(
+            out,
+            "stored:     {} in {} ({} records)",
+            opfs::state::usage::format_size(u.bytes),
+            opfs::paths::display(&u.top),
+            u.records
+        )?;
+        match hint {
+            Some(h) => writeln!(out, ": {h}")?,
+            None => writeln!(out)?,
+        }
+    }
+    Ok(())
+}
+
 /// At most this many kept edits are listed by `status` (the newest).
 const OUTSIDE_SHOWN: usize = 10;
 
@@ -199,7 +279,7 @@ fn record_exclude(ctx: &Ctx, st: &StateDir) -> (Vec<String>, Option<Vec<String>>
         .record_exclude()
         .map(|e| e.patterns().to_vec())
         .unwrap_or_default();
-    let configured = ctx.config().ok().map(|c| c.record.exclude);
+    let configured = ctx.record_patterns(&st.project).ok();
     let next = configured.filter(|c| *c != now);
     (now, next)
 }
@@ -388,13 +468,13 @@ fn refused_warning(s: &Status, free: Option<u64>) -> Option<String> {
     let free = free.map_or_else(|| "unknown".to_string(), opfs::state::usage::format_size);
     Some(if r.errno == "ENOSPC" {
         format!(
-            "mutations are refused since {since}: {} failed because the state dir's              filesystem is full ({free} free at {}); the project is unchanged by them. Free              space there (`opfs gc` drops old turns), then work goes on",
+            "mutations are refused since {since}: {} failed because the state dir's filesystem is full ({free} free at {}); the project is unchanged by them. Free space there (`opfs gc` drops old turns), then work goes on",
             count(r.count),
             s.state_dir.display()
         )
     } else {
         format!(
-            "mutations are refused since {since}: {} failed with {} (the store in {} fails;              see the daemon log); the project is unchanged by them",
+            "mutations are refused since {since}: {} failed with {} (the store in {} fails; see the daemon log); the project is unchanged by them",
             count(r.count),
             r.errno,
             s.state_dir.display()

@@ -1,4 +1,5 @@
-//! `opfs turn [--label L] [--id ID] [--allow-unmounted]`: refused (exit 1)
+//! `opfs turn [-m TEXT] [--label L] [--id ID] [--allow-unmounted]`: `-m`
+//! labels the turn it closes, `--label` the one it opens. Refused (exit 1)
 //! when no daemon serves the project, unless `--allow-unmounted`; then the
 //! turn is opened in the state dir and a note on stderr says that nothing
 //! is recorded until the project is mounted.
@@ -36,7 +37,12 @@ pub fn run_within(
         project = project.with_answer_limit(l);
     }
     let (turn, via) = project
-        .turn_via(a.label.as_deref(), a.id.as_deref(), a.allow_unmounted)
+        .turn_closing(
+            a.message.as_deref(),
+            a.label.as_deref(),
+            a.id.as_deref(),
+            a.allow_unmounted,
+        )
         .map_err(|e| match e {
             ClientError::NotServed(ref p) => match stale_mount(p) {
                 Some(m) => CommandError::failure(format!(

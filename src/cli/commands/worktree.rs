@@ -216,22 +216,31 @@ fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "{}", crate::cli::commands::rewind::CHOICES)?;
         return print_merge_notes(r, out);
     }
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let counts = format!(
+        "{}, {}",
+        count(r.merged.len(), "path"),
+        count(r.conflicts.len(), "conflict")
+    );
+    let nothing = r.plan.is_empty() && r.three_way.is_empty() && r.conflicts.is_empty();
     match r.turn {
-        Some(t) => writeln!(
+        _ if nothing && r.dry_run => writeln!(
             out,
-            "{verb} worktree {} (from turn {}) as turn {t}: {} paths, {} conflicts",
+            "worktree {} (from turn {}): already identical: the project holds all it changed \
+             ({}); nothing to merge",
             r.worktree,
             r.base_turn,
-            r.merged.len(),
-            r.conflicts.len()
+            count(r.merged.len(), "path")
+        )?,
+        Some(t) => writeln!(
+            out,
+            "{verb} worktree {} (from turn {}) as turn {t}: {counts}",
+            r.worktree, r.base_turn,
         )?,
         None => writeln!(
             out,
-            "{verb} worktree {} (from turn {}): {} paths, {} conflicts",
-            r.worktree,
-            r.base_turn,
-            r.merged.len(),
-            r.conflicts.len()
+            "{verb} worktree {} (from turn {}): {counts}",
+            r.worktree, r.base_turn,
         )?,
     }
     for p in &r.plan {
@@ -239,6 +248,12 @@ fn print_merge(r: &MergeReport, out: &mut dyn Write) -> std::io::Result<()> {
     }
     for p in &r.three_way {
         writeln!(out, "  {p}: merged three-way (both sides changed it)")?;
+    }
+    for p in &r.identical {
+        writeln!(
+            out,
+            "  {p}: already identical (the project holds it as the worktree has it)"
+        )?;
     }
     print_merge_notes(r, out)
 }

@@ -35,7 +35,7 @@ pub use outside::OutsideEdit;
 pub use ranges::{Packed, Piece};
 pub use records::Target;
 pub use restores::StoppedRestore;
-pub use retention::Dropped;
+pub use retention::{Dropped, TopUse};
 pub use schema::SCHEMA_VERSION;
 
 /// Errors from the index. Each names the database file.

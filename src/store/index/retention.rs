@@ -15,7 +15,60 @@ const KEPT_BLOBS: &str = "SELECT blob FROM preimages WHERE turn >= ?1 AND blob I
      UNION SELECT blob FROM ranges WHERE turn >= ?1
      UNION SELECT blob FROM outside_edits WHERE turn >= ?1 AND blob IS NOT NULL";
 
+/// Where the stored bytes go: one top-level entry of the project
+/// ([`Index::bytes_by_top`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TopUse {
+    /// The first component of the paths (`""`: none; bytes as stored).
+    pub top: Vec<u8>,
+    /// Bytes of the distinct blobs the records and saved ranges of paths
+    /// under it name (a blob named under two tops counts in each).
+    pub bytes: u64,
+    /// Records (one per path and turn) under it.
+    pub records: u64,
+}
+
+/// The first component of `path` as SQL over a BLOB column.
+const TOP: &str =
+    "CASE WHEN instr(path, X'2F') > 0 THEN substr(path, 1, instr(path, X'2F') - 1) ELSE path END";
+
 impl Index {
+    /// The stored bytes and records by the first component of their
+    /// paths, most bytes first (`opfs status`). One pass over the records
+    /// and saved ranges.
+    ///
+    /// Errors: SQLite's.
+    pub fn bytes_by_top(&self) -> Result<Vec<TopUse>, IndexError> {
+        let sql = format!(
+            "WITH named(top, hash) AS (
+                 SELECT {TOP}, blob FROM preimages WHERE blob IS NOT NULL
+                 UNION SELECT {TOP}, blob FROM ranges),
+             sizes(top, bytes) AS (
+                 SELECT n.top, coalesce(sum(b.size), 0) FROM named n
+                 JOIN blobs b ON b.hash = n.hash GROUP BY n.top),
+             counts(top, records) AS (
+                 SELECT {TOP}, count(*) FROM preimages GROUP BY 1)
+             SELECT c.top, coalesce(s.bytes, 0), c.records FROM counts c
+             LEFT JOIN sizes s ON s.top = c.top
+             ORDER BY 2 DESC, 3 DESC, 1"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(TopUse {
+                    top: r.get::<_, Vec<u8>>(0)?,
+                    bytes: r.get::<_, Uint>(1)?.0,
+                    records: r.get::<_, Uint>(2)?.0,
+                })
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.err())?);
+        }
+        Ok(out)
+    }
+
     /// The oldest and the newest turn, or `None` when there is none.
     pub fn turn_bounds(&self) -> Result<Option<(u64, u64)>, IndexError> {
         let (first, last) = self

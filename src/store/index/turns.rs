@@ -97,6 +97,22 @@ impl Index {
         external_id: Option<&str>,
         rewound_to: Option<u64>,
     ) -> Result<u64, IndexError> {
+        self.next_turn_closing(open, None, kind, label, external_id, rewound_to)
+    }
+
+    /// [`Index::next_turn`], also setting the label of the turn it closes
+    /// to `closing_label` when given (`opfs turn -m`), in the same
+    /// transaction: after `Ok` the closed turn has that label, after
+    /// `Err` nothing changed. Errors as [`Index::next_turn`].
+    pub fn next_turn_closing(
+        &mut self,
+        open: Option<u64>,
+        closing_label: Option<&str>,
+        kind: TurnKind,
+        label: Option<&str>,
+        external_id: Option<&str>,
+        rewound_to: Option<u64>,
+    ) -> Result<u64, IndexError> {
         let now = now_ns();
         let number = open.map_or(1, |n| n.saturating_add(1));
         self.in_transaction(|tx| {
@@ -105,6 +121,12 @@ impl Index {
                     "UPDATE turns SET ended_at = ?1 WHERE number = ?2",
                     params![now, Uint(open)],
                 )?;
+                if let Some(l) = closing_label {
+                    tx.execute(
+                        "UPDATE turns SET label = ?1 WHERE number = ?2",
+                        params![(!l.is_empty()).then_some(l), Uint(open)],
+                    )?;
+                }
             }
             tx.execute(
                 "INSERT INTO turns(number, kind, label, external_id, started_at, rewound_to)
@@ -130,6 +152,22 @@ impl Index {
                 r.get::<_, Option<Uint>>(0)
             })
             .map(|v| v.map(|n| n.0))
+            .map_err(self.err())
+    }
+
+    /// The oldest turn that is open or ended after `ns` (the turns after
+    /// it are younger still); `u64::MAX` when there is none. Retention's
+    /// minimum age (`crate::gc`).
+    ///
+    /// Errors: SQLite's.
+    pub fn first_turn_ended_after(&self, ns: i64) -> Result<u64, IndexError> {
+        self.conn
+            .query_row(
+                "SELECT min(number) FROM turns WHERE ended_at IS NULL OR ended_at > ?1",
+                [ns],
+                |r| r.get::<_, Option<Uint>>(0),
+            )
+            .map(|v| v.map_or(u64::MAX, |n| n.0))
             .map_err(self.err())
     }
 
