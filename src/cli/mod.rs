@@ -40,6 +40,8 @@ pub struct Env {
     pub tuning: opfs::daemon::FsTuning,
     /// `$OPFS_BWRAP`.
     pub bwrap: Option<PathBuf>,
+    /// `$SHELL`: what `opfs shell` starts without a command.
+    pub shell: Option<OsString>,
     /// What `opfs run` needs besides.
     pub run: opfs::sandbox::RunEnv,
     /// The configuration file (`$OPFS_CONFIG`, else from
@@ -71,6 +73,7 @@ impl Env {
             range_min: var("OPFS_RANGE_MIN"),
             tuning: opfs::daemon::FsTuning::from_vars(|k| std::env::var(k).ok()),
             bwrap: var("OPFS_BWRAP").map(PathBuf::from),
+            shell: nonempty("SHELL"),
             run: opfs::sandbox::RunEnv {
                 xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
                 ssh_auth_sock: var("SSH_AUTH_SOCK").map(PathBuf::from),

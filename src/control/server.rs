@@ -297,7 +297,7 @@ fn serve_one(
             kind: FailureKind::Failure,
             message: format!(
                 "refused by the daemon of {}: {why}; no control socket is usable from inside a \
-                 sandbox (`opfs run`): run this command outside it",
+                 sandbox or view (`opfs run`, `opfs shell`): run this command outside it",
                 journal.project().display()
             ),
         };

@@ -70,6 +70,12 @@ pub enum Mode {
     /// Nothing writable but a private `/tmp`; the project is read through
     /// the mount.
     ReadOnly,
+    /// Only the project's path is changed: in a mount namespace of its
+    /// own, the command sees the journaled project (or a worktree) at the
+    /// project's path; the rest of the host, the network, processes,
+    /// capabilities and environment are the caller's. The default of
+    /// `opfs shell`.
+    Unrestricted,
     /// No sandbox at all: the command runs as a plain child process. Only
     /// when asked for by name.
     DangerFullAccess,
@@ -81,6 +87,7 @@ impl Mode {
         match self {
             Mode::WorkspaceWrite => "workspace-write",
             Mode::ReadOnly => "read-only",
+            Mode::Unrestricted => "unrestricted",
             Mode::DangerFullAccess => "danger-full-access",
         }
     }
@@ -93,9 +100,11 @@ impl FromStr for Mode {
         match s {
             "workspace-write" => Ok(Mode::WorkspaceWrite),
             "read-only" => Ok(Mode::ReadOnly),
+            "unrestricted" => Ok(Mode::Unrestricted),
             "danger-full-access" => Ok(Mode::DangerFullAccess),
             other => Err(format!(
-                "unknown sandbox mode {other:?} (workspace-write, read-only, danger-full-access)"
+                "unknown sandbox mode {other:?} (workspace-write, read-only, unrestricted, \
+                 danger-full-access)"
             )),
         }
     }
@@ -260,7 +269,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let home = state::absolute(&opts.home);
     if opts.mode == Mode::DangerFullAccess && opts.worktree.is_some() {
         return Err(RunError::Usage(
-            "--worktree needs a sandbox (it shows the worktree at the project's path);              without one, run the command in the worktree's path itself              (`opfs worktree path NAME`)"
+            "--worktree needs a mount namespace (it shows the worktree at the project's \
+             path): use --sandbox unrestricted for no other restriction, or run the command \
+             in the worktree's path itself (`opfs worktree path NAME`)"
                 .into(),
         ));
     }
@@ -270,12 +281,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let policy = policy_for(opts, &home)?;
     let bwrap = find_bwrap(opts.bwrap.as_deref(), opts.env.search_path.as_deref())?;
     let st = locate(&home, &opts.dir)?;
-    command_is_visible(
-        Path::new(&opts.command[0]),
-        &st.project,
-        &state::absolute(&opts.dir),
-        opts.env.search_path.as_deref(),
-    )?;
+    if opts.mode != Mode::Unrestricted {
+        // Unrestricted keeps the host's /tmp.
+        command_is_visible(
+            Path::new(&opts.command[0]),
+            &st.project,
+            &state::absolute(&opts.dir),
+            opts.env.search_path.as_deref(),
+        )?;
+    }
     let (mut guard, history) = match &opts.worktree {
         None => (
             MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?,
@@ -400,9 +414,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     for (outside, inside) in &bwrap_binds {
         git.extend(git_guard.binds(outside, inside)?);
     }
+    let aliases = mountpoint_alias(&st, &home).into_iter().collect::<Vec<_>>();
+    for alias in &aliases {
+        git.extend(git_guard.binds(&guard.mountpoint, alias)?);
+    }
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
+        aliases,
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
         worktrees: bwrap_binds,
@@ -419,7 +438,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         .arg("--")
         .args(&opts.command);
     bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
-    let code = process::spawn_and_wait(cmd, info)?;
+    match &opts.worktree {
+        Some(name) => cmd.env("OPFS_WORKTREE", name),
+        None => cmd.env_remove("OPFS_WORKTREE"),
+    };
+    let code = process::spawn_and_wait(cmd, info, opts.mode == Mode::Unrestricted)?;
     drop(narrow);
     if let Ok(s) = &share {
         warnings.extend(s.0.close());
@@ -428,6 +451,24 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         warnings.push(e);
     }
     Ok(RunOutcome { code, warnings })
+}
+
+/// The mountpoint a user mounted `st`'s project at, if it is mounted
+/// there now: the sandbox shows the same view there as at the project's
+/// path, so a path a tool wrote through the mountpoint (a venv, an
+/// editable install made there) resolves inside too, to the project or to
+/// the worktree the run is over. None for a private mountpoint under the
+/// opfs home (hidden inside), or one that contains the project or lies in
+/// it.
+fn mountpoint_alias(st: &StateDir, home: &Path) -> Option<PathBuf> {
+    let mp = crate::state::registry::recorded_mountpoint(st)?;
+    let usable = mp.is_absolute()
+        && !mp.starts_with(home)
+        && !mp.starts_with(&st.dir)
+        && !mp.starts_with(&st.project)
+        && !st.project.starts_with(&mp)
+        && crate::state::mountinfo::is_mount_point(&mp);
+    usable.then_some(mp)
 }
 
 /// Closes the run's shared worktree folder on every way out of [`run`],

@@ -70,8 +70,20 @@ fn signal(pid: i32, sig: i32, group: bool) {
 /// Spawns bwrap in its own process group (so the terminal's signals reach
 /// only `opfs run`, which forwards them), learns the sandbox's pid from
 /// `--info-fd` (`info`, whose fd `cmd` names), and waits.
-pub(super) fn spawn_and_wait(mut cmd: Command, info: InfoPipe) -> Result<i32, RunError> {
-    cmd.process_group(0);
+///
+/// `foreground` (`unrestricted`, which makes no new session): bwrap stays
+/// in this process's group, so a shell inside keeps the terminal (job
+/// control, reads from it); the terminal's SIGINT and SIGQUIT reach it
+/// directly and are not passed on, the other signals go to the command
+/// alone.
+pub(super) fn spawn_and_wait(
+    mut cmd: Command,
+    info: InfoPipe,
+    foreground: bool,
+) -> Result<i32, RunError> {
+    if !foreground {
+        cmd.process_group(0);
+    }
     let child = cmd
         .spawn()
         .map_err(|e| RunError::Setup(format!("cannot start bwrap: {e}")))?;
@@ -88,7 +100,11 @@ pub(super) fn spawn_and_wait(mut cmd: Command, info: InfoPipe) -> Result<i32, Ru
     }
     let status = wait_forwarding(child, FORWARDED, move |sig, bwrap_pid| {
         let pid = sandbox_pid.load(Ordering::SeqCst);
-        if pid > 0 {
+        if foreground {
+            if sig != libc::SIGINT && sig != libc::SIGQUIT && sig != libc::SIGWINCH {
+                signal(if pid > 0 { pid } else { bwrap_pid }, sig, false);
+            }
+        } else if pid > 0 {
             // The sandbox's init leads the new session and process group
             // the command runs in: signal the group, as a terminal would.
             signal(pid, sig, true);

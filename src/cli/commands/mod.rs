@@ -20,6 +20,7 @@ mod mcp;
 mod mount;
 mod rewind;
 mod run;
+mod shell;
 mod show;
 mod status;
 mod turn;
@@ -43,6 +44,7 @@ pub fn run(
         Cmd::Turn(a) => turn::run(ctx, a, out, err).map(|()| 0),
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
+        Cmd::Shell(a) => shell::run(ctx, a, err),
         Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
         Cmd::Show(a) => show::run(ctx, a, out).map(|()| 0),
