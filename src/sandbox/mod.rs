@@ -22,12 +22,17 @@
 //!    credential paths, an empty read-only tmpfs over a directory and
 //!    `/dev/null` over anything else;
 //! 5. the mountpoint bound over the project path (read-only in `read-only`
-//!    mode), so every write to the project goes through the journal;
+//!    mode), so every write to the project goes through the journal, and
+//!    over the user's mountpoint of the project too (its path then means
+//!    the same view: `mountpoint_alias`);
 //! 6. in `workspace-write` mode, what git runs or trusts in the project
 //!    (and in each worktree bound by bwrap) bound read-only over itself,
 //!    the `.git` folder and every folder above a protected path bound
 //!    onto itself, parents first (`git.rs`);
 //! 7. hidden paths inside the project (they would be re-exposed by 5).
+//!
+//! `unrestricted` keeps only the mount namespace: the host bound as it is
+//! (`--dev-bind / /`), then 5, and nothing else (`bwrap::unrestricted_args`).
 //!
 //! The library never prints; what went wrong is in [`RunError`].
 
