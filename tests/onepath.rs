@@ -206,6 +206,72 @@ fn a_shell_shows_the_project_or_a_worktree_at_its_path_and_nothing_else_changes(
     f.opfs_p(&["worktree", "discard", "w"]).ok();
 }
 
+/// A person's shell keeps the terminal: `opfs shell` runs in the
+/// terminal's foreground process group (no new session, bwrap not moved to
+/// a group of its own), so the shell reads the terminal and has job
+/// control. Run under `script`, which gives it a pseudo-terminal: `read`
+/// from a background group would stop on SIGTTIN (and the test time out),
+/// a new session would show no `+` (foreground) in `ps`'s state.
+#[test]
+fn a_shell_keeps_the_terminal_and_its_foreground() {
+    require_bwrap();
+    let script = which("script").expect("script (util-linux) on PATH");
+    let f = Fixture::new();
+    f.mount();
+    let inner = format!(
+        "{} -C {} shell -- sh -c 'read x; echo got:$x; ps -o stat= -p $$'",
+        opfs_bin().display(),
+        f.project.display()
+    );
+    let input = f.root().join("typed");
+    fs::write(&input, "hello\n").expect("write");
+    let mut c = Command::new(script);
+    f.pinned.pin(&mut c);
+    c.args(["-qec", &inner, "/dev/null"]);
+    let out = run_with_stdin(c, &input, &scratch(&f));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains("got:hello"), "{out}");
+    let stat = out
+        .stdout
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(
+        stat.contains('+'),
+        "in the terminal's foreground group: {out}"
+    );
+}
+
+/// [`run_command`] with stdin read from `input` instead of /dev/null.
+fn run_with_stdin(mut c: Command, input: &Path, dir: &Path) -> Run {
+    let out = dir.join("stdin-run.out");
+    let err = dir.join("stdin-run.err");
+    c.stdin(fs::File::open(input).expect("open"))
+        .stdout(fs::File::create(&out).expect("create"))
+        .stderr(fs::File::create(&err).expect("create"));
+    let mut child = c.spawn().expect("spawn");
+    let end = std::time::Instant::now() + LONG;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        what: format!("{c:?}"),
+        code: status.and_then(|s| s.code()),
+        stdout: fs::read_to_string(&out).unwrap_or_default(),
+        stderr: fs::read_to_string(&err).unwrap_or_default(),
+    }
+}
+
 /// The attrs case, offline: an editable install made once at the
 /// project's path, two worktrees with two fixes, the suite run in both at
 /// the same time, each importing its own worktree's code at the project's

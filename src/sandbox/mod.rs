@@ -462,10 +462,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
 /// there now: the sandbox shows the same view there as at the project's
 /// path, so a path a tool wrote through the mountpoint (a venv, an
 /// editable install made there) resolves inside too, to the project or to
-/// the worktree the run is over. None for a private mountpoint under the
-/// opfs home (hidden inside), or one that contains the project or lies in
-/// it.
+/// the worktree the run is over. None when no daemon serves the project
+/// (a stale record), for a private mountpoint under the opfs home (hidden
+/// inside), or one that contains the project or lies in it.
 fn mountpoint_alias(st: &StateDir, home: &Path) -> Option<PathBuf> {
+    if !crate::state::lock::StateLock::is_held(st) {
+        return None;
+    }
     let mp = crate::state::registry::recorded_mountpoint(st)?;
     let usable = mp.is_absolute()
         && !mp.starts_with(home)
