@@ -203,6 +203,49 @@ fn a_shell_shows_the_project_or_a_worktree_at_its_path_and_nothing_else_changes(
     ]);
     assert_eq!(r.code, Some(2), "{r}");
     assert!(r.stderr.contains("--sandbox unrestricted"), "{r}");
+
+    // opfs's own commands work inside an unrestricted view, against the
+    // daemon of what it shows (the view's namespaces are trusted by it
+    // while the shell lives); never from inside a sandbox.
+    let bin = opfs_bin();
+    let bin = utf8(&bin);
+    let r = f
+        .opfs_p(&["shell", "--", bin, "turn", "--label", "from inside"])
+        .ok();
+    let inside: u64 = r.stdout.trim().parse().unwrap_or_else(|_| panic!("{r}"));
+    assert!(
+        f.points(false)
+            .iter()
+            .any(|p| p["turn"] == inside && p["label"] == "from inside"),
+        "{r}"
+    );
+    let r = f
+        .opfs_p(&[
+            "shell",
+            "--worktree",
+            "w",
+            "--",
+            bin,
+            "-C",
+            utf8(&w),
+            "turn",
+            "--label",
+            "in the worktree",
+        ])
+        .ok();
+    assert!(r.stdout.trim().parse::<u64>().is_ok(), "{r}");
+    let r = f.opfs_p(&[
+        "shell",
+        "--sandbox",
+        "workspace-write",
+        "--",
+        bin,
+        "-C",
+        &project,
+        "turn",
+    ]);
+    assert_ne!(r.code, Some(0), "{r}");
+    assert_eq!(f.open_turn(), inside, "no turn opened from the sandbox");
     f.opfs_p(&["worktree", "discard", "w"]).ok();
 }
 

@@ -436,18 +436,45 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
     let info = process::InfoPipe::new()?;
+    // In an unrestricted view opfs's own commands work as outside: the
+    // daemon of what the view shows (the project's, or the worktree's) is
+    // asked to serve callers in the view's namespaces before the command
+    // starts (sandbox.md, "No control socket inside").
+    let trust_failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let gate = if opts.mode == Mode::Unrestricted {
+        let state = history.clone();
+        let failed = trust_failed.clone();
+        Some(process::Gate::new(Box::new(move |pid| {
+            if let Err(e) = crate::control::client::trust_view(&state, pid) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                    "opfs commands inside the shell were refused by the daemon of {} ({e}): \
+                     run them outside",
+                    state.project.display()
+                ));
+            }
+        }))?)
+    } else {
+        None
+    };
     let mut cmd = Command::new(&bwrap);
-    cmd.args(&args)
-        .arg("--info-fd")
-        .arg(info.fd().to_string())
-        .arg("--")
-        .args(&opts.command);
+    cmd.args(&args).arg("--info-fd").arg(info.fd().to_string());
+    if let Some(g) = &gate {
+        cmd.arg("--block-fd").arg(g.fd().to_string());
+    }
+    cmd.arg("--").args(&opts.command);
     bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
     match &opts.worktree {
         Some(name) => cmd.env("OPFS_WORKTREE", name),
         None => cmd.env_remove("OPFS_WORKTREE"),
     };
-    let code = process::spawn_and_wait(cmd, info, opts.mode == Mode::Unrestricted)?;
+    let code = process::spawn_and_wait(cmd, info, opts.mode == Mode::Unrestricted, gate)?;
+    if let Some(w) = trust_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        warnings.push(w);
+    }
     drop(narrow);
     if let Ok(s) = &share {
         warnings.extend(s.0.close());
