@@ -11,7 +11,7 @@ use common::*;
 fn completions_and_man_pages_name_every_command() {
     let fx = Fixture::new();
     let bash = fx.opfs(&["completions", "bash"]).ok().stdout;
-    for cmd in ["rewind", "undo", "label", "worktree", "doctor"] {
+    for cmd in ["rewind", "undo", "label", "worktree", "doctor", "shell"] {
         assert!(bash.contains(cmd), "bash completion lacks {cmd}");
     }
     let fish = fx.opfs(&["completions", "fish"]).ok().stdout;
@@ -70,8 +70,15 @@ fn doctor_fails_on_what_is_required_and_warns_on_the_rest() {
         "{run}"
     );
     assert!(run.stdout.contains("fix: install fuse3"), "{run}");
-    // A bubblewrap that cannot make namespaces is a warning only.
+    // A bubblewrap that cannot make namespaces is a warning only, saying
+    // what is lost (the project at its own path) and what works instead.
     assert!(run.stdout.contains("warn  bubblewrap"), "{run}");
+    assert!(
+        run.stdout.contains(
+            "so opfs shell cannot show the project at its own path; work at a mountpoint instead"
+        ),
+        "{run}"
+    );
     // A state home that cannot be written fails.
     fx.set_env("OPFS_HOME", "/proc/opfs-doctor");
     let run = fx.opfs(&["doctor"]);

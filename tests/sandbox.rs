@@ -345,19 +345,31 @@ fn the_state_dir_and_control_socket_are_invisible() {
         &w,
         &[],
         &format!(
-            r#"test -e {sock} && echo ESCAPED; ls -A "$OPFS_HOME"; ls "$OPFS_HOME/projects" && echo ESCAPED; ls -A {mp}/ >/dev/null && echo MP_READABLE; echo x > {mp}/via-mp && echo ESCAPED"#,
+            r#"test -e {sock} && echo ESCAPED; ls -A "$OPFS_HOME"; ls "$OPFS_HOME/projects" && echo ESCAPED; ls -A {mp}/ >/dev/null && echo MP_READABLE; echo x > {mp}/via-mp && echo MP_IS_THE_PROJECT"#,
             sock = socket.display(),
             mp = mp.display()
         ),
     );
-    // Only RAN and possibly MP_READABLE: the state dir lists as empty.
+    // Only RAN and the mountpoint's lines: the state dir lists as empty.
     let text = stdout(&out);
     let listed: Vec<&str> = text
         .lines()
-        .filter(|l| *l != "RAN" && *l != "MP_READABLE")
+        .filter(|l| !matches!(*l, "RAN" | "MP_READABLE" | "MP_IS_THE_PROJECT"))
         .collect::<Vec<_>>();
     assert!(listed.is_empty(), "state dir visible: {}", show(&out));
-    assert!(!w.project.join("via-mp").exists());
+    // The mountpoint's path shows the project's mount inside (sandbox.md,
+    // "The mountpoint's path shows the same view"): a write there is a
+    // write through the journal, recorded like one at the project's path.
+    assert!(text.contains("MP_IS_THE_PROJECT"), "{}", show(&out));
+    assert!(w.project.join("via-mp").exists());
+    let diff = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["diff", "1", "--name-status"])
+        .output()
+        .unwrap();
+    assert!(stdout(&diff).contains("via-mp"), "{}", show(&diff));
 }
 
 #[test]

@@ -64,6 +64,10 @@ pub enum Cmd {
     Restore(RestoreArgs),
     /// Run CMD in a sandbox with the project (through the mount) at its own path.
     Run(RunArgs),
+    /// Start your shell (or CMD) where the project's own path shows the
+    /// journaled project, or worktree NAME; nothing else is restricted
+    /// unless --sandbox says so (docs/worktrees.md "One path").
+    Shell(ShellArgs),
     /// List the turns, newest first, with what each changed.
     Log(LogArgs),
     /// Show what turn N (or turns N..M) changed, as a patch git can apply.
@@ -428,7 +432,8 @@ pub struct RestoreArgs {
 // `opfs run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// workspace-write (default), read-only, or danger-full-access (no sandbox).
+    /// workspace-write (default), read-only, unrestricted (only the
+    /// project's path changed), or danger-full-access (no sandbox).
     #[arg(
         long,
         value_name = "MODE",
@@ -465,12 +470,45 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+// `opfs shell`: `opfs run` with the person's shell and no restriction by
+// default.
+#[derive(Debug, clap::Args)]
+pub struct ShellArgs {
+    /// unrestricted (default: only the project's path changed),
+    /// workspace-write, read-only, or danger-full-access (no view).
+    #[arg(long, value_name = "MODE", value_enum, default_value = "unrestricted")]
+    pub sandbox: SandboxMode,
+    /// Show worktree NAME at the project's path instead of the project.
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
+    /// Open a turn with this label first.
+    #[arg(long, value_name = "LABEL")]
+    pub turn: Option<String>,
+    /// Give the command the network (workspace-write, read-only).
+    #[arg(long)]
+    pub net: bool,
+    /// Make PATH writable inside too (workspace-write; repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub writable: Vec<PathBuf>,
+    /// Leave what git runs or trusts writable (workspace-write).
+    #[arg(long)]
+    pub writable_git_config: bool,
+    /// The command and its arguments (default: $SHELL, else /bin/sh).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
 // `--sandbox`: the names of `opfs::sandbox::Mode` (no doc comments here:
 // clap would list them in the help, which names the modes already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
     WorkspaceWrite,
     ReadOnly,
+    Unrestricted,
     DangerFullAccess,
 }
 
@@ -479,6 +517,7 @@ impl From<SandboxMode> for opfs::sandbox::Mode {
         match m {
             SandboxMode::WorkspaceWrite => opfs::sandbox::Mode::WorkspaceWrite,
             SandboxMode::ReadOnly => opfs::sandbox::Mode::ReadOnly,
+            SandboxMode::Unrestricted => opfs::sandbox::Mode::Unrestricted,
             SandboxMode::DangerFullAccess => opfs::sandbox::Mode::DangerFullAccess,
         }
     }

@@ -50,6 +50,8 @@ pub struct Env {
     /// `$OPFS_MCP_SOCKET` if not empty: the narrow socket `opfs run`
     /// names inside its sandbox.
     pub mcp_socket: Option<PathBuf>,
+    /// `$SHELL`: what `opfs shell` starts without a command.
+    pub shell: Option<OsString>,
     /// What `opfs run` needs besides.
     pub run: opfs::sandbox::RunEnv,
     /// The configuration file (`$OPFS_CONFIG`, else from
@@ -84,6 +86,7 @@ impl Env {
             hook_strict: var("OPFS_HOOK_STRICT").is_some_and(|v| v == "1"),
             sandbox: var("OPFS_SANDBOX"),
             mcp_socket: nonempty("OPFS_MCP_SOCKET").map(PathBuf::from),
+            shell: nonempty("SHELL"),
             run: opfs::sandbox::RunEnv {
                 xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
                 ssh_auth_sock: var("SSH_AUTH_SOCK").map(PathBuf::from),

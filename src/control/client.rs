@@ -667,7 +667,7 @@ fn is_cut_off(e: &io::Error) -> bool {
 pub fn answer_limit(req: &Request) -> Duration {
     match req {
         Request::Status => Duration::from_secs(10),
-        Request::Commit | Request::Unmount => Duration::from_secs(30),
+        Request::Commit | Request::Unmount | Request::TrustView { .. } => Duration::from_secs(30),
         Request::Turn { .. } => Duration::from_secs(60),
         Request::Rewind { .. } | Request::Merge { .. } | Request::Gc { .. } => {
             Duration::from_secs(30 * 60)
@@ -903,4 +903,18 @@ pub fn wait_for_every(limit: Duration, interval: Duration, mut cond: impl FnMut(
         std::thread::sleep(interval);
     }
     cond()
+}
+
+/// Asks the daemon serving `state` to serve callers in the namespaces of
+/// process `pid` (an `opfs shell` view) while this process lives.
+///
+/// Errors: no daemon answers, or it refuses (an older daemon does not know
+/// the request), with the daemon's message.
+pub fn trust_view(state: &StateDir, pid: i32) -> Result<(), String> {
+    match request(state, &Request::TrustView { pid }) {
+        Ok(Response::Trusted) => Ok(()),
+        Ok(Response::Error { message, .. }) => Err(message),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
 }

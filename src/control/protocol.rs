@@ -84,6 +84,15 @@ pub enum Request {
         #[serde(default)]
         include_ignored: bool,
     },
+    /// Serve callers in the mount and user namespaces of process `pid` (a
+    /// view `opfs shell` made: `--sandbox unrestricted`, which confines
+    /// nothing) for as long as the process that asks lives. Like every
+    /// request, accepted only from the daemon's own namespaces, which no
+    /// sandbox reaches. Answered with [`Response::Trusted`].
+    TrustView {
+        /// A process in the view (bwrap's child).
+        pid: i32,
+    },
     /// Commit the capture records pending in the capture log to the index,
     /// so a reader in another process (history, export) sees every capture
     /// made so far. Answered with [`Response::Committed`].
@@ -134,6 +143,8 @@ pub enum Response {
     Unmounting,
     /// The pending capture records are in the index.
     Committed,
+    /// Callers in the view's namespaces are served from now on.
+    Trusted,
     /// Not an answer: how far the request has got, `done` of `total`
     /// units of work (for a rewind: see `rewind::rewind_with_progress`).
     /// Sent only to a request that asked for it, before its answer: at

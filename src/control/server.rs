@@ -142,6 +142,11 @@ pub fn handle(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Response {
     match req {
+        // Answered in `serve_one`, which knows the caller.
+        Request::TrustView { .. } => Response::Error {
+            kind: FailureKind::Usage,
+            message: "a view can be trusted only over the control socket".into(),
+        },
         Request::Commit => match journal.apply_pending() {
             Ok(()) => Response::Committed,
             Err(e) => Response::Error {
@@ -331,7 +336,7 @@ fn serve_one(
             kind: FailureKind::Failure,
             message: format!(
                 "refused by the daemon of {}: {why}; no control socket is usable from inside a \
-                 sandbox (`opfs run`): run this command outside it",
+                 sandbox or view (`opfs run`, `opfs shell`): run this command outside it",
                 journal.project().display()
             ),
         };
@@ -350,6 +355,7 @@ fn serve_one(
                 log::warn!("control request dropped, its client stopped waiting: {req:?}");
                 continue;
             }
+            Ok(Request::TrustView { pid }) => trust_view(pid, &writer),
             Ok(req) => {
                 log::info!("control request: {req:?}");
                 if matches!(req, Request::Rewind { progress: true, .. }) {
@@ -450,6 +456,78 @@ fn handle_with_progress_lines(
 /// `docs/sandbox.md` "No control socket inside"). A peer whose pid this
 /// daemon cannot see (0: another pid namespace not below ours) or whose
 /// namespaces cannot be read (it is gone) is refused too.
+/// A view whose callers this daemon serves although they run in other
+/// namespaces (`Request::TrustView`): its mount and user namespaces, and
+/// the process that asked for it (pid and start time, so a reused pid
+/// does not keep it), while that process lives.
+struct TrustedView {
+    mnt: PathBuf,
+    user: PathBuf,
+    holder: i32,
+    holder_start: Option<u64>,
+}
+
+/// The views of this daemon (one daemon per process).
+static TRUSTED_VIEWS: std::sync::Mutex<Vec<TrustedView>> = std::sync::Mutex::new(Vec::new());
+
+fn namespace(pid: i32, ns: &str) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/{ns}"))
+}
+
+/// The start time of `pid` (field 22 of `/proc/PID/stat`), if it lives.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Trusts the namespaces of `pid` while the peer of `conn` (the `opfs
+/// shell` that made the view, in this daemon's namespaces: others never
+/// get here) lives.
+fn trust_view(pid: i32, conn: &UnixStream) -> Response {
+    let holder = match rustix::net::sockopt::socket_peercred(conn) {
+        Ok(c) => c.pid.as_raw_nonzero().get(),
+        Err(e) => {
+            return Response::Error {
+                kind: FailureKind::Failure,
+                message: format!(
+                    "the caller's credentials cannot be read ({})",
+                    io::Error::from(e)
+                ),
+            }
+        }
+    };
+    let (mnt, user) = match (namespace(pid, "mnt"), namespace(pid, "user")) {
+        (Ok(m), Ok(u)) => (m, u),
+        (Err(e), _) | (_, Err(e)) => {
+            return Response::Error {
+                kind: FailureKind::Failure,
+                message: format!("the namespaces of process {pid} cannot be read: {e}"),
+            }
+        }
+    };
+    log::info!("serving the view of pid {pid} ({mnt:?}, {user:?}) while pid {holder} lives");
+    let mut views = TRUSTED_VIEWS.lock().unwrap_or_else(|e| e.into_inner());
+    views.retain(|v| start_time(v.holder) == v.holder_start);
+    views.push(TrustedView {
+        mnt,
+        user,
+        holder,
+        holder_start: start_time(holder),
+    });
+    Response::Trusted
+}
+
+/// Whether `pid` runs in a view this daemon trusts whose holder lives.
+fn in_trusted_view(pid: i32) -> bool {
+    let (Ok(mnt), Ok(user)) = (namespace(pid, "mnt"), namespace(pid, "user")) else {
+        return false;
+    };
+    let mut views = TRUSTED_VIEWS.lock().unwrap_or_else(|e| e.into_inner());
+    views.retain(|v| v.holder_start.is_some() && start_time(v.holder) == v.holder_start);
+    views.iter().any(|v| v.mnt == mnt && v.user == user)
+}
+
 fn peer_elsewhere(conn: &UnixStream) -> Option<String> {
     let cred = match rustix::net::sockopt::socket_peercred(conn) {
         Ok(c) => c,
@@ -468,6 +546,7 @@ fn peer_elsewhere(conn: &UnixStream) -> Option<String> {
         let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", pid));
         match (ours, theirs) {
             (Ok(a), Ok(b)) if a == b => {}
+            (Ok(_), Ok(_)) if in_trusted_view(pid) => return None,
             (Ok(_), Ok(_)) => {
                 let what = if ns == "mnt" { "mount" } else { "user" };
                 return Some(format!(

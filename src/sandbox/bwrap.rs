@@ -16,6 +16,11 @@ pub struct Layout {
     pub project: PathBuf,
     /// What is bound there: the mountpoint serving the project.
     pub source: PathBuf,
+    /// Other paths that name the project outside (the mountpoint a user
+    /// mounted it at): `source` is bound at each too, with the same git
+    /// binds and hidden paths as at `project`, so an absolute path a tool
+    /// wrote through the mountpoint resolves to the same view inside.
+    pub aliases: Vec<PathBuf>,
     /// The working directory inside.
     pub cwd: PathBuf,
     /// The narrow socket of `opfs mcp` (`crate::mcp::narrow`), outside,
@@ -54,6 +59,7 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
     for p in [&layout.project, &layout.source, &layout.cwd]
         .into_iter()
         .chain(&policy.writable)
+        .chain(&layout.aliases)
     {
         if !p.is_absolute() {
             return Err(RunError::Usage(format!(
@@ -61,6 +67,9 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
                 p.display()
             )));
         }
+    }
+    if policy.mode == Mode::Unrestricted {
+        return Ok(unrestricted_args(layout));
     }
     let mut a: Vec<OsString> = Vec::new();
     let mut push = |items: &[&OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
@@ -124,11 +133,13 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
     } else {
         "--bind"
     };
-    a.extend([
-        OsString::from(bind),
-        layout.source.clone().into(),
-        layout.project.clone().into(),
-    ]);
+    for dest in std::iter::once(&layout.project).chain(&layout.aliases) {
+        a.extend([
+            OsString::from(bind),
+            layout.source.clone().into(),
+            dest.clone().into(),
+        ]);
+    }
     if policy.mode == Mode::WorkspaceWrite {
         for g in &layout.git {
             let how = if g.writable { "--bind" } else { "--ro-bind" };
@@ -141,9 +152,36 @@ pub fn bwrap_args(policy: &Policy, layout: &Layout) -> Result<Vec<OsString>, Run
     }
     for (p, is_dir) in &inside {
         push_hide(&mut a, p, *is_dir);
+        if let Ok(rest) = p.strip_prefix(&layout.project) {
+            for alias in &layout.aliases {
+                push_hide(&mut a, &alias.join(rest), *is_dir);
+            }
+        }
     }
     a.extend([OsString::from("--chdir"), layout.cwd.clone().into()]);
     Ok(a)
+}
+
+/// `unrestricted`: the host as it is, writable where the caller may write
+/// (`--dev-bind / /` is recursive: every mount, `/dev` and `/proc` as
+/// they are), in a mount namespace of its own where the project's path
+/// (and each alias) shows `source`. No other namespace, no dropped
+/// capability, no new session (a person's shell keeps its terminal and
+/// job control); `--die-with-parent` ends it with `opfs`.
+fn unrestricted_args(layout: &Layout) -> Vec<OsString> {
+    let mut a: Vec<OsString> = ["--die-with-parent", "--dev-bind", "/", "/"]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+    for dest in std::iter::once(&layout.project).chain(&layout.aliases) {
+        a.extend([
+            OsString::from("--bind"),
+            layout.source.clone().into(),
+            dest.clone().into(),
+        ]);
+    }
+    a.extend([OsString::from("--chdir"), layout.cwd.clone().into()]);
+    a
 }
 
 /// The existing hidden paths, resolved (a symlink hides its target),
@@ -273,6 +311,7 @@ mod tests {
 
     fn layout() -> Layout {
         Layout {
+            aliases: Vec::new(),
             narrow: None,
             worktrees: Vec::new(),
             shared_worktrees: None,
@@ -341,6 +380,43 @@ mod tests {
         let mut p = policy(Mode::WorkspaceWrite);
         p.net = true;
         assert!(!text(&bwrap_args(&p, &layout()).unwrap()).contains("--unshare-net"));
+    }
+
+    #[test]
+    fn unrestricted_changes_only_the_project_path_and_its_aliases() {
+        let mut l = layout();
+        l.aliases = vec![PathBuf::from("/mnt/app")];
+        let mut p = policy(Mode::Unrestricted);
+        p.hide = vec![PathBuf::from("/etc")];
+        let a = text(&bwrap_args(&p, &l).unwrap());
+        assert_eq!(
+            a,
+            "--die-with-parent --dev-bind / / --bind /state/run/1 /srv/app \
+             --bind /state/run/1 /mnt/app --chdir /srv/app/src"
+        );
+    }
+
+    #[test]
+    fn an_alias_gets_the_projects_bind_and_hidden_paths() {
+        // A hidden path must exist (and lie outside /tmp) to be hidden:
+        // /usr stands for the project, /usr/share for a hidden folder in it.
+        let mut l = layout();
+        l.project = PathBuf::from("/usr");
+        l.cwd = PathBuf::from("/usr");
+        l.aliases = vec![PathBuf::from("/mnt/app")];
+        let mut p = policy(Mode::WorkspaceWrite);
+        p.hide = vec![PathBuf::from("/usr/share")];
+        let a = text(&bwrap_args(&p, &l).unwrap());
+        let project = a.find("--bind /state/run/1 /usr ").unwrap();
+        let alias = a.find("--bind /state/run/1 /mnt/app").unwrap();
+        let hidden = a
+            .find("--tmpfs /mnt/app/share --remount-ro /mnt/app/share")
+            .unwrap();
+        assert!(project < alias && alias < hidden, "{a}");
+        assert!(
+            a.contains("--tmpfs /usr/share --remount-ro /usr/share"),
+            "{a}"
+        );
     }
 
     #[test]

@@ -22,12 +22,17 @@
 //!    credential paths, an empty read-only tmpfs over a directory and
 //!    `/dev/null` over anything else;
 //! 5. the mountpoint bound over the project path (read-only in `read-only`
-//!    mode), so every write to the project goes through the journal;
+//!    mode), so every write to the project goes through the journal, and
+//!    over the user's mountpoint of the project too (its path then means
+//!    the same view: `mountpoint_alias`);
 //! 6. in `workspace-write` mode, what git runs or trusts in the project
 //!    (and in each worktree bound by bwrap) bound read-only over itself,
 //!    the `.git` folder and every folder above a protected path bound
 //!    onto itself, parents first (`git.rs`);
 //! 7. hidden paths inside the project (they would be re-exposed by 5).
+//!
+//! `unrestricted` keeps only the mount namespace: the host bound as it is
+//! (`--dev-bind / /`), then 5, and nothing else (`bwrap::unrestricted_args`).
 //!
 //! The library never prints; what went wrong is in [`RunError`].
 
@@ -71,6 +76,12 @@ pub enum Mode {
     /// Nothing writable but a private `/tmp`; the project is read through
     /// the mount.
     ReadOnly,
+    /// Only the project's path is changed: in a mount namespace of its
+    /// own, the command sees the journaled project (or a worktree) at the
+    /// project's path; the rest of the host, the network, processes,
+    /// capabilities and environment are the caller's. The default of
+    /// `opfs shell`.
+    Unrestricted,
     /// No sandbox at all: the command runs as a plain child process. Only
     /// when asked for by name.
     DangerFullAccess,
@@ -82,6 +93,7 @@ impl Mode {
         match self {
             Mode::WorkspaceWrite => "workspace-write",
             Mode::ReadOnly => "read-only",
+            Mode::Unrestricted => "unrestricted",
             Mode::DangerFullAccess => "danger-full-access",
         }
     }
@@ -94,9 +106,11 @@ impl FromStr for Mode {
         match s {
             "workspace-write" => Ok(Mode::WorkspaceWrite),
             "read-only" => Ok(Mode::ReadOnly),
+            "unrestricted" => Ok(Mode::Unrestricted),
             "danger-full-access" => Ok(Mode::DangerFullAccess),
             other => Err(format!(
-                "unknown sandbox mode {other:?} (workspace-write, read-only, danger-full-access)"
+                "unknown sandbox mode {other:?} (workspace-write, read-only, unrestricted, \
+                 danger-full-access)"
             )),
         }
     }
@@ -261,7 +275,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let home = state::absolute(&opts.home);
     if opts.mode == Mode::DangerFullAccess && opts.worktree.is_some() {
         return Err(RunError::Usage(
-            "--worktree needs a sandbox (it shows the worktree at the project's path);              without one, run the command in the worktree's path itself              (`opfs worktree path NAME`)"
+            "--worktree needs a mount namespace (it shows the worktree at the project's \
+             path): use --sandbox unrestricted for no other restriction, or run the command \
+             in the worktree's path itself (`opfs worktree path NAME`)"
                 .into(),
         ));
     }
@@ -271,12 +287,15 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let policy = policy_for(opts, &home)?;
     let bwrap = find_bwrap(opts.bwrap.as_deref(), opts.env.search_path.as_deref())?;
     let st = locate(&home, &opts.dir)?;
-    command_is_visible(
-        Path::new(&opts.command[0]),
-        &st.project,
-        &state::absolute(&opts.dir),
-        opts.env.search_path.as_deref(),
-    )?;
+    if opts.mode != Mode::Unrestricted {
+        // Unrestricted keeps the host's /tmp.
+        command_is_visible(
+            Path::new(&opts.command[0]),
+            &st.project,
+            &state::absolute(&opts.dir),
+            opts.env.search_path.as_deref(),
+        )?;
+    }
     let (mut guard, history) = match &opts.worktree {
         None => (
             MountGuard::ensure(&st, &home, &opts.daemon, opts.verbose)?,
@@ -401,9 +420,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     for (outside, inside) in &bwrap_binds {
         git.extend(git_guard.binds(outside, inside)?);
     }
+    let aliases = mountpoint_alias(&st, &home).into_iter().collect::<Vec<_>>();
+    for alias in &aliases {
+        git.extend(git_guard.binds(&guard.mountpoint, alias)?);
+    }
     let layout = Layout {
         project: st.project.clone(),
         source: guard.mountpoint.clone(),
+        aliases,
         cwd: map_cwd(&opts.dir, &st.project, &guard.mountpoint),
         narrow: narrow.as_ref().map(|n| n.path().to_path_buf()),
         worktrees: bwrap_binds,
@@ -413,14 +437,45 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let args = bwrap_args(&policy, &layout)?;
     bwrap::preflight(&bwrap, &args, &policy)?;
     let info = process::InfoPipe::new()?;
+    // In an unrestricted view opfs's own commands work as outside: the
+    // daemon of what the view shows (the project's, or the worktree's) is
+    // asked to serve callers in the view's namespaces before the command
+    // starts (sandbox.md, "No control socket inside").
+    let trust_failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let gate = if opts.mode == Mode::Unrestricted {
+        let state = history.clone();
+        let failed = trust_failed.clone();
+        Some(process::Gate::new(Box::new(move |pid| {
+            if let Err(e) = crate::control::client::trust_view(&state, pid) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                    "opfs commands inside the shell were refused by the daemon of {} ({e}): \
+                     run them outside",
+                    state.project.display()
+                ));
+            }
+        }))?)
+    } else {
+        None
+    };
     let mut cmd = Command::new(&bwrap);
-    cmd.args(&args)
-        .arg("--info-fd")
-        .arg(info.fd().to_string())
-        .arg("--")
-        .args(&opts.command);
+    cmd.args(&args).arg("--info-fd").arg(info.fd().to_string());
+    if let Some(g) = &gate {
+        cmd.arg("--block-fd").arg(g.fd().to_string());
+    }
+    cmd.arg("--").args(&opts.command);
     bwrap::apply_env(&mut cmd, &policy, layout.narrow.is_some());
-    let code = process::spawn_and_wait(cmd, info)?;
+    match &opts.worktree {
+        Some(name) => cmd.env("OPFS_WORKTREE", name),
+        None => cmd.env_remove("OPFS_WORKTREE"),
+    };
+    let code = process::spawn_and_wait(cmd, info, opts.mode == Mode::Unrestricted, gate)?;
+    if let Some(w) = trust_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        warnings.push(w);
+    }
     drop(narrow);
     if let Ok(s) = &share {
         warnings.extend(s.0.close());
@@ -429,6 +484,27 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         warnings.push(e);
     }
     Ok(RunOutcome { code, warnings })
+}
+
+/// The mountpoint a user mounted `st`'s project at, if it is mounted
+/// there now: the sandbox shows the same view there as at the project's
+/// path, so a path a tool wrote through the mountpoint (a venv, an
+/// editable install made there) resolves inside too, to the project or to
+/// the worktree the run is over. None when no daemon serves the project
+/// (a stale record), for a private mountpoint under the opfs home (hidden
+/// inside), or one that contains the project or lies in it.
+fn mountpoint_alias(st: &StateDir, home: &Path) -> Option<PathBuf> {
+    if !crate::state::lock::StateLock::is_held(st) {
+        return None;
+    }
+    let mp = crate::state::registry::recorded_mountpoint(st)?;
+    let usable = mp.is_absolute()
+        && !mp.starts_with(home)
+        && !mp.starts_with(&st.dir)
+        && !mp.starts_with(&st.project)
+        && !st.project.starts_with(&mp)
+        && crate::state::mountinfo::is_mount_point(&mp);
+    usable.then_some(mp)
 }
 
 /// Closes the run's shared worktree folder on every way out of [`run`],

@@ -88,12 +88,19 @@ pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
         hide.push(sock.clone());
     }
     hide.extend(opts.config.hide.iter().map(|s| expand(s)));
-    let hide: Vec<PathBuf> = hide.into_iter().filter(|p| p.is_absolute()).collect();
+    let mut hide: Vec<PathBuf> = hide.into_iter().filter(|p| p.is_absolute()).collect();
     let hidden_real: Vec<PathBuf> = hide
         .iter()
         .filter_map(|p| std::fs::canonicalize(p).ok())
         .collect();
 
+    if opts.mode == Mode::Unrestricted && !opts.writable.is_empty() {
+        return Err(RunError::Usage(
+            "--writable has no effect with --sandbox unrestricted (everything the caller may \
+             write is writable); drop it or use workspace-write"
+                .into(),
+        ));
+    }
     if opts.mode == Mode::ReadOnly && !opts.writable.is_empty() {
         return Err(RunError::Usage(
             "--writable has no effect in read-only mode; drop it or use workspace-write".into(),
@@ -112,8 +119,13 @@ pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
             }
         }
     }
-    let mut secret_env: Vec<OsString> = SECRET_ENV.iter().map(OsString::from).collect();
-    secret_env.extend(opts.config.secret_env.iter().map(OsString::from));
+    let mut secret_env: Vec<OsString> = Vec::new();
+    if opts.mode != Mode::Unrestricted {
+        secret_env.extend(SECRET_ENV.iter().map(OsString::from));
+        secret_env.extend(opts.config.secret_env.iter().map(OsString::from));
+    } else {
+        hide.clear();
+    }
     Ok(Policy {
         mode: opts.mode,
         net: opts.net || opts.config.net,

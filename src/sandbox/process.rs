@@ -51,6 +51,34 @@ impl InfoPipe {
     }
 }
 
+/// What runs between bwrap setting up the sandbox and the command
+/// starting (bwrap's `--block-fd`): `ready(child_pid)` is called once the
+/// sandbox's pid is known, then the command is let go. If the pid never
+/// comes, the pipe is closed and bwrap goes on (it reads end of file).
+pub(super) struct Gate {
+    read: OwnedFd,
+    write: OwnedFd,
+    ready: Box<dyn FnOnce(i32) + Send>,
+}
+
+impl Gate {
+    /// A gate calling `ready`; its read end stays open across exec.
+    pub(super) fn new(ready: Box<dyn FnOnce(i32) + Send>) -> Result<Gate, RunError> {
+        let make = || -> io::Result<(OwnedFd, OwnedFd)> {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+            rustix::io::fcntl_setfd(&read, rustix::io::FdFlags::empty())?;
+            Ok((read, write))
+        };
+        let (read, write) = make().map_err(RunError::io("cannot create a pipe"))?;
+        Ok(Gate { read, write, ready })
+    }
+
+    /// The fd number to pass as `--block-fd`.
+    pub(super) fn fd(&self) -> RawFd {
+        self.read.as_raw_fd()
+    }
+}
+
 /// Signals `pid` (a process group when `group`); a process already gone
 /// is not an error worth reporting while forwarding.
 fn signal(pid: i32, sig: i32, group: bool) {
@@ -70,25 +98,53 @@ fn signal(pid: i32, sig: i32, group: bool) {
 /// Spawns bwrap in its own process group (so the terminal's signals reach
 /// only `opfs run`, which forwards them), learns the sandbox's pid from
 /// `--info-fd` (`info`, whose fd `cmd` names), and waits.
-pub(super) fn spawn_and_wait(mut cmd: Command, info: InfoPipe) -> Result<i32, RunError> {
-    cmd.process_group(0);
+///
+/// `foreground` (`unrestricted`, which makes no new session): bwrap stays
+/// in this process's group, so a shell inside keeps the terminal (job
+/// control, reads from it); the terminal's SIGINT and SIGQUIT reach it
+/// directly and are not passed on, the other signals go to the command
+/// alone.
+pub(super) fn spawn_and_wait(
+    mut cmd: Command,
+    info: InfoPipe,
+    foreground: bool,
+    gate: Option<Gate>,
+) -> Result<i32, RunError> {
+    if !foreground {
+        cmd.process_group(0);
+    }
     let child = cmd
         .spawn()
         .map_err(|e| RunError::Setup(format!("cannot start bwrap: {e}")))?;
     let InfoPipe { read, write } = info;
     drop(write);
+    let gate = gate.map(|g| {
+        drop(g.read);
+        (g.write, g.ready)
+    });
     let sandbox_pid = Arc::new(AtomicI32::new(0));
     {
         let sandbox_pid = sandbox_pid.clone();
         std::thread::spawn(move || {
-            if let Some(pid) = read_child_pid(read) {
+            let pid = read_child_pid(read);
+            if let Some(pid) = pid {
                 sandbox_pid.store(pid, Ordering::SeqCst);
+            }
+            if let Some((write, ready)) = gate {
+                if let Some(pid) = pid {
+                    ready(pid);
+                }
+                let _ = rustix::io::write(&write, b"x");
             }
         });
     }
     let status = wait_forwarding(child, FORWARDED, move |sig, bwrap_pid| {
         let pid = sandbox_pid.load(Ordering::SeqCst);
-        if pid > 0 {
+        if foreground {
+            if sig != libc::SIGINT && sig != libc::SIGQUIT && sig != libc::SIGWINCH {
+                signal(if pid > 0 { pid } else { bwrap_pid }, sig, false);
+            }
+        } else if pid > 0 {
             // The sandbox's init leads the new session and process group
             // the command runs in: signal the group, as a terminal would.
             signal(pid, sig, true);

@@ -243,50 +243,118 @@ fn bubblewrap(bwrap: Option<&Path>) -> Check {
         return Check::bad(
             NAME,
             Level::Warn,
-            "bwrap is not on PATH (only `opfs run` needs it)",
+            "bwrap is not on PATH (only `opfs run` and `opfs shell` need it)",
             "install bubblewrap (`apt-get install bubblewrap`), or set OPFS_BWRAP",
         );
     };
-    let status = Command::new(bwrap)
-        .args([
-            "--unshare-user",
-            "--unshare-pid",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output();
-    match status {
-        Ok(o) if o.status.success() => Check::ok(
-            NAME,
-            format!("{} makes user and pid namespaces", bwrap.display()),
+    // What `opfs shell` needs (a mount namespace: for a user without
+    // root, bwrap makes it in a user namespace), then what `opfs run`'s
+    // sandbox needs besides (a pid namespace, a fresh /dev and /proc).
+    let probes: [(&str, &[&str]); 2] = [
+        ("opfs shell", &["--dev-bind", "/", "/"]),
+        (
+            "opfs run",
+            &[
+                "--unshare-pid",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+            ],
         ),
-        Ok(o) => Check::bad(
-            NAME,
-            Level::Warn,
-            format!(
-                "{} cannot make a user namespace: {}",
-                bwrap.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            "allow unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, \
-             or on Ubuntu `sysctl kernel.apparmor_restrict_unprivileged_userns=0`); in a \
-             container, run it with a seccomp profile that allows them",
+    ];
+    for (what, args) in probes {
+        let out = Command::new(bwrap)
+            .args(args)
+            .arg("true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                let stderr = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                let why = if stderr.is_empty() {
+                    o.status.to_string()
+                } else {
+                    stderr
+                };
+                return Check::bad(
+                    NAME,
+                    Level::Warn,
+                    format!(
+                        "{} cannot make the namespaces {what} needs ({}): {}, so {what} \
+                         cannot show the project at its own path; work at a mountpoint \
+                         instead (`opfs mount PROJECT MOUNTPOINT`: README, \"Working at a \
+                         mountpoint\")",
+                        bwrap.display(),
+                        userns_state(),
+                        why
+                    ),
+                    "allow unprivileged user namespaces (`sysctl user.max_user_namespaces=15000`; \
+                     `sysctl kernel.unprivileged_userns_clone=1` on Debian; on Ubuntu \
+                     `sysctl kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor \
+                     profile for bwrap); in a container, run it with a seccomp profile that \
+                     allows them; or run opfs as root",
+                );
+            }
+            Err(e) => {
+                return Check::bad(
+                    NAME,
+                    Level::Warn,
+                    format!("cannot run {}: {e}", bwrap.display()),
+                    "install bubblewrap, or point OPFS_BWRAP at it",
+                )
+            }
+        }
+    }
+    Check::ok(
+        NAME,
+        format!(
+            "{} makes the namespaces `opfs shell` and `opfs run` need ({})",
+            bwrap.display(),
+            userns_state()
         ),
-        Err(e) => Check::bad(
-            NAME,
-            Level::Warn,
-            format!("cannot run {}: {e}", bwrap.display()),
-            "install bubblewrap, or point OPFS_BWRAP at it",
+    )
+}
+
+/// Whether this process needs a user namespace for a mount namespace, and
+/// what the kernel's knobs say about them.
+fn userns_state() -> String {
+    if rustix::process::geteuid().is_root() {
+        return "as root: no user namespace needed".into();
+    }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|t| t.trim().to_string())
+    };
+    let mut knobs = Vec::new();
+    for (knob, off) in [
+        ("/proc/sys/user/max_user_namespaces", "0"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+        (
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1",
         ),
+    ] {
+        if let Some(v) = read(knob) {
+            if v == off {
+                knobs.push(format!("{knob} = {v} forbids them"));
+            }
+        }
+    }
+    if knobs.is_empty() {
+        "without root: through a user namespace".into()
+    } else {
+        format!(
+            "without root: through a user namespace; {}",
+            knobs.join(", ")
+        )
     }
 }
 

@@ -22,6 +22,7 @@ mod mount;
 mod restore;
 mod rewind;
 mod run;
+mod shell;
 mod show;
 mod status;
 mod turn;
@@ -46,6 +47,7 @@ pub fn run(
         Cmd::Rewind(a) => rewind::run(ctx, a, out, err).map(|()| 0),
         Cmd::Restore(a) => restore::run(ctx, a, out, err).map(|()| 0),
         Cmd::Run(a) => run::run(ctx, a, err),
+        Cmd::Shell(a) => shell::run(ctx, a, err),
         Cmd::Log(a) => log::run(ctx, a, out).map(|()| 0),
         Cmd::Diff(a) => diff::run(ctx, a, out).map(|()| 0),
         Cmd::Show(a) => show::run(ctx, a, out, err).map(|()| 0),
