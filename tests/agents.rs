@@ -381,6 +381,42 @@ fn claude_code_through_its_preset() {
     );
 }
 
+/// `claude -p` is a switch: the prompt is Claude Code's positional
+/// argument, which may follow options with values (`--output-format
+/// text`). The run's turn is labelled with it, not as an interactive
+/// session.
+#[test]
+fn claude_code_prompt_after_options_labels_its_turn() {
+    let bin = agent_bin("claude");
+    let w = World::new("claude-args");
+    let server = ModelServer::start(&w.root, &script(&w));
+    let env = [
+        ("ANTHROPIC_BASE_URL", server.url()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test".to_string()),
+    ];
+    let args: Vec<OsString> = vec![
+        "-p".into(),
+        "--output-format".into(),
+        "text".into(),
+        "--dangerously-skip-permissions".into(),
+        PROMPT_ONE.into(),
+    ];
+    let run = w.run_agent(&bin, &args, &env);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        server.requests_with("TOKEN-ONE") > 0,
+        "the agent never asked the model server: {run}"
+    );
+    let turns = w.turns_labelled(PROMPT_ONE);
+    assert_eq!(
+        turns.len(),
+        1,
+        "one turn labelled with the prompt: {}",
+        w.opfs(&["log", "--json"]).stdout
+    );
+    assert!(turns[0]["paths"].as_u64().unwrap() > 0, "{turns:?}");
+}
+
 #[test]
 fn codex_through_its_preset() {
     let bin = agent_bin("codex");

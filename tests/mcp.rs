@@ -393,6 +393,65 @@ fn an_agent_works_in_a_worktree_through_mcp_and_merges_it_as_a_turn() {
     );
 }
 
+/// Every `format` in the tools' schemas is one JSON Schema defines:
+/// validators that check formats (Gemini CLI's) warn about others
+/// (`unknown format "uint" ignored in schema`) on every start.
+#[test]
+fn the_tool_schemas_use_only_standard_formats() {
+    const STANDARD: &[&str] = &[
+        "date-time",
+        "date",
+        "time",
+        "duration",
+        "email",
+        "idn-email",
+        "hostname",
+        "idn-hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "uri-reference",
+        "iri",
+        "iri-reference",
+        "uuid",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
+        "regex",
+    ];
+    fn formats(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(f) = m.get("format").and_then(Value::as_str) {
+                    out.push(f.to_string());
+                }
+                m.values().for_each(|x| formats(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| formats(x, out)),
+            _ => {}
+        }
+    }
+    let f = Fixture::new();
+    fs::write(f.p("a.txt"), "one\n").expect("write");
+    f.mount();
+    let mut c = Client::start(&f);
+    c.handshake();
+    let list = c.request("tools/list", json!({}));
+    let mut found = Vec::new();
+    formats(&list["result"], &mut found);
+    found.retain(|f| !STANDARD.contains(&f.as_str()));
+    assert!(found.is_empty(), "non-standard formats {found:?} in {list}");
+    // The integer arguments still say they are integers from 0.
+    let show = list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "history_show")
+        .expect("history_show");
+    assert_eq!(show["inputSchema"]["properties"]["turn"]["type"], "integer");
+    assert_eq!(show["inputSchema"]["properties"]["turn"]["minimum"], 0);
+}
+
 #[test]
 fn a_worktree_from_a_turn_and_a_merge_with_conflicts() {
     let f = Fixture::new();

@@ -222,6 +222,33 @@ fn assert_contained(w: &World, extra: &[&str], script: &str) -> Output {
 
 // ---------------------------------------------------------------- escapes
 
+/// `opfs run` in a folder that holds the state dir (the home folder, with
+/// the state under ~/.local/share) is refused naming the state dir and
+/// `OPFS_HOME`, not a mountpoint the user never chose, and makes nothing
+/// inside the project.
+#[test]
+fn a_run_in_the_folder_holding_the_state_dir_names_the_state_dir() {
+    let mut w = World::new();
+    w.pinned.opfs_home = w.project.join(".local/share/opfs");
+    let before = common::manifest_without_git(&w.project);
+    let out = w.run(&[], "echo ran > ran.txt");
+    assert!(!out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("state dir") && err.contains("OPFS_HOME"),
+        "the error names the state dir and OPFS_HOME: {err}"
+    );
+    assert!(
+        !err.contains("choose a directory outside it"),
+        "not a mountpoint error: {err}"
+    );
+    common::assert_manifest_eq(
+        "nothing made in the project",
+        &before,
+        &common::manifest_without_git(&w.project),
+    );
+}
+
 #[test]
 fn writing_to_home_fails() {
     let w = World::new();

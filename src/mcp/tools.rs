@@ -54,7 +54,53 @@ pub struct ToolSpec {
 }
 
 fn schema<T: JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    drop_custom_formats(&mut v);
+    v
+}
+
+/// The `format`s JSON Schema (2020-12) defines. schemars adds its own
+/// (`uint`, `uint64`, ... for Rust's integer types, beside `minimum: 0`),
+/// which validators that check formats warn about on every start (Gemini
+/// CLI prints `unknown format "uint" ignored in schema`); those are
+/// dropped, the `type` and `minimum` say the same.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+fn drop_custom_formats(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_custom_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_custom_formats),
+        _ => {}
+    }
 }
 
 /// Every tool, in the order `tools/list` gives them. Nothing else can be

@@ -36,6 +36,19 @@ impl MountGuard {
                 owned: false,
             });
         }
+        // The private mountpoint lies in the state dir: a state dir inside
+        // the project (`opfs run` in the home folder, state under
+        // ~/.local/share) is said as such, before anything is made in it
+        // (zero intrusion), not as a mountpoint the user never chose.
+        let home_abs = crate::state::absolute(home);
+        if home_abs.starts_with(&st.project) {
+            return Err(RunError::Mount(daemon::SpawnError::Check(
+                daemon::MountError::StateInsideProject {
+                    state: home_abs,
+                    project: st.project.clone(),
+                },
+            )));
+        }
         st.create()
             .map_err(RunError::io(format!("cannot create {}", st.dir.display())))?;
         let mp = st.dir.join("run").join(std::process::id().to_string());

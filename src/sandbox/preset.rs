@@ -248,6 +248,95 @@ fn codex_subcommand(a: &OsStr) -> bool {
     a == "exec" || a == "e"
 }
 
+/// Claude Code options that take a value (`--model M`), as
+/// `claude --help` of 2.1.197 lists them.
+const CLAUDE_VALUE_OPTIONS: &[&str] = &[
+    "--agent",
+    "--agents",
+    "--append-system-prompt",
+    "--append-system-prompt-file",
+    "--debug-file",
+    "--effort",
+    "--fallback-model",
+    "--input-format",
+    "--json-schema",
+    "--max-budget-usd",
+    "--max-turns",
+    "--model",
+    "-n",
+    "--name",
+    "--output-format",
+    "--permission-mode",
+    "--plugin-dir",
+    "--plugin-url",
+    "--remote-control-session-name-prefix",
+    "--session-id",
+    "--setting-sources",
+    "--settings",
+    "--system-prompt",
+    "--system-prompt-file",
+];
+
+/// Claude Code options whose value is optional (`-r [value]`): they take
+/// the next word unless it starts with `-`.
+const CLAUDE_OPTIONAL_VALUE_OPTIONS: &[&str] = &[
+    "-d",
+    "--debug",
+    "--from-pr",
+    "--prompt-suggestions",
+    "--remote-control",
+    "-r",
+    "--resume",
+    "-w",
+    "--worktree",
+];
+
+/// Claude Code options that take a list (`--add-dir A B`): every next
+/// word up to one that starts with `-`.
+const CLAUDE_LIST_OPTIONS: &[&str] = &[
+    "--add-dir",
+    "--allowedTools",
+    "--allowed-tools",
+    "--betas",
+    "--disallowedTools",
+    "--disallowed-tools",
+    "--file",
+    "--mcp-config",
+    "--tools",
+];
+
+/// The prompt of `claude -p`: `-p` (`--print`) is a switch and the prompt
+/// is Claude Code's positional argument, wherever it stands (`claude -p
+/// --output-format json MSG`, `claude MSG -p`); the words options take are
+/// skipped as Claude Code's parser takes them.
+fn claude_prompt(args: &[&str]) -> Option<String> {
+    if !args.iter().any(|a| *a == "-p" || *a == "--print") {
+        return None;
+    }
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i];
+        i += 1;
+        if a == "--" {
+            return args.get(i).map(|s| s.to_string());
+        }
+        if CLAUDE_VALUE_OPTIONS.contains(&a) {
+            i += 1;
+        } else if CLAUDE_OPTIONAL_VALUE_OPTIONS.contains(&a) {
+            if args.get(i).is_some_and(|n| !n.starts_with('-')) {
+                i += 1;
+            }
+        } else if CLAUDE_LIST_OPTIONS.contains(&a) {
+            while args.get(i).is_some_and(|n| !n.starts_with('-')) {
+                i += 1;
+            }
+        } else if !a.starts_with('-') {
+            return Some(a.to_string());
+        }
+    }
+    None
+}
+
 /// The prompt of a one-shot run of `agent`, if `command` is one.
 pub fn prompt_of(agent: Agent, command: &[OsString]) -> Option<String> {
     let args: Vec<&str> = command.iter().skip(1).filter_map(|a| a.to_str()).collect();
@@ -267,8 +356,7 @@ pub fn prompt_of(agent: Agent, command: &[OsString]) -> Option<String> {
         None
     };
     let prompt = match agent {
-        // `-p` is a switch; the prompt is the word after it.
-        Agent::Claude => value_of("-p", "--print").filter(|p| !p.starts_with('-')),
+        Agent::Claude => claude_prompt(&args),
         Agent::Gemini => value_of("-p", "--prompt"),
         Agent::Aider => value_of("-m", "--message"),
         Agent::Codex => {
@@ -326,6 +414,42 @@ mod tests {
             Some("fix it".into())
         );
         assert_eq!(p(Agent::Claude, &["claude"]), None);
+        // The prompt is Claude Code's positional argument, after options
+        // and their values, or before `-p`.
+        assert_eq!(
+            p(
+                Agent::Claude,
+                &[
+                    "claude",
+                    "-p",
+                    "--output-format",
+                    "json",
+                    "-r",
+                    "--model",
+                    "m",
+                    "fix"
+                ]
+            ),
+            Some("fix".into())
+        );
+        assert_eq!(
+            p(Agent::Claude, &["claude", "fix", "--print"]),
+            Some("fix".into())
+        );
+        assert_eq!(
+            p(
+                Agent::Claude,
+                &["claude", "-p", "--add-dir", "a", "b", "--verbose", "fix"]
+            ),
+            Some("fix".into())
+        );
+        assert_eq!(p(Agent::Claude, &["claude", "-p", "-w", "name"]), None);
+        assert_eq!(
+            p(Agent::Claude, &["claude", "-p", "--", "-x"]),
+            Some("-x".into())
+        );
+        // Without -p, a positional prompt starts an interactive session.
+        assert_eq!(p(Agent::Claude, &["claude", "fix"]), None);
         assert_eq!(
             p(
                 Agent::Codex,
