@@ -19,6 +19,10 @@ Conventions:
 - Workloads 1, 4, 5, 6 and 7 interleave the layers: run 1 of every layer,
   then run 2 of every layer, ... so that a change in the machine's load
   during the run falls on all layers alike.
+- The column `hp` is the floor: libfuse's passthrough_hp `--single`, a FUSE
+  layer that does nothing, built from Debian's fuse3 source package on first
+  use (bench_floor.py; `--no-hp` leaves it out, `--hp-bin PATH` takes
+  another build).
 - `--peer NAME=TEMPLATE` adds a column for any other FUSE filesystem: the
   shell command TEMPLATE, with `{src}` replaced by the backing directory
   and `{mnt}` by the mountpoint, must mount it and return (daemonize); the
@@ -48,6 +52,7 @@ import time
 import shlex
 
 import bench_agent
+import bench_floor
 import bench_reqs
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,6 +149,8 @@ class Suite:
             self.variants[f"opfs[{name}]"] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
         # Extra peers: NAME -> shell command template mounting {src} at {mnt}.
         self.peers = {}
+        if args.hp:
+            self.peers["hp"] = f"{shlex.quote(args.hp)} --single {{src}} {{mnt}}"
         for p in args.peer:
             name, eq, tmpl = p.partition("=")
             if not eq or not name or "{src}" not in tmpl or "{mnt}" not in tmpl:
@@ -841,6 +848,10 @@ def main():
                          "directory {src} at {mnt} and returns (the daemon in the background), e.g. "
                          "hp='passthrough_hp {src} {mnt}'; unmounted with umount; skipped with a "
                          "message when its program is not found; also a way of workload 11")
+    ap.add_argument("--no-hp", action="store_true",
+                    help="leave out the do-nothing floor column hp (libfuse's passthrough_hp --single, "
+                         "built from Debian's fuse3 source package into CARGO_TARGET_DIR/floor when missing)")
+    ap.add_argument("--hp-bin", help="the passthrough_hp binary of the hp column (default: the cached build)")
     ap.add_argument("--label", default="")
     ap.add_argument("--no-fresh-fs", dest="fresh_fs", action="store_false",
                     help="destructive workloads run in a plain subdirectory of --work instead of "
@@ -870,6 +881,17 @@ def main():
             sys.exit(f"bench: {tool} is missing (apt-get install bindfs fuse-overlayfs)")
     if not os.access(a.opfs, os.X_OK):
         sys.exit(f"bench: {a.opfs} is missing (cargo build --release)")
+    a.hp = None
+    if not a.no_hp:
+        if a.hp_bin:
+            a.hp = a.hp_bin
+        else:
+            try:
+                a.hp = bench_floor.ensure(os.environ.get("CARGO_TARGET_DIR", os.path.join(HERE, "target")), log)
+            except bench_floor.FloorError as e:
+                sys.exit(f"bench: could not build the floor column hp: {e}\n"
+                         f"(it needs the Debian package registry; pass --hp-bin PATH to use a built "
+                         f"passthrough_hp, or --no-hp to run without the floor)")
     s = Suite(a)
     t0 = time.time()
     steps = [("1", s.w1_untar), ("2", s.w23_git_grep), ("4", s.w4_build), ("5", s.w5_rm),

@@ -65,6 +65,7 @@ pub(crate) struct SharedMappings {
 pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
     let mut found = SharedMappings::default();
     let mut text = Vec::new();
+    let mut query = true;
     for entry in std::fs::read_dir("/proc")? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
@@ -74,11 +75,30 @@ pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
         let mut path = std::path::PathBuf::from("/proc");
         path.push(&name);
         path.push("maps");
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                found.unreadable += 1;
+                continue;
+            }
+            // Exited meanwhile (ENOENT, ESRCH).
+            Err(_) => continue,
+        };
+        if query {
+            match query_shared(&file, dev, &mut found.inos) {
+                Ok(()) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    found.unreadable += 1;
+                    continue;
+                }
+                // Exited meanwhile (ESRCH), or a kernel thread (no mm).
+                Err(e) if e.raw_os_error() != Some(libc::ENOTTY) => continue,
+                // A kernel without PROCMAP_QUERY: the text, from now on.
+                Err(_) => query = false,
+            }
+        }
         text.clear();
-        match std::fs::File::open(&path).and_then(|mut f| {
-            use std::io::Read;
-            f.read_to_end(&mut text)
-        }) {
+        match std::io::Read::read_to_end(&mut file, &mut text) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                 found.unreadable += 1;
@@ -96,6 +116,76 @@ pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
     found.inos.sort_unstable();
     found.inos.dedup();
     Ok(found)
+}
+
+/// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+/// `PROCMAP_QUERY`: `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
+    | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
+    | ((b'f' as libc::c_ulong) << 8)
+    | 17;
+const PROCMAP_QUERY_VMA_SHARED: u64 = 0x08;
+const PROCMAP_QUERY_COVERING_OR_NEXT_VMA: u64 = 0x10;
+const PROCMAP_QUERY_FILE_BACKED_VMA: u64 = 0x20;
+
+/// Adds to `inos` the inodes of device `dev` that the process of the open
+/// `maps` file maps shared, asking the kernel for its shared file-backed
+/// mappings one by one (`PROCMAP_QUERY`; the same `VM_MAYSHARE` test as
+/// the `s` of the text). `ENOTTY`: the kernel has no `PROCMAP_QUERY`;
+/// `ESRCH`/`ENOENT` at the first query: the process has exited or has no
+/// memory map (a kernel thread).
+fn query_shared(maps: &std::fs::File, dev: (u32, u32), inos: &mut Vec<u64>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut addr = 0u64;
+    loop {
+        let mut q = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_flags: PROCMAP_QUERY_COVERING_OR_NEXT_VMA
+                | PROCMAP_QUERY_VMA_SHARED
+                | PROCMAP_QUERY_FILE_BACKED_VMA,
+            query_addr: addr,
+            ..ProcmapQuery::default()
+        };
+        // SAFETY: an open /proc/PID/maps and a `procmap_query` whose size
+        // field says its size; no name or build-id buffer is given (their
+        // sizes are 0), so the kernel writes only into `q`.
+        let r = unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY as _, &mut q) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            // No shared file mapping at or after `addr`.
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        if (q.dev_major, q.dev_minor) == dev && q.inode != 0 {
+            inos.push(q.inode);
+        }
+        if q.vma_end <= addr {
+            return Ok(());
+        }
+        addr = q.vma_end;
+    }
 }
 
 /// The inode of one `maps` line (`START-END PERMS OFFSET MAJ:MIN INODE
@@ -172,8 +262,29 @@ mod tests {
             "statx and stat agree on the device"
         );
         let found = shared_mappings(dev).expect("scan");
+        // The kernel's answer to PROCMAP_QUERY, and the text, for this
+        // process: the same shared inodes of the device.
+        let maps = std::fs::File::open("/proc/self/maps").expect("maps");
+        let mut queried = Vec::new();
+        let asked = query_shared(&maps, dev, &mut queried);
+        let text = std::fs::read("/proc/self/maps").expect("maps text");
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(p, 4096) };
         assert!(found.inos.contains(&st.st_ino), "{found:?}");
+        let mut from_text: Vec<u64> = text
+            .split(|&b| b == b'\n')
+            .filter_map(|l| shared_ino(l, dev))
+            .collect();
+        from_text.sort_unstable();
+        from_text.dedup();
+        match asked {
+            Ok(()) => {
+                queried.sort_unstable();
+                queried.dedup();
+                assert_eq!(queried, from_text);
+            }
+            // A kernel before 6.11: the scan reads the text.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOTTY), "{e}"),
+        }
     }
 }
