@@ -16,7 +16,9 @@ The script (a JSON file) is a list of entries
 `{"match": TEXT, "actions": [ACTION, ...], "reply": TEXT}`. A request
 belongs to the first entry whose `match` occurs in its body (the tests put a
 unique token in each prompt). Step K of an entry is answered by its K-th
-action, K being the number of tool results the request already carries;
+action, K being the number of tool results the request already carries
+(for Anthropic Messages: since the prompt being answered, the last user
+message with text, so a session of several prompts works too);
 past the last action the reply text ends the turn. Actions, translated
 into each agent's own tools:
 
