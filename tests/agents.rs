@@ -739,3 +739,49 @@ fn claude_code_session_inside_opfs_run_gives_a_turn_per_prompt() {
     w.opfs(&["rewind", &n1.to_string(), "--json"]).ok();
     common::assert_manifest_eq("rewind of the first prompt", &before, &w.tree());
 }
+
+/// The same session without opfs's hook installed: one turn for the
+/// session, and never silently: the preset's stderr line says so with the
+/// command that installs the hook, and so does Claude Code's system
+/// prompt (the model can tell the user).
+#[test]
+fn claude_code_session_without_the_hook_is_one_turn_and_says_so() {
+    let bin = agent_bin("claude");
+    let w = World::new("claude-nohook");
+    let server = ModelServer::start(&w.root, &script(&w));
+    let input = w.root.join("prompt.jsonl");
+    std::fs::write(
+        &input,
+        format!(
+            "{}\n",
+            json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": PROMPT_ONE}]}})
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new("sh");
+    w.pinned.pin(&mut c).current_dir(&w.project);
+    // A pipe: Claude Code 2.1.197 reads nothing from a file on stdin.
+    c.arg("-c")
+        .arg(r#"cat "$2" | "$0" run "$1" -p --input-format stream-json --output-format stream-json --verbose --dangerously-skip-permissions"#)
+        .arg(OPFS)
+        .arg(&bin)
+        .arg(&input)
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test");
+    let run = common::run_command(c, &w.root, AGENT_TIMEOUT).unwrap();
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stderr
+            .contains("ONE turn \"claude session\" for the whole session")
+            && run.stderr.contains("opfs integrate claude-code"),
+        "{run}"
+    );
+    assert!(
+        server.requests_with("prompt hook is not installed") > 0,
+        "Claude Code's system prompt says the session is one turn"
+    );
+    let session = w.turns_labelled("claude session");
+    assert_eq!(session.len(), 1, "{session:?}");
+    assert!(session[0]["paths"].as_u64().unwrap() > 0, "{session:?}");
+    assert!(w.turns_labelled(PROMPT_ONE).is_empty());
+}

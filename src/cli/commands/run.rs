@@ -123,6 +123,9 @@ fn apply_preset(
                         "ONE turn \"{name} session\" for the whole session: aider has no hooks, so its prompts are not separate turns; `opfs turn` outside starts the next, or use --message"
                     )
                 } else {
+                    if agent == Agent::Claude {
+                        tell_claude_one_turn(&mut opts.command);
+                    }
                     format!(
                         "ONE turn \"{name} session\" for the whole session: opfs's prompt hook is not installed for {name}, so its prompts are not separate turns; `opfs integrate {}` installs it, `opfs turn` outside starts the next",
                         integrate_name(agent)
@@ -141,4 +144,28 @@ fn integrate_name(agent: Agent) -> &'static str {
         Agent::Claude => "claude-code",
         other => other.name(),
     }
+}
+
+/// What Claude Code's model is told (`--append-system-prompt`) when an
+/// interactive session inside the sandbox is one turn because opfs's
+/// prompt hook is not installed: so the model can tell the user, who may
+/// not read the preset's stderr line.
+const ONE_TURN_CONTEXT: &str = "[opfs] The user protects this project with opfs, which \
+    records every file change so the user can rewind it. In this session opfs's prompt hook \
+    is not installed, so all of the session's messages are ONE turn: the user cannot rewind \
+    one message's changes alone. If the user asks to undo a single message, or at the start \
+    of your first reply, say this, and that `opfs integrate claude-code` (run outside this \
+    session) installs the hook for a turn per message.";
+
+/// Adds [`ONE_TURN_CONTEXT`] to Claude Code's system prompt, unless the
+/// user's command sets `--append-system-prompt` itself.
+fn tell_claude_one_turn(command: &mut Vec<std::ffi::OsString>) {
+    if command.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a.starts_with("--append-system-prompt"))
+    }) {
+        return;
+    }
+    command.push("--append-system-prompt".into());
+    command.push(ONE_TURN_CONTEXT.into());
 }
