@@ -248,7 +248,9 @@ pub fn not_opened(agent: Option<Agent>, reason: &str, strict: bool) -> HookReply
 pub fn in_sandbox(agent: Option<Agent>, reason: Option<&str>) -> HookReply {
     let why = match reason {
         Some(r) => format!(" ({})", r.strip_prefix("opfs: ").unwrap_or(r)),
-        None => " (this sandbox has no narrow socket: --sandbox read-only or --worktree)".into(),
+        None => " (OPFS_MCP_SOCKET is not set: the run has no narrow socket, as with \
+                  --sandbox read-only or --worktree, or the agent did not pass it to its hook)"
+            .into(),
     };
     let msg = format!(
         "opfs: inside opfs run's sandbox this hook cannot open turns{why}; this message's \

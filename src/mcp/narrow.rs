@@ -266,8 +266,8 @@ fn answer(tools: &Tools, turns: Option<&TurnOpener>, line: &str) -> NarrowRespon
 fn open_turn(turns: Option<&TurnOpener>, t: TurnFields) -> NarrowResponse {
     let Some(opener) = turns else {
         return NarrowResponse::Error {
-            message: "this opfs run opens no turns from inside (its command is not an agent \
-                      with a preset, or --turn was given for the whole run)"
+            message: "this opfs run was given --turn, so the whole run is one turn: no turn \
+                      is opened from inside"
                 .into(),
             detail: None,
         };
