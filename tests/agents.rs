@@ -360,6 +360,10 @@ fn shell_checks(w: &World) -> (impl Fn(&Manifest) + '_, impl Fn(&Manifest) + '_)
 fn claude_code_through_its_preset() {
     let bin = agent_bin("claude");
     let w = World::new("claude");
+    // opfs's hook installed, as a user has it: it runs inside the sandbox
+    // for the prompt and takes over the run's (empty) turn labelled with
+    // that prompt, so each prompt stays one turn, not two.
+    w.opfs(&["integrate", "claude-code"]).ok();
     let server = ModelServer::start(&w.root, &script(&w));
     let env = [
         ("ANTHROPIC_BASE_URL", server.url()),
