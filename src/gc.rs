@@ -286,6 +286,7 @@ fn plan_cut(
         Some(_) => index.bytes_by_last_use()?,
         None => Default::default(),
     };
+    let retention = counting_outside_turns(index, first, last, retention)?;
     let (cut, note) = cut_point(first, last, retention, pins, |from| {
         Ok(by_last.range(from..).map(|(_, b)| *b).sum())
     })?;
@@ -294,6 +295,27 @@ fn plan_cut(
         Some(by) => Ok((cut.min(index.first_turn_ended_after(by)?).max(first), note)),
         None => Ok((cut, note)),
     }
+}
+
+/// `retention` with `keep` widened so that it counts only the turns
+/// opened from outside `opfs run`'s sandbox (`docs/sandbox.md`, "Turns
+/// opened from inside"): the newest `keep` such turns and every turn after
+/// the oldest of them are kept, so no number of turns opened from inside
+/// pushes an older turn out.
+fn counting_outside_turns(
+    index: &Index,
+    first: u64,
+    last: u64,
+    retention: Retention,
+) -> Result<Retention, IndexError> {
+    let from = index
+        .nth_newest_outside_turn(retention.keep)?
+        .unwrap_or(first)
+        .max(first);
+    Ok(Retention {
+        keep: (last + 1).saturating_sub(from).max(retention.keep),
+        ..retention
+    })
 }
 
 /// Records a daemon-side gc deletes in one step under the mount's gate
@@ -791,8 +813,14 @@ fn sync_index(state: &StateDir) -> std::io::Result<()> {
 ///
 /// Errors: the index cannot be read.
 pub fn due(journal: &Journal, retention: Retention) -> Result<bool, IndexError> {
-    let (bounds, pins) =
-        journal.with_index(|ix| Ok((ix.turn_bounds()?, pins(ix, journal.state())?)))?;
+    let (bounds, pins, retention) = journal.with_index(|ix| {
+        let bounds = ix.turn_bounds()?;
+        let retention = match bounds {
+            Some((first, last)) => counting_outside_turns(ix, first, last, retention)?,
+            None => retention,
+        };
+        Ok((bounds, pins(ix, journal.state())?, retention))
+    })?;
     let Some((first, last)) = bounds else {
         return Ok(false);
     };

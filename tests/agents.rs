@@ -360,6 +360,10 @@ fn shell_checks(w: &World) -> (impl Fn(&Manifest) + '_, impl Fn(&Manifest) + '_)
 fn claude_code_through_its_preset() {
     let bin = agent_bin("claude");
     let w = World::new("claude");
+    // opfs's hook installed, as a user has it: it runs inside the sandbox
+    // for the prompt and takes over the run's (empty) turn labelled with
+    // that prompt, so each prompt stays one turn, not two.
+    w.opfs(&["integrate", "claude-code"]).ok();
     let server = ModelServer::start(&w.root, &script(&w));
     let env = [
         ("ANTHROPIC_BASE_URL", server.url()),
@@ -649,4 +653,175 @@ fn claude_code_worktrees_are_opfs_worktrees() {
             .unwrap(),
         "by-flag\n"
     );
+}
+
+/// An interactive-like Claude Code session inside `opfs run claude`: two
+/// prompts to one running `claude` (its multi-prompt mode, `-p
+/// --input-format stream-json`, one user message per line on stdin), with
+/// opfs's prompt hook installed by `opfs integrate claude-code`. The hook
+/// runs inside the sandbox for each prompt and opens its turn through the
+/// run's narrow socket: two turns labelled with the prompts, each holding
+/// its prompt's changes, each rewinding exactly; the run's "claude
+/// session" turn, empty when the first prompt came, became the first
+/// prompt's turn.
+#[test]
+fn claude_code_session_inside_opfs_run_gives_a_turn_per_prompt() {
+    let bin = agent_bin("claude");
+    let w = World::new("claude-session");
+    let server = ModelServer::start(&w.root, &script(&w));
+    w.opfs(&["integrate", "claude-code"]).ok();
+    let message = |text: &str| {
+        json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+            .to_string()
+    };
+    let before = w.tree();
+    let stderr_path = w.root.join("session.err");
+    let mut c = Command::new(OPFS);
+    w.pinned.pin(&mut c).current_dir(&w.project);
+    c.arg("run")
+        .arg(&bin)
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+        ])
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + AGENT_TIMEOUT;
+    let mut seen = String::new();
+    // Each prompt is sent once the one before has its result, as a person
+    // types the next prompt after reading the answer.
+    let mut wait_result = |seen: &mut String| loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains("\"type\":\"result\"") {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = child.kill();
+                panic!(
+                    "no result from claude ({e}): {seen}\n--- stderr\n{}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+            }
+        }
+    };
+    use std::io::Write as _;
+    writeln!(stdin, "{}", message(PROMPT_ONE)).unwrap();
+    wait_result(&mut seen);
+    writeln!(stdin, "{}", message(PROMPT_TWO)).unwrap();
+    wait_result(&mut seen);
+    drop(stdin);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("claude did not exit after its input ended: {seen}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let run = format!("status {status}\n--- stdout\n{seen}--- stderr\n{stderr}");
+    assert!(status.success(), "{run}");
+    assert!(
+        server.requests_with("TOKEN-TWO") > 0,
+        "the second prompt reached the model: {run}"
+    );
+    let after_two = w.tree();
+    let (check_one, check_two) = shell_checks(&w);
+    check_two(&after_two);
+    let t1 = w.turns_labelled(PROMPT_ONE);
+    let t2 = w.turns_labelled(PROMPT_TWO);
+    assert_eq!(t1.len(), 1, "one turn for the first prompt: {t1:?}\n{run}");
+    assert_eq!(t2.len(), 1, "one turn for the second prompt: {t2:?}\n{run}");
+    assert!(
+        w.turns_labelled("claude session").is_empty(),
+        "the session's empty turn took the first prompt's label"
+    );
+    let (n1, n2) = (
+        t1[0]["turn"].as_u64().unwrap(),
+        t2[0]["turn"].as_u64().unwrap(),
+    );
+    assert_eq!(n2, n1 + 1, "the prompts' turns follow each other");
+    assert!(
+        stderr.contains("a turn per prompt"),
+        "the preset says the hook opens a turn per prompt: {run}"
+    );
+    w.opfs(&["rewind", &n2.to_string(), "--json"]).ok();
+    let after_one = w.tree();
+    check_one(&after_one);
+    w.opfs(&["rewind", &n1.to_string(), "--json"]).ok();
+    common::assert_manifest_eq("rewind of the first prompt", &before, &w.tree());
+}
+
+/// The same session without opfs's hook installed: one turn for the
+/// session, and never silently: the preset's stderr line says so with the
+/// command that installs the hook, and so does Claude Code's system
+/// prompt (the model can tell the user).
+#[test]
+fn claude_code_session_without_the_hook_is_one_turn_and_says_so() {
+    let bin = agent_bin("claude");
+    let w = World::new("claude-nohook");
+    let server = ModelServer::start(&w.root, &script(&w));
+    let input = w.root.join("prompt.jsonl");
+    std::fs::write(
+        &input,
+        format!(
+            "{}\n",
+            json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": PROMPT_ONE}]}})
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new("sh");
+    w.pinned.pin(&mut c).current_dir(&w.project);
+    // A pipe: Claude Code 2.1.197 reads nothing from a file on stdin.
+    c.arg("-c")
+        .arg(r#"cat "$2" | "$0" run "$1" -p --input-format stream-json --output-format stream-json --verbose --dangerously-skip-permissions"#)
+        .arg(OPFS)
+        .arg(&bin)
+        .arg(&input)
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test");
+    let run = common::run_command(c, &w.root, AGENT_TIMEOUT).unwrap();
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stderr
+            .contains("ONE turn \"claude session\" for the whole session")
+            && run.stderr.contains("opfs integrate claude-code"),
+        "{run}"
+    );
+    assert!(
+        server.requests_with("prompt hook is not installed") > 0,
+        "Claude Code's system prompt says the session is one turn"
+    );
+    let session = w.turns_labelled("claude session");
+    assert_eq!(session.len(), 1, "{session:?}");
+    assert!(session[0]["paths"].as_u64().unwrap() > 0, "{session:?}");
+    assert!(w.turns_labelled(PROMPT_ONE).is_empty());
 }

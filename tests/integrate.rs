@@ -345,7 +345,14 @@ fn in_the_backing_directory_of_a_served_project_each_agents_prompt_is_blocked() 
             let reason = v["reason"].as_str().expect("reason");
             assert!(
                 reason.contains(&format!("cd {}", here.display()))
-                    && reason.contains(&format!("opfs run -C {}", fx.project.display()))
+                    && reason.contains(&format!(
+                        "opfs run -C {} {})",
+                        fx.project.display(),
+                        match *agent {
+                            "claude-code" => "claude",
+                            other => other,
+                        }
+                    ))
                     && reason.contains("NOT"),
                 "{agent}: {reason}"
             );

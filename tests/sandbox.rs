@@ -923,8 +923,10 @@ fn walk_names(dir: &Path) -> Vec<String> {
 #[test]
 fn the_agent_hook_inside_the_sandbox_says_turns_are_opened_outside() {
     // `opfs integrate` configures the hook user-wide, so it also runs when
-    // the agent runs inside `opfs run`: it must not claim that nothing is
-    // recorded (the mount records into the turn opened outside), nor block.
+    // the agent runs inside `opfs run`. With `--turn` the user asked for
+    // one turn for the whole run, so the hook opens none; it must not
+    // claim that nothing is recorded (the mount records into the turn
+    // opened outside), nor block.
     let w = World::new();
     let bin = visible_opfs(&w);
     let out = w.run(
@@ -2147,4 +2149,103 @@ fn a_daemon_started_after_the_sandbox_refuses_it_too() {
     assert_eq!(v["turn"], 1, "no turn was opened: {v}");
     let u = later_opfs(&["umount", later_mnt.to_str().unwrap()]);
     assert!(u.status.success(), "{}", show(&u));
+}
+
+/// The agent's prompt hook inside `opfs run` opens a turn per prompt
+/// through the run's narrow socket, and nothing it sends in any number
+/// costs the user a turn they had: 200 hook calls (a file written after
+/// every second one) with `[retention] keep = 4` leave every turn of
+/// before the run as it was, also after `opfs gc`; the user's empty open
+/// turn is not relabelled, an empty turn opened from inside is; a long
+/// prompt's label is cut to its bound.
+#[test]
+fn two_hundred_hook_calls_from_inside_cost_no_turn_the_user_had() {
+    let w = World::new();
+    std::fs::write(&w.pinned.config, "[retention]\nkeep = 4\n").unwrap();
+    let mp = w.mount();
+    let turn = |label: &str| {
+        let out = w
+            .opfs()
+            .arg("-C")
+            .arg(&mp)
+            .args(["turn", "--label", label])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+    };
+    std::fs::write(mp.join("a.txt"), "one\n").unwrap();
+    turn("u2");
+    std::fs::write(mp.join("a.txt"), "two\n").unwrap();
+    turn("u3");
+    std::fs::write(mp.join("c.txt"), "three\n").unwrap();
+    turn("pre-empty");
+    let key = |t: &serde_json::Value| {
+        (
+            t["turn"].as_u64().unwrap(),
+            t["label"].clone(),
+            t["paths"].clone(),
+        )
+    };
+    let before: Vec<_> = w.turns().iter().map(key).collect();
+    assert_eq!(before.len(), 4, "{before:?}");
+    let bin = visible_opfs(&w);
+    let out = w.run(
+        &[],
+        &format!(
+            r#"long=$(printf '%10000s' '' | tr ' ' x)
+i=1
+while [ $i -le 200 ]; do
+  p="p$i"; [ $i -eq 200 ] && p="p200$long"
+  out=$(printf '{{"hook_event_name":"UserPromptSubmit","prompt":"%s","session_id":"s"}}' "$p" | {bin} hook --agent claude-code 2>&1)
+  [ -n "$out" ] && echo "HOOK $i: $out"
+  [ $((i % 2)) -eq 0 ] && echo $i > loop.txt
+  i=$((i + 1))
+done
+echo LOOPED"#,
+            bin = bin.display()
+        ),
+    );
+    assert!(stdout(&out).contains("LOOPED"), "{}", show(&out));
+    assert!(!stdout(&out).contains("HOOK"), "{}", show(&out));
+    let check = |when: &str| {
+        let turns = w.turns();
+        let kept: Vec<_> = turns.iter().map(key).filter(|k| k.0 <= 4).collect();
+        assert_eq!(kept, before, "{when}: the turns of before the run");
+        // Oldest first.
+        let inside: Vec<&serde_json::Value> = turns
+            .iter()
+            .rev()
+            .filter(|t| t["turn"].as_u64().unwrap() > 4)
+            .collect();
+        let labels: Vec<String> = inside
+            .iter()
+            .map(|t| t["label"].as_str().unwrap_or("").to_string())
+            .collect();
+        let want: Vec<String> = (1..=100).map(|k| format!("p{}", 2 * k)).collect();
+        assert_eq!(
+            labels.len(),
+            100,
+            "{when}: one turn per written prompt: {labels:?}"
+        );
+        assert_eq!(labels[..99], want[..99], "{when}");
+        let long = &labels[99];
+        assert!(
+            long.starts_with("p200xxx") && long.ends_with('…') && long.len() <= 4096,
+            "{when}: the long prompt's label is cut: {} bytes",
+            long.len()
+        );
+    };
+    check("after the run");
+    // The user's gc with the same policy: 4 turns opened from outside.
+    let out = w
+        .opfs()
+        .arg("-C")
+        .arg(&mp)
+        .args(["gc", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    check("after opfs gc");
+    let out = w.opfs().arg("umount").arg(&mp).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
 }

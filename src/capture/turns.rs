@@ -142,6 +142,41 @@ impl<T: Tree> Journal<T> {
     }
 }
 
+impl<T: Tree> Journal<T> {
+    /// Opens a turn for a prompt sent from inside `opfs run`'s sandbox
+    /// ([`crate::store::Index::sandbox_turn`]: an empty turn opened from
+    /// inside, or the run's own `placeholder`, is relabelled; else the
+    /// open turn is closed and a turn marked as opened from inside is
+    /// opened). The caller must hold the mount's quiesce guard, as for
+    /// [`Journal::next_turn`].
+    ///
+    /// Returns the open turn's number and whether it is new. After `Err`
+    /// the old turn stays open, unchanged.
+    pub fn sandbox_turn(
+        &self,
+        label: Option<&str>,
+        external_id: Option<&str>,
+        placeholder: Option<u64>,
+    ) -> Result<(u64, bool), IndexError> {
+        let mut inner = self.lock();
+        inner.flush()?;
+        let open = inner.turn.number;
+        let (n, new) = inner
+            .index
+            .sandbox_turn(open, label, external_id, placeholder)?;
+        if new {
+            let started = inner
+                .index
+                .turn(n)?
+                .map(|t| t.started_at)
+                .unwrap_or_else(crate::store::index::now_ns);
+            inner.turn.switch(n, started);
+            self.epoch.store(n, Ordering::Release);
+        }
+        Ok((n, new))
+    }
+}
+
 /// The resolution of `CLOCK_REALTIME_COARSE` in ns (one scheduler tick),
 /// at least 1 ms and at most 100 ms whatever the kernel reports.
 fn coarse_clock_resolution_ns() -> i64 {

@@ -173,7 +173,7 @@ pub const VARS: &[Var] = &[
         name: "OPFS_SANDBOX",
         kind: Kind::Passed,
         default: || "unset".into(),
-        doc: "set by `opfs run` inside its sandbox to the sandbox's mode; `opfs hook` there (unless `danger-full-access`) opens no turn and says so, exit 0",
+        doc: "set by `opfs run` inside its sandbox to the sandbox's mode; `opfs hook` there (unless `danger-full-access`) opens its turn through the run's narrow socket (`OPFS_MCP_SOCKET`), or says why it cannot, exit 0 (docs/sandbox.md, \"Turns opened from inside\")",
         tune: None,
     },
     Var {

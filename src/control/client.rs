@@ -330,6 +330,30 @@ impl Project {
         }
     }
 
+    /// Opens a turn for a prompt sent from inside `opfs run`'s sandbox
+    /// ([`Request::SandboxTurn`]), through the daemon only. Returns the
+    /// open turn's number.
+    ///
+    /// Errors: [`ClientError::NotServed`] when no daemon serves the
+    /// project; the daemon refused or does not answer.
+    pub fn sandbox_turn(
+        &self,
+        label: Option<&str>,
+        id: Option<&str>,
+        placeholder: Option<u64>,
+    ) -> Result<u64, ClientError> {
+        let req = Request::SandboxTurn {
+            label: label.map(String::from),
+            id: id.map(String::from),
+            placeholder,
+        };
+        match self.ask(&req)? {
+            Some(Response::Turn { turn }) => Ok(turn),
+            Some(other) => Err(ClientError::from_answer(other)),
+            None => Err(ClientError::NotServed(self.state.project.clone())),
+        }
+    }
+
     /// Rewinds to the start of turn `to` (only plans with `dry_run`;
     /// `force` restores paths changed behind the mount's back too).
     /// Returns the rewind report. From a daemon it is the report as the
@@ -668,7 +692,7 @@ pub fn answer_limit(req: &Request) -> Duration {
     match req {
         Request::Status => Duration::from_secs(10),
         Request::Commit | Request::Unmount | Request::TrustView { .. } => Duration::from_secs(30),
-        Request::Turn { .. } => Duration::from_secs(60),
+        Request::Turn { .. } | Request::SandboxTurn { .. } => Duration::from_secs(60),
         Request::Rewind { .. } | Request::Merge { .. } | Request::Gc { .. } => {
             Duration::from_secs(30 * 60)
         }

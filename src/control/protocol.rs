@@ -29,6 +29,22 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         closing_label: Option<String>,
     },
+    /// A prompt sent from inside `opfs run`'s sandbox (through the run's
+    /// narrow socket, `crate::mcp::narrow`): relabel the open turn when it
+    /// is empty and was opened from inside or is `placeholder`, else close
+    /// it and open a turn marked as opened from inside
+    /// (`crate::capture::Journal::sandbox_turn`). Never wakes retention.
+    /// Answered with [`Response::Turn`].
+    SandboxTurn {
+        /// Label of the turn (already cut to its bound by the caller).
+        label: Option<String>,
+        /// External id of the turn.
+        id: Option<String>,
+        /// The turn `opfs run` opened for the session with a label of its
+        /// own, which the first prompt may relabel while it is empty.
+        #[serde(default)]
+        placeholder: Option<u64>,
+    },
     /// Rewind to the start of a turn.
     Rewind {
         /// The turn.

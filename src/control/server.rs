@@ -185,6 +185,26 @@ pub fn handle(
                 },
             }
         }
+        Request::SandboxTurn {
+            label,
+            id,
+            placeholder,
+        } => {
+            // As for a turn from outside: every store before it belongs
+            // to the turn it closes. No wake-up of retention or export: a
+            // request from inside never starts a gc (docs/sandbox.md).
+            mount.write_back();
+            let guard = mount.quiesce();
+            let r = journal.sandbox_turn(label.as_deref(), id.as_deref(), placeholder);
+            drop(guard);
+            match r {
+                Ok((turn, _)) => Response::Turn { turn },
+                Err(e) => Response::Error {
+                    kind: FailureKind::Failure,
+                    message: e.to_string(),
+                },
+            }
+        }
         Request::Rewind {
             to,
             dry_run,

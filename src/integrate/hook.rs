@@ -239,16 +239,33 @@ pub fn not_opened(agent: Option<Agent>, reason: &str, strict: bool) -> HookReply
 }
 
 /// The answer inside `opfs run`'s sandbox (`OPFS_SANDBOX` set, not
-/// `danger-full-access`): no hook there can reach the daemon (guarantee
-/// 8), but the mount records everything, into the turn opened from
-/// outside; so exit 0 with a `systemMessage` saying so, even when strict.
-pub fn in_sandbox() -> HookReply {
-    let msg = "opfs: inside opfs run's sandbox a hook cannot open turns (the agent cannot \
-               change its own history); this message's changes are recorded in the turn \
-               opened outside (`opfs run --turn LABEL`, or `opfs turn` from a terminal \
-               outside the sandbox)";
+/// `danger-full-access`) when the hook could not open a turn there: no
+/// narrow socket (`--sandbox read-only`, `--worktree`), or it refused or
+/// failed for `reason`. No hook there can reach the daemon (guarantee 8),
+/// but the mount records everything, into the turn that is open; so exit
+/// 0 with a `systemMessage` saying so and, for a known `agent`, the same
+/// in the model's context, even when strict.
+pub fn in_sandbox(agent: Option<Agent>, reason: Option<&str>) -> HookReply {
+    let why = match reason {
+        Some(r) => format!(" ({})", r.strip_prefix("opfs: ").unwrap_or(r)),
+        None => " (OPFS_MCP_SOCKET is not set: the run has no narrow socket, as with \
+                  --sandbox read-only or --worktree, or the agent did not pass it to its hook)"
+            .into(),
+    };
+    let msg = format!(
+        "opfs: inside opfs run's sandbox this hook cannot open turns{why}; this message's \
+         changes are recorded in the turn that is open (`opfs run --turn LABEL`, the run's \
+         own turn, or `opfs turn` from a terminal outside the sandbox starts the next), not \
+         in a turn of its own"
+    );
+    let context = format!(
+        "[opfs] The user protects this project with opfs. For this message opfs could not open \
+         a turn of its own{why}: the file changes you make now ARE recorded, but together with \
+         the earlier ones in the turn that is open, so the user cannot rewind this message \
+         alone. Tell the user this briefly at the start of your reply."
+    );
     HookReply {
-        stdout: format!("{}\n", serde_json::json!({ "systemMessage": msg })),
+        stdout: message_and_context(agent, &msg, &context),
         stderr: format!("{msg}\n"),
         code: 0,
     }

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use crate::control::{ClientError, Project};
 use crate::daemon::spawn::SpawnError;
 use crate::daemon::DaemonOptions;
-use crate::mcp::narrow::NarrowServer;
+use crate::mcp::narrow::{NarrowServer, TurnOpener};
 use crate::mcp::tools::SandboxBinds;
 use crate::mcp::Tools;
 use crate::state;
@@ -208,6 +208,12 @@ pub struct RunOptions {
     /// `--turn`: open a turn with this label before the command starts
     /// (in the worktree's own history with `worktree`).
     pub turn: Option<String>,
+    /// `turn` was chosen by the agent's preset (the prompt of a one-shot
+    /// run, or `AGENT session`), not given by `--turn`: the agent's first
+    /// prompt hook inside may relabel that turn while it is empty. With a
+    /// `turn` given by `--turn`, the hook opens no turns (the run is one
+    /// turn, as asked).
+    pub turn_is_preset: bool,
     /// `--writable-git-config` (or the configuration's
     /// `writable_git_config`): leave what git executes or trusts (`.git/config`,
     /// hooks, `info/`, includes...) writable inside; by default it is
@@ -303,9 +309,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         ),
         Some(name) => MountGuard::worktree(&st, &home, name, &opts.daemon, opts.verbose)?,
     };
-    if let Some(label) = &opts.turn {
-        open_turn(&history, label)?;
-    }
+    let run_turn = match &opts.turn {
+        Some(label) => Some(open_turn(&history, label)?),
+        None => None,
+    };
     let mut warnings = Vec::new();
     // The agent's MCP tools, for this project only, on a socket of their
     // own: the state dir and control socket stay hidden (docs/mcp.md).
@@ -399,7 +406,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         let path = st.dir.join(format!("mcp-{}.sock", std::process::id()));
         // Optional: without it the command runs as before, only `opfs mcp`
         // inside cannot reach the tools.
-        match NarrowServer::start(tools, &path) {
+        // The agent's prompt hook opens a turn per prompt through it
+        // (docs/sandbox.md, "Turns opened from inside"), unless the user
+        // asked for one turn for the whole run (`--turn`).
+        let turns = (run_turn.is_none() || opts.turn_is_preset).then(|| TurnOpener {
+            project: Project::new(st.clone()).with_answer_limit(crate::control::client::HOOK_LIMIT),
+            placeholder: run_turn.filter(|_| opts.turn_is_preset),
+        });
+        match NarrowServer::start(tools, turns, &path) {
             Ok(server) => Some(server),
             Err(e) => {
                 warnings.push(format!(

@@ -97,6 +97,24 @@ impl Agent {
     }
 }
 
+/// Whether opfs's prompt hook (`opfs hook`, written by `opfs integrate`)
+/// is in `agent`'s user settings under `user_home`: Claude Code's
+/// `~/.claude/settings.json`, Codex's `~/.codex/config.toml`, Gemini
+/// CLI's `~/.gemini/settings.json` (a handler whose command runs `opfs
+/// hook`); aider has no hooks. A file that cannot be read has none.
+pub fn hook_installed(agent: Agent, user_home: &Path) -> bool {
+    let file = match agent {
+        Agent::Claude => ".claude/settings.json",
+        Agent::Codex => ".codex/config.toml",
+        Agent::Gemini => ".gemini/settings.json",
+        Agent::Aider => return false,
+    };
+    std::fs::read_to_string(user_home.join(file)).is_ok_and(|text| {
+        text.lines()
+            .any(|l| l.contains("opfs") && l.contains(" hook --agent"))
+    })
+}
+
 /// What a preset adds to a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preset {

@@ -16,7 +16,9 @@ The script (a JSON file) is a list of entries
 `{"match": TEXT, "actions": [ACTION, ...], "reply": TEXT}`. A request
 belongs to the first entry whose `match` occurs in its body (the tests put a
 unique token in each prompt). Step K of an entry is answered by its K-th
-action, K being the number of tool results the request already carries;
+action, K being the number of tool results the request already carries
+(for Anthropic Messages: since the prompt being answered, the last user
+message with text, so a session of several prompts works too);
 past the last action the reply text ends the turn. Actions, translated
 into each agent's own tools:
 
@@ -111,9 +113,29 @@ def claude_call(action):
     return "Bash", {"command": action["bash"], "description": "run a command"}
 
 
+def anthropic_prompt_start(body):
+    """The index of the last user message that carries text (the prompt
+    being answered: a session of several prompts sends the earlier ones
+    too), or 0."""
+    msgs = body.get("messages", [])
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if m.get("role") != "user":
+            continue
+        c = m.get("content")
+        if isinstance(c, str) or (
+            isinstance(c, list)
+            and any(isinstance(b, dict) and b.get("type") == "text" for b in c)
+            and not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in c)
+        ):
+            return i
+    return 0
+
+
 def anthropic_steps(body):
+    """Tool results since the prompt being answered."""
     n = 0
-    for m in body.get("messages", []):
+    for m in body.get("messages", [])[anthropic_prompt_start(body):]:
         c = m.get("content")
         if isinstance(c, list):
             n += sum(1 for b in c if isinstance(b, dict) and b.get("type") == "tool_result")
@@ -121,7 +143,10 @@ def anthropic_steps(body):
 
 
 def anthropic(handler, body, raw):
-    e = entry_for(raw) if body.get("tools") else None
+    msgs = body.get("messages", [])
+    # The entry of the prompt being answered (a session's later request
+    # carries the earlier prompts too).
+    e = entry_for(json.dumps(msgs[anthropic_prompt_start(body):]) if msgs else raw) if body.get("tools") else None
     blocks = []
     stop = "end_turn"
     if e is None:

@@ -21,9 +21,12 @@
 //! and nothing would be recorded), the prompt is blocked
 //! (`decision: "block"`) with a reason naming the mountpoint and `opfs
 //! run`, and no turn is opened. Inside `opfs run`'s sandbox
-//! (`OPFS_SANDBOX`), where no turn can be opened but the mount records
-//! everything into the turn opened outside, it says so in a
-//! `systemMessage` and exits 0.
+//! (`OPFS_SANDBOX`), where the daemon is invisible, it asks the run's
+//! narrow socket (`OPFS_MCP_SOCKET`) to open the turn, under the rules of
+//! `docs/sandbox.md` ("Turns opened from inside"); when there is no such
+//! socket or it refuses, the mount still records everything into the turn
+//! that is open, and the hook says so in a `systemMessage` and the
+//! model's context and exits 0, strict or not.
 
 use std::io::{Read, Write};
 
@@ -51,9 +54,14 @@ pub fn run(
         .as_ref()
         .is_some_and(|m| m != "danger-full-access");
     let reply = if sandboxed {
-        // Drain the event: the agent may wait for its hook to read it.
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        hook::in_sandbox()
+        match ctx.env.mcp_socket.as_deref() {
+            Some(socket) => sandbox_turn(socket, agent),
+            None => {
+                // Drain the event: the agent may wait for its hook to read it.
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+                hook::in_sandbox(agent, None)
+            }
+        }
     } else {
         match open_turn(ctx, agent) {
             Outcome::Opened(agent, Some(warning)) => hook::opened_with_warning(agent, &warning),
@@ -78,24 +86,50 @@ enum Outcome {
     Blocked(String),
 }
 
-/// Reads the event and opens the turn, or says why not.
-fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
+/// Inside `opfs run`'s sandbox: opens the prompt's turn through the run's
+/// narrow socket at `socket` (docs/sandbox.md, "Turns opened from
+/// inside"); when that fails, says so (the mount still records the
+/// changes, into the turn that is open), never blocking.
+fn sandbox_turn(socket: &Path, agent: Option<Agent>) -> hook::HookReply {
+    let event = match read_event(agent) {
+        Ok(e) => e,
+        Err(reason) => return hook::in_sandbox(agent, Some(&reason)),
+    };
+    // A little longer than the narrow socket's own bound on the daemon.
+    let limit = opfs::control::client::HOOK_LIMIT + std::time::Duration::from_secs(2);
+    match opfs::mcp::narrow::open_prompt_turn(
+        socket,
+        event.prompt.as_deref(),
+        event.session_id.as_deref(),
+        limit,
+    ) {
+        Ok(_) => hook::opened(Some(event.agent)),
+        Err(reason) => hook::in_sandbox(Some(event.agent), Some(&reason)),
+    }
+}
+
+/// Reads and parses the hook event on stdin.
+fn read_event(agent: Option<Agent>) -> Result<hook::HookEvent, String> {
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin()
         .take(MAX_EVENT_BYTES as u64 + 1)
         .read_to_end(&mut input)
     {
-        return Outcome::NotOpened(agent, format!("cannot read the hook event on stdin: {e}"));
+        return Err(format!("cannot read the hook event on stdin: {e}"));
     }
     if input.len() > MAX_EVENT_BYTES {
-        return Outcome::NotOpened(
-            agent,
-            format!("the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"),
-        );
+        return Err(format!(
+            "the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"
+        ));
     }
-    let event = match hook::parse_event(&input, agent) {
+    hook::parse_event(&input, agent).map_err(|e| e.to_string())
+}
+
+/// Reads the event and opens the turn, or says why not.
+fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
+    let event = match read_event(agent) {
         Ok(e) => e,
-        Err(e) => return Outcome::NotOpened(agent, e.to_string()),
+        Err(reason) => return Outcome::NotOpened(agent, reason),
     };
     let dir = ctx.dir.clone().or(event.cwd.clone());
     if let Some(reason) = backing_dir_mistake(ctx, event.cwd.as_deref(), event.agent) {
@@ -181,7 +215,8 @@ fn backing_dir_mistake(ctx: &Ctx, cwd: Option<&Path>, agent: Agent) -> Option<St
         "this {agent} session works in {place} of a project opfs serves at {mountpoint}: \
          changes made here go around opfs and would NOT be recorded, so this message was not \
          sent. Start {program} in the mountpoint (cd {here}), or under opfs run, which shows \
-         the project at its own path, recorded (opfs run -C {project_q} --net -- {program})",
+         the project at its own path, recorded, a turn per prompt (opfs run -C {project_q} \
+         {program})",
         mountpoint = mountpoint.display(),
         here = opfs::integrate::shell_quote(&here.to_string_lossy()),
         project_q = opfs::integrate::shell_quote(&project.to_string_lossy()),

@@ -27,6 +27,7 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
         net: a.net,
         writable: a.writable.iter().map(|w| state::absolute(w)).collect(),
         turn: a.turn.clone(),
+        turn_is_preset: false,
         worktree: a.worktree.clone(),
         writable_git_config: a.writable_git_config,
         command: a.command.clone(),
@@ -99,20 +100,72 @@ fn apply_preset(
         said.push(format!("writable {}", names.join(", ")));
     }
     if opts.turn.is_none() {
+        opts.turn_is_preset = true;
         match p.label {
             Some(label) => {
                 opts.turn = Some(label);
                 said.push("a turn labelled with the prompt".into());
             }
             None => {
-                opts.turn = Some(format!("{} session", agent.name()));
-                said.push(format!(
-                    "a turn \"{} session\" (an interactive session is one turn; `opfs turn` outside starts the next)",
-                    agent.name()
-                ));
+                let name = agent.name();
+                opts.turn = Some(format!("{name} session"));
+                let hooked = home.is_some_and(|h| preset::hook_installed(agent, h));
+                said.push(if !sandboxed {
+                    format!(
+                        "a turn \"{name} session\" (the agent's prompt hook, if installed, opens one per prompt)"
+                    )
+                } else if hooked {
+                    format!(
+                        "a turn per prompt, labelled with it, opened by the agent's opfs hook (\"{name} session\" until the first prompt)"
+                    )
+                } else if agent == Agent::Aider {
+                    format!(
+                        "ONE turn \"{name} session\" for the whole session: aider has no hooks, so its prompts are not separate turns; `opfs turn` outside starts the next, or use --message"
+                    )
+                } else {
+                    if agent == Agent::Claude {
+                        tell_claude_one_turn(&mut opts.command);
+                    }
+                    format!(
+                        "ONE turn \"{name} session\" for the whole session: opfs's prompt hook is not installed for {name}, so its prompts are not separate turns; `opfs integrate {}` installs it, `opfs turn` outside starts the next",
+                        integrate_name(agent)
+                    )
+                });
             }
         }
     }
     writeln!(err, "opfs: {}", said.join("; "))?;
     Ok(())
+}
+
+/// The name `opfs integrate` takes for `agent`.
+fn integrate_name(agent: Agent) -> &'static str {
+    match agent {
+        Agent::Claude => "claude-code",
+        other => other.name(),
+    }
+}
+
+/// What Claude Code's model is told (`--append-system-prompt`) when an
+/// interactive session inside the sandbox is one turn because opfs's
+/// prompt hook is not installed: so the model can tell the user, who may
+/// not read the preset's stderr line.
+const ONE_TURN_CONTEXT: &str = "[opfs] The user protects this project with opfs, which \
+    records every file change so the user can rewind it. In this session opfs's prompt hook \
+    is not installed, so all of the session's messages are ONE turn: the user cannot rewind \
+    one message's changes alone. If the user asks to undo a single message, or at the start \
+    of your first reply, say this, and that `opfs integrate claude-code` (run outside this \
+    session) installs the hook for a turn per message.";
+
+/// Adds [`ONE_TURN_CONTEXT`] to Claude Code's system prompt, unless the
+/// user's command sets `--append-system-prompt` itself.
+fn tell_claude_one_turn(command: &mut Vec<std::ffi::OsString>) {
+    if command.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a.starts_with("--append-system-prompt"))
+    }) {
+        return;
+    }
+    command.push("--append-system-prompt".into());
+    command.push(ONE_TURN_CONTEXT.into());
 }

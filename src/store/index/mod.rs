@@ -408,6 +408,53 @@ mod tests {
     }
 
     #[test]
+    fn turns_opened_from_inside_relabel_when_empty_and_are_not_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");
+        ix.next_turn(None, TurnKind::Agent, Some("u1"), None, None)
+            .expect("t1");
+        ix.next_turn(Some(1), TurnKind::Agent, Some("u2"), None, None)
+            .expect("t2");
+        // The user's empty turn is not relabelled: a new one opens.
+        assert_eq!(
+            ix.sandbox_turn(2, Some("p1"), None, None).expect("p1"),
+            (3, true)
+        );
+        // An empty turn opened from inside is relabelled.
+        assert_eq!(
+            ix.sandbox_turn(3, Some("p2"), Some("s"), None).expect("p2"),
+            (3, false)
+        );
+        let t3 = ix.turn(3).expect("read").expect("t3");
+        assert_eq!(
+            (t3.label.as_deref(), t3.external_id.as_deref()),
+            (Some("p2"), Some("s"))
+        );
+        assert_eq!(
+            ix.turn(2).expect("read").expect("t2").label.as_deref(),
+            Some("u2")
+        );
+        // Once it recorded something, the next prompt opens a new turn.
+        ix.add_preimage(3, b"a", &file(1)).expect("add");
+        assert_eq!(
+            ix.sandbox_turn(3, Some("p3"), None, None).expect("p3"),
+            (4, true)
+        );
+        // The run's placeholder is relabelled while empty.
+        ix.next_turn(Some(4), TurnKind::Agent, Some("claude session"), None, None)
+            .expect("t5");
+        assert_eq!(
+            ix.sandbox_turn(5, Some("p4"), None, Some(5)).expect("p4"),
+            (5, false)
+        );
+        // Count-based retention counts turns 1, 2 and 5 only.
+        assert_eq!(ix.nth_newest_outside_turn(1).expect("1"), Some(5));
+        assert_eq!(ix.nth_newest_outside_turn(2).expect("2"), Some(2));
+        assert_eq!(ix.nth_newest_outside_turn(3).expect("3"), Some(1));
+        assert_eq!(ix.nth_newest_outside_turn(4).expect("4"), None);
+    }
+
+    #[test]
     fn earliest_record_per_path_wins() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut ix = Index::open(&dir.path().join("index.db"), false).expect("open");

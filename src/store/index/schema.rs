@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS repo_moves(
 /// Columns added since the first release: `(table, column, type)`. They
 /// are optional (NULL: unknown inode, content in a blob file, a piece
 /// stored as a blob), so older files gain them in place.
-const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 10] = [
     ("preimages", "ino", "INTEGER"),
     ("blobs", "data", "BLOB"),
     ("preimages", "uid", "INTEGER"),
@@ -118,6 +118,7 @@ const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
     ("restores", "restored", "INTEGER"),
     ("restores", "total", "INTEGER"),
     ("restores", "detail", "TEXT"),
+    ("turns", "origin", "TEXT"),
 ];
 
 /// Indexes added since the first release.

@@ -187,4 +187,81 @@ impl Index {
             .map_err(self.err())?;
         Ok(n > 0)
     }
+
+    /// Opens a turn for a prompt sent from inside `opfs run`'s sandbox
+    /// (`docs/sandbox.md`, "Turns opened from inside"), in one transaction:
+    /// when the open turn `open` recorded nothing and is an agent turn
+    /// that was opened from inside (`origin = 'sandbox'`) or is
+    /// `placeholder` (the turn `opfs run` opened for the session with a
+    /// label of its own), it is relabelled (`label`, `external_id`) and
+    /// stays open; else `open` is closed and a new agent turn, marked
+    /// `origin = 'sandbox'`, is opened. Returns the open turn's number and
+    /// whether it is a new one.
+    ///
+    /// Durable after `Ok` to the level the index was opened with; after
+    /// `Err` nothing changed. Errors: SQLite's.
+    pub fn sandbox_turn(
+        &mut self,
+        open: u64,
+        label: Option<&str>,
+        external_id: Option<&str>,
+        placeholder: Option<u64>,
+    ) -> Result<(u64, bool), IndexError> {
+        let now = now_ns();
+        self.in_transaction(|tx| {
+            let reusable: bool = tx
+                .query_row(
+                    "SELECT kind = 'agent' AND (origin = 'sandbox' OR number = ?2)
+                     AND NOT EXISTS (SELECT 1 FROM preimages WHERE turn = ?1)
+                     AND NOT EXISTS (SELECT 1 FROM ranges WHERE turn = ?1)
+                     AND NOT EXISTS (SELECT 1 FROM links WHERE turn = ?1)
+                     AND NOT EXISTS (SELECT 1 FROM outside_edits WHERE turn = ?1)
+                     AND NOT EXISTS (SELECT 1 FROM repo_moves WHERE turn = ?1)
+                 FROM turns WHERE number = ?1",
+                    params![Uint(open), placeholder.map(Uint)],
+                    |r| Ok(r.get::<_, Option<bool>>(0)?.unwrap_or(false)),
+                )
+                .optional()?
+                .unwrap_or(false);
+            if reusable {
+                tx.execute(
+                    "UPDATE turns SET label = ?1, external_id = ?2 WHERE number = ?3",
+                    params![label, external_id, Uint(open)],
+                )?;
+                return Ok((open, false));
+            }
+            let number = open.saturating_add(1);
+            tx.execute(
+                "UPDATE turns SET ended_at = ?1 WHERE number = ?2",
+                params![now, Uint(open)],
+            )?;
+            tx.execute(
+                "INSERT INTO turns(number, kind, label, external_id, started_at, origin)
+                 VALUES (?1, 'agent', ?2, ?3, ?4, 'sandbox')",
+                params![Uint(number), label, external_id, now],
+            )?;
+            Ok((number, true))
+        })
+    }
+
+    /// The number of the `keep`-th newest turn opened from outside the
+    /// sandbox (`origin` unset), or `None` when there are fewer: where
+    /// count-based retention may cut (turns opened from inside are not
+    /// counted, so no number of them pushes older turns out).
+    ///
+    /// Errors: SQLite's.
+    pub fn nth_newest_outside_turn(&self, keep: u64) -> Result<Option<u64>, IndexError> {
+        // A file no build of this version has opened for writing yet has
+        // no `origin` column, and no turn opened from inside.
+        let sql = if self.has_column("turns", "origin")? {
+            "SELECT number FROM turns WHERE origin IS NULL ORDER BY number DESC LIMIT 1 OFFSET ?1"
+        } else {
+            "SELECT number FROM turns ORDER BY number DESC LIMIT 1 OFFSET ?1"
+        };
+        self.conn
+            .query_row(sql, [Uint(keep.max(1) - 1)], |r| r.get::<_, Uint>(0))
+            .optional()
+            .map(|v| v.map(|n| n.0))
+            .map_err(self.err())
+    }
 }
