@@ -14,8 +14,8 @@
 //!   hides it or an ancestor stops the lower layer from showing (an opaque
 //!   directory, a directory that is not one in the lower layer, or a
 //!   hidden ancestor); names starting with `.wh.` in the upper layer are
-//!   never shown. The rules are the overlay's own
-//!   (`fs/src/overlay/state.rs`, `resolve` and `lower_visible`).
+//!   never shown. The rules are the overlay's own, called here:
+//!   [`opfs_fs::overlay::rules`].
 //! - the **paths a range of turns may have changed** in the view are those
 //!   its upper records name, each whiteout read as the name it hides and
 //!   each opaque marker as its directory, plus, for a directory whose lower
@@ -33,6 +33,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
+use opfs_fs::overlay::rules::{self, needed_for};
 use opfs_fs::overlay::{Kind, Lower};
 
 use crate::history::{
@@ -43,7 +44,6 @@ use crate::record::{PreImage, Special};
 use crate::view::{current, Timeline, Version, ViewError};
 
 use super::changes::{base_bytes, base_hash};
-use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
 
 /// Which layer a path's view state comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +70,6 @@ impl Seen {
             version: Version::recorded(PreImage::Absent),
             layer: Layer::Upper,
         }
-    }
-
-    fn is_dir(&self) -> bool {
-        matches!(self.version.state, PreImage::Dir { .. })
     }
 }
 
@@ -119,43 +115,7 @@ impl std::fmt::Debug for WorktreeHistory<'_> {
     }
 }
 
-/// The view path an upper path stands for: a whiteout the name it hides,
-/// an opaque marker its directory, anything else itself. `None` for the
-/// root (or the root's opaque marker: the root is never a change).
-pub fn view_path_of(upper: &[u8]) -> Option<Vec<u8>> {
-    let (dir, name) = paths::split(upper)?;
-    if name == OPAQUE_MARKER {
-        return (!dir.is_empty()).then(|| dir.to_vec());
-    }
-    match name.strip_prefix(WHITEOUT_PREFIX) {
-        Some(hidden) if !hidden.is_empty() => Some(paths::join(dir, hidden)),
-        Some(_) => None,
-        None => Some(upper.to_vec()),
-    }
-}
-
-fn whiteout_of(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut w = WHITEOUT_PREFIX.to_vec();
-    w.extend_from_slice(name);
-    paths::join(dir, &w)
-}
-
-/// Every upper path the view of `q` depends on: each ancestor's opaque
-/// marker (the root's too), each prefix of `q` and its whiteout.
-fn needed_for(q: &[u8], out: &mut BTreeSet<Vec<u8>>) {
-    out.insert(OPAQUE_MARKER.to_vec());
-    let mut prefix: Vec<u8> = Vec::new();
-    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
-    for (i, name) in comps.iter().enumerate() {
-        let p = paths::join(&prefix, name);
-        out.insert(whiteout_of(&prefix, name));
-        out.insert(p.clone());
-        if i + 1 < comps.len() {
-            out.insert(paths::join(&p, OPAQUE_MARKER));
-        }
-        prefix = p;
-    }
-}
+pub use opfs_fs::overlay::rules::view_path_of;
 
 fn present(up: &UpperAt, p: &[u8]) -> bool {
     up.get(p)
@@ -740,70 +700,73 @@ impl<'a> WorktreeHistory<'a> {
 
 /// The view of `q` (not the root) when the upper layer is `up` and the
 /// base's state of a path is `base(path)`, and whether the lower children
-/// of `q` show: the overlay's rules (see the module docs).
+/// of `q` show: the overlay's rules ([`rules::view`]).
 fn view_of(
     up: &UpperAt,
     q: &[u8],
-    base: &mut dyn FnMut(&[u8]) -> Result<PreImage, HistoryError>,
+    base: &mut BaseOf<'_>,
 ) -> Result<(Seen, bool), HistoryError> {
-    let mut lower_visible = !present(up, OPAQUE_MARKER);
-    let mut prefix: Vec<u8> = Vec::new();
-    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
-    for (i, name) in comps.iter().enumerate() {
-        let p = paths::join(&prefix, name);
-        let upper = if name.starts_with(WHITEOUT_PREFIX) {
-            None
-        } else {
-            up.get(&p)
-                .filter(|v| !matches!(v.state, PreImage::Absent))
-                .cloned()
-        };
-        let whited = present(up, &whiteout_of(&prefix, name));
-        let lower = if !whited && lower_visible {
-            base(&p)?
-        } else {
-            PreImage::Absent
-        };
-        let lower_is_dir = matches!(lower, PreImage::Dir { .. });
-        let seen = match upper {
-            Some(version) => Seen {
-                version,
-                layer: Layer::Upper,
-            },
-            None if lower == PreImage::Absent => Seen::absent(),
-            None => Seen {
-                version: Version::recorded(lower),
-                layer: Layer::Lower,
-            },
-        };
-        let shows_lower = seen.is_dir()
-            && lower_is_dir
-            && (seen.layer == Layer::Lower || !present(up, &paths::join(&p, OPAQUE_MARKER)));
-        if i + 1 == comps.len() {
-            return Ok((seen, shows_lower));
-        }
-        if !seen.is_dir() {
-            return Ok((Seen::absent(), false));
-        }
-        lower_visible = shows_lower;
-        prefix = p;
+    let layers = AtTurn {
+        up,
+        base: RefCell::new(base),
+    };
+    let (shown, children) = rules::view(&layers, q)?;
+    let seen = match shown {
+        rules::Shown::Upper(version) => Seen {
+            version,
+            layer: Layer::Upper,
+        },
+        rules::Shown::Lower(version) => Seen {
+            version,
+            layer: Layer::Lower,
+        },
+        rules::Shown::Absent => Seen::absent(),
+    };
+    Ok((seen, children))
+}
+
+/// The two layers as [`view_of`] reads them: the upper layer's states at
+/// one turn boundary, and the base.
+struct AtTurn<'a> {
+    up: &'a UpperAt,
+    base: RefCell<&'a mut BaseOf<'a>>,
+}
+
+/// The base's state of a path, as [`view_of`] is handed it.
+type BaseOf<'a> = dyn FnMut(&[u8]) -> Result<PreImage, HistoryError> + 'a;
+
+impl rules::Layers for AtTurn<'_> {
+    type Entry = Version;
+    type Error = HistoryError;
+
+    fn upper(&self, path: &[u8]) -> Result<Option<Version>, HistoryError> {
+        Ok(self
+            .up
+            .get(path)
+            .filter(|v| !matches!(v.state, PreImage::Absent))
+            .cloned())
     }
-    Ok((Seen::absent(), false))
+
+    fn marker(&self, path: &[u8]) -> Result<bool, HistoryError> {
+        Ok(present(self.up, path))
+    }
+
+    fn lower(&self, path: &[u8]) -> Result<Option<Version>, HistoryError> {
+        let mut base = self.base.borrow_mut();
+        Ok(match (*base)(path)? {
+            PreImage::Absent => None,
+            lower => Some(Version::recorded(lower)),
+        })
+    }
+
+    fn is_dir(v: &Version) -> bool {
+        matches!(v.state, PreImage::Dir { .. })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upper_names_map_to_the_paths_they_stand_for() {
-        assert_eq!(view_path_of(b"d/.wh.x"), Some(b"d/x".to_vec()));
-        assert_eq!(view_path_of(b".wh.top"), Some(b"top".to_vec()));
-        assert_eq!(view_path_of(b"d/.wh..wh..opq"), Some(b"d".to_vec()));
-        assert_eq!(view_path_of(b".wh..wh..opq"), None);
-        assert_eq!(view_path_of(b"d/e/f"), Some(b"d/e/f".to_vec()));
-        assert_eq!(view_path_of(b""), None);
-    }
 
     fn file(b: u8) -> Version {
         Version::recorded(PreImage::File {
@@ -884,23 +847,5 @@ mod tests {
         );
         // Upper names starting with `.wh.` never show.
         assert_eq!(seen(&[("d/.wh.x", file(0))], "d/.wh.x").0, absent);
-    }
-
-    #[test]
-    fn the_view_of_a_path_needs_its_ancestors_whiteouts_and_markers() {
-        let mut n = BTreeSet::new();
-        needed_for(b"a/b", &mut n);
-        let got: Vec<String> = n.iter().map(|p| paths::display(p)).collect();
-        assert_eq!(
-            got,
-            [
-                ".wh..wh..opq",
-                ".wh.a",
-                "a",
-                "a/.wh..wh..opq",
-                "a/.wh.b",
-                "a/b"
-            ]
-        );
     }
 }
