@@ -27,6 +27,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::inode::child as join;
+
 /// The prefix of whiteout names (and of every reserved upper name).
 pub const PREFIX: &[u8] = b".wh.";
 
@@ -68,22 +70,6 @@ pub fn classify(name: &[u8]) -> Name<'_> {
         Some(hidden) => Name::Whiteout(hidden),
         None => Name::Plain,
     }
-}
-
-/// `dir/name`, or `name` at the root (`dir` empty), or `dir` for an
-/// empty `name`.
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    if dir.is_empty() {
-        return name.to_vec();
-    }
-    if name.is_empty() {
-        return dir.to_vec();
-    }
-    let mut out = Vec::with_capacity(dir.len() + 1 + name.len());
-    out.extend_from_slice(dir);
-    out.push(b'/');
-    out.extend_from_slice(name);
-    out
 }
 
 /// The upper path of the whiteout of `dir/name`.
