@@ -42,21 +42,28 @@
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower, LowerFile, LowerOpen};
+use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower, LowerOpen};
 
 use crate::paths;
 use crate::record::{Hash, PreImage, Special, Stat};
 use crate::store::{log as capture_log, BlobStore, Index, IndexError, StateDir};
 use crate::tree::Dir;
 use crate::view::{Reader, Resolved, Timeline, ViewError};
+
+mod drift;
+mod files;
+
+pub use drift::read_drift;
+use drift::Drift;
+use files::{read_full_at, BlobFile, BytesFile, ProjectFile};
 
 /// Errors opening a base.
 #[derive(Debug, thiserror::Error)]
@@ -141,13 +148,6 @@ impl std::fmt::Debug for Base {
             .field("turn", &self.core.turn)
             .finish_non_exhaustive()
     }
-}
-
-/// The drift list: paths served from the project although they changed
-/// behind its mount after the base turn began.
-struct Drift {
-    seen: BTreeSet<Vec<u8>>,
-    file: Option<File>,
 }
 
 impl Base {
@@ -389,20 +389,7 @@ impl Core {
             Ok(d) => d,
             Err(p) => p.into_inner(),
         };
-        if d.seen.insert(path.to_vec()) {
-            log::warn!(
-                "{} changed in the project behind its mount after the worktree's base turn began: \
-                 the worktree shows the project's bytes",
-                paths::display(path)
-            );
-            if let Some(f) = d.file.as_mut() {
-                let mut line = hex(path);
-                line.push('\n');
-                if let Err(e) = f.write_all(line.as_bytes()) {
-                    log::warn!("cannot append to the drift list: {e}");
-                }
-            }
-        }
+        d.note(path);
     }
 
     fn attr(&self, path: &[u8], state: &State) -> Option<Attr> {
@@ -480,19 +467,6 @@ impl Core {
     }
 }
 
-fn read_full_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
 fn to_time(ns: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
@@ -505,30 +479,6 @@ fn synthetic_origin(path: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&h.as_bytes()[..8]);
     u64::from_le_bytes(b) | (1 << 63)
-}
-
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Decodes one line of [`hex`]; `None` for a malformed line.
-pub(crate) fn unhex(line: &str) -> Option<Vec<u8>> {
-    let line = line.trim();
-    if !line.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..line.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(line.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// The paths of a drift list file (missing: none).
-pub fn read_drift(path: &Path) -> BTreeSet<Vec<u8>> {
-    std::fs::read_to_string(path)
-        .map(|s| s.lines().filter_map(unhex).collect())
-        .unwrap_or_default()
 }
 
 impl Core {
@@ -645,58 +595,6 @@ impl Core {
         if ctime_ns > self.since_ns && !paths::is_excluded(path) {
             self.note_drift(path);
         }
-    }
-}
-
-/// The project's own file, opened once for an overlay handle. Each read
-/// reads the open file, then checks that the project's records still
-/// hold nothing for the path ([`Core::still_current`]: one index query
-/// and one `stat` of the capture log, against a lookup, an `lstat`, an
-/// `open`, a `close` and two such checks per read before); when a
-/// capture gave the path a record meanwhile, the read is answered again
-/// from the record, as every later read of the handle is.
-struct ProjectFile {
-    core: Arc<Core>,
-    path: Vec<u8>,
-    file: File,
-    generation: AtomicU64,
-}
-
-impl LowerFile for ProjectFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let n = read_full_at(&self.file, offset, buf)?;
-        if self.core.still_current(&self.path, &self.generation)? {
-            if let Ok(st) = self.file.metadata() {
-                self.core.check_drift(&self.path, &st);
-            }
-            return Ok(n);
-        }
-        self.core
-            .read_at(&self.path, offset, buf)?
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
-    }
-}
-
-/// A pre-image's blob file.
-struct BlobFile(File);
-
-impl LowerFile for BlobFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        read_full_at(&self.0, offset, buf)
-    }
-}
-
-/// A pre-image's bytes, held in memory (at most the inline size).
-struct BytesFile(Vec<u8>);
-
-impl LowerFile for BytesFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(self.0.len());
-        let n = (self.0.len() - start).min(buf.len());
-        buf[..n].copy_from_slice(&self.0[start..start + n]);
-        Ok(n)
     }
 }
 

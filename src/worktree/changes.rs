@@ -18,13 +18,12 @@
 use std::collections::BTreeSet;
 use std::io::{self, Read};
 
+use opfs_fs::overlay::rules::{self, Name};
 use opfs_fs::overlay::{Kind, Lower};
 
 use crate::paths;
 use crate::record::Hash;
 use crate::tree::Dir;
-
-use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
 
 /// One side of a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,13 +113,7 @@ pub fn view_ignore_rules<'a>(
                 .flatten();
         }
         let (dir, name) = paths::split(rel).unwrap_or((b"", rel));
-        let mut wh = dir.to_vec();
-        if !wh.is_empty() {
-            wh.push(b'/');
-        }
-        wh.extend_from_slice(WHITEOUT_PREFIX);
-        wh.extend_from_slice(name);
-        if matches!(upper.lstat(&wh), Ok(Some(_))) {
+        if matches!(upper.lstat(&rules::whiteout_path(dir, name)), Ok(Some(_))) {
             return None;
         }
         base_bytes(base, rel)
@@ -178,9 +171,10 @@ fn at(path: &[u8]) -> impl FnOnce(io::Error) -> io::Error + '_ {
 }
 
 /// Compares the upper layer's directory `dir` with the base. `lower_shows`:
-/// the base's children of `dir`'s parent show through in the worktree
-/// (false below an opaque directory, or below a directory the upper layer
-/// made over a base entry that was not a directory), the overlay's rule.
+/// the base holds a directory at `dir` and it shows through in the
+/// worktree (false below an opaque directory, or below a directory the
+/// upper layer made over a base entry that was not a directory): with
+/// `dir`'s own opaque marker, what [`rules::children_show`] decides.
 /// Every upper entry is compared with the base's entry at the same path,
 /// whatever shows: a change is the base's state against the worktree's.
 /// `base_dir`: the base holds a directory at `dir`.
@@ -193,21 +187,23 @@ fn walk(
     out: &mut Vec<Change>,
 ) -> io::Result<()> {
     let names = upper.list_dir(dir).map_err(at(dir))?;
-    let opaque = names.iter().any(|n| n.as_slice() == OPAQUE_MARKER);
     // Whether the base's children of `dir` show through where the upper
-    // layer holds no entry of that name.
-    let lower_shows = lower_shows && !opaque;
+    // layer holds no entry of that name (`dir` is an upper directory).
+    let lower_shows = rules::children_show(lower_shows, Some(true), || {
+        Ok::<_, io::Error>(names.iter().any(|n| rules::classify(n) == Name::Opaque))
+    })?;
     let mut shown: BTreeSet<Vec<u8>> = BTreeSet::new();
     for name in &names {
-        if name.as_slice() == OPAQUE_MARKER {
-            continue;
-        }
-        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-            let path = paths::join(dir, hidden);
-            if !names.iter().any(|n| n.as_slice() == hidden) && !paths::is_excluded(&path) {
-                delete(base, &path, out)?;
+        match rules::classify(name) {
+            Name::Opaque => continue,
+            Name::Whiteout(hidden) => {
+                let path = paths::join(dir, hidden);
+                if !names.iter().any(|n| n.as_slice() == hidden) && !paths::is_excluded(&path) {
+                    delete(base, &path, out)?;
+                }
+                continue;
             }
-            continue;
+            Name::Plain => {}
         }
         let path = paths::join(dir, name);
         if paths::is_excluded(&path) {

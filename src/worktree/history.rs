@@ -14,8 +14,8 @@
 //!   hides it or an ancestor stops the lower layer from showing (an opaque
 //!   directory, a directory that is not one in the lower layer, or a
 //!   hidden ancestor); names starting with `.wh.` in the upper layer are
-//!   never shown. The rules are the overlay's own
-//!   (`fs/src/overlay/state.rs`, `resolve` and `lower_visible`).
+//!   never shown. The rules are the overlay's own, called here:
+//!   [`opfs_fs::overlay::rules`].
 //! - the **paths a range of turns may have changed** in the view are those
 //!   its upper records name, each whiteout read as the name it hides and
 //!   each opaque marker as its directory, plus, for a directory whose lower
@@ -33,6 +33,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
+use opfs_fs::overlay::rules::needed_for;
 use opfs_fs::overlay::{Kind, Lower};
 
 use crate::history::{
@@ -44,7 +45,10 @@ use crate::record::{PreImage, Special};
 use crate::view::{current, Timeline, Version, ViewError};
 
 use super::changes::{base_bytes, base_hash};
-use super::{OPAQUE_MARKER, WHITEOUT_PREFIX};
+
+mod view;
+
+use view::view_of;
 
 /// Which layer a path's view state comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +75,6 @@ impl Seen {
             version: Version::recorded(PreImage::Absent),
             layer: Layer::Upper,
         }
-    }
-
-    fn is_dir(&self) -> bool {
-        matches!(self.version.state, PreImage::Dir { .. })
     }
 }
 
@@ -120,43 +120,7 @@ impl std::fmt::Debug for WorktreeHistory<'_> {
     }
 }
 
-/// The view path an upper path stands for: a whiteout the name it hides,
-/// an opaque marker its directory, anything else itself. `None` for the
-/// root (or the root's opaque marker: the root is never a change).
-pub fn view_path_of(upper: &[u8]) -> Option<Vec<u8>> {
-    let (dir, name) = paths::split(upper)?;
-    if name == OPAQUE_MARKER {
-        return (!dir.is_empty()).then(|| dir.to_vec());
-    }
-    match name.strip_prefix(WHITEOUT_PREFIX) {
-        Some(hidden) if !hidden.is_empty() => Some(paths::join(dir, hidden)),
-        Some(_) => None,
-        None => Some(upper.to_vec()),
-    }
-}
-
-fn whiteout_of(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut w = WHITEOUT_PREFIX.to_vec();
-    w.extend_from_slice(name);
-    paths::join(dir, &w)
-}
-
-/// Every upper path the view of `q` depends on: each ancestor's opaque
-/// marker (the root's too), each prefix of `q` and its whiteout.
-fn needed_for(q: &[u8], out: &mut BTreeSet<Vec<u8>>) {
-    out.insert(OPAQUE_MARKER.to_vec());
-    let mut prefix: Vec<u8> = Vec::new();
-    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
-    for (i, name) in comps.iter().enumerate() {
-        let p = paths::join(&prefix, name);
-        out.insert(whiteout_of(&prefix, name));
-        out.insert(p.clone());
-        if i + 1 < comps.len() {
-            out.insert(paths::join(&p, OPAQUE_MARKER));
-        }
-        prefix = p;
-    }
-}
+pub use opfs_fs::overlay::rules::view_path_of;
 
 fn present(up: &UpperAt, p: &[u8]) -> bool {
     up.get(p)
@@ -738,172 +702,5 @@ impl<'a> WorktreeHistory<'a> {
         crate::history::shown(path, turn, &seen.version.state, || {
             self.content(path, &seen)
         })
-    }
-}
-
-/// The view of `q` (not the root) when the upper layer is `up` and the
-/// base's state of a path is `base(path)`, and whether the lower children
-/// of `q` show: the overlay's rules (see the module docs).
-fn view_of(
-    up: &UpperAt,
-    q: &[u8],
-    base: &mut dyn FnMut(&[u8]) -> Result<PreImage, HistoryError>,
-) -> Result<(Seen, bool), HistoryError> {
-    let mut lower_visible = !present(up, OPAQUE_MARKER);
-    let mut prefix: Vec<u8> = Vec::new();
-    let comps: Vec<&[u8]> = q.split(|&b| b == b'/').collect();
-    for (i, name) in comps.iter().enumerate() {
-        let p = paths::join(&prefix, name);
-        let upper = if name.starts_with(WHITEOUT_PREFIX) {
-            None
-        } else {
-            up.get(&p)
-                .filter(|v| !matches!(v.state, PreImage::Absent))
-                .cloned()
-        };
-        let whited = present(up, &whiteout_of(&prefix, name));
-        let lower = if !whited && lower_visible {
-            base(&p)?
-        } else {
-            PreImage::Absent
-        };
-        let lower_is_dir = matches!(lower, PreImage::Dir { .. });
-        let seen = match upper {
-            Some(version) => Seen {
-                version,
-                layer: Layer::Upper,
-            },
-            None if lower == PreImage::Absent => Seen::absent(),
-            None => Seen {
-                version: Version::recorded(lower),
-                layer: Layer::Lower,
-            },
-        };
-        let shows_lower = seen.is_dir()
-            && lower_is_dir
-            && (seen.layer == Layer::Lower || !present(up, &paths::join(&p, OPAQUE_MARKER)));
-        if i + 1 == comps.len() {
-            return Ok((seen, shows_lower));
-        }
-        if !seen.is_dir() {
-            return Ok((Seen::absent(), false));
-        }
-        lower_visible = shows_lower;
-        prefix = p;
-    }
-    Ok((Seen::absent(), false))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upper_names_map_to_the_paths_they_stand_for() {
-        assert_eq!(view_path_of(b"d/.wh.x"), Some(b"d/x".to_vec()));
-        assert_eq!(view_path_of(b".wh.top"), Some(b"top".to_vec()));
-        assert_eq!(view_path_of(b"d/.wh..wh..opq"), Some(b"d".to_vec()));
-        assert_eq!(view_path_of(b".wh..wh..opq"), None);
-        assert_eq!(view_path_of(b"d/e/f"), Some(b"d/e/f".to_vec()));
-        assert_eq!(view_path_of(b""), None);
-    }
-
-    fn file(b: u8) -> Version {
-        Version::recorded(PreImage::File {
-            blob: [b; 32],
-            size: 1,
-            perm: 0o644,
-            ino: 0,
-        })
-    }
-
-    fn dir() -> Version {
-        Version::recorded(PreImage::Dir { perm: 0o755 })
-    }
-
-    /// The base: `d/` (with `d/x`), `f`, `e/` (with `e/y`).
-    fn base(p: &[u8]) -> Result<PreImage, HistoryError> {
-        Ok(match p {
-            b"d" | b"e" => PreImage::Dir { perm: 0o755 },
-            b"d/x" | b"f" | b"e/y" => PreImage::File {
-                blob: [9; 32],
-                size: 1,
-                perm: 0o644,
-                ino: 0,
-            },
-            _ => PreImage::Absent,
-        })
-    }
-
-    fn seen(up: &[(&str, Version)], q: &str) -> (PreImage, Layer, bool) {
-        let up: UpperAt = up
-            .iter()
-            .map(|(p, v)| (p.as_bytes().to_vec(), v.clone()))
-            .collect();
-        let (s, lower) = view_of(&up, q.as_bytes(), &mut base).expect("view");
-        (s.version.state, s.layer, lower)
-    }
-
-    #[test]
-    fn the_view_follows_the_overlays_rules() {
-        let absent = PreImage::Absent;
-        // Nothing in the upper layer: the base shows.
-        assert_eq!(seen(&[], "d/x").1, Layer::Lower);
-        assert!(seen(&[], "d").2, "a lower directory shows its children");
-        // A whiteout hides the lower entry, and everything under it.
-        assert_eq!(seen(&[(".wh.d", file(0))], "d").0, absent);
-        assert_eq!(seen(&[(".wh.d", file(0))], "d/x").0, absent);
-        // An upper entry shows even with its whiteout there (the crash-safe
-        // order of the overlay makes the whiteout first).
-        assert_eq!(
-            seen(&[(".wh.f", file(0)), ("f", file(1))], "f"),
-            (file(1).state, Layer::Upper, false)
-        );
-        // A copied-up directory merges; an opaque one hides the base's
-        // children but shows its own.
-        assert_eq!(seen(&[("d", dir())], "d/x").1, Layer::Lower);
-        let opaque = [
-            ("d", dir()),
-            ("d/.wh..wh..opq", file(0)),
-            ("d/new", file(2)),
-        ];
-        assert_eq!(seen(&opaque, "d/x").0, absent);
-        assert_eq!(seen(&opaque, "d/new").0, file(2).state);
-        assert!(!seen(&opaque, "d").2);
-        // An upper file over a lower directory hides its children; an upper
-        // directory over a lower file shows none of the base beneath.
-        assert_eq!(seen(&[("e", file(3))], "e/y").0, absent);
-        assert!(!seen(&[("f", dir())], "f").2);
-        // A lower directory whited out and made again in the upper layer:
-        // its own children show, the base's do not.
-        assert_eq!(
-            seen(&[(".wh.d", file(0)), ("d", dir()), ("d/n", file(4))], "d/n").0,
-            file(4).state
-        );
-        assert_eq!(
-            seen(&[(".wh.d", file(0)), ("d", dir())], "d/x").0,
-            absent,
-            "a whited-out lower directory under a new upper one stays hidden"
-        );
-        // Upper names starting with `.wh.` never show.
-        assert_eq!(seen(&[("d/.wh.x", file(0))], "d/.wh.x").0, absent);
-    }
-
-    #[test]
-    fn the_view_of_a_path_needs_its_ancestors_whiteouts_and_markers() {
-        let mut n = BTreeSet::new();
-        needed_for(b"a/b", &mut n);
-        let got: Vec<String> = n.iter().map(|p| paths::display(p)).collect();
-        assert_eq!(
-            got,
-            [
-                ".wh..wh..opq",
-                ".wh.a",
-                "a",
-                "a/.wh..wh..opq",
-                "a/.wh.b",
-                "a/b"
-            ]
-        );
     }
 }

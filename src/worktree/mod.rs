@@ -18,7 +18,7 @@
 //! The lower layer is [`base::Base`]: the project at the base turn's start,
 //! read from the project and its records, nothing copied. The upper layer
 //! is a plain directory (whiteouts are empty files named `.wh.NAME`, an
-//! opaque directory holds `.wh..wh..opq`: `opfs_fs::overlay`), so the
+//! opaque directory holds `.wh..wh..opq`: `opfs_fs::overlay::rules`), so the
 //! worktree's own history is an ordinary journal over `upper/`, with its own
 //! state dir (`StateDir::for_project(home, upper)`): turns and rewinds of a
 //! worktree are the project commands pointed at the worktree's mountpoint;
@@ -42,11 +42,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::store::StateDir;
-
-/// The name of a whiteout's prefix in the upper layer.
-pub const WHITEOUT_PREFIX: &[u8] = b".wh.";
-/// The marker file of an opaque directory in the upper layer.
-pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 
 /// What a worktree is, as stored in its `worktree.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

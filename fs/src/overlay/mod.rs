@@ -22,8 +22,12 @@
 //!   whiteouts and opaque directories), lookup, attributes.
 //! - `node.rs`: nodes and their FUSE numbers, stable across copy-up
 //!   (indexed by lower origin, then by upper `(dev, ino)`).
-//! - `whiteout.rs`: whiteouts (`.wh.NAME`), the opaque marker
-//!   (`.wh..wh..opq`), merged listings.
+//! - `rules.rs` (public): the visibility rules, pure (whiteouts, opaque
+//!   directories, what shows through, the reserved names, merged
+//!   listings); the core's worktree history and merge read the upper
+//!   layer through the same module.
+//! - `whiteout.rs`: making and removing whiteouts (`.wh.NAME`) and the
+//!   opaque marker (`.wh..wh..opq`), merged listings.
 //! - `copy_up.rs`: atomic copy-up, parents first; whole subtrees for
 //!   renames.
 //! - `ns.rs`: create-like operations, unlink, rmdir; `rename.rs`: renames.
@@ -76,6 +80,7 @@ mod meta;
 mod node;
 mod ns;
 mod rename;
+pub mod rules;
 mod state;
 mod whiteout;
 

@@ -18,7 +18,8 @@ use log::trace;
 use super::handle::{DirItem, OHandle};
 use super::lower::{Attr, Kind, Lower};
 use super::node::{Found, NodeInfo, Nodes, Upper};
-use super::whiteout::{self, reserved, whiteout_name};
+use super::rules;
+use super::whiteout::{self, whiteout_name};
 use crate::errno::errno;
 use crate::handle::Handles;
 use crate::hook::{Mutation, MutationHook};
@@ -222,13 +223,12 @@ impl State {
     /// True when the lower children of the directory node `n` show: it has
     /// a lower directory and its upper one (if any) is not opaque.
     pub(super) fn lower_visible(&self, n: &NodeInfo) -> Res<bool> {
-        if !n.lower.as_ref().is_some_and(|l| l.kind == Kind::Dir) {
-            return Ok(false);
-        }
-        match &n.upper {
-            Some(up) => Ok(!whiteout::opaque(up.fd.as_fd())?),
-            None => Ok(true),
-        }
+        let lower_dir = n.lower.as_ref().is_some_and(|l| l.kind == Kind::Dir);
+        rules::children_show(lower_dir, n.upper.as_ref().map(|_| true), || {
+            n.upper
+                .as_ref()
+                .map_or(Ok(false), |up| whiteout::opaque(up.fd.as_fd()))
+        })
     }
 
     /// What `parent/name` is in the merged view: the upper entry (not a
@@ -252,32 +252,34 @@ impl State {
             return Err(Errno::ENOTDIR);
         }
         let cname = sys::cname(name).map_err(errno)?;
-        let mut upper = None;
-        let mut whited = false;
-        if let Some(up) = &dir.upper {
-            if !reserved(name) {
-                match sys::open_path(up.fd.as_fd(), &cname) {
+        let up = dir.upper.as_ref();
+        let found = rules::resolve(
+            name,
+            || match up {
+                Some(up) => match sys::open_path(up.fd.as_fd(), &cname) {
                     Ok(fd) => {
                         let st = sys::fstat(fd.as_fd()).map_err(errno)?;
-                        upper = Some((fd, st));
+                        Ok(Some((fd, st)))
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                    Err(e) => return Err(errno(e)),
-                }
-            }
-            whited = whiteout::has(up.fd.as_fd(), &whiteout_name(name))?;
-        }
-        let lower = if !whited && self.lower_visible(&dir)? {
-            match hint {
-                Some(known) => known.clone(),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+                    Err(e) => Err(errno(e)),
+                },
+                None => Ok(None),
+            },
+            || match up {
+                Some(up) => whiteout::has(up.fd.as_fd(), &whiteout_name(name)),
+                None => Ok(false),
+            },
+            || self.lower_visible(&dir),
+            || match hint {
+                Some(known) => Ok(known.clone()),
                 None => {
                     let path = self.path(parent)?;
-                    self.lower.lookup(&path, name).map_err(errno)?
+                    self.lower.lookup(&path, name).map_err(errno)
                 }
-            }
-        } else {
-            None
-        };
+            },
+        )?;
+        let (upper, lower) = (found.upper, found.lower);
         Ok(Found { upper, lower })
     }
 

@@ -1,11 +1,8 @@
-//! Whiteouts and opaque directories, as plain files in the upper layer (the
-//! aufs / fuse-overlayfs unprivileged convention: no `mknod`, no trusted
-//! xattrs), and the merged directory listing they shape.
-//!
-//! - A **whiteout** for `d/x` is an empty regular file `d/.wh.x` in the
-//!   upper layer: the lower `d/x` does not show.
-//! - An **opaque** directory `d` holds an empty file `d/.wh..wh..opq`: no
-//!   lower child of `d` shows.
+//! Whiteouts and opaque directories as the FUSE overlay keeps them: plain
+//! empty files in the upper layer (the aufs / fuse-overlayfs unprivileged
+//! convention: no `mknod`, no trusted xattrs), made and removed through the
+//! hook, and the merged directory listing they shape. What they mean (the
+//! names, what shows) is `rules.rs`, shared with the core.
 //!
 //! A whiteout hides only the lower entry: an upper entry of the same name
 //! shows whether or not the whiteout is there. That makes every multi-step
@@ -29,6 +26,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use fuser::{Errno, FileType};
 
 use super::lower::Kind;
+use super::rules::{self, Shown};
 use super::state::State;
 use crate::errno::errno;
 use crate::hook::Mutation;
@@ -36,23 +34,7 @@ use crate::inode::child;
 use crate::reply::Res;
 use crate::sys;
 
-/// The prefix of whiteout names.
-pub(super) const PREFIX: &[u8] = b".wh.";
-
-/// The opaque marker's name.
-pub(super) const OPAQUE: &[u8] = b".wh..wh..opq";
-
-/// True for a name the overlay keeps for itself in the upper layer.
-pub(super) fn reserved(name: &[u8]) -> bool {
-    name.starts_with(PREFIX)
-}
-
-/// The whiteout name for `name`.
-pub(super) fn whiteout_name(name: &[u8]) -> Vec<u8> {
-    let mut out = PREFIX.to_vec();
-    out.extend_from_slice(name);
-    out
-}
+pub(super) use super::rules::{reserved, whiteout_name, OPAQUE, PREFIX};
 
 /// The longest name the upper filesystem takes (`NAME_MAX`).
 const NAME_MAX: usize = 255;
@@ -121,9 +103,7 @@ impl State {
         path: &[u8],
         lower_visible: bool,
     ) -> Res<Listing> {
-        let mut out = Listing::default();
-        let mut hidden: Vec<Vec<u8>> = Vec::new();
-        let mut opaque = false;
+        let mut names: Vec<(Vec<u8>, Item)> = Vec::new();
         if let Some(dir) = upper {
             let fd = sys::openat(
                 dir,
@@ -142,41 +122,41 @@ impl State {
                     if ent.name == b"." || ent.name == b".." {
                         continue;
                     }
-                    if reserved(ent.name) {
-                        if ent.name == OPAQUE {
-                            opaque = true;
-                        } else {
-                            hidden.push(ent.name[PREFIX.len()..].to_vec());
-                        }
-                        out.reserved.push(ent.name.to_vec());
-                        continue;
-                    }
-                    out.items.insert(
+                    names.push((
                         ent.name.to_vec(),
                         Item {
                             kind: crate::passthrough::attr::dtype_kind(ent.kind),
                             from: From::Upper(ent.ino),
                         },
-                    );
+                    ));
                 }
             }
         }
-        if lower_visible && !opaque {
+        let merged = rules::merge(names, lower_visible, || -> Res<Vec<(Vec<u8>, Item)>> {
             let entries = self.lower.readdir(path).map_err(errno)?.unwrap_or_default();
-            hidden.sort_unstable();
-            for ent in entries {
-                if out.items.contains_key(&ent.name) || hidden.binary_search(&ent.name).is_ok() {
-                    continue;
-                }
-                out.items.insert(
-                    ent.name,
-                    Item {
+            Ok(entries
+                .into_iter()
+                .map(|ent| {
+                    let item = Item {
                         kind: file_type(ent.kind),
                         from: From::Lower,
-                    },
-                );
-            }
-        }
+                    };
+                    (ent.name, item)
+                })
+                .collect())
+        })?;
+        let items = merged
+            .items
+            .into_iter()
+            .filter_map(|(name, shown)| match shown {
+                Shown::Upper(item) | Shown::Lower(item) => Some((name, item)),
+                Shown::Absent => None,
+            })
+            .collect();
+        let out = Listing {
+            items,
+            reserved: merged.reserved,
+        };
         Ok(out)
     }
 

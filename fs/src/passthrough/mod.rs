@@ -6,7 +6,7 @@
 //!   [`Answer::answer`]; nothing else.
 //! - `ops.rs`: [`State`] (inodes, handles, the quiesce gate, the hook, the
 //!   cache settings) and the namespace and metadata operations.
-//! - `io.rs`: file and directory I/O.
+//! - `io.rs`: file I/O; `dir.rs`: directory I/O (listings).
 //! - `attr.rs`: `stat` ↔ FUSE conversions (attributes, times, devices).
 //! - `cache.rs`: what [`crate::Controller::invalidate`] needs from the
 //!   passthrough (the crate's `Invalidate` trait).
@@ -17,6 +17,7 @@
 
 pub(crate) mod attr;
 mod cache;
+mod dir;
 mod io;
 mod ops;
 
