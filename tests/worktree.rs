@@ -1662,7 +1662,7 @@ fn a_long_merged_listing_reads_whole_and_follows_changes() {
 #[test]
 fn merge_diff_and_log_follow_the_ignore_rules_and_a_rewind_still_restores_ignored_paths() {
     let f = Fixture::new();
-    fs::write(f.p(".gitignore"), "target/\n.venv/\n.env\n").expect("write");
+    fs::write(f.p(".gitignore"), "target/\n.venv/\n.env\nout/\n").expect("write");
     fs::write(f.p("lib.rs"), "fn a() {}\n").expect("write");
     fs::write(f.p(".env"), "SECRET=1\n").expect("write");
     f.mount();
@@ -1707,15 +1707,17 @@ fn merge_diff_and_log_follow_the_ignore_rules_and_a_rewind_still_restores_ignore
     assert_eq!(read(&f.m("target/debug/lib.o")), "obj\n");
     discard_all(&f);
 
-    // opfs diff and log in the project: the same rules.
+    // opfs diff and log in the project: the same rules. (`out/` is
+    // ignored but not regenerable output opfs leaves unrecorded by
+    // default, as `target/` is: docs/design.md.)
     let t = f.turn("build");
-    f.sh("echo 'fn b() {}' >> lib.rs; mkdir -p target/release; echo x > target/release/y; rm .env");
+    f.sh("echo 'fn b() {}' >> lib.rs; mkdir -p out/release; echo x > out/release/y; rm .env");
     let diff = f.opfs_c(&["diff", "--name-status"]).ok();
     assert_eq!(diff.stdout, "M\tlib.rs\n", "{diff}");
     let all = f
         .opfs_c(&["diff", "--name-status", "--include-ignored"])
         .ok();
-    for p in ["lib.rs", "target/release/y", ".env"] {
+    for p in ["lib.rs", "out/release/y", ".env"] {
         assert!(all.stdout.contains(p), "--include-ignored shows {p}: {all}");
     }
     let log = f.opfs_c(&["log", "--json"]).ok().json();
@@ -1757,7 +1759,7 @@ fn merge_diff_and_log_follow_the_ignore_rules_and_a_rewind_still_restores_ignore
     // A rewind restores what the rules ignore: the deleted .env comes back.
     f.rewind(t);
     assert_eq!(read(&f.p(".env")), "SECRET=1\n");
-    assert!(!f.p("target/release").exists());
+    assert!(!f.p("out/release").exists());
 }
 
 /// What the worktree commands print a person: a merge dry run of a change
