@@ -500,7 +500,6 @@ fn aider_through_its_preset() {
             "whole",
             "--yes-always",
             "--no-stream",
-            "--no-git",
             "--no-check-update",
             "--no-show-release-notes",
             "--analytics-disable",
@@ -526,6 +525,12 @@ fn aider_through_its_preset() {
         assert_eq!(read("d/f.txt").as_deref(), Some("deep\n"));
     };
     two_prompts_two_turns_exact_rewinds(&w, &server, &run, &one, &two);
+    // Not a git repository: the preset's --no-git kept aider from making a
+    // `.git` that opfs would never record (and a rewind would leave).
+    assert!(
+        !w.project.join(".git").exists(),
+        "aider made a .git in a project that had none"
+    );
     assert!(
         w.pinned.home.join(".aider").is_dir(),
         "the preset made ~/.aider"

@@ -159,7 +159,12 @@ const CODEX_VALUE_OPTIONS: &[&str] = &[
 /// (0700) and files that are missing.
 ///
 /// Errors: a state path cannot be created (the path and the cause).
-pub fn prepare(agent: Agent, command: &[OsString], user_home: Option<&Path>) -> io::Result<Preset> {
+pub fn prepare(
+    agent: Agent,
+    command: &[OsString],
+    user_home: Option<&Path>,
+    project: Option<&Path>,
+) -> io::Result<Preset> {
     let mut writable = Vec::new();
     if let Some(home) = user_home {
         for d in agent.state_dirs() {
@@ -183,7 +188,7 @@ pub fn prepare(agent: Agent, command: &[OsString], user_home: Option<&Path>) -> 
     }
     Ok(Preset {
         agent,
-        command: arguments(agent, command),
+        command: arguments(agent, command, project.is_none_or(is_a_git_repository)),
         writable,
         label: prompt_of(agent, command),
     })
@@ -216,8 +221,17 @@ fn write_new(path: &Path, content: &str) -> io::Result<()> {
     }
 }
 
-/// The command with the preset's arguments (and environment) put in.
-fn arguments(agent: Agent, command: &[OsString]) -> Vec<OsString> {
+/// True when the project's root holds a `.git` (a folder, or the file of
+/// a linked worktree or submodule). A repository around the project, in
+/// a folder above it, does not count: its `.git` is outside what opfs
+/// records and read-only inside the sandbox.
+fn is_a_git_repository(project: &Path) -> bool {
+    std::fs::symlink_metadata(project.join(".git")).is_ok()
+}
+
+/// The command with the preset's arguments (and environment) put in;
+/// `in_git` says whether the project is a git repository.
+fn arguments(agent: Agent, command: &[OsString], in_git: bool) -> Vec<OsString> {
     let Some((program, args)) = command.split_first() else {
         return Vec::new();
     };
@@ -256,6 +270,14 @@ fn arguments(agent: Agent, command: &[OsString]) -> Vec<OsString> {
         }
         Agent::Aider => {
             out.push(program.clone());
+            // In a project that is not a git repository aider runs `git
+            // init` (or uses a repository above the project) and commits
+            // its edits: a `.git` opfs never records, so a rewind would
+            // leave it. The user's own `--git`/`--no-git` wins.
+            let chosen = args.iter().any(|x| x == "--git" || x == "--no-git");
+            if !in_git && !chosen {
+                out.push("--no-git".into());
+            }
             out.extend(args.iter().cloned());
         }
     }
@@ -489,7 +511,7 @@ mod tests {
 
     #[test]
     fn codex_gets_our_sandbox_and_no_git_check() {
-        let c = arguments(Agent::Codex, &cmd(&["codex", "exec", "hi"]));
+        let c = arguments(Agent::Codex, &cmd(&["codex", "exec", "hi"]), false);
         assert_eq!(
             c,
             cmd(&[
@@ -501,8 +523,26 @@ mod tests {
                 "hi"
             ])
         );
-        let g = arguments(Agent::Gemini, &cmd(&["gemini", "-p", "x"]));
+        let g = arguments(Agent::Gemini, &cmd(&["gemini", "-p", "x"]), false);
         assert_eq!(g, cmd(&["gemini", "--skip-trust", "-p", "x"]));
+    }
+
+    #[test]
+    fn aider_outside_a_git_repository_makes_none() {
+        let a = |args: &[&str], in_git| arguments(Agent::Aider, &cmd(args), in_git);
+        assert_eq!(a(&["aider", "f"], false), cmd(&["aider", "--no-git", "f"]));
+        assert_eq!(a(&["aider", "f"], true), cmd(&["aider", "f"]));
+        assert_eq!(
+            a(&["aider", "--git", "f"], false),
+            cmd(&["aider", "--git", "f"])
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("a/b");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir(tmp.path().join("a/.git")).unwrap();
+        assert!(!is_a_git_repository(&project), "a repository above");
+        std::fs::write(project.join(".git"), "gitdir: ../.git/worktrees/b\n").unwrap();
+        assert!(is_a_git_repository(&project));
     }
 
     #[test]
@@ -510,7 +550,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let home = tmp.path();
         std::fs::write(home.join(".claude.json"), "{\"a\":1}").unwrap();
-        let p = prepare(Agent::Claude, &cmd(&["claude"]), Some(home)).unwrap();
+        let p = prepare(Agent::Claude, &cmd(&["claude"]), Some(home), Some(home)).unwrap();
         assert!(home.join(".claude").is_dir());
         assert_eq!(
             std::fs::read_to_string(home.join(".claude.json")).unwrap(),
@@ -520,7 +560,7 @@ mod tests {
             p.writable,
             vec![home.join(".claude"), home.join(".claude.json")]
         );
-        let a = prepare(Agent::Aider, &cmd(&["aider"]), Some(home)).unwrap();
+        let a = prepare(Agent::Aider, &cmd(&["aider"]), Some(home), Some(home)).unwrap();
         assert!(home.join(".aider").is_dir());
         assert_eq!(a.writable, vec![home.join(".aider")]);
     }

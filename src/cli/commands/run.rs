@@ -80,7 +80,13 @@ fn apply_preset(
     } else {
         None
     };
-    let p = preset::prepare(agent, &a.command, home).map_err(failure)?;
+    // The project's root: a project opfs does not know yet is the folder
+    // the run starts in (as `opfs run` takes it).
+    let project = ctx
+        .project_state()
+        .map(|st| st.project)
+        .unwrap_or_else(|_| state::absolute(&opts.dir));
+    let p = preset::prepare(agent, &a.command, home, Some(&project)).map_err(failure)?;
     // Without our sandbox the agent keeps its own checks and sandbox.
     if sandboxed {
         opts.command = p.command;
