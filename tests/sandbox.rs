@@ -2114,9 +2114,13 @@ fn a_daemon_started_after_the_sandbox_refuses_it_too() {
         .args(["run", "--", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut child = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !w.project.join("started").exists() {
+        if let Ok(Some(_)) = child.try_wait() {
+            let out = child.wait_with_output().unwrap();
+            panic!("the sandbox ended before the script started: {}", show(&out));
+        }
         assert!(Instant::now() < deadline, "the sandbox never started");
         std::thread::sleep(Duration::from_millis(20));
     }
