@@ -278,6 +278,12 @@ fn without_a_daemon_each_agents_hook_says_nothing_is_recorded() {
             context.contains("NOT recorded") && context.contains("no opfs daemon serves"),
             "{agent}: {context}"
         );
+        // Advice the person behind the agent can take: not `opfs turn`'s
+        // own way out.
+        assert!(
+            !context.contains("--allow-unmounted") && context.contains("opfs run AGENT"),
+            "{agent}: {context}"
+        );
         // Outside any project: the same, with how to protect one.
         let outside = run_hook_as(&fx, agent, &command, fx.root(), "s", false);
         assert_eq!(outside.code, Some(0), "{agent}: {outside}");

@@ -2119,7 +2119,10 @@ fn a_daemon_started_after_the_sandbox_refuses_it_too() {
     while !w.project.join("started").exists() {
         if let Ok(Some(_)) = child.try_wait() {
             let out = child.wait_with_output().unwrap();
-            panic!("the sandbox ended before the script started: {}", show(&out));
+            panic!(
+                "the sandbox ended before the script started: {}",
+                show(&out)
+            );
         }
         assert!(Instant::now() < deadline, "the sandbox never started");
         std::thread::sleep(Duration::from_millis(20));
