@@ -369,7 +369,7 @@ mod tests {
 
     /// Writes the tables into the pages (run by hand after editing [`VARS`]).
     #[test]
-    #[ignore]
+    #[ignore = "a generator, not a check: it rewrites docs/cli.md and docs/benchmarks.md; run by hand after editing VARS"]
     fn write_the_docs_tables() {
         for (page, name, kind) in TABLES {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(page);

@@ -110,14 +110,6 @@ fn print_human(r: &RewindReport, asked: &[String], out: &mut dyn Write) -> std::
             r.open_turn
         )?;
     }
-    if !r.marked.is_empty() {
-        writeln!(
-            out,
-            "{} {} file(s) with conflict markers (<<<<<<< project now / >>>>>>> turn {to}): {}",
-            if r.dry_run { "would write" } else { "wrote" },
-            r.marked.len(),
-            r.marked.join(", ")
-        )?;
-    }
+    super::rewind::print_marked(&r.marked, r.dry_run, to, out)?;
     Ok(())
 }

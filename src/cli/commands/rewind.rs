@@ -410,16 +410,7 @@ fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
             r.open_turn
         )?;
     }
-    if !r.marked.is_empty() {
-        writeln!(
-            out,
-            "{} {} file(s) with conflict markers (<<<<<<< project now / >>>>>>> turn {}): {}",
-            if r.dry_run { "would write" } else { "wrote" },
-            r.marked.len(),
-            r.rewound_to,
-            r.marked.join(", ")
-        )?;
-    }
+    print_marked(&r.marked, r.dry_run, r.rewound_to, out)?;
     Ok(())
 }
 
@@ -427,3 +418,23 @@ fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
 pub const CHOICES: &str = "nothing was written. Choose: --partial applies the rest and leaves \
     the conflicts as they are; --force takes the incoming side (what is there now is recorded \
     first, so it can be undone); --markers writes conflict markers into text files";
+
+/// The files a rewind or restore wrote (or would write) with conflict
+/// markers, on one line; nothing when there are none.
+pub(crate) fn print_marked(
+    marked: &[String],
+    dry_run: bool,
+    turn: u64,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    if marked.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} {} file(s) with conflict markers (<<<<<<< project now / >>>>>>> turn {turn}): {}",
+        if dry_run { "would write" } else { "wrote" },
+        marked.len(),
+        marked.join(", ")
+    )
+}

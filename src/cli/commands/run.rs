@@ -157,7 +157,7 @@ fn integrate_name(agent: Agent) -> &'static str {
 /// prompt hook is not installed: so the model can tell the user, who may
 /// not read the preset's stderr line.
 const ONE_TURN_CONTEXT: &str = "[opfs] The user protects this project with opfs, which \
-    records every file change so the user can rewind it. In this session opfs's prompt hook \
+    records every file change so the user can rewind it. Here opfs's prompt hook \
     is not installed, so all of the session's messages are ONE turn: the user cannot rewind \
     one message's changes alone. If the user asks to undo a single message, or at the start \
     of your first reply, say this, and that `opfs integrate claude-code` (run outside this \
