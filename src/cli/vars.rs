@@ -184,6 +184,13 @@ pub const VARS: &[Var] = &[
         tune: None,
     },
     Var {
+        name: "OPFS_WORKTREE",
+        kind: Kind::Passed,
+        default: || "unset".into(),
+        doc: "set by `opfs run --worktree NAME` and `opfs shell --worktree NAME` to NAME: the worktree the project's path shows there (`docs/worktrees.md`, \"One path\")",
+        tune: None,
+    },
+    Var {
         name: "OPFS_NO_OPEN",
         kind: Kind::Lever,
         default: || on_off(fs_default().no_open),
