@@ -215,6 +215,29 @@ impl World {
         common::run_command(c, &self.root, common::COMMAND_TIMEOUT).unwrap()
     }
 
+    /// `opfs integrate AGENT` run by a copy of opfs the sandbox shows (a
+    /// hard link beside the world when the build lies under /tmp, which
+    /// is private inside the sandbox), so that the hook and MCP entries it
+    /// writes can run inside `opfs run`.
+    fn integrate_visible(&self, agent: &str) {
+        let opfs = if Path::new(OPFS).canonicalize().unwrap().starts_with("/tmp") {
+            let copy = self.root.join("opfs");
+            if !copy.exists() {
+                std::fs::hard_link(OPFS, &copy)
+                    .or_else(|_| std::fs::copy(OPFS, &copy).map(|_| ()))
+                    .unwrap();
+            }
+            copy
+        } else {
+            PathBuf::from(OPFS)
+        };
+        let mut c = Command::new(&opfs);
+        self.pinned.pin(&mut c).args(["integrate", agent]);
+        common::run_command(c, &self.root, common::COMMAND_TIMEOUT)
+            .unwrap()
+            .ok();
+    }
+
     /// `opfs run AGENT_BIN ARGS...` from the project, with `env`.
     fn run_agent(&self, bin: &Path, args: &[OsString], env: &[(&str, String)]) -> common::Run {
         let mut c = Command::new(OPFS);
@@ -363,7 +386,7 @@ fn claude_code_through_its_preset() {
     // opfs's hook installed, as a user has it: it runs inside the sandbox
     // for the prompt and takes over the run's (empty) turn labelled with
     // that prompt, so each prompt stays one turn, not two.
-    w.opfs(&["integrate", "claude-code"]).ok();
+    w.integrate_visible("claude-code");
     let server = ModelServer::start(&w.root, &script(&w));
     let env = [
         ("ANTHROPIC_BASE_URL", server.url()),
@@ -674,7 +697,9 @@ fn claude_code_session_inside_opfs_run_gives_a_turn_per_prompt() {
     let bin = agent_bin("claude");
     let w = World::new("claude-session");
     let server = ModelServer::start(&w.root, &script(&w));
-    w.opfs(&["integrate", "claude-code"]).ok();
+    // The hook runs inside the sandbox, where /tmp is private: install it
+    // from a copy of opfs the sandbox shows (a checkout under /tmp).
+    w.integrate_visible("claude-code");
     let message = |text: &str| {
         json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
             .to_string()

@@ -103,16 +103,34 @@ impl Agent {
 /// CLI's `~/.gemini/settings.json` (a handler whose command runs `opfs
 /// hook`); aider has no hooks. A file that cannot be read has none.
 pub fn hook_installed(agent: Agent, user_home: &Path) -> bool {
+    hook_lines(agent, user_home).next().is_some()
+}
+
+/// True when every opfs prompt hook of `agent`'s user settings runs a
+/// program under `/tmp`, which is private inside the sandbox: there the
+/// hook cannot start, so it opens no turn (and the MCP entry, which runs
+/// the same program, fails).
+pub fn hook_unreachable_inside(agent: Agent, user_home: &Path) -> bool {
+    let mut lines = hook_lines(agent, user_home).peekable();
+    lines.peek().is_some() && lines.all(|l| l.contains("\"/tmp/"))
+}
+
+/// The lines of `agent`'s user settings that run `opfs hook --agent`.
+fn hook_lines(agent: Agent, user_home: &Path) -> impl Iterator<Item = String> {
     let file = match agent {
-        Agent::Claude => ".claude/settings.json",
-        Agent::Codex => ".codex/config.toml",
-        Agent::Gemini => ".gemini/settings.json",
-        Agent::Aider => return false,
+        Agent::Claude => Some(".claude/settings.json"),
+        Agent::Codex => Some(".codex/config.toml"),
+        Agent::Gemini => Some(".gemini/settings.json"),
+        Agent::Aider => None,
     };
-    std::fs::read_to_string(user_home.join(file)).is_ok_and(|text| {
-        text.lines()
-            .any(|l| l.contains("opfs") && l.contains(" hook --agent"))
-    })
+    let text = file
+        .and_then(|f| std::fs::read_to_string(user_home.join(f)).ok())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("opfs") && l.contains(" hook --agent"))
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 /// What a preset adds to a run.
@@ -525,6 +543,27 @@ mod tests {
         );
         let g = arguments(Agent::Gemini, &cmd(&["gemini", "-p", "x"]), false);
         assert_eq!(g, cmd(&["gemini", "--skip-trust", "-p", "x"]));
+    }
+
+    #[test]
+    fn a_hook_under_tmp_cannot_run_inside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path();
+        std::fs::create_dir(home.join(".claude")).unwrap();
+        let settings = |program: &str| {
+            let text = format!(
+                "{{\"hooks\": {{\"UserPromptSubmit\": [{{\"hooks\": [\n  {{\"type\": \"command\", \"command\": \"{program} hook --agent claude-code\"}}]}}]}}}}\n"
+            );
+            std::fs::write(home.join(".claude/settings.json"), text).unwrap();
+        };
+        assert!(!hook_installed(Agent::Claude, home));
+        assert!(!hook_unreachable_inside(Agent::Claude, home));
+        settings("/usr/local/bin/opfs");
+        assert!(hook_installed(Agent::Claude, home));
+        assert!(!hook_unreachable_inside(Agent::Claude, home));
+        settings("/tmp/build/opfs");
+        assert!(hook_installed(Agent::Claude, home));
+        assert!(hook_unreachable_inside(Agent::Claude, home));
     }
 
     #[test]

@@ -116,9 +116,18 @@ fn apply_preset(
                 let name = agent.name();
                 opts.turn = Some(format!("{name} session"));
                 let hooked = home.is_some_and(|h| preset::hook_installed(agent, h));
+                let unreachable = home.is_some_and(|h| preset::hook_unreachable_inside(agent, h));
                 said.push(if !sandboxed {
                     format!(
                         "a turn \"{name} session\" (the agent's prompt hook, if installed, opens one per prompt)"
+                    )
+                } else if hooked && unreachable {
+                    if agent == Agent::Claude {
+                        tell_claude_one_turn(&mut opts.command);
+                    }
+                    format!(
+                        "ONE turn \"{name} session\" for the whole session: opfs's prompt hook for {name} runs a program under /tmp, which is private inside the sandbox, so it cannot open turns there (nor can the opfs MCP server); install opfs elsewhere and run `opfs integrate {}` again, `opfs turn` outside starts the next",
+                        integrate_name(agent)
                     )
                 } else if hooked {
                     format!(
