@@ -377,7 +377,11 @@ impl Requests {
         // The connection number is the mount's anonymous device minor.
         let dev = fs::metadata(mnt).expect("stat mount").dev();
         let conn = libc::minor(dev);
-        let inst = tracefs.join(format!("instances/opfs-nopen-{}", std::process::id()));
+        // One instance per call: the tests of this binary run in parallel
+        // threads of one process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let inst = tracefs.join(format!("instances/opfs-nopen-{}-{n}", std::process::id()));
         fs::create_dir(&inst).expect("tracefs instance");
         let ev = inst.join("events/fuse/fuse_request_send");
         fs::write(ev.join("filter"), format!("connection == {conn}")).expect("filter");
