@@ -596,6 +596,43 @@ fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
     );
 }
 
+#[test]
+fn a_sandbox_whose_setup_raced_with_an_unmount_is_built_again() {
+    // bwrap copies every mount of the host and remounts each read-only; a
+    // mount another process unmounts and removes meanwhile makes it fail.
+    // A bwrap that fails so once, then is the real one: the run goes on.
+    let w = World::new();
+    let real = common::which("bwrap").unwrap();
+    let fake = w.root.join("racy-bwrap");
+    let once = w.root.join("raced");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ ! -e '{once}' ]; then : > '{once}'; echo 'bwrap: Can'\\''t bind \
+             mount /oldroot/ on /newroot/: Unable to apply mount flags: remount \
+             \"/newroot/gone\": No such file or directory' >&2; exit 1; fi\nexec '{real}' \"$@\"\n",
+            once = once.display(),
+            real = real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = w
+        .opfs()
+        .env("OPFS_BWRAP", &fake)
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", "echo ran > ran"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(once.exists(), "the fake bwrap was not used: {}", show(&out));
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("ran")).unwrap(),
+        "ran\n"
+    );
+}
+
 // ---------------------------------------------------------------- must work
 
 #[test]
@@ -1472,17 +1509,24 @@ fn a_worktree_created_inside_is_editable_there_at_once() {
         vec![outside],
         "mounts left by the run"
     );
-    // Of the shared folder, only its empty mountpoint directory is left
-    // (the next run removes it).
+    // Of the shared folder and its staging folder, only their empty
+    // mountpoint directories are left (the next run removes them).
     let shared: Vec<_> = walk_names(&w.pinned.opfs_home)
         .into_iter()
         .filter(|n| n.contains("/sandbox-worktrees/"))
         .collect();
-    assert_eq!(shared.len(), 1, "{shared:?}");
-    assert!(
-        std::fs::read_dir(&shared[0]).unwrap().next().is_none(),
+    assert_eq!(shared.len(), 2, "{shared:?}");
+    assert_eq!(
+        shared.iter().filter(|n| n.ends_with("-stage")).count(),
+        1,
         "{shared:?}"
     );
+    for dir in &shared {
+        assert!(
+            std::fs::read_dir(dir).unwrap().next().is_none(),
+            "{shared:?}"
+        );
+    }
 }
 
 /// Inside the sandbox: creates worktree argv[1] through the raw narrow

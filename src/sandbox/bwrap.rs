@@ -256,7 +256,42 @@ pub fn find_bwrap(
 /// Runs `bwrap ARGS -- true`: proves the sandbox can be built before the
 /// real command starts, so a setup failure is reported as such and never
 /// confused with the command's own exit status.
+///
+/// A failure because a mount vanished while bwrap copied the host's mounts
+/// ([`mount_vanished`]: another process unmounted a private mount and
+/// removed its directory meanwhile, as parallel runs and tests do) is tried
+/// again, up to [`PREFLIGHT_TRIES`] times in all; any other failure is
+/// returned at once.
 pub(super) fn preflight(bwrap: &Path, args: &[OsString], policy: &Policy) -> Result<(), RunError> {
+    let mut tries = 1;
+    loop {
+        match preflight_once(bwrap, args, policy) {
+            Err(RunError::Setup(msg)) if tries < PREFLIGHT_TRIES && mount_vanished(&msg) => {
+                log::debug!("bwrap setup raced with an unmount, trying again: {msg}");
+                std::thread::sleep(std::time::Duration::from_millis(20 * tries));
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How many times [`preflight`] builds the sandbox before a vanished mount
+/// is reported.
+const PREFLIGHT_TRIES: u64 = 5;
+
+/// Whether bwrap's setup error `msg` says a mount it had copied from the
+/// host was gone when it applied the sandbox's flags to it: the race is
+/// with another process's unmount, and building again sees the mounts as
+/// they are now.
+fn mount_vanished(msg: &str) -> bool {
+    // ENOENT: the mount's directory was removed; EINVAL: the path is no
+    // longer a mount's root (the mount went, its directory stayed).
+    msg.contains("Unable to apply mount flags")
+        && (msg.contains("No such file or directory") || msg.contains("Invalid argument"))
+}
+
+fn preflight_once(bwrap: &Path, args: &[OsString], policy: &Policy) -> Result<(), RunError> {
     let mut cmd = Command::new(bwrap);
     cmd.args(args)
         .arg("--")
@@ -298,6 +333,24 @@ pub(super) fn apply_env(cmd: &mut Command, policy: &Policy, narrow: bool) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn only_a_mount_that_vanished_during_setup_is_tried_again() {
+        assert!(mount_vanished(
+            "bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: \
+             remount \"/newroot/home/u/.local/share/opfs/x-stage\": No such file or directory"
+        ));
+        assert!(!mount_vanished(
+            "bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: \
+             remount \"/newroot/x\": Permission denied"
+        ));
+        assert!(!mount_vanished(
+            "bwrap: Can't find source path /nope: No such file or directory"
+        ));
+        assert!(!mount_vanished(
+            "bwrap: setting up uid map: Permission denied"
+        ));
+    }
 
     fn policy(mode: Mode) -> Policy {
         Policy {

@@ -34,8 +34,9 @@
 //! Life: when the run ends, whatever the command's fate, the folder is made
 //! private again and the binds and the tmpfs are unmounted
 //! ([`WorktreeShare::close`], also on drop); the worktrees stay mounted at
-//! their own paths outside. Its empty mountpoint directory is removed by
-//! the next `opfs run` of the project, not at once: a sandbox that started
+//! their own paths outside. Its empty mountpoint directory, and the
+//! staging folder's, are removed by the next `opfs run` of the project,
+//! not at once: a sandbox that started
 //! meanwhile holds a copy of the folder's mount, and bwrap fails to set up
 //! when the path of a mount it copied vanishes under it. A folder left by
 //! an `opfs run` that was killed (its pid no longer runs) is unmounted and
@@ -199,7 +200,11 @@ impl WorktreeShare {
         }
         drop(bound);
         warnings.extend(unmount_all(&self.dir));
-        warnings.extend(teardown(&stage_of(&self.dir)));
+        // Unmounted, its directory left for the next run like the
+        // folder's: a private mount's unmount reaches no sandbox that
+        // copied it while setting up, and bwrap fails when the path of a
+        // copy vanishes under it.
+        warnings.extend(unmount_all(&stage_of(&self.dir)));
         warnings
     }
 }
