@@ -633,6 +633,66 @@ fn a_sandbox_whose_setup_raced_with_an_unmount_is_built_again() {
     );
 }
 
+#[test]
+fn a_daemon_killed_during_the_run_is_said_and_the_run_fails() {
+    // The command ignores its failed writes and exits 0: opfs run says the
+    // daemon stopped and does not report success.
+    let w = World::new();
+    // Made through the mount (the command can write only there), read
+    // outside.
+    let ready = w.project.join("ready");
+    let go = w.root.join("go");
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
+    let child = w
+        .opfs()
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c"])
+        .arg(format!(
+            "echo one > a.txt; : > '{ready}'; while [ ! -e '{go}' ]; do sleep 0.05; done; \
+             echo two > a.txt; echo WROTE=$?; exit 0",
+            ready = ready.display(),
+            go = go.display()
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The run's own daemon: `opfs mount -f ... PROJECT MOUNTPOINT`.
+    let killed = Command::new("pkill")
+        .arg("-KILL")
+        .arg("-f")
+        .arg(format!("mount -f .* {} ", w.project.display()))
+        .status()
+        .unwrap();
+    assert!(
+        killed.success(),
+        "no daemon of {} to kill",
+        w.project.display()
+    );
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        stdout(&out).contains("WROTE=") && !stdout(&out).contains("WROTE=0"),
+        "{}",
+        show(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stopped while the command ran"), "{err}");
+    assert!(err.contains(&w.project.display().to_string()), "{err}");
+    // What it wrote before the kill reached the project; what after, not.
+    assert_eq!(
+        std::fs::read_to_string(w.project.join("a.txt")).unwrap(),
+        "one\n"
+    );
+}
+
 // ---------------------------------------------------------------- must work
 
 #[test]

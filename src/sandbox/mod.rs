@@ -259,6 +259,12 @@ pub struct RunOutcome {
     /// Problems after the command ran (e.g. the private mount could not be
     /// unmounted), for the caller to report.
     pub warnings: Vec<String>,
+    /// The daemon serving the project (or the worktree) the command worked
+    /// in stopped while it ran: from then on the command's writes there
+    /// failed (`ENOTCONN`) rather than going unrecorded, and
+    /// [`RunOutcome::warnings`] says so. The caller should not report
+    /// success.
+    pub daemon_stopped: bool,
 }
 
 /// Runs `opts.command` as `opts.mode` says, and returns its exit status.
@@ -483,6 +489,18 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         None => cmd.env_remove("OPFS_WORKTREE"),
     };
     let code = process::spawn_and_wait(cmd, info, opts.mode == Mode::Unrestricted, gate)?;
+    let daemon_stopped = guard.daemon_stopped();
+    if daemon_stopped {
+        warnings.push(format!(
+            "the daemon serving {} at {} stopped while the command ran (killed, or \
+             unmounted): from then on the command's writes there failed with \"Transport \
+             endpoint is not connected\"; what it wrote before was recorded. See `opfs -C {} \
+             status`, then run the command again",
+            st.project.display(),
+            guard.mountpoint.display(),
+            st.project.display()
+        ));
+    }
     if let Some(w) = trust_failed
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -497,7 +515,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if let Err(e) = guard.finish() {
         warnings.push(e);
     }
-    Ok(RunOutcome { code, warnings })
+    Ok(RunOutcome {
+        code,
+        warnings,
+        daemon_stopped,
+    })
 }
 
 /// The mountpoint a user mounted `st`'s project at, if it is mounted

@@ -94,6 +94,19 @@ impl MountGuard {
         ))
     }
 
+    /// Whether the daemon behind the mountpoint is gone: it is no longer
+    /// a mount point (unmounted, or cleaned up after its daemon was
+    /// killed), or its FUSE connection is dead (`ENOTCONN`).
+    pub(super) fn daemon_stopped(&self) -> bool {
+        if !mountinfo::is_mount_point(&self.mountpoint) {
+            return true;
+        }
+        matches!(
+            rustix::fs::statfs(&self.mountpoint),
+            Err(rustix::io::Errno::NOTCONN)
+        )
+    }
+
     /// Unmounts a mount this run made and removes its mountpoint.
     pub(super) fn finish(&mut self) -> Result<(), String> {
         if !self.owned {

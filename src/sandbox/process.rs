@@ -259,5 +259,6 @@ pub(super) fn run_unsandboxed(opts: &RunOptions, home: &Path) -> Result<RunOutco
     Ok(RunOutcome {
         code: exit_code(status),
         warnings,
+        daemon_stopped: false,
     })
 }

@@ -49,6 +49,11 @@ pub fn run(ctx: &Ctx, a: &RunArgs, err: &mut dyn Write) -> Result<i32, CommandEr
             for w in &outcome.warnings {
                 writeln!(err, "opfs: {w}")?;
             }
+            // The command's writes failed from the moment the daemon
+            // stopped: its own exit 0 is not reported as a success.
+            if outcome.daemon_stopped && outcome.code == 0 {
+                return Ok(1);
+            }
             Ok(outcome.code)
         }
         Err(e @ RunError::Usage(_)) => Err(CommandError::usage(e.to_string())),
