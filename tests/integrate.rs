@@ -185,8 +185,22 @@ fn run_hook_as(
     strict: bool,
 ) -> Run {
     let (ev, vars) = event(agent, cwd, session, PROMPT);
+    let body = serde_json::to_vec(&ev).expect("event");
+    run_hook_raw(fx, agent, command, cwd, &body, &vars, strict)
+}
+
+/// [`run_hook_as`] with the event's JSON text `body` as it is.
+fn run_hook_raw(
+    fx: &Fixture,
+    agent: &str,
+    command: &str,
+    cwd: &Path,
+    body: &[u8],
+    vars: &[(String, String)],
+    strict: bool,
+) -> Run {
     let ev_file = fx.root().join(format!("event-{agent}.json"));
-    fs::write(&ev_file, serde_json::to_vec(&ev).expect("event")).expect("write event");
+    fs::write(&ev_file, body).expect("write event");
     let mut cmd = Command::new("setsid");
     fx.pinned
         .pin(&mut cmd)
@@ -248,6 +262,37 @@ fn each_agents_hook_labels_the_turn_with_the_prompt_intact() {
             "{agent}: the rewind to the hook's turn removed its work"
         );
     }
+}
+
+#[test]
+fn a_prompt_with_a_lone_surrogate_still_opens_a_labelled_turn() {
+    // What JavaScript's JSON.stringify writes for half an emoji: a `\uXXXX`
+    // escape no JSON parser turns into a string. The turn opens, labelled
+    // with U+FFFD in its place.
+    let fx = Fixture::new();
+    write_file(&fx.p("README.md"), b"hello\n", 0o644);
+    write_user_config(&fx);
+    fx.mount();
+    integrate(&fx, &["claude-code"]).ok();
+    let command = hook_command(&fx, "claude-code");
+    let (ev, vars) = event("claude-code", &fx.m(""), "session-s", "PLACEHOLDER");
+    let body = serde_json::to_string(&ev)
+        .expect("event")
+        .replace("PLACEHOLDER", r"fix \ud83d the \ud83d\ude00 bug");
+    let before = fx.open_turn();
+    let run = run_hook_raw(
+        &fx,
+        "claude-code",
+        &command,
+        &fx.m(""),
+        body.as_bytes(),
+        &vars,
+        false,
+    );
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(run.stdout, "", "no warning: {run}");
+    assert_eq!(fx.open_turn(), before + 1, "a new turn: {run}");
+    assert_eq!(newest_turn(&fx)["label"], "fix \u{fffd} the \u{1f600} bug");
 }
 
 #[test]

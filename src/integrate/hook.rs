@@ -69,14 +69,69 @@ pub enum HookError {
     NoHooks,
 }
 
+/// `input` with every `\uXXXX` escape of a UTF-16 surrogate that is not
+/// half of a pair replaced by `\ufffd`; borrowed when there is none. Only
+/// escapes are looked at (a backslash always starts one in JSON text, and
+/// `\\` is skipped whole), so nothing else changes.
+fn replace_lone_surrogates(input: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    fn unit_at(b: &[u8], i: usize) -> Option<u16> {
+        // `\uXXXX` at `i`.
+        let esc = b.get(i..i + 6)?;
+        if esc[0] != b'\\' || esc[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&esc[2..]).ok()?, 16).ok()
+    }
+    let is_high = |u: u16| (0xD800..0xDC00).contains(&u);
+    let is_low = |u: u16| (0xDC00..0xE000).contains(&u);
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < input.len() {
+        if input[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(u) = unit_at(input, i) else {
+            // Another escape (`\\`, `\"`, `\n`...): both bytes at once.
+            i += 2;
+            continue;
+        };
+        if is_high(u) && unit_at(input, i + 6).is_some_and(is_low) {
+            i += 12;
+            continue;
+        }
+        if is_high(u) || is_low(u) {
+            let o = out.get_or_insert_with(Vec::new);
+            o.extend_from_slice(&input[copied..i]);
+            o.extend_from_slice(b"\\ufffd");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    match out {
+        Some(mut o) => {
+            o.extend_from_slice(&input[copied..]);
+            std::borrow::Cow::Owned(o)
+        }
+        None => std::borrow::Cow::Borrowed(input),
+    }
+}
+
 /// Reads one event. `agent` is `--agent`, if given; otherwise the agent is
 /// told from the event: `BeforeAgent` is Gemini CLI, `UserPromptSubmit`
 /// with a `turn_id` is Codex, without one Claude Code.
 ///
 /// Errors: [`HookError`] for input that is not a JSON object, a field of
 /// the wrong type, or an event opfs cannot place.
+///
+/// A `\uXXXX` escape of a lone UTF-16 surrogate (what JavaScript's
+/// `JSON.stringify` writes for a string holding half an emoji, say) is read
+/// as U+FFFD, the replacement character: the prompt labels the turn, and a
+/// label with one character replaced beats no turn at all.
 pub fn parse_event(input: &[u8], agent: Option<Agent>) -> Result<HookEvent, HookError> {
-    let v: Value = serde_json::from_slice(input).map_err(|e| HookError::NotJson(e.to_string()))?;
+    let input = replace_lone_surrogates(input);
+    let v: Value = serde_json::from_slice(&input).map_err(|e| HookError::NotJson(e.to_string()))?;
     let obj = v
         .as_object()
         .ok_or_else(|| HookError::NotJson("not an object".into()))?;
@@ -297,6 +352,37 @@ mod tests {
                 .agent,
             Agent::Codex
         );
+    }
+
+    #[test]
+    fn a_lone_surrogate_in_the_prompt_is_read_as_the_replacement_character() {
+        let ev = |prompt: &str| {
+            format!(
+                r#"{{"hook_event_name":"UserPromptSubmit","session_id":"s","prompt":"{prompt}"}}"#
+            )
+        };
+        let prompt = |text: &str| {
+            parse_event(ev(text).as_bytes(), None)
+                .expect("event")
+                .prompt
+        };
+        // Alone, high or low, at the end, twice; a pair stays a pair; an
+        // escaped backslash before `u` is text, not an escape.
+        assert_eq!(prompt(r"a \ud800 b").as_deref(), Some("a \u{fffd} b"));
+        assert_eq!(prompt(r"\udc00").as_deref(), Some("\u{fffd}"));
+        assert_eq!(prompt(r"x\ud83d").as_deref(), Some("x\u{fffd}"));
+        assert_eq!(
+            prompt(r"\ud800\ud800\ude00").as_deref(),
+            Some("\u{fffd}\u{10200}")
+        );
+        assert_eq!(prompt(r"\ud83d\ude00").as_deref(), Some("\u{1f600}"));
+        assert_eq!(prompt(r"\\ud800").as_deref(), Some(r"\ud800"));
+        assert_eq!(prompt(r#"q\"\ud800"#).as_deref(), Some("q\"\u{fffd}"));
+        // Input without one is passed through as it is.
+        assert!(matches!(
+            replace_lone_surrogates(br#"{"a":"\ud83d\ude00 \\ud800"}"#),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
