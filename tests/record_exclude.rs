@@ -290,12 +290,15 @@ fn regenerable_ignored_output_is_not_recorded_by_default_and_precious_files_are(
     write_file(&fx.p(".env"), b"SECRET=1\n", 0o600);
     write_file(&fx.p("target/debug/old.o"), b"old object\n", 0o644);
     write_file(&fx.p(".venv/.gitignore"), b"*\n", 0o644);
+    // A folder named `target` below the root, which `/target` does not
+    // ignore: git commits it, so it is recorded.
+    write_file(&fx.p("lib/target/keep.rs"), b"kept\n", 0o644);
     let start = fx.tree_without_git();
     fx.mount();
     let st = fx.status();
     assert_eq!(
         st["record_exclude"],
-        serde_json::json!(["target/", ".venv/", "__pycache__/"]),
+        serde_json::json!(["/target/", "/.venv/", "__pycache__/"]),
         "{st:#}"
     );
     // A turn: a build, a bytecode cache, a venv, packages the project does
@@ -312,6 +315,8 @@ fn regenerable_ignored_output_is_not_recorded_by_default_and_precious_files_are(
     write_file(&fx.m(".env"), b"SECRET=2\n", 0o600);
     write_file(&fx.m("data/d.csv"), b"1,2\n", 0o644);
     write_file(&fx.m("src/a.rs"), b"fn a() { b() }\n", 0o644);
+    write_file(&fx.m("lib/target/keep.rs"), b"changed\n", 0o644);
+    write_file(&fx.m("lib/target/new.rs"), b"new\n", 0o644);
     fx.turn("work");
     fx.sh("echo again > node_modules/x/index.js");
     fx.turn("more");
@@ -336,6 +341,11 @@ fn regenerable_ignored_output_is_not_recorded_by_default_and_precious_files_are(
     assert_eq!(fs::read(fx.m(".env")).expect(".env"), b"SECRET=1\n");
     assert!(!fx.m("data").exists() && !fx.m("node_modules").exists());
     assert_eq!(fs::read(fx.m("src/a.rs")).expect("a.rs"), b"fn a() {}\n");
+    assert_eq!(
+        fs::read(fx.m("lib/target/keep.rs")).expect("keep.rs"),
+        b"kept\n"
+    );
+    assert!(!fx.m("lib/target/new.rs").exists());
     assert_eq!(
         fs::read(fx.m("target/debug/app")).expect("app").len(),
         1 << 20

@@ -83,14 +83,21 @@ pub const REGENERABLE: &[Regenerable] = &[
     },
 ];
 
-/// The `[record] exclude` patterns (`NAME/`, any depth) of the
-/// [`REGENERABLE`] directories the project at `project` ignores now: its
-/// `.gitignore` at the root, `.git/info/exclude` or the user's global
-/// excludes ignore `NAME` as a directory, or a `NAME/.gitignore` of its
-/// own ignores what is in it (a venv, pytest's and mypy's caches write
-/// one holding `*`). Read when a mount starts; a `.gitignore` deeper than
-/// the root is not looked at (such a directory is recorded: the safe
-/// side). A project that cannot be opened gives none.
+/// The `[record] exclude` patterns of the [`REGENERABLE`] directories the
+/// project at `project` ignores now, each no wider than what is ignored:
+///
+/// - `NAME/` (any depth) when its ignore rules ignore a directory `NAME`
+///   at the root and below (`target/`, `**/node_modules`): its `.gitignore`
+///   at the root, `.git/info/exclude` or the user's global excludes;
+/// - `/NAME/` (the root's only) when they ignore it at the root alone
+///   (`/target`), or when a `NAME/.gitignore` of its own at the root
+///   ignores what is in it (a venv, pytest's and mypy's caches write one
+///   holding `*`).
+///
+/// So a directory of that name that git would commit is always recorded.
+/// Read when a mount starts; a `.gitignore` deeper than the root is not
+/// looked at (such a directory is recorded: the safe side). A project that
+/// cannot be opened gives none.
 pub fn regenerable_ignored(project: &std::path::Path) -> Vec<String> {
     let dir = match Dir::open(project) {
         Ok(d) => d,
@@ -100,13 +107,25 @@ pub fn regenerable_ignored(project: &std::path::Path) -> Vec<String> {
         }
     };
     let mut rules = IgnoreRules::load(&dir);
+    // Directories no rule names: a rule that ignores one of them would make
+    // everything below it ignored, whatever its name.
+    const PROBE: &str = "opfs-probe-0c1d";
+    let probes_plain = !rules.is_ignored(PROBE.as_bytes(), true)
+        && !rules.is_ignored(format!("{PROBE}/{PROBE}").as_bytes(), true);
     REGENERABLE
         .iter()
-        .filter(|r| {
+        .filter_map(|r| {
+            let at = |parents: &str| format!("{parents}{}", r.name);
+            let root = rules.is_ignored(r.name.as_bytes(), true);
+            let deeper = probes_plain
+                && rules.is_ignored(at(&format!("{PROBE}/")).as_bytes(), true)
+                && rules.is_ignored(at(&format!("{PROBE}/{PROBE}/")).as_bytes(), true);
+            if root && deeper {
+                return Some(format!("{}/", r.name));
+            }
             let inside = format!("{}/opfs-probe", r.name);
-            rules.is_ignored(r.name.as_bytes(), true) || rules.is_ignored(inside.as_bytes(), false)
+            (root || rules.is_ignored(inside.as_bytes(), false)).then(|| format!("/{}/", r.name))
         })
-        .map(|r| format!("{}/", r.name))
         .collect()
 }
 
@@ -131,7 +150,28 @@ mod tests {
         std::fs::create_dir_all(t.path().join(".venv")).unwrap();
         std::fs::write(t.path().join(".venv/.gitignore"), "*\n").unwrap();
         let got = regenerable_ignored(t.path());
-        assert_eq!(got, ["target/", "node_modules/", ".venv/"]);
+        // `/target` is the root's only; `node_modules/` any depth; a venv
+        // that ignores itself, the root's.
+        assert_eq!(got, ["/target/", "node_modules/", "/.venv/"]);
+        let deep = tempfile::tempdir().unwrap();
+        std::fs::write(
+            deep.path().join(".gitignore"),
+            "target/\n**/__pycache__\n*/.tox\n",
+        )
+        .unwrap();
+        // `*/.tox` ignores `x/.tox` only: not the root's, not deeper.
+        assert_eq!(
+            regenerable_ignored(deep.path()),
+            ["target/", "__pycache__/"]
+        );
+        let everything = tempfile::tempdir().unwrap();
+        std::fs::write(everything.path().join(".gitignore"), "*\n").unwrap();
+        // Everything ignored: every name, at the root (the probes are
+        // ignored too, so no depth can be told).
+        assert_eq!(
+            regenerable_ignored(everything.path()).len(),
+            REGENERABLE.len()
+        );
         let bare = tempfile::tempdir().unwrap();
         assert!(regenerable_ignored(bare.path()).is_empty());
     }
