@@ -371,7 +371,8 @@ fn state_dir_names_live_in_the_layout() {
     let other_meanings = [
         ("sandbox/git.rs", "worktrees"),
         ("cli/commands/export.rs", "worktrees"),
-        ("mcp/tools.rs", "worktrees"),
+        ("mcp/tools/mod.rs", "worktrees"),
+        ("mcp/tools/output.rs", "worktrees"),
     ];
     let mut found = Vec::new();
     for (rel, code) in production_code() {
