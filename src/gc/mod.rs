@@ -43,7 +43,8 @@ use crate::store::{BlobStore, Index, IndexError, StateDir, Sweep};
 mod pins;
 mod served;
 
-pub use pins::{pins, Pin, PinsLock};
+pub use crate::state::lock::PinsLock;
+pub use pins::{pins, Pin};
 pub use served::{due, gc_served};
 
 /// Turns kept when no other number is given.
@@ -111,13 +112,8 @@ pub enum GcError {
     #[error(transparent)]
     Replay(#[from] crate::store::ReplayError),
     /// The lock on the pins ([`PinsLock`]) could not be taken.
-    #[error("cannot lock {path}: {source}")]
-    Lock {
-        /// The lock file.
-        path: std::path::PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Lock(#[from] crate::state::lock::PinsLockError),
 }
 
 /// What gc did (or, with `dry_run`, would do).

@@ -1,10 +1,8 @@
 //! What gc must keep whatever the policy says ([`Pin`]: an unfinished
-//! restore, a worktree's base), and the lock that keeps the pins still
-//! while gc decides ([`PinsLock`]).
+//! restore, a worktree's base). The lock that keeps the pins still while
+//! gc decides is [`crate::state::lock::PinsLock`].
 
 use crate::store::{Index, IndexError, StateDir};
-
-use super::GcError;
 
 /// A turn gc must keep, with every turn after it, whatever the
 /// [`Retention`] asks: a rewind point something still needs.
@@ -51,33 +49,6 @@ impl Pin {
                 "kept turns from {cut}: worktree {name:?} shows the project at turn {base} (`opfs worktree discard {name}` releases them)"
             ),
         }
-    }
-}
-
-/// The lock on a project's pins ([`StateDir::pins_lock_path`]): gc holds
-/// it from reading its [`pins`] until its deletions commit, and whatever
-/// adds a pin that is not a running restore (`worktree create`, from
-/// checking that its base turn exists until its metadata is written) holds
-/// it too, so a new worktree's base is never dropped under it. Restores
-/// need no lock: they run under the mount's gate, which gc takes for its
-/// deletions, or under the state lock. Released on drop.
-#[must_use = "the lock is released when this value is dropped"]
-#[derive(Debug)]
-pub struct PinsLock {
-    _lock: crate::state::lock::FileLock,
-}
-
-impl PinsLock {
-    /// Waits for the lock on `state`'s pins: at most 10 min, and not at
-    /// all while its holder is stopped (a gc in a stopped daemon).
-    ///
-    /// Errors: [`GcError::Lock`] when the lock file cannot be opened or
-    /// locked, or its holder is frozen or did not let go in time.
-    pub fn acquire(state: &StateDir) -> Result<PinsLock, GcError> {
-        let path = state.pins_lock_path();
-        crate::state::lock::FileLock::exclusive_within(&path, std::time::Duration::from_secs(600))
-            .map(|lock| PinsLock { _lock: lock })
-            .map_err(|source| GcError::Lock { path, source })
     }
 }
 

@@ -20,11 +20,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::control::client::{commit_through_daemon, ClientError, Project};
-use crate::daemon::worktree::{self as wt_cmd, Listed, WorktreeCmdError};
+use crate::daemon::worktree::{Asked, Served};
 use crate::daemon::DaemonOptions;
 use crate::diff;
 use crate::history::{self, HistoryError, Opened};
 use crate::worktree::history::WorktreeHistory;
+use crate::worktree::life::{self as wt_cmd, Listed, WorktreeCmdError};
 use crate::worktree::merge::MergeReport;
 use crate::worktree::{Creator, Worktree};
 
@@ -385,6 +386,15 @@ impl Tools {
         }
     }
 
+    /// The daemons as the worktree tools start and stop them.
+    fn served(&self) -> Served<'_> {
+        Served {
+            home: &self.home,
+            opts: &self.opts,
+            verbose: self.verbose,
+        }
+    }
+
     /// `worktree_create`: as `opfs worktree create NAME [--from N]`
     /// (mounted in its folder of the state dir; no custom mountpoint).
     /// From now, when the open turn already has records, the project gets
@@ -403,8 +413,7 @@ impl Tools {
             a.from_turn,
             None,
             Creator::Agent,
-            &self.opts,
-            self.verbose,
+            &self.served(),
         )?;
         let Some(view) = &self.sandbox else {
             return Ok(Created {
@@ -451,7 +460,7 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::list`].
     pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
-        let mut rows = wt_cmd::list(&self.home, self.project.state())?;
+        let mut rows = wt_cmd::list(&self.home, self.project.state(), &Asked)?;
         if let Some(view) = &self.sandbox {
             let visible = view.visible();
             for r in &mut rows {
@@ -467,7 +476,8 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::diffs`].
     pub fn worktree_diff(&self, a: WorktreeDiffArgs) -> Result<DiffOutput, ToolError> {
-        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name, false)?;
+        let (_, diffs) =
+            wt_cmd::diffs(self.project.state(), &a.name, false, commit_through_daemon)?;
         render(&diffs, a.stat)
     }
 
@@ -504,7 +514,7 @@ impl Tools {
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
         self.agents_own(&a.name)?;
         let Some(view) = &self.sandbox else {
-            wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
+            wt_cmd::discard(&self.home, self.project.state(), &a.name, &self.served())?;
             return Ok(Discarded { discarded: a.name });
         };
         // Refused before anything is unmounted: the sandbox holds a copy of
@@ -531,7 +541,7 @@ impl Tools {
                 }
             }
         }
-        if let Err(e) = wt_cmd::discard(&self.home, self.project.state(), &a.name) {
+        if let Err(e) = wt_cmd::discard(&self.home, self.project.state(), &a.name, &self.served()) {
             // Still there (its daemon refused to stop): show it again.
             if let (Some(b), Some(_)) = (binds, unbound) {
                 if let Ok(meta) =
@@ -577,16 +587,17 @@ impl Tools {
         )?;
         // In a worktree (`opfs -C <worktree path> mcp`): its view.
         // A worktree keeps no edits made behind the mount.
-        let (mut entries, kept) = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => (
-                WorktreeHistory::new(opened.sources(), &base).log()?,
-                Vec::new(),
-            ),
-            None => (
-                history::log(&opened.sources())?,
-                history::outside_edits(&opened.sources(), None)?,
-            ),
-        };
+        let (mut entries, kept) =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => (
+                    WorktreeHistory::new(opened.sources(), &base).log()?,
+                    Vec::new(),
+                ),
+                None => (
+                    history::log(&opened.sources())?,
+                    history::outside_edits(&opened.sources(), None)?,
+                ),
+            };
         if let Some(n) = a.limit {
             entries.truncate(n);
         }
@@ -614,14 +625,15 @@ impl Tools {
             Box::new(move || commit_through_daemon(&st)),
         )?;
         let src = opened.sources();
-        let changes = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => {
-                WorktreeHistory::new(src, &base)
-                    .changes(from, to, &filter)?
-                    .0
-            }
-            None => history::changes(&src, from, to, &filter)?,
-        };
+        let changes =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => {
+                    WorktreeHistory::new(src, &base)
+                        .changes(from, to, &filter)?
+                        .0
+                }
+                None => history::changes(&src, from, to, &filter)?,
+            };
         let diffs = diff::build(&src, &changes)?;
         render(&diffs, false)
     }
@@ -638,12 +650,13 @@ impl Tools {
             self.project.state(),
             Box::new(move || commit_through_daemon(&st)),
         )?;
-        let shown = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => {
-                WorktreeHistory::new(opened.sources(), &base).show_entry(a.turn, &path)?
-            }
-            None => history::show_entry(&opened.sources(), a.turn, &path)?,
-        };
+        let shown =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => {
+                    WorktreeHistory::new(opened.sources(), &base).show_entry(a.turn, &path)?
+                }
+                None => history::show_entry(&opened.sources(), a.turn, &path)?,
+            };
         Ok(history::show_json(a.turn, &path, &shown))
     }
 }
