@@ -7,6 +7,8 @@
 //! [`Controller`] that the core uses to quiesce mutations, invalidate the
 //! kernel's caches after changing the backing directory itself, and unmount.
 #![deny(missing_docs)]
+// The FUSE layer never prints: it logs through `log`.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod controller;
 mod creds;

@@ -563,21 +563,19 @@ fn peer_elsewhere(conn: &UnixStream) -> Option<String> {
     let pid = cred.pid.as_raw_nonzero().get();
     for ns in ["mnt", "user"] {
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
-        let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", pid));
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
         match (ours, theirs) {
             (Ok(a), Ok(b)) if a == b => {}
             (Ok(_), Ok(_)) if in_trusted_view(pid) => return None,
             (Ok(_), Ok(_)) => {
                 let what = if ns == "mnt" { "mount" } else { "user" };
                 return Some(format!(
-                    "the caller (pid {}) runs in another {what} namespace than this daemon",
-                    pid
+                    "the caller (pid {pid}) runs in another {what} namespace than this daemon"
                 ));
             }
             (Err(e), _) | (_, Err(e)) => {
                 return Some(format!(
-                    "the namespaces of the caller (pid {}) cannot be compared: {e}",
-                    pid
+                    "the namespaces of the caller (pid {pid}) cannot be compared: {e}"
                 ))
             }
         }

@@ -5,7 +5,12 @@
 use crate::capture::Journal;
 use crate::store::{Index, IndexError, StateDir};
 
-use super::*;
+use std::collections::BTreeSet;
+
+use super::{
+    counting_outside_turns, pins, plan_cut, prune_export, sweep_files, Decided, GcError, GcReport,
+    Pin, PinsLock, Retention, STEP_RECORDS,
+};
 
 /// Applies `retention` inside the daemon serving the project of `journal`,
 /// while the mount runs. `quiesce` blocks new mutations through the mount

@@ -4,7 +4,10 @@
 use schemars::JsonSchema;
 use serde_json::Value;
 
-use super::args::*;
+use super::args::{
+    HistoryDiffArgs, HistoryLogArgs, HistoryShowArgs, NameArgs, NoArgs, WorktreeCreateArgs,
+    WorktreeDiffArgs, WorktreeMergeArgs,
+};
 use super::output;
 
 /// One tool as an MCP client lists it.
