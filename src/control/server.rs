@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::protocol::{self, FailureKind, Request, Response, Status};
-use crate::capture::{Journal, NewTurn};
+use crate::capture::{Exclusive, Journal, NewTurn};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
 use crate::worktree::merge::{self, MergeError, MergeOptions, MergeReport};
@@ -52,8 +52,9 @@ pub trait MountOps: Send + Sync + 'static {
     /// [`MountOps::quiesce`], without the guard. Costs O(files with dirty
     /// pages).
     fn write_back(&self) {}
-    /// Blocks new mutations and waits for in-flight ones; released on drop.
-    fn quiesce(&self) -> Box<dyn std::any::Any>;
+    /// Blocks new mutations and waits for in-flight ones; released when
+    /// the [`Exclusive`] drops.
+    fn quiesce(&self) -> Exclusive;
     /// Drops the kernel's caches for these paths (called without the guard).
     fn invalidate(&self, paths: &[Vec<u8>]);
     /// Unmounts, which ends the daemon.

@@ -2,7 +2,7 @@
 //! steps under the mount's gate, and the daemon's cheap check whether a
 //! policy has work ([`due`]).
 
-use crate::capture::Journal;
+use crate::capture::{Exclusive, Journal};
 use crate::store::{Index, IndexError, StateDir};
 
 use std::collections::BTreeSet;
@@ -15,7 +15,8 @@ use super::{
 /// Applies `retention` inside the daemon serving the project of `journal`,
 /// while the mount runs. `quiesce` blocks new mutations through the mount
 /// and waits for those in flight (the mount's gate, released when the
-/// returned guard drops); rewinds and merges run under the same gate.
+/// returned [`Exclusive`] drops); rewinds and merges run under the same
+/// gate.
 ///
 /// Order (see `docs/crash-model.md`, "gc"):
 ///
@@ -41,7 +42,7 @@ use super::{
 /// steps 3–4); [`GcError::Lock`] when the pins lock cannot be taken.
 pub fn gc_served(
     journal: &Journal,
-    quiesce: &dyn Fn() -> Box<dyn std::any::Any>,
+    quiesce: &dyn Fn() -> Exclusive,
     retention: Retention,
 ) -> Result<GcReport, GcError> {
     let state = journal.state().clone();
