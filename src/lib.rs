@@ -15,6 +15,8 @@
 //! module, for calls `rustix` does not cover; nothing here may add any.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// The library never prints: only the CLI talks to the terminal.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod capture;
 pub mod control;

@@ -64,7 +64,7 @@ fn rewind_to_an_unknown_turn_is_bad_usage() {
 fn assert_mount_refused(fx: &Fixture, project: &OsStr, mnt: &OsStr, must_name: &str) {
     let run = fx.opfs(&[OsStr::new("mount"), project, mnt]);
     assert!(
-        matches!(run.code, Some(1) | Some(2)),
+        matches!(run.code, Some(1 | 2)),
         "mount should fail with exit 1 or 2: {run}"
     );
     assert!(

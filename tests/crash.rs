@@ -455,7 +455,7 @@ fn sigkill_during_rewind_is_finished_at_next_start() {
 fn sigkill_at_capture_failpoints() {
     let f = Fixture::new();
     write_file(&f.p("a"), b"a0\n", 0o644);
-    write_file(&f.p("d/b"), &[1u8; 70000], 0o644);
+    write_file(&f.p("d/b"), &vec![1u8; 70000], 0o644);
     for point in [
         "capture-after-blob:1",
         "capture-after-record:1",

@@ -271,7 +271,8 @@ fn large_binary_file_overwritten_in_the_middle() {
                 .open(fx.m("big.bin"))
                 .expect("open big.bin for writing");
             f.seek(SeekFrom::Start(10 << 20)).expect("seek");
-            f.write_all(&[0xAB; 65536]).expect("write in the middle");
+            f.write_all(&vec![0xAB; 65536])
+                .expect("write in the middle");
             f.seek(SeekFrom::Start(size as u64 - 3)).expect("seek");
             f.write_all(b"END").expect("write at the end");
         },

@@ -7,6 +7,8 @@
 //! [`Controller`] that the core uses to quiesce mutations, invalidate the
 //! kernel's caches after changing the backing directory itself, and unmount.
 #![deny(missing_docs)]
+// The FUSE layer never prints: it logs through `log`.
+#![cfg_attr(not(test), warn(clippy::print_stdout, clippy::print_stderr))]
 
 mod controller;
 mod creds;
@@ -28,11 +30,10 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Config, MountOption, Session, SessionACL};
+use fuser::{Config, InitFlags, MountOption, Session, SessionACL};
 
 pub use controller::{Controller, UNMOUNT_GRACE, UNMOUNT_POLL};
 pub use hook::{Errno, Mutation, MutationHook, NoHook, Parents};
@@ -81,31 +82,14 @@ pub struct Options {
     pub allow_other: bool,
     /// The source name shown in the mount table.
     pub fsname: String,
-    /// Let the kernel keep a file's page cache across opens when the
-    /// backing file did not change in between (`FOPEN_KEEP_CACHE`; default
-    /// on). Off: every open drops the file's cached pages.
-    pub keep_cache: bool,
-    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`) and keep
-    /// them across opens while the directory is unchanged (default on).
-    pub cache_dir: bool,
-    /// Skip the `flush` round trip when a read-only handle is closed
-    /// (`FOPEN_NOFLUSH`; default on: a read-only handle has nothing to
-    /// report at a close, and it saves one request in four per file read,
-    /// docs/benchmarks.md).
-    pub no_flush: bool,
-    /// Ask the kernel for `READDIRPLUS_AUTO` (plus only at the start of a
-    /// listing or after a lookup in it) on top of `DO_READDIRPLUS`
-    /// (default on; off: every listing is a READDIRPLUS, whose entries the
-    /// kernel caches for the entry TTL). The overlay honours it too.
-    pub readdirplus_auto: bool,
     /// Ask the kernel for `FUSE_NO_OPENDIR_SUPPORT` while the watch is
     /// active (default on): OPENDIR is answered `ENOSYS` once, after which
     /// the kernel sends no OPENDIR or RELEASEDIR and caches every listing
     /// (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) until the watch's
     /// `inval_inode` of the directory, or a changed mtime, drops it.
     /// Without a working watch at mount time it is never asked for. The
-    /// overlay asks for it whenever `cache_dir` is on too (its listings
-    /// change only through its own mount and its rewinds).
+    /// overlay asks for it whenever this is on (its listings change only
+    /// through its own mount and its rewinds).
     pub no_opendir: bool,
     /// Ask the kernel for `FUSE_NO_OPEN_SUPPORT` while the watch is active
     /// (default on): OPEN is answered `ENOSYS` once, after which the kernel
@@ -198,10 +182,6 @@ impl Default for Options {
             watch: WatchMode::Auto,
             allow_other: false,
             fsname: "opfs".to_string(),
-            keep_cache: true,
-            cache_dir: true,
-            no_flush: true,
-            readdirplus_auto: true,
             no_opendir: true,
             no_open: true,
             killpriv_v2: true,
@@ -325,6 +305,21 @@ pub fn mount(
     if let Some(w) = &watch {
         w.add(inode::ROOT, root_key, root_fd.as_fd());
     }
+    let watched = watch.as_ref().is_some_and(|w| w.active());
+    let mut wanted = InitFlags::empty();
+    wanted.set(
+        InitFlags::FUSE_NO_OPENDIR_SUPPORT,
+        opts.no_opendir && watched,
+    );
+    // Without OPEN each request reopens the file by its mode: a daemon
+    // that cannot override file modes would then fail a write through a
+    // descriptor opened before the file became read-only (git writes its
+    // objects into files it creates 0444).
+    wanted.set(
+        InitFlags::FUSE_NO_OPEN_SUPPORT,
+        opts.no_open && watched && sys::overrides_file_modes(),
+    );
+    wanted.set(InitFlags::FUSE_HANDLE_KILLPRIV_V2, opts.killpriv_v2);
     let state = Arc::new(State {
         inodes: inode::Inodes::new(root_fd, root_key, inode_fds),
         handles: handle::Handles::default(),
@@ -341,27 +336,13 @@ pub fn mount(
             negative: Duration::ZERO,
         },
         watch: watch.clone(),
-        keep_cache: opts.keep_cache,
-        cache_dir: opts.cache_dir,
-        no_flush: opts.no_flush,
-        readdirplus_auto: opts.readdirplus_auto,
-        no_opendir: opts.no_opendir && watch.as_ref().is_some_and(|w| w.active()),
-        opendir_off: AtomicBool::new(false),
-        // Without OPEN each request reopens the file by its mode: a daemon
-        // that cannot override file modes would then fail a write through a
-        // descriptor opened before the file became read-only (git writes its
-        // objects into files it creates 0444).
-        no_open: opts.no_open
-            && watch.as_ref().is_some_and(|w| w.active())
-            && sys::overrides_file_modes(),
-        open_off: AtomicBool::new(false),
-        killpriv_v2: opts.killpriv_v2,
-        killpriv_on: AtomicBool::new(false),
+        wanted,
+        granted: passthrough::Granted::default(),
         no_create: opts.no_create,
         no_lseek: opts.no_lseek,
         notifier: std::sync::OnceLock::new(),
     });
-    if state.no_open {
+    if state.wanted.contains(InitFlags::FUSE_NO_OPEN_SUPPORT) {
         // Before the first request: a removal must not keep an inode that
         // a descriptor through the mount can still write.
         state.hook.opens_unseen();
@@ -524,11 +505,11 @@ pub fn mount_overlay(
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
         negative_ttl: opts.negative_ttl,
-        keep_cache: opts.keep_cache,
-        cache_dir: opts.cache_dir,
-        no_flush: opts.no_flush,
+        keep_cache: true,
+        cache_dir: true,
+        no_flush: true,
         no_opendir: opts.no_opendir,
-        readdirplus_auto: opts.readdirplus_auto,
+        readdirplus_auto: true,
     };
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,

@@ -530,7 +530,7 @@ fn write_back_reaches_the_upper_file() {
     };
     assert_ne!(ptr, libc::MAP_FAILED);
     // SAFETY: the mapping is 7 bytes long.
-    unsafe { *(ptr as *mut u8) = b'L' };
+    unsafe { *ptr.cast::<u8>() = b'L' };
     o.ctl().write_back().unwrap();
     assert_eq!(fs::read(o.u("a")).unwrap(), b"Lower a");
     // SAFETY: the mapping made above.

@@ -29,6 +29,7 @@
 mod birth;
 mod errno;
 mod error;
+mod exclusive;
 mod fingerprints;
 pub mod git_note;
 mod keep;
@@ -47,6 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use opfs_fs::{Errno, Mutation, MutationHook, Parents};
 
 pub use error::{CaptureError, OpenError};
+pub use exclusive::Exclusive;
 pub use keep::DEFAULT_KEEP_MIN;
 pub use turns::NewTurn;
 

@@ -91,8 +91,8 @@ impl From<ClientError> for CommandError {
     }
 }
 
-impl From<opfs::daemon::worktree::WorktreeCmdError> for CommandError {
-    fn from(e: opfs::daemon::worktree::WorktreeCmdError) -> CommandError {
+impl From<opfs::worktree::life::WorktreeCmdError> for CommandError {
+    fn from(e: opfs::worktree::life::WorktreeCmdError) -> CommandError {
         if e.is_usage() {
             CommandError::usage(e.to_string())
         } else {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::protocol::{self, FailureKind, Request, Response, Status};
-use crate::capture::{Journal, NewTurn};
+use crate::capture::{Exclusive, Journal, NewTurn};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
 use crate::worktree::merge::{self, MergeError, MergeOptions, MergeReport};
@@ -52,8 +52,9 @@ pub trait MountOps: Send + Sync + 'static {
     /// [`MountOps::quiesce`], without the guard. Costs O(files with dirty
     /// pages).
     fn write_back(&self) {}
-    /// Blocks new mutations and waits for in-flight ones; released on drop.
-    fn quiesce(&self) -> Box<dyn std::any::Any>;
+    /// Blocks new mutations and waits for in-flight ones; released when
+    /// the [`Exclusive`] drops.
+    fn quiesce(&self) -> Exclusive;
     /// Drops the kernel's caches for these paths (called without the guard).
     fn invalidate(&self, paths: &[Vec<u8>]);
     /// Unmounts, which ends the daemon.
@@ -563,21 +564,19 @@ fn peer_elsewhere(conn: &UnixStream) -> Option<String> {
     let pid = cred.pid.as_raw_nonzero().get();
     for ns in ["mnt", "user"] {
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
-        let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", pid));
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
         match (ours, theirs) {
             (Ok(a), Ok(b)) if a == b => {}
             (Ok(_), Ok(_)) if in_trusted_view(pid) => return None,
             (Ok(_), Ok(_)) => {
                 let what = if ns == "mnt" { "mount" } else { "user" };
                 return Some(format!(
-                    "the caller (pid {}) runs in another {what} namespace than this daemon",
-                    pid
+                    "the caller (pid {pid}) runs in another {what} namespace than this daemon"
                 ));
             }
             (Err(e), _) | (_, Err(e)) => {
                 return Some(format!(
-                    "the namespaces of the caller (pid {}) cannot be compared: {e}",
-                    pid
+                    "the namespaces of the caller (pid {pid}) cannot be compared: {e}"
                 ))
             }
         }

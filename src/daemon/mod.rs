@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::capture::Journal;
+use crate::capture::{Exclusive, Journal};
 use crate::control::client::{self, wait_for};
 use crate::control::server::{self, MountOps};
 use crate::control::{Request, Response};
@@ -58,8 +58,8 @@ impl MountOps for Served {
         }
     }
 
-    fn quiesce(&self) -> Box<dyn std::any::Any> {
-        Box::new(self.controller.quiesce())
+    fn quiesce(&self) -> Exclusive {
+        Exclusive::quiesced(self.controller.quiesce())
     }
 
     fn invalidate(&self, paths: &[Vec<u8>]) {
@@ -326,7 +326,7 @@ fn start_retainer(
                 match crate::gc::due(&journal, retention) {
                     Ok(false) => {}
                     Ok(true) => {
-                        let quiesce = || -> Box<dyn std::any::Any> { Box::new(controller.quiesce()) };
+                        let quiesce = || Exclusive::quiesced(controller.quiesce());
                         match crate::gc::gc_served(&journal, &quiesce, retention) {
                             Ok(r) => log::info!(
                                 "retention: dropped turns {:?}, {} records, {} blobs ({} bytes) freed{}",

@@ -1,398 +1,106 @@
-//! `opfs worktree create|mount|discard|list`: a worktree's life around its
-//! daemon. A worktree is served by a daemon of its own (the same `opfs
-//! mount` process as a project's, with the overlay instead of the
-//! passthrough: [`run_overlay`]), whose journal records the upper layer,
-//! so the worktree has turns and rewinds of its own, and whose background
-//! exporter writes the worktree's branch of the project's export
-//! ([`start_exporter`]).
+//! A worktree's daemon: the overlay mode of `opfs mount` ([`run_overlay`])
+//! and its background exporter ([`start_exporter`]), and [`Served`], what
+//! a worktree's life (`crate::worktree::life`: create, mount, discard,
+//! list...) asks of the daemons. The daemon serves the overlay of the
+//! worktree's upper layer over its base; its journal records the upper
+//! layer, so the worktree has turns and rewinds of its own, and its
+//! exporter writes the worktree's branch of the project's export.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::control::client::{commit_through_daemon, ClientError, Project};
+use crate::control::client::{commit_through_daemon, Project};
 use crate::control::{Request, Response};
-use crate::state::mountinfo;
-use crate::store::{index::now_ns, Index, IndexError, StateDir};
-use crate::view::{check_turn, TurnError};
-use crate::worktree::base::{read_drift, Base, BaseError};
-use crate::worktree::{check_name, Creator, Meta, Worktree, WorktreeError};
+use crate::store::{Index, StateDir};
+use crate::worktree::life::{self, DaemonError, Daemons, ProjectTurns, Spawner};
+use crate::worktree::Worktree;
 
-use super::{DaemonOptions, MountError, MountPlan, SpawnError};
+pub use crate::worktree::life::WorktreeSpec;
 
-/// What a worktree daemon serves, passed from `worktree create|mount` to
-/// the daemon it starts (hidden flags of `opfs mount`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorktreeSpec {
-    /// The canonical project directory.
-    pub project: PathBuf,
-    /// The worktree's name.
-    pub name: String,
+use super::{DaemonOptions, MountError, MountPlan};
+
+/// The daemons as a worktree's life reaches them: started with `opts`
+/// (and `--sync` when `opts` asks for it or the project was last mounted
+/// with it: [`super::options::project_sync`]) and `verbose`, the state
+/// dirs found under `home`.
+#[derive(Debug, Clone, Copy)]
+pub struct Served<'a> {
+    /// The opfs home.
+    pub home: &'a Path,
+    /// The options a worktree's daemon starts with.
+    pub opts: &'a DaemonOptions,
+    /// The verbosity a worktree's daemon logs with.
+    pub verbose: u8,
 }
 
-/// Why a worktree command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WorktreeCmdError {
-    /// A bad or taken name, no such worktree, its folder unreadable.
-    #[error(transparent)]
-    Worktree(#[from] WorktreeError),
-    /// The base turn cannot be used.
-    #[error("cannot make a worktree from turn {turn}: {source}")]
-    Turn {
-        /// The turn asked for.
-        turn: u64,
-        /// Why.
-        source: TurnError,
-    },
-    /// The project's index cannot be read.
-    #[error(transparent)]
-    Index(#[from] IndexError),
-    /// Talking to the project's daemon, or the direct operation, failed.
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// Its base cannot be resolved.
-    #[error("the base of worktree {name:?} cannot be resolved: {source}")]
-    Base {
-        /// The worktree.
-        name: String,
-        /// Why.
-        source: Box<BaseError>,
-    },
-    /// The lock on the project's pins could not be taken.
-    #[error(transparent)]
-    Pins(#[from] crate::gc::GcError),
-    /// The mount was refused.
-    #[error(transparent)]
-    Mount(#[from] MountError),
-    /// The daemon did not start.
-    #[error(transparent)]
-    Spawn(#[from] SpawnError),
-    /// It is mounted and its daemon would not stop (a shell inside it):
-    /// nothing was discarded. The daemon's reason names the mountpoint
-    /// and, when a process holds it, what to do (said once).
-    #[error("worktree {name:?} was not discarded: {reason}")]
-    Busy {
-        /// The worktree.
-        name: String,
-        /// Its mountpoint.
-        mountpoint: PathBuf,
-        /// What the daemon said.
-        reason: String,
-    },
-    /// Its upper layer (what it changed) cannot be read.
-    #[error("cannot read the changes of worktree {name:?} in {}: {source}", .upper.display())]
-    Changes {
-        /// The worktree.
-        name: String,
-        /// Its upper layer.
-        upper: PathBuf,
-        /// The cause (it names the path when a file could not be read).
-        source: std::io::Error,
-    },
-    /// Its branch of the export cannot be written (or read: its history).
-    #[error("worktree {name:?}: {source}")]
-    Export {
-        /// The worktree.
-        name: String,
-        /// Why.
-        source: Box<crate::export::ExportError>,
-    },
-    /// A custom mountpoint is not usable.
-    #[error("cannot use {} as the worktree's mountpoint: {why}", .path.display())]
-    BadMountpoint {
-        /// The path given.
-        path: PathBuf,
-        /// Why.
-        why: String,
-    },
-}
+/// The running daemons as the read side of a worktree's life reaches
+/// them: through their control sockets.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked;
 
-impl WorktreeCmdError {
-    /// True when the request was wrong (exit 2): a bad or taken name, no
-    /// such worktree, a turn that does not exist or was dropped.
-    pub fn is_usage(&self) -> bool {
+impl Daemons for Asked {
+    fn commit(&self) -> fn(&StateDir) {
+        commit_through_daemon
+    }
+
+    fn answers(&self, state: &StateDir) -> bool {
         matches!(
-            self,
-            WorktreeCmdError::Worktree(
-                WorktreeError::BadName { .. }
-                    | WorktreeError::Exists(_)
-                    | WorktreeError::Missing(_)
-            ) | WorktreeCmdError::Turn { .. }
-                | WorktreeCmdError::BadMountpoint { .. }
-        )
-    }
-}
-
-/// Opens a worktree's lower layer (the project at its base turn), asking
-/// the project's daemon, if one runs, to commit its capture log whenever
-/// the project's records move on.
-///
-/// Errors: the project's index or directory cannot be read.
-pub fn open_base(project: &StateDir, wt: &Worktree, meta: &Meta) -> Result<Base, WorktreeCmdError> {
-    let st = project.clone();
-    Base::open(
-        project,
-        meta.base_turn,
-        meta.base_ns,
-        Box::new(move || commit_through_daemon(&st)),
-        Some(&wt.drift_path()),
-    )
-    .map_err(|source| WorktreeCmdError::Base {
-        name: wt.name.clone(),
-        source: Box::new(source),
-    })
-}
-
-/// When `state` is the own history of a worktree (`-C <worktree path>`):
-/// the worktree, its metadata and its base, for the history commands to
-/// show the worktree as its user sees it
-/// ([`crate::worktree::history::WorktreeHistory`]). `None` for a
-/// project's state dir.
-///
-/// Errors: the worktree's metadata or its base cannot be read.
-pub fn history_base(state: &StateDir) -> Option<Result<(Worktree, Meta, Base), WorktreeCmdError>> {
-    let (project, wt) = crate::worktree::of_state(state)?;
-    Some((|| {
-        let meta = wt.meta()?;
-        let base = open_base(&project, &wt, &meta)?;
-        Ok((wt, meta, base))
-    })())
-}
-
-/// The base turn and its start for a worktree made now (`from: None`) or
-/// from the start of turn `from`.
-///
-/// From now: the project's open turn when nothing was recorded in it yet,
-/// else a new turn, opened through the project's daemon (or directly when
-/// none runs) and labelled `worktree NAME`: the open turn's records say
-/// what paths were when *it* began, not now, so a base in the middle of a
-/// turn could not be told from them.
-///
-/// Only records pending in the project's capture log can be missing from
-/// the index, so the project's daemon is asked to commit them (a round
-/// trip) only when the log holds some, and only for a base made now: a
-/// base `from` a turn needs the turn's row, which a turn boundary commits.
-fn base_of(
-    project: &Project,
-    name: &str,
-    from: Option<u64>,
-) -> Result<(u64, i64), WorktreeCmdError> {
-    let st = project.state();
-    let pending = std::fs::metadata(st.capture_log_path()).is_ok_and(|m| m.len() > 0);
-    if from.is_none() && pending {
-        project.commit_pending()?;
-    }
-    let index = Index::open_read_only(&st.index_path());
-    if let Some(turn) = from {
-        let index = index?;
-        let t =
-            check_turn(&index, turn)?.map_err(|source| WorktreeCmdError::Turn { turn, source })?;
-        return Ok((t.number, t.started_at));
-    }
-    if let Ok(index) = &index {
-        if let Some(last) = index.last_turn()? {
-            if index.records_of_turn(last.number)?.is_empty() {
-                return Ok((last.number, last.started_at));
-            }
-        }
-    }
-    let turn = project.turn(Some(&format!("worktree {name}")), None)?;
-    let index = Index::open_read_only(&st.index_path())?;
-    let started = index.turn(turn)?.map_or_else(now_ns, |t| t.started_at);
-    Ok((turn, started))
-}
-
-/// Makes worktree `name` of `project` from the start of turn `from` (or
-/// from now) and mounts it at `at` (default: its `tree/` folder in the
-/// state dir); returns its metadata once the mount is ready.
-///
-/// Durable after `Ok`: the worktree's folder and metadata; the project may
-/// have a new turn (see `base_of`). After `Err` nothing of the worktree is
-/// left (a project turn opened for it stays, empty).
-///
-/// `created_by` is recorded in its metadata (the agent's tools merge and
-/// discard only the agent's worktrees).
-///
-/// Errors: a bad or taken name, an unknown or dropped turn, an unusable
-/// mountpoint, the project's records unreadable, the daemon not starting.
-#[allow(clippy::too_many_arguments)]
-pub fn create(
-    home: &Path,
-    project: &Project,
-    name: &str,
-    from: Option<u64>,
-    at: Option<&Path>,
-    created_by: Creator,
-    opts: &DaemonOptions,
-    verbose: u8,
-) -> Result<Meta, WorktreeCmdError> {
-    check_name(name)?;
-    let st = project.state();
-    let wt = Worktree::of(st, name);
-    if wt.exists() {
-        return Err(WorktreeError::Exists(name.to_string()).into());
-    }
-    let mountpoint = match at {
-        Some(p) => {
-            if !p.exists() {
-                std::fs::create_dir_all(p).map_err(|e| WorktreeCmdError::BadMountpoint {
-                    path: p.to_path_buf(),
-                    why: e.to_string(),
-                })?;
-            }
-            std::fs::canonicalize(p).map_err(|e| WorktreeCmdError::BadMountpoint {
-                path: p.to_path_buf(),
-                why: e.to_string(),
-            })?
-        }
-        None => wt.default_mountpoint(),
-    };
-    // No gc drops the base turn between the check and the metadata that
-    // pins it.
-    let pins_lock = crate::gc::PinsLock::acquire(st)?;
-    let (base_turn, base_ns) = base_of(project, name, from)?;
-    crate::failpoint::failpoint("worktree-before-meta");
-    let meta = Meta {
-        name: name.to_string(),
-        base_turn,
-        base_ns,
-        created_ns: now_ns(),
-        mountpoint,
-        created_by,
-    };
-    wt.create(&meta)?;
-    drop(pins_lock);
-    if let Err(e) = mount(home, st, name, opts, verbose) {
-        let _ = wt.remove(home);
-        return Err(e);
-    }
-    Ok(meta)
-}
-
-/// Mounts the existing worktree `name` at its mountpoint (a worktree
-/// survives `umount`, a killed daemon and a reboot); returns the daemon's
-/// pid once the mount is ready. The daemon runs with `--sync` when
-/// `opts` asks for it or the project was last mounted with it
-/// ([`super::options::project_sync`]).
-///
-/// Errors: no such worktree; the mount refused (already mounted, busy
-/// mountpoint); the daemon did not start.
-pub fn mount(
-    home: &Path,
-    project: &StateDir,
-    name: &str,
-    opts: &DaemonOptions,
-    verbose: u8,
-) -> Result<u32, WorktreeCmdError> {
-    let wt = Worktree::of(project, name);
-    let meta = wt.meta()?;
-    std::fs::create_dir_all(&meta.mountpoint).map_err(|e| WorktreeCmdError::BadMountpoint {
-        path: meta.mountpoint.clone(),
-        why: e.to_string(),
-    })?;
-    let plan = super::check(home, &wt.upper(), &meta.mountpoint)?;
-    let opts = DaemonOptions {
-        worktree: Some(WorktreeSpec {
-            project: project.project.clone(),
-            name: name.to_string(),
-        }),
-        // The durability the user chose for the project (`opfs mount
-        // --sync`) holds for its worktrees too.
-        sync: opts.sync || super::options::project_sync(project),
-        ..opts.clone()
-    };
-    Ok(super::spawn::spawn(home, &plan, &opts, verbose)?)
-}
-
-/// True while a daemon serves worktree `wt` at `meta.mountpoint`.
-pub fn is_mounted(home: &Path, wt: &Worktree, meta: &Meta) -> bool {
-    mountinfo::is_mount_point(&meta.mountpoint)
-        && matches!(
-            crate::control::client::request(&wt.state(home), &Request::Status),
+            crate::control::client::request(state, &Request::Status),
             Ok(Response::Status(_))
         )
+    }
 }
 
-/// Unmounts worktree `name` if it is mounted, then deletes it (its upper
-/// layer and its history), and its branch `refs/opfs/worktrees/NAME` from
-/// the project's default export repository and from every other
-/// repository its branch was exported to (`opfs export --git-dir`,
-/// [`Worktree::export_repos`]); best effort: a failure there is logged,
-/// the worktree is gone all the same.
-///
-/// Errors: no such worktree; its daemon refused to unmount (a process
-/// still uses the mount: [`WorktreeCmdError::Busy`]); a file cannot be
-/// removed.
-pub fn discard(home: &Path, project: &StateDir, name: &str) -> Result<(), WorktreeCmdError> {
-    let wt = Worktree::of(project, name);
-    let meta = wt.meta()?;
-    if mountinfo::is_mount_point(&meta.mountpoint) {
-        super::stop(&wt.state(home), &meta.mountpoint, Duration::from_secs(30)).map_err(|e| {
-            WorktreeCmdError::Busy {
+impl Daemons for Served<'_> {
+    fn commit(&self) -> fn(&StateDir) {
+        Asked.commit()
+    }
+
+    fn answers(&self, state: &StateDir) -> bool {
+        Asked.answers(state)
+    }
+}
+
+impl Spawner for Served<'_> {
+    fn start(
+        &self,
+        project: &StateDir,
+        name: &str,
+        upper: &Path,
+        mountpoint: &Path,
+    ) -> Result<u32, DaemonError> {
+        let plan = super::check(self.home, upper, mountpoint)?;
+        let opts = DaemonOptions {
+            worktree: Some(WorktreeSpec {
+                project: project.project.clone(),
                 name: name.to_string(),
-                mountpoint: meta.mountpoint.clone(),
-                reason: e.to_string(),
-            }
-        })?;
+            }),
+            // The durability the user chose for the project (`opfs mount
+            // --sync`) holds for its worktrees too.
+            sync: self.opts.sync || super::options::project_sync(project),
+            ..self.opts.clone()
+        };
+        Ok(super::spawn::spawn(self.home, &plan, &opts, self.verbose)?)
     }
-    let repos = wt.export_repos();
-    wt.remove(home)?;
-    // Its branch of the export goes with it (`docs/export.md`): a later
-    // worktree of the same name starts a branch of its own.
-    let defaults = std::iter::once(None);
-    for git_dir in defaults.chain(repos.iter().map(|r| Some(r.as_path()))) {
-        if let Err(e) = crate::export::delete_branch(project, git_dir, name) {
-            log::warn!(
-                "worktree {name:?} was discarded, but its export branch could not be deleted: {e}"
-            );
-        }
+
+    fn stop(&self, state: &StateDir, mountpoint: &Path) -> Result<(), DaemonError> {
+        Ok(super::stop(state, mountpoint, Duration::from_secs(30))?)
     }
-    Ok(())
 }
 
-/// Exports worktree `name`'s closed turns not on its branch yet
-/// (`refs/opfs/worktrees/NAME`) into `git_dir` (default: the project's
-/// export repository); `wt_commit` makes the worktree's pending records
-/// visible (its daemon's group commit, or
-/// [`commit_through_daemon`] of its state dir).
-///
-/// Errors: no such worktree; its base cannot be resolved; the export
-/// fails ([`WorktreeCmdError::Export`]).
-pub fn export_branch(
-    home: &Path,
-    project: &StateDir,
-    name: &str,
-    git_dir: Option<&Path>,
-    wt_commit: Box<dyn Fn() + '_>,
-) -> Result<crate::export::BranchReport, WorktreeCmdError> {
-    let wt = Worktree::of(project, name);
-    let meta = wt.meta()?;
-    let base = open_base(project, &wt, &meta)?;
-    let failed = |e: crate::export::ExportError| WorktreeCmdError::Export {
-        name: name.to_string(),
-        source: Box::new(e),
-    };
-    let opened =
-        crate::history::Opened::open(&wt.state(home), wt_commit).map_err(|e| failed(e.into()))?;
-    // A repository other than the default is listed before anything is
-    // written to it, so a discard finds the branch whatever happens next.
-    if let Some(dir) = git_dir {
-        let abs = crate::state::absolute(dir);
-        if abs != crate::export::default_git_dir(project) {
-            wt.add_export_repo(&abs)?;
-        }
+impl ProjectTurns for Project {
+    fn state(&self) -> &StateDir {
+        Project::state(self)
     }
-    let pst = project.clone();
-    crate::worktree::branch::export(
-        project,
-        &wt,
-        &meta,
-        opened.sources(),
-        &base,
-        git_dir,
-        &move || commit_through_daemon(&pst),
-    )
-    .map_err(failed)
+
+    fn commit_pending(&self) -> Result<(), DaemonError> {
+        Ok(Project::commit_pending(self)?)
+    }
+
+    fn open_turn(&self, label: &str) -> Result<u64, DaemonError> {
+        Ok(self.turn(Some(label), None)?)
+    }
 }
 
 /// Starts a worktree daemon's background exporter: after every request
@@ -434,7 +142,14 @@ pub(super) fn start_exporter(
         if !any_closed || !repo_made {
             return;
         }
-        match export_branch(&home, &project, &name, None, Box::new(commit)) {
+        match life::export_branch(
+            &home,
+            &project,
+            &name,
+            None,
+            Box::new(commit),
+            commit_through_daemon,
+        ) {
             Ok(r) if !r.turns.is_empty() || r.rewritten => log::info!(
                 "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
                 r.turns,
@@ -447,118 +162,6 @@ pub(super) fn start_exporter(
     }));
     let _ = tx.try_send(());
     tx
-}
-
-/// What worktree `name` of `project` changed against its base, as the
-/// entries of a patch git can apply (render them with
-/// [`crate::diff::write_patch`], `write_stat` or `write_name_status`);
-/// returns its metadata too. Paths the worktree's ignore rules ignore are
-/// left out unless `include_ignored` (as a merge leaves them:
-/// [`crate::worktree::changes::drop_ignored`]). Reads only: `opfs worktree
-/// diff` and the MCP tool `worktree_diff`.
-///
-/// Errors: no such worktree; its base cannot be resolved
-/// ([`WorktreeCmdError::Base`]); its upper layer or a file of either side
-/// cannot be read ([`WorktreeCmdError::Changes`]).
-pub fn diffs(
-    project: &StateDir,
-    name: &str,
-    include_ignored: bool,
-) -> Result<(Meta, Vec<crate::diff::FileDiff>), WorktreeCmdError> {
-    let wt = Worktree::of(project, name);
-    let meta = wt.meta()?;
-    let base = open_base(project, &wt, &meta)?;
-    let changes_err = |source| WorktreeCmdError::Changes {
-        name: name.to_string(),
-        upper: wt.upper(),
-        source,
-    };
-    let upper = crate::tree::Dir::open(&wt.upper()).map_err(changes_err)?;
-    let mut found = crate::worktree::changes::changes(&upper, &base).map_err(changes_err)?;
-    if !include_ignored {
-        crate::worktree::changes::drop_ignored(&mut found, &upper, &base, &project.project);
-    }
-    let diffs = crate::worktree::patch::file_diffs(&upper, &base, &found).map_err(changes_err)?;
-    Ok((meta, diffs))
-}
-
-/// One row of `worktree list`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Listed {
-    /// Its name.
-    pub name: String,
-    /// Its mountpoint.
-    pub path: PathBuf,
-    /// The project turn whose start is its base.
-    pub base_turn: u64,
-    /// True while a daemon serves it.
-    pub mounted: bool,
-    /// Paths changed against the base.
-    pub changed: usize,
-    /// Paths whose base is not known (changed behind the project's mount
-    /// after the base turn began: `worktree merge` reports them).
-    pub drifted: usize,
-    /// Who made it: `user` (the CLI) or `agent` (the MCP tools).
-    pub created_by: Creator,
-}
-
-/// Every worktree of `project`, with what it changed.
-///
-/// Errors: a worktree's base or upper layer cannot be read.
-pub fn list(home: &Path, project: &StateDir) -> Result<Vec<Listed>, WorktreeCmdError> {
-    crate::worktree::list(project)
-        .into_iter()
-        .map(|(wt, meta)| listed(home, project, &wt, &meta))
-        .collect()
-}
-
-/// The row of `worktree list` for the worktree whose own history `state`
-/// is (`opfs -C <worktree path> status`), with its project's state dir;
-/// `None` for a project's state dir.
-///
-/// Errors: its metadata, base or upper layer cannot be read.
-pub fn describe(
-    home: &Path,
-    state: &StateDir,
-) -> Option<Result<(StateDir, Listed), WorktreeCmdError>> {
-    let (project, wt) = crate::worktree::of_state(state)?;
-    Some((|| {
-        let meta = wt.meta()?;
-        let row = listed(home, &project, &wt, &meta)?;
-        Ok((project, row))
-    })())
-}
-
-/// One row of `worktree list`.
-fn listed(
-    home: &Path,
-    project: &StateDir,
-    wt: &Worktree,
-    meta: &Meta,
-) -> Result<Listed, WorktreeCmdError> {
-    let base = open_base(project, wt, meta)?;
-    let unreadable = |e| WorktreeCmdError::Base {
-        name: wt.name.clone(),
-        source: Box::new(BaseError::Project {
-            path: wt.upper(),
-            source: e,
-        }),
-    };
-    let upper = crate::tree::Dir::open(&wt.upper()).map_err(unreadable)?;
-    let changed = crate::worktree::changes::changes(&upper, &base)
-        .map_err(unreadable)?
-        .len();
-    let mut drift = read_drift(&wt.drift_path());
-    drift.extend(base.drifted());
-    Ok(Listed {
-        name: wt.name.clone(),
-        path: meta.mountpoint.clone(),
-        base_turn: meta.base_turn,
-        mounted: is_mounted(home, wt, meta),
-        changed,
-        drifted: drift.len(),
-        created_by: meta.created_by,
-    })
 }
 
 /// How long the kernel may cache a worktree's entries and attributes
@@ -618,7 +221,7 @@ pub(super) fn run_overlay(
     let meta = wt
         .meta()
         .map_err(|e| failed(format!("cannot read worktree {:?}", spec.name))(e.to_string()))?;
-    let base = open_base(&project, &wt, &meta)
+    let base = life::open_base(&project, &wt, &meta, commit_through_daemon)
         .map_err(|e| failed(format!("cannot open worktree {:?}", spec.name))(e.to_string()))?;
     opfs_fs::mount_overlay(
         &wt.upper(),

@@ -143,7 +143,7 @@ pub enum RunError {
     /// `--worktree`: the worktree does not exist or cannot be mounted; the
     /// command was not run.
     #[error("{0}")]
-    Worktree(crate::daemon::worktree::WorktreeCmdError),
+    Worktree(crate::worktree::life::WorktreeCmdError),
     /// `--turn` could not open a turn; the command was not run.
     #[error("cannot open a turn: {0}")]
     Turn(ClientError),
@@ -329,7 +329,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let mounted: Vec<(String, PathBuf)> = if tools_inside {
         crate::worktree::list(&st)
             .into_iter()
-            .filter(|(wt, meta)| crate::daemon::worktree::is_mounted(&home, wt, meta))
+            .filter(|(wt, meta)| {
+                crate::worktree::life::is_mounted(&home, wt, meta, &crate::daemon::worktree::Asked)
+            })
             .map(|(wt, meta)| (wt.name, meta.mountpoint))
             .collect()
     } else {

@@ -75,13 +75,18 @@ impl MountGuard {
         opts: &DaemonOptions,
         verbose: u8,
     ) -> Result<(MountGuard, StateDir), RunError> {
-        use crate::daemon::worktree as wt_cmd;
+        use crate::worktree::life as wt_cmd;
+        let served = crate::daemon::worktree::Served {
+            home,
+            opts,
+            verbose,
+        };
         let wt = crate::worktree::Worktree::of(st, name);
         let meta = wt
             .meta()
             .map_err(|e| RunError::Worktree(wt_cmd::WorktreeCmdError::Worktree(e)))?;
-        if !wt_cmd::is_mounted(home, &wt, &meta) {
-            wt_cmd::mount(home, st, name, opts, verbose).map_err(RunError::Worktree)?;
+        if !wt_cmd::is_mounted(home, &wt, &meta, &served) {
+            wt_cmd::mount(st, name, &served).map_err(RunError::Worktree)?;
         }
         let state = wt.state(home);
         Ok((

@@ -1,9 +1,10 @@
-//! Advisory file locks: one RAII [`FileLock`] type, and the [`StateLock`] a
-//! daemon (or a direct CLI operation) holds on a state dir.
+//! Advisory file locks: one RAII [`FileLock`] type, the [`StateLock`] a
+//! daemon (or a direct CLI operation) holds on a state dir, and the
+//! [`PinsLock`] that keeps gc's pins still.
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
 
@@ -128,5 +129,44 @@ mod tests {
         assert!(FileLock::try_exclusive(&path).unwrap().is_none());
         drop(first);
         let _again = FileLock::exclusive(&path).unwrap();
+    }
+}
+
+/// The lock on a project's pins ([`StateDir::pins_lock_path`]): gc holds
+/// it from reading its pins (`crate::gc::pins`) until its deletions
+/// commit, and whatever adds a pin that is not a running restore
+/// (`worktree create`, from checking that its base turn exists until its
+/// metadata is written) holds it too, so a new worktree's base is never
+/// dropped under it. Restores need no lock: they run under the mount's
+/// gate, which gc takes for its deletions, or under the state lock.
+/// Released on drop. It lives here, below both gc and the worktrees,
+/// which both take it.
+#[must_use = "the lock is released when this value is dropped"]
+#[derive(Debug)]
+pub struct PinsLock {
+    _lock: FileLock,
+}
+
+/// The lock on a project's pins could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot lock {path}: {source}")]
+pub struct PinsLockError {
+    /// The lock file.
+    pub path: PathBuf,
+    /// The cause.
+    pub source: io::Error,
+}
+
+impl PinsLock {
+    /// Waits for the lock on `state`'s pins: at most 10 min, and not at
+    /// all while its holder is stopped (a gc in a stopped daemon).
+    ///
+    /// Errors: the lock file cannot be opened or locked, or its holder is
+    /// frozen or did not let go in time.
+    pub fn acquire(state: &StateDir) -> Result<PinsLock, PinsLockError> {
+        let path = state.pins_lock_path();
+        FileLock::exclusive_within(&path, std::time::Duration::from_secs(600))
+            .map(|lock| PinsLock { _lock: lock })
+            .map_err(|source| PinsLockError { path, source })
     }
 }

@@ -158,7 +158,7 @@ impl StateDir {
         self.scoped("lock")
     }
 
-    /// The lock that keeps gc's pins still (`crate::gc::PinsLock`): held by
+    /// The lock that keeps gc's pins still (`crate::state::lock::PinsLock`): held by
     /// gc from reading the pins until its deletions commit, and by
     /// `worktree create` from checking its base turn until its metadata is
     /// written.

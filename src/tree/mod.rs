@@ -26,7 +26,7 @@ use crate::record::{Meta, Stat};
 /// True when the error means "no such path" (a missing name or a parent that
 /// is not a directory).
 pub fn is_not_found(err: &io::Error) -> bool {
-    matches!(err.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
+    matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
 }
 
 /// Read access to a project tree, confined beneath its root: what the

@@ -30,6 +30,7 @@ pub mod base;
 pub mod branch;
 pub mod changes;
 pub mod history;
+pub mod life;
 pub mod merge;
 pub mod patch;
 #[cfg(test)]

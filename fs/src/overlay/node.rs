@@ -140,7 +140,7 @@ impl Table {
             return closed;
         }
         let target = self.fd_budget - self.fd_budget / 4;
-        for (ino, node) in self.nodes.iter_mut() {
+        for (ino, node) in &mut self.nodes {
             if self.fds <= target {
                 break;
             }

@@ -4,10 +4,10 @@
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
 
 use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, ReplyDirectory,
+    ReplyDirectoryPlus,
 };
 use log::trace;
 
@@ -28,16 +28,13 @@ impl State {
     /// With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`: the kernel then sends
     /// no OPENDIR or RELEASEDIR again, and READDIR with handle 0.
     pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
-        if self.opendir_off.load(Ordering::Relaxed) {
+        if self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
             return Err(Errno::ENOSYS);
         }
         let fd = self.open_dir(ino)?;
-        let mut flags = FopenFlags::empty();
-        if self.cache_dir {
-            flags |= FopenFlags::FOPEN_CACHE_DIR;
-            if self.unchanged_since_last_open(ino, fd.as_fd()) {
-                flags |= FopenFlags::FOPEN_KEEP_CACHE;
-            }
+        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+        if self.unchanged_since_last_open(ino, fd.as_fd()) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
         Ok(Opened {
             fh: self.handles.insert(Handle::new(fd, ino, NO_EPOCH)),
@@ -60,7 +57,7 @@ impl State {
     /// `fsyncdir` of `ino` through handle `fh`, or through an fd of its
     /// own when there is no handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0).
     pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
-        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+        if fh.0 == 0 && self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
             let fd = self.open_dir(ino)?;
             return sys::fsync(fd.as_fd(), datasync).map_err(errno);
         }
@@ -84,7 +81,7 @@ impl State {
         offset: u64,
         emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
     ) -> Res<()> {
-        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
+        if fh.0 == 0 && self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
             let fd = self.open_dir(ino)?;
             return dir_entries(fd.as_fd(), ino, offset, emit);
         }

@@ -22,9 +22,8 @@
 //! `O_DIRECT` flipped (crate README, "Direct I/O").
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::Ordering;
 
-use fuser::{Errno, FileHandle, FopenFlags, Request};
+use fuser::{Errno, FileHandle, FopenFlags, InitFlags, Request};
 
 use super::ops::{caller, State};
 use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
@@ -94,7 +93,7 @@ impl State {
         caller: Caller,
         lacks_fsetid: impl FnOnce() -> bool,
     ) -> Res<()> {
-        if !self.killpriv_on.load(Ordering::Relaxed) {
+        if !self.granted.has(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             return Ok(());
         }
         let st = sys::fstat(fd).map_err(errno)?;
@@ -121,7 +120,7 @@ impl State {
 
     /// The kernel took `FUSE_NO_OPEN_SUPPORT`: files have no handles.
     pub(super) fn no_open_active(&self) -> bool {
-        self.open_off.load(Ordering::Relaxed)
+        self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT)
     }
 
     /// True when a request on a file carries no handle because the kernel
@@ -235,10 +234,10 @@ impl State {
     /// The `FOPEN_*` flags for a file handle of `ino` opened as `fd`.
     fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
         let mut flags = FopenFlags::empty();
-        if self.keep_cache && self.unchanged_since_last_open(ino, fd) {
+        if self.unchanged_since_last_open(ino, fd) {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
-        if self.no_flush && !writable {
+        if !writable {
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
         flags

@@ -24,7 +24,6 @@ mod ops;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -36,7 +35,7 @@ use fuser::{
 };
 use log::trace;
 
-pub(crate) use ops::{State, Ttls};
+pub(crate) use ops::{Granted, State, Ttls};
 
 use crate::reply::Answer;
 use ops::SetAttr;
@@ -50,18 +49,14 @@ impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // What each flag saves, and the flags tried and left off:
         // fs/README.md, "Init flags".
-        if self.state.readdirplus_auto {
-            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
-                log::debug!("kernel lacks {unsupported:?}");
-            }
-        }
         // No OPEN, RELEASE or FLUSH for files, every file's pages kept:
         // only while the watch invalidates a file's pages when it changes
         // behind the mount (docs/coherence.md). Asked for first: it decides
         // whether `ATOMIC_O_TRUNC` may be.
-        if self.state.no_open {
+        let (wanted, granted) = (self.state.wanted, &self.state.granted);
+        if wanted.contains(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             match config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT) {
-                Ok(()) => self.state.open_off.store(true, Ordering::Relaxed),
+                Ok(()) => granted.add(InitFlags::FUSE_NO_OPEN_SUPPORT),
                 Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
             }
         }
@@ -70,7 +65,7 @@ impl Filesystem for Passthrough {
         // `ATTR_OPEN`); without OPEN nothing would truncate the backing
         // file. Without the flag it arrives as a size SETATTR, captured
         // there.
-        if !self.state.open_off.load(Ordering::Relaxed) {
+        if !granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
                 log::debug!("kernel lacks {unsupported:?}");
             }
@@ -79,13 +74,18 @@ impl Filesystem for Passthrough {
         // daemon clears suid/sgid itself (`io.rs`, "Killing suid/sgid").
         // Only without OPEN, where an `O_TRUNC` open arrives as a size
         // SETATTR: fuser 0.18 drops the OPEN's kill flag.
-        if self.state.killpriv_v2 && self.state.open_off.load(Ordering::Relaxed) {
+        if wanted.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            && granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT)
+        {
             match config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
-                Ok(()) => self.state.killpriv_on.store(true, Ordering::Relaxed),
+                Ok(()) => granted.add(InitFlags::FUSE_HANDLE_KILLPRIV_V2),
                 Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
             }
         }
         for flag in [
+            // READDIRPLUS only at the start of a listing or after a lookup
+            // in it.
+            InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // A symlink's target never changes for one inode; a rewind's
@@ -103,9 +103,9 @@ impl Filesystem for Passthrough {
         // No OPENDIR/RELEASEDIR, every listing cached: only while the
         // watch invalidates a directory's listing when it changes behind
         // the mount (docs/coherence.md).
-        if self.state.no_opendir {
+        if wanted.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
             match config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
-                Ok(()) => self.state.opendir_off.store(true, Ordering::Relaxed),
+                Ok(()) => granted.add(InitFlags::FUSE_NO_OPENDIR_SUPPORT),
                 Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
             }
         }

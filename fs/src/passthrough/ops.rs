@@ -11,11 +11,11 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Errno, FileAttr, FileHandle, RenameFlags, Request, TimeOrNow};
+use fuser::{Errno, FileAttr, FileHandle, InitFlags, RenameFlags, Request, TimeOrNow};
 use log::trace;
 
 use super::attr::{attr, decode_dev, timespec};
@@ -42,39 +42,25 @@ pub(crate) struct State {
     pub(crate) unwatched: Ttls,
     /// The watch on the backing directory, if one could be set up.
     pub(crate) watch: Option<Arc<Watch>>,
-    /// Answer `FOPEN_KEEP_CACHE` when the backing file is unchanged since
-    /// its previous open.
-    pub(crate) keep_cache: bool,
-    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR`), kept
-    /// across opens while the directory is unchanged.
-    pub(crate) cache_dir: bool,
-    /// Tell the kernel not to send `flush` when a read-only handle closes.
-    pub(crate) no_flush: bool,
-    /// Ask for `FUSE_READDIRPLUS_AUTO` at init.
-    pub(crate) readdirplus_auto: bool,
-    /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init (only when the watch was
-    /// active at mount: the kernel then caches every listing for as long
-    /// as nothing invalidates it).
-    pub(crate) no_opendir: bool,
-    /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS`
-    /// (after which the kernel sends none), READDIR comes with handle 0.
-    pub(crate) opendir_off: AtomicBool,
-    /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (only when the watch was
-    /// active at mount: the kernel then keeps every file's pages for as
-    /// long as nothing invalidates them).
-    pub(crate) no_open: bool,
-    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN and FLUSH answer
-    /// `ENOSYS` (after which the kernel sends none), a file's I/O comes
-    /// with handle 0, `create` answers handle 0 (see `io.rs`).
-    pub(crate) open_off: AtomicBool,
-    /// Ask for `FUSE_HANDLE_KILLPRIV_V2` at init (only once the kernel
-    /// took `FUSE_NO_OPEN_SUPPORT`: with OPEN, an `O_TRUNC` open's kill
-    /// flag would arrive where fuser 0.18 drops it).
-    pub(crate) killpriv_v2: bool,
-    /// The kernel took `FUSE_HANDLE_KILLPRIV_V2`: clearing set-user-ID and
-    /// set-group-ID bits on a write, truncation, allocation or copy by a
-    /// caller without `CAP_FSETID` is the daemon's job (see `io.rs`).
-    pub(crate) killpriv_on: AtomicBool,
+    /// The capabilities asked for at init beyond those always asked for
+    /// (`mod.rs`, `init`), each only where the mount allows it:
+    /// `FUSE_NO_OPENDIR_SUPPORT` and `FUSE_NO_OPEN_SUPPORT` only when the
+    /// watch was active at mount (the kernel then caches every listing and
+    /// keeps every file's pages for as long as nothing invalidates them),
+    /// `FUSE_HANDLE_KILLPRIV_V2` only once the kernel took
+    /// `FUSE_NO_OPEN_SUPPORT` (with OPEN, an `O_TRUNC` open's kill flag
+    /// would arrive where fuser 0.18 drops it).
+    pub(crate) wanted: InitFlags,
+    /// Which of `wanted` the kernel took, set at init:
+    /// `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS` (after which
+    /// the kernel sends none), READDIR comes with handle 0;
+    /// `FUSE_NO_OPEN_SUPPORT`: OPEN and FLUSH answer `ENOSYS` (after which
+    /// the kernel sends none), a file's I/O comes with handle 0, `create`
+    /// answers handle 0 (see `io.rs`); `FUSE_HANDLE_KILLPRIV_V2`: clearing
+    /// set-user-ID and set-group-ID bits on a write, truncation,
+    /// allocation or copy by a caller without `CAP_FSETID` is the daemon's
+    /// job (see `io.rs`).
+    pub(crate) granted: Granted,
     /// Answer CREATE `ENOSYS` once the kernel took `FUSE_NO_OPEN_SUPPORT`:
     /// new files then arrive as MKNOD (see `io.rs`, `create`).
     pub(crate) no_create: bool,
@@ -85,6 +71,23 @@ pub(crate) struct State {
     /// attribute invalidation a callback sends before it replies (see
     /// [`crate::Controller`]'s `notifier`).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+}
+
+/// The init capabilities the kernel took: written once at init, before
+/// any other request, and read by every request after.
+#[derive(Debug, Default)]
+pub(crate) struct Granted(AtomicU64);
+
+impl Granted {
+    /// Records that the kernel took `flags`.
+    pub(crate) fn add(&self, flags: InitFlags) {
+        self.0.fetch_or(flags.bits(), Ordering::Relaxed);
+    }
+
+    /// True when the kernel took every flag of `flags`.
+    pub(crate) fn has(&self, flags: InitFlags) -> bool {
+        InitFlags::from_bits_retain(self.0.load(Ordering::Relaxed)).contains(flags)
+    }
 }
 
 /// How long the kernel may cache what one reply tells it.
@@ -579,7 +582,7 @@ impl State {
     /// new mode itself). Errors: the backing `fstat` or `chown` fails, or
     /// the hook refuses.
     fn chown_nothing(&self, ino: u64, fd: BorrowedFd<'_>, caller: Caller) -> Res<()> {
-        if !self.killpriv_on.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.granted.has(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             return Ok(());
         }
         let st = sys::fstat(fd).map_err(errno)?;

@@ -265,7 +265,7 @@ impl Watch {
     }
 
     fn bump_all(&self) {
-        for g in self.gens.iter() {
+        for g in &self.gens {
             g.fetch_add(1, Ordering::AcqRel);
         }
     }

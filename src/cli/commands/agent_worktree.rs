@@ -24,9 +24,10 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use opfs::daemon::worktree as wt_cmd;
+use opfs::daemon::worktree::{Asked, Served};
 use opfs::daemon::DaemonOptions;
 use opfs::integrate::hook::MAX_EVENT_BYTES;
+use opfs::worktree::life as wt_cmd;
 use opfs::worktree::{Creator, Worktree};
 use serde_json::Value;
 
@@ -147,28 +148,23 @@ fn create(ctx: &Ctx, dir: Option<PathBuf>, name: &str) -> Result<PathBuf, Comman
     let st = project.state().clone();
     let home = c.home();
     let opts = daemon_options(&c)?;
+    let served = Served {
+        home,
+        opts: &opts,
+        verbose: c.verbose,
+    };
     let wt = Worktree::of(&st, name);
     if wt.exists() {
         let meta = wt
             .meta()
             .map_err(|e| CommandError::failure(e.to_string()))?;
-        if !wt_cmd::is_mounted(home, &wt, &meta) {
-            wt_cmd::mount(home, &st, name, &opts, c.verbose)
-                .map_err(|e| CommandError::failure(e.to_string()))?;
+        if !wt_cmd::is_mounted(home, &wt, &meta, &served) {
+            wt_cmd::mount(&st, name, &served).map_err(|e| CommandError::failure(e.to_string()))?;
         }
         return Ok(meta.mountpoint);
     }
-    let meta = wt_cmd::create(
-        home,
-        &project,
-        name,
-        None,
-        None,
-        Creator::User,
-        &opts,
-        c.verbose,
-    )
-    .map_err(|e| CommandError::failure(e.to_string()))?;
+    let meta = wt_cmd::create(home, &project, name, None, None, Creator::User, &served)
+        .map_err(|e| CommandError::failure(e.to_string()))?;
     Ok(meta.mountpoint)
 }
 
@@ -184,7 +180,8 @@ fn remove(ctx: &Ctx, path: &std::path::Path) -> Result<Option<String>, CommandEr
             path.display()
         )));
     };
-    let rows = wt_cmd::list(&home, &project).map_err(|e| CommandError::failure(e.to_string()))?;
+    let rows =
+        wt_cmd::list(&home, &project, &Asked).map_err(|e| CommandError::failure(e.to_string()))?;
     let Some(row) = rows.iter().find(|r| r.name == wt.name) else {
         return Ok(None);
     };
@@ -204,7 +201,13 @@ fn remove(ctx: &Ctx, path: &std::path::Path) -> Result<Option<String>, CommandEr
     // Claude Code runs this hook in the worktree: leave it, or the
     // unmount would find the mount busy.
     let _ = std::env::set_current_dir("/");
-    wt_cmd::discard(&home, &project, &row.name)
+    let opts = DaemonOptions::default();
+    let served = Served {
+        home: &home,
+        opts: &opts,
+        verbose: c.verbose,
+    };
+    wt_cmd::discard(&home, &project, &row.name, &served)
         .map_err(|e| CommandError::failure(e.to_string()))?;
     Ok(None)
 }

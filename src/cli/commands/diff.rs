@@ -65,28 +65,37 @@ pub fn run(ctx: &Ctx, a: &DiffArgs, out: &mut dyn Write) -> Result<(), CommandEr
         Box::new(move || commit_through_daemon(&st)),
     )?;
     let src = opened.sources();
-    let (changes, dirs) = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
-        Some((_, _, base)) => WorktreeHistory::new(src, &base).changes(from, to, &filter)?,
-        None => (
-            history::changes(&src, from, to, &filter)?,
-            history::dir_changes(&src, from, to, &filter)?,
-        ),
-    };
+    let (changes, dirs) =
+        match opfs::worktree::life::history_base(project.state(), commit_through_daemon)
+            .transpose()?
+        {
+            Some((_, _, base)) => WorktreeHistory::new(src, &base).changes(from, to, &filter)?,
+            None => (
+                history::changes(&src, from, to, &filter)?,
+                history::dir_changes(&src, from, to, &filter)?,
+            ),
+        };
     // Edits made behind the mount in these turns that the mount then
     // overwrote: listed before the patch (`git apply` skips text before
     // the first `diff --git`), each with the command that prints it.
-    let kept: Vec<_> = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
-        Some(_) => Vec::new(),
-        None => history::outside_edits(&src, Some(from))?
-            .into_iter()
-            .filter(|k| k.turn <= to)
-            .filter(|k| filter.is_empty() || filter.iter().any(|f| pathspec::is_within(&k.path, f)))
-            .collect(),
-    };
+    let kept: Vec<_> =
+        match opfs::worktree::life::history_base(project.state(), commit_through_daemon)
+            .transpose()?
+        {
+            Some(_) => Vec::new(),
+            None => history::outside_edits(&src, Some(from))?
+                .into_iter()
+                .filter(|k| k.turn <= to)
+                .filter(|k| {
+                    filter.is_empty() || filter.iter().any(|f| pathspec::is_within(&k.path, f))
+                })
+                .collect(),
+        };
     let (mut changes, mut dirs) = (changes, dirs);
     if !a.include_ignored {
         let upper;
-        let base = opfs::daemon::worktree::history_base(project.state()).transpose()?;
+        let base = opfs::worktree::life::history_base(project.state(), commit_through_daemon)
+            .transpose()?;
         let mut rules = match &base {
             Some((wt, _, base)) => {
                 upper = opfs::tree::Dir::open(&wt.upper()).map_err(failure)?;

@@ -24,12 +24,13 @@ pub fn run(
     project.commit_pending()?;
     if let Some((project_st, wt)) = opfs::worktree::of_state(project.state()) {
         let wst = project.state().clone();
-        let r = opfs::daemon::worktree::export_branch(
+        let r = opfs::worktree::life::export_branch(
             ctx.home(),
             &project_st,
             &wt.name,
             a.git_dir.as_deref(),
             Box::new(move || commit_through_daemon(&wst)),
+            commit_through_daemon,
         )?;
         if ctx.format.is_json() {
             writeln!(out, "{}", serde_json::to_string(&r).map_err(failure)?)?;
@@ -60,12 +61,13 @@ pub fn run(
     let mut branches = Vec::new();
     for (wt, _) in opfs::worktree::list(st) {
         let wst = wt.state(ctx.home());
-        branches.push(opfs::daemon::worktree::export_branch(
+        branches.push(opfs::worktree::life::export_branch(
             ctx.home(),
             st,
             &wt.name,
             a.git_dir.as_deref(),
             Box::new(move || commit_through_daemon(&wst)),
+            commit_through_daemon,
         )?);
     }
     // The bar is cleared before the report is printed.

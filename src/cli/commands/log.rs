@@ -33,7 +33,8 @@ pub fn run(ctx: &Ctx, a: &LogArgs, out: &mut dyn Write) -> Result<(), CommandErr
         Box::new(move || commit_through_daemon(&st)),
     )?;
     let src = opened.sources();
-    let worktree = opfs::daemon::worktree::history_base(project.state()).transpose()?;
+    let worktree =
+        opfs::worktree::life::history_base(project.state(), commit_through_daemon).transpose()?;
     // The counts follow the ignore rules of what -C names, as the export
     // does, unless --include-ignored.
     let dir;

@@ -28,7 +28,7 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
         },
         tuning: ctx.env.tuning.clone(),
         worktree: match (&a.worktree_of, &a.worktree) {
-            (Some(project), Some(name)) => Some(daemon::worktree::WorktreeSpec {
+            (Some(project), Some(name)) => Some(opfs::worktree::life::WorktreeSpec {
                 project: project.clone(),
                 name: name.clone(),
             }),

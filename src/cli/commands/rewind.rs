@@ -389,7 +389,7 @@ fn print_human(r: &RewindReport, out: &mut dyn Write) -> std::io::Result<()> {
         for p in &r.plan {
             writeln!(out, "  {}", opfs::restore::describe(p))?;
         }
-        writeln!(out, "{}", CHOICES)?;
+        writeln!(out, "{CHOICES}")?;
     } else if r.dry_run {
         writeln!(
             out,

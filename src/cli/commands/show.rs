@@ -66,7 +66,9 @@ pub fn run(
         }
         return Ok(());
     }
-    let shown = match opfs::daemon::worktree::history_base(project.state()).transpose()? {
+    let shown = match opfs::worktree::life::history_base(project.state(), commit_through_daemon)
+        .transpose()?
+    {
         Some((_, _, base)) => {
             WorktreeHistory::new(opened.sources(), &base).show_entry(turn, &path)?
         }

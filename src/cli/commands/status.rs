@@ -47,7 +47,9 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let (st, note) = ctx.project_state_or_former()?;
     let project = opfs::control::Project::new(st);
     let status = project.status()?;
-    let worktree = opfs::daemon::worktree::describe(ctx.home(), project.state()).transpose()?;
+    let worktree =
+        opfs::worktree::life::describe(ctx.home(), project.state(), &opfs::daemon::worktree::Asked)
+            .transpose()?;
     let mut p = protection(project.state(), &status);
     // `.git` is not recorded: a change to what git runs or trusts is only
     // noted (`opfs::capture::git_note`), newest turns first.

@@ -3,10 +3,12 @@
 
 use std::io::Write;
 
-use opfs::daemon::worktree::{self as wt_cmd, WorktreeCmdError};
+use opfs::control::client::commit_through_daemon;
+use opfs::daemon::worktree::{Asked, Served};
 use opfs::daemon::DaemonOptions;
 use opfs::diff as patch;
 use opfs::store::StateDir;
+use opfs::worktree::life::{self as wt_cmd, WorktreeCmdError};
 use opfs::worktree::merge::MergeReport;
 use opfs::worktree::Worktree;
 
@@ -43,6 +45,11 @@ pub fn run(
         tuning: ctx.env.tuning.clone(),
         ..DaemonOptions::default()
     };
+    let served = Served {
+        home,
+        opts: &opts,
+        verbose: ctx.verbose,
+    };
     match cmd {
         WorktreeCmd::Create { name, from, at } => {
             let from = match from {
@@ -56,8 +63,7 @@ pub fn run(
                 from,
                 at.as_deref(),
                 opfs::worktree::Creator::User,
-                &opts,
-                ctx.verbose,
+                &served,
             )
             .map_err(err)?;
             if json {
@@ -72,7 +78,7 @@ pub fn run(
             }
         }
         WorktreeCmd::List => {
-            let rows = wt_cmd::list(home, &st).map_err(err)?;
+            let rows = wt_cmd::list(home, &st, &Asked).map_err(err)?;
             if json {
                 writeln!(out, "{}", serde_json::to_value(&rows).map_err(failure)?)?;
             } else if rows.is_empty() {
@@ -116,7 +122,7 @@ pub fn run(
         }
         WorktreeCmd::Mount { name } => {
             let (_, meta) = meta_of(&st, name)?;
-            let pid = wt_cmd::mount(home, &st, name, &opts, ctx.verbose).map_err(err)?;
+            let pid = wt_cmd::mount(&st, name, &served).map_err(err)?;
             if json {
                 let v = serde_json::json!({ "name": name, "path": meta.mountpoint, "pid": pid });
                 writeln!(out, "{v}")?;
@@ -130,7 +136,8 @@ pub fn run(
             name_status,
             include_ignored,
         } => {
-            let (meta, diffs) = wt_cmd::diffs(&st, name, *include_ignored).map_err(err)?;
+            let (meta, diffs) =
+                wt_cmd::diffs(&st, name, *include_ignored, commit_through_daemon).map_err(err)?;
             let write = |w: &mut dyn Write| {
                 if *stat {
                     patch::write_stat(&diffs, w)
@@ -181,7 +188,7 @@ pub fn run(
             }
         }
         WorktreeCmd::Discard { name } => {
-            wt_cmd::discard(home, &st, name).map_err(err)?;
+            wt_cmd::discard(home, &st, name, &served).map_err(err)?;
             if json {
                 writeln!(out, "{}", serde_json::json!({ "discarded": name }))?;
             }

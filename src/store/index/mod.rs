@@ -401,9 +401,9 @@ mod tests {
     fn file(n: u8) -> PreImage {
         PreImage::File {
             blob: [n; 32],
-            size: n as u64,
+            size: u64::from(n),
             perm: 0o644,
-            ino: n as u64,
+            ino: u64::from(n),
         }
     }
 

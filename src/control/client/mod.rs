@@ -5,20 +5,27 @@
 //! `rewind` and making pending captures visible; nothing else decides
 //! between the daemon and direct access.
 
-use std::io::{self, BufRead, BufReader};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
 
-use super::protocol::{self, FailureKind, Request, Response, Status};
+use super::protocol::{FailureKind, Request, Response, Status};
 use super::server;
 use crate::capture::{Journal, NewTurn, OpenError};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
-use crate::state::holder::{self, ProcState};
 use crate::state::lock::StateLock;
 use crate::store::Index;
 use crate::store::StateDir;
+
+mod socket;
+
+use socket::is_cut_off;
+
+pub use socket::{
+    answer_limit, exchange, request, unresponsive_message, wait_for, wait_for_every, AskError,
+    Unanswered, HOOK_LIMIT,
+};
 
 /// How long a request waits for a daemon that died (mid-request, for a
 /// status; or before it, the socket refusing) to release the state lock
@@ -668,265 +675,6 @@ pub fn commit_through_daemon(state: &StateDir) {
             )
         );
     }
-}
-
-fn is_cut_off(e: &io::Error) -> bool {
-    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
-    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
-}
-
-/// How long a client waits for the daemon's answer to `req` (between two
-/// lines, for a request that gets progress lines), unless the daemon is
-/// found frozen first (stopped, traced or exited: checked about four
-/// times a second while waiting, and before connecting):
-///
-/// - status: 10 s (a daemon answers it from memory and one index read);
-/// - commit of pending captures: 30 s (one group commit);
-/// - turn: 60 s (it writes back dirty mmap pages and waits for the
-///   mutations in flight; the agent hook waits 5 s, [`HOOK_LIMIT`]);
-/// - unmount: 30 s for the answer (then the caller waits for the daemon
-///   to exit, with a bound of its own);
-/// - rewind, merge, gc: 30 min without a line (each progress line of a
-///   rewind starts the wait again).
-pub fn answer_limit(req: &Request) -> Duration {
-    match req {
-        Request::Status => Duration::from_secs(10),
-        Request::Commit | Request::Unmount | Request::TrustView { .. } => Duration::from_secs(30),
-        Request::Turn { .. } | Request::SandboxTurn { .. } => Duration::from_secs(60),
-        Request::Rewind { .. } | Request::Merge { .. } | Request::Gc { .. } => {
-            Duration::from_secs(30 * 60)
-        }
-    }
-}
-
-/// How long the agent hook (`opfs hook`) waits for a turn: short, so a
-/// hung daemon never hangs the agent; the hook then tells the agent that
-/// work may not be recorded.
-pub const HOOK_LIMIT: Duration = Duration::from_secs(5);
-
-/// How long a client waits to connect to the control socket (a stopped
-/// daemon's listen queue fills, then `connect` blocks).
-const CONNECT_LIMIT: Duration = Duration::from_secs(5);
-
-/// How often a waiting client checks whether the daemon froze.
-const FROZEN_CHECK_EVERY: Duration = Duration::from_millis(250);
-
-/// A daemon that did not answer: who holds the state lock and what the
-/// kernel says it is doing.
-#[derive(Debug, Clone)]
-pub struct Unanswered {
-    /// The lock holder's pid, when `/proc/locks` names one.
-    pub pid: Option<u32>,
-    /// Its state when last checked (`None`: gone, or no pid).
-    pub state: Option<ProcState>,
-    /// How long the client waited (0 when the daemon was frozen before
-    /// the request was sent).
-    pub waited: Duration,
-    /// The bound it waited for.
-    pub limit: Duration,
-}
-
-/// The message for a daemon that does not answer: who, what it is
-/// doing, that nothing is recorded meanwhile, and what to do.
-pub fn unresponsive_message(
-    project: &Path,
-    u: &Unanswered,
-    mountpoint: Option<&Path>,
-    log: &Path,
-) -> String {
-    let who = match u.pid {
-        Some(pid) => format!("the daemon of {} (pid {pid})", project.display()),
-        None => format!("the daemon of {}", project.display()),
-    };
-    let what = match u.state {
-        Some(st) if st.is_frozen() => format!("does not answer: {st}"),
-        Some(st) => format!(
-            "did not answer within {} s: it is {st}, busy or hung (see {}); what was asked \
-             may still happen when it gets to it",
-            u.limit.as_secs(),
-            log.display()
-        ),
-        None => format!(
-            "did not answer within {} s; what was asked may still happen when it gets to it",
-            u.limit.as_secs()
-        ),
-    };
-    let mp = mountpoint.map_or_else(|| "MOUNTPOINT".to_string(), |m| m.display().to_string());
-    let resume = match (u.pid, u.state) {
-        (Some(pid), Some(ProcState::Stopped)) => {
-            format!("`kill -CONT {pid}` resumes it, or ")
-        }
-        _ => String::new(),
-    };
-    format!(
-        "{who} {what}; nothing in its mount is served or recorded meanwhile: {resume}\
-         `opfs umount --force {mp}` ends it and unmounts (what it captured is kept and \
-         replayed at the next mount)"
-    )
-}
-
-/// Why [`request`] got no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum AskError {
-    /// Connecting, sending or reading failed: no daemon listens (the
-    /// socket is missing or refuses), or it closed the connection
-    /// without answering (`UnexpectedEof`).
-    #[error(transparent)]
-    Io(#[from] io::Error),
-    /// The daemon is frozen, or did not answer within the bound.
-    #[error("the daemon does not answer ({unanswered:?})", unanswered = .0)]
-    Unanswered(Unanswered),
-}
-
-/// Sends one request to the daemon serving `state` and waits for the
-/// answer, at most [`answer_limit`] of the request.
-///
-/// Errors: as [`exchange`].
-pub fn request(state: &StateDir, req: &Request) -> Result<Response, AskError> {
-    exchange(state, req, answer_limit(req), &mut |_, _| {})
-}
-
-/// Sends one request to the daemon serving `state` and waits for the
-/// answer, passing each [`Response::Progress`] line that comes before it
-/// to `progress(done, total)`. Waits at most `limit` for each line, and
-/// not at all for a daemon found frozen (stopped, traced, exited: the
-/// holder of the state lock, checked before connecting and about four
-/// times a second while waiting). The request is never sent to a daemon
-/// already frozen; one that freezes after it was sent may still carry it
-/// out when it runs again, unless the client has gone by then (the
-/// daemon drops requests whose client stopped waiting).
-///
-/// Errors: [`AskError::Io`] when no daemon listens, the connection ends
-/// without an answer (`UnexpectedEof`) or the answer is not JSON;
-/// [`AskError::Unanswered`] for a frozen daemon or one silent for `limit`.
-pub fn exchange(
-    state: &StateDir,
-    req: &Request,
-    limit: Duration,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Response, AskError> {
-    let start = Instant::now();
-    let frozen = |waited: Duration| -> Option<Unanswered> {
-        let pid = holder::lock_holder(state)?;
-        let st = holder::proc_state(pid)?;
-        st.is_frozen().then_some(Unanswered {
-            pid: Some(pid),
-            state: Some(st),
-            waited,
-            limit,
-        })
-    };
-    if let Some(u) = frozen(Duration::ZERO) {
-        return Err(AskError::Unanswered(u));
-    }
-    let socket = state.socket_path();
-    let mut conn = match connect_within(&socket, CONNECT_LIMIT.min(limit)) {
-        Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-            return Err(AskError::Unanswered(unanswered_now(
-                state,
-                start.elapsed(),
-                limit,
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    conn.set_write_timeout(Some(CONNECT_LIMIT))?;
-    protocol::write_message(&mut conn, req)?;
-    conn.set_read_timeout(Some(FROZEN_CHECK_EVERY))?;
-    let mut reader = BufReader::new(conn);
-    let mut line = Vec::new();
-    let mut since = Instant::now();
-    loop {
-        match reader.read_until(b'\n', &mut line) {
-            Ok(_) if line.ends_with(b"\n") => {
-                match serde_json::from_slice(&line).map_err(io::Error::other)? {
-                    Response::Progress { done, total } => progress(done, total),
-                    answer => return Ok(answer),
-                }
-                line.clear();
-                since = Instant::now();
-            }
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the daemon closed the connection without answering",
-                )
-                .into())
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                // What was read of a line so far stays in `line`.
-                if let Some(u) = frozen(start.elapsed()) {
-                    return Err(AskError::Unanswered(u));
-                }
-                if since.elapsed() >= limit {
-                    return Err(AskError::Unanswered(unanswered_now(
-                        state,
-                        start.elapsed(),
-                        limit,
-                    )));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// What the lock holder of `state` is doing now.
-fn unanswered_now(state: &StateDir, waited: Duration, limit: Duration) -> Unanswered {
-    let pid = holder::lock_holder(state);
-    Unanswered {
-        pid,
-        state: pid.and_then(holder::proc_state),
-        waited,
-        limit,
-    }
-}
-
-/// Connects to `socket`, giving up after `limit` (`TimedOut`): `connect`
-/// blocks once a daemon that stopped accepting has a full listen queue.
-/// The attempt runs on a thread of its own, left behind when it times
-/// out (it ends when the connection is accepted or refused, or with the
-/// process).
-fn connect_within(socket: &Path, limit: Duration) -> io::Result<UnixStream> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let path = socket.to_path_buf();
-    std::thread::Builder::new()
-        .name("opfs-connect".into())
-        .spawn(move || {
-            let _ = tx.send(UnixStream::connect(&path));
-        })?;
-    match rx.recv_timeout(limit) {
-        Ok(r) => r,
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("connecting to {} timed out", socket.display()),
-        )),
-    }
-}
-
-/// Waits until `cond` holds, checking every 20 ms, for at most `limit`;
-/// returns whether it held.
-pub fn wait_for(limit: Duration, cond: impl FnMut() -> bool) -> bool {
-    wait_for_every(limit, Duration::from_millis(20), cond)
-}
-
-/// [`wait_for`], checking every `interval`.
-pub fn wait_for_every(limit: Duration, interval: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(interval);
-    }
-    cond()
 }
 
 /// Asks the daemon serving `state` to serve callers in the namespaces of

@@ -15,432 +15,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::control::client::{commit_through_daemon, ClientError, Project};
-use crate::daemon::worktree::{self as wt_cmd, Listed, WorktreeCmdError};
+use crate::daemon::worktree::{Asked, Served};
 use crate::daemon::DaemonOptions;
 use crate::diff;
 use crate::history::{self, HistoryError, Opened};
 use crate::worktree::history::WorktreeHistory;
+use crate::worktree::life::{self as wt_cmd, Listed, WorktreeCmdError};
 use crate::worktree::merge::MergeReport;
 use crate::worktree::{Creator, Worktree};
 
-/// One tool as an MCP client lists it.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolSpec {
-    /// Its name (`tools/call`'s `name`).
-    pub name: &'static str,
-    /// What it does, for the agent.
-    pub description: &'static str,
-    /// True when it changes nothing (the history tools and the worktree
-    /// listing and diff).
-    pub read_only: bool,
-    /// True when it may overwrite or delete what exists: the project's
-    /// files (`worktree_merge`) or a worktree and its history
-    /// (`worktree_discard`). MCP's `destructiveHint`.
-    pub destructive: bool,
-    /// True when calling it again with the same arguments changes nothing
-    /// more (MCP's `idempotentHint`; read-only tools are).
-    pub idempotent: bool,
-    /// The JSON schema of its arguments (an object schema).
-    pub input_schema: fn() -> Value,
-    /// The JSON schema of its result (an object schema: every result is a
-    /// JSON object, MCP's `structuredContent`).
-    pub output_schema: fn() -> Value,
-}
+mod args;
+mod output;
+mod spec;
 
-fn schema<T: JsonSchema>() -> Value {
-    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
-    drop_custom_formats(&mut v);
-    v
-}
-
-/// The `format`s JSON Schema (2020-12) defines. schemars adds its own
-/// (`uint`, `uint64`, ... for Rust's integer types, beside `minimum: 0`),
-/// which validators that check formats warn about on every start (Gemini
-/// CLI prints `unknown format "uint" ignored in schema`); those are
-/// dropped, the `type` and `minimum` say the same.
-const STANDARD_FORMATS: &[&str] = &[
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "idn-email",
-    "hostname",
-    "idn-hostname",
-    "ipv4",
-    "ipv6",
-    "uri",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uuid",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-];
-
-fn drop_custom_formats(v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            if map
-                .get("format")
-                .and_then(Value::as_str)
-                .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
-            {
-                map.remove("format");
-            }
-            map.values_mut().for_each(drop_custom_formats);
-        }
-        Value::Array(items) => items.iter_mut().for_each(drop_custom_formats),
-        _ => {}
-    }
-}
-
-/// Every tool, in the order `tools/list` gives them. Nothing else can be
-/// called: [`Tools::call`] dispatches on exactly these names.
-pub const TOOLS: &[ToolSpec] = &[
-    ToolSpec {
-        name: "worktree_create",
-        description: "Make a copy-on-write worktree of the project, from the start of turn \
-                      `from_turn` or (default) from now, and mount it; returns its name, path \
-                      and base turn. Work in the returned path; the project is not touched.",
-        read_only: false,
-        destructive: false,
-        idempotent: false,
-        input_schema: schema::<WorktreeCreateArgs>,
-        output_schema: output::created,
-    },
-    ToolSpec {
-        name: "worktree_list",
-        description: "List the project's worktrees as `{\"worktrees\": [...]}`: name, path, \
-                      base turn, mounted, paths changed, paths whose base is unknown.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        input_schema: schema::<NoArgs>,
-        output_schema: output::worktrees,
-    },
-    ToolSpec {
-        name: "worktree_diff",
-        description: "What worktree `name` changed against its base: a patch git can apply, \
-                      or with `stat` a summary of changed lines per path. Paths the project's \
-                      ignore rules ignore are left out, as a merge leaves them.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        input_schema: schema::<WorktreeDiffArgs>,
-        output_schema: output::diff,
-    },
-    ToolSpec {
-        name: "worktree_merge",
-        description: "Apply worktree `name`'s changes to the project as one turn of kind \
-                      `merge` (the user can rewind it). Paths the project changed too are \
-                      merged three-way when clean; any other conflict stops the merge before \
-                      it writes anything (an error result with the report listing the \
-                      conflicts). Paths the project's ignore rules ignore are not merged. \
-                      `dry_run` only plans.",
-        read_only: false,
-        destructive: true,
-        idempotent: false,
-        input_schema: schema::<WorktreeMergeArgs>,
-        output_schema: output::merge,
-    },
-    ToolSpec {
-        name: "worktree_discard",
-        description: "Unmount worktree `name` and delete it (its changes and its own \
-                      history; the project's history is untouched).",
-        read_only: false,
-        destructive: true,
-        idempotent: true,
-        input_schema: schema::<NameArgs>,
-        output_schema: output::discarded,
-    },
-    ToolSpec {
-        name: "history_log",
-        description: "The project's turns as `{\"turns\": [...]}`, newest first (at most \
-                      `limit`), with what each added, modified and deleted; each entry as in \
-                      `opfs log --json`.",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        input_schema: schema::<HistoryLogArgs>,
-        output_schema: output::turns,
-    },
-    ToolSpec {
-        name: "history_diff",
-        description: "What turn N (`range` \"N\") or turns N..M (\"N..M\") changed, as a patch \
-                      git can apply; `paths` narrows it to those paths (and what is below \
-                      them).",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        input_schema: schema::<HistoryDiffArgs>,
-        output_schema: output::diff,
-    },
-    ToolSpec {
-        name: "history_show",
-        description: "The file or symlink at `path` as it was when turn `turn` began; the \
-                      JSON of `opfs show N:PATH --json` (content in base64).",
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        input_schema: schema::<HistoryShowArgs>,
-        output_schema: output::shown,
-    },
-];
-
-/// The JSON schema of each tool's result (`outputSchema` in `tools/list`).
-/// Every result is an object (a list is wrapped: `{"worktrees": [...]}`,
-/// `{"turns": [...]}`), because MCP's `structuredContent` must be one and
-/// clients (Gemini CLI) refuse anything else. The schemas name the fields
-/// a result always has; results may carry more (`additionalProperties`
-/// is left open, so a new field is no break).
-mod output {
-    use serde_json::{json, Value};
-
-    fn object(properties: Value, required: &[&str]) -> Value {
-        json!({ "type": "object", "properties": properties, "required": required })
-    }
-
-    fn text(description: &str) -> Value {
-        json!({ "type": "string", "description": description })
-    }
-
-    fn count(description: &str) -> Value {
-        json!({ "type": "integer", "minimum": 0, "description": description })
-    }
-
-    fn strings(description: &str) -> Value {
-        json!({ "type": "array", "items": { "type": "string" }, "description": description })
-    }
-
-    /// `worktree_create`.
-    pub(super) fn created() -> Value {
-        object(
-            json!({
-                "name": text("the worktree's name"),
-                "path": text("where it is mounted: work there"),
-                "base_turn": count("the project turn whose start it shows"),
-                "note": text("inside opfs run's sandbox, when the path is outside it: why, and how to reach the worktree"),
-            }),
-            &["name", "path", "base_turn"],
-        )
-    }
-
-    /// `worktree_list`.
-    pub(super) fn worktrees() -> Value {
-        let row = object(
-            json!({
-                "name": text("its name"),
-                "path": text("its mountpoint"),
-                "base_turn": count("the project turn whose start is its base"),
-                "mounted": { "type": "boolean", "description": "true while a daemon serves it" },
-                "changed": count("paths changed against the base"),
-                "drifted": count("paths whose base is not known"),
-                "created_by": { "type": "string", "enum": ["user", "agent"], "description": "who made it" },
-            }),
-            &[
-                "name",
-                "path",
-                "base_turn",
-                "mounted",
-                "changed",
-                "drifted",
-                "created_by",
-            ],
-        );
-        object(
-            json!({ "worktrees": { "type": "array", "items": row, "description": "every worktree of the project" } }),
-            &["worktrees"],
-        )
-    }
-
-    /// `worktree_diff` and `history_diff`.
-    pub(super) fn diff() -> Value {
-        object(
-            json!({ "output": text("the patch (git apply takes it), or the stat") }),
-            &["output"],
-        )
-    }
-
-    /// `worktree_merge` (also the `structuredContent` of its conflict
-    /// error).
-    pub(super) fn merge() -> Value {
-        object(
-            json!({
-                "worktree": text("the worktree merged"),
-                "turn": { "type": ["integer", "null"], "minimum": 0, "description": "the project turn that records the merge (null for a dry run)" },
-                "base_turn": count("the worktree's base turn"),
-                "dry_run": { "type": "boolean" },
-                "merged": strings("paths the project now holds as the worktree has them"),
-                "three_way": strings("paths both sides changed, combined by a clean three-way merge"),
-                "conflicts": { "type": "array", "description": "paths left as the project has them, with the reason" },
-                "plan": { "type": "array", "description": "what was (or would be) done per path" },
-                "open_turn": count("the turn open after the merge"),
-                "stopped_by_conflicts": { "type": "boolean", "description": "true when a conflict stopped the merge: nothing was merged" },
-                "marked": strings("text files written with conflict markers"),
-                "ignored": count("changed paths the project's ignore rules ignore, left out of the merge"),
-            }),
-            &[
-                "worktree",
-                "turn",
-                "base_turn",
-                "dry_run",
-                "merged",
-                "conflicts",
-                "plan",
-                "open_turn",
-            ],
-        )
-    }
-
-    /// `worktree_discard`.
-    pub(super) fn discarded() -> Value {
-        object(
-            json!({ "discarded": text("the worktree deleted") }),
-            &["discarded"],
-        )
-    }
-
-    /// `history_log`.
-    pub(super) fn turns() -> Value {
-        let nullable = |t: &str, d: &str| json!({ "type": [t, "null"], "description": d });
-        let turn = object(
-            json!({
-                "turn": count("the turn's number"),
-                "kind": { "type": "string", "enum": ["agent", "rewind", "merge"] },
-                "label": nullable("string", "its label"),
-                "external_id": nullable("string", "the agent's session id"),
-                "started_at": text("RFC 3339"),
-                "ended_at": nullable("string", "RFC 3339; null for the open turn"),
-                "started_at_ns": { "type": "integer", "description": "ns since the Unix epoch" },
-                "ended_at_ns": nullable("integer", "ns since the Unix epoch"),
-                "rewound_to": nullable("integer", "for a rewind: the turn whose start was restored"),
-                "added": count("files and symlinks added"),
-                "modified": count("files and symlinks modified"),
-                "deleted": count("files and symlinks deleted"),
-                "paths": count("paths recorded"),
-                "bytes_stored": count("bytes of the pre-images kept"),
-                "git_changes": strings("paths under .git the turn changed"),
-                "outside_edits": { "type": "array", "description": "edits made behind the mount, kept" },
-            }),
-            &[
-                "turn",
-                "kind",
-                "started_at",
-                "added",
-                "modified",
-                "deleted",
-                "paths",
-            ],
-        );
-        object(
-            json!({ "turns": { "type": "array", "items": turn, "description": "the project's turns, newest first" } }),
-            &["turns"],
-        )
-    }
-
-    /// `history_show`.
-    pub(super) fn shown() -> Value {
-        object(
-            json!({
-                "turn": count("the turn at whose start the path is shown"),
-                "path": text("the project-relative path"),
-                "kind": { "type": "string", "enum": ["file", "symlink"] },
-                "perm": text("a file's permission bits, octal"),
-                "size": count("a file's size in bytes"),
-                "content_base64": text("a file's content, base64"),
-                "target": text("a symlink's target"),
-                "target_base64": text("a symlink's target, base64"),
-            }),
-            &["turn", "path", "kind"],
-        )
-    }
-}
-
-/// No arguments.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NoArgs {}
-
-/// A worktree's name.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NameArgs {
-    /// The worktree's name.
-    pub name: String,
-}
-
-/// `worktree_create`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WorktreeCreateArgs {
-    /// Its name: letters, digits, '-', '_', '.'.
-    pub name: String,
-    /// The project turn whose start it shows (default: now).
-    #[serde(default)]
-    pub from_turn: Option<u64>,
-}
-
-/// `worktree_diff`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WorktreeDiffArgs {
-    /// The worktree's name.
-    pub name: String,
-    /// A summary of changed lines per path instead of the patch.
-    #[serde(default)]
-    pub stat: bool,
-}
-
-/// `worktree_merge`. There is no `force`: paths the user changed in the
-/// project stay the user's.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WorktreeMergeArgs {
-    /// The worktree's name.
-    pub name: String,
-    /// Only plan: report what would be merged, change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-/// `history_log`.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryLogArgs {
-    /// At most this many turns, newest first (default: all).
-    #[serde(default)]
-    pub limit: Option<usize>,
-}
-
-/// `history_diff`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryDiffArgs {
-    /// A turn `N` or an inclusive range `N..M` (turns start at 1).
-    pub range: String,
-    /// Only these project-relative paths (and what is below them).
-    #[serde(default)]
-    pub paths: Vec<String>,
-}
-
-/// `history_show`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryShowArgs {
-    /// The turn (from 1) at whose start to look.
-    pub turn: u64,
-    /// The project-relative path.
-    pub path: String,
-}
+pub use args::*;
+pub use spec::{ToolSpec, TOOLS};
 
 /// Where `opfs run`'s sandbox shows the project's worktrees (those
 /// mounted when it started and, with a shared folder, those created during
@@ -792,6 +386,15 @@ impl Tools {
         }
     }
 
+    /// The daemons as the worktree tools start and stop them.
+    fn served(&self) -> Served<'_> {
+        Served {
+            home: &self.home,
+            opts: &self.opts,
+            verbose: self.verbose,
+        }
+    }
+
     /// `worktree_create`: as `opfs worktree create NAME [--from N]`
     /// (mounted in its folder of the state dir; no custom mountpoint).
     /// From now, when the open turn already has records, the project gets
@@ -810,8 +413,7 @@ impl Tools {
             a.from_turn,
             None,
             Creator::Agent,
-            &self.opts,
-            self.verbose,
+            &self.served(),
         )?;
         let Some(view) = &self.sandbox else {
             return Ok(Created {
@@ -858,7 +460,7 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::list`].
     pub fn worktree_list(&self, _: NoArgs) -> Result<Vec<Listed>, ToolError> {
-        let mut rows = wt_cmd::list(&self.home, self.project.state())?;
+        let mut rows = wt_cmd::list(&self.home, self.project.state(), &Asked)?;
         if let Some(view) = &self.sandbox {
             let visible = view.visible();
             for r in &mut rows {
@@ -874,7 +476,8 @@ impl Tools {
     ///
     /// Errors: as [`wt_cmd::diffs`].
     pub fn worktree_diff(&self, a: WorktreeDiffArgs) -> Result<DiffOutput, ToolError> {
-        let (_, diffs) = wt_cmd::diffs(self.project.state(), &a.name, false)?;
+        let (_, diffs) =
+            wt_cmd::diffs(self.project.state(), &a.name, false, commit_through_daemon)?;
         render(&diffs, a.stat)
     }
 
@@ -911,7 +514,7 @@ impl Tools {
     pub fn worktree_discard(&self, a: NameArgs) -> Result<Discarded, ToolError> {
         self.agents_own(&a.name)?;
         let Some(view) = &self.sandbox else {
-            wt_cmd::discard(&self.home, self.project.state(), &a.name)?;
+            wt_cmd::discard(&self.home, self.project.state(), &a.name, &self.served())?;
             return Ok(Discarded { discarded: a.name });
         };
         // Refused before anything is unmounted: the sandbox holds a copy of
@@ -938,7 +541,7 @@ impl Tools {
                 }
             }
         }
-        if let Err(e) = wt_cmd::discard(&self.home, self.project.state(), &a.name) {
+        if let Err(e) = wt_cmd::discard(&self.home, self.project.state(), &a.name, &self.served()) {
             // Still there (its daemon refused to stop): show it again.
             if let (Some(b), Some(_)) = (binds, unbound) {
                 if let Ok(meta) =
@@ -984,16 +587,17 @@ impl Tools {
         )?;
         // In a worktree (`opfs -C <worktree path> mcp`): its view.
         // A worktree keeps no edits made behind the mount.
-        let (mut entries, kept) = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => (
-                WorktreeHistory::new(opened.sources(), &base).log()?,
-                Vec::new(),
-            ),
-            None => (
-                history::log(&opened.sources())?,
-                history::outside_edits(&opened.sources(), None)?,
-            ),
-        };
+        let (mut entries, kept) =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => (
+                    WorktreeHistory::new(opened.sources(), &base).log()?,
+                    Vec::new(),
+                ),
+                None => (
+                    history::log(&opened.sources())?,
+                    history::outside_edits(&opened.sources(), None)?,
+                ),
+            };
         if let Some(n) = a.limit {
             entries.truncate(n);
         }
@@ -1021,14 +625,15 @@ impl Tools {
             Box::new(move || commit_through_daemon(&st)),
         )?;
         let src = opened.sources();
-        let changes = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => {
-                WorktreeHistory::new(src, &base)
-                    .changes(from, to, &filter)?
-                    .0
-            }
-            None => history::changes(&src, from, to, &filter)?,
-        };
+        let changes =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => {
+                    WorktreeHistory::new(src, &base)
+                        .changes(from, to, &filter)?
+                        .0
+                }
+                None => history::changes(&src, from, to, &filter)?,
+            };
         let diffs = diff::build(&src, &changes)?;
         render(&diffs, false)
     }
@@ -1045,12 +650,13 @@ impl Tools {
             self.project.state(),
             Box::new(move || commit_through_daemon(&st)),
         )?;
-        let shown = match wt_cmd::history_base(self.project.state()).transpose()? {
-            Some((_, _, base)) => {
-                WorktreeHistory::new(opened.sources(), &base).show_entry(a.turn, &path)?
-            }
-            None => history::show_entry(&opened.sources(), a.turn, &path)?,
-        };
+        let shown =
+            match wt_cmd::history_base(self.project.state(), commit_through_daemon).transpose()? {
+                Some((_, _, base)) => {
+                    WorktreeHistory::new(opened.sources(), &base).show_entry(a.turn, &path)?
+                }
+                None => history::show_entry(&opened.sources(), a.turn, &path)?,
+            };
         Ok(history::show_json(a.turn, &path, &shown))
     }
 }
@@ -1069,111 +675,4 @@ fn render(diffs: &[diff::FileDiff], stat: bool) -> Result<DiffOutput, ToolError>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tool_set_is_exactly_the_agent_tools() {
-        let names: Vec<_> = TOOLS.iter().map(|t| t.name).collect();
-        assert_eq!(
-            names,
-            [
-                "worktree_create",
-                "worktree_list",
-                "worktree_diff",
-                "worktree_merge",
-                "worktree_discard",
-                "history_log",
-                "history_diff",
-                "history_show",
-            ]
-        );
-        for t in TOOLS {
-            let s = (t.input_schema)();
-            assert_eq!(s["type"], "object", "{}: {s}", t.name);
-            assert_eq!(
-                t.read_only,
-                !matches!(
-                    t.name,
-                    "worktree_create" | "worktree_merge" | "worktree_discard"
-                )
-            );
-        }
-        for t in TOOLS {
-            let out = (t.output_schema)();
-            assert_eq!(out["type"], "object", "{}: {out}", t.name);
-            // Changing the project's files or deleting a worktree is
-            // destructive; everything read-only is idempotent.
-            assert_eq!(
-                t.destructive,
-                matches!(t.name, "worktree_merge" | "worktree_discard"),
-                "{}",
-                t.name
-            );
-            assert!(!t.read_only || t.idempotent, "{}", t.name);
-        }
-        // Lists become objects, as the output schemas say.
-        assert_eq!(
-            result_object("worktree_list", serde_json::json!([])),
-            serde_json::json!({"worktrees": []})
-        );
-        assert_eq!(
-            result_object("history_log", serde_json::json!([{"turn": 1}])),
-            serde_json::json!({"turns": [{"turn": 1}]})
-        );
-        let created = serde_json::json!({"name": "a", "path": "/p", "base_turn": 1});
-        assert_eq!(result_object("worktree_create", created.clone()), created);
-        let merge = (TOOLS[3].input_schema)();
-        assert!(merge["properties"].get("force").is_none(), "{merge}");
-        assert!(merge["properties"].get("dry_run").is_some(), "{merge}");
-    }
-
-    #[test]
-    fn long_arguments_are_cut_in_error_texts() {
-        let long = format!("a\"b{}", "x".repeat(1 << 20));
-        let args = serde_json::json!({"turn": long, "path": "p"});
-        let e = decode::<HistoryShowArgs>("history_show", args.clone()).expect_err("a string");
-        let full = e.to_string();
-        assert!(full.len() > 1 << 20, "serde repeats the argument");
-        let cut = cut_arguments(&full, &args);
-        assert!(cut.len() < 1000, "{cut}");
-        assert!(cut.contains(&format!("… ({} bytes)", long.len())), "{cut}");
-        assert!(
-            cut.starts_with("bad arguments for history_show: invalid type"),
-            "{cut}"
-        );
-        // Short ones stay whole.
-        assert_eq!(cut_arguments("no \"p\"", &args), "no \"p\"");
-    }
-
-    #[test]
-    fn arguments_are_checked_against_the_schema() {
-        let e = decode::<WorktreeMergeArgs>(
-            "worktree_merge",
-            serde_json::json!({"name": "a", "force": true}),
-        )
-        .expect_err("force is not an argument");
-        assert!(
-            e.to_string()
-                .starts_with("bad arguments for worktree_merge: unknown field `force`"),
-            "{e}"
-        );
-        let e = decode::<HistoryShowArgs>(
-            "history_show",
-            serde_json::json!({"turn": "x", "path": "a"}),
-        )
-        .expect_err("turn is a number");
-        assert!(
-            e.to_string().contains("bad arguments for history_show"),
-            "{e}"
-        );
-        let a: HistoryLogArgs = decode("history_log", Value::Null).expect("null is {}");
-        assert_eq!(a.limit, None);
-        let e = ToolError::UnknownTool("rewind".into());
-        assert_eq!(
-            e.to_string(),
-            "there is no tool \"rewind\"; the tools are worktree_create, worktree_list, \
-             worktree_diff, worktree_merge, worktree_discard, history_log, history_diff, history_show"
-        );
-    }
-}
+mod tests;
