@@ -133,3 +133,67 @@ fn the_capture_leaves_the_access_time_alone() {
     assert_eq!(std::fs::read(fx.p("f")).expect("read"), b"kept bytes\n");
     assert_eq!(std::fs::read(fx.p("g")).expect("read"), b"removed bytes\n");
 }
+
+/// A stream of removals is committed to the index in a few large groups,
+/// not one per tick of the daemon's 100 ms timer
+/// (`Journal::apply_pending_on_tick`): each group commit truncates the
+/// capture log, so the times its size drops while an `rm -rf` of 6,000
+/// files runs count the commits. The timer commits at most once per
+/// `GROUP_MAX_WAIT` (1 s) while captures keep coming, and a group of
+/// 4,096 records commits on its own: the bound allows one commit per
+/// half second, a full group and two pauses of the `rm` (a loaded
+/// machine). Committing on every tick gave about ten per second. Then a
+/// rewind must give every file back exactly.
+#[test]
+fn a_stream_of_removals_is_committed_in_few_groups() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const FILES: usize = 6000;
+    let fx = Fixture::new();
+    for i in 0..FILES {
+        write_file(
+            &fx.p(format!("t/d{:03}/f{i:05}", i / 100)),
+            format!("file {i}\n").repeat(8).as_bytes(),
+            0o644,
+        );
+    }
+    fx.mount();
+    let before = fx.tree();
+    let turn = fx.turn("removals");
+    let log = fx.state_dir().join("capture.log");
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut drops = 0u32;
+            let mut last = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let len = std::fs::metadata(&log).map_or(0, |m| m.len());
+                if len < last {
+                    drops += 1;
+                }
+                last = len;
+                // A sampling interval, not an ordering: a commit every
+                // 100 ms is seen, and the poller leaves the CPU to the rm.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drops
+        })
+    };
+    let started = Instant::now();
+    fx.sh(&format!("rm -rf {}", q(&fx.m("t").to_string_lossy())));
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let commits = poller.join().expect("poller");
+    eprintln!("{commits} group commits in {elapsed:?}");
+    let allowed = 2 + (FILES / 4096) as u32 + (elapsed.as_secs_f64() * 2.0).ceil() as u32;
+    assert!(
+        commits <= allowed,
+        "{commits} group commits while rm -rf of {FILES} files ran for {elapsed:?} \
+         (at most {allowed} expected: the timer should wait while captures keep coming)"
+    );
+    assert!(!fx.p("t").exists());
+    let v = fx.rewind(turn);
+    check_rewind_result(&v, turn, false);
+    fx.assert_tree("after the rewind", &before);
+}

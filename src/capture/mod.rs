@@ -68,6 +68,10 @@ use turns::TurnState;
 pub const GROUP_MAX: usize = 4096;
 /// Pending inline bytes that trigger a group commit.
 pub const GROUP_MAX_BYTES: usize = 8 << 20;
+/// While captures keep arriving, the timer's group commit
+/// ([`Journal::apply_pending_on_tick`]) waits for a pause, but no longer
+/// than this after the oldest pending record was appended.
+pub const GROUP_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Files of at least this many bytes (and one link) are captured as ranges
 /// when written in place, unless the daemon is told otherwise
 /// (`OPFS_RANGE_MIN`). See `docs/ranges.md`.
@@ -457,18 +461,34 @@ impl<T: Tree> Journal<T> {
         self.lock().apply_pending()
     }
 
-    /// [`Journal::apply_pending`] for a timer: commits unless the removal
-    /// of a kept file is under way (between its record and the end of the
-    /// unlink or rename), when it does nothing and returns `Ok(false)`.
-    /// A commit in that window would have to copy the file's bytes (its
-    /// removal may still fail, so the inode cannot become a blob yet),
-    /// which is the work keeping saves; the removal ends within one
-    /// request, so the next tick commits. A caller that must commit now
-    /// (history commands, a turn boundary) uses `apply_pending`.
+    /// [`Journal::apply_pending`] for the daemon's timer. It does nothing
+    /// and returns `Ok(true)` while captures keep arriving (a record was
+    /// appended since the previous tick and the oldest pending one is
+    /// younger than [`GROUP_MAX_WAIT`]), and returns `Ok(false)` while
+    /// the removal of a kept file is under way (between its record and the
+    /// end of the unlink or rename): a commit in that window would have to
+    /// copy the file's bytes (its removal may still fail, so the inode
+    /// cannot become a blob yet), which is the work keeping saves; the
+    /// removal ends within one request, so a later tick commits. A caller
+    /// that must commit now (history commands, a turn boundary) uses
+    /// `apply_pending`.
+    ///
+    /// A burst of captures (an `rm -rf`, an untar) is so committed in
+    /// transactions of up to [`GROUP_MAX`] records, at least once per
+    /// [`GROUP_MAX_WAIT`], instead of one per tick: each transaction
+    /// rewrites every index page its records touch (the `blobs` table is
+    /// keyed by hash, so a group of any size touches pages all over it).
+    /// Nothing waits on this for correctness: the records are durable in
+    /// the capture log, and every reader of the index (the daemon's own,
+    /// a history command's `Commit` request, a turn boundary) commits
+    /// first.
     ///
     /// Errors: as `apply_pending`; the records stay pending.
-    pub fn apply_pending_unless_leaving(&self) -> Result<bool, IndexError> {
+    pub fn apply_pending_on_tick(&self) -> Result<bool, IndexError> {
         let mut inner = self.lock();
+        if inner.pending.streaming(GROUP_MAX_WAIT) {
+            return Ok(true);
+        }
         if !inner.leaving.is_empty() {
             return Ok(false);
         }

@@ -34,6 +34,11 @@ pub(super) struct Pending {
     /// Kept files whose records are resolved in `entries`: removed once
     /// they are committed.
     pub(super) kept_done: Vec<u64>,
+    /// When the oldest of `entries` was appended.
+    oldest: Option<std::time::Instant>,
+    /// A record was appended since the timer last looked
+    /// ([`Pending::streaming`]).
+    fresh: bool,
 }
 
 impl Pending {
@@ -47,7 +52,19 @@ impl Pending {
             blobs,
             hashed: None,
             kept_done: Vec::new(),
+            oldest: None,
+            fresh: false,
         }
+    }
+
+    /// True while captures keep arriving: a record was appended since the
+    /// last call, and the oldest pending one is younger than `max_wait`.
+    /// The timer's group commit then waits, so a stream of captures is
+    /// committed in a few large transactions instead of one per tick
+    /// (each transaction rewrites the index pages its records touch).
+    pub(super) fn streaming(&mut self, max_wait: std::time::Duration) -> bool {
+        let fresh = std::mem::take(&mut self.fresh);
+        fresh && self.oldest.is_some_and(|t| t.elapsed() < max_wait)
     }
 
     /// Commits the pending records to `index` in one transaction, then
@@ -61,6 +78,8 @@ impl Pending {
         let added = index.apply(&self.entries, &self.blobs)?;
         self.entries.clear();
         self.bytes = 0;
+        self.oldest = None;
+        self.fresh = false;
         // If the truncation fails the log keeps records the index already
         // holds; replaying them changes nothing. The next group retries.
         if let Err(e) = self.log.truncate() {
@@ -94,6 +113,10 @@ impl Inner {
         }
         self.pending.log.append(&entry).at(&entry.path)?;
         self.pending.bytes += entry.path.len() + entry.data.as_ref().map_or(0, Vec::len);
+        if self.pending.entries.is_empty() {
+            self.pending.oldest = Some(std::time::Instant::now());
+        }
+        self.pending.fresh = true;
         self.pending.entries.push(entry);
         if self.pending.entries.len() >= super::GROUP_MAX
             || self.pending.bytes >= super::GROUP_MAX_BYTES

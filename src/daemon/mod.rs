@@ -37,9 +37,10 @@ pub use options::{
 };
 pub use spawn::SpawnError;
 
-/// How long a captured record may wait in the capture log before the
-/// daemon commits it to the index (when fewer than
-/// [`crate::capture::GROUP_MAX`] are pending).
+/// The period of the daemon's group commit timer: a captured record waits
+/// in the capture log at most this long after the captures pause (when
+/// fewer than [`crate::capture::GROUP_MAX`] are pending), and at most
+/// [`crate::capture::GROUP_MAX_WAIT`] while they keep coming.
 pub const GROUP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The served mount as the control server sees it.
@@ -367,8 +368,11 @@ fn start_control(
 }
 
 /// Group commits of the capture log happen on the capturing thread when
-/// enough records are pending; this timer commits the rest, so history
-/// commands in other processes see a capture within [`GROUP_INTERVAL`].
+/// enough records are pending; this timer commits the rest within
+/// [`GROUP_INTERVAL`] of a pause in the captures, and at least once per
+/// [`crate::capture::GROUP_MAX_WAIT`] while they keep coming
+/// ([`Journal::apply_pending_on_tick`]). History commands in other
+/// processes ask the daemon to commit first (`Commit`).
 struct Committer {
     stop: crossbeam_channel::Sender<()>,
     thread: std::thread::JoinHandle<()>,
@@ -391,7 +395,7 @@ impl Committer {
                 let done = if waited >= MAX_WAIT {
                     journal.apply_pending().map(|()| true)
                 } else {
-                    journal.apply_pending_unless_leaving()
+                    journal.apply_pending_on_tick()
                 };
                 match done {
                     Ok(true) => waited = 0,
