@@ -615,6 +615,10 @@ fn project_with_history() -> Fixture {
 fn the_official_python_sdk_client_reads_every_tool_with_both_protocol_versions() {
     let python = test_tool("mcp-python/bin/python", "the MCP Python SDK client");
     let f = project_with_history();
+    // A turn labelled with a pasted file: history_log gives it cut.
+    let long = format!("paste: {}", "x".repeat(20_000));
+    fs::write(f.m("b.txt"), "b\n").expect("write");
+    f.turn(&long);
     let script = f.root().join("sdk_client.py");
     fs::write(&script, SDK_CLIENT).expect("write script");
     for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
@@ -643,7 +647,15 @@ fn the_official_python_sdk_client_reads_every_tool_with_both_protocol_versions()
         let turns = out["calls"]["history_log"]["turns"]
             .as_array()
             .expect("turns");
-        assert_eq!(turns[0]["label"], "second", "{out}");
+        let cut = turns[0]["label"].as_str().expect("label");
+        assert!(
+            cut.len() <= 1024 + '…'.len_utf8()
+                && cut.starts_with("paste: xxx")
+                && cut.ends_with('…'),
+            "{mode}: {cut}"
+        );
+        assert_eq!(turns[0]["label_bytes"], long.len(), "{out}");
+        assert_eq!(turns[1]["label"], "second", "{out}");
         assert_eq!(out["calls"]["worktree_list"], json!({"worktrees": []}));
         let shown = &out["calls"]["history_show"];
         assert_eq!(shown["content_base64"], "b25lCnR3bwo=", "{shown}");

@@ -604,7 +604,9 @@ impl Tools {
         let git_changes = crate::capture::git_note::git_changes(self.project.state())
             .into_iter()
             .collect();
-        Ok(history::log_json(&entries, &kept, &git_changes))
+        let mut log = history::log_json(&entries, &kept, &git_changes);
+        cut_labels(&mut log, LABEL_SHOWN);
+        Ok(log)
     }
 
     /// `history_diff`: the patch of `opfs diff RANGE [PATH...]`.
@@ -676,3 +678,34 @@ fn render(diffs: &[diff::FileDiff], stat: bool) -> Result<DiffOutput, ToolError>
 
 #[cfg(test)]
 mod tests;
+
+/// The bytes of a label `history_log` gives whole; a longer one (a pasted
+/// file as the prompt, say) is cut there, at a character boundary.
+pub const LABEL_SHOWN: usize = 1024;
+
+/// Cuts each `label` of the turns in `log` (a JSON array of `opfs log
+/// --json` entries) to at most `max` bytes, ending it with `…` and setting
+/// `label_bytes` to the whole label's length: an agent reading its history
+/// gets every turn without one long prompt filling its context
+/// (`opfs log --json` gives the label whole).
+fn cut_labels(log: &mut Value, max: usize) {
+    let Some(turns) = log.as_array_mut() else {
+        return;
+    };
+    for t in turns {
+        let Some(label) = t.get("label").and_then(Value::as_str) else {
+            continue;
+        };
+        if label.len() <= max {
+            continue;
+        }
+        let whole = label.len();
+        let mut end = max;
+        while !label.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = format!("{}…", &label[..end]);
+        t["label"] = Value::String(cut);
+        t["label_bytes"] = Value::from(whole);
+    }
+}

@@ -118,7 +118,8 @@ pub(super) fn turns() -> Value {
         json!({
             "turn": count("the turn's number"),
             "kind": { "type": "string", "enum": ["agent", "rewind", "merge"] },
-            "label": nullable("string", "its label"),
+            "label": nullable("string", "its label, cut to 1024 bytes and ended with … when longer"),
+            "label_bytes": count("when the label was cut: the whole label's length in bytes (`opfs log --json` gives it whole)"),
             "external_id": nullable("string", "the agent's session id"),
             "started_at": text("RFC 3339"),
             "ended_at": nullable("string", "RFC 3339; null for the open turn"),

@@ -104,3 +104,20 @@ fn arguments_are_checked_against_the_schema() {
          worktree_diff, worktree_merge, worktree_discard, history_log, history_diff, history_show"
     );
 }
+
+#[test]
+fn history_log_cuts_long_labels_at_a_character_boundary() {
+    let long = format!("{}é{}", "a".repeat(1023), "b".repeat(5000));
+    let mut log = serde_json::json!([
+        {"turn": 2, "label": long},
+        {"turn": 1, "label": "short"},
+        {"turn": 0, "label": null}
+    ]);
+    super::cut_labels(&mut log, super::LABEL_SHOWN);
+    let cut = log[0]["label"].as_str().expect("label");
+    assert_eq!(cut, format!("{}…", "a".repeat(1023)));
+    assert_eq!(log[0]["label_bytes"], long.len());
+    assert_eq!(log[1]["label"], "short");
+    assert!(log[1].get("label_bytes").is_none());
+    assert!(log[2]["label"].is_null());
+}
