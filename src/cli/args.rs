@@ -80,6 +80,9 @@ pub enum Cmd {
     Gc(GcArgs),
     /// Write the history as a shadow git repository (one commit per turn).
     Export(ExportArgs),
+    /// Push the history (and worktree branches) to a checkpoint remote,
+    /// under refs/opfs/<machine>/<project key>/ (docs/remote.md).
+    Push(PushArgs),
     /// Copy-on-write worktrees of the project: try an idea, merge it back.
     #[command(subcommand)]
     Worktree(WorktreeCmd),
@@ -587,6 +590,14 @@ pub struct ExportArgs {
     /// Follow the project's ignore rules again (the default).
     #[arg(long)]
     pub no_export_ignored: bool,
+}
+
+// `opfs push`.
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The git remote (URL or path); default: the project's configured
+    /// remote ([projects."PATH".push] remote, else [push] remote).
+    pub remote: Option<String>,
 }
 
 /// `--max-bytes` and other sizes: `opfs::state::usage::parse_size` (clap

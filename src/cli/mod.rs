@@ -59,6 +59,9 @@ pub struct Env {
     pub config: Option<PathBuf>,
     /// The terminal: stdout a tty, the pager, `NO_COLOR`.
     pub term: pager::TermEnv,
+    /// What `git` gets when it talks to a checkpoint remote
+    /// ([`opfs::remote::GitEnv::NAMES`]).
+    pub git: opfs::remote::GitEnv,
 }
 
 impl Env {
@@ -93,6 +96,12 @@ impl Env {
                 search_path: var("PATH"),
             },
             config,
+            git: opfs::remote::GitEnv {
+                vars: opfs::remote::GitEnv::NAMES
+                    .iter()
+                    .filter_map(|k| var(k).map(|v| (OsString::from(k), v)))
+                    .collect(),
+            },
             term: pager::TermEnv {
                 stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
                 stderr_tty: std::io::IsTerminal::is_terminal(&io::stderr()),
@@ -240,6 +249,43 @@ impl Ctx {
             Some(p) => opfs::sandbox::config::load(p).map_err(error::failure),
             None => Ok(Default::default()),
         }
+    }
+
+    /// The checkpoint remote of `project` (canonical): `remote` if given,
+    /// else `[projects."PATH".push] remote`, else `[push] remote`; with
+    /// whether it is pushed automatically after turns (`auto`, default on
+    /// when a remote is configured) and the retry interval. `None` when no
+    /// remote is given or configured.
+    ///
+    /// Errors: as [`Ctx::config`].
+    pub fn push_target(
+        &self,
+        project: &Path,
+        remote: Option<&str>,
+    ) -> Result<Option<(opfs::remote::Target, bool, Duration)>, CommandError> {
+        let config = self.config()?;
+        let own = config.project(project, self.env.home.as_deref());
+        let url = remote.map(str::to_string).or_else(|| {
+            own.and_then(|p| p.push.remote.clone())
+                .or_else(|| config.push.remote.clone())
+        });
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let auto = own
+            .and_then(|p| p.push.auto)
+            .or(config.push.auto)
+            .unwrap_or(true);
+        let retry = config
+            .push
+            .retry_seconds
+            .map(|s| Duration::from_secs(s.max(1)))
+            .unwrap_or(opfs::remote::DEFAULT_RETRY);
+        let target = opfs::remote::Target {
+            url,
+            machine: opfs::remote::machine_name(config.push.machine.as_deref()),
+        };
+        Ok(Some((target, auto, retry)))
     }
 
     /// What a mount of `project` (canonical) does not record, ready to

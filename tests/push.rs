@@ -1,0 +1,390 @@
+//! Checkpoint remotes (`docs/remote.md`): the history pushed to a real git
+//! remote (a bare repository served by `git daemon` on 127.0.0.1, started
+//! by the test) under `refs/opfs/<machine>/<project key>/`, automatically
+//! after turns and by `opfs push`; an unreachable remote shown by `status`
+//! and retried; a clash refused and named; a push resumed after the
+//! pusher died between the remote taking it and recording it.
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// How long a test waits for the automatic pusher (a thread of the daemon).
+const PUSH_WAIT: Duration = Duration::from_secs(90);
+
+/// `git daemon` serving the bare repositories of a temp dir on 127.0.0.1,
+/// pushes enabled; killed on drop.
+struct GitDaemon {
+    child: Child,
+    base: tempfile::TempDir,
+    port: u16,
+}
+
+impl GitDaemon {
+    /// A daemon on a free port, or `None` (and a message) when this
+    /// machine has no `git daemon` (`scripts/setup` installs it).
+    fn start() -> Option<GitDaemon> {
+        GitDaemon::start_on(free_port())
+    }
+
+    /// A daemon on `port`, serving a fresh bare repository `r.git`.
+    fn start_on(port: u16) -> Option<GitDaemon> {
+        let exec = Command::new("git").arg("--exec-path").output().ok()?;
+        let exec = PathBuf::from(String::from_utf8_lossy(&exec.stdout).trim());
+        if !exec.join("git-daemon").exists() {
+            eprintln!("SKIP: `git daemon` is not installed (scripts/setup installs it)");
+            return None;
+        }
+        let base = tempfile::tempdir().expect("temp dir");
+        let repo = base.path().join("r.git");
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&repo)
+            .output()
+            .expect("git init");
+        assert!(out.status.success(), "git init --bare failed");
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.path().display()))
+            .arg(base.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start git daemon");
+        let d = GitDaemon { child, base, port };
+        assert!(
+            wait_for(Duration::from_secs(30), || TcpStream::connect((
+                "127.0.0.1",
+                d.port
+            ))
+            .is_ok()),
+            "git daemon did not listen on 127.0.0.1:{port}"
+        );
+        Some(d)
+    }
+
+    fn url(&self) -> String {
+        url_on(self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.base;
+    }
+}
+
+fn url_on(port: u16) -> String {
+    format!("git://127.0.0.1:{port}/r.git")
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Writes the fixture's configuration: `machine`, the project's remote,
+/// automatic pushes on or off, a retry every second.
+fn configure(f: &Fixture, url: &str, machine: &str, auto: bool) {
+    let text = format!(
+        "[push]\nmachine = {machine:?}\nretry_seconds = 1\n\n[projects.{:?}.push]\nremote = {url:?}\nauto = {auto}\n",
+        f.project.display().to_string()
+    );
+    std::fs::write(&f.pinned.config, text).expect("write config");
+}
+
+/// The project's namespace on the remote.
+fn namespace(f: &Fixture, machine: &str) -> String {
+    let key = f.state_dir();
+    format!(
+        "refs/opfs/{machine}/{}",
+        key.file_name().expect("key").to_string_lossy()
+    )
+}
+
+/// `git ls-remote URL`: ref name to id.
+fn ls_remote(url: &str) -> std::collections::BTreeMap<String, String> {
+    let out = Command::new("git")
+        .args(["ls-remote", url])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git ls-remote");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(id, r)| (r.to_string(), id.to_string()))
+        .collect()
+}
+
+/// A plain git command in `dir` (no user configuration).
+fn git_at(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The push entry of `status --json` for `url`.
+fn push_status(f: &Fixture, url: &str) -> serde_json::Value {
+    let s = f.status();
+    s["push"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["remote"] == url))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn turns_are_pushed_after_each_turn_under_the_machines_namespace() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    // The user's own repository, with a remote of its own: never touched.
+    write_file(&f.p("README"), b"hello\n", 0o644);
+    git_at(&f.project, &["init", "-q"]);
+    git_at(
+        &f.project,
+        &["remote", "add", "origin", "https://example.invalid/app.git"],
+    );
+    git_at(&f.project, &["add", "README"]);
+    git_at(&f.project, &["commit", "-q", "-m", "first"]);
+    let git_before = manifest(&f.p(".git"));
+    configure(&f, &d.url(), "alpha", true);
+    // A label names the turn it opens.
+    f.mount_with(&["--label", "write a"]);
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("write big");
+    let big: Vec<u8> = (0..9u32 << 20).map(|i| (i % 251) as u8).collect();
+    write_file(&f.m("big.bin"), &big, 0o644);
+    f.turn("edit a");
+    write_file(&f.m("a.txt"), b"one\ntwo\n", 0o644);
+    f.turn("idle");
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/3"))),
+        "turn 3 never reached the remote: {:?}\nstatus: {:#}",
+        ls_remote(&d.url()),
+        f.status()
+    );
+    let refs = ls_remote(&d.url());
+    for r in ["head", "baseline", "project", "turns/1", "turns/2"] {
+        assert!(
+            refs.contains_key(&format!("{ns}/{r}")),
+            "{ns}/{r} missing: {refs:?}"
+        );
+    }
+    assert!(
+        refs.keys().all(|r| r.starts_with(&format!("{ns}/"))),
+        "refs outside the namespace: {refs:?}"
+    );
+    let st = push_status(&f, &d.url());
+    assert_eq!(st["last_turn"], 3, "{st:#}");
+    assert!(st["failure"].is_null(), "{st:#}");
+
+    // Stock git reads it elsewhere.
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), "refs/opfs/*:refs/opfs/*"],
+    );
+    let log = git_at(
+        elsewhere.path(),
+        &["log", "--format=%s", &format!("{ns}/head")],
+    );
+    let subjects: Vec<&str> = log.lines().collect();
+    assert_eq!(subjects.len(), 4, "three turns and the baseline: {log}");
+    assert_eq!(
+        subjects[..3],
+        ["Turn 3: edit a", "Turn 2: write big", "Turn 1: write a"],
+        "git log of the pushed head"
+    );
+    let changed = git_at(
+        elsewhere.path(),
+        &[
+            "diff",
+            "--name-only",
+            &format!("{ns}/turns/1"),
+            &format!("{ns}/turns/2"),
+        ],
+    );
+    assert_eq!(changed.trim(), "big.bin");
+    let pointer = git_at(
+        elsewhere.path(),
+        &["show", &format!("{ns}/turns/2:big.bin")],
+    );
+    assert!(pointer.starts_with("opfs-pointer v1\n"), "{pointer}");
+    let a = git_at(elsewhere.path(), &["show", &format!("{ns}/turns/3:a.txt")]);
+    assert_eq!(a, "one\ntwo\n");
+
+    // Nothing of it in the user's repository.
+    f.umount();
+    assert_manifest_eq("the project's .git", &git_before, &manifest(&f.p(".git")));
+    let remotes = git_at(&f.project, &["remote"]);
+    assert_eq!(remotes.trim(), "origin");
+}
+
+#[test]
+fn an_unreachable_remote_is_shown_by_status_and_retried_until_it_answers() {
+    let port = free_port();
+    let url = url_on(port);
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", true);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    // The turn does not wait for the push, nor fail with it.
+    f.turn("one");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["failure"]["attempts"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)),
+        "the failed push was not tried again: {:#}",
+        f.status()
+    );
+    let st = push_status(&f, &url);
+    assert_eq!(st["failure"]["kind"], "unreachable", "{st:#}");
+    let msg = st["failure"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains(&url), "the error names the remote: {msg}");
+    let warnings = f.status()["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("pushes to {url} fail")),
+        "{warnings}"
+    );
+    // The remote comes up: the next retry pushes, nothing was lost.
+    let Some(d) = GitDaemon::start_on(port) else {
+        return;
+    };
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["failure"].is_null()),
+        "the retry never succeeded: {:#}",
+        f.status()
+    );
+    assert_eq!(push_status(&f, &url)["last_turn"], 1);
+    assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}
+
+#[test]
+fn a_clash_in_the_namespace_is_refused_named_and_nothing_is_lost() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    let ns = namespace(&f, "alpha");
+    // Another machine of the same name pushes a project at the same path.
+    let other = tempfile::tempdir().expect("temp");
+    git_at(other.path(), &["init", "-q"]);
+    write_file(&other.path().join("x"), b"theirs\n", 0o644);
+    git_at(other.path(), &["add", "x"]);
+    git_at(other.path(), &["commit", "-q", "-m", "theirs"]);
+    git_at(
+        other.path(),
+        &[
+            "push",
+            "-q",
+            "--force",
+            &d.url(),
+            &format!("HEAD:{ns}/head"),
+        ],
+    );
+    let theirs = ls_remote(&d.url())[&format!("{ns}/head")].clone();
+    write_file(&f.m("a.txt"), b"two\n", 0o644);
+    f.turn("two");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [d.url(), format!("{ns}/head"), "[push] machine".to_string()] {
+        assert!(run.stderr.contains(&part), "the error names {part}: {run}");
+    }
+    // Refused as a whole: theirs is still there, nothing of ours moved.
+    let refs = ls_remote(&d.url());
+    assert_eq!(refs[&format!("{ns}/head")], theirs);
+    assert!(!refs.contains_key(&format!("{ns}/turns/2")), "{refs:?}");
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "clash");
+    // Nothing lost locally; once the stale copy is gone, the push goes through.
+    let log = f.opfs_c(&["log", "--json"]).ok().json();
+    assert_eq!(log.as_array().map(Vec::len), Some(3), "{log:#}");
+    git_at(
+        other.path(),
+        &["push", "-q", &d.url(), "--delete", &format!("{ns}/head")],
+    );
+    f.opfs_c(&["push"]).ok();
+    let refs = ls_remote(&d.url());
+    assert!(refs.contains_key(&format!("{ns}/turns/2")), "{refs:?}");
+    assert!(push_status(&f, &d.url())["failure"].is_null());
+}
+
+#[test]
+fn a_pusher_killed_after_the_remote_took_its_push_is_resumed_after_a_rewrite() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    write_file(&f.m("a.txt"), b"two\n", 0o644);
+    f.turn("two");
+    // Killed right after git's push: the remote holds turn 2, push.json
+    // still says turn 1.
+    let mnt = f.mnt.display().to_string();
+    let out = f
+        .opfs_command(&["-C", &mnt, "push"])
+        .env("OPFS_FAILPOINT", "push-after-git:1")
+        .output()
+        .expect("run opfs push");
+    assert_eq!(
+        out.status.code(),
+        None,
+        "the failpoint did not kill the push"
+    );
+    let ns = namespace(&f, "alpha");
+    let before = ls_remote(&d.url());
+    assert!(before.contains_key(&format!("{ns}/turns/2")), "{before:?}");
+    // Then the history is rewritten (a relabel writes turn 2's commit
+    // again) before the next push, which must not take the remote's copy
+    // of its own earlier commit for a clash.
+    f.opfs_c(&["label", "2", "renamed"]).ok();
+    let run = f.opfs_c(&["push", "--json"]).ok();
+    assert_eq!(run.json()["last_turn"], 2, "{run}");
+    let export = f.state_dir().join("export.git");
+    let local = String::from_utf8_lossy(&git_in_ok(&export, &["rev-parse", "refs/heads/opfs"]))
+        .trim()
+        .to_string();
+    let after = ls_remote(&d.url());
+    assert_ne!(after[&format!("{ns}/head")], before[&format!("{ns}/head")]);
+    assert_eq!(after[&format!("{ns}/head")], local);
+    assert!(push_status(&f, &d.url())["failure"].is_null());
+}
