@@ -388,3 +388,112 @@ fn a_pusher_killed_after_the_remote_took_its_push_is_resumed_after_a_rewrite() {
     assert_eq!(after[&format!("{ns}/head")], local);
     assert!(push_status(&f, &d.url())["failure"].is_null());
 }
+
+/// The files and symlinks of `m` (directories' modes follow the umask in
+/// a checkout; git keeps no directories).
+fn files_only(m: Manifest) -> Manifest {
+    m.into_iter()
+        .filter(|(_, e)| !matches!(e, Entry::Dir { .. }))
+        .collect()
+}
+
+#[test]
+fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn() {
+    let Some(d) = GitDaemon::start() else { return };
+    let url = d.url();
+    // Machine "alpha": three turns, one of them a symlink, one a
+    // non-UTF-8 name and an executable.
+    let a = Fixture::new();
+    configure(&a, &url, "alpha", false);
+    a.mount();
+    let mut at_end = Vec::new();
+    write_file(&a.m("src/main.rs"), b"fn main() {}\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::os::unix::fs::symlink("src/main.rs", a.m("link")).expect("symlink");
+    write_file(&a.m(bytes_path(b"caf\xe9.sh")), b"#!/bin/sh\n", 0o755);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::fs::remove_file(a.m("src/main.rs")).expect("rm");
+    write_file(&a.m("notes.txt"), b"gone\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    a.opfs_c(&["push"]).ok();
+    // Machine "beta": another project, one turn.
+    let b = Fixture::new();
+    configure(&b, &url, "beta", false);
+    b.mount();
+    write_file(&b.m("b.txt"), b"beta\n", 0o644);
+    b.turn("t");
+    b.opfs_c(&["push"]).ok();
+
+    // A third machine, with nothing of either: lists both.
+    let c = Fixture::new();
+    let list = c.opfs(&["--json", "remote", "list", &url]).ok().json();
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let nb = namespace(&b, "beta")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    assert!(
+        names.contains(&na.as_str()) && names.contains(&nb.as_str()),
+        "{list:#}"
+    );
+    let pa = list
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["name"] == na.as_str()))
+        .expect("alpha's project");
+    assert_eq!(pa["path"], a.project.display().to_string(), "{pa:#}");
+    assert_eq!(pa["turns"], serde_json::json!([1, 2, 3]), "{pa:#}");
+    let turns = c.opfs(&["--json", "remote", "list", &url, &na]).ok().json();
+    assert_eq!(turns.as_array().map(Vec::len), Some(3), "{turns:#}");
+
+    // Each turn, materialised, is the project at the end of that turn.
+    for (i, expected) in at_end.iter().enumerate() {
+        let dir = c.root().join(format!("turn{}", i + 1));
+        let n = (i + 1).to_string();
+        c.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            &n,
+            &dir.display().to_string(),
+        ])
+        .ok();
+        assert_manifest_eq(
+            &format!("turn {n} materialised"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Bad input: a turn or project it does not hold, a non-empty directory.
+    let run = c.opfs(&["remote", "checkout", &url, &na, "9", "/tmp/opfs-never"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("holds no turn 9"), "{run}");
+    let run = c.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "gamma/0000",
+        "1",
+        "/tmp/opfs-never",
+    ]);
+    assert!(run.stderr.contains("holds no project gamma/0000"), "{run}");
+    let run = c.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &c.root().join("turn1").display().to_string(),
+    ]);
+    assert!(run.stderr.contains("is not empty"), "{run}");
+}

@@ -24,10 +24,14 @@
 //! environment), `state` (`push.json`), `pusher` (the daemon's automatic
 //! push thread), `fetch` (listing a remote and materialising a turn).
 
+mod fetch;
 mod git;
 mod pusher;
 pub mod state;
 
+pub use fetch::{
+    checkout, list, parse_pointer, turns, CheckoutReport, RemoteError, RemoteProject, RemoteTurn,
+};
 pub use git::GitEnv;
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
 
