@@ -497,3 +497,169 @@ fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn
     ]);
     assert!(run.stderr.contains("is not empty"), "{run}");
 }
+
+/// moto's S3 server (`pip install 'moto[server]'` into
+/// `~/.cache/opfs-test-tools/moto`, which `scripts/setup` does) on
+/// 127.0.0.1, with the bucket `ckpt`; killed on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Option<Moto> {
+        let home = std::env::var_os("HOME").map(PathBuf::from)?;
+        let venv = home.join(".cache/opfs-test-tools/moto/bin");
+        if !venv.join("moto_server").exists() {
+            eprintln!(
+                "SKIP: moto's S3 server is not installed in {} (scripts/setup installs it)",
+                venv.display()
+            );
+            return None;
+        }
+        let port = free_port();
+        let child = Command::new(venv.join("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        let m = Moto { child, port };
+        assert!(
+            wait_for(Duration::from_secs(60), || TcpStream::connect((
+                "127.0.0.1",
+                m.port
+            ))
+            .is_ok()),
+            "moto did not listen on 127.0.0.1:{port}"
+        );
+        let out = Command::new(venv.join("python"))
+            .args([
+                "-c",
+                &format!(
+                    "import boto3; boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='ckpt')",
+                    m.endpoint()
+                ),
+            ])
+            .output()
+            .expect("create the bucket");
+        assert!(
+            out.status.success(),
+            "create bucket: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(m)
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// [`configure`] plus the bucket `s3://ckpt/opfs` at `endpoint`, and
+/// moto's credentials in the environment of every command of `f`.
+fn configure_bucket(f: &Fixture, url: &str, machine: &str, endpoint: &str) {
+    configure(f, url, machine, false);
+    let mut text = std::fs::read_to_string(&f.pinned.config).expect("config");
+    text = text.replace(
+        "[push]\n",
+        &format!("[push]\nbucket = \"s3://ckpt/opfs\"\nbucket_endpoint = {endpoint:?}\n"),
+    );
+    std::fs::write(&f.pinned.config, text).expect("write config");
+    f.set_env("AWS_ACCESS_KEY_ID", "testing");
+    f.set_env("AWS_SECRET_ACCESS_KEY", "testing");
+}
+
+#[test]
+fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_byte() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let mut at_end = Vec::new();
+    let mut rng = Rng::new(31);
+    let big = rng.bytes(9 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("small.txt"), b"one\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    // Written in place: its turn-1 bytes are kept as ranges, not a blob.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.m("big.bin"))
+        .expect("open big");
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(4 << 20)).expect("seek");
+    std::io::Write::write_all(&mut file, b"changed in place").expect("write");
+    drop(file);
+    let other = rng.bytes((8 << 20) + 5);
+    write_file(&a.m("data/other.bin"), &other, 0o755);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::fs::remove_file(a.m("big.bin")).expect("rm");
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_uploaded"], 3,
+        "three versions of 8 MiB or more: {r:#}"
+    );
+    // Create-only and incremental: nothing more to upload.
+    write_file(&a.m("small.txt"), b"two\n", 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+
+    // Another state home, which never saw the project.
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    for (i, expected) in at_end.iter().enumerate() {
+        let n = (i + 1).to_string();
+        let dir = b.root().join(format!("turn{n}"));
+        let run = b
+            .opfs(&[
+                "--json",
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                &n,
+                &dir.display().to_string(),
+            ])
+            .ok();
+        assert!(
+            run.json()["pointers"].as_array().is_some_and(Vec::is_empty),
+            "{run}"
+        );
+        assert_manifest_eq(
+            &format!("turn {n} materialised from git and the bucket"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Without the bucket the pointers are written and said.
+    let dir = b.root().join("nobucket");
+    std::fs::write(&b.pinned.config, "").expect("config");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("written as pointer files"), "{run}");
+}

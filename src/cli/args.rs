@@ -626,6 +626,10 @@ pub enum RemoteCmd {
         turn: String,
         /// The directory to write (created; must be empty if it exists).
         dir: PathBuf,
+        /// The bucket of the big files' bytes (s3://BUCKET[/PREFIX]);
+        /// default: the configuration's [push] bucket.
+        #[arg(long, value_name = "URL")]
+        bucket: Option<String>,
     },
 }
 

@@ -62,8 +62,15 @@ pub enum RemoteError {
         /// The path as the tree has it.
         path: String,
     },
+    /// The bucket could not be read.
+    #[error("{source}")]
+    Bucket {
+        /// The bucket's error.
+        #[source]
+        source: Box<super::bucket::BucketError>,
+    },
     /// `git` is not on `PATH`.
-    #[error("cannot read {remote}: the `git` program is not on PATH; install git")]
+    #[error("cannot read {remote}: the git program is not on PATH; install git")]
     GitNotFound {
         /// The remote.
         remote: String,
@@ -130,6 +137,8 @@ pub struct CheckoutReport {
     pub symlinks: u64,
     /// Bytes of the files written.
     pub bytes: u64,
+    /// Pointer files whose bytes were read from the bucket.
+    pub resolved: u64,
     /// Files written as their pointer (8 MiB or more: their bytes were not
     /// available), project-relative.
     pub pointers: Vec<String>,
@@ -344,6 +353,7 @@ pub fn checkout(
     turn: &str,
     dir: &Path,
     git: &GitEnv,
+    bucket: Option<&super::bucket::BucketConfig>,
 ) -> Result<CheckoutReport, RemoteError> {
     let io_at = |path: &Path| {
         let path = path.to_path_buf();
@@ -414,8 +424,15 @@ pub fn checkout(
         files: 0,
         symlinks: 0,
         bytes: 0,
+        resolved: 0,
         pointers: Vec::new(),
     };
+    let bucket = bucket
+        .map(super::bucket::Bucket::open)
+        .transpose()
+        .map_err(|source| RemoteError::Bucket {
+            source: Box::new(source),
+        })?;
     let mut blobs = BlobReader::start(
         &cache_dir,
         git,
@@ -433,8 +450,21 @@ pub fn checkout(
             report.symlinks += 1;
             continue;
         }
-        if parse_pointer(&bytes).is_some() {
-            report.pointers.push(crate::paths::display(rel));
+        let mut bytes = bytes;
+        if let Some((hash, size)) = parse_pointer(&bytes) {
+            let found = match &bucket {
+                Some(b) => b.get(&hash).map_err(|source| RemoteError::Bucket {
+                    source: Box::new(source),
+                })?,
+                None => None,
+            };
+            match found {
+                Some(content) if content.len() as u64 == size => {
+                    bytes = content;
+                    report.resolved += 1;
+                }
+                _ => report.pointers.push(crate::paths::display(rel)),
+            }
         }
         let perm = if mode == "100755" { 0o755 } else { 0o644 };
         let mut file = std::fs::OpenOptions::new()

@@ -24,8 +24,10 @@
 //! environment), `state` (`push.json`), `pusher` (the daemon's automatic
 //! push thread), `fetch` (listing a remote and materialising a turn).
 
+pub mod bucket;
 mod fetch;
 mod git;
+mod pointers;
 mod pusher;
 pub mod state;
 
@@ -58,6 +60,9 @@ pub struct Target {
     pub url: String,
     /// The machine's name in the namespace, as [`machine_name`] makes it.
     pub machine: String,
+    /// The bucket that receives the bytes behind pointer files, if any
+    /// (`docs/remote.md`, "Big files").
+    pub bucket: Option<bucket::BucketConfig>,
 }
 
 /// The namespace of `project` (canonical) pushed from `machine`:
@@ -112,7 +117,7 @@ pub enum PushError {
         project: PathBuf,
     },
     /// `git` is not on `PATH`.
-    #[error("cannot push to {remote}: the `git` program is not on PATH; install git")]
+    #[error("cannot push to {remote}: the git program is not on PATH; install git")]
     GitNotFound {
         /// The remote.
         remote: String,
@@ -156,6 +161,34 @@ pub enum PushError {
         /// The refs and the remote's reason.
         cause: String,
     },
+    /// The bytes behind a pointer file could not be uploaded (the push
+    /// is not made, so the remote never holds a pointer whose bytes are
+    /// missing).
+    #[error(
+        "cannot push to {remote}: {source}; nothing was pushed or lost, the push is tried again"
+    )]
+    Bucket {
+        /// The remote.
+        remote: String,
+        /// The bucket's error.
+        #[source]
+        source: Box<bucket::BucketError>,
+    },
+    /// The bytes behind a pointer file are not available locally any
+    /// more (the version was dropped, or changed before it was captured).
+    #[error("cannot push to {remote}: the bytes of {path} at the end of turn {turn} (BLAKE3 {hash}) are not in the blob store or the project any more; {cause}")]
+    Unavailable {
+        /// The remote.
+        remote: String,
+        /// The project-relative path.
+        path: String,
+        /// The turn whose end it is.
+        turn: u64,
+        /// The content's BLAKE3.
+        hash: String,
+        /// What was found instead.
+        cause: String,
+    },
     /// A local git step failed (reading the export repository).
     #[error("push to {remote}: {what} in {git_dir} failed: {cause}")]
     Git {
@@ -188,6 +221,7 @@ impl PushError {
             PushError::Clash { .. } => "clash",
             PushError::Refused { .. } => "refused",
             PushError::NotExported { .. } => "not_exported",
+            PushError::Bucket { .. } => "bucket",
             _ => "error",
         }
     }
@@ -208,6 +242,10 @@ pub struct PushReport {
     pub last_turn: Option<u64>,
     /// Bytes of the pack sent (git's count; 0 when nothing was sent).
     pub bytes_sent: u64,
+    /// Pointer files whose bytes were uploaded to the bucket now.
+    pub objects_uploaded: usize,
+    /// Bytes uploaded to the bucket.
+    pub object_bytes: u64,
     /// Wall time of the push, ms.
     pub elapsed_ms: u64,
 }
@@ -215,7 +253,7 @@ pub struct PushReport {
 impl PushReport {
     /// True when the remote already held everything (no process ran).
     pub fn up_to_date(&self) -> bool {
-        self.updated == 0 && self.deleted == 0
+        self.updated == 0 && self.deleted == 0 && self.objects_uploaded == 0
     }
 }
 
@@ -287,6 +325,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         None => info_commit(&git_dir, target, state, git)?,
     };
     wanted.insert(info_ref, info);
+    let mut uploaded = (0, 0);
     let mut result = Err(PushError::Unreachable {
         remote: target.url.clone(),
         cause: String::new(),
@@ -326,6 +365,23 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             cmd.arg(format!(":{r}"));
         }
         let (n_up, n_del) = (updates.len(), deletes.len());
+        if round == 0 {
+            if let Some(cfg) = &target.bucket {
+                let turns: Vec<(String, String)> = updates
+                    .iter()
+                    .filter(|(r, _)| !r.ends_with("/project") && !r.ends_with("/head"))
+                    .filter(|(r, _)| !r.contains("/worktrees/"))
+                    .map(|(r, id)| (r.to_string(), id.to_string()))
+                    .collect();
+                match pointers::upload(state, &git_dir, target, git, cfg, &turns) {
+                    Ok(u) => uploaded = u,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
         let out = git::output(cmd).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => PushError::GitNotFound {
                 remote: target.url.clone(),
@@ -364,6 +420,8 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 deleted,
                 last_turn,
                 bytes_sent,
+                objects_uploaded: uploaded.0,
+                object_bytes: uploaded.1,
                 elapsed_ms: started.elapsed().as_millis() as u64,
             })
         }

@@ -114,6 +114,15 @@ pub struct PushConfig {
     /// Seconds between the automatic pusher's attempts after a failure
     /// (global only). Unset: 60.
     pub retry_seconds: Option<u64>,
+    /// The bucket that receives the bytes behind pointer files
+    /// (`s3://BUCKET[/PREFIX]`). A project's own wins.
+    pub bucket: Option<String>,
+    /// The bucket's endpoint, for an S3-compatible service other than AWS
+    /// (`http://127.0.0.1:9000`). Unset: `$AWS_ENDPOINT_URL`, else AWS.
+    pub bucket_endpoint: Option<String>,
+    /// The bucket's region. Unset: `$AWS_REGION`, `$AWS_DEFAULT_REGION`,
+    /// else `us-east-1`.
+    pub bucket_region: Option<String>,
 }
 
 impl Config {

@@ -70,25 +70,40 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             project,
             turn,
             dir,
+            bucket,
         } => {
-            let r = opfs::remote::checkout(ctx.home(), remote, project, turn, dir, git)
-                .map_err(failure)?;
+            let config = ctx.config()?;
+            let bucket = match bucket.clone().or_else(|| config.push.bucket.clone()) {
+                Some(b) => Some(ctx.bucket_config(&config, &b)?),
+                None => None,
+            };
+            let r = opfs::remote::checkout(
+                ctx.home(),
+                remote,
+                project,
+                turn,
+                dir,
+                git,
+                bucket.as_ref(),
+            )
+            .map_err(failure)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string(&r).map_err(failure)?)?;
             } else {
                 writeln!(
                     out,
-                    "wrote turn {turn} of {project} ({}) into {}: {} file(s), {} symlink(s), {} bytes",
+                    "wrote turn {turn} of {project} ({}) into {}: {} file(s) ({} from the bucket), {} symlink(s), {} bytes",
                     &r.commit[..12.min(r.commit.len())],
                     dir.display(),
                     r.files,
+                    r.resolved,
                     r.symlinks,
                     r.bytes
                 )?;
             }
             if !r.pointers.is_empty() {
                 return Err(CommandError::failure(format!(
-                    "{} file(s) of 8 MiB or more were written as pointer files, their bytes being in the pushing machine's blob store (docs/remote.md, \"Big files\"), e.g. {}",
+                    "{} file(s) of 8 MiB or more were written as pointer files: their bytes are not in the bucket (none configured: --bucket or [push] bucket; or the push that sent them had none; docs/remote.md, \"Big files\"), e.g. {}",
                     r.pointers.len(),
                     r.pointers[0]
                 )));
