@@ -663,3 +663,49 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("written as pointer files"), "{run}");
 }
+
+#[test]
+fn inside_opfs_run_neither_the_push_state_nor_the_credentials_are_visible() {
+    let Some(d) = GitDaemon::start() else { return };
+    if which("bwrap").is_none() {
+        eprintln!("SKIP: bwrap is not installed (scripts/setup installs it)");
+        return;
+    }
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.set_env("AWS_SECRET_ACCESS_KEY", "aws-secret");
+    let home = &f.pinned.home;
+    write_file(
+        &home.join(".git-credentials"),
+        b"https://u:git-secret@host\n",
+        0o600,
+    );
+    write_file(
+        &home.join(".aws/credentials"),
+        b"[default]\naws_secret_access_key = aws-file-secret\n",
+        0o600,
+    );
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    let push_json = f.state_dir().join("push.json");
+    assert!(push_json.exists());
+    let script = format!(
+        "cat {} ~/.git-credentials ~/.aws/credentials 2>/dev/null; echo \"env=$AWS_SECRET_ACCESS_KEY\"",
+        push_json.display()
+    );
+    let project = f.project.display().to_string();
+    let run = f.opfs(&["-C", &project, "run", "--", "sh", "-c", &script]);
+    assert_eq!(run.code, Some(0), "{run}");
+    for secret in ["git-secret", "aws-file-secret", "aws-secret", "refs/opfs"] {
+        assert!(
+            !run.stdout.contains(secret),
+            "{secret} visible inside opfs run: {run}"
+        );
+    }
+    assert!(
+        run.stdout.contains("env=\n") || run.stdout.trim_end().ends_with("env="),
+        "{run}"
+    );
+}
