@@ -709,3 +709,23 @@ fn inside_opfs_run_neither_the_push_state_nor_the_credentials_are_visible() {
         "{run}"
     );
 }
+
+#[test]
+fn an_unreachable_bucket_fails_the_push_before_any_ref_and_names_the_bucket() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    let nothing = format!("http://127.0.0.1:{}", free_port());
+    configure_bucket(&f, &d.url(), "alpha", &nothing);
+    f.mount();
+    write_file(&f.m("big.bin"), &Rng::new(7).bytes(8 << 20), 0o644);
+    f.turn("big");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains("bucket s3://ckpt/opfs"),
+        "the error names the bucket: {run}"
+    );
+    // No pointer reached the remote without its bytes.
+    assert!(ls_remote(&d.url()).is_empty(), "{:?}", ls_remote(&d.url()));
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "bucket");
+}

@@ -117,7 +117,14 @@ impl Bucket {
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(name)
             .with_region(cfg.region.as_deref().unwrap_or("us-east-1"))
-            .with_conditional_put(S3ConditionalPut::ETagMatch);
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            // Bounded: an unreachable bucket fails the push (retried by the
+            // pusher later) within seconds, not the crate's 3 minutes.
+            .with_retry(object_store::RetryConfig {
+                max_retries: 3,
+                retry_timeout: std::time::Duration::from_secs(20),
+                ..Default::default()
+            });
         if let Some(e) = &cfg.endpoint {
             b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
         }
