@@ -729,3 +729,41 @@ fn an_unreachable_bucket_fails_the_push_before_any_ref_and_names_the_bucket() {
     assert!(ls_remote(&d.url()).is_empty(), "{:?}", ls_remote(&d.url()));
     assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "bucket");
 }
+
+#[test]
+fn worktree_branches_go_with_the_projects_push_and_leave_after_their_discard() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha");
+    let run = f.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    write_file(&w.join("a.txt"), b"tried\n", 0o644);
+    let wp = w.display().to_string();
+    f.opfs(&["-C", &wp, "turn", "--label", "next"]).ok();
+    f.opfs_c(&["push"]).ok();
+    let branch = format!("{ns}/worktrees/exp");
+    let refs = ls_remote(&d.url());
+    assert!(refs.contains_key(&branch), "{refs:?}");
+    // The branch's tree is the worktree's view.
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), &format!("{branch}:{branch}")],
+    );
+    assert_eq!(
+        git_at(elsewhere.path(), &["show", &format!("{branch}:a.txt")]),
+        "tried\n"
+    );
+    // Discarded: the next push deletes it from the remote.
+    f.opfs_p(&["worktree", "discard", "exp"]).ok();
+    let r = f.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["deleted"], 1, "{r:#}");
+    assert!(!ls_remote(&d.url()).contains_key(&branch));
+}

@@ -1,4 +1,5 @@
-//! `opfs push [REMOTE]`: export what is closed, then push the export
+//! `opfs push [REMOTE]`: export what is closed (the project's history and
+//! each worktree's branch), then push the export
 //! repository (the history and every worktree branch) to the checkpoint
 //! remote, under `refs/opfs/<machine>/<project key>/` (`docs/remote.md`).
 
@@ -32,6 +33,18 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
     };
     project.commit_pending()?;
     opfs::export::export(st, None, &mut |_| {}, &|| commit_through_daemon(st)).map_err(failure)?;
+    // Each worktree's branch too, as `opfs export` does: a push carries
+    // them.
+    for (wt, _) in opfs::worktree::list(st) {
+        let wst = wt.state(ctx.home());
+        opfs::daemon::worktree::export_branch(
+            ctx.home(),
+            st,
+            &wt.name,
+            None,
+            Box::new(move || commit_through_daemon(&wst)),
+        )?;
+    }
     let r = opfs::remote::push(st, &target, &ctx.env.git).map_err(failure)?;
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&r).map_err(failure)?;
