@@ -35,6 +35,8 @@
 /// found missing, nothing dropped yet), in the export
 /// `export-before-turns` (the baseline is written and the closed turns
 /// listed, their records not loaded yet), and
+/// `push-after-git` (the remote took a push, `push.json` does not say so
+/// yet), and
 /// `worktree-before-meta` (`worktree create` checked its base turn and has
 /// not written the metadata that pins it).
 pub fn failpoint(name: &str) {

@@ -30,6 +30,7 @@ pub mod integrate;
 pub mod mcp;
 pub mod paths;
 pub mod record;
+pub mod remote;
 pub mod restore;
 pub mod rewind;
 pub mod sandbox;

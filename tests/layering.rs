@@ -29,6 +29,7 @@ const BELOW_PROCESSES: &[&str] = &[
     "gc",
     "verify",
     "worktree",
+    "remote",
 ];
 
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -129,6 +130,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("verify", &["view", "store", "tree", "record", "paths"]),
+    // checkpoint remotes: the export repository pushed, read back
+    (
+        "remote",
+        &["export", "history", "store", "state", "failpoint", "paths"],
+    ),
     // L4: processes: anything of L0-L3, and the processes listed
     ("control", &["@below"]),
     ("daemon", &["control", "@below"]),

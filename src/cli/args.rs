@@ -80,6 +80,13 @@ pub enum Cmd {
     Gc(GcArgs),
     /// Write the history as a shadow git repository (one commit per turn).
     Export(ExportArgs),
+    /// Push the history (and worktree branches) to a checkpoint remote,
+    /// under refs/opfs/<machine>/<project key>/ (docs/remote.md).
+    Push(PushArgs),
+    /// Read a checkpoint remote: list its projects and turns, materialise
+    /// a pushed turn into a directory (docs/remote.md).
+    #[command(subcommand)]
+    Remote(RemoteCmd),
     /// Copy-on-write worktrees of the project: try an idea, merge it back.
     #[command(subcommand)]
     Worktree(WorktreeCmd),
@@ -587,6 +594,43 @@ pub struct ExportArgs {
     /// Follow the project's ignore rules again (the default).
     #[arg(long)]
     pub no_export_ignored: bool,
+}
+
+// `opfs push`.
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// The git remote (URL or path); default: the project's configured
+    /// remote ([projects."PATH".push] remote, else [push] remote).
+    pub remote: Option<String>,
+}
+
+// `opfs remote`.
+#[derive(Debug, clap::Subcommand)]
+pub enum RemoteCmd {
+    /// List the projects a remote holds (machine/key, path, newest turn),
+    /// or with PROJECT its turns.
+    List {
+        /// The git remote (URL or path).
+        remote: String,
+        /// A project as the list names it: MACHINE/KEY.
+        project: Option<String>,
+    },
+    /// Write the project at the end of turn TURN (a number, or `head`) as
+    /// pushed into DIR (new or empty).
+    Checkout {
+        /// The git remote (URL or path).
+        remote: String,
+        /// The project: MACHINE/KEY (see `opfs remote list`).
+        project: String,
+        /// The turn: a number, `baseline` or `head`.
+        turn: String,
+        /// The directory to write (created; must be empty if it exists).
+        dir: PathBuf,
+        /// The bucket of the big files' bytes (s3://BUCKET[/PREFIX]);
+        /// default: the configuration's [push] bucket.
+        #[arg(long, value_name = "URL")]
+        bucket: Option<String>,
+    },
 }
 
 /// `--max-bytes` and other sizes: `opfs::state::usage::parse_size` (clap

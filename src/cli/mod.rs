@@ -59,7 +59,26 @@ pub struct Env {
     pub config: Option<PathBuf>,
     /// The terminal: stdout a tty, the pager, `NO_COLOR`.
     pub term: pager::TermEnv,
+    /// What `git` gets when it talks to a checkpoint remote
+    /// ([`opfs::remote::GitEnv::NAMES`]).
+    pub git: opfs::remote::GitEnv,
+    /// The standard AWS variables set ([`AWS_VARS`]), for the bucket of
+    /// big files.
+    pub aws: std::collections::BTreeMap<&'static str, String>,
 }
+
+/// The AWS variables read for the bucket of big files
+/// (`docs/remote.md`, "Big files").
+pub const AWS_VARS: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+];
 
 impl Env {
     fn read() -> Env {
@@ -93,6 +112,21 @@ impl Env {
                 search_path: var("PATH"),
             },
             config,
+            aws: AWS_VARS
+                .iter()
+                .filter_map(|k| {
+                    std::env::var(k)
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (*k, v))
+                })
+                .collect(),
+            git: opfs::remote::GitEnv {
+                vars: opfs::remote::GitEnv::NAMES
+                    .iter()
+                    .filter_map(|k| var(k).map(|v| (OsString::from(k), v)))
+                    .collect(),
+            },
             term: pager::TermEnv {
                 stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
                 stderr_tty: std::io::IsTerminal::is_terminal(&io::stderr()),
@@ -242,6 +276,107 @@ impl Ctx {
         }
     }
 
+    /// The checkpoint remote of `project` (canonical): `remote` if given,
+    /// else `[projects."PATH".push] remote`, else `[push] remote`; with
+    /// whether it is pushed automatically after turns (`auto`, default on
+    /// when a remote is configured) and the retry interval. `None` when no
+    /// remote is given or configured.
+    ///
+    /// Errors: as [`Ctx::config`].
+    pub fn push_target(
+        &self,
+        project: &Path,
+        remote: Option<&str>,
+    ) -> Result<Option<(opfs::remote::Target, bool, Duration)>, CommandError> {
+        let config = self.config()?;
+        let own = config.project(project, self.env.home.as_deref());
+        let url = remote.map(str::to_string).or_else(|| {
+            own.and_then(|p| p.push.remote.clone())
+                .or_else(|| config.push.remote.clone())
+        });
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let auto = own
+            .and_then(|p| p.push.auto)
+            .or(config.push.auto)
+            .unwrap_or(true);
+        let retry = config
+            .push
+            .retry_seconds
+            .map(|s| Duration::from_secs(s.max(1)))
+            .unwrap_or(opfs::remote::DEFAULT_RETRY);
+        let bucket = own
+            .and_then(|p| p.push.bucket.clone())
+            .or_else(|| config.push.bucket.clone());
+        let target = opfs::remote::Target {
+            url,
+            machine: opfs::remote::machine_name(config.push.machine.as_deref()),
+            bucket: match bucket {
+                Some(b) => Some(self.bucket_config(&config, &b)?),
+                None => None,
+            },
+        };
+        Ok(Some((target, auto, retry)))
+    }
+
+    /// The bucket `url` with its endpoint and region (the configuration's
+    /// `[push] bucket_endpoint` / `bucket_region`, else `AWS_ENDPOINT_URL`,
+    /// `AWS_REGION`, `AWS_DEFAULT_REGION`) and credentials: the AWS
+    /// variables, else the profile `AWS_PROFILE` (default `default`) of
+    /// `AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`).
+    ///
+    /// Errors: the credentials file exists but cannot be read.
+    pub fn bucket_config(
+        &self,
+        config: &opfs::sandbox::config::Config,
+        url: &str,
+    ) -> Result<opfs::remote::bucket::BucketConfig, CommandError> {
+        let aws = &self.env.aws;
+        let get = |k: &str| aws.get(k).cloned();
+        let mut c = opfs::remote::bucket::BucketConfig {
+            url: url.to_string(),
+            endpoint: config
+                .push
+                .bucket_endpoint
+                .clone()
+                .or_else(|| get("AWS_ENDPOINT_URL")),
+            region: config
+                .push
+                .bucket_region
+                .clone()
+                .or_else(|| get("AWS_REGION"))
+                .or_else(|| get("AWS_DEFAULT_REGION")),
+            access_key_id: get("AWS_ACCESS_KEY_ID"),
+            secret_access_key: get("AWS_SECRET_ACCESS_KEY"),
+            session_token: get("AWS_SESSION_TOKEN"),
+        };
+        if c.access_key_id.is_none() {
+            let file = get("AWS_SHARED_CREDENTIALS_FILE")
+                .map(PathBuf::from)
+                .or_else(|| self.env.home.as_ref().map(|h| h.join(".aws/credentials")));
+            let profile = get("AWS_PROFILE").unwrap_or_else(|| "default".into());
+            if let Some(file) = file {
+                match std::fs::read_to_string(&file) {
+                    Ok(text) => {
+                        let p = aws_profile(&text, &profile);
+                        c.access_key_id = p.get("aws_access_key_id").cloned();
+                        c.secret_access_key = p.get("aws_secret_access_key").cloned();
+                        c.session_token = p.get("aws_session_token").cloned();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(CommandError::failure(format!(
+                            "cannot read the AWS credentials {}: {e}",
+                            file.display()
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(c)
+    }
+
     /// What a mount of `project` (canonical) does not record, ready to
     /// match: the configuration's `[record] exclude`, then the project's
     /// own (`[projects."PATH".record] exclude`), then, unless
@@ -288,6 +423,27 @@ impl Ctx {
         opfs::daemon::range_min_from(self.env.range_min.as_deref())
             .map_err(|e| CommandError::usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
     }
+}
+
+/// The `key = value` pairs of section `[profile]` of an AWS credentials
+/// file (INI: `#` and `;` comments, keys lower-cased).
+fn aws_profile(text: &str, profile: &str) -> std::collections::BTreeMap<String, String> {
+    let mut inside = false;
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.trim();
+            inside = name == profile || name.strip_prefix("profile ") == Some(profile);
+            continue;
+        }
+        if let (true, Some((k, v))) = (inside, line.split_once('=')) {
+            out.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    out
 }
 
 /// Where `opfs umount` records which project `mountpoint` served, so that

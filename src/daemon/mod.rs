@@ -122,7 +122,7 @@ pub fn run(
     };
     let exporter = opts.export.then(|| match &opts.worktree {
         Some(spec) => worktree::start_exporter(home, spec, state, &journal),
-        None => start_exporter(state, &journal),
+        None => start_exporter(state, &journal, opts.push.clone()),
     });
     let retainer = opts
         .retention
@@ -293,13 +293,27 @@ fn fs_options(plan: &MountPlan, opts: &DaemonOptions) -> opfs_fs::Options {
 /// a thread of its own, woken through a channel. The first wake-up writes
 /// the baseline while the project is as first seen, or catches up with
 /// turns closed while nothing was mounted.
-fn start_exporter(state: &StateDir, journal: &Arc<Journal>) -> crossbeam_channel::Sender<()> {
+///
+/// With `push`, each export that succeeded wakes the automatic pusher
+/// (`crate::remote::spawn_pusher`), a thread of its own too.
+fn start_exporter(
+    state: &StateDir,
+    journal: &Arc<Journal>,
+    push: Option<crate::remote::AutoPush>,
+) -> crossbeam_channel::Sender<()> {
     let journal = journal.clone();
-    let tx = crate::export::spawn_background(
+    let pusher = push.map(|p| crate::remote::spawn_pusher(state.clone(), p));
+    let tx = crate::export::spawn_background_then(
         state.clone(),
         Box::new(move || {
             if let Err(e) = journal.apply_pending() {
                 log::warn!("group commit before the export deferred: {e}");
+            }
+        }),
+        Box::new(move || {
+            // Full means a push is already queued; it will see this export.
+            if let Some(tx) = &pusher {
+                let _ = tx.try_send(());
             }
         }),
     );

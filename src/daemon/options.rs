@@ -37,6 +37,11 @@ pub struct DaemonOptions {
     /// `opfs gc` applies retention. The CLI sets it from the `[retention]`
     /// table of the configuration file.
     pub retention: Option<crate::gc::Retention>,
+    /// Push the export to this checkpoint remote after each export (off
+    /// the request path, retried on failure: `crate::remote::spawn_pusher`);
+    /// `None`: only `opfs push` pushes. Needs [`DaemonOptions::export`];
+    /// ignored for a worktree (the project's push carries its branch).
+    pub push: Option<crate::remote::AutoPush>,
 }
 
 impl Default for DaemonOptions {
@@ -50,6 +55,7 @@ impl Default for DaemonOptions {
             worktree: None,
             record_exclude: None,
             retention: None,
+            push: None,
         }
     }
 }

@@ -20,17 +20,32 @@ pub fn spawn_background(
     state: StateDir,
     commit: Box<dyn Fn() + Send>,
 ) -> crossbeam_channel::Sender<()> {
+    spawn_background_then(state, commit, Box::new(|| {}))
+}
+
+/// [`spawn_background`], calling `then` after each export that succeeded
+/// (on the exporter's thread; the daemon wakes its automatic push there,
+/// `crate::remote::spawn_pusher`).
+pub fn spawn_background_then(
+    state: StateDir,
+    commit: Box<dyn Fn() + Send>,
+    then: Box<dyn Fn() + Send>,
+) -> crossbeam_channel::Sender<()> {
     spawn_worker(Box::new(move || {
         commit();
         match export(&state, None, &mut |_| {}, &*commit) {
-            Ok(r) if r.baseline || !r.turns.is_empty() => log::info!(
-                "exported {} turn(s){} to {} in {} ms",
-                r.turns.len(),
-                if r.baseline { " and the baseline" } else { "" },
-                r.git_dir.display(),
-                r.elapsed_ms
-            ),
-            Ok(_) => {}
+            Ok(r) => {
+                if r.baseline || !r.turns.is_empty() {
+                    log::info!(
+                        "exported {} turn(s){} to {} in {} ms",
+                        r.turns.len(),
+                        if r.baseline { " and the baseline" } else { "" },
+                        r.git_dir.display(),
+                        r.elapsed_ms
+                    );
+                }
+                then();
+            }
             Err(e) => log::warn!("background export failed: {e}"),
         }
     }))

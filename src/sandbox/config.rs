@@ -22,6 +22,10 @@
 //! [projects."~/code/app".record]        # one project's own settings
 //! exclude = ["data/cache/"]             # added to [record] exclude
 //! skip_regenerable = false              # record its build output after all
+//! [projects."~/code/app".push]          # its checkpoint remote (docs/remote.md)
+//! remote = "ssh://git@host/checkpoints.git"
+//! [push]
+//! machine = "ci-7"                      # this machine's name on remotes (default: host name)
 //! [retention]
 //! keep = 100                           # turns `opfs gc` keeps (default 100)
 //! max_bytes = "10G"                    # and a byte budget (none by default)
@@ -69,6 +73,9 @@ pub struct Config {
     /// The `[retention]` table.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// The `[push]` table: checkpoint remotes (`docs/remote.md`).
+    #[serde(default)]
+    pub push: PushConfig,
     /// Per-project settings: `[projects."PATH".record]`, keyed by the
     /// project's path (`~/` is the user's home), kept here, outside the
     /// project.
@@ -84,6 +91,38 @@ pub struct ProjectConfig {
     /// global `[record]` table for this project.
     #[serde(default)]
     pub record: RecordConfig,
+    /// Its `[projects."PATH".push]` table: its checkpoint remote, over the
+    /// global `[push]` table's.
+    #[serde(default)]
+    pub push: PushConfig,
+}
+
+/// Pushing the history to a checkpoint remote (the `[push]` table, and a
+/// project's `[projects."PATH".push]`; `docs/remote.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushConfig {
+    /// The git remote (a URL or path `git push` takes). A project's own
+    /// wins over the global one.
+    pub remote: Option<String>,
+    /// Push after every turn while mounted. Unset: on when a remote is
+    /// configured (a project's own setting wins).
+    pub auto: Option<bool>,
+    /// This machine's name in the remote's namespace (global only). Unset:
+    /// the host name.
+    pub machine: Option<String>,
+    /// Seconds between the automatic pusher's attempts after a failure
+    /// (global only). Unset: 60.
+    pub retry_seconds: Option<u64>,
+    /// The bucket that receives the bytes behind pointer files
+    /// (`s3://BUCKET[/PREFIX]`). A project's own wins.
+    pub bucket: Option<String>,
+    /// The bucket's endpoint, for an S3-compatible service other than AWS
+    /// (`http://127.0.0.1:9000`). Unset: `$AWS_ENDPOINT_URL`, else AWS.
+    pub bucket_endpoint: Option<String>,
+    /// The bucket's region. Unset: `$AWS_REGION`, `$AWS_DEFAULT_REGION`,
+    /// else `us-east-1`.
+    pub bucket_region: Option<String>,
 }
 
 impl Config {

@@ -55,6 +55,13 @@ pub const DAEMON_LOG: &str = "daemon.log";
 pub const EXPORT_DIR: &str = "export.git";
 /// The name of the folder of the project's worktrees.
 pub const WORKTREES_DIR: &str = "worktrees";
+/// The state of the pushes to checkpoint remotes (`crate::remote`).
+const PUSH_STATE: &str = "push.json";
+/// The lock that serializes the pushes of a project.
+const PUSH_LOCK: &str = "push.lock";
+/// The folder under the opfs home of the local copies of fetched
+/// checkpoint remotes (`crate::remote`), one bare repository per remote.
+const REMOTES_DIR: &str = "remotes";
 /// The marker present while the project's last mount was made with
 /// `--sync`.
 const SYNC_MARKER: &str = "mount-sync";
@@ -62,6 +69,16 @@ const SYNC_MARKER: &str = "mount-sync";
 /// The key of a canonical path: 16 hex digits of its BLAKE3.
 pub fn key_of(canonical: &Path) -> String {
     blake3::hash(canonical.as_os_str().as_bytes()).to_hex()[..16].to_string()
+}
+
+/// The local copy (a bare repository) of the checkpoint remote `url`,
+/// which `opfs remote list|checkout` fetch into: under `home`, keyed by
+/// the URL.
+pub fn remote_cache_dir(home: &Path, url: &str) -> PathBuf {
+    home.join(REMOTES_DIR).join(format!(
+        "{}.git",
+        &blake3::hash(url.as_bytes()).to_hex()[..16]
+    ))
 }
 
 /// One project's state folder.
@@ -180,6 +197,17 @@ impl StateDir {
     /// The default export repository (`crate::export::default_git_dir`).
     pub fn export_dir(&self) -> PathBuf {
         self.shared(EXPORT_DIR)
+    }
+
+    /// What the pushes to each checkpoint remote did last
+    /// (`crate::remote`): the refs pushed, the last failure.
+    pub fn push_state_path(&self) -> PathBuf {
+        self.shared(PUSH_STATE)
+    }
+
+    /// The lock held by a push of this project (`crate::remote::push`).
+    pub fn push_lock_path(&self) -> PathBuf {
+        self.shared(PUSH_LOCK)
     }
 
     /// The folder holding one folder per worktree of the project.

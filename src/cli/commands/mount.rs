@@ -41,6 +41,17 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
         },
         // A worktree's own history is discarded or merged with it.
         retention: (auto && a.worktree.is_none()).then_some(retention),
+        push: match a.worktree {
+            Some(_) => None,
+            None => ctx
+                .push_target(&project_path(&a.project), None)?
+                .filter(|(_, auto, _)| *auto)
+                .map(|(target, _, retry)| opfs::remote::AutoPush {
+                    target,
+                    git: ctx.env.git.clone(),
+                    retry,
+                }),
+        },
     };
     let home = ctx.home();
     let plan = daemon::check(home, &a.project, &a.mountpoint).map_err(failure)?;

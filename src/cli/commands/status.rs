@@ -85,6 +85,17 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let exclude = record_exclude(ctx, project.state());
     let kept = outside_edits(project.state());
     let by_top = stored_by_top(project.state(), &exclude.0, worktree.is_some());
+    let pushes = opfs::remote::state::load(project.state()).unwrap_or_default();
+    for (url, r) in &pushes.remotes {
+        if let Some(f) = &r.failure {
+            p.warnings.push(format!(
+                "pushes to {url} fail ({} attempt(s) since {}): {}",
+                f.attempts,
+                ago(f.since_ms),
+                f.message
+            ));
+        }
+    }
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
         if let Some((project, w)) = &worktree {
@@ -122,6 +133,20 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         v["record_exclude"] = serde_json::json!(exclude.0);
         v["record_exclude_next_mount"] = serde_json::json!(exclude.1);
         v["outside_edits"] = kept.iter().map(opfs::history::outside_json).collect();
+        v["push"] = pushes
+            .remotes
+            .iter()
+            .map(|(url, r)| {
+                serde_json::json!({
+                    "remote": url,
+                    "namespace": r.namespace,
+                    "refs": r.pushed.len(),
+                    "last_success_ms": r.last_success_ms,
+                    "last_turn": r.last_turn,
+                    "failure": r.failure,
+                })
+            })
+            .collect();
         v["stored_by_top"] = by_top
             .iter()
             .map(|(u, hint)| {
@@ -153,6 +178,19 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         print_human(&status, &p, &disk, free, out)?;
         print_by_top(&by_top, out)?;
         print_outside_edits(&kept, out)?;
+        for (url, r) in &pushes.remotes {
+            let last = match (r.last_turn, r.last_success_ms) {
+                (Some(t), Some(ms)) => format!("turn {t} pushed {}", ago(ms)),
+                (None, Some(ms)) => format!("pushed {}", ago(ms)),
+                _ => "never pushed".to_string(),
+            };
+            let failing = r
+                .failure
+                .as_ref()
+                .map(|f| format!("; FAILING ({} attempt(s), see the warning)", f.attempts))
+                .unwrap_or_default();
+            writeln!(out, "push:       {url} ({}): {last}{failing}", r.namespace)?;
+        }
         if !exclude.0.is_empty() {
             writeln!(
                 out,
@@ -172,6 +210,20 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         writeln!(err, "opfs: note: {n}")?;
     }
     Ok(())
+}
+
+/// `ms` (since the Unix epoch) as "N s ago" / "N min ago" / "N h ago".
+fn ago(ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let s = now.saturating_sub(ms) / 1000;
+    match s {
+        0..=119 => format!("{s} s ago"),
+        120..=7199 => format!("{} min ago", s / 60),
+        _ => format!("{} h ago", s / 3600),
+    }
 }
 
 /// Edits made behind the mount that the mount then overwrote, kept in the

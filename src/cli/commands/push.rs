@@ -1,0 +1,76 @@
+//! `opfs push [REMOTE]`: export what is closed (the project's history and
+//! each worktree's branch), then push the export
+//! repository (the history and every worktree branch) to the checkpoint
+//! remote, under `refs/opfs/<machine>/<project key>/` (`docs/remote.md`).
+
+use std::io::Write;
+
+use opfs::control::client::commit_through_daemon;
+
+use crate::cli::args::PushArgs;
+use crate::cli::error::{failure, CommandError};
+use crate::cli::Ctx;
+
+pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandError> {
+    let project = ctx.project()?;
+    if opfs::worktree::of_state(project.state()).is_some() {
+        return Err(CommandError::usage(
+            "opfs push pushes a project with its worktrees' branches: run it with -C the project",
+        ));
+    }
+    let st = project.state();
+    let Some((target, _, _)) = ctx.push_target(&st.project, a.remote.as_deref())? else {
+        return Err(CommandError::usage(format!(
+            "no remote to push {} to: give one (opfs push URL) or configure it outside the project: [projects.\"{}\".push] remote = \"URL\" in {}",
+            st.project.display(),
+            st.project.display(),
+            ctx.env
+                .config
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "the configuration file".into())
+        )));
+    };
+    project.commit_pending()?;
+    opfs::export::export(st, None, &mut |_| {}, &|| commit_through_daemon(st)).map_err(failure)?;
+    // Each worktree's branch too, as `opfs export` does: a push carries
+    // them.
+    for (wt, _) in opfs::worktree::list(st) {
+        let wst = wt.state(ctx.home());
+        opfs::worktree::life::export_branch(
+            ctx.home(),
+            st,
+            &wt.name,
+            None,
+            Box::new(move || commit_through_daemon(&wst)),
+            commit_through_daemon,
+        )?;
+    }
+    let r = opfs::remote::push(st, &target, &ctx.env.git).map_err(failure)?;
+    if ctx.format.is_json() {
+        let mut v = serde_json::to_value(&r).map_err(failure)?;
+        v["up_to_date"] = serde_json::json!(r.up_to_date());
+        writeln!(out, "{v}")?;
+    } else if r.up_to_date() {
+        writeln!(out, "{} is up to date ({})", r.remote, r.namespace)?;
+    } else {
+        writeln!(
+            out,
+            "pushed {} ref(s){} to {} under {}{}: {} bytes in {} ms",
+            r.updated,
+            if r.deleted > 0 {
+                format!(", deleted {}", r.deleted)
+            } else {
+                String::new()
+            },
+            r.remote,
+            r.namespace,
+            r.last_turn
+                .map(|t| format!(" (up to turn {t})"))
+                .unwrap_or_default(),
+            r.bytes_sent,
+            r.elapsed_ms
+        )?;
+    }
+    Ok(())
+}

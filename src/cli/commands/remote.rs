@@ -1,0 +1,114 @@
+//! `opfs remote list REMOTE [PROJECT]` and `opfs remote checkout REMOTE
+//! PROJECT TURN DIR`: a checkpoint remote read on any machine, without a
+//! project of its own (`docs/remote.md`, "Reading it elsewhere").
+
+use std::io::Write;
+
+use crate::cli::args::RemoteCmd;
+use crate::cli::error::{failure, CommandError};
+use crate::cli::Ctx;
+
+pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
+    let git = &ctx.env.git;
+    let json = ctx.format.is_json();
+    match cmd {
+        RemoteCmd::List {
+            remote,
+            project: None,
+        } => {
+            let list = opfs::remote::list(ctx.home(), remote, git).map_err(failure)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&list).map_err(failure)?)?;
+                return Ok(());
+            }
+            if list.is_empty() {
+                writeln!(out, "{remote} holds no opfs history")?;
+            }
+            for p in &list {
+                writeln!(
+                    out,
+                    "{}  {}  {} turn(s){}{}",
+                    p.name,
+                    p.path.as_deref().unwrap_or("?"),
+                    p.turns.len(),
+                    p.turns
+                        .last()
+                        .map(|t| format!(", newest {t}"))
+                        .unwrap_or_default(),
+                    if p.worktrees.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", worktrees: {}", p.worktrees.join(", "))
+                    }
+                )?;
+            }
+        }
+        RemoteCmd::List {
+            remote,
+            project: Some(project),
+        } => {
+            let turns = opfs::remote::turns(ctx.home(), remote, project, git).map_err(failure)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&turns).map_err(failure)?)?;
+                return Ok(());
+            }
+            for t in turns.iter().rev() {
+                let when =
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.time.max(0) as u64);
+                writeln!(
+                    out,
+                    "{:>5}  {}  {}  {}",
+                    t.turn,
+                    &t.commit[..12.min(t.commit.len())],
+                    humantime::format_rfc3339_seconds(when),
+                    t.subject
+                )?;
+            }
+        }
+        RemoteCmd::Checkout {
+            remote,
+            project,
+            turn,
+            dir,
+            bucket,
+        } => {
+            let config = ctx.config()?;
+            let bucket = match bucket.clone().or_else(|| config.push.bucket.clone()) {
+                Some(b) => Some(ctx.bucket_config(&config, &b)?),
+                None => None,
+            };
+            let r = opfs::remote::checkout(
+                ctx.home(),
+                remote,
+                project,
+                turn,
+                dir,
+                git,
+                bucket.as_ref(),
+            )
+            .map_err(failure)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string(&r).map_err(failure)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "wrote turn {turn} of {project} ({}) into {}: {} file(s) ({} from the bucket), {} symlink(s), {} bytes",
+                    &r.commit[..12.min(r.commit.len())],
+                    dir.display(),
+                    r.files,
+                    r.resolved,
+                    r.symlinks,
+                    r.bytes
+                )?;
+            }
+            if !r.pointers.is_empty() {
+                return Err(CommandError::failure(format!(
+                    "{} file(s) of 8 MiB or more were written as pointer files: their bytes are not in the bucket (none configured: --bucket or [push] bucket; or the push that sent them had none; docs/remote.md, \"Big files\"), e.g. {}",
+                    r.pointers.len(),
+                    r.pointers[0]
+                )));
+            }
+        }
+    }
+    Ok(())
+}

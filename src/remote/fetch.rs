@@ -1,0 +1,558 @@
+//! Reading a checkpoint remote elsewhere: the projects it holds, the turns
+//! of one, and a pushed turn materialised into a directory. Fetches go
+//! into a local bare copy of the remote under the opfs home
+//! (`remotes/<key of the URL>.git`), never into a project; only what is
+//! asked for is fetched (the `project` descriptions to list, one
+//! project's namespace to show or materialise it).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde::Serialize;
+
+use crate::store::layout::remote_cache_dir;
+
+use super::{git, GitEnv, NAMESPACE_ROOT};
+
+/// Why a remote could not be read or a turn materialised.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The remote could not be reached or read.
+    #[error(
+        "cannot read {remote}: {cause}; check the URL, the network and your git credentials (a credential helper or SSH agent)"
+    )]
+    Unreachable {
+        /// The remote.
+        remote: String,
+        /// git's message.
+        cause: String,
+    },
+    /// No project of that name was pushed there.
+    #[error("{remote} holds no project {project}; `opfs remote list {remote}` lists those it holds (MACHINE/KEY)")]
+    NoSuchProject {
+        /// The remote.
+        remote: String,
+        /// The project as given.
+        project: String,
+    },
+    /// The project holds no such turn.
+    #[error("{project} on {remote} holds no turn {turn}; `opfs remote list {remote} {project}` lists its turns")]
+    NoSuchTurn {
+        /// The remote.
+        remote: String,
+        /// The project.
+        project: String,
+        /// The turn as given.
+        turn: String,
+    },
+    /// The target directory exists and is not empty.
+    #[error("{dir} is not empty: give a new or empty directory to write the turn into")]
+    NotEmpty {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A pushed tree holds a name that cannot be written safely.
+    #[error("{path:?} in the pushed tree is not a name opfs writes (`.`, `..` or empty component); nothing further was written")]
+    BadName {
+        /// The path as the tree has it.
+        path: String,
+    },
+    /// The bucket could not be read.
+    #[error("{source}")]
+    Bucket {
+        /// The bucket's error.
+        #[source]
+        source: Box<super::bucket::BucketError>,
+    },
+    /// `git` is not on `PATH`.
+    #[error("cannot read {remote}: the git program is not on PATH; install git")]
+    GitNotFound {
+        /// The remote.
+        remote: String,
+    },
+    /// A local git step failed.
+    #[error("{what} in {git_dir} failed: {cause}")]
+    Git {
+        /// The step.
+        what: String,
+        /// The local copy of the remote.
+        git_dir: PathBuf,
+        /// git's message.
+        cause: String,
+    },
+    /// A file could not be written or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A project a remote holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteProject {
+    /// `MACHINE/KEY`, as `opfs remote` commands name it.
+    pub name: String,
+    /// The machine it was pushed from.
+    pub machine: String,
+    /// The project key (16 hex digits).
+    pub key: String,
+    /// The project's path on that machine (from `<ns>/project`), if known.
+    pub path: Option<String>,
+    /// Turns pushed (their numbers, ascending).
+    pub turns: Vec<u64>,
+    /// Worktree branches pushed.
+    pub worktrees: Vec<String>,
+}
+
+/// A pushed turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteTurn {
+    /// Its number.
+    pub turn: u64,
+    /// Its commit id.
+    pub commit: String,
+    /// When it ended, seconds since the Unix epoch.
+    pub time: i64,
+    /// The commit's subject (`Turn N: label`).
+    pub subject: String,
+}
+
+/// What [`checkout`] wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckoutReport {
+    /// The commit materialised.
+    pub commit: String,
+    /// Regular files written.
+    pub files: u64,
+    /// Symlinks written.
+    pub symlinks: u64,
+    /// Bytes of the files written.
+    pub bytes: u64,
+    /// Pointer files whose bytes were read from the bucket.
+    pub resolved: u64,
+    /// Files written as their pointer (8 MiB or more: their bytes were not
+    /// available), project-relative.
+    pub pointers: Vec<String>,
+}
+
+/// The local copy of `url` (created empty the first time).
+fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<PathBuf, RemoteError> {
+    let dir = remote_cache_dir(home, url);
+    if !dir.join("HEAD").exists() {
+        std::fs::create_dir_all(&dir).map_err(|source| RemoteError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut cmd = git.command(None);
+        cmd.args(["init", "-q", "--bare"]).arg(&dir);
+        run(cmd, &dir, url, "creating the local copy")?;
+    }
+    Ok(dir)
+}
+
+fn run(
+    cmd: std::process::Command,
+    git_dir: &Path,
+    url: &str,
+    what: &str,
+) -> Result<Vec<u8>, RemoteError> {
+    let out = git::output(cmd).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => RemoteError::GitNotFound {
+            remote: url.to_string(),
+        },
+        _ => RemoteError::Io {
+            path: git_dir.to_path_buf(),
+            source: e,
+        },
+    })?;
+    if !out.status.success() {
+        return Err(RemoteError::Git {
+            what: what.to_string(),
+            git_dir: git_dir.to_path_buf(),
+            cause: git::stderr_line(&out),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// Runs a step that talks to the remote: a failure is
+/// [`RemoteError::Unreachable`].
+fn run_remote(
+    cmd: std::process::Command,
+    git_dir: &Path,
+    url: &str,
+) -> Result<Vec<u8>, RemoteError> {
+    run(cmd, git_dir, url, "").map_err(|e| match e {
+        RemoteError::Git { cause, .. } => RemoteError::Unreachable {
+            remote: url.to_string(),
+            cause,
+        },
+        e => e,
+    })
+}
+
+/// Every project `url` holds (one per machine and project key), with its
+/// turns and worktree branches; sorted by name. Fetches only the
+/// `project` descriptions.
+///
+/// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
+/// local copy cannot be written.
+pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
+    let dir = cache(home, url, git)?;
+    let mut cmd = git.command(Some(&dir));
+    cmd.args(["ls-remote", url, &format!("{NAMESPACE_ROOT}*")]);
+    let refs = run_remote(cmd, &dir, url)?;
+    let mut projects: BTreeMap<String, RemoteProject> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&refs).lines() {
+        let Some((_, r)) = line.split_once('\t') else {
+            continue;
+        };
+        let Some(rest) = r.strip_prefix(NAMESPACE_ROOT) else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, '/');
+        let (Some(machine), Some(key), Some(tail)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let name = format!("{machine}/{key}");
+        let p = projects
+            .entry(name.clone())
+            .or_insert_with(|| RemoteProject {
+                name,
+                machine: machine.to_string(),
+                key: key.to_string(),
+                path: None,
+                turns: Vec::new(),
+                worktrees: Vec::new(),
+            });
+        if let Some(n) = tail.strip_prefix("turns/").and_then(|n| n.parse().ok()) {
+            p.turns.push(n);
+        } else if let Some(w) = tail.strip_prefix("worktrees/") {
+            p.worktrees.push(w.to_string());
+        }
+    }
+    if projects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut cmd = git.command(Some(&dir));
+    cmd.args(["fetch", "-q", "--no-tags", url]).arg(format!(
+        "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
+    ));
+    run_remote(cmd, &dir, url)?;
+    for p in projects.values_mut() {
+        p.turns.sort_unstable();
+        let mut cmd = git.command(Some(&dir));
+        cmd.args(["log", "-1", "--format=%B"])
+            .arg(format!("{NAMESPACE_ROOT}{}/project", p.name))
+            .arg("--");
+        if let Ok(msg) = run(cmd, &dir, url, "reading a project's description") {
+            p.path = String::from_utf8_lossy(&msg)
+                .lines()
+                .find_map(|l| l.strip_prefix("opfs-project: "))
+                .map(str::to_string);
+        }
+    }
+    Ok(projects.into_values().collect())
+}
+
+/// Fetches `project`'s namespace (`MACHINE/KEY`) of `url` into the local
+/// copy; the copy's directory and the namespace.
+fn fetch_project(
+    home: &Path,
+    url: &str,
+    project: &str,
+    git: &GitEnv,
+) -> Result<(PathBuf, String), RemoteError> {
+    let valid = project.split('/').count() == 2
+        && project
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '/');
+    if !valid {
+        return Err(RemoteError::NoSuchProject {
+            remote: url.to_string(),
+            project: project.to_string(),
+        });
+    }
+    let dir = cache(home, url, git)?;
+    let ns = format!("{NAMESPACE_ROOT}{project}");
+    let mut cmd = git.command(Some(&dir));
+    cmd.args(["fetch", "-q", "--prune", "--no-tags", url])
+        .arg(format!("+{ns}/*:{ns}/*"));
+    run_remote(cmd, &dir, url)?;
+    let mut cmd = git.command(Some(&dir));
+    cmd.args(["for-each-ref", "--count=1", "--format=%(refname)"])
+        .arg(format!("{ns}/"));
+    if run(cmd, &dir, url, "listing the project's refs")?.is_empty() {
+        return Err(RemoteError::NoSuchProject {
+            remote: url.to_string(),
+            project: project.to_string(),
+        });
+    }
+    Ok((dir, ns))
+}
+
+/// The turns of `project` (`MACHINE/KEY`) on `url`, oldest first.
+///
+/// Errors: the remote cannot be read, holds no such project.
+pub fn turns(
+    home: &Path,
+    url: &str,
+    project: &str,
+    git: &GitEnv,
+) -> Result<Vec<RemoteTurn>, RemoteError> {
+    let (dir, ns) = fetch_project(home, url, project, git)?;
+    let mut cmd = git.command(Some(&dir));
+    cmd.args([
+        "for-each-ref",
+        "--format=%(refname)%00%(objectname)%00%(committerdate:unix)%00%(subject)",
+    ])
+    .arg(format!("{ns}/turns/"));
+    let out = run(cmd, &dir, url, "listing the turns")?;
+    let mut list: Vec<RemoteTurn> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\0');
+            let turn = f.next()?.rsplit('/').next()?.parse().ok()?;
+            Some(RemoteTurn {
+                turn,
+                commit: f.next()?.to_string(),
+                time: f.next()?.parse().unwrap_or(0),
+                subject: f.next().unwrap_or("").to_string(),
+            })
+        })
+        .collect();
+    list.sort_by_key(|t| t.turn);
+    Ok(list)
+}
+
+/// Writes the project `project` (`MACHINE/KEY`) of `url` as it was at the
+/// end of `turn` (a number, `head` or `baseline`) into `dir` (created; an
+/// existing one must be empty): files with their 0644/0755 mode,
+/// symlinks. Pointer files (files of 8 MiB or more) are written as they
+/// are, and listed in the report.
+///
+/// After `Err`, `dir` may hold part of the tree; the remote and every
+/// project are untouched.
+///
+/// Errors: the remote cannot be read, holds no such project or turn, `dir`
+/// is not empty or cannot be written, a name in the tree is unsafe.
+pub fn checkout(
+    home: &Path,
+    url: &str,
+    project: &str,
+    turn: &str,
+    dir: &Path,
+    git: &GitEnv,
+    bucket: Option<&super::bucket::BucketConfig>,
+) -> Result<CheckoutReport, RemoteError> {
+    let io_at = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RemoteError::Io { path, source }
+    };
+    match std::fs::read_dir(dir) {
+        Ok(mut d) => {
+            if d.next().is_some() {
+                return Err(RemoteError::NotEmpty {
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_at(dir)(e)),
+    }
+    let (cache_dir, ns) = fetch_project(home, url, project, git)?;
+    let rev = match turn {
+        "head" => format!("{ns}/head"),
+        "baseline" => format!("{ns}/baseline"),
+        n if n.parse::<u64>().is_ok() => format!("{ns}/turns/{n}"),
+        _ => String::new(),
+    };
+    let mut cmd = git.command(Some(&cache_dir));
+    cmd.args(["rev-parse", "--verify", "-q"])
+        .arg(format!("{rev}^{{commit}}"));
+    let commit = match run(cmd, &cache_dir, url, "finding the turn") {
+        Ok(id) if !rev.is_empty() => String::from_utf8_lossy(&id).trim().to_string(),
+        _ => {
+            return Err(RemoteError::NoSuchTurn {
+                remote: url.to_string(),
+                project: project.to_string(),
+                turn: turn.to_string(),
+            })
+        }
+    };
+    let mut cmd = git.command(Some(&cache_dir));
+    cmd.args(["ls-tree", "-r", "-z", "--full-tree", &commit]);
+    let listing = run(cmd, &cache_dir, url, "listing the turn's tree")?;
+    // mode, object id, path
+    let mut entries: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for rec in listing.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&rec[..tab]).to_string();
+        let mut f = head.split(' ');
+        let (Some(mode), Some(_kind), Some(id)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let path = rec[tab + 1..].to_vec();
+        if path
+            .split(|b| *b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+        {
+            return Err(RemoteError::BadName {
+                path: String::from_utf8_lossy(&path).into_owned(),
+            });
+        }
+        if mode == "160000" {
+            continue;
+        }
+        entries.push((mode.to_string(), id.to_string(), path));
+    }
+    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    let mut report = CheckoutReport {
+        commit,
+        files: 0,
+        symlinks: 0,
+        bytes: 0,
+        resolved: 0,
+        pointers: Vec::new(),
+    };
+    let bucket = bucket
+        .map(super::bucket::Bucket::open)
+        .transpose()
+        .map_err(|source| RemoteError::Bucket {
+            source: Box::new(source),
+        })?;
+    let mut blobs = BlobReader::start(
+        &cache_dir,
+        git,
+        entries.iter().map(|e| e.1.clone()).collect(),
+    )
+    .map_err(io_at(&cache_dir))?;
+    for (mode, _, rel) in &entries {
+        let bytes = blobs.next_blob().map_err(io_at(&cache_dir))?;
+        let path = dir.join(OsStr::from_bytes(rel));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_at(parent))?;
+        }
+        if mode == "120000" {
+            std::os::unix::fs::symlink(OsStr::from_bytes(&bytes), &path).map_err(io_at(&path))?;
+            report.symlinks += 1;
+            continue;
+        }
+        let mut bytes = bytes;
+        if let Some((hash, size)) = parse_pointer(&bytes) {
+            let found = match &bucket {
+                Some(b) => b.get(&hash).map_err(|source| RemoteError::Bucket {
+                    source: Box::new(source),
+                })?,
+                None => None,
+            };
+            match found {
+                Some(content) if content.len() as u64 == size => {
+                    bytes = content;
+                    report.resolved += 1;
+                }
+                _ => report.pointers.push(crate::paths::display(rel)),
+            }
+        }
+        let perm = if mode == "100755" { 0o755 } else { 0o644 };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(perm)
+            .open(&path)
+            .map_err(io_at(&path))?;
+        file.write_all(&bytes).map_err(io_at(&path))?;
+        file.set_permissions(std::fs::Permissions::from_mode(perm))
+            .map_err(io_at(&path))?;
+        report.files += 1;
+        report.bytes += bytes.len() as u64;
+    }
+    Ok(report)
+}
+
+/// The BLAKE3 (hex) and size a pointer file names
+/// (`crate::export::pointer`), or `None` for any other content.
+pub fn parse_pointer(bytes: &[u8]) -> Option<(String, u64)> {
+    if bytes.len() > 200 {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != "opfs-pointer v1" {
+        return None;
+    }
+    let hash = lines.next()?.strip_prefix("blake3 ")?;
+    let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
+    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) && lines.next().is_none())
+        .then(|| (hash.to_string(), size))
+}
+
+/// Blobs read in order through one `git cat-file --batch`.
+struct BlobReader {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl BlobReader {
+    fn start(git_dir: &Path, git: &GitEnv, ids: Vec<String>) -> io::Result<BlobReader> {
+        let mut cmd = git.command(Some(git_dir));
+        cmd.args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("no stdin"))?;
+        let out = BufReader::new(
+            child
+                .stdout
+                .take()
+                .ok_or_else(|| io::Error::other("no stdout"))?,
+        );
+        // A thread writes the ids so a large batch cannot deadlock on pipes.
+        std::thread::spawn(move || {
+            for id in ids {
+                if writeln!(stdin, "{id}").is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(BlobReader { child, out })
+    }
+
+    fn next_blob(&mut self) -> io::Result<Vec<u8>> {
+        let mut header = String::new();
+        self.out.read_line(&mut header)?;
+        let size: usize = header
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("git cat-file: {}", header.trim())))?;
+        let mut buf = vec![0; size + 1];
+        self.out.read_exact(&mut buf)?;
+        buf.pop();
+        Ok(buf)
+    }
+}
+
+impl Drop for BlobReader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

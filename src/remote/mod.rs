@@ -1,0 +1,713 @@
+//! Checkpoint remotes (`docs/remote.md`): the shadow history of a project
+//! (the export repository, and so its worktrees' branches) pushed to a git
+//! remote under a namespace that names the machine and the project,
+//! `refs/opfs/<machine>/<project key>/`, so that many machines and
+//! projects share one remote; and read back elsewhere (listed, a turn
+//! materialised into a directory).
+//!
+//! Pushes run the `git` binary against the export repository (gix 0.87
+//! cannot push), with a clean environment ([`GitEnv`]): credentials come
+//! from the user's git configuration (credential helpers) and SSH agent,
+//! and opfs stores none. The user's own repository, remotes and refs are
+//! never read or written: only the export repository in the state dir is.
+//!
+//! Incremental: the state dir keeps, per remote, the refs the last push
+//! left there ([`state::PushState`]); a push sends only refs that changed
+//! since (and nothing, no process, when none did), each with a lease
+//! (`--force-with-lease`) on what the last push left, so a ref someone
+//! else wrote in between (another machine of the same name pushing a
+//! project at the same path: a clash) is refused by the remote, never
+//! overwritten ([`PushError::Clash`]), while opfs's own rewrites of its
+//! history (gc, relabelling) go through.
+//!
+//! The pieces: [`push`] (this file), `git` (the command and its
+//! environment), `state` (`push.json`), `pusher` (the daemon's automatic
+//! push thread), `fetch` (listing a remote and materialising a turn).
+
+pub mod bucket;
+mod fetch;
+mod git;
+mod pointers;
+mod pusher;
+pub mod state;
+
+pub use fetch::{
+    checkout, list, parse_pointer, turns, CheckoutReport, RemoteError, RemoteProject, RemoteTurn,
+};
+pub use git::GitEnv;
+pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::export;
+use crate::state::lock::FileLock;
+use crate::store::layout::key_of;
+use crate::store::StateDir;
+
+/// The root of every namespace opfs pushes to on a remote.
+pub const NAMESPACE_ROOT: &str = "refs/opfs/";
+
+/// Where and as whom a project is pushed.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The remote: any URL or path `git push` takes (`git://host/repo`,
+    /// `ssh://...`, `https://...`, `/srv/checkpoints.git`).
+    pub url: String,
+    /// The machine's name in the namespace, as [`machine_name`] makes it.
+    pub machine: String,
+    /// The bucket that receives the bytes behind pointer files, if any
+    /// (`docs/remote.md`, "Big files").
+    pub bucket: Option<bucket::BucketConfig>,
+}
+
+/// The namespace of `project` (canonical) pushed from `machine`:
+/// `refs/opfs/<machine>/<project key>` (the key is the state dir's, 16
+/// hex digits of the BLAKE3 of the project's path).
+pub fn namespace(machine: &str, project: &Path) -> String {
+    format!("{NAMESPACE_ROOT}{machine}/{}", key_of(project))
+}
+
+/// The machine's name as the namespace spells it: `configured` (the
+/// configuration's `[push] machine`) if given, else the host name
+/// (`/proc/sys/kernel/hostname`), else `localhost`. Characters other
+/// than ASCII letters, digits, `-` and `_` become `-`, so every name is
+/// one valid ref component.
+pub fn machine_name(configured: Option<&str>) -> String {
+    let host;
+    let raw = match configured {
+        Some(c) => c,
+        None => {
+            host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            host.trim()
+        }
+    };
+    let name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "localhost".to_string()
+    } else {
+        name
+    }
+}
+
+/// Why a push failed. Each names the remote, the cause and the fix;
+/// nothing local is lost in any case (the export and the history are
+/// only read), and the automatic pusher tries again later.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The project has no export repository yet.
+    #[error(
+        "nothing to push: the project {project} has no exported history yet; mount it (the daemon exports each turn) or run `opfs export`"
+    )]
+    NotExported {
+        /// The project.
+        project: PathBuf,
+    },
+    /// `git` is not on `PATH`.
+    #[error("cannot push to {remote}: the git program is not on PATH; install git")]
+    GitNotFound {
+        /// The remote.
+        remote: String,
+    },
+    /// The remote could not be reached, or is no git repository that
+    /// takes pushes.
+    #[error(
+        "cannot push to {remote}: the remote could not be reached or did not take the push: {cause}; check the URL, the network and your git credentials (a credential helper or SSH agent); nothing was lost locally; `opfs push` tries again (the daemon's automatic push retries by itself)"
+    )]
+    Unreachable {
+        /// The remote.
+        remote: String,
+        /// git's message.
+        cause: String,
+    },
+    /// Refs of this project's namespace on the remote hold commits this
+    /// state dir never pushed there: another machine of the same name
+    /// pushed a project at the same path.
+    #[error(
+        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete it (git push {remote} --delete {}); nothing was lost locally",
+        refs.join(", "),
+        if refs.len() == 1 { "s" } else { "" },
+        refs.first().map(String::as_str).unwrap_or("")
+    )]
+    Clash {
+        /// The remote.
+        remote: String,
+        /// The refs the remote refused to move.
+        refs: Vec<String>,
+        /// This machine's name in the namespace.
+        machine: String,
+    },
+    /// The remote refused the refs for a reason of its own (permissions,
+    /// a hook, a full disk).
+    #[error(
+        "push to {remote} refused by the remote: {cause}; check your permission to push there and the remote's log; nothing was lost locally; `opfs push` tries again (the daemon's automatic push retries by itself)"
+    )]
+    Refused {
+        /// The remote.
+        remote: String,
+        /// The refs and the remote's reason.
+        cause: String,
+    },
+    /// The bytes behind a pointer file could not be uploaded (the push
+    /// is not made, so the remote never holds a pointer whose bytes are
+    /// missing).
+    #[error(
+        "cannot push to {remote}: {source}; nothing was pushed or lost, the push is tried again"
+    )]
+    Bucket {
+        /// The remote.
+        remote: String,
+        /// The bucket's error.
+        #[source]
+        source: Box<bucket::BucketError>,
+    },
+    /// The bytes behind a pointer file are not available locally any
+    /// more (the version was dropped, or changed before it was captured).
+    #[error("cannot push to {remote}: the bytes of {path} at the end of turn {turn} (BLAKE3 {hash}) are not in the blob store or the project any more; {cause}")]
+    Unavailable {
+        /// The remote.
+        remote: String,
+        /// The project-relative path.
+        path: String,
+        /// The turn whose end it is.
+        turn: u64,
+        /// The content's BLAKE3.
+        hash: String,
+        /// What was found instead.
+        cause: String,
+    },
+    /// A local git step failed (reading the export repository).
+    #[error("push to {remote}: {what} in {git_dir} failed: {cause}")]
+    Git {
+        /// The remote.
+        remote: String,
+        /// The step.
+        what: String,
+        /// The export repository.
+        git_dir: PathBuf,
+        /// git's message.
+        cause: String,
+    },
+    /// A file of the state dir could not be used.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl PushError {
+    /// The kind, as `opfs status` and `push.json` name it: `unreachable`,
+    /// `clash`, `refused`, `not_exported` or `error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PushError::Unreachable { .. } => "unreachable",
+            PushError::Clash { .. } => "clash",
+            PushError::Refused { .. } => "refused",
+            PushError::NotExported { .. } => "not_exported",
+            PushError::Bucket { .. } => "bucket",
+            _ => "error",
+        }
+    }
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Serialize)]
+pub struct PushReport {
+    /// The remote.
+    pub remote: String,
+    /// The namespace pushed to.
+    pub namespace: String,
+    /// Refs created or moved on the remote.
+    pub updated: usize,
+    /// Refs deleted on the remote (turns gc dropped, worktrees discarded).
+    pub deleted: usize,
+    /// The newest turn the remote now holds.
+    pub last_turn: Option<u64>,
+    /// Bytes of the pack sent (git's count; 0 when nothing was sent).
+    pub bytes_sent: u64,
+    /// Pointer files whose bytes were uploaded to the bucket now.
+    pub objects_uploaded: usize,
+    /// Bytes uploaded to the bucket.
+    pub object_bytes: u64,
+    /// Wall time of the push, ms.
+    pub elapsed_ms: u64,
+}
+
+impl PushReport {
+    /// True when the remote already held everything (no process ran).
+    pub fn up_to_date(&self) -> bool {
+        self.updated == 0 && self.deleted == 0 && self.objects_uploaded == 0
+    }
+}
+
+/// The local export ref `local` as it is named on the remote under `ns`:
+/// `refs/heads/opfs` is `<ns>/head`, `refs/opfs/<rest>` is `<ns>/<rest>`.
+fn remote_ref(ns: &str, local: &str) -> Option<String> {
+    if local == export::BRANCH {
+        return Some(format!("{ns}/head"));
+    }
+    local
+        .strip_prefix(NAMESPACE_ROOT)
+        .map(|rest| format!("{ns}/{rest}"))
+}
+
+/// Pushes the export repository of `state`'s project (its history and
+/// every worktree branch) to `target`, under [`namespace`]: the refs that
+/// changed since the last push to that remote, each with a lease on what
+/// that push left there, in one atomic push; plus `<ns>/project`, a
+/// commit whose message names the project and the machine (once).
+/// Pushes of one project are serialized (a lock in the state dir). Only
+/// what is exported is pushed: the caller exports first.
+///
+/// After `Ok`, the remote holds every pushed ref and `push.json` says so.
+/// After `Err`, the remote holds all of them or none (atomic), the local
+/// history and export are untouched, and `push.json` records the failure
+/// (for `opfs status`); a push killed midway leaves the remote with all
+/// or none of its refs too, and the next push finds them (a ref already
+/// holding a commit of the export is taken as pushed).
+///
+/// Errors: see [`PushError`].
+pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushReport, PushError> {
+    let started = Instant::now();
+    let lock_path = state.push_lock_path();
+    let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {
+        path: lock_path,
+        source,
+    })?;
+    let git_dir = export::default_git_dir(state);
+    if !git_dir.join("HEAD").exists() {
+        return Err(PushError::NotExported {
+            project: state.project.clone(),
+        });
+    }
+    let ns = namespace(&target.machine, &state.project);
+    let local = local_refs(&git_dir, target, git)?;
+    let mut all = state::load(state).map_err(|source| PushError::Io {
+        path: state.push_state_path(),
+        source,
+    })?;
+    let rs = all.remotes.entry(target.url.clone()).or_default();
+    if rs.namespace != ns {
+        *rs = state::RemoteState {
+            namespace: ns.clone(),
+            ..Default::default()
+        };
+    }
+    let mut wanted: BTreeMap<String, String> = local
+        .iter()
+        .filter_map(|(r, id)| remote_ref(&ns, r).map(|rr| (rr, id.clone())))
+        .collect();
+    let last_turn = local
+        .keys()
+        .filter_map(|r| r.strip_prefix(export::TURN_REF_PREFIX)?.parse::<u64>().ok())
+        .max();
+    let had_failure = rs.failure.is_some();
+    let info_ref = format!("{ns}/project");
+    let info = match rs.pushed.get(&info_ref) {
+        Some(id) => id.clone(),
+        None => info_commit(&git_dir, target, state, git)?,
+    };
+    wanted.insert(info_ref, info);
+    let mut uploaded = (0, 0);
+    let mut result = Err(PushError::Unreachable {
+        remote: target.url.clone(),
+        cause: String::new(),
+    });
+    // A second round only after the leases were corrected from what the
+    // remote holds (a push killed after the remote took it).
+    for round in 0..2 {
+        let updates: Vec<(&String, &String)> = wanted
+            .iter()
+            .filter(|(r, id)| rs.pushed.get(*r) != Some(*id))
+            .collect();
+        let deletes: Vec<&String> = rs
+            .pushed
+            .keys()
+            .filter(|r| !wanted.contains_key(*r))
+            .collect();
+        if updates.is_empty() && deletes.is_empty() {
+            result = Ok((0, 0, 0));
+            break;
+        }
+        let mut cmd = git.command(Some(&git_dir));
+        cmd.args([
+            "push",
+            "--porcelain",
+            "--atomic",
+            "--progress",
+            "--no-verify",
+        ])
+        .arg(&target.url);
+        for (r, id) in &updates {
+            let expect = rs.pushed.get(*r).map(String::as_str).unwrap_or("");
+            cmd.arg(format!("--force-with-lease={r}:{expect}"));
+            cmd.arg(format!("{id}:{r}"));
+        }
+        for r in &deletes {
+            cmd.arg(format!("--force-with-lease={r}:{}", rs.pushed[*r]));
+            cmd.arg(format!(":{r}"));
+        }
+        let (n_up, n_del) = (updates.len(), deletes.len());
+        if round == 0 {
+            if let Some(cfg) = &target.bucket {
+                let turns: Vec<(String, String)> = updates
+                    .iter()
+                    .filter(|(r, _)| !r.ends_with("/project") && !r.ends_with("/head"))
+                    .filter(|(r, _)| !r.contains("/worktrees/"))
+                    .map(|(r, id)| (r.to_string(), id.to_string()))
+                    .collect();
+                match pointers::upload(state, &git_dir, target, git, cfg, &turns) {
+                    Ok(u) => uploaded = u,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let out = git::output(cmd).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => PushError::GitNotFound {
+                remote: target.url.clone(),
+            },
+            _ => PushError::Io {
+                path: PathBuf::from("git"),
+                source: e,
+            },
+        })?;
+        if out.status.success() {
+            crate::failpoint::failpoint("push-after-git");
+            result = Ok((n_up, n_del, bytes_written(&out.stderr)));
+            break;
+        }
+        let err = classify(&out, target);
+        if round == 0
+            && matches!(err, PushError::Clash { .. })
+            && adopt(&git_dir, &ns, target, git, rs, &wanted)?
+        {
+            continue;
+        }
+        result = Err(err);
+        break;
+    }
+    let now = state::now_ms();
+    let out = match result {
+        Ok((updated, deleted, bytes_sent)) => {
+            rs.pushed = wanted;
+            rs.last_success_ms = Some(now);
+            rs.last_turn = last_turn;
+            rs.failure = None;
+            Ok(PushReport {
+                remote: target.url.clone(),
+                namespace: ns,
+                updated,
+                deleted,
+                last_turn,
+                bytes_sent,
+                objects_uploaded: uploaded.0,
+                object_bytes: uploaded.1,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            })
+        }
+        Err(e) => {
+            let f = rs.failure.get_or_insert(state::Failure {
+                since_ms: now,
+                ..Default::default()
+            });
+            f.kind = e.kind().to_string();
+            f.message = e.to_string();
+            f.last_attempt_ms = now;
+            f.attempts += 1;
+            Err(e)
+        }
+    };
+    if out
+        .as_ref()
+        .map_or(true, |r| !r.up_to_date() || had_failure)
+    {
+        state::save(state, &all).map_err(|source| PushError::Io {
+            path: state.push_state_path(),
+            source,
+        })?;
+    }
+    out
+}
+
+/// The export's refs: `refs/heads/opfs` and everything under
+/// `refs/opfs/`, with their commit ids.
+fn local_refs(
+    git_dir: &Path,
+    target: &Target,
+    git: &GitEnv,
+) -> Result<BTreeMap<String, String>, PushError> {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "for-each-ref",
+        "--format=%(objectname) %(refname)",
+        export::BRANCH,
+        NAMESPACE_ROOT,
+    ]);
+    let out = run_local(cmd, git_dir, target, "listing the export's refs")?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(id, r)| (r.to_string(), id.to_string()))
+        .collect())
+}
+
+/// Runs a local git step in `git_dir`; its stdout.
+fn run_local(
+    cmd: std::process::Command,
+    git_dir: &Path,
+    target: &Target,
+    what: &str,
+) -> Result<Vec<u8>, PushError> {
+    let out = git::output(cmd).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => PushError::GitNotFound {
+            remote: target.url.clone(),
+        },
+        _ => PushError::Git {
+            remote: target.url.clone(),
+            what: what.to_string(),
+            git_dir: git_dir.to_path_buf(),
+            cause: e.to_string(),
+        },
+    })?;
+    if !out.status.success() {
+        return Err(PushError::Git {
+            remote: target.url.clone(),
+            what: what.to_string(),
+            git_dir: git_dir.to_path_buf(),
+            cause: git::stderr_line(&out),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// The message of the `<ns>/project` commit: which project and machine
+/// the namespace holds (read back by [`list`]).
+fn info_message(state: &StateDir, machine: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    format!(
+        "opfs project {}\n\nopfs-project: {}\nopfs-machine: {machine}\nopfs-key: {}\n",
+        crate::paths::display(state.project.as_os_str().as_bytes()),
+        crate::paths::display(state.project.as_os_str().as_bytes()),
+        key_of(&state.project)
+    )
+}
+
+/// Writes the `<ns>/project` commit (an empty tree; fixed author and
+/// time, so it is the same commit every time) into the export repository;
+/// its id.
+fn info_commit(
+    git_dir: &Path,
+    target: &Target,
+    state: &StateDir,
+    git: &GitEnv,
+) -> Result<String, PushError> {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args(["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let tree = run_local(cmd, git_dir, target, "writing the empty tree")?;
+    let tree = String::from_utf8_lossy(&tree).trim().to_string();
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "commit-tree",
+        &tree,
+        "-m",
+        &info_message(state, &target.machine),
+    ])
+    .env("GIT_AUTHOR_NAME", "opfs")
+    .env("GIT_AUTHOR_EMAIL", "opfs@localhost")
+    .env("GIT_AUTHOR_DATE", "@0 +0000")
+    .env("GIT_COMMITTER_NAME", "opfs")
+    .env("GIT_COMMITTER_EMAIL", "opfs@localhost")
+    .env("GIT_COMMITTER_DATE", "@0 +0000");
+    let id = run_local(cmd, git_dir, target, "writing the project's description")?;
+    Ok(String::from_utf8_lossy(&id).trim().to_string())
+}
+
+/// The error a failed `git push --porcelain` stands for: refs refused for
+/// a stale lease are a clash, refs the remote refused are
+/// [`PushError::Refused`], and a push that reported no ref never reached
+/// the remote.
+fn classify(out: &std::process::Output, target: &Target) -> PushError {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rejected: Vec<(&str, &str)> = stdout
+        .lines()
+        .filter(|l| l.starts_with('!'))
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let _flag = f.next()?;
+            let refs = f.next()?;
+            let summary = f.next().unwrap_or("");
+            Some((refs.rsplit(':').next().unwrap_or(refs), summary))
+        })
+        .collect();
+    let stale: Vec<String> = rejected
+        .iter()
+        .filter(|(_, s)| {
+            s.contains("stale info") || s.contains("fetch first") || s.contains("non-fast-forward")
+        })
+        .map(|(r, _)| r.to_string())
+        .collect();
+    if !stale.is_empty() {
+        return PushError::Clash {
+            remote: target.url.clone(),
+            refs: stale,
+            machine: target.machine.clone(),
+        };
+    }
+    let refused: Vec<String> = rejected
+        .iter()
+        .filter(|(_, s)| s.contains("remote rejected"))
+        .map(|(r, s)| format!("{r} {s}"))
+        .collect();
+    if !refused.is_empty() {
+        let mut cause = refused.join(", ");
+        let more = git::stderr_line(out);
+        if !more.is_empty() {
+            cause = format!("{cause} ({more})");
+        }
+        return PushError::Refused {
+            remote: target.url.clone(),
+            cause,
+        };
+    }
+    PushError::Unreachable {
+        remote: target.url.clone(),
+        cause: git::stderr_line(out),
+    }
+}
+
+/// After a clash: reads the remote's refs of the namespace and takes as
+/// pushed every one that holds what this push wants or a commit the
+/// export holds (its own, left by a push killed after the remote took it,
+/// or by a rewrite since). True when a lease changed, so a second round
+/// can succeed.
+fn adopt(
+    git_dir: &Path,
+    ns: &str,
+    target: &Target,
+    git: &GitEnv,
+    rs: &mut state::RemoteState,
+    wanted: &BTreeMap<String, String>,
+) -> Result<bool, PushError> {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args(["ls-remote", &target.url, &format!("{ns}/*")]);
+    let Ok(out) = run_local(cmd, git_dir, target, "listing the remote's refs") else {
+        return Ok(false);
+    };
+    let remote: BTreeMap<String, String> = String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(_, r)| r.starts_with(&format!("{ns}/")))
+        .map(|(id, r)| (r.to_string(), id.to_string()))
+        .collect();
+    let mut changed = false;
+    for r in wanted.keys().chain(rs.pushed.clone().keys()) {
+        let expected = rs.pushed.get(r).cloned();
+        let actual = remote.get(r).cloned();
+        if expected == actual {
+            continue;
+        }
+        let ours = match &actual {
+            None => true,
+            Some(id) => wanted.get(r) == Some(id) || has_commit(git_dir, git, id),
+        };
+        if !ours {
+            continue;
+        }
+        match actual {
+            Some(id) => rs.pushed.insert(r.clone(), id),
+            None => rs.pushed.remove(r),
+        };
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// True when the export repository holds commit `id`.
+fn has_commit(git_dir: &Path, git: &GitEnv, id: &str) -> bool {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args(["cat-file", "-e", &format!("{id}^{{commit}}")]);
+    git::output(cmd).is_ok_and(|o| o.status.success())
+}
+
+/// The pack size git reports on its `Writing objects: ... , <size>` line
+/// (`--progress`), in bytes; 0 when it wrote none.
+fn bytes_written(stderr: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(stderr);
+    let Some(line) = text
+        .split(['\r', '\n'])
+        .rfind(|l| l.contains("Writing objects:") && l.contains("done"))
+    else {
+        return 0;
+    };
+    // "Writing objects: 100% (4/4), 1.23 KiB | 1.23 MiB/s, done."
+    let Some(size) = line.split(", ").nth(1) else {
+        return 0;
+    };
+    let size = size.split(" |").next().unwrap_or(size).trim();
+    let mut parts = size.split(' ');
+    let (Some(n), Some(unit)) = (parts.next(), parts.next()) else {
+        return 0;
+    };
+    let n: f64 = n.parse().unwrap_or(0.0);
+    let mult = match unit {
+        "bytes" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => 0.0,
+    };
+    (n * mult) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_names_are_one_ref_component() {
+        assert_eq!(machine_name(Some("ci runner/7.x")), "ci-runner-7-x");
+        assert_eq!(machine_name(Some("")), "localhost");
+    }
+
+    #[test]
+    fn refs_map_into_the_namespace() {
+        assert_eq!(
+            remote_ref("refs/opfs/m/k", "refs/heads/opfs").as_deref(),
+            Some("refs/opfs/m/k/head")
+        );
+        assert_eq!(
+            remote_ref("refs/opfs/m/k", "refs/opfs/turns/3").as_deref(),
+            Some("refs/opfs/m/k/turns/3")
+        );
+    }
+
+    #[test]
+    fn pack_size_is_read_from_gits_progress() {
+        let e = b"Enumerating objects: 5, done.\nWriting objects:  50% (2/4)\rWriting objects: 100% (4/4), 1.50 KiB | 1.50 MiB/s, done.\n";
+        assert_eq!(bytes_written(e), 1536);
+        assert_eq!(
+            bytes_written(b"Writing objects: 100% (3/3), 250 bytes | 250.00 KiB/s, done."),
+            250
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! What the pushes of a project did last, per remote: the refs each push
+//! left on the remote (the leases of the next push) and the last failure.
+//! One JSON file in the state dir (`push.json`), replaced whole (written
+//! to a temporary file, then renamed), read by `opfs status`.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StateDir;
+
+/// The state of every remote a project was pushed to, keyed by URL.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PushState {
+    /// Per remote URL.
+    #[serde(default)]
+    pub remotes: BTreeMap<String, RemoteState>,
+}
+
+/// What the pushes to one remote did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RemoteState {
+    /// The namespace pushed to (`refs/opfs/<machine>/<project key>`).
+    pub namespace: String,
+    /// Each ref the last successful push left on the remote, and its
+    /// commit id: what the next push expects to find there (its leases).
+    #[serde(default)]
+    pub pushed: BTreeMap<String, String>,
+    /// When the last push succeeded, in ms since the Unix epoch.
+    pub last_success_ms: Option<u64>,
+    /// The newest turn the remote holds (as of the last success).
+    pub last_turn: Option<u64>,
+    /// The failure of the pushes since the last success, if they failed.
+    pub failure: Option<Failure>,
+}
+
+/// Pushes that failed since the last success.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Failure {
+    /// `unreachable`, `clash`, `refused` or `error` (see
+    /// [`super::PushError::kind`]).
+    pub kind: String,
+    /// The error of the last attempt, as printed.
+    pub message: String,
+    /// The first failed attempt, ms since the Unix epoch.
+    pub since_ms: u64,
+    /// The last attempt, ms since the Unix epoch.
+    pub last_attempt_ms: u64,
+    /// Attempts that failed in a row.
+    pub attempts: u64,
+}
+
+/// The push state of `state`'s project; empty when it never pushed.
+///
+/// Errors: the file exists but cannot be read or parsed.
+pub fn load(state: &StateDir) -> io::Result<PushState> {
+    let path = state.push_state_path();
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(PushState::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replaces the push state of `state`'s project by `s` (temporary file,
+/// then rename: a crash leaves the old file or the new one). Not fsynced:
+/// losing it costs one push that finds its refs already there.
+///
+/// Errors: the file cannot be written.
+pub(super) fn save(state: &StateDir, s: &PushState) -> io::Result<()> {
+    let path = state.push_state_path();
+    let tmp = tmp_of(&path);
+    let bytes = serde_json::to_vec_pretty(s).map_err(io::Error::other)?;
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, &path)
+}
+
+fn tmp_of(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    name.into()
+}
+
+/// Now, in ms since the Unix epoch.
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

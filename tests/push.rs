@@ -1,0 +1,769 @@
+//! Checkpoint remotes (`docs/remote.md`): the history pushed to a real git
+//! remote (a bare repository served by `git daemon` on 127.0.0.1, started
+//! by the test) under `refs/opfs/<machine>/<project key>/`, automatically
+//! after turns and by `opfs push`; an unreachable remote shown by `status`
+//! and retried; a clash refused and named; a push resumed after the
+//! pusher died between the remote taking it and recording it.
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// How long a test waits for the automatic pusher (a thread of the daemon).
+const PUSH_WAIT: Duration = Duration::from_secs(90);
+
+/// `git daemon` serving the bare repositories of a temp dir on 127.0.0.1,
+/// pushes enabled; killed on drop.
+struct GitDaemon {
+    child: Child,
+    base: tempfile::TempDir,
+    port: u16,
+}
+
+impl GitDaemon {
+    /// A daemon on a free port, or `None` (and a message) when this
+    /// machine has no `git daemon` (`scripts/setup` installs it).
+    fn start() -> Option<GitDaemon> {
+        GitDaemon::start_on(free_port())
+    }
+
+    /// A daemon on `port`, serving a fresh bare repository `r.git`.
+    fn start_on(port: u16) -> Option<GitDaemon> {
+        let exec = Command::new("git").arg("--exec-path").output().ok()?;
+        let exec = PathBuf::from(String::from_utf8_lossy(&exec.stdout).trim());
+        if !exec.join("git-daemon").exists() {
+            eprintln!("SKIP: `git daemon` is not installed (scripts/setup installs it)");
+            return None;
+        }
+        let base = tempfile::tempdir().expect("temp dir");
+        let repo = base.path().join("r.git");
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&repo)
+            .output()
+            .expect("git init");
+        assert!(out.status.success(), "git init --bare failed");
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.path().display()))
+            .arg(base.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start git daemon");
+        let d = GitDaemon { child, base, port };
+        assert!(
+            wait_for(Duration::from_secs(30), || TcpStream::connect((
+                "127.0.0.1",
+                d.port
+            ))
+            .is_ok()),
+            "git daemon did not listen on 127.0.0.1:{port}"
+        );
+        Some(d)
+    }
+
+    fn url(&self) -> String {
+        url_on(self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.base;
+    }
+}
+
+fn url_on(port: u16) -> String {
+    format!("git://127.0.0.1:{port}/r.git")
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Writes the fixture's configuration: `machine`, the project's remote,
+/// automatic pushes on or off, a retry every second.
+fn configure(f: &Fixture, url: &str, machine: &str, auto: bool) {
+    let text = format!(
+        "[push]\nmachine = {machine:?}\nretry_seconds = 1\n\n[projects.{:?}.push]\nremote = {url:?}\nauto = {auto}\n",
+        f.project.display().to_string()
+    );
+    std::fs::write(&f.pinned.config, text).expect("write config");
+}
+
+/// The project's namespace on the remote.
+fn namespace(f: &Fixture, machine: &str) -> String {
+    let key = f.state_dir();
+    format!(
+        "refs/opfs/{machine}/{}",
+        key.file_name().expect("key").to_string_lossy()
+    )
+}
+
+/// `git ls-remote URL`: ref name to id.
+fn ls_remote(url: &str) -> std::collections::BTreeMap<String, String> {
+    let out = Command::new("git")
+        .args(["ls-remote", url])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git ls-remote");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(id, r)| (r.to_string(), id.to_string()))
+        .collect()
+}
+
+/// A plain git command in `dir` (no user configuration).
+fn git_at(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The push entry of `status --json` for `url`.
+fn push_status(f: &Fixture, url: &str) -> serde_json::Value {
+    let s = f.status();
+    s["push"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["remote"] == url))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn turns_are_pushed_after_each_turn_under_the_machines_namespace() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    // The user's own repository, with a remote of its own: never touched.
+    write_file(&f.p("README"), b"hello\n", 0o644);
+    git_at(&f.project, &["init", "-q"]);
+    git_at(
+        &f.project,
+        &["remote", "add", "origin", "https://example.invalid/app.git"],
+    );
+    git_at(&f.project, &["add", "README"]);
+    git_at(&f.project, &["commit", "-q", "-m", "first"]);
+    let git_before = manifest(&f.p(".git"));
+    configure(&f, &d.url(), "alpha", true);
+    // A label names the turn it opens.
+    f.mount_with(&["--label", "write a"]);
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("write big");
+    let big: Vec<u8> = (0..9u32 << 20).map(|i| (i % 251) as u8).collect();
+    write_file(&f.m("big.bin"), &big, 0o644);
+    f.turn("edit a");
+    write_file(&f.m("a.txt"), b"one\ntwo\n", 0o644);
+    f.turn("idle");
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/3"))),
+        "turn 3 never reached the remote: {:?}\nstatus: {:#}",
+        ls_remote(&d.url()),
+        f.status()
+    );
+    let refs = ls_remote(&d.url());
+    for r in ["head", "baseline", "project", "turns/1", "turns/2"] {
+        assert!(
+            refs.contains_key(&format!("{ns}/{r}")),
+            "{ns}/{r} missing: {refs:?}"
+        );
+    }
+    assert!(
+        refs.keys().all(|r| r.starts_with(&format!("{ns}/"))),
+        "refs outside the namespace: {refs:?}"
+    );
+    let st = push_status(&f, &d.url());
+    assert_eq!(st["last_turn"], 3, "{st:#}");
+    assert!(st["failure"].is_null(), "{st:#}");
+
+    // Stock git reads it elsewhere.
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), "refs/opfs/*:refs/opfs/*"],
+    );
+    let log = git_at(
+        elsewhere.path(),
+        &["log", "--format=%s", &format!("{ns}/head")],
+    );
+    let subjects: Vec<&str> = log.lines().collect();
+    assert_eq!(subjects.len(), 4, "three turns and the baseline: {log}");
+    assert_eq!(
+        subjects[..3],
+        ["Turn 3: edit a", "Turn 2: write big", "Turn 1: write a"],
+        "git log of the pushed head"
+    );
+    let changed = git_at(
+        elsewhere.path(),
+        &[
+            "diff",
+            "--name-only",
+            &format!("{ns}/turns/1"),
+            &format!("{ns}/turns/2"),
+        ],
+    );
+    assert_eq!(changed.trim(), "big.bin");
+    let pointer = git_at(
+        elsewhere.path(),
+        &["show", &format!("{ns}/turns/2:big.bin")],
+    );
+    assert!(pointer.starts_with("opfs-pointer v1\n"), "{pointer}");
+    let a = git_at(elsewhere.path(), &["show", &format!("{ns}/turns/3:a.txt")]);
+    assert_eq!(a, "one\ntwo\n");
+
+    // Nothing of it in the user's repository.
+    f.umount();
+    assert_manifest_eq("the project's .git", &git_before, &manifest(&f.p(".git")));
+    let remotes = git_at(&f.project, &["remote"]);
+    assert_eq!(remotes.trim(), "origin");
+}
+
+#[test]
+fn an_unreachable_remote_is_shown_by_status_and_retried_until_it_answers() {
+    let port = free_port();
+    let url = url_on(port);
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", true);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    // The turn does not wait for the push, nor fail with it.
+    f.turn("one");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["failure"]["attempts"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)),
+        "the failed push was not tried again: {:#}",
+        f.status()
+    );
+    let st = push_status(&f, &url);
+    assert_eq!(st["failure"]["kind"], "unreachable", "{st:#}");
+    let msg = st["failure"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains(&url), "the error names the remote: {msg}");
+    let warnings = f.status()["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("pushes to {url} fail")),
+        "{warnings}"
+    );
+    // The remote comes up: the next retry pushes, nothing was lost.
+    let Some(d) = GitDaemon::start_on(port) else {
+        return;
+    };
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["failure"].is_null()),
+        "the retry never succeeded: {:#}",
+        f.status()
+    );
+    assert_eq!(push_status(&f, &url)["last_turn"], 1);
+    assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}
+
+#[test]
+fn a_clash_in_the_namespace_is_refused_named_and_nothing_is_lost() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    let ns = namespace(&f, "alpha");
+    // Another machine of the same name pushes a project at the same path.
+    let other = tempfile::tempdir().expect("temp");
+    git_at(other.path(), &["init", "-q"]);
+    write_file(&other.path().join("x"), b"theirs\n", 0o644);
+    git_at(other.path(), &["add", "x"]);
+    git_at(other.path(), &["commit", "-q", "-m", "theirs"]);
+    git_at(
+        other.path(),
+        &[
+            "push",
+            "-q",
+            "--force",
+            &d.url(),
+            &format!("HEAD:{ns}/head"),
+        ],
+    );
+    let theirs = ls_remote(&d.url())[&format!("{ns}/head")].clone();
+    write_file(&f.m("a.txt"), b"two\n", 0o644);
+    f.turn("two");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [d.url(), format!("{ns}/head"), "[push] machine".to_string()] {
+        assert!(run.stderr.contains(&part), "the error names {part}: {run}");
+    }
+    // Refused as a whole: theirs is still there, nothing of ours moved.
+    let refs = ls_remote(&d.url());
+    assert_eq!(refs[&format!("{ns}/head")], theirs);
+    assert!(!refs.contains_key(&format!("{ns}/turns/2")), "{refs:?}");
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "clash");
+    // Nothing lost locally; once the stale copy is gone, the push goes through.
+    let log = f.opfs_c(&["log", "--json"]).ok().json();
+    assert_eq!(log.as_array().map(Vec::len), Some(3), "{log:#}");
+    git_at(
+        other.path(),
+        &["push", "-q", &d.url(), "--delete", &format!("{ns}/head")],
+    );
+    f.opfs_c(&["push"]).ok();
+    let refs = ls_remote(&d.url());
+    assert!(refs.contains_key(&format!("{ns}/turns/2")), "{refs:?}");
+    assert!(push_status(&f, &d.url())["failure"].is_null());
+}
+
+#[test]
+fn a_pusher_killed_after_the_remote_took_its_push_is_resumed_after_a_rewrite() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    write_file(&f.m("a.txt"), b"two\n", 0o644);
+    f.turn("two");
+    // Killed right after git's push: the remote holds turn 2, push.json
+    // still says turn 1.
+    let mnt = f.mnt.display().to_string();
+    let out = f
+        .opfs_command(&["-C", &mnt, "push"])
+        .env("OPFS_FAILPOINT", "push-after-git:1")
+        .output()
+        .expect("run opfs push");
+    assert_eq!(
+        out.status.code(),
+        None,
+        "the failpoint did not kill the push"
+    );
+    let ns = namespace(&f, "alpha");
+    let before = ls_remote(&d.url());
+    assert!(before.contains_key(&format!("{ns}/turns/2")), "{before:?}");
+    // Then the history is rewritten (a relabel writes turn 2's commit
+    // again) before the next push, which must not take the remote's copy
+    // of its own earlier commit for a clash.
+    f.opfs_c(&["label", "2", "renamed"]).ok();
+    let run = f.opfs_c(&["push", "--json"]).ok();
+    assert_eq!(run.json()["last_turn"], 2, "{run}");
+    let export = f.state_dir().join("export.git");
+    let local = String::from_utf8_lossy(&git_in_ok(&export, &["rev-parse", "refs/heads/opfs"]))
+        .trim()
+        .to_string();
+    let after = ls_remote(&d.url());
+    assert_ne!(after[&format!("{ns}/head")], before[&format!("{ns}/head")]);
+    assert_eq!(after[&format!("{ns}/head")], local);
+    assert!(push_status(&f, &d.url())["failure"].is_null());
+}
+
+/// The files and symlinks of `m` (directories' modes follow the umask in
+/// a checkout; git keeps no directories).
+fn files_only(m: Manifest) -> Manifest {
+    m.into_iter()
+        .filter(|(_, e)| !matches!(e, Entry::Dir { .. }))
+        .collect()
+}
+
+#[test]
+fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn() {
+    let Some(d) = GitDaemon::start() else { return };
+    let url = d.url();
+    // Machine "alpha": three turns, one of them a symlink, one a
+    // non-UTF-8 name and an executable.
+    let a = Fixture::new();
+    configure(&a, &url, "alpha", false);
+    a.mount();
+    let mut at_end = Vec::new();
+    write_file(&a.m("src/main.rs"), b"fn main() {}\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::os::unix::fs::symlink("src/main.rs", a.m("link")).expect("symlink");
+    write_file(&a.m(bytes_path(b"caf\xe9.sh")), b"#!/bin/sh\n", 0o755);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::fs::remove_file(a.m("src/main.rs")).expect("rm");
+    write_file(&a.m("notes.txt"), b"gone\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    a.opfs_c(&["push"]).ok();
+    // Machine "beta": another project, one turn.
+    let b = Fixture::new();
+    configure(&b, &url, "beta", false);
+    b.mount();
+    write_file(&b.m("b.txt"), b"beta\n", 0o644);
+    b.turn("t");
+    b.opfs_c(&["push"]).ok();
+
+    // A third machine, with nothing of either: lists both.
+    let c = Fixture::new();
+    let list = c.opfs(&["--json", "remote", "list", &url]).ok().json();
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let nb = namespace(&b, "beta")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    assert!(
+        names.contains(&na.as_str()) && names.contains(&nb.as_str()),
+        "{list:#}"
+    );
+    let pa = list
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["name"] == na.as_str()))
+        .expect("alpha's project");
+    assert_eq!(pa["path"], a.project.display().to_string(), "{pa:#}");
+    assert_eq!(pa["turns"], serde_json::json!([1, 2, 3]), "{pa:#}");
+    let turns = c.opfs(&["--json", "remote", "list", &url, &na]).ok().json();
+    assert_eq!(turns.as_array().map(Vec::len), Some(3), "{turns:#}");
+
+    // Each turn, materialised, is the project at the end of that turn.
+    for (i, expected) in at_end.iter().enumerate() {
+        let dir = c.root().join(format!("turn{}", i + 1));
+        let n = (i + 1).to_string();
+        c.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            &n,
+            &dir.display().to_string(),
+        ])
+        .ok();
+        assert_manifest_eq(
+            &format!("turn {n} materialised"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Bad input: a turn or project it does not hold, a non-empty directory.
+    let run = c.opfs(&["remote", "checkout", &url, &na, "9", "/tmp/opfs-never"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("holds no turn 9"), "{run}");
+    let run = c.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "gamma/0000",
+        "1",
+        "/tmp/opfs-never",
+    ]);
+    assert!(run.stderr.contains("holds no project gamma/0000"), "{run}");
+    let run = c.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &c.root().join("turn1").display().to_string(),
+    ]);
+    assert!(run.stderr.contains("is not empty"), "{run}");
+}
+
+/// moto's S3 server (`pip install 'moto[server]'` into
+/// `~/.cache/opfs-test-tools/moto`, which `scripts/setup` does) on
+/// 127.0.0.1, with the bucket `ckpt`; killed on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Option<Moto> {
+        let home = std::env::var_os("HOME").map(PathBuf::from)?;
+        let venv = home.join(".cache/opfs-test-tools/moto/bin");
+        if !venv.join("moto_server").exists() {
+            eprintln!(
+                "SKIP: moto's S3 server is not installed in {} (scripts/setup installs it)",
+                venv.display()
+            );
+            return None;
+        }
+        let port = free_port();
+        let child = Command::new(venv.join("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        let m = Moto { child, port };
+        assert!(
+            wait_for(Duration::from_secs(60), || TcpStream::connect((
+                "127.0.0.1",
+                m.port
+            ))
+            .is_ok()),
+            "moto did not listen on 127.0.0.1:{port}"
+        );
+        let out = Command::new(venv.join("python"))
+            .args([
+                "-c",
+                &format!(
+                    "import boto3; boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='ckpt')",
+                    m.endpoint()
+                ),
+            ])
+            .output()
+            .expect("create the bucket");
+        assert!(
+            out.status.success(),
+            "create bucket: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(m)
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// [`configure`] plus the bucket `s3://ckpt/opfs` at `endpoint`, and
+/// moto's credentials in the environment of every command of `f`.
+fn configure_bucket(f: &Fixture, url: &str, machine: &str, endpoint: &str) {
+    configure(f, url, machine, false);
+    let mut text = std::fs::read_to_string(&f.pinned.config).expect("config");
+    text = text.replace(
+        "[push]\n",
+        &format!("[push]\nbucket = \"s3://ckpt/opfs\"\nbucket_endpoint = {endpoint:?}\n"),
+    );
+    std::fs::write(&f.pinned.config, text).expect("write config");
+    f.set_env("AWS_ACCESS_KEY_ID", "testing");
+    f.set_env("AWS_SECRET_ACCESS_KEY", "testing");
+}
+
+#[test]
+fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_byte() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let mut at_end = Vec::new();
+    let mut rng = Rng::new(31);
+    let big = rng.bytes(9 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("small.txt"), b"one\n", 0o644);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    // Written in place: its turn-1 bytes are kept as ranges, not a blob.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(a.m("big.bin"))
+        .expect("open big");
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(4 << 20)).expect("seek");
+    std::io::Write::write_all(&mut file, b"changed in place").expect("write");
+    drop(file);
+    let other = rng.bytes((8 << 20) + 5);
+    write_file(&a.m("data/other.bin"), &other, 0o755);
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    std::fs::remove_file(a.m("big.bin")).expect("rm");
+    a.turn("t");
+    at_end.push(files_only(manifest(&a.project)));
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_uploaded"], 3,
+        "three versions of 8 MiB or more: {r:#}"
+    );
+    // Create-only and incremental: nothing more to upload.
+    write_file(&a.m("small.txt"), b"two\n", 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+
+    // Another state home, which never saw the project.
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    for (i, expected) in at_end.iter().enumerate() {
+        let n = (i + 1).to_string();
+        let dir = b.root().join(format!("turn{n}"));
+        let run = b
+            .opfs(&[
+                "--json",
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                &n,
+                &dir.display().to_string(),
+            ])
+            .ok();
+        assert!(
+            run.json()["pointers"].as_array().is_some_and(Vec::is_empty),
+            "{run}"
+        );
+        assert_manifest_eq(
+            &format!("turn {n} materialised from git and the bucket"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Without the bucket the pointers are written and said.
+    let dir = b.root().join("nobucket");
+    std::fs::write(&b.pinned.config, "").expect("config");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("written as pointer files"), "{run}");
+}
+
+#[test]
+fn inside_opfs_run_neither_the_push_state_nor_the_credentials_are_visible() {
+    let Some(d) = GitDaemon::start() else { return };
+    if which("bwrap").is_none() {
+        eprintln!("SKIP: bwrap is not installed (scripts/setup installs it)");
+        return;
+    }
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    f.set_env("AWS_SECRET_ACCESS_KEY", "aws-secret");
+    let home = &f.pinned.home;
+    write_file(
+        &home.join(".git-credentials"),
+        b"https://u:git-secret@host\n",
+        0o600,
+    );
+    write_file(
+        &home.join(".aws/credentials"),
+        b"[default]\naws_secret_access_key = aws-file-secret\n",
+        0o600,
+    );
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    f.opfs_c(&["push"]).ok();
+    let push_json = f.state_dir().join("push.json");
+    assert!(push_json.exists());
+    let script = format!(
+        "cat {} ~/.git-credentials ~/.aws/credentials 2>/dev/null; echo \"env=$AWS_SECRET_ACCESS_KEY\"",
+        push_json.display()
+    );
+    let project = f.project.display().to_string();
+    let run = f.opfs(&["-C", &project, "run", "--", "sh", "-c", &script]);
+    assert_eq!(run.code, Some(0), "{run}");
+    for secret in ["git-secret", "aws-file-secret", "aws-secret", "refs/opfs"] {
+        assert!(
+            !run.stdout.contains(secret),
+            "{secret} visible inside opfs run: {run}"
+        );
+    }
+    assert!(
+        run.stdout.contains("env=\n") || run.stdout.trim_end().ends_with("env="),
+        "{run}"
+    );
+}
+
+#[test]
+fn an_unreachable_bucket_fails_the_push_before_any_ref_and_names_the_bucket() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    let nothing = format!("http://127.0.0.1:{}", free_port());
+    configure_bucket(&f, &d.url(), "alpha", &nothing);
+    f.mount();
+    write_file(&f.m("big.bin"), &Rng::new(7).bytes(8 << 20), 0o644);
+    f.turn("big");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains("bucket s3://ckpt/opfs"),
+        "the error names the bucket: {run}"
+    );
+    // No pointer reached the remote without its bytes.
+    assert!(ls_remote(&d.url()).is_empty(), "{:?}", ls_remote(&d.url()));
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "bucket");
+}
+
+#[test]
+fn worktree_branches_go_with_the_projects_push_and_leave_after_their_discard() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", false);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha");
+    let run = f.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    write_file(&w.join("a.txt"), b"tried\n", 0o644);
+    let wp = w.display().to_string();
+    f.opfs(&["-C", &wp, "turn", "--label", "next"]).ok();
+    f.opfs_c(&["push"]).ok();
+    let branch = format!("{ns}/worktrees/exp");
+    let refs = ls_remote(&d.url());
+    assert!(refs.contains_key(&branch), "{refs:?}");
+    // The branch's tree is the worktree's view.
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), &format!("{branch}:{branch}")],
+    );
+    assert_eq!(
+        git_at(elsewhere.path(), &["show", &format!("{branch}:a.txt")]),
+        "tried\n"
+    );
+    // Discarded: the next push deletes it from the remote.
+    f.opfs_p(&["worktree", "discard", "exp"]).ok();
+    let r = f.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["deleted"], 1, "{r:#}");
+    assert!(!ls_remote(&d.url()).contains_key(&branch));
+}
