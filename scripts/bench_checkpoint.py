@@ -21,8 +21,11 @@ children) from before step 2 to after step 3: the turn boundary and the
 export of the turn. The report gives, per variant and size, the mean of
 cli, daemon and their sum in milliseconds (the mean, because the daemon's
 CPU is counted in clock ticks of 10 ms: one checkpoint reads 0 or 10 ms,
-the mean over many is the cost), the cli's median, and the
-load average at the start and the end. JSON to --out.
+the mean over many is the cost), the cli's median, the mean CPU of each
+daemon thread alive across the checkpoint (`threads`, from schedstat, in
+nanoseconds: exact, but a thread that ended, such as the control
+connection's, is missing), and the load average at the start and the
+end. JSON to --out.
 
 Needs root (FUSE mounts).
 """
