@@ -21,8 +21,11 @@ children) from before step 2 to after step 3: the turn boundary and the
 export of the turn. The report gives, per variant and size, the mean of
 cli, daemon and their sum in milliseconds (the mean, because the daemon's
 CPU is counted in clock ticks of 10 ms: one checkpoint reads 0 or 10 ms,
-the mean over many is the cost), the cli's median, and the
-load average at the start and the end. JSON to --out.
+the mean over many is the cost), the cli's median, the mean CPU of each
+daemon thread alive across the checkpoint (`threads`, from schedstat, in
+nanoseconds: exact, but a thread that ended, such as the control
+connection's, is missing), and the load average at the start and the
+end. JSON to --out.
 
 Needs root (FUSE mounts).
 """
@@ -50,6 +53,31 @@ def make_tree(root, n):
             os.mkdir(d)
         with open(os.path.join(d, f"f{i:06d}.txt"), "w") as f:
             f.write(f"file {i}\n" + "line of text for the checkpoint benchmark\n" * 20)
+
+
+def thread_ns(pid):
+    """Nanoseconds on CPU so far per thread name of process `pid`
+    (`/proc/PID/task/TID/schedstat`): exact, where /proc/PID/stat counts
+    clock ticks; threads that ended are not in it."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if comm.startswith("fuser-"):
+            comm = "fuser"
+        elif pid == int(tid):
+            comm = "main"
+        out[comm] = out.get(comm, 0) + ns
+    return out
 
 
 def run(cmd, env, stdin=None):
@@ -92,14 +120,14 @@ def main():
                 run([binary, "-C", mp, "turn", "--label", "baseline"], env)
                 run([binary, "-C", mp, "export"], env)
                 mounts[name] = (binary, mp, env, daemon_pid(mp))
-            rows = {name: {"cli_ms": [], "daemon_ms": []} for name in variants}
+            rows = {name: {"cli_ms": [], "daemon_ms": [], "threads_ms": {}} for name in variants}
             for k in range(a.checkpoints):
                 for name, (binary, mp, env, pid) in mounts.items():
                     for e in range(a.edits):
                         i = (k * a.edits * 37 + e * 101) % n
                         with open(os.path.join(mp, f"d{i // 100:04d}", f"f{i:06d}.txt"), "a") as f:
                             f.write(f"edit {k}\n")
-                    d0, c0 = proc_cpu(pid), children_cpu()
+                    d0, c0, t0 = proc_cpu(pid), children_cpu(), thread_ns(pid)
                     if a.cmd == "hook":
                         event = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "bench",
                                             "cwd": mp, "prompt": f"prompt {k}"}).encode()
@@ -108,7 +136,10 @@ def main():
                         run([binary, "-C", mp, "turn", "--label", f"prompt {k}"], env)
                     c1 = children_cpu()
                     run([binary, "-C", mp, "export"], env)
-                    d1 = proc_cpu(pid)
+                    d1, t1 = proc_cpu(pid), thread_ns(pid)
+                    for comm, ns in t1.items():
+                        rows[name]["threads_ms"].setdefault(comm, []).append(
+                            round((ns - t0.get(comm, 0)) / 1e6, 3))
                     rows[name]["cli_ms"].append(round((c1 - c0) * 1000, 2))
                     rows[name]["daemon_ms"].append(round((d1 - d0) * 1000, 2))
             for name, r in rows.items():
@@ -116,11 +147,14 @@ def main():
                 r.update(mean_cli_ms=round(statistics.mean(r["cli_ms"]), 2),
                          median_cli_ms=statistics.median(r["cli_ms"]),
                          mean_daemon_ms=round(statistics.mean(r["daemon_ms"]), 2),
-                         mean_total_ms=round(statistics.mean(tot), 2), total_ms=tot)
+                         mean_total_ms=round(statistics.mean(tot), 2), total_ms=tot,
+                         mean_threads_ms={c: round(statistics.mean(v), 2)
+                                          for c, v in sorted(r["threads_ms"].items())})
                 results.setdefault(str(n), {})[name] = r
                 print(f"{n:>7} files  {name:<12} cli {r['mean_cli_ms']:6.2f} ms (median "
                       f"{r['median_cli_ms']:.2f})  daemon {r['mean_daemon_ms']:6.2f} ms  "
-                      f"total {r['mean_total_ms']:6.2f} ms",
+                      f"total {r['mean_total_ms']:6.2f} ms  threads (schedstat) "
+                      + " ".join(f"{c} {v:.2f}" for c, v in r["mean_threads_ms"].items()),
                       flush=True)
         finally:
             for name, (binary, mp, env, pid) in mounts.items():

@@ -856,3 +856,28 @@ fn integrate_never_writes_inside_a_project() {
     );
     assert_manifest_eq("project", &before, &manifest(&fx.project));
 }
+
+/// A prompt hook looks in the index once for a rewind that stopped half
+/// way (the turn's own look), not a second time on its own: each open of
+/// the index costs the hook, paid on every prompt.
+#[test]
+fn a_prompt_hook_opens_the_index_once() {
+    let fx = Fixture::new();
+    write_file(&fx.p("a.txt"), b"a\n", 0o644);
+    write_user_config(&fx);
+    // No background export: it opens the index itself after each turn.
+    fx.mount_with(&["--no-export"]);
+    integrate(&fx, &["claude-code"]).ok();
+    let command = hook_command(&fx, "claude-code");
+    let before = fx.open_turn();
+    let opens = common::opens::Opens::watch(&fx.state_dir());
+    let run = run_hook_as(&fx, "claude-code", &command, &fx.mnt, "s", false);
+    let opened = opens.take();
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(fx.open_turn(), before + 1, "a new turn: {run}");
+    let index = opened.iter().filter(|n| *n == "index.db").count();
+    assert!(
+        index <= 1,
+        "the hook opened the index {index} times: {opened:?}"
+    );
+}

@@ -1,10 +1,11 @@
 //! The daemon's background exporter: a thread of its own that runs
-//! [`export`] after every request that closes a turn, off the request
-//! path. Failures go to the daemon log, never to the request.
+//! [`export`](super::export) after every request that closes a turn, off
+//! the request path, through one repository handle kept between runs.
+//! Failures go to the daemon log, never to the request.
 
 use crate::store::StateDir;
 
-use super::export;
+use super::export_in;
 
 /// Starts the background exporter of a daemon: a thread that exports
 /// `state`'s history into the default repository each time it is woken
@@ -14,6 +15,11 @@ use super::export;
 ///
 /// `commit` is the daemon's group commit of its capture log: it runs
 /// before every export and wherever the export re-reads records.
+///
+/// The thread keeps the repository open between runs, with the commits it
+/// has read (`docs/design.md` "The export keeps its repository open"): a
+/// run reopens it when the repository was replaced, its packs changed or
+/// its refs were packed since.
 ///
 /// The thread ends when every sender is dropped.
 pub fn spawn_background(
@@ -31,23 +37,29 @@ pub fn spawn_background_then(
     commit: Box<dyn Fn() + Send>,
     then: Box<dyn Fn() + Send>,
 ) -> crossbeam_channel::Sender<()> {
-    spawn_worker(Box::new(move || {
-        commit();
-        match export(&state, None, &mut |_| {}, &*commit) {
-            Ok(r) => {
-                if r.baseline || !r.turns.is_empty() {
-                    log::info!(
-                        "exported {} turn(s){} to {} in {} ms",
-                        r.turns.len(),
-                        if r.baseline { " and the baseline" } else { "" },
-                        r.git_dir.display(),
-                        r.elapsed_ms
-                    );
+    spawn_thread(Box::new(move || {
+        // Made on the exporter's thread: a gix handle cannot move between
+        // threads. Kept across runs (see `repo::Kept`).
+        let mut kept = None;
+        Box::new(move || {
+            commit();
+            let options = super::ExportOptions::default();
+            match export_in(&state, None, &options, &mut |_| {}, &*commit, &mut kept) {
+                Ok(r) => {
+                    if r.baseline || !r.turns.is_empty() {
+                        log::info!(
+                            "exported {} turn(s){} to {} in {} ms",
+                            r.turns.len(),
+                            if r.baseline { " and the baseline" } else { "" },
+                            r.git_dir.display(),
+                            r.elapsed_ms
+                        );
+                    }
+                    then();
                 }
-                then();
+                Err(e) => log::warn!("background export failed: {e}"),
             }
-            Err(e) => log::warn!("background export failed: {e}"),
-        }
+        })
     }))
 }
 
@@ -58,12 +70,22 @@ pub fn spawn_background_then(
 /// runs its branch export this way.
 ///
 /// The thread ends when every sender is dropped.
-pub fn spawn_worker(mut job: Box<dyn FnMut() + Send>) -> crossbeam_channel::Sender<()> {
+pub fn spawn_worker(job: Box<dyn FnMut() + Send>) -> crossbeam_channel::Sender<()> {
+    spawn_thread(Box::new(move || job))
+}
+
+/// The job a worker runs, made on the worker's thread.
+type MakeJob = Box<dyn FnOnce() -> Box<dyn FnMut()> + Send>;
+
+/// [`spawn_worker`] with the job made on the worker's own thread by
+/// `make` (so it may hold what cannot move between threads).
+fn spawn_thread(make: MakeJob) -> crossbeam_channel::Sender<()> {
     // Size one: a wake-up sent while one is pending is merged into it.
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("opfs-export".into())
         .spawn(move || {
+            let mut job = make();
             for () in rx {
                 job();
             }

@@ -84,8 +84,11 @@ impl Exporter<'_> {
         let id = self
             .repo
             .write_object(&commit)
-            .git(&self.git_dir, "writing a commit")?;
-        Ok(id.detach())
+            .git(&self.git_dir, "writing a commit")?
+            .detach();
+        // The next run's relabel walk starts at this commit.
+        self.commits.insert(id, commit);
+        Ok(id)
     }
 
     /// Points every ref in `names` at `id`, in one transaction (reflog

@@ -340,12 +340,56 @@ pub fn export_with(
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
+    export_in(state, git_dir, options, progress, commit, &mut None)
+}
+
+/// [`export_with`] through the handle `kept` from the previous run (the
+/// background exporter's; see [`repo::Kept`]): used when still valid, and
+/// left for the next run after a run that succeeded. Errors as
+/// [`export_with`].
+fn export_in(
+    state: &StateDir,
+    git_dir: Option<&Path>,
+    options: &ExportOptions,
+    progress: &mut dyn FnMut(Progress),
+    commit: &dyn Fn(),
+    kept: &mut Option<repo::Kept>,
+) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_git_dir(state));
-    let repo = repo::open(state, &git_dir)?;
+    repo::prepare(state, &git_dir)?;
     let _lock = ExportLock::acquire(&git_dir)?;
+    let (repo, stamp, mut commits) = repo::Kept::take(kept.take(), &git_dir)?;
+    let report = export_locked(
+        state,
+        &git_dir,
+        &repo,
+        &mut commits,
+        options,
+        progress,
+        commit,
+        start,
+    )?;
+    *kept = repo::Kept::keep(&git_dir, repo, stamp, commits);
+    Ok(report)
+}
+
+/// The body of [`export_in`], under the export lock, with the repository
+/// open; `commits` is the cache of decoded commits, taken and given back.
+#[allow(clippy::too_many_arguments)]
+fn export_locked(
+    state: &StateDir,
+    git_dir: &Path,
+    repo: &gix::Repository,
+    commits: &mut CommitCache,
+    options: &ExportOptions,
+    progress: &mut dyn FnMut(Progress),
+    commit: &dyn Fn(),
+    start: Instant,
+) -> Result<ExportReport, ExportError> {
+    let git_dir = git_dir.to_path_buf();
     let marker = git_dir.join(EXPORT_IGNORED_MARKER);
     match options.export_ignored {
         Some(true) => std::fs::write(&marker, b"").at(&marker)?,
@@ -358,7 +402,8 @@ pub fn export_with(
     let export_ignored = marker.exists();
     let opened = history::Opened::open(state, Box::new(commit))?;
     let src = opened.sources();
-    let mut ex = Exporter::new(&repo, &git_dir, src);
+    let mut ex = Exporter::new(repo, &git_dir, src);
+    ex.commits = std::mem::take(commits);
     if !export_ignored {
         ex.ignore = Some(IgnoreRules::load(src.backing));
     }
@@ -515,6 +560,8 @@ struct Exporter<'a> {
     /// BLAKE3 of a recorded blob → its git blob id (a blob recorded in many
     /// turns is read once).
     known: HashMap<Hash, ObjectId>,
+    /// Commits read so far, decoded, by id (see [`repo::Kept`]).
+    commits: CommitCache,
     /// Objects handed to the object database so far.
     objects: u64,
     /// Paths left out (see [`ExportReport::skipped`]).
@@ -532,6 +579,9 @@ struct Exporter<'a> {
     exclude: crate::paths::Exclude,
 }
 
+/// Decoded commits by id.
+type CommitCache = HashMap<ObjectId, gix::objs::Commit>;
+
 /// Reads the bytes of a file state at a path (see [`Exporter`]'s `fetch`).
 type Fetch<'a> = dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError> + 'a;
 
@@ -542,6 +592,7 @@ impl<'a> Exporter<'a> {
             git_dir: git_dir.to_path_buf(),
             src,
             known: HashMap::new(),
+            commits: CommitCache::new(),
             objects: 0,
             skipped: Vec::new(),
             ignore: None,

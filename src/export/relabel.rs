@@ -16,7 +16,8 @@ use super::{prune, ExportError, Exporter, GitContext, BRANCH, TURN_REF_PREFIX};
 /// line with the turns' labels in the index: returns the new tip and the
 /// turns whose message changed, oldest first (none: `tip` as it was).
 ///
-/// Costs one commit read per exported turn; writes only when a label
+/// Costs one commit read per exported turn (none for a commit already in
+/// the exporter's cache of decoded commits); writes only when a label
 /// changed (one commit per commit from the oldest changed one on, and
 /// one ref transaction). Worktree branches based on a rewritten commit are
 /// moved onto its new id in the same transaction.
@@ -29,14 +30,23 @@ pub(super) fn relabel(ex: &mut Exporter<'_>, tip: Tip) -> Result<(Tip, Vec<u64>)
     let mut chain: Vec<(ObjectId, gix::objs::Commit, Option<u64>)> = Vec::new();
     let mut next = Some(tip.commit);
     while let Some(id) = next {
-        let c = ex
-            .repo
-            .find_commit(id)
-            .git(&git_dir, "reading the history")?;
-        let owned = c
-            .decode()
-            .and_then(|c| c.to_owned())
-            .git(&git_dir, "reading the history")?;
+        // A commit never changes under its id: one read per commit for as
+        // long as the exporter keeps its cache (the daemon's, across runs).
+        let owned = match ex.commits.get(&id) {
+            Some(c) => c.clone(),
+            None => {
+                let c = ex
+                    .repo
+                    .find_commit(id)
+                    .git(&git_dir, "reading the history")?;
+                let owned = c
+                    .decode()
+                    .and_then(|c| c.to_owned())
+                    .git(&git_dir, "reading the history")?;
+                ex.commits.insert(id, owned.clone());
+                owned
+            }
+        };
         let Some(turn) = exported_turn(&owned.message) else {
             break; // not ours: nothing below it is either
         };

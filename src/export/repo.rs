@@ -21,6 +21,15 @@ const PROJECT_MARKER: &str = "opfs-project";
 /// another project; [`ExportError::Io`] / [`ExportError::Git`] when the
 /// repository or the marker cannot be created or read.
 pub(super) fn open(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, ExportError> {
+    prepare(state, git_dir)?;
+    open_gix(git_dir)
+}
+
+/// The checks and the creation of [`open`] without opening the repository
+/// with gix: refuses a place inside the project, creates the repository if
+/// missing, writes or checks the `opfs-project` marker. Errors as
+/// [`open`].
+pub(super) fn prepare(state: &StateDir, git_dir: &Path) -> Result<(), ExportError> {
     let project = &state.project;
     refuse_inside_project(state, git_dir)?;
     if !git_dir.join("HEAD").exists() {
@@ -41,7 +50,150 @@ pub(super) fn open(state: &StateDir, git_dir: &Path) -> Result<gix::Repository, 
         }
         Err(e) => return Err(e).at(&marker),
     }
+    Ok(())
+}
+
+/// Opens the repository at `git_dir` with gix, isolated from the user's
+/// and the system's git configuration.
+pub(super) fn open_gix(git_dir: &Path) -> Result<gix::Repository, ExportError> {
     gix::open_opts(git_dir, gix::open::Options::isolated()).git(git_dir, "opening the repository")
+}
+
+/// A repository handle kept open between exports by a long-lived exporter
+/// (the daemon's background export thread; `docs/design.md` "The export
+/// keeps its repository open"). Opening the repository with gix reads its
+/// configuration and, at the first object looked up, the list and indexes
+/// of its packs: most of what the export of one small turn cost.
+///
+/// A handle is reused only while [`Stamp`] says that nothing replaced the
+/// repository, changed its packs or packed its refs since it was opened:
+/// a handle that had loaded the index of a pack since deleted (by `git
+/// gc`, which `opfs gc` and the export's own packing run) would take the
+/// objects of that pack for present and not write them again.
+pub(super) struct Kept {
+    git_dir: std::path::PathBuf,
+    repo: gix::Repository,
+    stamp: Stamp,
+    /// The decoded commits the last runs read (commits never change under
+    /// their id; see `relabel`).
+    commits: super::CommitCache,
+}
+
+/// Above this many decoded commits the cache of [`Kept`] starts over.
+const MAX_CACHED_COMMITS: usize = 100_000;
+
+/// The identity and modification time of the repository's pack directory
+/// and of its `packed-refs` (all zero when missing), read before a handle
+/// opens the repository. Any pack written or deleted, any `git pack-refs`,
+/// and a repository removed and made again change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Stamp {
+    files: [(u64, u64, i64, u32); 2],
+    /// When it was read, in seconds since the epoch.
+    taken_s: i64,
+}
+
+impl Stamp {
+    /// The stamp of `git_dir` now; `None` when it cannot be read (the
+    /// handle is then never kept).
+    fn of(git_dir: &Path) -> Option<Stamp> {
+        let one = |path: &Path| -> Option<(u64, u64, i64, u32)> {
+            match rustix::fs::statx(
+                rustix::fs::CWD,
+                path,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                rustix::fs::StatxFlags::INO | rustix::fs::StatxFlags::MTIME,
+            ) {
+                Ok(st) => Some((
+                    rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+                    st.stx_ino,
+                    st.stx_mtime.tv_sec,
+                    st.stx_mtime.tv_nsec,
+                )),
+                Err(rustix::io::Errno::NOENT) => Some((0, 0, 0, 0)),
+                Err(_) => None,
+            }
+        };
+        let taken_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Some(Stamp {
+            files: [
+                one(&git_dir.join("objects").join("pack"))?,
+                one(&git_dir.join("packed-refs"))?,
+            ],
+            taken_s,
+        })
+    }
+
+    /// True when every change this stamp records was at least
+    /// [`SETTLE_S`] seconds old when it was read: file times advance in
+    /// clock ticks, so a change made in the same tick as the last one the
+    /// stamp saw would leave it as it was; a handle whose stamp is that
+    /// recent is not kept.
+    fn settled(&self) -> bool {
+        self.files
+            .iter()
+            .all(|&(_, _, sec, _)| sec.saturating_add(SETTLE_S) < self.taken_s)
+    }
+}
+
+/// How old (in seconds) the last change to the packs or packed refs must be
+/// for a handle to be kept (see [`Stamp::settled`]).
+const SETTLE_S: i64 = 2;
+
+impl Kept {
+    /// The handle for `git_dir`: `kept`'s when it is for that repository
+    /// and its [`Stamp`] still holds, else a newly opened one. Returns it
+    /// with the stamp to keep it under (`None`: do not keep it).
+    ///
+    /// Errors: [`ExportError::Git`] when the repository cannot be opened.
+    pub(super) fn take(
+        kept: Option<Kept>,
+        git_dir: &Path,
+    ) -> Result<(gix::Repository, Option<Stamp>, super::CommitCache), ExportError> {
+        let now = Stamp::of(git_dir);
+        let mut commits = super::CommitCache::new();
+        if let Some(k) = kept {
+            if k.git_dir == git_dir && now.is_some_and(|n| n.files == k.stamp.files) {
+                return Ok((k.repo, now, k.commits));
+            }
+            // The same repository: its commits are still what they were
+            // (an id names its content), whatever happened to its packs.
+            if k.git_dir == git_dir {
+                commits = k.commits;
+            }
+        }
+        let mut repo = open_gix(git_dir)?;
+        // A lookup that misses (every new object, before it is written)
+        // would otherwise list the pack directory again and reopen the
+        // alternates, realpath included: most of a small export's work.
+        // The packs change only under the export lock (the export's own
+        // packing, `opfs gc`) or by hand, and the stamp sends the next run
+        // to a new handle when they have.
+        repo.objects.refresh_never();
+        Ok((repo, now, commits))
+    }
+
+    /// Keeps `repo` (opened under `stamp` by [`Kept::take`]) for the next
+    /// export when the stamp is settled.
+    pub(super) fn keep(
+        git_dir: &Path,
+        repo: gix::Repository,
+        stamp: Option<Stamp>,
+        mut commits: super::CommitCache,
+    ) -> Option<Kept> {
+        let stamp = stamp.filter(Stamp::settled)?;
+        if commits.len() > MAX_CACHED_COMMITS {
+            commits.clear();
+        }
+        Some(Kept {
+            git_dir: git_dir.to_path_buf(),
+            repo,
+            stamp,
+            commits,
+        })
+    }
 }
 
 /// Zero intrusion: the repository must be neither inside the project nor

@@ -30,6 +30,7 @@ use serde_json::Value;
 
 pub mod loopfs;
 pub mod mmap;
+pub mod opens;
 
 /// Path of the binary under test.
 pub const OPFS: &str = env!("CARGO_BIN_EXE_opfs");

@@ -153,13 +153,9 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
     // A short bound: a hung daemon must never hang the agent.
     let limit = Some(opfs::control::client::HOOK_LIMIT);
     match super::turn::run_within(&turn_ctx, &args, limit, &mut number, &mut notes) {
-        Ok(()) => {
-            let warning = turn_ctx
-                .project()
-                .ok()
-                .and_then(|p| super::rewind::pending_note(p.state()));
-            Outcome::Opened(Some(event.agent), warning)
-        }
+        // The turn's own look at the index for a stopped rewind: the
+        // project is not resolved, nor the index opened, a second time.
+        Ok(warning) => Outcome::Opened(Some(event.agent), warning),
         Err(e) => Outcome::NotOpened(
             Some(event.agent),
             for_the_hook(

@@ -20,18 +20,20 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    run_within(ctx, a, None, out, err)
+    run_within(ctx, a, None, out, err).map(|_| ())
 }
 
 /// [`run`], waiting at most `limit` for the daemon's answer when given
 /// (else the turn's own bound, `opfs::control::client::answer_limit`).
+/// Returns the note of a rewind that stopped half way, if any (also
+/// written to `err`), so a caller need not open the index again for it.
 pub fn run_within(
     ctx: &Ctx,
     a: &TurnArgs,
     limit: Option<std::time::Duration>,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<(), CommandError> {
+) -> Result<Option<String>, CommandError> {
     let mut project = ctx.project()?;
     if let Some(l) = limit {
         project = project.with_answer_limit(l);
@@ -65,7 +67,8 @@ pub fn run_within(
     } else {
         writeln!(out, "{turn}")?;
     }
-    if let Some(note) = super::rewind::pending_note(project.state()) {
+    let pending = super::rewind::pending_note(project.state());
+    if let Some(note) = &pending {
         writeln!(err, "opfs: warning: {note}")?;
     }
     if !mounted {
@@ -76,7 +79,7 @@ pub fn run_within(
             project.state().project.display()
         )?;
     }
-    Ok(())
+    Ok(pending)
 }
 
 /// A stale opfs mount of `project` (its daemon gone), if there is one.
