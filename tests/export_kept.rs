@@ -24,13 +24,18 @@ fn export_dir(fx: &Fixture) -> PathBuf {
 }
 
 /// Waits (at most 60 s, under load) until the background export has
-/// written `rel` (a loose ref file such as `refs/opfs/turns/2`) in
-/// `git_dir`. Looks at the file only: running git would open the
-/// repository itself.
+/// written `rel` (a ref such as `refs/opfs/turns/2`) in `git_dir`: its
+/// loose file, or its line in `packed-refs` (an export that writes a
+/// baseline packs the repository, refs included). Looks at the files
+/// only: running git would open the repository itself.
 fn wait_ref(git_dir: &Path, rel: &str) {
     let path = git_dir.join(rel);
+    let packed = git_dir.join("packed-refs");
+    let suffix = format!(" {rel}");
     assert!(
-        wait_for(Duration::from_secs(60), || path.exists()),
+        wait_for(Duration::from_secs(60), || path.exists()
+            || fs::read_to_string(&packed)
+                .is_ok_and(|t| t.lines().any(|l| l.ends_with(&suffix)))),
         "the background export did not write {rel} within 60 s"
     );
 }
