@@ -121,6 +121,11 @@ struct Inner {
     /// Set when an answer read the project itself (not only records): only
     /// such an answer can have raced with a capture ([`Core::fresh`]).
     read_project: std::cell::Cell<bool>,
+    /// Paths an answer found changed behind the mount (by their `ctime`),
+    /// noted as drifted only once the answer stands ([`Core::fresh`]): an
+    /// answer given up because the records moved may have taken a change
+    /// through the mount, not yet in the records it read, for one.
+    pending_drift: std::cell::RefCell<Vec<Vec<u8>>>,
 }
 
 /// A path's state at the base.
@@ -260,6 +265,7 @@ impl Core {
                 seen: None,
                 generation: 0,
                 read_project: std::cell::Cell::new(false),
+                pending_drift: std::cell::RefCell::default(),
             }),
             drift: Mutex::new(drift),
         };
@@ -379,17 +385,27 @@ impl Core {
     ) -> io::Result<R> {
         let mut inner = self.lock();
         if !self.watch.load(Ordering::Relaxed) {
-            return f(&inner);
+            inner.pending_drift.borrow_mut().clear();
+            let r = f(&inner);
+            self.note_pending_drift(&inner);
+            return r;
         }
         let mut tries = 1;
         loop {
             inner.read_project.set(false);
+            inner.pending_drift.borrow_mut().clear();
             let r = f(&inner);
-            if !inner.read_project.get() || r.as_ref().is_ok_and(&settled) {
+            if r.as_ref().is_ok_and(&settled) {
+                // Its user looks at the records and the drift itself.
+                inner.pending_drift.borrow_mut().clear();
+                return r;
+            }
+            if !inner.read_project.get() {
                 return r;
             }
             let now = self.mark(&inner)?;
             if inner.seen == Some(now) || tries == FRESH_TRIES {
+                self.note_pending_drift(&inner);
                 return r;
             }
             tries += 1;
@@ -423,7 +439,7 @@ impl Core {
                     && st.file_type() != libc::S_IFDIR
                     && !paths::is_excluded(path)
                 {
-                    self.note_drift(path);
+                    inner.pending_drift.borrow_mut().push(path.to_vec());
                 }
                 State::Current(st)
             }
@@ -463,6 +479,13 @@ impl Core {
         match self.dirs.get(&self.project, dir)? {
             Some(fd) => self.project.read_link_in(path, Some(fd.as_fd())),
             None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+
+    /// Notes the drift an answer found, now that it stands.
+    fn note_pending_drift(&self, inner: &Inner) {
+        for path in inner.pending_drift.borrow_mut().drain(..) {
+            self.note_drift(&path);
         }
     }
 
