@@ -1823,3 +1823,78 @@ fn worktree_output_is_short_and_says_each_thing_once() {
         "its folder is left behind"
     );
 }
+
+/// The real descriptors (not `O_PATH`) process `pid` holds on `file`.
+fn real_fds_of(pid: i32, file: &Path) -> Vec<String> {
+    const O_PATH_FLAG: u32 = 0o10000000;
+    let want = fs::canonicalize(file).expect("canonicalize");
+    let mut found = Vec::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/fd")).expect("the daemon's fds") {
+        let Ok(entry) = entry else { continue };
+        if fs::read_link(entry.path()).ok().as_deref() != Some(want.as_path()) {
+            continue;
+        }
+        let n = entry.file_name().to_string_lossy().into_owned();
+        let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{n}")).unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+            .unwrap_or(0);
+        if flags & O_PATH_FLAG == 0 {
+            found.push(format!("fd {n} flags {flags:o}"));
+        }
+    }
+    found
+}
+
+/// Reads in a worktree go without OPEN (`FUSE_NO_OPEN_SUPPORT`, as
+/// through the project's mount): a file held open for reading costs the
+/// worktree's daemon no descriptor of the project's file (with OPEN, the
+/// lower handle held one until RELEASE, and each cold read of a file cost
+/// an OPEN and a RELEASE besides its READ), and the bytes are the base's
+/// even when the project changes the file after the read through its
+/// mount. Writes without a handle (an `O_TRUNC` rewrite, an append through
+/// a descriptor opened before) copy up and are the worktree's alone.
+#[test]
+fn a_file_read_in_a_worktree_needs_no_open_and_holds_no_fd() {
+    use std::io::{Read, Write};
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"base bytes\n", 0o644);
+    write_file(&f.p("b.txt"), b"b base\n", 0o644);
+    f.mount();
+    let w = create(&f, "r", &[]);
+    let pid = pid_of(&f, &w);
+    let mut held = fs::File::open(w.join("a.txt")).expect("open in the worktree");
+    let mut s = String::new();
+    held.read_to_string(&mut s).expect("read");
+    assert_eq!(s, "base bytes\n");
+    let fds = real_fds_of(pid, &f.p("a.txt"));
+    if std::env::var("OPFS_NO_OPEN").map_or(true, |v| v != "0") {
+        assert!(fds.is_empty(), "the worktree's daemon holds {fds:?}");
+    }
+    // The project moves on through its mount; the worktree does not.
+    fs::write(f.m("a.txt"), b"project's later bytes\n").expect("write via mount");
+    assert_eq!(read(&w.join("a.txt")), "base bytes\n");
+    drop(held);
+
+    // An append through a descriptor opened before any write, then a
+    // rewrite with O_TRUNC: both land in the worktree only.
+    let mut app = fs::OpenOptions::new()
+        .append(true)
+        .open(w.join("b.txt"))
+        .expect("open for append");
+    app.write_all(b"more\n").expect("append");
+    drop(app);
+    assert_eq!(read(&w.join("b.txt")), "b base\nmore\n");
+    fs::write(w.join("a.txt"), b"worktree bytes\n").expect("rewrite in the worktree");
+    assert_eq!(read(&w.join("a.txt")), "worktree bytes\n");
+    assert_eq!(read(&f.m("a.txt")), "project's later bytes\n");
+    assert_eq!(read(&f.m("b.txt")), "b base\n");
+    let diff = wt(&f, &["diff", "r", "--name-status"]).ok();
+    assert!(
+        diff.stdout.contains("a.txt") && diff.stdout.contains("b.txt"),
+        "{diff}"
+    );
+    discard_all(&f);
+}

@@ -510,7 +510,14 @@ pub fn mount_overlay(
         no_flush: true,
         no_opendir: opts.no_opendir,
         readdirplus_auto: true,
+        // As for the passthrough: each request without a handle reopens
+        // the upper file by its mode.
+        no_open: opts.no_open && sys::overrides_file_modes(),
     };
+    if settings.no_open {
+        // Before the first request, as for the passthrough.
+        hook.opens_unseen();
+    }
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,
     )?);

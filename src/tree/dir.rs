@@ -256,6 +256,27 @@ impl Dir {
         stat_nofollow(dir, name)
     }
 
+    /// [`Dir::open_file`] of the entry at `rel` opened through `parent`, a
+    /// descriptor of the directory holding it (as for
+    /// [`Dir::lstat_open_born_in`]; `None` resolves `rel`).
+    pub fn open_file_in(
+        &self,
+        rel: &[u8],
+        parent: Option<BorrowedFd<'_>>,
+        flags: libc::c_int,
+    ) -> io::Result<File> {
+        let (Some(dir), Some((_, name))) = (parent, paths::split(rel)) else {
+            return self.open_file(rel, flags, 0);
+        };
+        let fd = rustix::fs::openat(
+            dir,
+            cstr(name)?.as_c_str(),
+            oflags(flags) | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(File::from(fd))
+    }
+
     /// [`Dir::read_link`] of the symlink at `rel` read through `parent`
     /// (as for [`Dir::lstat_open_born_in`]; `None` resolves `rel`).
     pub fn read_link_in(&self, rel: &[u8], parent: Option<BorrowedFd<'_>>) -> io::Result<Vec<u8>> {
@@ -345,6 +366,40 @@ impl Dir {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(proc)? {
             names.push(entry?.file_name().as_bytes().to_vec());
+        }
+        Ok(names)
+    }
+
+    /// [`Dir::list_dir`] with each entry's type (its `S_IFMT` bits) as the
+    /// directory reports it (`d_type`; an `lstat` of the entry where the
+    /// filesystem reports none, 0 when that fails).
+    pub fn list_dir_typed(&self, rel: &[u8]) -> io::Result<Vec<(Vec<u8>, u32)>> {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = self.open_dir(rel)?;
+        let proc = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(proc)? {
+            let entry = entry?;
+            let kind = entry.file_type().map_or(0, |t| {
+                if t.is_file() {
+                    libc::S_IFREG
+                } else if t.is_dir() {
+                    libc::S_IFDIR
+                } else if t.is_symlink() {
+                    libc::S_IFLNK
+                } else if t.is_fifo() {
+                    libc::S_IFIFO
+                } else if t.is_socket() {
+                    libc::S_IFSOCK
+                } else if t.is_char_device() {
+                    libc::S_IFCHR
+                } else if t.is_block_device() {
+                    libc::S_IFBLK
+                } else {
+                    0
+                }
+            });
+            names.push((entry.file_name().as_bytes().to_vec(), kind));
         }
         Ok(names)
     }

@@ -10,25 +10,34 @@
 //!
 //! **Frozen against the project's later changes.** The project's mount
 //! records a path's pre-image before it changes the path (capture before
-//! mutation). So when the worktree reads a project file, it compares a
-//! snapshot of the project's records (the index's `data_version` and the
-//! capture log's identity and length) taken before the read with one taken
-//! after: if they differ, a capture may have happened in between, so it
-//! reloads the records (after asking the project's daemon to commit what
-//! its capture log holds) and, if the path now has a record, serves that
-//! instead. A change made through the mount can therefore never leak into
-//! the worktree, even while the project's agent keeps working.
+//! mutation). So when the worktree answers from the project itself, it
+//! compares a snapshot of the project's records (the index's
+//! `data_version` and the capture log's identity and length) taken after
+//! the answer was read with the one taken when the records were last
+//! loaded: equal, no capture happened since they were loaded, so nothing
+//! changed the project through the mount before the read ended and the
+//! answer is the base's; different, it reloads the records (after asking
+//! the project's daemon to commit what its capture log holds) and answers
+//! again. A change made through the mount can therefore never leak into
+//! the worktree, even while the project's agent keeps working. An answer
+//! from records alone needs no look (a path's earliest record since the
+//! base never changes once made).
 //!
-//! **A file read through one handle is resolved once.** The overlay opens
-//! a lower file at the first read of a handle ([`Lower::open`]): the
-//! path's state is looked up and the file opened then. Each read of that
-//! handle reads the open file and then compares the records' snapshot
-//! with the one the file was opened under (one index query and one
-//! `stat`): unchanged, the bytes are the base's; moved, the records are
+//! **A file read is resolved once.** The overlay opens a lower file for
+//! its reads ([`Lower::open`]: once per read without OPEN, once per
+//! handle with it): the path's state is looked up and the file opened
+//! then, with no look at the records' mark. Each read of the open file is
+//! followed by that look (one index query and one `stat` of the capture
+//! log): unchanged, the bytes are the base's; moved, the records are
 //! reloaded, and if the path still has none the bytes are still the
 //! base's (nothing changed it through the mount before the read ended),
 //! else the read is answered from the record, as are the handle's later
 //! reads. A pre-image's blob never changes and needs no check.
+//!
+//! **Names are resolved relative to held directories** (`dirs.rs`): each
+//! lookup, open or readlink in the project resolves one name from a held
+//! descriptor of its parent, not the whole path from the root; a reload
+//! of the records drops them all.
 //!
 //! **Changes behind the project's mount** (an editor writing the project
 //! directory directly, or work done while it was not mounted) have no
@@ -58,9 +67,11 @@ use crate::store::{log as capture_log, BlobStore, Index, IndexError, StateDir};
 use crate::tree::Dir;
 use crate::view::{Reader, Resolved, Timeline, ViewError};
 
+mod dirs;
 mod drift;
 mod files;
 
+use dirs::Dirs;
 pub use drift::read_drift;
 use drift::Drift;
 use files::{read_full_at, BlobFile, BytesFile, ProjectFile};
@@ -84,6 +95,11 @@ pub enum BaseError {
     },
 }
 
+/// How many times [`Core::fresh`] answers again while the project's
+/// records keep moving under its reads of the project (each time after
+/// reloading them); the last answer is given as it is.
+const FRESH_TRIES: u32 = 4;
+
 /// Where the project's records stand: changes when a capture may have
 /// happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +121,11 @@ struct Inner {
     /// Set when an answer read the project itself (not only records): only
     /// such an answer can have raced with a capture ([`Core::fresh`]).
     read_project: std::cell::Cell<bool>,
+    /// Paths an answer found changed behind the mount (by their `ctime`),
+    /// noted as drifted only once the answer stands ([`Core::fresh`]): an
+    /// answer given up because the records moved may have taken a change
+    /// through the mount, not yet in the records it read, for one.
+    pending_drift: std::cell::RefCell<Vec<Vec<u8>>>,
 }
 
 /// A path's state at the base.
@@ -129,6 +150,10 @@ struct Core {
     project: Dir,
     blobs: BlobStore,
     log_path: PathBuf,
+    /// An `O_PATH` descriptor of the capture log's folder and the log's
+    /// name there (`None` if the folder could not be opened: the path is
+    /// used).
+    log_dir: Option<(std::os::fd::OwnedFd, std::ffi::CString)>,
     turn: u64,
     since_ns: i64,
     /// Owner shown for entries known only from records.
@@ -139,6 +164,8 @@ struct Core {
     watch: AtomicBool,
     inner: Mutex<Inner>,
     drift: Mutex<Drift>,
+    /// The project's directories read lately, held open (`dirs.rs`).
+    dirs: Dirs,
 }
 
 impl std::fmt::Debug for Base {
@@ -224,11 +251,13 @@ impl Core {
             project,
             blobs: BlobStore::open_existing(&state.blobs_dir()),
             log_path: state.capture_log_path(),
+            log_dir: log_dir(&state.capture_log_path()),
             turn,
             since_ns,
             owner,
             commit,
             watch: AtomicBool::new(true),
+            dirs: Dirs::default(),
             inner: Mutex::new(Inner {
                 index,
                 timeline: Timeline::default(),
@@ -236,6 +265,7 @@ impl Core {
                 seen: None,
                 generation: 0,
                 read_project: std::cell::Cell::new(false),
+                pending_drift: std::cell::RefCell::default(),
             }),
             drift: Mutex::new(drift),
         };
@@ -262,8 +292,12 @@ impl Core {
 
     fn mark(&self, inner: &Inner) -> io::Result<Mark> {
         let data_version = inner.index.data_version().map_err(io::Error::other)?;
-        let log = match std::fs::metadata(&self.log_path) {
-            Ok(m) => Some((m.ino(), m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec())),
+        let log = match self.log_stat() {
+            Ok(st) => Some((
+                st.st_ino,
+                st.st_size as u64,
+                st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+            )),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
@@ -278,6 +312,7 @@ impl Core {
             (self.commit)();
         }
         let mark = self.mark(inner).ok();
+        self.dirs.clear();
         inner.resolved = Resolved::default();
         let noop = || {};
         let reader = Reader {
@@ -311,21 +346,38 @@ impl Core {
     }
 
     fn log_len(&self) -> u64 {
-        std::fs::metadata(&self.log_path).map_or(0, |m| m.len())
+        self.log_stat().map_or(0, |st| st.st_size as u64)
     }
 
-    /// Runs `f` against the records, reloading them first when the
-    /// project's records moved since last seen, and again (then running
-    /// `f` once more) when they moved while `f` read the project: see the
-    /// module docs. An answer from records alone needs no second look (a
-    /// path's earliest record since the base never changes once made).
+    /// `stat` of the capture log, by its name in the held descriptor of
+    /// its folder (no walk of the state dir's path at each look).
+    fn log_stat(&self) -> io::Result<rustix::fs::Stat> {
+        match &self.log_dir {
+            Some((dir, name)) => Ok(rustix::fs::statat(
+                dir,
+                name.as_c_str(),
+                rustix::fs::AtFlags::empty(),
+            )?),
+            None => Ok(rustix::fs::stat(&self.log_path)?),
+        }
+    }
+
+    /// Runs `f` against the records and, when it read the project itself,
+    /// looks once at the records' mark afterwards: unchanged since the
+    /// records were read, no capture happened before or during `f`'s read
+    /// of the project, so what it saw there is the base's (the project's
+    /// mount captures a path before it changes it); moved, the records
+    /// are reloaded and `f` runs again, up to [`FRESH_TRIES`] times. An
+    /// answer from records alone needs no look at all (a path's earliest
+    /// record since the base never changes once made, so stale records
+    /// answer it as fresh ones would). See the module docs.
     fn fresh<R>(&self, f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
         self.fresh_unless(f, |_| false)
     }
 
     /// [`Core::fresh`], except that an answer `settled` accepts needs no
-    /// second look at the records (its user checks them later itself, as
-    /// a [`ProjectFile`] does at each read).
+    /// look at the records' mark (its user checks them later itself, as
+    /// a [`ProjectFile`] does after each read).
     fn fresh_unless<R>(
         &self,
         mut f: impl FnMut(&Inner) -> io::Result<R>,
@@ -333,24 +385,32 @@ impl Core {
     ) -> io::Result<R> {
         let mut inner = self.lock();
         if !self.watch.load(Ordering::Relaxed) {
-            return f(&inner);
+            inner.pending_drift.borrow_mut().clear();
+            let r = f(&inner);
+            self.note_pending_drift(&inner);
+            return r;
         }
-        let before = self.mark(&inner)?;
-        if inner.seen != Some(before) {
+        let mut tries = 1;
+        loop {
+            inner.read_project.set(false);
+            inner.pending_drift.borrow_mut().clear();
+            let r = f(&inner);
+            if r.as_ref().is_ok_and(&settled) {
+                // Its user looks at the records and the drift itself.
+                inner.pending_drift.borrow_mut().clear();
+                return r;
+            }
+            if !inner.read_project.get() {
+                return r;
+            }
+            let now = self.mark(&inner)?;
+            if inner.seen == Some(now) || tries == FRESH_TRIES {
+                self.note_pending_drift(&inner);
+                return r;
+            }
+            tries += 1;
             self.reload(&mut inner).map_err(io::Error::other)?;
         }
-        let before = inner.seen;
-        inner.read_project.set(false);
-        let r = f(&inner)?;
-        if !inner.read_project.get() || settled(&r) {
-            return Ok(r);
-        }
-        let after = self.mark(&inner)?;
-        if before == Some(after) {
-            return Ok(r);
-        }
-        self.reload(&mut inner).map_err(io::Error::other)?;
-        f(&inner)
     }
 
     fn state(&self, inner: &Inner, path: &[u8]) -> io::Result<State> {
@@ -364,12 +424,14 @@ impl Core {
                 other => State::Recorded(other.clone()),
             });
         }
-        Ok(match self.project.lstat(path)? {
+        // What the project holds now is the base's only if no capture
+        // happened since the records were read: `Core::fresh` checks.
+        inner.read_project.set(true);
+        Ok(match self.lstat(path)? {
             // Absent now and never recorded since the base: absent then
-            // too, whatever a capture adds meanwhile.
+            // too, if no capture (of its removal) happened meanwhile.
             None => State::Absent,
             Some(st) => {
-                inner.read_project.set(true);
                 // A directory's times move with every child created or removed
                 // through the mount (each recorded on its own), so only
                 // the other kinds can tell a change behind the mount.
@@ -377,11 +439,54 @@ impl Core {
                     && st.file_type() != libc::S_IFDIR
                     && !paths::is_excluded(path)
                 {
-                    self.note_drift(path);
+                    inner.pending_drift.borrow_mut().push(path.to_vec());
                 }
                 State::Current(st)
             }
         })
+    }
+
+    /// `lstat` of the project's `path`, resolved relative to the held
+    /// descriptor of its parent directory (`dirs.rs`); `None` when absent.
+    fn lstat(&self, path: &[u8]) -> io::Result<Option<Stat>> {
+        let Some((dir, _)) = paths::split(path) else {
+            return self.project.lstat(path);
+        };
+        match self.dirs.get(&self.project, dir)? {
+            Some(fd) => self.project.lstat_in(path, Some(fd.as_fd())),
+            None => Ok(None),
+        }
+    }
+
+    /// The project's regular file at `path` opened with `flags`
+    /// (`O_NOFOLLOW` added), through the held descriptor of its parent.
+    fn open_project(&self, path: &[u8], flags: libc::c_int) -> io::Result<File> {
+        let Some((dir, _)) = paths::split(path) else {
+            return Err(io::Error::from_raw_os_error(libc::EISDIR));
+        };
+        match self.dirs.get(&self.project, dir)? {
+            Some(fd) => self.project.open_file_in(path, Some(fd.as_fd()), flags),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+
+    /// The target of the project's symlink at `path`, read through the
+    /// held descriptor of its parent.
+    fn read_link_project(&self, path: &[u8]) -> io::Result<Vec<u8>> {
+        let Some((dir, _)) = paths::split(path) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        match self.dirs.get(&self.project, dir)? {
+            Some(fd) => self.project.read_link_in(path, Some(fd.as_fd())),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+
+    /// Notes the drift an answer found, now that it stands.
+    fn note_pending_drift(&self, inner: &Inner) {
+        for path in inner.pending_drift.borrow_mut().drain(..) {
+            self.note_drift(&path);
+        }
     }
 
     fn note_drift(&self, path: &[u8]) {
@@ -467,6 +572,19 @@ impl Core {
     }
 }
 
+/// An `O_PATH` descriptor of `log`'s folder and `log`'s name there.
+fn log_dir(log: &Path) -> Option<(std::os::fd::OwnedFd, std::ffi::CString)> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(log.file_name()?.as_bytes()).ok()?;
+    let dir = rustix::fs::open(
+        log.parent()?,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    Some((dir, name))
+}
+
 fn to_time(ns: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
@@ -487,11 +605,9 @@ impl Core {
     /// away since; `EISDIR` for a directory, `EINVAL` for any other type.
     fn open_current(&self, path: &[u8], st: &Stat) -> io::Result<Option<File>> {
         match st.file_type() {
-            libc::S_IFREG => enoent_to_none(self.project.open_file(
-                path,
-                libc::O_RDONLY | libc::O_NONBLOCK,
-                0,
-            )),
+            libc::S_IFREG => {
+                enoent_to_none(self.open_project(path, libc::O_RDONLY | libc::O_NONBLOCK))
+            }
             libc::S_IFDIR => Err(io::Error::from_raw_os_error(libc::EISDIR)),
             _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
         }
@@ -736,23 +852,30 @@ impl Lower for Core {
                 .filter(|(_, s)| s.is_some())
                 .map(|(n, _)| n.as_slice())
                 .collect();
-            // Children unchanged since the base, as the project holds them.
-            let current = match self.project.lstat(path)? {
+            // Children unchanged since the base, as the project holds them,
+            // with the types its listing gives (no `lstat` of each: a
+            // lookup of the child reads its attributes, and notes its
+            // drift, when the overlay needs them).
+            inner.read_project.set(true);
+            let current = match self.lstat(path)? {
                 Some(st) if st.file_type() == libc::S_IFDIR => {
-                    inner.read_project.set(true);
-                    enoent_to_none(self.project.list_dir(path))?.unwrap_or_default()
+                    enoent_to_none(self.project.list_dir_typed(path))?.unwrap_or_default()
                 }
                 _ => Vec::new(),
             };
-            for name in current {
+            for (name, mode) in current {
                 if recorded_names.contains(name.as_slice()) {
                     continue;
                 }
-                let child = paths::join(path, &name);
-                if let State::Current(st) = self.state(inner, &child)? {
-                    if let Some(kind) = Kind::from_mode(st.mode) {
-                        out.push(DirEntry { name, kind });
-                    }
+                let mode = match mode {
+                    0 => match self.lstat(&paths::join(path, &name))? {
+                        Some(st) => st.mode,
+                        None => continue,
+                    },
+                    m => m,
+                };
+                if let Some(kind) = Kind::from_mode(mode) {
+                    out.push(DirEntry { name, kind });
                 }
             }
             // Children known from records.
@@ -773,7 +896,7 @@ impl Lower for Core {
             State::Recorded(PreImage::Symlink { target }) => Ok(Some(target)),
             State::Recorded(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
             State::Current(st) if st.file_type() == libc::S_IFLNK => {
-                enoent_to_none(self.project.read_link(path))
+                enoent_to_none(self.read_link_project(path))
             }
             State::Current(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
         })

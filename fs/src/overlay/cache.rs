@@ -58,6 +58,21 @@ impl Invalidate for State {
             .collect()
     }
 
+    fn writers_untracked(&self) -> bool {
+        self.open_off.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn files_of(&self, inos: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        inos.iter()
+            .filter(|&&ino| {
+                self.nodes
+                    .info(ino)
+                    .is_some_and(|n| n.kind == libc::S_IFREG)
+            })
+            .filter_map(|&ino| Some((ino, self.nodes.path(ino)?)))
+            .collect()
+    }
+
     fn written_back(&self, ino: u64) {
         let dirty = self.handles.filter_map(|h| {
             let h = h.upper()?;

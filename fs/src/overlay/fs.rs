@@ -32,11 +32,31 @@ impl Filesystem for Overlay {
                 log::debug!("kernel lacks {unsupported:?}");
             }
         }
+        // No OPEN, RELEASE or FLUSH for files (`io.rs`, "No OPEN"); then
+        // no `ATOMIC_O_TRUNC`: an `O_TRUNC` open must arrive as a size
+        // SETATTR, as nothing else would truncate.
+        if self.state.no_open {
+            match config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT) {
+                Ok(()) => self
+                    .state
+                    .open_off
+                    .store(true, std::sync::atomic::Ordering::Relaxed),
+                Err(unsupported) => log::debug!("kernel lacks {unsupported:?}"),
+            }
+        }
+        let trunc = (!self
+            .state
+            .open_off
+            .load(std::sync::atomic::Ordering::Relaxed))
+        .then_some(InitFlags::FUSE_ATOMIC_O_TRUNC);
         for flag in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-        ] {
+            Some(InitFlags::FUSE_DO_READDIRPLUS),
+            trunc,
+            Some(InitFlags::FUSE_PARALLEL_DIROPS),
+        ]
+        .into_iter()
+        .flatten()
+        {
             if let Err(unsupported) = config.add_capabilities(flag) {
                 log::debug!("kernel lacks {unsupported:?}");
             }
@@ -219,7 +239,7 @@ impl Filesystem for Overlay {
         reply: ReplyData,
     ) {
         trace!("overlay read {ino:?} {offset} {size}");
-        self.state.read(fh, offset, size).answer(reply);
+        self.state.read(ino.0, fh, offset, size).answer(reply);
     }
 
     fn write(
@@ -235,7 +255,7 @@ impl Filesystem for Overlay {
         reply: ReplyWrite,
     ) {
         trace!("overlay write {ino:?} {offset} {}", data.len());
-        self.state.write(fh, offset, data).answer(reply);
+        self.state.write(ino.0, fh, offset, data).answer(reply);
     }
 
     fn flush(
@@ -266,12 +286,12 @@ impl Filesystem for Overlay {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.state.fsync(fh, datasync).answer(reply);
+        self.state.fsync_file(ino.0, fh, datasync).answer(reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -382,35 +402,37 @@ impl Filesystem for Overlay {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.state.fallocate(fh, offset, length, mode).answer(reply);
+        self.state
+            .fallocate(ino.0, fh, offset, length, mode)
+            .answer(reply);
     }
 
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.state.lseek(fh, offset, whence).answer(reply);
+        self.state.lseek(ino.0, fh, offset, whence).answer(reply);
     }
 
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -418,7 +440,13 @@ impl Filesystem for Overlay {
         reply: ReplyWrite,
     ) {
         self.state
-            .copy_file_range(fh_in, offset_in, fh_out, offset_out, len)
+            .copy_file_range(
+                (ino_in.0, fh_in),
+                offset_in,
+                (ino_out.0, fh_out),
+                offset_out,
+                len,
+            )
             .answer(reply);
     }
 

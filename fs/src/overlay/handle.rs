@@ -51,20 +51,11 @@ pub(super) enum OHandle {
     /// offset 0 (so `rewinddir` sees changes), with `.` and `..` first;
     /// the offset of entry `i` is `i + 1`.
     Dir {
-        ino: u64,
         entries: Mutex<Option<Arc<Vec<DirItem>>>>,
     },
 }
 
 impl OHandle {
-    /// The FUSE inode the handle was opened on.
-    pub(super) fn ino(&self) -> u64 {
-        match self {
-            OHandle::Upper(h) => h.ino,
-            OHandle::Lower { ino, .. } | OHandle::Dir { ino, .. } => *ino,
-        }
-    }
-
     /// The upper file handle, if this is one.
     pub(super) fn upper(&self) -> Option<&Handle> {
         match self {

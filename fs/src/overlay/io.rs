@@ -6,6 +6,26 @@
 //! Handles on upper files behave exactly as the passthrough's: the capture
 //! epoch, ranged handles (`MutationHook::range_min`), `after` at each
 //! flush and release of a writer.
+//!
+//! **No OPEN** (`FUSE_NO_OPEN_SUPPORT`, as the passthrough's: crate README
+//! "No open"). When the kernel takes it, OPEN and FLUSH are answered
+//! `ENOSYS` once and the kernel sends no OPEN, FLUSH or RELEASE for files
+//! again: a cold read of a file costs one request (READ) instead of three,
+//! a warm one none. Requests on a file then come with handle 0 and each
+//! goes through a descriptor of its own: a READ of a lower file through
+//! [`Lower::open`] for that read, of an upper one through a reopen of its
+//! node's fd. A WRITE, FALLOCATE
+//! or the destination of a COPY_FILE_RANGE copies a lower file up first
+//! (as an open for writing did), reports `Content` (or its range, for a
+//! ranged file) at the first such request of each hook epoch (the node
+//! remembers the epoch) and what it left after each (`after`). An
+//! `O_TRUNC` open arrives as a size SETATTR (no `ATOMIC_O_TRUNC` then),
+//! which copies up and captures as before. CREATE is answered `ENOSYS`
+//! once too: the kernel then makes a new file with MKNOD and opens it
+//! without OPEN, so no file has a handle whose writes would be reported
+//! only at its RELEASE, after the writer's close returned.
+//!
+//! [`Lower::open`]: super::Lower::open
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -71,6 +91,9 @@ impl State {
     /// writing (or `O_TRUNC`) copies it up first (with no bytes for
     /// `O_TRUNC`), then reports `Content` as the passthrough does.
     pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+        if self.open_off.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
         let n = self.info(ino)?;
         if n.kind == libc::S_IFLNK {
             return Err(Errno::ELOOP);
@@ -151,6 +174,13 @@ impl State {
         umask: u32,
         flags: i32,
     ) -> Res<Created> {
+        if self.open_off.load(Ordering::Relaxed) {
+            // Without OPEN, `ENOSYS` once: the kernel then makes new files
+            // with MKNOD and opens them without OPEN, so no file has a
+            // handle and every write reports what it left before it
+            // returns (there is no FLUSH to do it at a close).
+            return Err(Errno::ENOSYS);
+        }
         Self::check_new_name(name)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
@@ -209,10 +239,99 @@ impl State {
         })
     }
 
-    /// `read`: at most `size` bytes of handle `fh` at `offset`.
-    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
-        let h = self.handle(fh)?;
+    /// True when a request on a file carries no handle because the kernel
+    /// sends no OPEN (handle 0 under `FUSE_NO_OPEN_SUPPORT`).
+    fn handleless(&self, fh: FileHandle) -> bool {
+        fh.0 == 0 && self.open_off.load(Ordering::Relaxed)
+    }
+
+    /// A descriptor of the upper file of `ino` for one request without a
+    /// handle, opened with `flags`; `None` while it has no upper entry.
+    fn request_fd(&self, ino: u64, flags: i32) -> Res<Option<std::os::fd::OwnedFd>> {
+        match self.info(ino)?.upper {
+            Some(up) => Ok(Some(sys::reopen(up.fd.as_fd(), flags).map_err(errno)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A READ without a handle: from the upper file if `ino` has one, else
+    /// from the lower file, opened by the lower layer for this read.
+    fn read_handleless(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
+        if let Some(fd) = self.request_fd(ino, libc::O_RDONLY)? {
+            return sys::pread(fd.as_fd(), buf, offset).map_err(errno);
+        }
+        let n = self.info(ino)?;
+        if n.kind != libc::S_IFREG {
+            return Err(Errno::EINVAL);
+        }
+        let path = self.path(ino)?;
+        match self.lower.open(&path).map_err(errno)? {
+            None => Err(Errno::ENOENT),
+            Some(LowerOpen::File(f)) => f.read_at(offset, buf).map_err(errno),
+            Some(LowerOpen::ReadAt) => self
+                .lower
+                .read_at(&path, offset, buf)
+                .map_err(errno)?
+                .ok_or(Errno::ENOENT),
+        }
+    }
+
+    /// The upper file of `ino` for a change through a request without a
+    /// handle: copied up first if it is only in the lower layer (as an
+    /// open for writing does), then opened with `flags`. The caller holds
+    /// the gate.
+    fn request_fd_for_change(&self, ino: u64, flags: i32) -> Res<std::os::fd::OwnedFd> {
+        let up = {
+            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+            self.check_lower_reserved(ino)?;
+            self.copy_up(ino, None)?
+        };
+        sys::reopen(up.as_fd(), flags).map_err(errno)
+    }
+
+    /// Called under the gate before a request without a handle changes
+    /// `[offset, offset + len)` of `ino` (open as `fd`): the first such
+    /// request of a hook epoch decides, as an open for writing did,
+    /// whether the file is written as ranges and reports `Content` or the
+    /// range; later ones in the epoch report only their ranges (ranged) or
+    /// nothing (the upper layer changes through this mount alone).
+    fn content_before(&self, ino: u64, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Res<()> {
+        let epoch = self.hook.epoch();
+        match self.nodes.reported(ino) {
+            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
+            Some((e, false)) if e == epoch => Ok(()),
+            _ => {
+                let ranged = self.ranged(fd);
+                if ranged {
+                    self.before_range(ino, offset, len)?;
+                } else {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                }
+                self.nodes.set_reported(ino, epoch, ranged);
+                Ok(())
+            }
+        }
+    }
+
+    /// Reports what a request without a handle left in `ino` (open as
+    /// `fd`), as a close does for a handle.
+    fn content_after(&self, ino: u64, fd: BorrowedFd<'_>) {
+        let now = sys::fstat(fd).ok();
+        for path in self.nodes.paths(ino) {
+            self.after(Mutation::Content { path: &path }, now.as_ref());
+        }
+    }
+
+    /// `read`: at most `size` bytes of file `ino` through handle `fh` at
+    /// `offset`.
+    pub(super) fn read(&self, ino: u64, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];
+        if self.handleless(fh) {
+            let n = self.read_handleless(ino, offset, &mut buf)?;
+            buf.truncate(n);
+            return Ok(buf);
+        }
+        let h = self.handle(fh)?;
         let n = match &*h {
             OHandle::Upper(h) => sys::pread(h.fd.as_fd(), &mut buf, offset).map_err(errno)?,
             OHandle::Lower {
@@ -295,8 +414,16 @@ impl State {
         Ok(())
     }
 
-    /// `write` of `data` at `offset` through handle `fh`.
-    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+    /// `write` of `data` at `offset` into file `ino` through handle `fh`.
+    pub(super) fn write(&self, ino: u64, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+        if self.handleless(fh) {
+            let _gate = self.gate.read();
+            let fd = self.request_fd_for_change(ino, libc::O_WRONLY)?;
+            self.content_before(ino, fd.as_fd(), offset, data.len() as u64)?;
+            let n = sys::pwrite(fd.as_fd(), data, offset).map_err(errno)?;
+            self.content_after(ino, fd.as_fd());
+            return Ok(n);
+        }
         let oh = self.writer(fh)?;
         let h = oh.upper().ok_or(Errno::EBADF)?;
         let _gate = self.gate.read();
@@ -304,8 +431,13 @@ impl State {
         sys::pwrite(h.fd.as_fd(), data, offset).map_err(errno)
     }
 
-    /// `flush` (each close(2) of the handle `fh`).
+    /// `flush` (each close(2) of the handle `fh`). Without OPEN, `ENOSYS`:
+    /// the kernel then sends no FLUSH again; each request without a handle
+    /// reports what it left itself.
     pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
+        if self.open_off.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
         let oh = self.handle(fh)?;
         if let Some(h) = oh.upper() {
             sys::close_dup(h.fd.as_fd()).map_err(errno)?;
@@ -327,6 +459,19 @@ impl State {
         }
     }
 
+    /// `fsync`/`fdatasync` of file `ino` through handle `fh`, or through a
+    /// descriptor of its own without a handle (nothing to do for a file
+    /// only in the lower layer).
+    pub(super) fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if self.handleless(fh) {
+            return match self.request_fd(ino, libc::O_RDONLY)? {
+                Some(fd) => sys::fsync(fd.as_fd(), datasync).map_err(errno),
+                None => Ok(()),
+            };
+        }
+        self.fsync(fh, datasync)
+    }
+
     /// `fsync`/`fdatasync` of an open handle (nothing to do for a lower
     /// file or a directory listing).
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
@@ -337,8 +482,29 @@ impl State {
         }
     }
 
-    /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`.
-    pub(super) fn fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Res<()> {
+    /// `fallocate` of `[offset, offset + length)` of file `ino` with
+    /// fallocate(2) `mode`.
+    pub(super) fn fallocate(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Res<()> {
+        if self.handleless(fh) {
+            let _gate = self.gate.read();
+            let fd = self.request_fd_for_change(ino, libc::O_WRONLY)?;
+            if mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+                // Moves bytes around the whole tail: not a range.
+                self.before_inode(ino, |path| Mutation::Content { path })?;
+            } else {
+                self.content_before(ino, fd.as_fd(), offset, length)?;
+            }
+            sys::fallocate(fd.as_fd(), mode, offset, length).map_err(errno)?;
+            self.content_after(ino, fd.as_fd());
+            return Ok(());
+        }
         let oh = self.writer(fh)?;
         let h = oh.upper().ok_or(Errno::EBADF)?;
         let _gate = self.gate.read();
@@ -351,14 +517,20 @@ impl State {
         sys::fallocate(h.fd.as_fd(), mode, offset, length).map_err(errno)
     }
 
-    /// `lseek` of handle `fh` (`SEEK_DATA`/`SEEK_HOLE`); a lower file is
-    /// all data.
-    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
-        let oh = self.handle(fh)?;
-        if let Some(h) = oh.upper() {
-            return sys::lseek(h.fd.as_fd(), offset, whence).map_err(errno);
+    /// `lseek` of file `ino` through handle `fh` (`SEEK_DATA`/`SEEK_HOLE`);
+    /// a lower file is all data.
+    pub(super) fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+        if self.handleless(fh) {
+            if let Some(fd) = self.request_fd(ino, libc::O_RDONLY)? {
+                return sys::lseek(fd.as_fd(), offset, whence).map_err(errno);
+            }
+        } else {
+            let oh = self.handle(fh)?;
+            if let Some(h) = oh.upper() {
+                return sys::lseek(h.fd.as_fd(), offset, whence).map_err(errno);
+            }
         }
-        let size = self.stat(oh.ino())?.size;
+        let size = self.stat(ino)?.size;
         let size = i64::try_from(size).unwrap_or(i64::MAX);
         match whence {
             libc::SEEK_DATA if offset < size => Ok(offset),
@@ -372,33 +544,33 @@ impl State {
     /// destination is a mutation; a lower source is read and written.
     pub(super) fn copy_file_range(
         &self,
-        fh_in: FileHandle,
+        (ino_in, fh_in): (u64, FileHandle),
         offset_in: u64,
-        fh_out: FileHandle,
+        (ino_out, fh_out): (u64, FileHandle),
         offset_out: u64,
         len: u64,
     ) -> Res<usize> {
-        let h_in = self.handle(fh_in)?;
-        let oh_out = self.writer(fh_out)?;
-        let h_out = oh_out.upper().ok_or(Errno::EBADF)?;
-        if let Some(src) = h_in.upper() {
-            let _gate = self.gate.read();
-            self.write_check(h_out, offset_out, len)?;
-            return sys::copy_file_range(
-                src.fd.as_fd(),
-                offset_in,
-                h_out.fd.as_fd(),
-                offset_out,
-                len,
-                0,
-            )
-            .map_err(errno);
+        if !self.handleless(fh_in) && !self.handleless(fh_out) {
+            let h_in = self.handle(fh_in)?;
+            let oh_out = self.writer(fh_out)?;
+            let h_out = oh_out.upper().ok_or(Errno::EBADF)?;
+            if let Some(src) = h_in.upper() {
+                let _gate = self.gate.read();
+                self.write_check(h_out, offset_out, len)?;
+                return sys::copy_file_range(
+                    src.fd.as_fd(),
+                    offset_in,
+                    h_out.fd.as_fd(),
+                    offset_out,
+                    len,
+                    0,
+                )
+                .map_err(errno);
+            }
         }
         let size = u32::try_from(len.min(1 << 20)).unwrap_or(1 << 20);
-        let data = self.read(fh_in, offset_in, size)?;
-        let _gate = self.gate.read();
-        self.write_check(h_out, offset_out, data.len() as u64)?;
-        sys::pwrite(h_out.fd.as_fd(), &data, offset_out).map_err(errno)
+        let data = self.read(ino_in, fh_in, offset_in, size)?;
+        self.write(ino_out, fh_out, offset_out, &data)
     }
 
     /// `fsyncdir` of `ino` through handle `fh`; handle 0 (no OPENDIR):
@@ -453,7 +625,6 @@ impl State {
             }
         }
         let fh = self.handles.insert(OHandle::Dir {
-            ino,
             entries: Mutex::new(None),
         });
         Ok(Opened { fh, flags })

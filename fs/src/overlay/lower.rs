@@ -193,8 +193,9 @@ pub trait Lower: Send + Sync {
 
     /// Opens the regular file `path` for the reads of one overlay handle
     /// (at the first read of an `open(2)` of a lower file that the kernel
-    /// does not answer from its cache): the layer resolves the path and does
-    /// any per-file checking once here instead of at every read.
+    /// does not answer from its cache), or for one READ when the mount runs
+    /// without OPEN (crate README, "No open"): the layer resolves the path
+    /// and does any per-file checking once here instead of at every read.
     /// `Ok(None)` if `path` does not exist. The default keeps nothing open
     /// (`LowerOpen::ReadAt`).
     ///

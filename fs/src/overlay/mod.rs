@@ -31,7 +31,8 @@
 //! - `copy_up.rs`: atomic copy-up, parents first; whole subtrees for
 //!   renames.
 //! - `ns.rs`: create-like operations, unlink, rmdir; `rename.rs`: renames.
-//! - `io.rs`: open, create, read/write and the rest of file I/O, readdir;
+//! - `io.rs`: open, create, read/write and the rest of file I/O (without
+//!   OPEN, `FUSE_NO_OPEN_SUPPORT`: requests with handle 0), readdir;
 //!   `meta.rs`: setattr, readlink, xattrs, statfs; `handle.rs`: handles.
 //! - `fs.rs`: the `fuser::Filesystem` callbacks; `cache.rs`: invalidation
 //!   and write-back for the controller.

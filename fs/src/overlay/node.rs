@@ -74,6 +74,9 @@ pub(super) struct Node {
     origin: Option<u64>,
     /// The stamp at the previous open (for `FOPEN_KEEP_CACHE`).
     opened: Option<Stamp>,
+    /// Without OPEN: the hook epoch the content was last reported in by a
+    /// request without a handle, and whether as ranges (`io.rs`).
+    reported: Option<(u64, bool)>,
 }
 
 /// What a lookup found at a name: the upper entry (fd and `stat`) and the
@@ -257,6 +260,7 @@ impl Nodes {
                 lower,
                 origin: None,
                 opened: None,
+                reported: None,
             },
         );
         Nodes {
@@ -570,6 +574,20 @@ impl Nodes {
         }
     }
 
+    /// The epoch `ino`'s content was last reported in without a handle,
+    /// and whether as ranges.
+    pub(super) fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.lock().nodes.get(&ino)?.reported
+    }
+
+    /// Records that `ino`'s content was reported in `epoch` (`ranged`: as
+    /// ranges).
+    pub(super) fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        if let Some(node) = self.lock().nodes.get_mut(&ino) {
+            node.reported = Some((epoch, ranged));
+        }
+    }
+
     /// Records an open of `ino` at `now`; true if the previous open saw the
     /// same stamp.
     pub(super) fn opened(&self, ino: u64, now: Stamp) -> bool {
@@ -590,5 +608,6 @@ fn new_node(kind: u32, upper: Option<Slot>, lower: Option<Attr>, origin: Option<
         lower,
         origin,
         opened: None,
+        reported: None,
     }
 }

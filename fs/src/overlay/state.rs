@@ -57,6 +57,11 @@ pub(crate) struct State {
     /// Ask for `FUSE_READDIRPLUS_AUTO` at init (off: every listing chunk
     /// is a READDIRPLUS).
     pub(super) readdirplus_auto: bool,
+    /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (`io.rs`, "No OPEN").
+    pub(super) no_open: bool,
+    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN, FLUSH and CREATE
+    /// answer `ENOSYS`, file requests come with handle 0.
+    pub(super) open_off: AtomicBool,
     /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers
     /// `ENOSYS`, READDIR comes with handle 0 and reads `listings`.
     pub(super) opendir_off: AtomicBool,
@@ -78,6 +83,8 @@ pub(crate) struct Settings {
     pub(crate) no_flush: bool,
     pub(crate) no_opendir: bool,
     pub(crate) readdirplus_auto: bool,
+    /// Ask for `FUSE_NO_OPEN_SUPPORT` (see [`State::no_open`]).
+    pub(crate) no_open: bool,
 }
 
 /// The attributes of a lower entry that was not copied up.
@@ -134,6 +141,8 @@ impl State {
             no_flush: settings.no_flush,
             no_opendir: settings.no_opendir,
             readdirplus_auto: settings.readdirplus_auto,
+            no_open: settings.no_open,
+            open_off: AtomicBool::new(false),
             opendir_off: AtomicBool::new(false),
             listings: Mutex::default(),
         })

@@ -378,8 +378,12 @@ impl Index {
     ///
     /// Errors: those of SQLite.
     pub fn data_version(&self) -> Result<i64, IndexError> {
+        // Cached: a worktree's base asks after each read it serves from
+        // the project, and parsing the pragma each time cost more than
+        // the answer.
         self.conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
             .map_err(self.err())
     }
 

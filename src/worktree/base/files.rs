@@ -27,10 +27,19 @@ pub(super) struct ProjectFile {
 }
 
 impl LowerFile for ProjectFile {
+    /// One `pread` and one `fstat` (the drift check's) for a read that
+    /// reaches the file's end, where reading until a `pread` returns 0
+    /// took a second `pread`: a short read is taken as the end only when
+    /// the `fstat` after it says the file ends there.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let n = read_full_at(&self.file, offset, buf)?;
+        let mut n = read_some_at(&self.file, offset, buf)?;
+        let mut st = self.file.metadata();
+        if n > 0 && n < buf.len() && st.as_ref().map_or(true, |m| m.len() > offset + n as u64) {
+            n += read_full_at(&self.file, offset + n as u64, &mut buf[n..])?;
+            st = self.file.metadata();
+        }
         if self.core.still_current(&self.path, &self.generation)? {
-            if let Ok(st) = self.file.metadata() {
+            if let Ok(st) = st {
                 self.core.check_drift(&self.path, &st);
             }
             return Ok(n);
@@ -61,6 +70,17 @@ impl LowerFile for BytesFile {
         let n = (self.0.len() - start).min(buf.len());
         buf[..n].copy_from_slice(&self.0[start..start + n]);
         Ok(n)
+    }
+}
+
+/// One `pread` of `file` at `offset` into `buf` (retried when
+/// interrupted): the bytes read.
+fn read_some_at(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match file.read_at(buf, offset) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
     }
 }
 
