@@ -505,11 +505,7 @@ pub fn mount_overlay(
         attr_ttl: opts.attr_ttl,
         entry_ttl: opts.entry_ttl,
         negative_ttl: opts.negative_ttl,
-        keep_cache: true,
-        cache_dir: true,
-        no_flush: true,
         no_opendir: opts.no_opendir,
-        readdirplus_auto: true,
         // As for the passthrough: each request without a handle reopens
         // the upper file by its mode.
         no_open: opts.no_open && sys::overrides_file_modes(),

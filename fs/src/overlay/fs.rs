@@ -27,10 +27,8 @@ pub(crate) struct Overlay {
 
 impl Filesystem for Overlay {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if self.state.readdirplus_auto {
-            if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
-                log::debug!("kernel lacks {unsupported:?}");
-            }
+        if let Err(unsupported) = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO) {
+            log::debug!("kernel lacks {unsupported:?}");
         }
         // No OPEN, RELEASE or FLUSH for files (`io.rs`, "No OPEN"); then
         // no `ATOMIC_O_TRUNC`: an `O_TRUNC` open must arrive as a size
@@ -64,7 +62,7 @@ impl Filesystem for Overlay {
         // No OPENDIR/RELEASEDIR, every listing cached until invalidated:
         // only this mount and a rewind of the worktree change a merged
         // listing (`State::opendir`).
-        if self.state.no_opendir && self.state.cache_dir {
+        if self.state.no_opendir {
             match config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
                 Ok(()) => self
                     .state

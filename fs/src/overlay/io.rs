@@ -77,10 +77,10 @@ impl State {
     fn open_flags(&self, ino: u64, fd: BorrowedFd<'_>, writable: bool) -> FopenFlags {
         let same = sys::fstat(fd).is_ok_and(|st| self.nodes.opened(ino, Stamp::of(&st)));
         let mut flags = FopenFlags::empty();
-        if self.keep_cache && same {
+        if same {
             flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
-        if self.no_flush && !writable {
+        if !writable {
             // A read-only handle has nothing to report at a close.
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
@@ -110,15 +110,9 @@ impl State {
                         file: Mutex::new(LowerSource::Unopened),
                         upper: Mutex::new(None),
                     });
-                    let mut flags = FopenFlags::empty();
-                    if self.keep_cache {
-                        // The lower layer never changes; a copy-up drops
-                        // the cache at the first upper open (no stamp yet).
-                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
-                    }
-                    if self.no_flush {
-                        flags |= FopenFlags::FOPEN_NOFLUSH;
-                    }
+                    // The lower layer never changes; a copy-up drops the
+                    // cache at the first upper open (no stamp yet).
+                    let flags = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH;
                     return Ok(Opened { fh, flags });
                 }
                 // A fifo, socket or device: opening it may block or talk
@@ -613,16 +607,13 @@ impl State {
         // moves with every entry, whiteout or marker added or removed in
         // it) or when a lower-only dir gets its upper twin; the lower layer
         // never changes. So an unchanged stamp keeps the kernel's listing.
-        let mut flags = FopenFlags::empty();
-        if self.cache_dir {
-            flags |= FopenFlags::FOPEN_CACHE_DIR;
-            let stamp = match &n.upper {
-                Some(up) => sys::fstat(up.fd.as_fd()).ok().map(|st| Stamp::of(&st)),
-                None => Some(Stamp::default()),
-            };
-            if stamp.is_some_and(|s| self.nodes.opened(ino, s)) {
-                flags |= FopenFlags::FOPEN_KEEP_CACHE;
-            }
+        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+        let stamp = match &n.upper {
+            Some(up) => sys::fstat(up.fd.as_fd()).ok().map(|st| Stamp::of(&st)),
+            None => Some(Stamp::default()),
+        };
+        if stamp.is_some_and(|s| self.nodes.opened(ino, s)) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
         }
         let fh = self.handles.insert(OHandle::Dir {
             entries: Mutex::new(None),

@@ -47,16 +47,8 @@ pub(crate) struct State {
     pub(super) entry_ttl: Duration,
     /// How long the kernel may cache a miss (zero: `ENOENT`, uncached).
     pub(super) negative_ttl: Duration,
-    pub(super) keep_cache: bool,
-    /// Let the kernel cache merged listings (`FOPEN_CACHE_DIR`).
-    pub(super) cache_dir: bool,
-    /// `FOPEN_NOFLUSH` on read-only handles.
-    pub(super) no_flush: bool,
     /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init.
     pub(super) no_opendir: bool,
-    /// Ask for `FUSE_READDIRPLUS_AUTO` at init (off: every listing chunk
-    /// is a READDIRPLUS).
-    pub(super) readdirplus_auto: bool,
     /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (`io.rs`, "No OPEN").
     pub(super) no_open: bool,
     /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN, FLUSH and CREATE
@@ -78,11 +70,7 @@ pub(crate) struct Settings {
     pub(crate) attr_ttl: Duration,
     pub(crate) entry_ttl: Duration,
     pub(crate) negative_ttl: Duration,
-    pub(crate) keep_cache: bool,
-    pub(crate) cache_dir: bool,
-    pub(crate) no_flush: bool,
     pub(crate) no_opendir: bool,
-    pub(crate) readdirplus_auto: bool,
     /// Ask for `FUSE_NO_OPEN_SUPPORT` (see [`State::no_open`]).
     pub(crate) no_open: bool,
 }
@@ -136,11 +124,7 @@ impl State {
             attr_ttl: settings.attr_ttl,
             entry_ttl: settings.entry_ttl,
             negative_ttl: settings.negative_ttl,
-            keep_cache: settings.keep_cache,
-            cache_dir: settings.cache_dir,
-            no_flush: settings.no_flush,
             no_opendir: settings.no_opendir,
-            readdirplus_auto: settings.readdirplus_auto,
             no_open: settings.no_open,
             open_off: AtomicBool::new(false),
             opendir_off: AtomicBool::new(false),
