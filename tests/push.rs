@@ -767,3 +767,138 @@ fn worktree_branches_go_with_the_projects_push_and_leave_after_their_discard() {
     assert_eq!(r["deleted"], 1, "{r:#}");
     assert!(!ls_remote(&d.url()).contains_key(&branch));
 }
+
+/// Builds, in the bare repository argv[1], projects as a hostile pusher
+/// could: `evil/0000000000000001` turn 1 holds a symlink `d` to argv[2]
+/// and a file `d/pwned.txt` (two entries of one name, which git's own
+/// commands never write but a pusher can); `evil/0000000000000002` turn 1
+/// holds a `.git` directory whose config would run a command, and its
+/// `project` commit a terminal escape; `evil/0000000000000003` lists turn
+/// 7 also as `turns/007`.
+const HOSTILE: &str = r#"
+import subprocess, sys
+G, victim = sys.argv[1], sys.argv[2]
+def obj(t, data):
+    return subprocess.run(['git', '--git-dir', G, 'hash-object', '-w', '--literally', '-t', t, '--stdin'],
+                          input=data, capture_output=True, check=True).stdout.decode().strip()
+def tree(entries):
+    return obj('tree', b''.join(m.encode() + b' ' + n + b'\0' + bytes.fromhex(s) for m, n, s in entries))
+def commit(t, msg):
+    return obj('commit', ('tree %s\nauthor a <a@b> 1700000000 +0000\ncommitter a <a@b> 1700000000 +0000\n\n%s\n' % (t, msg)).encode())
+def ref(name, sha):
+    subprocess.run(['git', '--git-dir', G, 'update-ref', name, sha], check=True)
+ns = 'refs/opfs/evil/'
+empty = tree([])
+inner = tree([('100644', b'pwned.txt', obj('blob', b'through the link\n'))])
+t1 = tree([('100644', b'a.txt', obj('blob', b'ok\n')), ('120000', b'd', obj('blob', victim.encode())), ('40000', b'd', inner)])
+ref(ns + '0000000000000001/turns/1', commit(t1, 'turn 1'))
+ref(ns + '0000000000000001/project', commit(empty, 'p\n\nopfs-project: /one'))
+cfg = b'[core]\n\tfsmonitor = "touch ' + victim.encode() + b'/RAN; false"\n'
+dotgit = tree([('100644', b'HEAD', obj('blob', b'ref: refs/heads/main\n')), ('100644', b'config', obj('blob', cfg))])
+t2 = tree([('40000', b'.GIT', dotgit), ('100644', b'readme', obj('blob', b'hi\n'))])
+ref(ns + '0000000000000002/turns/1', commit(t2, 'turn 1'))
+ref(ns + '0000000000000002/project', commit(empty, 'p\n\nopfs-project: /two\x1b]0;TITLE\x07'))
+t3 = tree([('100644', b'a.txt', obj('blob', b'ok\n'))])
+c3 = commit(t3, 'turn 7')
+ref(ns + '0000000000000003/turns/7', c3)
+ref(ns + '0000000000000003/turns/007', c3)
+ref(ns + '0000000000000003/project', commit(empty, 'p\n\nopfs-project: /three'))
+"#;
+
+#[test]
+fn a_hostile_remote_writes_nothing_outside_the_directory_and_no_git_dir() {
+    let f = Fixture::new();
+    let remote = f.root().join("hostile.git");
+    let victim = f.root().join("victim");
+    std::fs::create_dir(&victim).expect("victim");
+    git_at(f.root(), &["init", "-q", "--bare", "hostile.git"]);
+    let script = f.root().join("hostile.py");
+    std::fs::write(&script, HOSTILE).expect("script");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&remote)
+        .arg(&victim)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = remote.display().to_string();
+
+    // Listing: the escape is not printed, turn 7 is listed once.
+    let list = f.opfs(&["remote", "list", &url]).ok();
+    assert!(!list.stdout.contains('\u{1b}'), "{list}");
+    let turns = f
+        .opfs(&["--json", "remote", "list", &url, "evil/0000000000000003"])
+        .ok()
+        .json();
+    assert_eq!(turns.as_array().map(Vec::len), Some(1), "{turns}");
+
+    // A symlink and a file below a directory of the same name: refused
+    // before anything is written, nothing reaches the link's target.
+    let dir = f.root().join("co1");
+    let run = f.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "evil/0000000000000001",
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("is not a name opfs writes"), "{run}");
+    assert!(std::fs::read_dir(&victim).expect("victim").next().is_none());
+    assert!(!dir.exists() || std::fs::read_dir(&dir).expect("dir").next().is_none());
+
+    // A `.git` (any case) is refused: nothing is written, nothing runs.
+    let dir = f.root().join("co2");
+    let run = f.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "evil/0000000000000002",
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains(".GIT"), "{run}");
+    assert!(!dir.join(".GIT").exists() && !dir.join("readme").exists());
+
+    // A remote that git would read as an option runs nothing.
+    let marker = f.root().join("INJECTED");
+    let evil = format!("--upload-pack=touch {}; false", marker.display());
+    let run = f.opfs(&["remote", "list", "--", &evil]);
+    assert_ne!(run.code, Some(0), "{run}");
+    assert!(run.stderr.contains("starts with '-'"), "{run}");
+    assert!(!marker.exists(), "the option ran: {run}");
+}
+
+#[test]
+fn a_remote_url_with_a_password_is_refused_and_never_shown() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    let url = "https://alice:s3cretPW@127.0.0.1:1/x.git";
+    f.mount();
+    let run = f.opfs_c(&["push", url]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("holds a password"), "{run}");
+    assert!(!run.stderr.contains("s3cretPW"), "{run}");
+    f.umount();
+    // Configured: the mount says so, and nothing keeps the password.
+    configure(&f, url, "m", true);
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(
+        run.stderr.contains("[push] remote") && !run.stderr.contains("s3cretPW"),
+        "{run}"
+    );
+    let leaked: Vec<_> = walk_tree(&f.pinned.opfs_home, &[])
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| std::fs::read(&e.path).is_ok_and(|b| b.windows(8).any(|w| w == b"s3cretPW")))
+        .map(|e| e.path)
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+}

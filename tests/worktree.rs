@@ -276,7 +276,9 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
     let f = Fixture::new();
     fs::write(f.p("a"), "a\n").expect("write");
     f.mount();
-    for bad in ["", "..", "a/b", ".hidden"] {
+    // Names that are no git ref names either: their branch could not be
+    // exported or pushed.
+    for bad in ["", "..", "a/b", ".hidden", "a.", "a..b", "x.lock"] {
         let r = wt(&f, &["create", bad]);
         assert_eq!(r.code, Some(2), "{r}");
         assert!(r.stderr.contains("not a valid worktree name"), "{r}");

@@ -297,6 +297,19 @@ impl Ctx {
         let Some(url) = url else {
             return Ok(None);
         };
+        if let Some(problem) = opfs::remote::url_problem(&url) {
+            let from = if remote.is_some() {
+                "the REMOTE argument".to_string()
+            } else {
+                let file = self
+                    .env
+                    .config
+                    .as_deref()
+                    .unwrap_or(Path::new("the configuration"));
+                format!("{}: [push] remote", file.display())
+            };
+            return Err(CommandError::usage(format!("{from}: {problem}")));
+        }
         let auto = own
             .and_then(|p| p.push.auto)
             .or(config.push.auto)

@@ -56,8 +56,11 @@ pub enum RemoteError {
         /// The directory.
         dir: PathBuf,
     },
+    /// The remote's URL cannot be used (`super::url_problem`).
+    #[error("{0}")]
+    BadUrl(String),
     /// A pushed tree holds a name that cannot be written safely.
-    #[error("{path:?} in the pushed tree is not a name opfs writes (`.`, `..` or empty component); nothing further was written")]
+    #[error("{path:?} in the pushed tree is not a name opfs writes (a `.`, `..`, `.git` or empty component, or a name that is also a directory of another entry); nothing was written")]
     BadName {
         /// The path as the tree has it.
         path: String,
@@ -146,6 +149,9 @@ pub struct CheckoutReport {
 
 /// The local copy of `url` (created empty the first time).
 fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<PathBuf, RemoteError> {
+    if let Some(problem) = super::url_problem(url) {
+        return Err(RemoteError::BadUrl(problem));
+    }
     let dir = remote_cache_dir(home, url);
     if !dir.join("HEAD").exists() {
         std::fs::create_dir_all(&dir).map_err(|source| RemoteError::Io {
@@ -235,7 +241,12 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
                 turns: Vec::new(),
                 worktrees: Vec::new(),
             });
-        if let Some(n) = tail.strip_prefix("turns/").and_then(|n| n.parse().ok()) {
+        // Only the canonical spelling of a number (`7`, not `007`): each
+        // turn is listed once.
+        if let Some(n) = tail
+            .strip_prefix("turns/")
+            .and_then(|n| n.parse::<u64>().ok().filter(|v| v.to_string() == n))
+        {
             p.turns.push(n);
         } else if let Some(w) = tail.strip_prefix("worktrees/") {
             p.worktrees.push(w.to_string());
@@ -259,7 +270,13 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
             p.path = String::from_utf8_lossy(&msg)
                 .lines()
                 .find_map(|l| l.strip_prefix("opfs-project: "))
-                .map(str::to_string);
+                // Written by whoever pushed: no control character (a
+                // terminal escape) reaches the output.
+                .map(|l| {
+                    l.chars()
+                        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                        .collect()
+                });
         }
     }
     Ok(projects.into_values().collect())
@@ -322,12 +339,20 @@ pub fn turns(
         .lines()
         .filter_map(|l| {
             let mut f = l.split('\0');
-            let turn = f.next()?.rsplit('/').next()?.parse().ok()?;
+            let name = f.next()?.rsplit('/').next()?;
+            // The canonical spelling only (`7`, not `007`), as `list`.
+            let turn = name.parse::<u64>().ok().filter(|t| t.to_string() == name)?;
             Some(RemoteTurn {
                 turn,
                 commit: f.next()?.to_string(),
                 time: f.next()?.parse().unwrap_or(0),
-                subject: f.next().unwrap_or("").to_string(),
+                // Written by whoever pushed: no terminal escape.
+                subject: f
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                    .collect(),
             })
         })
         .collect();
@@ -405,9 +430,12 @@ pub fn checkout(
             continue;
         };
         let path = rec[tab + 1..].to_vec();
+        // Never `.`, `..`, empty, or `.git` in any case (a `.git` written
+        // into DIR would be a repository whose config runs commands when
+        // git is used there; the project's own `.git` is never pushed).
         if path
             .split(|b| *b == b'/')
-            .any(|c| c.is_empty() || c == b"." || c == b"..")
+            .any(|c| c.is_empty() || c == b"." || c == b".." || c.eq_ignore_ascii_case(b".git"))
         {
             return Err(RemoteError::BadName {
                 path: String::from_utf8_lossy(&path).into_owned(),
@@ -417,6 +445,37 @@ pub fn checkout(
             continue;
         }
         entries.push((mode.to_string(), id.to_string(), path));
+    }
+    // Each entry is a file or a symlink: none may be written twice or be
+    // a directory of another (a symlink `d` and a file `d/x` would write x
+    // wherever `d` points). Checked for the whole tree before anything is
+    // written.
+    {
+        let names: std::collections::HashSet<&[u8]> =
+            entries.iter().map(|e| e.2.as_slice()).collect();
+        let clash = (names.len() != entries.len())
+            .then(|| {
+                let mut seen = std::collections::HashSet::new();
+                entries
+                    .iter()
+                    .find(|e| !seen.insert(e.2.as_slice()))
+                    .map(|e| e.2.clone())
+            })
+            .flatten()
+            .or_else(|| {
+                entries.iter().find_map(|e| {
+                    e.2.iter()
+                        .enumerate()
+                        .filter(|(_, b)| **b == b'/')
+                        .any(|(i, _)| names.contains(&e.2[..i]))
+                        .then(|| e.2.clone())
+                })
+            });
+        if let Some(path) = clash {
+            return Err(RemoteError::BadName {
+                path: String::from_utf8_lossy(&path).into_owned(),
+            });
+        }
     }
     std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     let mut report = CheckoutReport {

@@ -72,6 +72,36 @@ pub fn namespace(machine: &str, project: &Path) -> String {
     format!("{NAMESPACE_ROOT}{machine}/{}", key_of(project))
 }
 
+/// Why `url` cannot name a checkpoint remote, if it cannot:
+///
+/// - it starts with `-`, which git would read as an option (a remote
+///   named `--upload-pack=CMD` would run CMD);
+/// - it holds a password (`scheme://user:password@host/...`): opfs keeps
+///   the URL in `push.json`, the daemon log and `opfs status`, and the
+///   configuration is readable inside `opfs run`, so a password there
+///   would be shown to anyone who reads those; git's credential helpers
+///   or an SSH key keep it out of the URL.
+///
+/// The message never repeats the password.
+pub fn url_problem(url: &str) -> Option<String> {
+    if url.starts_with('-') {
+        return Some(format!(
+            "{url:?} is not a remote: it starts with '-', which git would take as an option; \
+             give the remote's URL (git://, ssh://, https://, file://) or path"
+        ));
+    }
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (userinfo, host) = authority.rsplit_once('@')?;
+    let (user, _password) = userinfo.split_once(':')?;
+    Some(format!(
+        "the remote {scheme}://{user}:***@{host}/... holds a password: opfs keeps remote URLs \
+         in its state, its log and `opfs status`, so it refuses one with a password; remove \
+         it from the URL and let git supply it (`git config --global credential.helper store` \
+         or `cache`, or an SSH key)"
+    ))
+}
+
 /// The machine's name as the namespace spells it: `configured` (the
 /// configuration's `[push] machine`) if given, else the host name
 /// (`/proc/sys/kernel/hostname`), else `localhost`. Characters other
@@ -116,6 +146,9 @@ pub enum PushError {
         /// The project.
         project: PathBuf,
     },
+    /// The remote's URL cannot be used ([`url_problem`]).
+    #[error("{0}")]
+    BadUrl(String),
     /// `git` is not on `PATH`.
     #[error("cannot push to {remote}: the git program is not on PATH; install git")]
     GitNotFound {
@@ -285,6 +318,9 @@ fn remote_ref(ns: &str, local: &str) -> Option<String> {
 ///
 /// Errors: see [`PushError`].
 pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushReport, PushError> {
+    if let Some(problem) = url_problem(&target.url) {
+        return Err(PushError::BadUrl(problem));
+    }
     let started = Instant::now();
     let lock_path = state.push_lock_path();
     let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {

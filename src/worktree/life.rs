@@ -22,7 +22,7 @@ use crate::store::{index::now_ns, Index, IndexError, StateDir};
 use crate::view::{check_turn, TurnError};
 
 use super::base::{read_drift, Base, BaseError};
-use super::{check_name, Creator, Meta, Worktree, WorktreeError};
+use super::{check_new_name, Creator, Meta, Worktree, WorktreeError};
 
 /// Why a daemon did not do what a worktree's life asked of it: the
 /// daemon's own error (talking to it, refusing the mount, not starting),
@@ -301,7 +301,7 @@ pub fn create(
     created_by: Creator,
     daemons: &dyn Spawner,
 ) -> Result<Meta, WorktreeCmdError> {
-    check_name(name)?;
+    check_new_name(name)?;
     let st = project.state();
     let wt = Worktree::of(st, name);
     if wt.exists() {

@@ -153,6 +153,29 @@ pub fn check_name(name: &str) -> Result<(), WorktreeError> {
     Ok(())
 }
 
+/// [`check_name`] for a worktree about to be made: also a valid git ref
+/// name (its branch is `refs/opfs/worktrees/NAME` in the export and on a
+/// checkpoint remote), so no `..`, and no name ending in `.` or `.lock`.
+/// Worktrees made before this rule keep working under their names.
+///
+/// Errors: [`WorktreeError::BadName`], saying why.
+pub fn check_new_name(name: &str) -> Result<(), WorktreeError> {
+    check_name(name)?;
+    let bad = |why| {
+        Err(WorktreeError::BadName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.contains("..") {
+        return bad("it contains '..', which a git ref name cannot");
+    }
+    if name.ends_with('.') || name.ends_with(".lock") {
+        return bad("it ends with '.' or '.lock', which a git ref name cannot");
+    }
+    Ok(())
+}
+
 /// One worktree's folder in its project's state dir.
 #[derive(Debug, Clone)]
 pub struct Worktree {
@@ -457,6 +480,12 @@ mod name_tests {
         }
         let e = check_name("a/b").expect_err("bad").to_string();
         assert!(e.contains("contains '/'"), "{e}");
+        // A new one is a git ref name too.
+        for bad in ["a.", "a..b", "x.lock"] {
+            assert!(check_name(bad).is_ok(), "{bad:?}");
+            assert!(check_new_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_new_name("a.b").is_ok());
     }
 
     #[test]
