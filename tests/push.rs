@@ -555,6 +555,28 @@ impl Moto {
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// Deletes every object of the bucket `ckpt` (as someone cleaning
+    /// it by hand would).
+    fn empty_bucket(&self) {
+        let home = std::env::var_os("HOME").map(PathBuf::from).expect("HOME");
+        let python = home.join(".cache/opfs-test-tools/moto/bin/python");
+        let out = Command::new(python)
+            .args([
+                "-c",
+                &format!(
+                    "import boto3\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1')\nfor o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    s3.delete_object(Bucket='ckpt', Key=o['Key'])",
+                    self.endpoint()
+                ),
+            ])
+            .output()
+            .expect("empty the bucket");
+        assert!(
+            out.status.success(),
+            "empty bucket: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 impl Drop for Moto {
@@ -618,6 +640,15 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     a.turn("t");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+    // Emptied by hand: a push has nothing new to send, `--objects` puts
+    // every pushed version's bytes back.
+    s3.empty_bucket();
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 3, "{r:#}");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 0, "{r:#}");
 
     // Another state home, which never saw the project.
     let b = Fixture::new();

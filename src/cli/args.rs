@@ -602,6 +602,11 @@ pub struct PushArgs {
     /// The git remote (URL or path); default: the project's configured
     /// remote ([projects."PATH".push] remote, else [push] remote).
     pub remote: Option<String>,
+    /// First upload to the bucket the bytes behind the pointer files of
+    /// every pushed turn, not only the new ones (after the bucket was
+    /// configured late, or an object was deleted from it).
+    #[arg(long)]
+    pub objects: bool,
 }
 
 // `opfs remote`.

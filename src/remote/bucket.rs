@@ -55,7 +55,7 @@ pub enum BucketError {
         source: object_store::Error,
     },
     /// An object's bytes are not those its key names.
-    #[error("bucket {url}: object {key} does not hold the bytes its name says (BLAKE3 differs); delete it so the next push uploads it again")]
+    #[error("bucket {url}: object {key} does not hold the bytes its name says (BLAKE3 differs); delete it, then `opfs push --objects` uploads it again")]
     Corrupt {
         /// The bucket.
         url: String,

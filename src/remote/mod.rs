@@ -485,6 +485,45 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     out
 }
 
+/// Uploads to `target`'s bucket the bytes behind the pointer files of
+/// every exported turn and the baseline, not only of the turns a push
+/// sends: what was pushed before the bucket was configured, or an object
+/// deleted from the bucket, goes up again (`opfs push --objects`).
+/// Objects already there are not written (create-only, as in [`push`]).
+/// Returns the objects written and their bytes; `(0, 0)` with no bucket.
+///
+/// Durable after `Ok`: every pointer of the export has its bytes in the
+/// bucket. After `Err` some may be written; nothing else changes.
+///
+/// Errors: [`PushError::BadUrl`], [`PushError::NotExported`], and those of
+/// the upload ([`PushError::Bucket`], [`PushError::Unavailable`],
+/// [`PushError::Git`]).
+pub fn upload_all_objects(
+    state: &StateDir,
+    target: &Target,
+    git: &GitEnv,
+) -> Result<(usize, u64), PushError> {
+    let Some(cfg) = &target.bucket else {
+        return Ok((0, 0));
+    };
+    if let Some(problem) = url_problem(&target.url) {
+        return Err(PushError::BadUrl(problem));
+    }
+    let git_dir = export::default_git_dir(state);
+    if !git_dir.join("HEAD").exists() {
+        return Err(PushError::NotExported {
+            project: state.project.clone(),
+        });
+    }
+    let ns = namespace(&target.machine, &state.project);
+    let refs: Vec<(String, String)> = local_refs(&git_dir, target, git)?
+        .iter()
+        .filter_map(|(r, id)| remote_ref(&ns, r).map(|rr| (rr, id.clone())))
+        .filter(|(r, _)| r.contains("/turns/") || r.ends_with("/baseline"))
+        .collect();
+    pointers::upload(state, &git_dir, target, git, cfg, &refs)
+}
+
 /// The export's refs: `refs/heads/opfs` and everything under
 /// `refs/opfs/`, with their commit ids.
 fn local_refs(

@@ -46,10 +46,30 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             commit_through_daemon,
         )?;
     }
+    let backfilled = if a.objects {
+        if target.bucket.is_none() {
+            return Err(CommandError::usage(
+                "--objects uploads to the bucket, and none is configured: set [push] bucket (docs/remote.md, \"Big files: the bucket\")",
+            ));
+        }
+        Some(opfs::remote::upload_all_objects(st, &target, &ctx.env.git).map_err(failure)?)
+    } else {
+        None
+    };
     let r = opfs::remote::push(st, &target, &ctx.env.git).map_err(failure)?;
+    if let (Some((n, bytes)), false) = (backfilled, ctx.format.is_json()) {
+        writeln!(
+            out,
+            "uploaded {n} object(s) ({bytes} bytes) missing from the bucket"
+        )?;
+    }
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&r).map_err(failure)?;
         v["up_to_date"] = serde_json::json!(r.up_to_date());
+        if let Some((n, bytes)) = backfilled {
+            v["objects_backfilled"] = serde_json::json!(n);
+            v["bytes_backfilled"] = serde_json::json!(bytes);
+        }
         writeln!(out, "{v}")?;
     } else if r.up_to_date() {
         writeln!(out, "{} is up to date ({})", r.remote, r.namespace)?;
