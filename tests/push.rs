@@ -336,9 +336,28 @@ fn a_clash_in_the_namespace_is_refused_named_and_nothing_is_lost() {
     // Nothing lost locally; once the stale copy is gone, the push goes through.
     let log = f.opfs_c(&["log", "--json"]).ok().json();
     assert_eq!(log.as_array().map(Vec::len), Some(3), "{log:#}");
-    git_at(
-        other.path(),
-        &["push", "-q", &d.url(), "--delete", &format!("{ns}/head")],
+    // The command the error gives for that, run as printed from a
+    // directory that is no git repository.
+    let command = run
+        .stderr
+        .split("delete all of ")
+        .nth(1)
+        .and_then(|t| t.split_once(" there: "))
+        .and_then(|(_, t)| t.split_once("; nothing was lost"))
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_else(|| panic!("no delete command in: {run}"));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(other.path().parent().expect("parent"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("sh");
+    assert!(out.status.success(), "{command}: {out:?}");
+    assert!(
+        ls_remote(&d.url()).keys().all(|r| !r.starts_with(&ns)),
+        "{command}"
     );
     f.opfs_c(&["push"]).ok();
     let refs = ls_remote(&d.url());

@@ -170,10 +170,10 @@ pub enum PushError {
     /// state dir never pushed there: another machine of the same name
     /// pushed a project at the same path.
     #[error(
-        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete it (git push {remote} --delete {}); nothing was lost locally",
+        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete all of {namespace}/ there: git ls-remote {remote} '{namespace}/*' | cut -f2 | sed 's/^/:/' | xargs git --git-dir={} push {remote}; nothing was lost locally",
         refs.join(", "),
         if refs.len() == 1 { "s" } else { "" },
-        refs.first().map(String::as_str).unwrap_or("")
+        git_dir.display()
     )]
     Clash {
         /// The remote.
@@ -182,6 +182,10 @@ pub enum PushError {
         refs: Vec<String>,
         /// This machine's name in the namespace.
         machine: String,
+        /// The project's namespace on the remote.
+        namespace: String,
+        /// The export repository (any git repository can run the delete).
+        git_dir: PathBuf,
     },
     /// The remote refused the refs for a reason of its own (permissions,
     /// a hook, a full disk).
@@ -432,7 +436,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             result = Ok((n_up, n_del, bytes_written(&out.stderr)));
             break;
         }
-        let err = classify(&out, target);
+        let err = classify(&out, target, &ns, &git_dir);
         if round == 0
             && matches!(err, PushError::Clash { .. })
             && adopt(&git_dir, &ns, target, git, rs, &wanted)?
@@ -621,7 +625,12 @@ fn info_commit(
 /// a stale lease are a clash, refs the remote refused are
 /// [`PushError::Refused`], and a push that reported no ref never reached
 /// the remote.
-fn classify(out: &std::process::Output, target: &Target) -> PushError {
+fn classify(
+    out: &std::process::Output,
+    target: &Target,
+    namespace: &str,
+    git_dir: &Path,
+) -> PushError {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let rejected: Vec<(&str, &str)> = stdout
         .lines()
@@ -646,6 +655,8 @@ fn classify(out: &std::process::Output, target: &Target) -> PushError {
             remote: target.url.clone(),
             refs: stale,
             machine: target.machine.clone(),
+            namespace: namespace.to_string(),
+            git_dir: git_dir.to_path_buf(),
         };
     }
     let refused: Vec<String> = rejected
