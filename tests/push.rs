@@ -952,3 +952,20 @@ fn a_remote_url_with_a_password_is_refused_and_never_shown() {
         .collect();
     assert!(leaked.is_empty(), "{leaked:?}");
 }
+
+#[test]
+fn a_one_off_push_that_failed_is_said_to_be_retried_by_nobody() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    f.turn("t");
+    let url = url_on(free_port());
+    let run = f.opfs_c(&["push", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let text = f.opfs_c(&["status"]).ok().stdout;
+    let warning = text
+        .lines()
+        .find(|l| l.contains(&format!("pushes to {url} fail")))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(warning.contains("nothing tries it again"), "{warning}");
+}

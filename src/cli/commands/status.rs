@@ -86,10 +86,25 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let kept = outside_edits(project.state());
     let by_top = stored_by_top(project.state(), &exclude.0, worktree.is_some());
     let pushes = opfs::remote::state::load(project.state()).unwrap_or_default();
+    // The remote the daemon pushes to by itself, if any: a failure on
+    // another one (a one-off `opfs push URL`) is retried by nobody.
+    let automatic = ctx
+        .push_target(&project.state().project, None)
+        .ok()
+        .flatten()
+        .filter(|(_, auto, _)| *auto)
+        .map(|(t, _, _)| t.url);
     for (url, r) in &pushes.remotes {
         if let Some(f) = &r.failure {
+            let retried = if automatic.as_deref() == Some(url.as_str()) {
+                String::new()
+            } else {
+                format!(
+                    " (not the remote the daemon pushes to, so nothing tries it again: run `opfs push {url}` when it answers)"
+                )
+            };
             p.warnings.push(format!(
-                "pushes to {url} fail ({} attempt(s) since {}): {}",
+                "pushes to {url} fail ({} attempt(s) since {}){retried}: {}",
                 f.attempts,
                 ago(f.since_ms),
                 f.message
