@@ -886,32 +886,30 @@ fn a_hostile_remote_writes_nothing_outside_the_directory_and_no_git_dir() {
         .json();
     assert_eq!(turns.as_array().map(Vec::len), Some(1), "{turns}");
 
+    // Turn 1 of `project` checked out into `<root>/<dir>`.
+    let checkout = |project: &str, dir: &str| {
+        let dir = f.root().join(dir);
+        let run = f.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            project,
+            "1",
+            &dir.display().to_string(),
+        ]);
+        (dir, run)
+    };
+
     // A symlink and a file below a directory of the same name: refused
     // before anything is written, nothing reaches the link's target.
-    let dir = f.root().join("co1");
-    let run = f.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        "evil/0000000000000001",
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let (dir, run) = checkout("evil/0000000000000001", "co1");
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("is not a name opfs writes"), "{run}");
     assert!(std::fs::read_dir(&victim).expect("victim").next().is_none());
     assert!(!dir.exists() || std::fs::read_dir(&dir).expect("dir").next().is_none());
 
     // A `.git` (any case) is refused: nothing is written, nothing runs.
-    let dir = f.root().join("co2");
-    let run = f.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        "evil/0000000000000002",
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let (dir, run) = checkout("evil/0000000000000002", "co2");
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains(".GIT"), "{run}");
     assert!(!dir.join(".GIT").exists() && !dir.join("readme").exists());
