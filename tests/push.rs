@@ -553,21 +553,7 @@ impl Moto {
             .is_ok()),
             "moto did not listen on 127.0.0.1:{port}"
         );
-        let out = Command::new(venv.join("python"))
-            .args([
-                "-c",
-                &format!(
-                    "import boto3; boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1').create_bucket(Bucket='ckpt')",
-                    m.endpoint()
-                ),
-            ])
-            .output()
-            .expect("create the bucket");
-        assert!(
-            out.status.success(),
-            "create bucket: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        m.boto3("s3.create_bucket(Bucket='ckpt')", "create the bucket");
         Some(m)
     }
 
@@ -578,21 +564,28 @@ impl Moto {
     /// Deletes every object of the bucket `ckpt` (as someone cleaning
     /// it by hand would).
     fn empty_bucket(&self) {
+        self.boto3(
+            "for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    s3.delete_object(Bucket='ckpt', Key=o['Key'])",
+            "empty the bucket",
+        );
+    }
+
+    /// Runs Python `code` with `s3`, a boto3 client of this server, in
+    /// moto's venv; `what` names it in a failure.
+    fn boto3(&self, code: &str, what: &str) {
         let home = std::env::var_os("HOME").map(PathBuf::from).expect("HOME");
         let python = home.join(".cache/opfs-test-tools/moto/bin/python");
         let out = Command::new(python)
-            .args([
-                "-c",
-                &format!(
-                    "import boto3\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1')\nfor o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    s3.delete_object(Bucket='ckpt', Key=o['Key'])",
-                    self.endpoint()
-                ),
-            ])
+            .arg("-c")
+            .arg(format!(
+                "import boto3\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='testing', aws_secret_access_key='testing', region_name='us-east-1')\n{code}",
+                self.endpoint()
+            ))
             .output()
-            .expect("empty the bucket");
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(
             out.status.success(),
-            "empty bucket: {}",
+            "{what}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
