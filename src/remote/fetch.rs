@@ -450,32 +450,19 @@ pub fn checkout(
     // a directory of another (a symlink `d` and a file `d/x` would write x
     // wherever `d` points). Checked for the whole tree before anything is
     // written.
-    {
-        let names: std::collections::HashSet<&[u8]> =
-            entries.iter().map(|e| e.2.as_slice()).collect();
-        let clash = (names.len() != entries.len())
-            .then(|| {
-                let mut seen = std::collections::HashSet::new();
-                entries
-                    .iter()
-                    .find(|e| !seen.insert(e.2.as_slice()))
-                    .map(|e| e.2.clone())
-            })
-            .flatten()
-            .or_else(|| {
-                entries.iter().find_map(|e| {
-                    e.2.iter()
-                        .enumerate()
-                        .filter(|(_, b)| **b == b'/')
-                        .any(|(i, _)| names.contains(&e.2[..i]))
-                        .then(|| e.2.clone())
-                })
-            });
-        if let Some(path) = clash {
-            return Err(RemoteError::BadName {
-                path: String::from_utf8_lossy(&path).into_owned(),
-            });
-        }
+    let mut names = std::collections::HashSet::new();
+    let twice = entries.iter().find(|e| !names.insert(e.2.as_slice()));
+    let below = || {
+        entries.iter().find(|e| {
+            e.2.iter()
+                .enumerate()
+                .any(|(i, b)| *b == b'/' && names.contains(&e.2[..i]))
+        })
+    };
+    if let Some(e) = twice.or_else(below) {
+        return Err(RemoteError::BadName {
+            path: String::from_utf8_lossy(&e.2).into_owned(),
+        });
     }
     std::fs::create_dir_all(dir).map_err(io_at(dir))?;
     let mut report = CheckoutReport {
