@@ -44,9 +44,18 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("state", &["store", "record", "paths"]),
     // L2: the project at a turn, and capture
     ("view", &["store", "tree", "record", "paths"]),
+    // capture: `Exclusive::unmounted` borrows the state lock
     (
         "capture",
-        &["view", "store", "tree", "failpoint", "record", "paths"],
+        &[
+            "view",
+            "store",
+            "state",
+            "tree",
+            "failpoint",
+            "record",
+            "paths",
+        ],
     ),
     // L3: operations (restore, rewind) and the read side, which never
     // sees capture or the daemon
@@ -69,6 +78,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "capture",
             "view",
             "store",
+            "state",
             "tree",
             "failpoint",
             "record",

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::links::Linked;
 use super::ranges::RangeState;
-use super::Journal;
+use super::{Exclusive, Journal};
 use crate::record::TurnKind;
 use crate::store::IndexError;
 use crate::tree::Tree;
@@ -113,13 +113,13 @@ impl TurnState {
 }
 
 impl<T: Tree> Journal<T> {
-    /// Closes the open turn and opens the next one, `new`. The caller must
-    /// hold the mount's quiesce guard (no mutation in flight), so every
-    /// mutation falls wholly in one turn.
+    /// Closes the open turn and opens the next one, `new`. Runs under
+    /// `_excl` (no mutation in flight), so every mutation falls wholly in
+    /// one turn.
     ///
     /// Returns the new turn's number. After `Ok` the switch is committed;
     /// after `Err` the old turn stays open.
-    pub fn next_turn(&self, new: NewTurn<'_>) -> Result<u64, IndexError> {
+    pub fn next_turn(&self, _excl: &Exclusive<'_>, new: NewTurn<'_>) -> Result<u64, IndexError> {
         let mut inner = self.lock();
         inner.flush()?;
         let open = inner.turn.number;
@@ -147,13 +147,13 @@ impl<T: Tree> Journal<T> {
     /// ([`crate::store::Index::sandbox_turn`]: an empty turn opened from
     /// inside, or the run's own `placeholder`, is relabelled; else the
     /// open turn is closed and a turn marked as opened from inside is
-    /// opened). The caller must hold the mount's quiesce guard, as for
-    /// [`Journal::next_turn`].
+    /// opened). Runs under `_excl`, as [`Journal::next_turn`] does.
     ///
     /// Returns the open turn's number and whether it is new. After `Err`
     /// the old turn stays open, unchanged.
     pub fn sandbox_turn(
         &self,
+        _excl: &Exclusive<'_>,
         label: Option<&str>,
         external_id: Option<&str>,
         placeholder: Option<u64>,

@@ -54,7 +54,7 @@ pub trait MountOps: Send + Sync + 'static {
     fn write_back(&self) {}
     /// Blocks new mutations and waits for in-flight ones; released when
     /// the [`Exclusive`] drops.
-    fn quiesce(&self) -> Exclusive;
+    fn quiesce(&self) -> Exclusive<'static>;
     /// Drops the kernel's caches for these paths (called without the guard).
     fn invalidate(&self, paths: &[Vec<u8>]);
     /// Unmounts, which ends the daemon.
@@ -65,11 +65,11 @@ pub trait MountOps: Send + Sync + 'static {
 }
 
 /// Runs a rewind (of the paths within `only` alone, when given: `opfs
-/// restore`) with the mount quiesced and invalidates the kernel's caches
-/// for every path it wrote.
+/// restore`) with the mount quiesced (the [`Exclusive`] it needs) and
+/// invalidates the kernel's caches for every path it wrote.
 pub fn rewind_mounted(
     journal: &Journal,
-    mount: Option<&dyn MountOps>,
+    mount: &dyn MountOps,
     to: u64,
     only: Option<&[Vec<u8>]>,
     opts: rewind::RewindOptions,
@@ -78,22 +78,18 @@ pub fn rewind_mounted(
     // A dirty mmap page written back after the restore would clobber the
     // restored bytes: write it back first, so it is captured in the turn
     // being closed.
-    if let Some(m) = mount {
-        m.write_back();
-    }
-    let guard = mount.map(|m| m.quiesce());
+    mount.write_back();
+    let excl = mount.quiesce();
     let report = match only {
-        None => rewind::rewind_with_progress(journal, to, opts, progress),
-        Some(only) => rewind::restore_paths(journal, to, only, opts, progress),
+        None => rewind::rewind_with_progress(journal, &excl, to, opts, progress),
+        Some(only) => rewind::restore_paths(journal, &excl, to, only, opts, progress),
     };
-    drop(guard);
-    if let Some(m) = mount {
-        match &report {
-            Ok(r) => invalidate_with_parents(m, &r.touched),
-            // Written, then (partly) put back: every path may differ from
-            // what the kernel cached.
-            Err(e) => invalidate_with_parents(m, e.touched()),
-        }
+    drop(excl);
+    match &report {
+        Ok(r) => invalidate_with_parents(mount, &r.touched),
+        // Written, then (partly) put back: every path may differ from
+        // what the kernel cached.
+        Err(e) => invalidate_with_parents(mount, e.touched()),
     }
     report
 }
@@ -103,18 +99,16 @@ pub fn rewind_mounted(
 /// for every path it wrote.
 pub fn merge_mounted(
     journal: &Journal,
-    mount: Option<&dyn MountOps>,
+    mount: &dyn MountOps,
     worktree: &str,
     opts: MergeOptions,
 ) -> Result<MergeReport, MergeError> {
-    if let Some(m) = mount {
-        m.write_back();
-    }
-    let guard = mount.map(|m| m.quiesce());
-    let report = merge::merge(journal, worktree, opts);
-    drop(guard);
-    if let (Some(m), Ok(r)) = (mount, &report) {
-        invalidate_with_parents(m, &r.touched);
+    mount.write_back();
+    let excl = mount.quiesce();
+    let report = merge::merge(journal, &excl, worktree, opts);
+    drop(excl);
+    if let Ok(r) = &report {
+        invalidate_with_parents(mount, &r.touched);
     }
     report
 }
@@ -166,15 +160,18 @@ pub fn handle(
             // Every store made before this request belongs to the turn it
             // closes, mmap stores still in the page cache too.
             mount.write_back();
-            let guard = mount.quiesce();
-            let r = journal.next_turn(NewTurn {
-                kind: TurnKind::Agent,
-                label: label.as_deref(),
-                external_id: id.as_deref(),
-                rewound_to: None,
-                closing_label: closing_label.as_deref(),
-            });
-            drop(guard);
+            let excl = mount.quiesce();
+            let r = journal.next_turn(
+                &excl,
+                NewTurn {
+                    kind: TurnKind::Agent,
+                    label: label.as_deref(),
+                    external_id: id.as_deref(),
+                    rewound_to: None,
+                    closing_label: closing_label.as_deref(),
+                },
+            );
+            drop(excl);
             if r.is_ok() {
                 mount.turns_closed();
             }
@@ -195,9 +192,9 @@ pub fn handle(
             // to the turn it closes. No wake-up of retention or export: a
             // request from inside never starts a gc (docs/sandbox.md).
             mount.write_back();
-            let guard = mount.quiesce();
-            let r = journal.sandbox_turn(label.as_deref(), id.as_deref(), placeholder);
-            drop(guard);
+            let excl = mount.quiesce();
+            let r = journal.sandbox_turn(&excl, label.as_deref(), id.as_deref(), placeholder);
+            drop(excl);
             match r {
                 Ok((turn, _)) => Response::Turn { turn },
                 Err(e) => Response::Error {
@@ -225,7 +222,7 @@ pub fn handle(
                 partial,
                 markers,
             };
-            let result = rewind_mounted(journal, Some(mount), to, only.as_deref(), opts, progress);
+            let result = rewind_mounted(journal, mount, to, only.as_deref(), opts, progress);
             // A failed rewind may have closed turns too (its own, rolled back).
             if !dry_run {
                 mount.turns_closed();
@@ -252,7 +249,7 @@ pub fn handle(
         } => {
             let result = merge_mounted(
                 journal,
-                Some(mount),
+                mount,
                 &worktree,
                 MergeOptions {
                     dry_run,

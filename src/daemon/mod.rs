@@ -59,7 +59,7 @@ impl MountOps for Served {
         }
     }
 
-    fn quiesce(&self) -> Exclusive {
+    fn quiesce(&self) -> Exclusive<'static> {
         Exclusive::quiesced(self.controller.quiesce())
     }
 
@@ -99,9 +99,10 @@ pub fn run(
     ready: impl FnOnce(),
 ) -> Result<(), MountError> {
     let state = &plan.state;
-    let _lock = lock_state(state)?;
+    let lock = lock_state(state)?;
     let journal = open_journal(state, opts)?;
-    let recovered = recover(&journal);
+    // Nothing is mounted yet: the state lock alone holds mutations out.
+    let recovered = recover(&journal, &Exclusive::unmounted(&lock));
     let hook: Arc<dyn opfs_fs::MutationHook> = journal.clone();
     let mount = match &opts.worktree {
         Some(spec) => {
@@ -219,9 +220,9 @@ fn open_journal(state: &StateDir, opts: &DaemonOptions) -> Result<Arc<Journal>, 
 
 /// Finishes an interrupted rewind (or closes its turn); returns what was
 /// recovered, for `opfs status`.
-fn recover(journal: &Journal) -> Option<String> {
-    let rewind = recover_rewind(journal);
-    let merge = match crate::worktree::merge::roll_back_interrupted(journal) {
+fn recover(journal: &Journal, excl: &Exclusive<'_>) -> Option<String> {
+    let rewind = recover_rewind(journal, excl);
+    let merge = match crate::worktree::merge::roll_back_interrupted(journal, excl) {
         Ok(m) => m,
         Err(e) => {
             log::error!("{e}");
@@ -238,8 +239,8 @@ fn recover(journal: &Journal) -> Option<String> {
 }
 
 /// Finishes an interrupted rewind (or closes its turn).
-fn recover_rewind(journal: &Journal) -> Option<String> {
-    match rewind::resume(journal) {
+fn recover_rewind(journal: &Journal, excl: &Exclusive<'_>) -> Option<String> {
+    match rewind::resume(journal, excl) {
         Ok(Some(r)) => {
             let msg = format!(
                 "finished an interrupted rewind to turn {} (recorded as turn {}): {} paths restored, {} left unrestored{}",
@@ -255,7 +256,7 @@ fn recover_rewind(journal: &Journal) -> Option<String> {
             log::warn!("{msg}");
             Some(msg)
         }
-        Ok(None) => match rewind::close_interrupted_rewind_turn(journal) {
+        Ok(None) => match rewind::close_interrupted_rewind_turn(journal, excl) {
             Ok(msg) => {
                 if let Some(m) = &msg {
                     log::warn!("{m}");
@@ -272,7 +273,7 @@ fn recover_rewind(journal: &Journal) -> Option<String> {
         Err(e) => {
             log::error!("cannot finish an interrupted rewind: {e}");
             // The agent must not work in the rewind's turn.
-            if let Err(e) = rewind::leave_rewind_turn(journal) {
+            if let Err(e) = rewind::leave_rewind_turn(journal, excl) {
                 log::error!("cannot open an agent turn: {e}");
             }
             Some(format!("an interrupted rewind could not be finished: {e}"))

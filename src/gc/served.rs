@@ -42,7 +42,7 @@ use super::{
 /// steps 3–4); [`GcError::Lock`] when the pins lock cannot be taken.
 pub fn gc_served(
     journal: &Journal,
-    quiesce: &dyn Fn() -> Exclusive,
+    quiesce: &dyn Fn() -> Exclusive<'static>,
     retention: Retention,
 ) -> Result<GcReport, GcError> {
     let state = journal.state().clone();

@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Seek, Write};
 
-use crate::capture::{CaptureError, Journal};
+use crate::capture::{CaptureError, Exclusive, Journal};
 use crate::failpoint::{failpoint, failpoint_error};
 use crate::record::{PreImage, Special};
 use crate::tree::Dir;
@@ -378,15 +378,19 @@ pub(crate) fn sync_project(journal: &Journal) {
 /// then runs the steps (removals deepest first, creations and rewrites
 /// shallowest first, directory bits deepest first) and remembers the
 /// fingerprints of what it wrote. The caller has opened the turn (a rewind
-/// or merge turn) and holds the mount's quiesce guard, if mounted.
+/// or merge turn); `excl` holds the project's mutations out.
 ///
 /// Returns the rendered paths restored and the paths not restored, with
 /// the reason: a path whose state cannot be recorded is never touched, and
 /// a failed step leaves the other paths going on. Nothing here is an
 /// error: what is durable is what the index's records say (each captured
 /// path), and the project's bytes once [`sync_project`] ran.
-pub(crate) fn apply(journal: &Journal, plan: &[PathPlan]) -> (Vec<String>, Vec<Conflict>) {
-    apply_with_progress(journal, plan, &mut |_, _| {})
+pub(crate) fn apply(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+    plan: &[PathPlan],
+) -> (Vec<String>, Vec<Conflict>) {
+    apply_with_progress(journal, excl, plan, &mut |_, _| {})
 }
 
 /// The units of work [`apply_with_progress`] counts for `plan`: one per
@@ -404,11 +408,12 @@ pub(crate) fn work_units(plan: &[PathPlan]) -> u64 {
 /// `total` (the last call), whatever failed on the way.
 pub(crate) fn apply_with_progress(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     plan: &[PathPlan],
     progress: &mut dyn FnMut(u64, u64),
 ) -> (Vec<String>, Vec<Conflict>) {
-    let recorded = record(journal, plan, progress);
-    let (restored, mut conflicts) = execute_recorded(journal, &recorded, progress);
+    let recorded = record(journal, excl, plan, progress);
+    let (restored, mut conflicts) = execute_recorded(journal, excl, &recorded, progress);
     let mut all = recorded.conflicts;
     all.append(&mut conflicts);
     (restored, all)
@@ -455,6 +460,7 @@ impl Recorded {
 /// before [`execute_recorded`] if it needs them there).
 pub(crate) fn record(
     journal: &Journal,
+    _excl: &Exclusive<'_>,
     plan: &[PathPlan],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Recorded {
@@ -530,6 +536,7 @@ pub(crate) fn record(
 /// went on).
 pub(crate) fn execute_recorded(
     journal: &Journal,
+    _excl: &Exclusive<'_>,
     recorded: &Recorded,
     progress: &mut dyn FnMut(u64, u64),
 ) -> (Vec<String>, Vec<Conflict>) {
@@ -564,6 +571,7 @@ pub(crate) fn execute_recorded(
 /// rendered paths restored and the paths whose step failed.
 pub(crate) fn execute_unrecorded(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     plan: &[PathPlan],
 ) -> (Vec<String>, Vec<Conflict>) {
     let recorded = Recorded {
@@ -573,7 +581,7 @@ pub(crate) fn execute_unrecorded(
         done: 0,
         total: work_units(plan),
     };
-    execute_recorded(journal, &recorded, &mut |_, _| {})
+    execute_recorded(journal, excl, &recorded, &mut |_, _| {})
 }
 
 /// True when a step failed for a reason that is not the path's own: the

@@ -14,7 +14,7 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{Journal, NewTurn};
+use crate::capture::{Exclusive, Journal, NewTurn};
 use crate::failpoint::failpoint;
 use crate::record::TurnKind;
 use crate::restore::apply::sync_project;
@@ -314,8 +314,9 @@ fn plan_within(
 /// With `opts.dry_run`, returns the plan and writes nothing. Otherwise: opens a
 /// rewind turn, records the current state of every planned path in it,
 /// marks the restore as running in the index, executes the plan, marks it
-/// done and opens a new agent turn. The caller must hold the mount's
-/// quiesce guard (if mounted) and invalidate `report.touched` afterwards.
+/// done and opens a new agent turn. Runs under `excl` (no mutation
+/// through opfs in flight); the caller invalidates `report.touched`
+/// afterwards when mounted.
 ///
 /// `opts.force` restores paths changed outside the mount too.
 ///
@@ -336,27 +337,29 @@ fn plan_within(
 /// listed in `conflicts` and the other paths are restored.
 pub fn rewind(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     to: u64,
     opts: RewindOptions,
 ) -> Result<RewindReport, RewindError> {
-    rewind_with_progress(journal, to, opts, &mut |_, _| {})
+    rewind_with_progress(journal, excl, to, opts, &mut |_, _| {})
 }
 
 /// [`rewind`], calling `progress(done, total)` while the restore runs
 /// (units of work: a path recorded in the rewind turn, a removal, a path
 /// restored): `done` grows to `total`, which the last call reaches. Not
 /// called for a dry run or when the rewind fails before writing. The
-/// callback runs on the rewinding thread, under the mount's quiesce guard:
+/// callback runs on the rewinding thread, under `excl`:
 /// it must return quickly and must not touch the mount.
 ///
 /// Errors: as [`rewind`].
 pub fn rewind_with_progress(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     to: u64,
     opts: RewindOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
-    rewind_within(journal, to, None, opts, progress)
+    rewind_within(journal, excl, to, None, opts, progress)
 }
 
 /// `opfs restore [--from N] PATH…`: a rewind to the start of turn `to` of
@@ -371,6 +374,7 @@ pub fn rewind_with_progress(
 /// Errors: as [`rewind`].
 pub fn restore_paths(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     to: u64,
     only: &[Vec<u8>],
     opts: RewindOptions,
@@ -380,12 +384,13 @@ pub fn restore_paths(
         pending: None,
         ..opts
     };
-    rewind_within(journal, to, Some(only), opts, progress)
+    rewind_within(journal, excl, to, Some(only), opts, progress)
 }
 
 /// [`rewind_with_progress`] of the paths within `only` (all when `None`).
 fn rewind_within(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     to: u64,
     only: Option<&[Vec<u8>]>,
     opts: RewindOptions,
@@ -399,8 +404,8 @@ fn rewind_within(
     } = opts;
     match pending {
         Some(which) if dry_run => return resume::plan_pending(journal, which, force),
-        Some(Pending::Resume) => return resume_stopped(journal, force, progress),
-        Some(Pending::Abort) => return abort(journal, force, progress),
+        Some(Pending::Resume) => return resume_stopped(journal, excl, force, progress),
+        Some(Pending::Abort) => return abort(journal, excl, force, progress),
         None => {}
     }
     let mut first = None;
@@ -409,16 +414,16 @@ fn rewind_within(
         // finishes it at start) or one whose restore could not be marked
         // done, before starting another, so that its plan can never be
         // replayed over this one's result later.
-        if let Some(r) = resume(journal)? {
+        if let Some(r) = resume(journal, excl)? {
             log::warn!("{}", finished_first(&r));
             first = Some(r);
-        } else if let Some(m) = close_interrupted_rewind_turn(journal)? {
+        } else if let Some(m) = close_interrupted_rewind_turn(journal, excl)? {
             // A rewind turn left open by a rewind that failed before it
             // changed anything (or by a crash): closed as rolled back.
             log::warn!("{m}");
         }
     }
-    let result = rewind_planned(journal, to, only, opts, progress);
+    let result = rewind_planned(journal, excl, to, only, opts, progress);
     let Some(first) = first else {
         return result;
     };
@@ -443,6 +448,7 @@ fn rewind_within(
 /// [`rewind_with_progress`] once nothing is pending.
 fn rewind_planned(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     to: u64,
     only: Option<&[Vec<u8>]>,
     opts: RewindOptions,
@@ -485,7 +491,7 @@ fn rewind_planned(
         label,
         supersede: None,
     };
-    run_planned(journal, job, opts, planned, progress, &|force| {
+    run_planned(journal, excl, job, opts, planned, progress, &|force| {
         plan_within(journal, to, None, force, only)
     })
 }
@@ -515,6 +521,7 @@ pub(crate) fn stops(journal: &Journal, c: &Conflict) -> bool {
 /// stop it before anything is written unless `opts.partial`.
 pub(crate) fn run_planned(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     mut job: Job,
     opts: RewindOptions,
     (mut plan, mut conflicts): (Vec<PathPlan>, Vec<Conflict>),
@@ -552,7 +559,7 @@ pub(crate) fn run_planned(
     // the half-restored state first, like any state it overwrites.
     let stopped = journal.with_index(|ix| ix.stopped_restore())?;
     job.supersede = stopped.map(|s| (s.rewind_turn, "superseded"));
-    let mut report = run(journal, job, plan, conflicts, progress)?;
+    let mut report = run(journal, excl, job, plan, conflicts, progress)?;
     report.marked = marked;
     Ok(report)
 }
@@ -572,6 +579,7 @@ pub(crate) struct Job {
 /// step that fails for a reason that is not the path's own rolls back.
 fn run(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     job: Job,
     plan: Vec<PathPlan>,
     mut conflicts: Vec<Conflict>,
@@ -587,15 +595,18 @@ fn run(
             shortage,
         });
     }
-    let rewind_turn = journal.next_turn(NewTurn {
-        kind: TurnKind::Rewind,
-        label: Some(&job.label),
-        external_id: None,
-        rewound_to: Some(to),
-        closing_label: None,
-    })?;
+    let rewind_turn = journal.next_turn(
+        excl,
+        NewTurn {
+            kind: TurnKind::Rewind,
+            label: Some(&job.label),
+            external_id: None,
+            rewound_to: Some(to),
+            closing_label: None,
+        },
+    )?;
     failpoint("rewind-begin");
-    let mut recorded = restore::apply::record(journal, &plan, progress);
+    let mut recorded = restore::apply::record(journal, excl, &plan, progress);
     // Every record of R2 is in the index before R3 marks the restore
     // running and R4 touches the project: a full or failing state dir
     // stops the rewind here, with nothing changed.
@@ -606,7 +617,7 @@ fn run(
             .err()
     });
     if let Some(cause) = failure {
-        return Err(abandon(journal, rewind_turn, to, cause));
+        return Err(abandon(journal, excl, rewind_turn, to, cause));
     }
     // R3 only now, right before the first write to the project: a failure
     // while recording leaves no running restore, so nothing can finish
@@ -620,11 +631,12 @@ fn run(
         Ok(())
     });
     if let Err(e) = began {
-        return Err(abandon(journal, rewind_turn, to, e.to_string()));
+        return Err(abandon(journal, excl, rewind_turn, to, e.to_string()));
     }
     failpoint("rewind-running");
     conflicts.append(&mut recorded.conflicts);
-    let (restored, exec_conflicts) = restore::apply::execute_recorded(journal, &recorded, progress);
+    let (restored, exec_conflicts) =
+        restore::apply::execute_recorded(journal, excl, &recorded, progress);
     if let Some(hard) = exec_conflicts
         .iter()
         .find(|c| restore::apply::is_hard_failure(c))
@@ -638,6 +650,7 @@ fn run(
             .collect();
         return Err(roll_back(
             journal,
+            excl,
             rewind_turn,
             to,
             cause,
@@ -656,7 +669,7 @@ fn run(
         // start finishes it (nothing left to do). Meanwhile the agent must
         // not work in the rewind's turn, where its changes would be kept
         // nowhere; in a later turn a finish leaves them alone.
-        if let Err(e) = journal.next_turn(NewTurn::agent()) {
+        if let Err(e) = journal.next_turn(excl, NewTurn::agent()) {
             log::error!("cannot open an agent turn after the rewind to turn {to}: {e}");
         }
         return Err(RewindError::NotMarkedDone {
@@ -666,7 +679,7 @@ fn run(
         });
     }
     failpoint("rewind-after-done");
-    let open_turn = journal.next_turn(NewTurn::agent())?;
+    let open_turn = journal.next_turn(excl, NewTurn::agent())?;
     Ok(RewindReport {
         turn: Some(rewind_turn),
         rewound_to: to,
@@ -692,11 +705,17 @@ fn run(
 /// here too, the rewind turn stays open with no running restore (or one
 /// marked rolled back): `status` warns, and the next start or rewind closes
 /// it as rolled back ([`close_interrupted_rewind_turn`]), never finishes it.
-fn abandon(journal: &Journal, rewind_turn: u64, to: u64, cause: String) -> RewindError {
+fn abandon(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+    rewind_turn: u64,
+    to: u64,
+    cause: String,
+) -> RewindError {
     let reopened = crate::failpoint::failpoint_error("rewind-close")
         .map_err(|_| IndexError::disk_full(journal.state().index_path()))
         .and_then(|()| journal.with_index(|ix| ix.abandon_restore(rewind_turn, to, &cause)))
-        .and_then(|()| journal.next_turn(NewTurn::agent()).map(drop));
+        .and_then(|()| journal.next_turn(excl, NewTurn::agent()).map(drop));
     RewindError::NotStarted {
         to,
         turn: rewind_turn,
@@ -713,6 +732,7 @@ fn abandon(journal: &Journal, rewind_turn: u64, to: u64, cause: String) -> Rewin
 /// differs. Either way an agent turn is opened.
 fn roll_back(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     rewind_turn: u64,
     to: u64,
     cause: String,
@@ -724,7 +744,7 @@ fn roll_back(
         .map(|targets| restore::plan::plan_targets(journal, rewind_turn, targets, true));
     let (put_back, left) = match back {
         Ok((plan, mut left)) => {
-            let (put_back, failed) = restore::apply::execute_unrecorded(journal, &plan);
+            let (put_back, failed) = restore::apply::execute_unrecorded(journal, excl, &plan);
             left.extend(failed);
             (put_back, left)
         }
@@ -770,7 +790,7 @@ fn roll_back(
             })
             .map(|()| RewindError::Stopped { stopped, touched })
     };
-    if let Err(e) = journal.next_turn(NewTurn::agent()) {
+    if let Err(e) = journal.next_turn(excl, NewTurn::agent()) {
         log::error!("cannot open an agent turn after the failed rewind to turn {to}: {e}");
     }
     outcome.unwrap_or_else(RewindError::Index)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::capture::{Journal, NewTurn};
+use crate::capture::{Exclusive, Journal, NewTurn};
 use crate::record::TurnKind;
 use crate::restore::{self, Conflict, ConflictReason, PathPlan};
 
@@ -12,7 +12,7 @@ use super::{plan_until, run, Job, RewindError, RewindReport};
 /// Finishes a restore that a crash interrupted, if there is one (not one
 /// that [stopped](crate::store::Index::stop_restore) on a failure: those
 /// wait for [`resume_stopped`]). Returns the report, or `None` when nothing
-/// was pending. The caller must hold the quiesce guard if mounted.
+/// was pending. Runs under `excl` (no mutation through opfs in flight).
 ///
 /// The finish is a rewind like any other, recorded as a new rewind turn:
 /// it plans from the records before the interrupted rewind's turn R (R's
@@ -25,11 +25,14 @@ use super::{plan_until, run, Job, RewindError, RewindReport};
 /// and the hook report it, and an agent turn is opened.
 ///
 /// Errors: as [`super::rewind`].
-pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
+pub fn resume(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+) -> Result<Option<RewindReport>, RewindError> {
     let Some((old, to)) = journal.with_index(|ix| ix.unfinished_restore())? else {
         return Ok(None);
     };
-    finish(journal, old, to, false, &mut |_, _| {}).map(Some)
+    finish(journal, excl, old, to, false, &mut |_, _| {}).map(Some)
 }
 
 /// `opfs rewind --resume`: finishes the pending restore, one that stopped
@@ -41,11 +44,12 @@ pub fn resume(journal: &Journal) -> Result<Option<RewindReport>, RewindError> {
 /// otherwise as [`super::rewind`].
 pub fn resume_stopped(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     force: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
     let (old, to) = pending(journal)?.ok_or(RewindError::NothingPending)?;
-    finish(journal, old, to, force, progress)
+    finish(journal, excl, old, to, force, progress)
 }
 
 /// `opfs rewind --abort`: puts back what the pending restore (recorded as
@@ -55,11 +59,12 @@ pub fn resume_stopped(
 /// Errors: as [`resume_stopped`].
 pub fn abort(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     force: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RewindReport, RewindError> {
     let (job, plan, conflicts) = abort_plan(journal, force)?;
-    run(journal, job, plan, conflicts, progress)
+    run(journal, excl, job, plan, conflicts, progress)
 }
 
 /// The plan `--abort` runs: over the paths the pending restore's turn
@@ -129,6 +134,7 @@ fn pending(journal: &Journal) -> Result<Option<(u64, u64)>, RewindError> {
 /// new rewind turn.
 fn finish(
     journal: &Journal,
+    excl: &Exclusive<'_>,
     old: u64,
     to: u64,
     force: bool,
@@ -136,7 +142,7 @@ fn finish(
 ) -> Result<RewindReport, RewindError> {
     let (job, plan, conflicts) = finish_plan(journal, old, to, force)?;
     let remaining = plan.len() as u64;
-    match run(journal, job, plan, conflicts, progress) {
+    match run(journal, excl, job, plan, conflicts, progress) {
         Ok(report) => {
             // Paths the interrupted run already restored are not in this
             // plan (they need nothing), and their records forgot their
@@ -165,7 +171,7 @@ fn finish(
                 .max(remaining);
             let detail = e.to_string();
             journal.with_index(|ix| ix.stop_restore(old, total - remaining, total, &detail))?;
-            leave_rewind_turn(journal)?;
+            leave_rewind_turn(journal, excl)?;
             Err(e)
         }
         Err(e) => Err(e),
@@ -189,10 +195,10 @@ fn finish_plan(journal: &Journal, old: u64, to: u64, force: bool) -> Result<Plan
 /// path wins: the agent's state there would be kept nowhere).
 ///
 /// Errors: the index fails (the rewind turn stays open).
-pub fn leave_rewind_turn(journal: &Journal) -> Result<(), RewindError> {
+pub fn leave_rewind_turn(journal: &Journal, excl: &Exclusive<'_>) -> Result<(), RewindError> {
     let open = journal.open_turn();
     if journal.with_index(|ix| ix.turn(open))?.map(|t| t.kind) == Some(TurnKind::Rewind) {
-        journal.next_turn(NewTurn::agent())?;
+        journal.next_turn(excl, NewTurn::agent())?;
     }
     Ok(())
 }
@@ -241,7 +247,10 @@ fn keep_later_work(
 /// marked done (the rewind is complete; only the next
 /// agent turn was missing). Returns a description of what was found, or
 /// `None` when the open turn is not a rewind turn.
-pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>, RewindError> {
+pub fn close_interrupted_rewind_turn(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+) -> Result<Option<String>, RewindError> {
     let open = journal.open_turn();
     let Some(turn) = journal.with_index(|ix| ix.turn(open))? else {
         return Ok(None);
@@ -257,7 +266,7 @@ pub fn close_interrupted_rewind_turn(journal: &Journal) -> Result<Option<String>
         let note = "closed as rolled back: it failed or was interrupted before it changed anything";
         journal.with_index(|ix| ix.abandon_restore(open, to, note))?;
     }
-    let next = journal.next_turn(NewTurn::agent())?;
+    let next = journal.next_turn(excl, NewTurn::agent())?;
     Ok(Some(if outcome.as_deref() == Some("rolled_back") {
         format!(
             "a rewind to turn {to} (turn {open}) failed and was rolled back (the project is as it \

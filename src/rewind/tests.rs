@@ -63,6 +63,15 @@ struct Setup {
     _tmp: tempfile::TempDir,
     project: std::path::PathBuf,
     journal: Journal,
+    /// Held as a direct command holds it: nothing is mounted.
+    lock: crate::state::lock::StateLock,
+}
+
+impl Setup {
+    /// The exclusive access turns, rewinds and merges need.
+    fn excl(&self) -> crate::capture::Exclusive<'_> {
+        crate::capture::Exclusive::unmounted(&self.lock)
+    }
 }
 
 fn setup() -> Setup {
@@ -86,10 +95,14 @@ fn setup_with(more: impl FnOnce(&Path)) -> Setup {
     let project = fs::canonicalize(&project).expect("canon");
     let state = StateDir::for_project(&tmp.path().join("home"), &project);
     let journal = Journal::open(&state, false).expect("journal");
+    let lock = crate::state::lock::StateLock::try_acquire(&state)
+        .expect("lock")
+        .expect("unheld");
     Setup {
         _tmp: tmp,
         project,
         journal,
+        lock,
     }
 }
 
@@ -135,11 +148,11 @@ fn planner_restores_every_kind_of_change() {
     let after = manifest(p);
     assert_ne!(before, after);
 
-    let dry = rewind(j, 1, dry()).expect("dry run");
+    let dry = rewind(j, &s.excl(), 1, dry()).expect("dry run");
     assert_eq!(dry.turn, Some(2));
     assert_eq!(manifest(p), after, "a dry run writes nothing");
 
-    let report = rewind(j, 1, real()).expect("rewind");
+    let report = rewind(j, &s.excl(), 1, real()).expect("rewind");
     assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
     assert_eq!(report.turn, Some(2));
     assert_eq!(report.open_turn, 3);
@@ -147,12 +160,12 @@ fn planner_restores_every_kind_of_change() {
     assert_eq!(manifest(p), before);
 
     // Redo: rewinding to the rewind's own turn restores the state before it.
-    let redo = rewind(j, 2, real()).expect("redo");
+    let redo = rewind(j, &s.excl(), 2, real()).expect("redo");
     assert!(redo.conflicts.is_empty(), "{:?}", redo.conflicts);
     assert_eq!(manifest(p), after);
     // And a no-op rewind to the turn just opened changes nothing.
     let open = j.open_turn();
-    let noop = rewind(j, open, real()).expect("noop");
+    let noop = rewind(j, &s.excl(), open, real()).expect("noop");
     assert!(noop.restored.is_empty());
     assert_eq!(manifest(p), after);
 }
@@ -165,7 +178,7 @@ fn foreign_entries_and_bad_turns_are_reported() {
     fs::create_dir(s.project.join("made")).expect("mkdir");
     // Created behind opfs's back:
     fs::write(s.project.join("made/user-file"), b"mine").expect("write");
-    let report = rewind(j, 1, real()).expect("rewind");
+    let report = rewind(j, &s.excl(), 1, real()).expect("rewind");
     assert_eq!(report.conflicts.len(), 1, "{:?}", report.conflicts);
     assert!(report.conflicts[0]
         .reason
@@ -173,11 +186,11 @@ fn foreign_entries_and_bad_turns_are_reported() {
         .contains("made/user-file"));
     assert!(s.project.join("made/user-file").exists());
     assert!(matches!(
-        rewind(j, 0, real()),
+        rewind(j, &s.excl(), 0, real()),
         Err(RewindError::Turn(TurnError::Unknown { .. }))
     ));
     assert!(matches!(
-        rewind(j, 99, dry()),
+        rewind(j, &s.excl(), 99, dry()),
         Err(RewindError::Turn(TurnError::Unknown { .. }))
     ));
 }
@@ -205,7 +218,7 @@ fn corrupt_blob_is_a_conflict_and_never_written() {
         )
         .expect("corrupt inline");
     assert_eq!(n, 1, "the small pre-image is stored inline");
-    let report = rewind(j, 1, real()).expect("rewind");
+    let report = rewind(j, &s.excl(), 1, real()).expect("rewind");
     assert_eq!(report.conflicts.len(), 2, "{:?}", report.conflicts);
     for c in &report.conflicts {
         assert!(
@@ -228,7 +241,7 @@ fn the_report_reads_back_from_its_json() {
     })
     .expect("hook");
     fs::write(s.project.join("src/main.rs"), b"changed").expect("write");
-    let report = rewind(j, 1, dry()).expect("dry run");
+    let report = rewind(j, &s.excl(), 1, dry()).expect("dry run");
     let value = serde_json::to_value(&report).expect("json");
     let mut first = value["plan"][0].clone();
     let detail = first["detail"].as_str().unwrap_or_default().to_string();
@@ -266,14 +279,15 @@ fn rewind_progress_grows_one_unit_at_a_time_to_its_total() {
     fs::write(s.project.join("src/main.rs"), b"changed").expect("write");
 
     let mut dry_calls = 0;
-    rewind_with_progress(j, 1, dry(), &mut |_, _| dry_calls += 1).expect("dry run");
+    rewind_with_progress(j, &s.excl(), 1, dry(), &mut |_, _| dry_calls += 1).expect("dry run");
     assert_eq!(
         dry_calls, 0,
         "a dry run restores nothing, so reports nothing"
     );
 
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    let report = rewind_with_progress(j, 1, real(), &mut |d, t| seen.push((d, t))).expect("rewind");
+    let report = rewind_with_progress(j, &s.excl(), 1, real(), &mut |d, t| seen.push((d, t)))
+        .expect("rewind");
     assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
     // Each path recorded, each removal, each path restored: 20 created
     // files go, src/main.rs is rewritten.

@@ -199,12 +199,12 @@ impl Base {
     }
 
     /// This base for a caller during whose reads nothing can capture in
-    /// the project: it holds the project mount's quiesce guard, or the
-    /// state lock with no mount (a merge). Its answers then skip the check
+    /// the project: it holds `_excl` (the project mount's quiesce gate, or
+    /// the state lock with no mount: a merge). Its answers then skip the check
     /// that the project's records did not move meanwhile (two index
     /// queries and a `stat` of the capture log per answer, several per
     /// changed path of a merge).
-    pub fn quiesced(self) -> Base {
+    pub fn quiesced(self, _excl: &crate::capture::Exclusive<'_>) -> Base {
         self.core.watch.store(false, Ordering::Relaxed);
         self
     }

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{CaptureError, Journal, NewTurn};
+use crate::capture::{CaptureError, Exclusive, Journal, NewTurn};
 use crate::paths;
 use crate::record::{PreImage, Special, TurnKind};
 use crate::restore::apply::sync_project;
@@ -201,11 +201,14 @@ fn marker(state: &StateDir) -> PathBuf {
 /// the project to the start of the merge turn, which the merge had
 /// recorded every path's pre-image in before writing it. Returns a
 /// sentence saying what was done, `None` when no merge was interrupted.
-/// The caller holds the mount's quiesce guard, if mounted.
+/// Runs under `excl` (no mutation through opfs in flight).
 ///
 /// Errors: the rewind fails (the marker stays, so the next start tries
 /// again); the marker cannot be removed.
-pub fn roll_back_interrupted(journal: &Journal) -> Result<Option<String>, MergeError> {
+pub fn roll_back_interrupted(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+) -> Result<Option<String>, MergeError> {
     let path = marker(journal.state());
     let Ok(text) = fs::read_to_string(&path) else {
         return Ok(None);
@@ -220,6 +223,7 @@ pub fn roll_back_interrupted(journal: &Journal) -> Result<Option<String>, MergeE
     };
     let report = rewind::rewind(
         journal,
+        excl,
         turn,
         RewindOptions {
             dry_run: false,
@@ -362,20 +366,25 @@ fn three_way(
 }
 
 /// Merges worktree `name` of the project `journal` records into the
-/// project, as one turn of kind `merge` (see the module docs). The caller
-/// holds the project mount's quiesce guard, if mounted, and invalidates
-/// `report.touched` afterwards.
+/// project, as one turn of kind `merge` (see the module docs). Runs under
+/// `excl` (no mutation of the project through opfs in flight); the caller
+/// invalidates `report.touched` afterwards when mounted.
 ///
 /// Errors, all before anything is written to the project: the worktree is
 /// missing ([`MergeError::Worktree`]), its base or upper layer cannot be
 /// read, a new file cannot be stored, the index fails, an interrupted
 /// merge cannot be rolled back. Per-path failures are conflicts.
-pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeReport, MergeError> {
+pub fn merge(
+    journal: &Journal,
+    excl: &Exclusive<'_>,
+    name: &str,
+    opts: MergeOptions,
+) -> Result<MergeReport, MergeError> {
     let state = journal.state().clone();
     let wt = Worktree::of(&state, name);
     let meta = wt.meta()?;
     if !opts.dry_run {
-        roll_back_interrupted(journal)?;
+        roll_back_interrupted(journal, excl)?;
     }
     // Everything the project's mount captured is in the index, so the base
     // read below is complete (the caller has quiesced the mount).
@@ -392,9 +401,9 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         turn: meta.base_turn,
         source: Box::new(source),
     })?
-    // The caller quiesced the mount (or holds the state lock): nothing is
-    // captured until this merge's own turn, after the base was read.
-    .quiesced();
+    // Under `excl`: nothing is captured until this merge's own turn,
+    // after the base was read.
+    .quiesced(excl);
     let read_err = |source| MergeError::Read {
         name: name.to_string(),
         source,
@@ -536,20 +545,23 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         });
     }
     let label = format!("merge worktree {name}");
-    let turn = journal.next_turn(NewTurn {
-        kind: TurnKind::Merge,
-        label: Some(&label),
-        external_id: None,
-        rewound_to: None,
-        closing_label: None,
-    })?;
+    let turn = journal.next_turn(
+        excl,
+        NewTurn {
+            kind: TurnKind::Merge,
+            label: Some(&label),
+            external_id: None,
+            rewound_to: None,
+            closing_label: None,
+        },
+    )?;
     let mark = marker(&state);
     fs::write(&mark, format!("{turn} {name}\n")).map_err(|source| MergeError::Marker {
         path: mark.clone(),
         source,
     })?;
     crate::failpoint::failpoint("merge-begin");
-    let (mut merged, exec_conflicts) = restore::apply(journal, &plan);
+    let (mut merged, exec_conflicts) = restore::apply(journal, excl, &plan);
     conflicts.extend(exec_conflicts);
     sync_project(journal);
     crate::failpoint::failpoint("merge-before-done");
@@ -557,7 +569,7 @@ pub fn merge(journal: &Journal, name: &str, opts: MergeOptions) -> Result<MergeR
         path: mark.clone(),
         source,
     })?;
-    let open_turn = journal.next_turn(NewTurn::agent())?;
+    let open_turn = journal.next_turn(excl, NewTurn::agent())?;
     merged.extend(already.iter().cloned());
     merged.sort();
     Ok(MergeReport {

@@ -25,6 +25,15 @@ struct Setup {
     project: std::path::PathBuf,
     state: StateDir,
     journal: Journal,
+    /// Held as a direct command holds it: nothing is mounted.
+    lock: crate::state::lock::StateLock,
+}
+
+impl Setup {
+    /// The exclusive access turns, rewinds and merges need.
+    fn excl(&self) -> crate::capture::Exclusive<'_> {
+        crate::capture::Exclusive::unmounted(&self.lock)
+    }
 }
 
 fn setup() -> Setup {
@@ -51,11 +60,15 @@ fn setup_with(extra: &[(&str, &[u8])]) -> Setup {
     let project = fs::canonicalize(&project).expect("canon");
     let state = StateDir::for_project(&tmp.path().join("home"), &project);
     let journal = Journal::open(&state, false).expect("journal");
+    let lock = crate::state::lock::StateLock::try_acquire(&state)
+        .expect("lock")
+        .expect("unheld");
     Setup {
         _tmp: tmp,
         project,
         state,
         journal,
+        lock,
     }
 }
 
@@ -128,7 +141,9 @@ fn the_base_is_frozen_against_later_changes_through_the_mount() {
 #[test]
 fn a_change_behind_the_mount_is_reported_as_drift() {
     let s = setup();
-    s.journal.next_turn(NewTurn::agent()).expect("turn");
+    s.journal
+        .next_turn(&s.excl(), NewTurn::agent())
+        .expect("turn");
     let base_turn = s.journal.open_turn();
     let base = base_of(&s, base_turn);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -278,11 +293,14 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
     fs::set_permissions(up.join("d"), fs::Permissions::from_mode(0o755)).expect("chmod");
     fs::set_permissions(s.project.join("d"), fs::Permissions::from_mode(0o755)).expect("chmod");
     write_through(&s, "a", b"a-project");
-    s.journal.next_turn(NewTurn::agent()).expect("turn");
+    s.journal
+        .next_turn(&s.excl(), NewTurn::agent())
+        .expect("turn");
     let project_before_merge = manifest(&s.project);
 
     let dry = merge(
         &s.journal,
+        &s.excl(),
         "w",
         MergeOptions {
             dry_run: true,
@@ -308,7 +326,7 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
         partial: true,
         ..MergeOptions::default()
     };
-    let report = merge(&s.journal, "w", partial).expect("merge");
+    let report = merge(&s.journal, &s.excl(), "w", partial).expect("merge");
     let turn = report.turn.expect("a merge turn");
     assert_eq!(report.merged, dry.merged);
     assert_eq!(report.conflicts.len(), 1);
@@ -332,16 +350,17 @@ fn merge_applies_the_worktree_as_one_rewindable_turn_and_keeps_conflicts() {
     );
 
     // The merge is a turn like any other: rewinding to its start undoes it.
-    let r = crate::rewind::rewind(&s.journal, turn, Default::default()).expect("rewind");
+    let r = crate::rewind::rewind(&s.journal, &s.excl(), turn, Default::default()).expect("rewind");
     assert!(r.conflicts.is_empty(), "{:?}", r.conflicts);
     assert_eq!(manifest(&s.project), project_before_merge);
     // And the base turn is the project before everything.
-    crate::rewind::rewind(&s.journal, base_turn, Default::default()).expect("rewind");
+    crate::rewind::rewind(&s.journal, &s.excl(), base_turn, Default::default()).expect("rewind");
     assert_eq!(manifest(&s.project), before);
 
     // --force takes the worktree's side.
     let forced = merge(
         &s.journal,
+        &s.excl(),
         "w",
         MergeOptions {
             force: true,
@@ -359,7 +378,9 @@ fn text_changed_on_both_sides_is_merged_three_way_when_clean() {
         ("t", b"one\ntwo\nthree\nfour\nfive\n"),
         ("u", b"one\ntwo\nthree\n"),
     ]);
-    s.journal.next_turn(NewTurn::agent()).expect("turn");
+    s.journal
+        .next_turn(&s.excl(), NewTurn::agent())
+        .expect("turn");
     let base_turn = s.journal.open_turn();
     let wt = upper_of(&s, "w", base_turn);
     let up = wt.upper();
@@ -371,7 +392,7 @@ fn text_changed_on_both_sides_is_merged_three_way_when_clean() {
         partial: true,
         ..MergeOptions::default()
     };
-    let report = merge(&s.journal, "w", partial).expect("merge");
+    let report = merge(&s.journal, &s.excl(), "w", partial).expect("merge");
     assert_eq!(report.three_way, ["t"]);
     assert!(
         report.merged.contains(&"t".to_string()),

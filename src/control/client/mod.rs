@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::protocol::{FailureKind, Request, Response, Status};
 use super::server;
-use crate::capture::{Journal, NewTurn, OpenError};
+use crate::capture::{Exclusive, Journal, NewTurn, OpenError};
 use crate::record::TurnKind;
 use crate::rewind::{self, RewindError, RewindReport};
 use crate::state::lock::StateLock;
@@ -319,18 +319,21 @@ impl Project {
             Some(Response::Turn { turn }) => Ok((turn, Via::Daemon)),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
-                let (journal, _lock) = self.open_direct()?;
+                let (journal, lock) = self.open_direct()?;
                 if !allow_direct {
                     return Err(ClientError::NotServed(self.state.project.clone()));
                 }
                 journal
-                    .next_turn(NewTurn {
-                        kind: TurnKind::Agent,
-                        label,
-                        external_id: id,
-                        rewound_to: None,
-                        closing_label,
-                    })
+                    .next_turn(
+                        &Exclusive::unmounted(&lock),
+                        NewTurn {
+                            kind: TurnKind::Agent,
+                            label,
+                            external_id: id,
+                            rewound_to: None,
+                            closing_label,
+                        },
+                    )
                     .map(|turn| (turn, Via::Direct))
                     .map_err(|e| ClientError::Direct(e.to_string()))
             }
@@ -475,10 +478,11 @@ impl Project {
                 // (opening the journal replays the capture log into it).
                 crate::store::quick_check(&self.state.index_path())
                     .map_err(|e| ClientError::Open(OpenError::from(e)))?;
-                let (journal, _lock) = self.open_direct()?;
+                let (journal, lock) = self.open_direct()?;
+                let excl = Exclusive::unmounted(&lock);
                 let report = match only {
-                    None => rewind::rewind_with_progress(&journal, to, opts, progress)?,
-                    Some(only) => rewind::restore_paths(&journal, to, only, opts, progress)?,
+                    None => rewind::rewind_with_progress(&journal, &excl, to, opts, progress)?,
+                    Some(only) => rewind::restore_paths(&journal, &excl, to, only, opts, progress)?,
                 };
                 Ok((report, Via::Direct))
             }
@@ -519,8 +523,9 @@ impl Project {
             Some(Response::Merge(report)) => Ok(report),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
-                let (journal, _lock) = self.open_direct()?;
-                crate::worktree::merge::merge(&journal, name, opts).map_err(|e| {
+                let (journal, lock) = self.open_direct()?;
+                let excl = Exclusive::unmounted(&lock);
+                crate::worktree::merge::merge(&journal, &excl, name, opts).map_err(|e| {
                     if e.is_usage() {
                         ClientError::Refused {
                             kind: FailureKind::Usage,
