@@ -1,4 +1,6 @@
 //! Crash injection: named points where a test can make the process die.
+//! The table of armed points is the one global of the library: the command
+//! line arms it once at start ([`arm`]), so no layer passes it down.
 
 /// Crash injection for the crash tests (see `docs/crash-model.md`).
 ///
@@ -7,9 +9,9 @@
 /// itself SIGKILL, exactly as a crash at that instant would end it: no
 /// destructor, no flush. With `OPFS_FAILPOINT=NAME:N:pause=MS` it sleeps
 /// MS milliseconds there instead (logged as a warning first), so a test can
-/// act inside a window that is otherwise too short to hit. Without the
-/// variable (the normal case) a failpoint costs one atomic load after the
-/// first call.
+/// act inside a window that is otherwise too short to hit. The command
+/// line reads the variable and passes it to [`arm`]. Without it (the
+/// normal case) a failpoint costs one atomic load.
 ///
 /// Failpoints: `rewind-begin` (the rewind turn is open, the restore not yet
 /// marked running), `rewind-after-capture` (after each path's current state
@@ -97,25 +99,35 @@ enum Action {
     },
 }
 
+/// One armed failpoint: its name, the pass it acts on, what it does, and
+/// the passes so far.
+type Armed = Vec<(String, u64, Action, std::sync::atomic::AtomicU64)>;
+
+/// The failpoints [`arm`] armed; unset (none armed) until it is called.
+static ARMED: std::sync::OnceLock<Armed> = std::sync::OnceLock::new();
+
+/// Arms the failpoints `spec` lists: the value of `OPFS_FAILPOINT`, which
+/// only the command line reads (`cli::Env`) and hands here once at start,
+/// before any failpoint can be passed. `None` (the variable unset) arms
+/// none. Entries that do not parse are ignored. A second call changes
+/// nothing and returns `false`.
+pub fn arm(spec: Option<&str>) -> bool {
+    let armed = spec
+        .map(|v| {
+            v.split(',')
+                .filter_map(parse)
+                .map(|(n, at, a)| (n, at, a, std::sync::atomic::AtomicU64::new(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    ARMED.set(armed).is_ok()
+}
+
 /// The hit count and action when this pass through `name` is the armed
 /// one (or, for a sticky action, a later one).
 fn reached(name: &str) -> Option<(u64, Action)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    type Armed = Vec<(String, u64, Action, AtomicU64)>;
-    static ARMED: OnceLock<Armed> = OnceLock::new();
-    let armed = ARMED.get_or_init(|| {
-        std::env::var("OPFS_FAILPOINT")
-            .ok()
-            .map(|v| {
-                v.split(',')
-                    .filter_map(parse)
-                    .map(|(n, at, a)| (n, at, a, AtomicU64::new(0)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
-    let (_, at, action, hits) = armed.iter().find(|(n, ..)| n == name)?;
+    use std::sync::atomic::Ordering;
+    let (_, at, action, hits) = ARMED.get()?.iter().find(|(n, ..)| n == name)?;
     let hit = hits.fetch_add(1, Ordering::SeqCst) + 1;
     let sticky = matches!(action, Action::Enospc { sticky: true });
     (hit == *at || (sticky && hit > *at)).then_some((*at, *action))

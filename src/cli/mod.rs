@@ -65,6 +65,9 @@ pub struct Env {
     /// The standard AWS variables set ([`AWS_VARS`]), for the bucket of
     /// big files.
     pub aws: std::collections::BTreeMap<&'static str, String>,
+    /// `$OPFS_FAILPOINT`: the test hook's failpoints to arm
+    /// ([`opfs::failpoint::arm`]).
+    pub failpoint: Option<String>,
 }
 
 /// The AWS variables read for the bucket of big files
@@ -127,6 +130,7 @@ impl Env {
                     .filter_map(|k| var(k).map(|v| (OsString::from(k), v)))
                     .collect(),
             },
+            failpoint: std::env::var("OPFS_FAILPOINT").ok(),
             term: pager::TermEnv {
                 stdout_tty: std::io::IsTerminal::is_terminal(&io::stdout()),
                 stderr_tty: std::io::IsTerminal::is_terminal(&io::stderr()),
@@ -538,6 +542,8 @@ pub fn main() -> i32 {
         no_pager: cli.no_pager,
         env: Env::read(),
     };
+    // Before any command can pass a failpoint.
+    opfs::failpoint::arm(ctx.env.failpoint.as_deref());
     let mut out = io::stdout().lock();
     let mut err = io::stderr();
     let result = commands::run(&ctx, &cli.command, &mut out, &mut err);
