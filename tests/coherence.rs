@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// How soon a change must show through the mount (the p99 bound; every
-/// change on an idle machine).
+/// change on an idle machine). A performance bound: asserted only with
+/// `OPFS_PERF_BOUNDS=1` ([`perf_bound`]).
 const LIMIT: Duration = Duration::from_millis(100);
 
 /// The longest any one change may take, on a loaded machine too (a missed
@@ -471,7 +472,9 @@ fn run(seed: u64, env: &[(&str, &str)], backend: &str) {
     for s in &slow {
         eprintln!("  slow: {s}");
     }
-    assert!(p99 <= LIMIT, "p99 latency {p99:?} (max {max:?})");
+    perf_bound(p99 <= LIMIT, || {
+        format!("p99 latency {p99:?} over {LIMIT:?} (max {max:?})")
+    });
     // The mount and the project agree at the end, byte for byte.
     assert_manifest_eq(
         "mount against project",
@@ -677,11 +680,12 @@ fn the_daemons_own_entry_changes_wake_the_watch_once_per_burst() {
     // 450 for that run's 220 ms).
     let bound = 2 * u64::try_from(took.as_millis()).unwrap_or(u64::MAX) + 10;
     eprintln!("{woke} watch wake-ups for {} changes in {took:?}", 2 * n);
-    assert!(
-        woke <= bound,
-        "{woke} watch wake-ups for {} changes through the mount in {took:?} (at most {bound})",
-        2 * n
-    );
+    perf_bound(woke <= bound, || {
+        format!(
+            "{woke} watch wake-ups for {} changes through the mount in {took:?} (at most {bound})",
+            2 * n
+        )
+    });
 
     // Behind the mount: still seen at once (the reader primed the miss).
     let e = Expect::Content("d/behind".into(), b"behind\n".to_vec());
@@ -764,8 +768,9 @@ fn the_daemons_own_removals_wake_the_watch_in_batches() {
     let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
     let bound = (n / 4).max(ms / 2 + 20).min(3 * n / 4);
     eprintln!("{woke} watch wake-ups for {n} removals in {took:?} (at most {bound})");
-    assert!(
-        woke <= bound,
-        "{woke} watch wake-ups for {n} removals through the mount in {took:?} (at most {bound})"
-    );
+    perf_bound(woke <= bound, || {
+        format!(
+            "{woke} watch wake-ups for {n} removals through the mount in {took:?} (at most {bound})"
+        )
+    });
 }

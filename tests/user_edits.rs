@@ -230,7 +230,7 @@ fn a_file_replaced_outside_the_mount_is_unknown_before_the_replacement() {
     // Past the coarse clock's tick: an inode born outside the mount within
     // a tick of the next turn's start counts as born in that turn (on the
     // safe side, `docs/design.md`), and this test is about turn 2.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    wait_clock_past(&fx.p("doc"), coarse_tick());
     assert_eq!(fx.turn("more"), 3);
     fs::write(fx.m("doc"), b"agent v3\n").expect("write via mount");
 
@@ -254,7 +254,9 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     assert_eq!(fx.turn("link"), 2);
     fx.sh("ln a b");
     assert_eq!(fx.turn("write through a, then drop a"), 3);
-    fx.sh("sleep 0.01; echo a1 >> a; rm a");
+    // A later tick than the link's: the write changes a's times.
+    wait_clock_past(&fx.p("a"), std::time::Duration::ZERO);
+    fx.sh("echo a1 >> a; rm a");
     let v = fx.rewind(3);
     assert!(conflicts(&v).is_empty(), "{v:#}");
     assert_eq!(fs::read(fx.p("b")).expect("read"), b"a0\n");
@@ -264,7 +266,7 @@ fn a_write_through_another_hard_link_is_not_a_change_behind_the_mount() {
     // Behind the mount, through one name: a conflict. a and b are one
     // file, so the edit changed both names, and both are left alone.
     fx.sh("echo a2 >> a");
-    std::thread::sleep(std::time::Duration::from_millis(10));
+    wait_clock_past(&fx.p("a"), std::time::Duration::ZERO);
     fs::write(fx.p("b"), b"the user's\n").expect("write behind the mount");
     let run = fx.opfs_c(&["rewind", "3", "--partial", "--json"]);
     assert_eq!(run.code, Some(3), "{run}");
@@ -304,7 +306,7 @@ fn an_edit_behind_the_mount_through_a_relinked_name_is_a_conflict_for_every_name
     // is written, the user's bytes stay.
     assert_eq!(fx.turn("write"), 5);
     fx.sh("echo agent >> b");
-    std::thread::sleep(std::time::Duration::from_millis(10));
+    wait_clock_past(&fx.p("b"), std::time::Duration::ZERO);
     fs::OpenOptions::new()
         .append(true)
         .open(fx.p("c"))
@@ -350,7 +352,7 @@ fn an_edit_behind_the_mount_spreads_to_a_hard_link_without_a_fingerprint() {
     // A fingerprint for a again (a timestamp change through the mount);
     // b has none.
     fx.sh("touch a");
-    std::thread::sleep(std::time::Duration::from_millis(10));
+    wait_clock_past(&fx.p("a"), std::time::Duration::ZERO);
     fs::OpenOptions::new()
         .append(true)
         .open(fx.p("b"))

@@ -98,6 +98,23 @@ struct Fixture {
     thread: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// Whether the thread at `task` (`/proc/PID/task/TID`) sleeps in an
+/// `open`/`openat` or `write` system call: a request of it waits for an
+/// answer.
+fn blocked_in_write(task: &Path) -> bool {
+    let stat = fs::read_to_string(task.join("stat")).unwrap_or_default();
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    let syscall = fs::read_to_string(task.join("syscall")).unwrap_or_default();
+    let nr = syscall
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse::<i64>().ok());
+    matches!(state, Some("S" | "D"))
+        && nr.is_some_and(|n| [libc::SYS_openat, libc::SYS_write].contains(&n))
+}
+
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !cond() {
@@ -541,10 +558,17 @@ fn quiesce_holds_mutations_until_released() {
     fs::write(fx.m("f"), b"before").unwrap();
     let guard = fx.ctl.quiesce();
     let path = fx.m("f");
-    let writer = std::thread::spawn(move || fs::write(path, b"after"));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        let _ = tid_tx.send(fs::read_link("/proc/thread-self").unwrap());
+        fs::write(path, b"after")
+    });
     // Reads still work while quiesced.
     assert_eq!(fs::read(fx.m("f")).unwrap(), b"before");
-    std::thread::sleep(Duration::from_millis(300));
+    // The writer reaches the gate: it sleeps in its open or write, whose
+    // answer the gate holds back.
+    let task = PathBuf::from("/proc").join(tid_rx.recv().unwrap());
+    wait_until("the writer to wait at the gate", || blocked_in_write(&task));
     assert_eq!(fs::read(fx.b("f")).unwrap(), b"before");
     drop(guard);
     writer.join().unwrap().unwrap();

@@ -596,6 +596,66 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// One tick of the kernel's coarse clock (`CLOCK_REALTIME_COARSE`), which
+/// file timestamps come from.
+pub fn coarse_tick() -> Duration {
+    let res = rustix::time::clock_getres(rustix::time::ClockId::RealtimeCoarse);
+    Duration::new(res.tv_sec as u64, res.tv_nsec as u32)
+}
+
+/// Waits until the kernel's coarse clock reads more than `margin` past
+/// every timestamp of `path` (modification, change and birth): a change
+/// made after it cannot carry the same time as the last one (so it is
+/// seen as a change), and a turn opened after it starts more than
+/// `margin` after `path` was made. File timestamps come from that clock,
+/// so two changes within one tick may carry one time. A wait on the
+/// clock with a bound (5 s), never a fixed sleep.
+pub fn wait_clock_past(path: &Path, margin: Duration) {
+    let md = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let mut latest = ns(md.mtime(), md.mtime_nsec()).max(ns(md.ctime(), md.ctime_nsec()));
+    if let Ok(born) = md.created() {
+        if let Ok(d) = born.duration_since(std::time::UNIX_EPOCH) {
+            latest = latest.max(d.as_nanos() as i128);
+        }
+    }
+    let past = latest + margin.as_nanos() as i128;
+    let coarse_now = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+        ns(t.tv_sec, t.tv_nsec)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while coarse_now() <= past {
+        assert!(
+            Instant::now() < deadline,
+            "the coarse clock did not pass {} + {margin:?} within 5 s",
+            path.display()
+        );
+        // A pace for the poll, not an ordering: the loop waits on the clock.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether the performance bounds of the suite are asserted: only with
+/// `OPFS_PERF_BOUNDS=1` (an idle machine, `docs/testing.md`, "Performance
+/// bounds"). Otherwise a missed bound is reported on stderr and the test
+/// goes on: the default suite asserts behaviour, not speed, since it runs
+/// on loaded machines too.
+pub fn perf_bounds() -> bool {
+    std::env::var_os("OPFS_PERF_BOUNDS").is_some_and(|v| v == "1")
+}
+
+/// Asserts a performance bound when [`perf_bounds`] says so; else only
+/// reports a missed one.
+pub fn perf_bound(holds: bool, what: impl FnOnce() -> String) {
+    if holds {
+        return;
+    }
+    let what = what();
+    assert!(!perf_bounds(), "performance bound missed: {what}");
+    eprintln!("performance bound missed (asserted only with OPFS_PERF_BOUNDS=1): {what}");
+}
+
 /// Polls until `pid` [`is_dead`]; false if it still lives after `limit`.
 pub fn wait_dead(pid: i32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
