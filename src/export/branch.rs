@@ -190,7 +190,7 @@ pub fn export_branch(
     if base_commit(&repo, &git_dir, spec.base_turn)?.is_none() {
         export(project, Some(&git_dir), &mut |_| {}, project_commit)?;
     }
-    let _lock = ExportLock::acquire(&git_dir)?;
+    let lock = ExportLock::acquire(&git_dir)?;
     let repo = repo::open(project, &git_dir)?;
     let parent = base_commit(&repo, &git_dir, spec.base_turn)?.ok_or_else(|| ExportError::Git {
         git_dir: git_dir.clone(),
@@ -261,7 +261,7 @@ pub fn export_branch(
         ex.set_refs(&[&name], tip.commit, 0)?;
     }
     if ex.objects > 0 {
-        super::prune::pack(&git_dir, true);
+        super::prune::pack(&git_dir, &lock, true);
     }
     Ok(BranchReport {
         name: spec.name.clone(),

@@ -360,11 +360,11 @@ fn export_in(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_git_dir(state));
     repo::prepare(state, &git_dir)?;
-    let _lock = ExportLock::acquire(&git_dir)?;
+    let lock = ExportLock::acquire(&git_dir)?;
     let (repo, stamp, mut commits) = repo::Kept::take(kept.take(), &git_dir)?;
     let report = export_locked(
         state,
-        &git_dir,
+        (&git_dir, &lock),
         &repo,
         &mut commits,
         options,
@@ -381,7 +381,7 @@ fn export_in(
 #[allow(clippy::too_many_arguments)]
 fn export_locked(
     state: &StateDir,
-    git_dir: &Path,
+    (git_dir, lock): (&Path, &ExportLock),
     repo: &gix::Repository,
     commits: &mut CommitCache,
     options: &ExportOptions,
@@ -430,7 +430,7 @@ fn export_locked(
                 // What this run wrote is unreachable (no ref moved to it):
                 // a failed export (a full disk) cleans up after itself
                 // rather than leave megabytes of loose objects behind.
-                prune::drop_unreachable(&git_dir);
+                prune::drop_unreachable(&git_dir, lock);
                 return Err(e);
             }
             Ok(None) => return Ok(report),
@@ -441,10 +441,10 @@ fn export_locked(
     if report.baseline {
         // The baseline is most of the objects the export will ever hold:
         // packed at once.
-        report.packed = prune::pack(&git_dir, false);
+        report.packed = prune::pack(&git_dir, lock, false);
     } else if ex.objects > 0 {
         // Turns: once there are enough loose objects (git's `gc --auto`).
-        report.packed = prune::pack(&git_dir, true);
+        report.packed = prune::pack(&git_dir, lock, true);
     }
     report.last_turn = (tip.turn >= first).then_some(tip.turn);
     report.objects = ex.objects;

@@ -95,7 +95,7 @@ pub fn prune(
 /// that are going away; released on drop.
 #[must_use = "the export is released when this value is dropped"]
 pub struct ExportHold {
-    _lock: ExportLock,
+    lock: ExportLock,
 }
 
 impl std::fmt::Debug for ExportHold {
@@ -116,7 +116,7 @@ pub fn hold(state: &StateDir) -> Result<Option<ExportHold>, ExportError> {
         return Ok(None);
     }
     Ok(Some(ExportHold {
-        _lock: ExportLock::acquire(&git_dir)?,
+        lock: ExportLock::acquire(&git_dir)?,
     }))
 }
 
@@ -144,9 +144,13 @@ fn prune_with(
     }
     let repo = gix::open_opts(&git_dir, gix::open::Options::isolated())
         .git(&git_dir, "opening the repository")?;
-    let _lock = match held {
-        Some(_) => None,
-        None => Some(ExportLock::acquire(&git_dir)?),
+    let taken;
+    let lock = match held {
+        Some(hold) => &hold.lock,
+        None => {
+            taken = ExportLock::acquire(&git_dir)?;
+            &taken
+        }
     };
     let bytes_before = disk_bytes(&git_dir);
     let mut report = PruneReport {
@@ -181,8 +185,8 @@ fn prune_with(
     let nothing_to_drop = chain.first().is_none_or(|c| c.2 + 1 >= oldest_kept);
     if nothing_to_drop {
         if !dry_run {
-            drop_unreachable(&git_dir);
-            report.packed = pack(&git_dir, true);
+            drop_unreachable(&git_dir, lock);
+            report.packed = pack(&git_dir, lock, true);
             report.bytes_after = disk_bytes(&git_dir);
         }
         return Ok(Some(report));
@@ -265,7 +269,7 @@ fn prune_with(
     let sig = signature(sig_time);
     repo.edit_references_as(edits, Some(sig.to_ref(&mut buf)))
         .git(&git_dir, "moving refs to the pruned history")?;
-    report.packed = pack(&git_dir, false);
+    report.packed = pack(&git_dir, lock, false);
     report.bytes_after = disk_bytes(&git_dir);
     Ok(Some(report))
 }
@@ -411,9 +415,9 @@ pub(super) fn delete(git_dir: &Path, name: &str) -> Result<RefEdit, ExportError>
 /// lowered to [`AUTO_PACK_LOOSE`]); this is what every export runs. git
 /// is started only when [`auto_pack_due`] says its heuristic would find
 /// work ([`Packed::No`] otherwise): starting it to learn that there is
-/// nothing to do cost a process per turn. The caller holds the export
+/// nothing to do cost a process per turn. Under `_lock`, the export
 /// lock, so no export writes meanwhile.
-pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
+pub(super) fn pack(git_dir: &Path, _lock: &ExportLock, auto: bool) -> Packed {
     if auto && !auto_pack_due(git_dir) {
         return Packed::No;
     }
@@ -456,11 +460,11 @@ pub(super) fn pack(git_dir: &Path, auto: bool) -> Packed {
 /// Removes the loose objects of the repository at `git_dir` that no ref
 /// (or reflog) reaches: what an export that failed or was killed wrote
 /// before it could move a ref (`git prune --expire=now`; packs are left
-/// alone). The caller holds the export lock, so no export is writing
+/// alone). Under `_lock`, the export lock, so no export is writing
 /// objects it has not yet made reachable. Without `git` on `PATH`,
 /// nothing is removed. Returns whether git ran and succeeded; a failure is
 /// logged.
-pub(super) fn drop_unreachable(git_dir: &Path) -> bool {
+pub(super) fn drop_unreachable(git_dir: &Path, _lock: &ExportLock) -> bool {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
