@@ -103,8 +103,16 @@ fn gc_progress_sweeps_every_blob_folder_up_to_its_total() {
         max_bytes: None,
         min_age_days: None,
     };
-    let r = opfs::gc::gc_with_progress(&st, retention, false, &mut |d, t| seen.push((d, t)))
-        .expect("gc");
+    let lock = opfs::state::lock::StateLock::try_acquire(&st)
+        .expect("lock")
+        .expect("no daemon holds it");
+    let r = opfs::gc::gc_with_progress(
+        &st,
+        retention,
+        opfs::gc::Offline::Locked(&lock),
+        &mut |d, t| seen.push((d, t)),
+    )
+    .expect("gc");
     assert!(r.blobs_removed > 0, "{r:?}");
     assert!(
         seen.iter().all(|&(d, t)| t == folders && d <= t),

@@ -14,10 +14,12 @@
 //! records from that turn on).
 //!
 //! Two ways to run it: [`gc`] on the state dir while nothing is mounted
-//! (the caller holds the state lock), and [`gc_served`] inside the daemon
-//! while the project is mounted (see its order; `docs/design.md`,
-//! "Retention while mounted"). A dry run ([`gc`] with `dry_run`) only
-//! reads and may run beside a daemon (its figures are then a snapshot).
+//! (under the state lock, which [`Offline::Locked`] borrows), and
+//! [`gc_served`] inside the daemon while the project is mounted, each
+//! step under the mount's gate (an [`crate::capture::Exclusive`]; see its
+//! order; `docs/design.md`, "Retention while mounted"). A dry run
+//! ([`Offline::DryRun`]) only reads and may run beside a daemon (its
+//! figures are then a snapshot).
 //! [`due`] is the daemon's cheap check whether a configured policy has
 //! work after a turn.
 //!
@@ -393,18 +395,35 @@ impl GcReport {
     }
 }
 
+/// How an unmounted gc runs: [`Offline::DryRun`] only reads and may run
+/// beside a daemon (its figures are then a snapshot); a real one runs
+/// under the state lock it borrows, so nothing is mounted and no other
+/// command writes the state dir (a daemon applies retention with
+/// [`gc_served`]). A gc that deletes without the lock does not compile.
+#[derive(Debug, Clone, Copy)]
+pub enum Offline<'a> {
+    /// Counts what would go; writes nothing.
+    DryRun,
+    /// Deletes, under this state lock.
+    Locked(&'a crate::state::lock::StateLock),
+}
+
+impl Offline<'_> {
+    fn dry_run(self) -> bool {
+        matches!(self, Offline::DryRun)
+    }
+}
+
 /// Applies `retention` to the state dir, keeping every pinned turn
-/// ([`pins`]). The caller holds the state lock (nothing is mounted; a
-/// daemon applies retention with [`gc_served`]); a dry run only reads and
-/// may run beside a daemon (its figures are then a snapshot).
+/// ([`pins`]), as `how` says ([`Offline`]).
 ///
 /// Durable after `Ok`: the deletions are committed (power-loss safe)
 /// before any blob file is removed. Errors: the capture log cannot be
 /// moved into the index ([`GcError::Replay`]), the index cannot be read or
 /// written ([`GcError::Index`]); blob files that cannot be removed are
 /// skipped (not counted), for the next gc.
-pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcReport, GcError> {
-    gc_with_progress(state, retention, dry_run, &mut |_, _| {})
+pub fn gc(state: &StateDir, retention: Retention, how: Offline<'_>) -> Result<GcReport, GcError> {
+    gc_with_progress(state, retention, how, &mut |_, _| {})
 }
 
 /// [`gc`], calling `progress(done, total)` while it sweeps the blob store,
@@ -416,9 +435,10 @@ pub fn gc(state: &StateDir, retention: Retention, dry_run: bool) -> Result<GcRep
 pub fn gc_with_progress(
     state: &StateDir,
     retention: Retention,
-    dry_run: bool,
+    how: Offline<'_>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<GcReport, GcError> {
+    let dry_run = how.dry_run();
     // Opening the index upgrades an older schema in place; a dry run only
     // reads (it may run beside a daemon).
     let mut index = if dry_run {

@@ -219,7 +219,7 @@ impl Project {
             return Ok(crate::gc::gc_with_progress(
                 &self.state,
                 retention,
-                true,
+                crate::gc::Offline::DryRun,
                 progress,
             )?);
         }
@@ -232,13 +232,13 @@ impl Project {
             Some(Response::Gc(report)) => Ok(report),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
-                let _lock = self
+                let lock = self
                     .try_lock()?
                     .ok_or_else(|| ClientError::Busy(self.state.dir.clone()))?;
                 Ok(crate::gc::gc_with_progress(
                     &self.state,
                     retention,
-                    false,
+                    crate::gc::Offline::Locked(&lock),
                     progress,
                 )?)
             }
