@@ -33,7 +33,8 @@
 //! handle with it): the path's state is looked up and the file opened
 //! then, with no look at the records' mark. Each read of the open file is
 //! followed by that look (one `read` of the watch's empty queue, or the
-//! snapshot: one index query and one `stat` of the capture log): unchanged, the bytes are the base's; moved, the records are
+//! snapshot: one index query and one `stat` of the capture log):
+//! unchanged, the bytes are the base's; moved, the records are
 //! reloaded, and if the path still has none the bytes are still the
 //! base's (nothing changed it through the mount before the read ended),
 //! else the read is answered from the record, as are the handle's later
@@ -241,7 +242,8 @@ impl Core {
             .map_err(|e| {
                 log::info!(
                     "cannot watch the project's records in {} ({e}): each read in the \
-                     worktree looks at them in full (raise fs.inotify.max_user_instances)",
+                     worktree looks at them in full (if a limit was reached, raise \
+                     fs.inotify.max_user_instances or max_user_watches)",
                     state.dir.display()
                 )
             })
