@@ -21,14 +21,20 @@
 //! again. A change made through the mount can therefore never leak into
 //! the worktree, even while the project's agent keeps working. An answer
 //! from records alone needs no look (a path's earliest record since the
-//! base never changes once made).
+//! base never changes once made). The look (`records.rs`) first reads an
+//! inotify watch on the records' files: with no event since the records
+//! were loaded, no capture happened (the event of a capture's write is
+//! queued before that write returns, so before the mutation it guards),
+//! and the snapshot is not taken; `records.rs` argues it, and says when
+//! the snapshot is taken at every look instead.
 //!
 //! **A file read is resolved once.** The overlay opens a lower file for
 //! its reads ([`Lower::open`]: once per read without OPEN, once per
 //! handle with it): the path's state is looked up and the file opened
 //! then, with no look at the records' mark. Each read of the open file is
-//! followed by that look (one index query and one `stat` of the capture
-//! log): unchanged, the bytes are the base's; moved, the records are
+//! followed by that look (one `read` of the watch's empty queue, or the
+//! snapshot: one index query and one `stat` of the capture log):
+//! unchanged, the bytes are the base's; moved, the records are
 //! reloaded, and if the path still has none the bytes are still the
 //! base's (nothing changed it through the mount before the read ended),
 //! else the read is answered from the record, as are the handle's later
@@ -63,18 +69,20 @@ use opfs_fs::overlay::{Attr, DirEntry, Kind, Lent, Lower, LowerOpen};
 
 use crate::paths;
 use crate::record::{Hash, PreImage, Special, Stat};
-use crate::store::{log as capture_log, BlobStore, Index, IndexError, StateDir};
+use crate::store::{BlobStore, Index, IndexError, StateDir};
 use crate::tree::Dir;
-use crate::view::{Reader, Resolved, Timeline, ViewError};
+use crate::view::{Resolved, Timeline, ViewError};
 
 mod dirs;
 mod drift;
 mod files;
+mod records;
 
 use dirs::Dirs;
 pub use drift::read_drift;
 use drift::Drift;
 use files::{read_full_at, BlobFile, BytesFile, ProjectFile};
+use records::{log_dir, Mark, Watch};
 
 /// Errors opening a base.
 #[derive(Debug, thiserror::Error)]
@@ -95,25 +103,16 @@ pub enum BaseError {
     },
 }
 
-/// How many times [`Core::fresh`] answers again while the project's
-/// records keep moving under its reads of the project (each time after
-/// reloading them); the last answer is given as it is.
-const FRESH_TRIES: u32 = 4;
-
-/// Where the project's records stand: changes when a capture may have
-/// happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Mark {
-    data_version: i64,
-    /// The capture log's (inode, length, mtime ns), `None` when missing.
-    log: Option<(u64, u64, i64)>,
-}
-
 struct Inner {
     index: Index,
     timeline: Timeline,
     resolved: Resolved,
+    /// The mark taken when the records were loaded (`None`: unknown, or
+    /// found moved since: the next look reloads).
     seen: Option<Mark>,
+    /// The inotify watch in front of the mark (`records.rs`); `None` when
+    /// it cannot be made or trusted, or for a quiesced base.
+    watch: Option<Watch>,
     /// Bumped at each reload: a file opened for a handle
     /// ([`Lower::open`]) is known to hold the base's bytes while the
     /// records are still those of the generation it was opened in.
@@ -160,8 +159,8 @@ struct Core {
     owner: (u32, u32),
     commit: Box<dyn Fn() + Send + Sync>,
     /// False once [`Base::quiesced`]: no capture can happen while it is
-    /// read, so [`Core::fresh`] looks at the records' mark no more.
-    watch: AtomicBool,
+    /// read, so [`Core::fresh`] looks at the records no more.
+    check: AtomicBool,
     inner: Mutex<Inner>,
     drift: Mutex<Drift>,
     /// The project's directories read lately, held open (`dirs.rs`).
@@ -200,12 +199,14 @@ impl Base {
 
     /// This base for a caller during whose reads nothing can capture in
     /// the project: it holds `_excl` (the project mount's quiesce gate, or
-    /// the state lock with no mount: a merge). Its answers then skip the check
-    /// that the project's records did not move meanwhile (two index
-    /// queries and a `stat` of the capture log per answer, several per
-    /// changed path of a merge).
+    /// the state lock with no mount: a merge). Its answers then skip the
+    /// check that the project's records did not move meanwhile (a look at
+    /// the watch's queue, or an index query and a `stat` of the capture
+    /// log, per answer; several per changed path of a merge), and it drops
+    /// the watch.
     pub fn quiesced(self, _excl: &crate::capture::Exclusive<'_>) -> Base {
-        self.core.watch.store(false, Ordering::Relaxed);
+        self.core.check.store(false, Ordering::Relaxed);
+        self.core.lock().watch = None;
         self
     }
 
@@ -236,6 +237,17 @@ impl Core {
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((0, 0));
         let index = Index::open_read_only(&state.index_path())?;
+        // Made before the records are first loaded (`records.rs`).
+        let watch = Watch::new(&state.index_path(), &state.capture_log_path())
+            .map_err(|e| {
+                log::info!(
+                    "cannot watch the project's records in {} ({e}): each read in the \
+                     worktree looks at them in full (if a limit was reached, raise \
+                     fs.inotify.max_user_instances or max_user_watches)",
+                    state.dir.display()
+                )
+            })
+            .ok();
         let drift = Drift {
             seen: drift_file.map(read_drift).unwrap_or_default(),
             file: drift_file.and_then(|p| {
@@ -256,13 +268,14 @@ impl Core {
             since_ns,
             owner,
             commit,
-            watch: AtomicBool::new(true),
+            check: AtomicBool::new(true),
             dirs: Dirs::default(),
             inner: Mutex::new(Inner {
                 index,
                 timeline: Timeline::default(),
                 resolved: Resolved::default(),
                 seen: None,
+                watch,
                 generation: 0,
                 read_project: std::cell::Cell::new(false),
                 pending_drift: std::cell::RefCell::default(),
@@ -287,129 +300,6 @@ impl Core {
         match self.inner.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
-        }
-    }
-
-    fn mark(&self, inner: &Inner) -> io::Result<Mark> {
-        let data_version = inner.index.data_version().map_err(io::Error::other)?;
-        let log = match self.log_stat() {
-            Ok(st) => Some((
-                st.st_ino,
-                st.st_size as u64,
-                st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
-            )),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        Ok(Mark { data_version, log })
-    }
-
-    /// Reloads every record since the base turn: the daemon's capture log
-    /// committed first, and whatever a log still holds (a daemon that died
-    /// before committing it) read directly.
-    fn reload(&self, inner: &mut Inner) -> Result<(), BaseError> {
-        if self.log_len() > 0 {
-            (self.commit)();
-        }
-        let mark = self.mark(inner).ok();
-        self.dirs.clear();
-        inner.resolved = Resolved::default();
-        let noop = || {};
-        let reader = Reader {
-            index: &inner.index,
-            blobs: &self.blobs,
-            backing: &self.project,
-            commit: &noop,
-            resolved: &inner.resolved,
-        };
-        let mut timeline = reader.timeline(self.turn)?;
-        if self.log_len() > 0 {
-            // Records of a daemon that is gone: whole pre-images only (a
-            // ranged one needs the index's ranges; the next daemon start
-            // moves it there).
-            if let Ok(entries) = capture_log::read(&self.log_path) {
-                for e in entries {
-                    if e.op == capture_log::Op::Record && !matches!(e.pre, PreImage::Ranged { .. })
-                    {
-                        if let (PreImage::File { blob, .. }, Some(data)) = (&e.pre, &e.data) {
-                            inner.resolved.borrow_mut().insert(*blob, data.clone());
-                        }
-                        timeline.add(e.turn, &e.path, e.pre);
-                    }
-                }
-            }
-        }
-        inner.timeline = timeline;
-        inner.seen = mark;
-        inner.generation += 1;
-        Ok(())
-    }
-
-    fn log_len(&self) -> u64 {
-        self.log_stat().map_or(0, |st| st.st_size as u64)
-    }
-
-    /// `stat` of the capture log, by its name in the held descriptor of
-    /// its folder (no walk of the state dir's path at each look).
-    fn log_stat(&self) -> io::Result<rustix::fs::Stat> {
-        match &self.log_dir {
-            Some((dir, name)) => Ok(rustix::fs::statat(
-                dir,
-                name.as_c_str(),
-                rustix::fs::AtFlags::empty(),
-            )?),
-            None => Ok(rustix::fs::stat(&self.log_path)?),
-        }
-    }
-
-    /// Runs `f` against the records and, when it read the project itself,
-    /// looks once at the records' mark afterwards: unchanged since the
-    /// records were read, no capture happened before or during `f`'s read
-    /// of the project, so what it saw there is the base's (the project's
-    /// mount captures a path before it changes it); moved, the records
-    /// are reloaded and `f` runs again, up to [`FRESH_TRIES`] times. An
-    /// answer from records alone needs no look at all (a path's earliest
-    /// record since the base never changes once made, so stale records
-    /// answer it as fresh ones would). See the module docs.
-    fn fresh<R>(&self, f: impl FnMut(&Inner) -> io::Result<R>) -> io::Result<R> {
-        self.fresh_unless(f, |_| false)
-    }
-
-    /// [`Core::fresh`], except that an answer `settled` accepts needs no
-    /// look at the records' mark (its user checks them later itself, as
-    /// a [`ProjectFile`] does after each read).
-    fn fresh_unless<R>(
-        &self,
-        mut f: impl FnMut(&Inner) -> io::Result<R>,
-        settled: impl Fn(&R) -> bool,
-    ) -> io::Result<R> {
-        let mut inner = self.lock();
-        if !self.watch.load(Ordering::Relaxed) {
-            inner.pending_drift.borrow_mut().clear();
-            let r = f(&inner);
-            self.note_pending_drift(&inner);
-            return r;
-        }
-        let mut tries = 1;
-        loop {
-            inner.read_project.set(false);
-            inner.pending_drift.borrow_mut().clear();
-            let r = f(&inner);
-            if r.as_ref().is_ok_and(&settled) {
-                // Its user looks at the records and the drift itself.
-                inner.pending_drift.borrow_mut().clear();
-                return r;
-            }
-            if !inner.read_project.get() {
-                return r;
-            }
-            let now = self.mark(&inner)?;
-            if inner.seen == Some(now) || tries == FRESH_TRIES {
-                self.note_pending_drift(&inner);
-                return r;
-            }
-            tries += 1;
-            self.reload(&mut inner).map_err(io::Error::other)?;
         }
     }
 
@@ -572,19 +462,6 @@ impl Core {
     }
 }
 
-/// An `O_PATH` descriptor of `log`'s folder and `log`'s name there.
-fn log_dir(log: &Path) -> Option<(std::os::fd::OwnedFd, std::ffi::CString)> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(log.file_name()?.as_bytes()).ok()?;
-    let dir = rustix::fs::open(
-        log.parent()?,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ok()?;
-    Some((dir, name))
-}
-
 fn to_time(ns: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
@@ -673,34 +550,6 @@ impl Core {
                 Opened::Bytes(bytes) => Box::new(BytesFile(bytes)),
             })
         }))
-    }
-
-    /// True when the bytes just read from the project's own file at
-    /// `path`, opened while the records were those of `generation`, are
-    /// still the base's: the project's records did not move since, or
-    /// they did (reloaded here) and still hold nothing for `path`. The
-    /// project's mount records a path's pre-image before it changes the
-    /// path, so a path without a record now was not changed through the
-    /// mount before now, after the read. On `true` with moved records,
-    /// `generation` is brought forward, so the next read costs one look
-    /// at the records' mark again.
-    fn still_current(&self, path: &[u8], generation: &AtomicU64) -> io::Result<bool> {
-        let mut inner = self.lock();
-        if !self.watch.load(Ordering::Relaxed) {
-            return Ok(true);
-        }
-        let now = self.mark(&inner)?;
-        if inner.seen == Some(now) && inner.generation == generation.load(Ordering::Relaxed) {
-            return Ok(true);
-        }
-        if inner.seen != Some(now) {
-            self.reload(&mut inner).map_err(io::Error::other)?;
-        }
-        if inner.timeline.state_at(path, self.turn).is_some() {
-            return Ok(false);
-        }
-        generation.store(inner.generation, Ordering::Relaxed);
-        Ok(true)
     }
 
     /// Notes drift for the project's file at `path` if its change time is

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use opfs_fs::overlay::{Kind, Lower};
+use opfs_fs::overlay::{Kind, Lower, LowerOpen};
 use opfs_fs::{Mutation, MutationHook};
 
 use super::base::Base;
@@ -135,7 +135,33 @@ fn the_base_is_frozen_against_later_changes_through_the_mount() {
     write_through(&s, "keep", b"k1");
     s.journal.apply_pending().expect("commit");
     assert_eq!(read(&base, "keep").as_deref(), Some(&b"k0"[..]));
+    // One whose record is still only in the capture log (not committed
+    // to the index): the watch on the records sees the log's write too.
+    write_through(&s, "d/b", b"b1");
+    assert_eq!(read(&base, "d/b").as_deref(), Some(&b"b0"[..]));
+    write_through(&s, "d/sub/s", b"s1");
+    assert_eq!(names(&base, "d/sub"), ["s"]);
+    assert_eq!(read(&base, "d/sub/s").as_deref(), Some(&b"s0"[..]));
     assert!(base.drifted().is_empty(), "{:?}", base.drifted());
+}
+
+/// A project file opened for a handle before a capture of it reads the
+/// base's bytes after the capture, the record still only in the capture
+/// log: the look after the read notices the log's write.
+#[test]
+fn a_file_opened_before_a_capture_reads_the_base_after_it() {
+    let s = setup();
+    let base_turn = s.journal.open_turn();
+    let base = base_of(&s, base_turn);
+    let Some(LowerOpen::File(file)) = base.open(b"keep").expect("open") else {
+        panic!("keep is not opened as a file");
+    };
+    let mut buf = vec![0u8; 64];
+    let n = file.read_at(0, &mut buf).expect("read");
+    assert_eq!(&buf[..n], b"k0");
+    write_through(&s, "keep", b"k1, longer");
+    let n = file.read_at(0, &mut buf).expect("read");
+    assert_eq!(&buf[..n], b"k0", "after the capture");
 }
 
 #[test]
