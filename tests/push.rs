@@ -960,3 +960,94 @@ fn a_one_off_push_that_failed_is_said_to_be_retried_by_nobody() {
         .unwrap_or_else(|| panic!("no warning: {text}"));
     assert!(warning.contains("nothing tries it again"), "{warning}");
 }
+
+/// A git command on `git_dir` (no user configuration); its trimmed stdout.
+fn git_dir_at(git_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhere() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    write_file(&a.p("a.txt"), b"a\n", 0o644);
+    a.mount();
+    write_file(&a.m("b.txt"), b"b\n", 0o644);
+    a.turn("t");
+    // Before the worktree has a state dir of its own.
+    let export = a.state_dir().join("export.git");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let run = a.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    let wp = w.display().to_string();
+    let mut rng = Rng::new(29);
+    // Worktree turn 1: a 9 MiB file, which lives in the worktree's store
+    // and upper layer only, never in the project's.
+    write_file(&w.join("big.bin"), &rng.bytes(9 << 20), 0o644);
+    a.opfs(&["-C", &wp, "turn", "--label", "one"]).ok();
+    let first = files_only(manifest(&w));
+    // Worktree turn 2: rewritten whole (turn 1's bytes are now a
+    // pre-image of the worktree's history) and a second big file.
+    write_file(&w.join("big.bin"), &rng.bytes(9 << 20), 0o644);
+    write_file(&w.join("d/other.bin"), &rng.bytes((8 << 20) + 3), 0o755);
+    a.opfs(&["-C", &wp, "turn", "--label", "two"]).ok();
+    let second = files_only(manifest(&w));
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_uploaded"], 3,
+        "the worktree's three big versions: {r:#}"
+    );
+    let turn1 = git_dir_at(&export, &["rev-parse", "refs/opfs/worktrees/exp~1"]);
+
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    for (what, turn, expected) in [
+        ("its newest turn", "worktrees/exp", &second),
+        ("its turn 1, by commit id", turn1.as_str(), &first),
+    ] {
+        let dir = b.root().join(format!("w{}", expected.len()));
+        let run = b
+            .opfs(&[
+                "--json",
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                turn,
+                &dir.display().to_string(),
+            ])
+            .ok();
+        assert!(
+            run.json()["pointers"].as_array().is_some_and(Vec::is_empty),
+            "{what}: {run}"
+        );
+        assert_manifest_eq(
+            &format!("worktree exp, {what}, from git and the bucket"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Emptied by hand: `--objects` puts the branch's bytes back too.
+    s3.empty_bucket();
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 3, "{r:#}");
+}

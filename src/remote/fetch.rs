@@ -400,6 +400,13 @@ pub fn checkout(
         "head" => format!("{ns}/head"),
         "baseline" => format!("{ns}/baseline"),
         n if n.parse::<u64>().is_ok() => format!("{ns}/turns/{n}"),
+        w if w
+            .strip_prefix("worktrees/")
+            .is_some_and(|n| crate::worktree::check_name(n).is_ok()) =>
+        {
+            format!("{ns}/{w}")
+        }
+        id if is_commit_id(id) && contains(&cache_dir, git, &ns, id) => id.to_string(),
         _ => String::new(),
     };
     let mut cmd = git.command(Some(&cache_dir));
@@ -526,6 +533,27 @@ pub fn checkout(
         report.bytes += bytes.len() as u64;
     }
     Ok(report)
+}
+
+/// True for a full commit id (40 or 64 hex digits).
+fn is_commit_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// True when a ref of the namespace `ns` in `git_dir` reaches commit `id`
+/// (a commit of that project: one of its turns, or of a worktree
+/// branch's).
+fn contains(git_dir: &Path, git: &GitEnv, ns: &str, id: &str) -> bool {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "for-each-ref",
+        "--count=1",
+        "--format=%(refname)",
+        "--contains",
+        id,
+    ])
+    .arg(format!("{ns}/"));
+    git::output(cmd).is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
 }
 
 /// The BLAKE3 (hex) and size a pointer file names

@@ -407,13 +407,14 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         let (n_up, n_del) = (updates.len(), deletes.len());
         if round == 0 {
             if let Some(cfg) = &target.bucket {
+                // The turns, the baseline and the worktree branches sent
+                // (a branch's commits since what the remote held).
                 let turns: Vec<(String, String)> = updates
                     .iter()
                     .filter(|(r, _)| !r.ends_with("/project") && !r.ends_with("/head"))
-                    .filter(|(r, _)| !r.contains("/worktrees/"))
                     .map(|(r, id)| (r.to_string(), id.to_string()))
                     .collect();
-                match pointers::upload(state, &git_dir, target, git, cfg, &turns) {
+                match pointers::upload(state, &git_dir, target, git, cfg, &turns, &rs.pushed) {
                     Ok(u) => uploaded = u,
                     Err(e) => {
                         result = Err(e);
@@ -490,7 +491,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
 }
 
 /// Uploads to `target`'s bucket the bytes behind the pointer files of
-/// every exported turn and the baseline, not only of the turns a push
+/// every exported turn, the baseline and every worktree branch, not only of the turns a push
 /// sends: what was pushed before the bucket was configured, or an object
 /// deleted from the bucket, goes up again (`opfs push --objects`).
 /// Objects already there are not written (create-only, as in [`push`]).
@@ -523,9 +524,11 @@ pub fn upload_all_objects(
     let refs: Vec<(String, String)> = local_refs(&git_dir, target, git)?
         .iter()
         .filter_map(|(r, id)| remote_ref(&ns, r).map(|rr| (rr, id.clone())))
-        .filter(|(r, _)| r.contains("/turns/") || r.ends_with("/baseline"))
+        .filter(|(r, _)| {
+            r.contains("/turns/") || r.ends_with("/baseline") || r.contains("/worktrees/")
+        })
         .collect();
-    pointers::upload(state, &git_dir, target, git, cfg, &refs)
+    pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())
 }
 
 /// The export's refs: `refs/heads/opfs` and everything under
