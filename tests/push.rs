@@ -1051,3 +1051,65 @@ fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhe
     let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
     assert_eq!(r["objects_backfilled"], 3, "{r:#}");
 }
+
+#[test]
+fn a_worktrees_turn_reaches_the_remote_through_its_own_daemon() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", true);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha");
+    let export = f.state_dir().join("export.git");
+    // The project's own push of turn 1 is over before the worktree starts:
+    // nothing of the project's pusher is left to carry the branch.
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 never reached the remote: {:#}",
+        f.status()
+    );
+    let run = f.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    write_file(&w.join("a.txt"), b"tried\n", 0o644);
+    let wp = w.display().to_string();
+    f.opfs(&["-C", &wp, "turn", "--label", "next"]).ok();
+    // No project turn, no `opfs push`: the worktree's daemon pushes.
+    let branch = format!("{ns}/worktrees/exp");
+    let exported = || {
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(&export)
+            .args(["rev-parse", "-q", "--verify", "refs/opfs/worktrees/exp"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|id| !id.is_empty())
+    };
+    assert!(
+        wait_for(PUSH_WAIT, || exported().is_some_and(|id| ls_remote(
+            &d.url()
+        )
+        .get(&branch)
+            == Some(&id))),
+        "the worktree's branch never reached the remote: {:?}\nstatus: {:#}",
+        ls_remote(&d.url()),
+        f.status()
+    );
+    // The project's status shows the push.
+    let st = push_status(&f, &d.url());
+    assert!(st["failure"].is_null(), "{st:#}");
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), &format!("{branch}:{branch}")],
+    );
+    assert_eq!(
+        git_at(elsewhere.path(), &["show", &format!("{branch}:a.txt")]),
+        "tried\n"
+    );
+}
