@@ -1113,3 +1113,131 @@ fn a_worktrees_turn_reaches_the_remote_through_its_own_daemon() {
         "tried\n"
     );
 }
+
+#[test]
+fn remote_commands_racing_on_a_fresh_local_copy_all_succeed() {
+    let f = Fixture::new();
+    // Five remotes, each new to this home: six commands race to make
+    // its local copy.
+    for round in 0..5 {
+        let repo = f.root().join(format!("r{round}.git"));
+        git_at(
+            f.root(),
+            &["init", "-q", "--bare", &repo.display().to_string()],
+        );
+        let url = repo.display().to_string();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                f.opfs_command(&["remote", "list", &url])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start opfs remote list")
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains("holds no opfs history"));
+        }
+    }
+}
+
+/// A mounted project with one turn pushed to a local bare repository
+/// (`ckpt.git` in the fixture's root); the fixture, the repository and
+/// the project's name on it (`MACHINE/KEY`).
+fn pushed_to_a_path() -> (Fixture, PathBuf, String) {
+    let f = Fixture::new();
+    let repo = f.root().join("ckpt.git");
+    git_at(f.root(), &["init", "-q", "--bare", "ckpt.git"]);
+    configure(&f, &repo.display().to_string(), "alpha", false);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    f.opfs_c(&["push"]).ok();
+    (f, repo, ns)
+}
+
+#[test]
+fn one_repository_as_a_path_and_as_a_file_url_is_one_remote() {
+    let (f, repo, _) = pushed_to_a_path();
+    let r = f
+        .opfs_c(&["push", "--json", &format!("file://{}", repo.display())])
+        .ok()
+        .json();
+    assert_eq!(r["up_to_date"], true, "{r:#}");
+    let pushes = f.status()["push"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pushes.len(), 1, "{pushes:?}");
+}
+
+#[test]
+fn a_checkout_into_a_symlink_to_nothing_names_the_link_and_the_fix() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let link = f.root().join("out");
+    let nowhere = f.root().join("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &link).expect("symlink");
+    let run = f.opfs(&[
+        "remote",
+        "checkout",
+        &repo.display().to_string(),
+        &ns,
+        "1",
+        &link.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        link.display().to_string(),
+        nowhere.display().to_string(),
+        "symbolic link".into(),
+        "does not exist".into(),
+    ] {
+        assert!(run.stderr.contains(&part), "{part:?} not said: {run}");
+    }
+    assert!(!nowhere.exists());
+}
+
+#[test]
+fn an_empty_machine_name_is_refused_naming_the_file_and_the_key() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(
+        &f.pinned.config,
+        good.replace("machine = \"alpha\"", "machine = \"\""),
+    )
+    .expect("config");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains("[push] machine is empty"), "{run}");
+}
+
+#[test]
+fn a_bucket_that_is_no_s3_url_is_refused_at_push_and_at_mount() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(
+        &f.pinned.config,
+        good.replace("[push]\n", "[push]\nbucket = \"ckpt/opfs\"\n"),
+    )
+    .expect("config");
+    // Nothing new to push, no big file: refused all the same.
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains("[push] bucket"), "{run}");
+    assert!(run.stderr.contains("s3://BUCKET"), "{run}");
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket"), "{run}");
+}

@@ -102,6 +102,30 @@ pub fn url_problem(url: &str) -> Option<String> {
     ))
 }
 
+/// `url` as opfs keys a remote by (its `push.json` entry, its local copy
+/// for `opfs remote`): a local repository named by a path or by a
+/// `file://` URL becomes its canonical path (symbolic links resolved, `..`
+/// gone; as given, made absolute, when it does not exist), so one
+/// repository is one remote however it is spelled. Any other URL
+/// (`git://`, `ssh://`, `https://`, `host:path`) is kept as it is.
+/// A relative path is taken from the current directory: the CLI calls
+/// this where it reads the URL.
+pub fn normalize_url(url: &str) -> String {
+    let path = match url.strip_prefix("file://") {
+        Some(rest) => rest,
+        None if url.contains("://") => return url.to_string(),
+        // git's `[user@]host:path`: a ':' before any '/'.
+        None if url.find(':').is_some_and(|c| !url[..c].contains('/')) => return url.to_string(),
+        None if url.is_empty() || url.starts_with('-') => return url.to_string(),
+        None => url,
+    };
+    let p = Path::new(path);
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| path.to_string())
+}
+
 /// The machine's name as the namespace spells it: `configured` (the
 /// configuration's `[push] machine`) if given, else the host name
 /// (`/proc/sys/kernel/hostname`), else `localhost`. Characters other
@@ -776,6 +800,38 @@ mod tests {
     fn machine_names_are_one_ref_component() {
         assert_eq!(machine_name(Some("ci runner/7.x")), "ci-runner-7-x");
         assert_eq!(machine_name(Some("")), "localhost");
+    }
+
+    #[test]
+    fn a_local_repository_is_one_remote_as_a_path_or_a_file_url() {
+        let d = tempfile::tempdir().expect("temp");
+        let repo = d.path().join("r.git");
+        std::fs::create_dir(&repo).expect("mkdir");
+        std::fs::create_dir(d.path().join("sub")).expect("mkdir");
+        std::os::unix::fs::symlink(&repo, d.path().join("link")).expect("symlink");
+        let canon = std::fs::canonicalize(&repo)
+            .expect("canonical")
+            .to_string_lossy()
+            .into_owned();
+        let spellings = [
+            repo.display().to_string(),
+            format!("file://{}", repo.display()),
+            format!("{}/sub/../r.git", d.path().display()),
+            d.path().join("link").display().to_string(),
+            format!("file://{}/link", d.path().display()),
+        ];
+        for s in spellings {
+            assert_eq!(normalize_url(&s), canon, "{s}");
+        }
+        for kept in [
+            "git://h/r.git",
+            "ssh://git@h/r.git",
+            "https://h/r.git",
+            "git@h:team/r.git",
+            "-x",
+        ] {
+            assert_eq!(normalize_url(kept), kept);
+        }
     }
 
     #[test]

@@ -11,11 +11,13 @@ use crate::cli::Ctx;
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
     let git = &ctx.env.git;
     let json = ctx.format.is_json();
+    // One repository is one local copy, as a path or a `file://` URL.
+    let normalized = opfs::remote::normalize_url(match cmd {
+        RemoteCmd::List { remote, .. } | RemoteCmd::Checkout { remote, .. } => remote,
+    });
+    let remote = &normalized;
     match cmd {
-        RemoteCmd::List {
-            remote,
-            project: None,
-        } => {
+        RemoteCmd::List { project: None, .. } => {
             let list = opfs::remote::list(ctx.home(), remote, git).map_err(failure)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string(&list).map_err(failure)?)?;
@@ -44,8 +46,8 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             }
         }
         RemoteCmd::List {
-            remote,
             project: Some(project),
+            ..
         } => {
             let turns = opfs::remote::turns(ctx.home(), remote, project, git).map_err(failure)?;
             if json {
@@ -66,14 +68,26 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             }
         }
         RemoteCmd::Checkout {
-            remote,
             project,
             turn,
             dir,
             bucket,
+            ..
         } => {
             let config = ctx.config()?;
-            let bucket = match bucket.clone().or_else(|| config.push.bucket.clone()) {
+            let from = match (bucket, &ctx.env.config) {
+                (Some(_), _) => "--bucket".to_string(),
+                (None, Some(file)) => format!("{}: [push] bucket", file.display()),
+                (None, None) => "[push] bucket".to_string(),
+            };
+            let bucket = bucket.clone().or_else(|| config.push.bucket.clone());
+            if let Some(problem) = bucket
+                .as_deref()
+                .and_then(opfs::remote::bucket::url_problem)
+            {
+                return Err(CommandError::usage(format!("{from}: {problem}")));
+            }
+            let bucket = match bucket {
                 Some(b) => Some(ctx.bucket_config(&config, &b)?),
                 None => None,
             };
