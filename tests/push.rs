@@ -1241,3 +1241,62 @@ fn a_bucket_that_is_no_s3_url_is_refused_at_push_and_at_mount() {
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains("[push] bucket"), "{run}");
 }
+
+#[test]
+fn a_big_files_object_gone_from_the_bucket_is_named_with_its_key_and_the_fix() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(41).bytes(8 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    // Expired by a lifecycle rule, or deleted by hand: opfs never does.
+    s3.empty_bucket();
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let dir = b.root().join("turn1");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let hash = blake3::hash(&big).to_hex().to_string();
+    let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
+    for part in [
+        key.as_str(),
+        "s3://ckpt/opfs",
+        "big.bin",
+        "opfs push --objects",
+        "\"alpha\"",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    // The fix the message gives works.
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 1, "{r:#}");
+    std::fs::remove_dir_all(&dir).expect("rm");
+    let run = b
+        .opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+        .ok();
+    assert!(run.stdout.contains("1 from the bucket"), "{run}");
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}

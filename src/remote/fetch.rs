@@ -162,6 +162,20 @@ pub struct CheckoutReport {
     /// Files written as their pointer (8 MiB or more: their bytes were not
     /// available), project-relative.
     pub pointers: Vec<String>,
+    /// The bucket read, if any (`s3://BUCKET[/PREFIX]`).
+    pub bucket: Option<String>,
+    /// Of [`CheckoutReport::pointers`], those whose object the bucket does
+    /// not hold: the path and the object's key.
+    pub missing_objects: Vec<MissingObject>,
+}
+
+/// A pointer file whose object the bucket does not hold.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissingObject {
+    /// The file, project-relative.
+    pub path: String,
+    /// The object's key in the bucket (`<prefix>/blake3/<2 hex>/<hash>`).
+    pub key: String,
 }
 
 /// The local copy of `url` (created empty the first time), and its lock,
@@ -524,6 +538,8 @@ pub fn checkout(
         bytes: 0,
         resolved: 0,
         pointers: Vec::new(),
+        bucket: bucket.map(|b| b.url.clone()),
+        missing_objects: Vec::new(),
     };
     let bucket = bucket
         .map(super::bucket::Bucket::open)
@@ -561,7 +577,15 @@ pub fn checkout(
                     bytes = content;
                     report.resolved += 1;
                 }
-                _ => report.pointers.push(crate::paths::display(rel)),
+                found => {
+                    if let (Some(b), None) = (&bucket, found) {
+                        report.missing_objects.push(MissingObject {
+                            path: crate::paths::display(rel),
+                            key: b.key(&hash),
+                        });
+                    }
+                    report.pointers.push(crate::paths::display(rel));
+                }
             }
         }
         let perm = if mode == "100755" { 0o755 } else { 0o644 };

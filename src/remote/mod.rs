@@ -32,7 +32,8 @@ mod pusher;
 pub mod state;
 
 pub use fetch::{
-    checkout, list, parse_pointer, turns, CheckoutReport, RemoteError, RemoteProject, RemoteTurn,
+    checkout, list, parse_pointer, turns, CheckoutReport, MissingObject, RemoteError,
+    RemoteProject, RemoteTurn,
 };
 pub use git::GitEnv;
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};

@@ -115,6 +115,15 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     r.bytes
                 )?;
             }
+            if let (Some(m), Some(b)) = (r.missing_objects.first(), &r.bucket) {
+                let machine = project.split('/').next().unwrap_or(project);
+                return Err(CommandError::failure(format!(
+                    "{} file(s) of 8 MiB or more were written as pointer files: bucket {b} holds no object for their bytes, e.g. {} (object {}); objects are never deleted by opfs, so it was deleted or expired in the bucket (a lifecycle rule), or the push that sent the pointer had no bucket; upload them again with `opfs push --objects` on a machine that still holds the project's history (machine {machine:?}), then check out again",
+                    r.missing_objects.len(),
+                    m.path,
+                    m.key
+                )));
+            }
             if !r.pointers.is_empty() {
                 return Err(CommandError::failure(format!(
                     "{} file(s) of 8 MiB or more were written as pointer files: their bytes are not in the bucket (none configured: --bucket or [push] bucket; or the push that sent them had none; docs/remote.md, \"Big files\"), e.g. {}",
