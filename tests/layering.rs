@@ -143,7 +143,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // checkpoint remotes: the export repository pushed, read back
     (
         "remote",
-        &["export", "history", "store", "state", "failpoint", "paths"],
+        &[
+            "export",
+            "worktree",
+            "history",
+            "store",
+            "state",
+            "failpoint",
+            "paths",
+        ],
     ),
     // L4: processes: anything of L0-L3, and the processes listed
     ("control", &["@below"]),

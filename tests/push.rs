@@ -960,3 +960,343 @@ fn a_one_off_push_that_failed_is_said_to_be_retried_by_nobody() {
         .unwrap_or_else(|| panic!("no warning: {text}"));
     assert!(warning.contains("nothing tries it again"), "{warning}");
 }
+
+/// A git command on `git_dir` (no user configuration); its trimmed stdout.
+fn git_dir_at(git_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhere() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    write_file(&a.p("a.txt"), b"a\n", 0o644);
+    a.mount();
+    write_file(&a.m("b.txt"), b"b\n", 0o644);
+    a.turn("t");
+    // Before the worktree has a state dir of its own.
+    let export = a.state_dir().join("export.git");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let run = a.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    let wp = w.display().to_string();
+    let mut rng = Rng::new(29);
+    // Worktree turn 1: a 9 MiB file, which lives in the worktree's store
+    // and upper layer only, never in the project's.
+    write_file(&w.join("big.bin"), &rng.bytes(9 << 20), 0o644);
+    a.opfs(&["-C", &wp, "turn", "--label", "one"]).ok();
+    let first = files_only(manifest(&w));
+    // Worktree turn 2: rewritten whole (turn 1's bytes are now a
+    // pre-image of the worktree's history) and a second big file.
+    write_file(&w.join("big.bin"), &rng.bytes(9 << 20), 0o644);
+    write_file(&w.join("d/other.bin"), &rng.bytes((8 << 20) + 3), 0o755);
+    a.opfs(&["-C", &wp, "turn", "--label", "two"]).ok();
+    let second = files_only(manifest(&w));
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_uploaded"], 3,
+        "the worktree's three big versions: {r:#}"
+    );
+    let turn1 = git_dir_at(&export, &["rev-parse", "refs/opfs/worktrees/exp~1"]);
+
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    for (what, turn, expected) in [
+        ("its newest turn", "worktrees/exp", &second),
+        ("its turn 1, by commit id", turn1.as_str(), &first),
+    ] {
+        let dir = b.root().join(format!("w{}", expected.len()));
+        let run = b
+            .opfs(&[
+                "--json",
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                turn,
+                &dir.display().to_string(),
+            ])
+            .ok();
+        assert!(
+            run.json()["pointers"].as_array().is_some_and(Vec::is_empty),
+            "{what}: {run}"
+        );
+        assert_manifest_eq(
+            &format!("worktree exp, {what}, from git and the bucket"),
+            expected,
+            &files_only(manifest(&dir)),
+        );
+    }
+    // Emptied by hand: `--objects` puts the branch's bytes back too.
+    s3.empty_bucket();
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 3, "{r:#}");
+}
+
+#[test]
+fn a_worktrees_turn_reaches_the_remote_through_its_own_daemon() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    configure(&f, &d.url(), "alpha", true);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha");
+    let export = f.state_dir().join("export.git");
+    // The project's own push of turn 1 is over before the worktree starts:
+    // nothing of the project's pusher is left to carry the branch.
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 never reached the remote: {:#}",
+        f.status()
+    );
+    let run = f.opfs_p(&["worktree", "create", "exp"]).ok();
+    let w = PathBuf::from(run.stdout.trim_end());
+    assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
+    write_file(&w.join("a.txt"), b"tried\n", 0o644);
+    let wp = w.display().to_string();
+    f.opfs(&["-C", &wp, "turn", "--label", "next"]).ok();
+    // No project turn, no `opfs push`: the worktree's daemon pushes.
+    let branch = format!("{ns}/worktrees/exp");
+    let exported = || {
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(&export)
+            .args(["rev-parse", "-q", "--verify", "refs/opfs/worktrees/exp"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|id| !id.is_empty())
+    };
+    assert!(
+        wait_for(PUSH_WAIT, || exported().is_some_and(|id| ls_remote(
+            &d.url()
+        )
+        .get(&branch)
+            == Some(&id))),
+        "the worktree's branch never reached the remote: {:?}\nstatus: {:#}",
+        ls_remote(&d.url()),
+        f.status()
+    );
+    // The project's status shows the push.
+    let st = push_status(&f, &d.url());
+    assert!(st["failure"].is_null(), "{st:#}");
+    let elsewhere = tempfile::tempdir().expect("temp");
+    git_at(elsewhere.path(), &["init", "-q", "--bare", "."]);
+    git_at(
+        elsewhere.path(),
+        &["fetch", "-q", &d.url(), &format!("{branch}:{branch}")],
+    );
+    assert_eq!(
+        git_at(elsewhere.path(), &["show", &format!("{branch}:a.txt")]),
+        "tried\n"
+    );
+}
+
+#[test]
+fn remote_commands_racing_on_a_fresh_local_copy_all_succeed() {
+    let f = Fixture::new();
+    // Five remotes, each new to this home: six commands race to make
+    // its local copy.
+    for round in 0..5 {
+        let repo = f.root().join(format!("r{round}.git"));
+        git_at(
+            f.root(),
+            &["init", "-q", "--bare", &repo.display().to_string()],
+        );
+        let url = repo.display().to_string();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                f.opfs_command(&["remote", "list", &url])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start opfs remote list")
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains("holds no opfs history"));
+        }
+    }
+}
+
+/// A mounted project with one turn pushed to a local bare repository
+/// (`ckpt.git` in the fixture's root); the fixture, the repository and
+/// the project's name on it (`MACHINE/KEY`).
+fn pushed_to_a_path() -> (Fixture, PathBuf, String) {
+    let f = Fixture::new();
+    let repo = f.root().join("ckpt.git");
+    git_at(f.root(), &["init", "-q", "--bare", "ckpt.git"]);
+    configure(&f, &repo.display().to_string(), "alpha", false);
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    let ns = namespace(&f, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    f.opfs_c(&["push"]).ok();
+    (f, repo, ns)
+}
+
+#[test]
+fn one_repository_as_a_path_and_as_a_file_url_is_one_remote() {
+    let (f, repo, _) = pushed_to_a_path();
+    let r = f
+        .opfs_c(&["push", "--json", &format!("file://{}", repo.display())])
+        .ok()
+        .json();
+    assert_eq!(r["up_to_date"], true, "{r:#}");
+    let pushes = f.status()["push"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pushes.len(), 1, "{pushes:?}");
+}
+
+#[test]
+fn a_checkout_into_a_symlink_to_nothing_names_the_link_and_the_fix() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let link = f.root().join("out");
+    let nowhere = f.root().join("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &link).expect("symlink");
+    let run = f.opfs(&[
+        "remote",
+        "checkout",
+        &repo.display().to_string(),
+        &ns,
+        "1",
+        &link.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        link.display().to_string(),
+        nowhere.display().to_string(),
+        "symbolic link".into(),
+        "does not exist".into(),
+    ] {
+        assert!(run.stderr.contains(&part), "{part:?} not said: {run}");
+    }
+    assert!(!nowhere.exists());
+}
+
+#[test]
+fn an_empty_machine_name_is_refused_naming_the_file_and_the_key() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(
+        &f.pinned.config,
+        good.replace("machine = \"alpha\"", "machine = \"\""),
+    )
+    .expect("config");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains("[push] machine is empty"), "{run}");
+}
+
+#[test]
+fn a_bucket_that_is_no_s3_url_is_refused_at_push_and_at_mount() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(
+        &f.pinned.config,
+        good.replace("[push]\n", "[push]\nbucket = \"ckpt/opfs\"\n"),
+    )
+    .expect("config");
+    // Nothing new to push, no big file: refused all the same.
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains("[push] bucket"), "{run}");
+    assert!(run.stderr.contains("s3://BUCKET"), "{run}");
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket"), "{run}");
+}
+
+#[test]
+fn a_big_files_object_gone_from_the_bucket_is_named_with_its_key_and_the_fix() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(41).bytes(8 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    // Expired by a lifecycle rule, or deleted by hand: opfs never does.
+    s3.empty_bucket();
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let dir = b.root().join("turn1");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let hash = blake3::hash(&big).to_hex().to_string();
+    let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
+    for part in [
+        key.as_str(),
+        "s3://ckpt/opfs",
+        "big.bin",
+        "opfs push --objects",
+        "\"alpha\"",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    // The fix the message gives works.
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 1, "{r:#}");
+    std::fs::remove_dir_all(&dir).expect("rm");
+    let run = b
+        .opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+        .ok();
+    assert!(run.stdout.contains("1 from the bucket"), "{run}");
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}

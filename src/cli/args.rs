@@ -621,13 +621,16 @@ pub enum RemoteCmd {
         project: Option<String>,
     },
     /// Write the project at the end of turn TURN (a number, or `head`) as
-    /// pushed into DIR (new or empty).
+    /// pushed, or a worktree's branch (`worktrees/NAME`), into DIR (new or
+    /// empty).
     Checkout {
         /// The git remote (URL or path).
         remote: String,
         /// The project: MACHINE/KEY (see `opfs remote list`).
         project: String,
-        /// The turn: a number, `baseline` or `head`.
+        /// The turn: a number, `baseline`, `head`, `worktrees/NAME` (the
+        /// newest turn of worktree NAME's branch) or a full commit id of
+        /// the project's history or of one of its branches.
         turn: String,
         /// The directory to write (created; must be empty if it exists).
         dir: PathBuf,

@@ -301,18 +301,32 @@ impl Ctx {
         let Some(url) = url else {
             return Ok(None);
         };
+        let file = self
+            .env
+            .config
+            .as_deref()
+            .unwrap_or(Path::new("the configuration"))
+            .display()
+            .to_string();
         if let Some(problem) = opfs::remote::url_problem(&url) {
             let from = if remote.is_some() {
                 "the REMOTE argument".to_string()
             } else {
-                let file = self
-                    .env
-                    .config
-                    .as_deref()
-                    .unwrap_or(Path::new("the configuration"));
-                format!("{}: [push] remote", file.display())
+                format!("{file}: [push] remote")
             };
             return Err(CommandError::usage(format!("{from}: {problem}")));
+        }
+        // One repository is one remote, as a path or a `file://` URL.
+        let url = opfs::remote::normalize_url(&url);
+        if config
+            .push
+            .machine
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            return Err(CommandError::usage(format!(
+                "{file}: [push] machine is empty: it names this machine in the remote's refs (refs/opfs/<machine>/...); give it a name (letters, digits, '-', '_'), or remove the key to use the host name"
+            )));
         }
         let auto = own
             .and_then(|p| p.push.auto)
@@ -323,9 +337,19 @@ impl Ctx {
             .retry_seconds
             .map(|s| Duration::from_secs(s.max(1)))
             .unwrap_or(opfs::remote::DEFAULT_RETRY);
-        let bucket = own
-            .and_then(|p| p.push.bucket.clone())
-            .or_else(|| config.push.bucket.clone());
+        let own_bucket = own.and_then(|p| p.push.bucket.clone());
+        let bucket = own_bucket.clone().or_else(|| config.push.bucket.clone());
+        if let Some(problem) = bucket
+            .as_deref()
+            .and_then(opfs::remote::bucket::url_problem)
+        {
+            let key = if own_bucket.is_some() {
+                format!("[projects.\"{}\".push] bucket", project.display())
+            } else {
+                "[push] bucket".to_string()
+            };
+            return Err(CommandError::usage(format!("{file}: {key}: {problem}")));
+        }
         let target = opfs::remote::Target {
             url,
             machine: opfs::remote::machine_name(config.push.machine.as_deref()),

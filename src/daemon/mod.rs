@@ -122,7 +122,7 @@ pub fn run(
         )))?,
     };
     let exporter = opts.export.then(|| match &opts.worktree {
-        Some(spec) => worktree::start_exporter(home, spec, state, &journal),
+        Some(spec) => worktree::start_exporter(home, spec, state, &journal, opts.push.clone()),
         None => start_exporter(state, &journal, opts.push.clone()),
     });
     let retainer = opts

@@ -39,8 +39,10 @@ pub struct DaemonOptions {
     pub retention: Option<crate::gc::Retention>,
     /// Push the export to this checkpoint remote after each export (off
     /// the request path, retried on failure: `crate::remote::spawn_pusher`);
-    /// `None`: only `opfs push` pushes. Needs [`DaemonOptions::export`];
-    /// ignored for a worktree (the project's push carries its branch).
+    /// `None`: only `opfs push` pushes. Needs [`DaemonOptions::export`].
+    /// For a worktree it is the project's remote: after each export of
+    /// its branch the worktree's daemon pushes the project's export (which
+    /// carries the branch), as the project's daemon does.
     pub push: Option<crate::remote::AutoPush>,
 }
 

@@ -110,13 +110,21 @@ impl ProjectTurns for Project {
 /// not mounted; a worktree with no closed turn writes nothing (the branch
 /// appears with its first closed turn), nor one whose project has no
 /// export repository yet (a project mounted with `--no-export`).
+///
+/// With `push` (the project's remote, automatic pushes on), each export
+/// that succeeded wakes a pusher of the project's export
+/// ([`crate::remote::spawn_pusher`], a thread of its own, retrying as the
+/// project's does), so the branch reaches the remote after the
+/// worktree's turn without waiting for the project's next push.
 pub(super) fn start_exporter(
     home: &Path,
     spec: &WorktreeSpec,
     state: &StateDir,
     journal: &Arc<crate::capture::Journal>,
+    push: Option<crate::remote::AutoPush>,
 ) -> crossbeam_channel::Sender<()> {
     let project = StateDir::for_project(home, &spec.project);
+    let pusher = push.map(|p| crate::remote::spawn_pusher(project.clone(), p));
     let home = home.to_path_buf();
     let name = spec.name.clone();
     let state = state.clone();
@@ -150,13 +158,21 @@ pub(super) fn start_exporter(
             Box::new(commit),
             commit_through_daemon,
         ) {
-            Ok(r) if !r.turns.is_empty() || r.rewritten => log::info!(
-                "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
-                r.turns,
-                r.branch,
-                r.elapsed_ms
-            ),
-            Ok(_) => {}
+            Ok(r) => {
+                if !r.turns.is_empty() || r.rewritten {
+                    log::info!(
+                        "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
+                        r.turns,
+                        r.branch,
+                        r.elapsed_ms
+                    );
+                }
+                // Full means a push is already queued; it will see this
+                // export. A push with nothing new starts no transfer.
+                if let Some(tx) = &pusher {
+                    let _ = tx.try_send(());
+                }
+            }
             Err(e) => log::warn!("background export of worktree {name:?} failed: {e}"),
         }
     }));

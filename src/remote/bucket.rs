@@ -30,6 +30,19 @@ pub struct BucketConfig {
     pub session_token: Option<String>,
 }
 
+/// Why `url` cannot name a bucket, if it cannot: it must be
+/// `s3://BUCKET[/PREFIX]` with a bucket name. Checked where the URL is
+/// read (at mount and at `opfs push`, as [`super::url_problem`] is), not
+/// only when the first big file goes up.
+pub fn url_problem(url: &str) -> Option<String> {
+    match url.strip_prefix("s3://") {
+        Some(rest) if !rest.split('/').next().unwrap_or("").is_empty() => None,
+        _ => Some(format!(
+            "bucket {url:?} is not an s3://BUCKET[/PREFIX] URL (e.g. s3://team-checkpoints/opfs)"
+        )),
+    }
+}
+
 /// Why the bucket could not be used. Each names the bucket.
 #[derive(Debug, thiserror::Error)]
 pub enum BucketError {
@@ -105,15 +118,11 @@ impl Bucket {
         let rest = cfg
             .url
             .strip_prefix("s3://")
+            .filter(|_| url_problem(&cfg.url).is_none())
             .ok_or_else(|| BucketError::BadUrl {
                 url: cfg.url.clone(),
             })?;
         let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if name.is_empty() {
-            return Err(BucketError::BadUrl {
-                url: cfg.url.clone(),
-            });
-        }
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(name)
             .with_region(cfg.region.as_deref().unwrap_or("us-east-1"))
@@ -229,6 +238,21 @@ impl Bucket {
                 key: key_text,
             }),
             other => Ok(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_url_is_s3_with_a_bucket_name() {
+        assert!(url_problem("s3://ckpt").is_none());
+        assert!(url_problem("s3://ckpt/opfs/x").is_none());
+        for bad in ["ckpt/opfs", "https://ckpt/opfs", "s3://", "s3:///opfs", ""] {
+            let p = url_problem(bad).expect(bad);
+            assert!(p.contains("s3://BUCKET[/PREFIX]"), "{p}");
         }
     }
 }

@@ -15,7 +15,8 @@ use std::process::Stdio;
 
 use serde::Serialize;
 
-use crate::store::layout::remote_cache_dir;
+use crate::state::lock::FileLock;
+use crate::store::layout::{remote_cache_dir, remote_cache_lock};
 
 use super::{git, GitEnv, NAMESPACE_ROOT};
 
@@ -54,6 +55,22 @@ pub enum RemoteError {
     #[error("{dir} is not empty: give a new or empty directory to write the turn into")]
     NotEmpty {
         /// The directory.
+        dir: PathBuf,
+    },
+    /// The target directory is a symbolic link to nothing.
+    #[error("{dir} is a symbolic link to {}, which does not exist: give a new or empty directory to write the turn into, or make {} an empty directory first", target.display(), target.display())]
+    DanglingLink {
+        /// The directory as given.
+        dir: PathBuf,
+        /// Where the link points.
+        target: PathBuf,
+    },
+    /// The target exists and is not a directory.
+    #[error(
+        "{dir} exists and is not a directory: give a new or empty directory to write the turn into"
+    )]
+    NotADirectory {
+        /// The path as given.
         dir: PathBuf,
     },
     /// The remote's URL cannot be used (`super::url_problem`).
@@ -145,24 +162,47 @@ pub struct CheckoutReport {
     /// Files written as their pointer (8 MiB or more: their bytes were not
     /// available), project-relative.
     pub pointers: Vec<String>,
+    /// The bucket read, if any (`s3://BUCKET[/PREFIX]`).
+    pub bucket: Option<String>,
+    /// Of [`CheckoutReport::pointers`], those whose object the bucket does
+    /// not hold: the path and the object's key.
+    pub missing_objects: Vec<MissingObject>,
 }
 
-/// The local copy of `url` (created empty the first time).
-fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<PathBuf, RemoteError> {
+/// A pointer file whose object the bucket does not hold.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissingObject {
+    /// The file, project-relative.
+    pub path: String,
+    /// The object's key in the bucket (`<prefix>/blake3/<2 hex>/<hash>`).
+    pub key: String,
+}
+
+/// The local copy of `url` (created empty the first time), and its lock,
+/// held until the caller is done with the copy: two commands on one
+/// remote (two `opfs remote list` on a fresh home) never create it or
+/// fetch into it at once (git's own locks would fail one of them).
+fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), RemoteError> {
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
     let dir = remote_cache_dir(home, url);
+    let lock_path = remote_cache_lock(home, url);
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RemoteError::Io { path, source }
+    };
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
     if !dir.join("HEAD").exists() {
-        std::fs::create_dir_all(&dir).map_err(|source| RemoteError::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let mut cmd = git.command(None);
         cmd.args(["init", "-q", "--bare"]).arg(&dir);
         run(cmd, &dir, url, "creating the local copy")?;
     }
-    Ok(dir)
+    Ok((dir, lock))
 }
 
 fn run(
@@ -213,7 +253,7 @@ fn run_remote(
 /// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
 /// local copy cannot be written.
 pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
-    let dir = cache(home, url, git)?;
+    let (dir, _lock) = cache(home, url, git)?;
     let mut cmd = git.command(Some(&dir));
     cmd.args(["ls-remote", url, &format!("{NAMESPACE_ROOT}*")]);
     let refs = run_remote(cmd, &dir, url)?;
@@ -283,13 +323,14 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
 }
 
 /// Fetches `project`'s namespace (`MACHINE/KEY`) of `url` into the local
-/// copy; the copy's directory and the namespace.
+/// copy; the copy's directory, the namespace and the copy's lock (held
+/// while the caller reads it).
 fn fetch_project(
     home: &Path,
     url: &str,
     project: &str,
     git: &GitEnv,
-) -> Result<(PathBuf, String), RemoteError> {
+) -> Result<(PathBuf, String, FileLock), RemoteError> {
     let valid = project.split('/').count() == 2
         && project
             .chars()
@@ -300,7 +341,7 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    let dir = cache(home, url, git)?;
+    let (dir, lock) = cache(home, url, git)?;
     let ns = format!("{NAMESPACE_ROOT}{project}");
     let mut cmd = git.command(Some(&dir));
     cmd.args(["fetch", "-q", "--prune", "--no-tags", url])
@@ -315,7 +356,7 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    Ok((dir, ns))
+    Ok((dir, ns, lock))
 }
 
 /// The turns of `project` (`MACHINE/KEY`) on `url`, oldest first.
@@ -327,7 +368,7 @@ pub fn turns(
     project: &str,
     git: &GitEnv,
 ) -> Result<Vec<RemoteTurn>, RemoteError> {
-    let (dir, ns) = fetch_project(home, url, project, git)?;
+    let (dir, ns, _lock) = fetch_project(home, url, project, git)?;
     let mut cmd = git.command(Some(&dir));
     cmd.args([
         "for-each-ref",
@@ -370,7 +411,9 @@ pub fn turns(
 /// project are untouched.
 ///
 /// Errors: the remote cannot be read, holds no such project or turn, `dir`
-/// is not empty or cannot be written, a name in the tree is unsafe.
+/// is not empty, not a directory, a symbolic link to nothing
+/// ([`RemoteError::DanglingLink`]) or cannot be written, a name in the
+/// tree is unsafe.
 pub fn checkout(
     home: &Path,
     url: &str,
@@ -384,6 +427,22 @@ pub fn checkout(
         let path = path.to_path_buf();
         move |source| RemoteError::Io { path, source }
     };
+    if let Ok(m) = std::fs::symlink_metadata(dir) {
+        match std::fs::metadata(dir) {
+            Err(e) if m.file_type().is_symlink() && e.kind() == io::ErrorKind::NotFound => {
+                return Err(RemoteError::DanglingLink {
+                    dir: dir.to_path_buf(),
+                    target: std::fs::read_link(dir).unwrap_or_default(),
+                });
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(RemoteError::NotADirectory {
+                    dir: dir.to_path_buf(),
+                });
+            }
+            _ => {}
+        }
+    }
     match std::fs::read_dir(dir) {
         Ok(mut d) => {
             if d.next().is_some() {
@@ -395,11 +454,18 @@ pub fn checkout(
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_at(dir)(e)),
     }
-    let (cache_dir, ns) = fetch_project(home, url, project, git)?;
+    let (cache_dir, ns, _lock) = fetch_project(home, url, project, git)?;
     let rev = match turn {
         "head" => format!("{ns}/head"),
         "baseline" => format!("{ns}/baseline"),
         n if n.parse::<u64>().is_ok() => format!("{ns}/turns/{n}"),
+        w if w
+            .strip_prefix("worktrees/")
+            .is_some_and(|n| crate::worktree::check_name(n).is_ok()) =>
+        {
+            format!("{ns}/{w}")
+        }
+        id if is_commit_id(id) && contains(&cache_dir, git, &ns, id) => id.to_string(),
         _ => String::new(),
     };
     let mut cmd = git.command(Some(&cache_dir));
@@ -472,6 +538,8 @@ pub fn checkout(
         bytes: 0,
         resolved: 0,
         pointers: Vec::new(),
+        bucket: bucket.map(|b| b.url.clone()),
+        missing_objects: Vec::new(),
     };
     let bucket = bucket
         .map(super::bucket::Bucket::open)
@@ -509,7 +577,15 @@ pub fn checkout(
                     bytes = content;
                     report.resolved += 1;
                 }
-                _ => report.pointers.push(crate::paths::display(rel)),
+                found => {
+                    if let (Some(b), None) = (&bucket, found) {
+                        report.missing_objects.push(MissingObject {
+                            path: crate::paths::display(rel),
+                            key: b.key(&hash),
+                        });
+                    }
+                    report.pointers.push(crate::paths::display(rel));
+                }
             }
         }
         let perm = if mode == "100755" { 0o755 } else { 0o644 };
@@ -526,6 +602,27 @@ pub fn checkout(
         report.bytes += bytes.len() as u64;
     }
     Ok(report)
+}
+
+/// True for a full commit id (40 or 64 hex digits).
+fn is_commit_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// True when a ref of the namespace `ns` in `git_dir` reaches commit `id`
+/// (a commit of that project: one of its turns, or of a worktree
+/// branch's).
+fn contains(git_dir: &Path, git: &GitEnv, ns: &str, id: &str) -> bool {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "for-each-ref",
+        "--count=1",
+        "--format=%(refname)",
+        "--contains",
+        id,
+    ])
+    .arg(format!("{ns}/"));
+    git::output(cmd).is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
 }
 
 /// The BLAKE3 (hex) and size a pointer file names

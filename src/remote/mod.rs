@@ -32,7 +32,8 @@ mod pusher;
 pub mod state;
 
 pub use fetch::{
-    checkout, list, parse_pointer, turns, CheckoutReport, RemoteError, RemoteProject, RemoteTurn,
+    checkout, list, parse_pointer, turns, CheckoutReport, MissingObject, RemoteError,
+    RemoteProject, RemoteTurn,
 };
 pub use git::GitEnv;
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
@@ -100,6 +101,30 @@ pub fn url_problem(url: &str) -> Option<String> {
          it from the URL and let git supply it (`git config --global credential.helper store` \
          or `cache`, or an SSH key)"
     ))
+}
+
+/// `url` as opfs keys a remote by (its `push.json` entry, its local copy
+/// for `opfs remote`): a local repository named by a path or by a
+/// `file://` URL becomes its canonical path (symbolic links resolved, `..`
+/// gone; as given, made absolute, when it does not exist), so one
+/// repository is one remote however it is spelled. Any other URL
+/// (`git://`, `ssh://`, `https://`, `host:path`) is kept as it is.
+/// A relative path is taken from the current directory: the CLI calls
+/// this where it reads the URL.
+pub fn normalize_url(url: &str) -> String {
+    let path = match url.strip_prefix("file://") {
+        Some(rest) => rest,
+        None if url.contains("://") => return url.to_string(),
+        // git's `[user@]host:path`: a ':' before any '/'.
+        None if url.find(':').is_some_and(|c| !url[..c].contains('/')) => return url.to_string(),
+        None if url.is_empty() || url.starts_with('-') => return url.to_string(),
+        None => url,
+    };
+    let p = Path::new(path);
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| path.to_string())
 }
 
 /// The machine's name as the namespace spells it: `configured` (the
@@ -407,13 +432,14 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         let (n_up, n_del) = (updates.len(), deletes.len());
         if round == 0 {
             if let Some(cfg) = &target.bucket {
+                // The turns, the baseline and the worktree branches sent
+                // (a branch's commits since what the remote held).
                 let turns: Vec<(String, String)> = updates
                     .iter()
                     .filter(|(r, _)| !r.ends_with("/project") && !r.ends_with("/head"))
-                    .filter(|(r, _)| !r.contains("/worktrees/"))
                     .map(|(r, id)| (r.to_string(), id.to_string()))
                     .collect();
-                match pointers::upload(state, &git_dir, target, git, cfg, &turns) {
+                match pointers::upload(state, &git_dir, target, git, cfg, &turns, &rs.pushed) {
                     Ok(u) => uploaded = u,
                     Err(e) => {
                         result = Err(e);
@@ -490,7 +516,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
 }
 
 /// Uploads to `target`'s bucket the bytes behind the pointer files of
-/// every exported turn and the baseline, not only of the turns a push
+/// every exported turn, the baseline and every worktree branch, not only of the turns a push
 /// sends: what was pushed before the bucket was configured, or an object
 /// deleted from the bucket, goes up again (`opfs push --objects`).
 /// Objects already there are not written (create-only, as in [`push`]).
@@ -523,9 +549,11 @@ pub fn upload_all_objects(
     let refs: Vec<(String, String)> = local_refs(&git_dir, target, git)?
         .iter()
         .filter_map(|(r, id)| remote_ref(&ns, r).map(|rr| (rr, id.clone())))
-        .filter(|(r, _)| r.contains("/turns/") || r.ends_with("/baseline"))
+        .filter(|(r, _)| {
+            r.contains("/turns/") || r.ends_with("/baseline") || r.contains("/worktrees/")
+        })
         .collect();
-    pointers::upload(state, &git_dir, target, git, cfg, &refs)
+    pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())
 }
 
 /// The export's refs: `refs/heads/opfs` and everything under
@@ -773,6 +801,38 @@ mod tests {
     fn machine_names_are_one_ref_component() {
         assert_eq!(machine_name(Some("ci runner/7.x")), "ci-runner-7-x");
         assert_eq!(machine_name(Some("")), "localhost");
+    }
+
+    #[test]
+    fn a_local_repository_is_one_remote_as_a_path_or_a_file_url() {
+        let d = tempfile::tempdir().expect("temp");
+        let repo = d.path().join("r.git");
+        std::fs::create_dir(&repo).expect("mkdir");
+        std::fs::create_dir(d.path().join("sub")).expect("mkdir");
+        std::os::unix::fs::symlink(&repo, d.path().join("link")).expect("symlink");
+        let canon = std::fs::canonicalize(&repo)
+            .expect("canonical")
+            .to_string_lossy()
+            .into_owned();
+        let spellings = [
+            repo.display().to_string(),
+            format!("file://{}", repo.display()),
+            format!("{}/sub/../r.git", d.path().display()),
+            d.path().join("link").display().to_string(),
+            format!("file://{}/link", d.path().display()),
+        ];
+        for s in spellings {
+            assert_eq!(normalize_url(&s), canon, "{s}");
+        }
+        for kept in [
+            "git://h/r.git",
+            "ssh://git@h/r.git",
+            "https://h/r.git",
+            "git@h:team/r.git",
+            "-x",
+        ] {
+            assert_eq!(normalize_url(kept), kept);
+        }
     }
 
     #[test]

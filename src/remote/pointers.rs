@@ -9,6 +9,7 @@ use std::process::Stdio;
 
 use crate::history::{self, Opened};
 use crate::store::StateDir;
+use crate::worktree::{self, branch::TurnEnds};
 
 use super::bucket::{Bucket, BucketConfig, Upload};
 use super::{parse_pointer, GitEnv, PushError, Target};
@@ -16,10 +17,24 @@ use super::{parse_pointer, GitEnv, PushError, Target};
 /// Git's largest pointer file: content above this is never a pointer.
 const POINTER_MAX: u64 = 200;
 
+/// Where the bytes of a pointer file found in a commit are read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Origin {
+    /// A commit of the project's history: the file as it was at the start
+    /// of project turn `start` (the end of the commit's turn).
+    Project { start: u64 },
+    /// A commit of worktree `name`'s branch: the file in the worktree's
+    /// view at the end of its own turn `turn`.
+    Worktree { name: String, turn: u64 },
+}
+
 /// Uploads the bytes of every pointer file that the commits of `refs`
-/// (`(remote ref, commit)`: `.../turns/N` and `.../baseline`) added or
-/// changed; returns the objects written and their bytes (objects already
-/// in the bucket are not counted, nor written).
+/// (`(remote ref, commit)`: `.../turns/N` and `.../baseline`, and
+/// `.../worktrees/NAME`) added or changed; returns the objects written and
+/// their bytes (objects already in the bucket are not counted, nor
+/// written). For a worktree branch, `since` names the commit the remote
+/// held (its commits are left out); each of the branch's own commits
+/// counts, read from the worktree's own history, else the project's.
 ///
 /// Errors: [`PushError::Bucket`], [`PushError::Unavailable`],
 /// [`PushError::Git`].
@@ -30,10 +45,28 @@ pub(super) fn upload(
     git: &GitEnv,
     cfg: &BucketConfig,
     refs: &[(String, String)],
+    since: &BTreeMap<String, String>,
 ) -> Result<(usize, u64), PushError> {
-    // hash -> (path, turn whose start holds it)
-    let mut wanted: BTreeMap<String, (Vec<u8>, u64)> = BTreeMap::new();
+    // commit -> where its pointers' bytes are read
+    let mut commits: Vec<(String, Origin)> = Vec::new();
     for (r, commit) in refs {
+        if let Some(name) = r.rsplit_once("/worktrees/").map(|(_, n)| n) {
+            commits.extend(
+                branch_commits(git_dir, target, git, commit, since.get(r))?
+                    .into_iter()
+                    .filter(|(_, wt, _)| wt == name)
+                    .map(|(c, _, turn)| {
+                        (
+                            c,
+                            Origin::Worktree {
+                                name: name.to_string(),
+                                turn,
+                            },
+                        )
+                    }),
+            );
+            continue;
+        }
         let start = if let Some(n) = r
             .rsplit_once("/turns/")
             .and_then(|(_, n)| n.parse::<u64>().ok())
@@ -55,65 +88,13 @@ pub(super) fn upload(
         } else {
             continue;
         };
-        let mut cmd = git.command(Some(git_dir));
-        cmd.args([
-            "diff-tree",
-            "-r",
-            "-z",
-            "--root",
-            "--no-commit-id",
-            "--no-renames",
-            commit,
-        ]);
-        let out = super::run_local(cmd, git_dir, target, "listing a turn's changes")?;
-        let mut fields = out.split(|b| *b == 0);
-        let mut changed: Vec<(String, Vec<u8>)> = Vec::new();
-        while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
-            let meta = String::from_utf8_lossy(meta);
-            let f: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
-            if f.len() < 5 || !(f[1] == "100644" || f[1] == "100755") || f[4] == "D" {
-                continue;
-            }
-            changed.push((f[3].to_string(), path.to_vec()));
-        }
-        let ids: Vec<&str> = changed.iter().map(|(id, _)| id.as_str()).collect();
-        let sizes =
-            batch(git_dir, git, "--batch-check", &ids).map_err(|e| io_git(e, git_dir, target))?;
-        let small: Vec<(String, Vec<u8>)> = changed
-            .into_iter()
-            .zip(
-                String::from_utf8_lossy(&sizes)
-                    .lines()
-                    .map(str::to_string)
-                    .collect::<Vec<_>>(),
-            )
-            .filter(|(_, line)| {
-                line.rsplit(' ')
-                    .next()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .is_some_and(|n| n <= POINTER_MAX)
-            })
-            .map(|(c, _)| c)
-            .collect();
-        let ids: Vec<&str> = small.iter().map(|(id, _)| id.as_str()).collect();
-        let contents =
-            batch(git_dir, git, "--batch", &ids).map_err(|e| io_git(e, git_dir, target))?;
-        let mut rest = &contents[..];
-        for (_, path) in small {
-            let Some(nl) = rest.iter().position(|b| *b == b'\n') else {
-                break;
-            };
-            let header = String::from_utf8_lossy(&rest[..nl]).to_string();
-            let size: usize = header
-                .rsplit(' ')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let body = &rest[nl + 1..(nl + 1 + size).min(rest.len())];
-            if let Some((hash, _)) = parse_pointer(body) {
-                wanted.entry(hash).or_insert((path, start));
-            }
-            rest = &rest[(nl + 2 + size).min(rest.len())..];
+        commits.push((commit.clone(), Origin::Project { start }));
+    }
+    // hash -> (path, where)
+    let mut wanted: BTreeMap<String, (Vec<u8>, Origin)> = BTreeMap::new();
+    for (commit, origin) in commits {
+        for (hash, path) in pointers_changed(git_dir, target, git, &commit)? {
+            wanted.entry(hash).or_insert((path, origin.clone()));
         }
     }
     if wanted.is_empty() {
@@ -131,44 +112,237 @@ pub(super) fn upload(
         cause: e.to_string(),
     })?;
     let src = opened.sources();
-    let (mut n, mut bytes) = (0, 0);
-    for (hash, (path, start)) in wanted {
-        let unavailable = |cause: String| PushError::Unavailable {
-            remote: target.url.clone(),
-            path: crate::paths::display(&path),
-            turn: start - 1,
-            hash: hash.clone(),
-            cause,
-        };
-        let raw = blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
-        let content = match src.blob(raw.as_bytes()) {
-            Ok(b) => b,
-            Err(_) => {
-                let b =
-                    history::show(&src, start, &path).map_err(|e| unavailable(e.to_string()))?;
-                if blake3::hash(&b) != raw {
-                    return Err(unavailable(
-                        "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
-                    ));
-                }
-                b
+    let mut put = Put {
+        bucket: &bucket,
+        target,
+        n: 0,
+        bytes: 0,
+    };
+    // By worktree, in the order of its turns (what [`TurnEnds`] reads best).
+    let mut by_worktree: BTreeMap<String, Vec<(u64, Vec<u8>, String)>> = BTreeMap::new();
+    for (hash, (path, origin)) in wanted {
+        match origin {
+            Origin::Project { start } => {
+                let unavailable = |cause: String| PushError::Unavailable {
+                    remote: target.url.clone(),
+                    path: crate::paths::display(&path),
+                    turn: start - 1,
+                    hash: hash.clone(),
+                    cause,
+                };
+                let raw = blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
+                let content = match src.blob(raw.as_bytes()) {
+                    Ok(b) => b,
+                    Err(_) => {
+                        history::show(&src, start, &path).map_err(|e| unavailable(e.to_string()))?
+                    }
+                };
+                put.put(&hash, content, unavailable)?;
             }
+            Origin::Worktree { name, turn } => {
+                by_worktree
+                    .entry(name)
+                    .or_default()
+                    .push((turn, path, hash));
+            }
+        }
+    }
+    let home = state
+        .dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(&state.dir)
+        .to_path_buf();
+    for (name, mut items) in by_worktree {
+        items.sort();
+        let mut each = |ends: &TurnEnds<'_>, own: &crate::history::Sources<'_>| {
+            for (turn, path, hash) in &items {
+                let unavailable = |cause: String| PushError::Unavailable {
+                    remote: target.url.clone(),
+                    path: format!("{} (worktree {name})", crate::paths::display(path)),
+                    turn: *turn,
+                    hash: hash.clone(),
+                    cause,
+                };
+                let raw = blake3::Hash::from_hex(hash).map_err(|e| unavailable(e.to_string()))?;
+                // Kept whole by the worktree's history or the project's;
+                // else the worktree's view at the end of the turn.
+                let content = match own
+                    .blob(raw.as_bytes())
+                    .or_else(|_| src.blob(raw.as_bytes()))
+                {
+                    Ok(b) => b,
+                    Err(_) => ends
+                        .file(*turn, path)
+                        .map_err(|e| unavailable(e.to_string()))?
+                        .ok_or_else(|| {
+                            unavailable("the worktree's view holds no file there".into())
+                        })?,
+                };
+                put.put(hash, content, unavailable)?;
+            }
+            Ok::<(), PushError>(())
         };
-        let len = content.len() as u64;
-        match bucket
-            .put(&hash, content)
-            .map_err(|source| PushError::Bucket {
+        worktree::life::with_turn_ends(&home, state, &name, &mut each).map_err(|e| {
+            PushError::Unavailable {
                 remote: target.url.clone(),
+                path: format!("worktree {name}"),
+                turn: items.first().map_or(0, |i| i.0),
+                hash: items.first().map(|i| i.2.clone()).unwrap_or_default(),
+                cause: e.to_string(),
+            }
+        })??;
+    }
+    Ok((put.n, put.bytes))
+}
+
+/// Uploads to one bucket, counting what it wrote.
+struct Put<'b> {
+    bucket: &'b Bucket,
+    target: &'b Target,
+    n: usize,
+    bytes: u64,
+}
+
+impl Put<'_> {
+    /// Uploads `content` as the object of `hash` once its BLAKE3 is
+    /// checked (a version put together again may differ: `unavailable`).
+    fn put(
+        &mut self,
+        hash: &str,
+        content: Vec<u8>,
+        unavailable: impl FnOnce(String) -> PushError,
+    ) -> Result<(), PushError> {
+        if blake3::hash(&content).to_hex().as_str() != hash {
+            return Err(unavailable(
+                "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
+            ));
+        }
+        let len = content.len() as u64;
+        match self
+            .bucket
+            .put(hash, content)
+            .map_err(|source| PushError::Bucket {
+                remote: self.target.url.clone(),
                 source: Box::new(source),
             })? {
             Upload::Created => {
-                n += 1;
-                bytes += len;
+                self.n += 1;
+                self.bytes += len;
             }
             Upload::Existed => {}
         }
+        Ok(())
     }
-    Ok((n, bytes))
+}
+
+/// The commits of a worktree branch at `tip` that are its own (their
+/// `opfs-worktree:` trailer names a worktree): not reachable from the
+/// project's history (`refs/heads/opfs`) nor from `since` (what the remote
+/// held; ignored when the export no longer has it). Each with the
+/// worktree it names and its own turn (`opfs-turn:`).
+fn branch_commits(
+    git_dir: &Path,
+    target: &Target,
+    git: &GitEnv,
+    tip: &str,
+    since: Option<&String>,
+) -> Result<Vec<(String, String, u64)>, PushError> {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "log",
+        "--ignore-missing",
+        "--format=%H%x00%(trailers:key=opfs-worktree,valueonly,separator=)%x00%(trailers:key=opfs-turn,valueonly,separator=)%x00",
+        tip,
+        "--not",
+        crate::export::BRANCH,
+    ]);
+    if let Some(s) = since {
+        cmd.arg(s);
+    }
+    let out = super::run_local(cmd, git_dir, target, "listing a worktree branch's commits")?;
+    let text = String::from_utf8_lossy(&out);
+    let fields: Vec<&str> = text.split('\0').map(str::trim).collect();
+    Ok(fields
+        .chunks(3)
+        .filter_map(|c| match c {
+            [id, wt, turn] if !id.is_empty() && !wt.is_empty() => {
+                Some((id.to_string(), wt.to_string(), turn.parse().ok()?))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// The pointer files `commit` added or changed against its first parent
+/// (all of its tree for a root commit): each one's BLAKE3 and path.
+fn pointers_changed(
+    git_dir: &Path,
+    target: &Target,
+    git: &GitEnv,
+    commit: &str,
+) -> Result<Vec<(String, Vec<u8>)>, PushError> {
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args([
+        "diff-tree",
+        "-r",
+        "-z",
+        "--root",
+        "--no-commit-id",
+        "--no-renames",
+        commit,
+    ]);
+    let out = super::run_local(cmd, git_dir, target, "listing a turn's changes")?;
+    let mut fields = out.split(|b| *b == 0);
+    let mut changed: Vec<(String, Vec<u8>)> = Vec::new();
+    while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
+        let meta = String::from_utf8_lossy(meta);
+        let f: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        if f.len() < 5 || !(f[1] == "100644" || f[1] == "100755") || f[4] == "D" {
+            continue;
+        }
+        changed.push((f[3].to_string(), path.to_vec()));
+    }
+    let ids: Vec<&str> = changed.iter().map(|(id, _)| id.as_str()).collect();
+    let sizes =
+        batch(git_dir, git, "--batch-check", &ids).map_err(|e| io_git(e, git_dir, target))?;
+    let small: Vec<(String, Vec<u8>)> = changed
+        .into_iter()
+        .zip(
+            String::from_utf8_lossy(&sizes)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+        )
+        .filter(|(_, line)| {
+            line.rsplit(' ')
+                .next()
+                .and_then(|s| s.parse::<u64>().ok())
+                .is_some_and(|n| n <= POINTER_MAX)
+        })
+        .map(|(c, _)| c)
+        .collect();
+    let ids: Vec<&str> = small.iter().map(|(id, _)| id.as_str()).collect();
+    let contents = batch(git_dir, git, "--batch", &ids).map_err(|e| io_git(e, git_dir, target))?;
+    let mut rest = &contents[..];
+    let mut found = Vec::new();
+    for (_, path) in small {
+        let Some(nl) = rest.iter().position(|b| *b == b'\n') else {
+            break;
+        };
+        let header = String::from_utf8_lossy(&rest[..nl]).to_string();
+        let size: usize = header
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = &rest[nl + 1..(nl + 1 + size).min(rest.len())];
+        if let Some((hash, _)) = parse_pointer(body) {
+            found.push((hash, path));
+        }
+        rest = &rest[(nl + 2 + size).min(rest.len())..];
+    }
+    Ok(found)
 }
 
 fn io_git(e: std::io::Error, git_dir: &Path, target: &Target) -> PushError {

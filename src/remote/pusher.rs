@@ -57,10 +57,12 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                         failing = false;
                         if !r.up_to_date() {
                             log::info!(
-                                "pushed {} ref(s) ({} deleted, {} bytes) to {} in {} ms",
+                                "pushed {} ref(s) ({} deleted, {} bytes; {} object(s), {} bytes to the bucket) to {} in {} ms",
                                 r.updated,
                                 r.deleted,
                                 r.bytes_sent,
+                                r.objects_uploaded,
+                                r.object_bytes,
                                 r.remote,
                                 r.elapsed_ms
                             );

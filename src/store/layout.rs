@@ -81,6 +81,13 @@ pub fn remote_cache_dir(home: &Path, url: &str) -> PathBuf {
     ))
 }
 
+/// The lock of [`remote_cache_dir`]: held by each `opfs remote` command
+/// while it creates, fetches into and reads the local copy, so two
+/// commands never create or update it at once.
+pub fn remote_cache_lock(home: &Path, url: &str) -> PathBuf {
+    remote_cache_dir(home, url).with_extension("lock")
+}
+
 /// One project's state folder.
 #[derive(Debug, Clone)]
 pub struct StateDir {

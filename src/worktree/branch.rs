@@ -124,3 +124,53 @@ pub fn export(
     };
     export::export_branch(project, git_dir, &spec, &source, project_commit)
 }
+
+/// The files of a worktree's view at the end of its turns, read as its
+/// branch's export reads them: what the bytes behind the pointer files of
+/// its branch are read from when they go to a bucket
+/// (`crate::remote`, `docs/remote.md` "Big files").
+pub struct TurnEnds<'a> {
+    branch: ViewBranch<'a>,
+    /// The turn whose end states `branch.seen` holds.
+    turn: std::cell::Cell<Option<u64>>,
+}
+
+impl<'a> TurnEnds<'a> {
+    /// Over the worktree's own history `src` and its lower layer `base`.
+    pub fn new(src: Sources<'a>, base: &'a dyn Lower) -> TurnEnds<'a> {
+        TurnEnds {
+            branch: ViewBranch {
+                hist: WorktreeHistory::new(src, base),
+                timeline: RefCell::new(None),
+                seen: RefCell::new(HashMap::new()),
+            },
+            turn: std::cell::Cell::new(None),
+        }
+    }
+
+    /// The bytes of the regular file at `path` in the worktree's view at
+    /// the end of its closed turn `turn`, when that turn changed it;
+    /// `None` when the turn left no file there or did not change it. Ask
+    /// in ascending order of turns (a turn before the last one asked
+    /// reloads the records).
+    ///
+    /// Errors: the worktree's history, its upper layer or its base cannot
+    /// be read.
+    pub fn file(&self, turn: u64, path: &[u8]) -> Result<Option<Vec<u8>>, ExportError> {
+        if self.turn.get() != Some(turn) {
+            if self.turn.get().is_some_and(|t| t > turn) {
+                *self.branch.timeline.borrow_mut() = None;
+            }
+            self.turn.set(None);
+            self.branch.end_states(turn)?;
+            self.turn.set(Some(turn));
+        }
+        let seen = self.branch.seen.borrow();
+        match seen.get(path) {
+            Some(s) if matches!(s.version.state, PreImage::File { .. }) => {
+                Ok(self.branch.hist.content(path, s)?)
+            }
+            _ => Ok(None),
+        }
+    }
+}

@@ -459,6 +459,34 @@ pub fn export_branch(
     .map_err(failed)
 }
 
+/// Calls `f` with the files of worktree `name`'s view at the end of its
+/// turns ([`super::branch::TurnEnds`]) and the blobs of its own history
+/// (a version kept whole there, by BLAKE3): what the bytes behind its
+/// branch's pointer files are read from. Reads only; no group commit is
+/// asked of either daemon, so a caller checks the bytes it gets against
+/// the hash it wants.
+///
+/// Errors: no such worktree; its base or its history cannot be opened.
+pub fn with_turn_ends<R>(
+    home: &Path,
+    project: &StateDir,
+    name: &str,
+    f: &mut dyn FnMut(&super::branch::TurnEnds<'_>, &crate::history::Sources<'_>) -> R,
+) -> Result<R, WorktreeCmdError> {
+    let wt = Worktree::of(project, name);
+    let meta = wt.meta()?;
+    let base = open_base(project, &wt, &meta, |_| {})?;
+    let opened = crate::history::Opened::open(&wt.state(home), Box::new(|| {})).map_err(|e| {
+        WorktreeCmdError::Export {
+            name: name.to_string(),
+            source: Box::new(e.into()),
+        }
+    })?;
+    let src = opened.sources();
+    let ends = super::branch::TurnEnds::new(src, &base);
+    Ok(f(&ends, &src))
+}
+
 /// What worktree `name` of `project` changed against its base, as the
 /// entries of a patch git can apply (render them with
 /// [`crate::diff::write_patch`], `write_stat` or `write_name_status`);

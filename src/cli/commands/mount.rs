@@ -41,17 +41,22 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
         },
         // A worktree's own history is discarded or merged with it.
         retention: (auto && a.worktree.is_none()).then_some(retention),
-        push: match a.worktree {
-            Some(_) => None,
-            None => ctx
-                .push_target(&project_path(&a.project), None)?
-                .filter(|(_, auto, _)| *auto)
-                .map(|(target, _, retry)| opfs::remote::AutoPush {
-                    target,
-                    git: ctx.env.git.clone(),
-                    retry,
-                }),
-        },
+        // A worktree's daemon pushes its project's export (which carries
+        // the worktree's branch) to the project's remote.
+        push: ctx
+            .push_target(
+                &match (&a.worktree_of, &a.worktree) {
+                    (Some(project), Some(_)) => project.clone(),
+                    _ => project_path(&a.project),
+                },
+                None,
+            )?
+            .filter(|(_, auto, _)| *auto)
+            .map(|(target, _, retry)| opfs::remote::AutoPush {
+                target,
+                git: ctx.env.git.clone(),
+                retry,
+            }),
     };
     let home = ctx.home();
     let plan = daemon::check(home, &a.project, &a.mountpoint).map_err(failure)?;

@@ -11,11 +11,13 @@ use crate::cli::Ctx;
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
     let git = &ctx.env.git;
     let json = ctx.format.is_json();
+    // One repository is one local copy, as a path or a `file://` URL.
+    let normalized = opfs::remote::normalize_url(match cmd {
+        RemoteCmd::List { remote, .. } | RemoteCmd::Checkout { remote, .. } => remote,
+    });
+    let remote = &normalized;
     match cmd {
-        RemoteCmd::List {
-            remote,
-            project: None,
-        } => {
+        RemoteCmd::List { project: None, .. } => {
             let list = opfs::remote::list(ctx.home(), remote, git).map_err(failure)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string(&list).map_err(failure)?)?;
@@ -44,8 +46,8 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             }
         }
         RemoteCmd::List {
-            remote,
             project: Some(project),
+            ..
         } => {
             let turns = opfs::remote::turns(ctx.home(), remote, project, git).map_err(failure)?;
             if json {
@@ -66,14 +68,26 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             }
         }
         RemoteCmd::Checkout {
-            remote,
             project,
             turn,
             dir,
             bucket,
+            ..
         } => {
             let config = ctx.config()?;
-            let bucket = match bucket.clone().or_else(|| config.push.bucket.clone()) {
+            let from = match (bucket, &ctx.env.config) {
+                (Some(_), _) => "--bucket".to_string(),
+                (None, Some(file)) => format!("{}: [push] bucket", file.display()),
+                (None, None) => "[push] bucket".to_string(),
+            };
+            let bucket = bucket.clone().or_else(|| config.push.bucket.clone());
+            if let Some(problem) = bucket
+                .as_deref()
+                .and_then(opfs::remote::bucket::url_problem)
+            {
+                return Err(CommandError::usage(format!("{from}: {problem}")));
+            }
+            let bucket = match bucket {
                 Some(b) => Some(ctx.bucket_config(&config, &b)?),
                 None => None,
             };
@@ -100,6 +114,15 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     r.symlinks,
                     r.bytes
                 )?;
+            }
+            if let (Some(m), Some(b)) = (r.missing_objects.first(), &r.bucket) {
+                let machine = project.split('/').next().unwrap_or(project);
+                return Err(CommandError::failure(format!(
+                    "{} file(s) of 8 MiB or more were written as pointer files: bucket {b} holds no object for their bytes, e.g. {} (object {}); objects are never deleted by opfs, so it was deleted or expired in the bucket (a lifecycle rule), or the push that sent the pointer had no bucket; upload them again with `opfs push --objects` on a machine that still holds the project's history (machine {machine:?}), then check out again",
+                    r.missing_objects.len(),
+                    m.path,
+                    m.key
+                )));
             }
             if !r.pointers.is_empty() {
                 return Err(CommandError::failure(format!(
