@@ -339,6 +339,62 @@ fn a_credential_file_and_a_configured_hide_are_unreadable() {
     );
 }
 
+/// Git's credential store under `$XDG_CONFIG_HOME` and under
+/// `~/.config/git`, and the files the AWS variables name outside `~/.aws`,
+/// are unreadable inside: opfs reads some of them itself (the bucket of
+/// `opfs push`), and each lets the command act as the user.
+#[test]
+fn credential_files_the_environment_names_are_unreadable() {
+    let w = World::new();
+    let xdg = w.root.join("xdg");
+    let elsewhere = w.root.join("elsewhere");
+    std::fs::create_dir_all(xdg.join("git")).unwrap();
+    std::fs::create_dir_all(w.pinned.home.join(".config/git")).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let files = [
+        (xdg.join("git/credentials"), "XDG-GIT-SECRET"),
+        (
+            w.pinned.home.join(".config/git/credentials"),
+            "HOME-GIT-SECRET",
+        ),
+        (elsewhere.join("aws-creds"), "AWS-FILE-SECRET"),
+        (elsewhere.join("aws-config"), "AWS-CONFIG-SECRET"),
+        (elsewhere.join("token"), "AWS-TOKEN-SECRET"),
+    ];
+    for (path, secret) in &files {
+        std::fs::write(path, format!("{secret}\n")).unwrap();
+    }
+    let script = format!(
+        "echo RAN; cat {} 2>/dev/null; exit 0",
+        files
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
+    let out = w
+        .opfs()
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &files[2].0)
+        .env("AWS_CONFIG_FILE", &files[3].0)
+        .env("AWS_WEB_IDENTITY_TOKEN_FILE", &files[4].0)
+        .arg("-C")
+        .arg(&w.project)
+        .args(["run", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("RAN"), "{}", show(&out));
+    for (_, secret) in &files {
+        assert!(
+            !stdout(&out).contains(secret),
+            "{secret} readable inside: {}",
+            show(&out)
+        );
+    }
+}
+
 #[test]
 fn a_loopback_listener_outside_is_unreachable_without_net() {
     let w = World::new();

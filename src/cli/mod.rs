@@ -112,6 +112,7 @@ impl Env {
             run: opfs::sandbox::RunEnv {
                 xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
                 ssh_auth_sock: var("SSH_AUTH_SOCK").map(PathBuf::from),
+                credential_files: opfs::sandbox::credential_files(nonempty),
                 search_path: var("PATH"),
             },
             config,

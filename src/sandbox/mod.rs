@@ -246,8 +246,40 @@ pub struct RunEnv {
     pub xdg_data_home: Option<PathBuf>,
     /// `$SSH_AUTH_SOCK`: the agent socket is hidden.
     pub ssh_auth_sock: Option<PathBuf>,
+    /// Credential files the environment names, hidden like
+    /// [`policy::CREDENTIAL_PATHS`]: git's credential store under
+    /// `$XDG_CONFIG_HOME`, `$AWS_SHARED_CREDENTIALS_FILE`, `$AWS_CONFIG_FILE`,
+    /// `$AWS_WEB_IDENTITY_TOKEN_FILE`, `$GOOGLE_APPLICATION_CREDENTIALS`
+    /// ([`credential_files`]).
+    pub credential_files: Vec<PathBuf>,
     /// `$PATH`: where bwrap is looked for.
     pub search_path: Option<OsString>,
+}
+
+/// The variables whose value names a file of credentials.
+pub const CREDENTIAL_FILE_VARS: &[&str] = &[
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+];
+
+/// The credential files the environment names (`var` reads a variable):
+/// each of [`CREDENTIAL_FILE_VARS`] set to an absolute path, and git's
+/// credential store `$XDG_CONFIG_HOME/git/credentials` (its place under
+/// `$HOME` is in [`policy::CREDENTIAL_PATHS`]). Relative or empty values
+/// are skipped: they name nothing the sandbox could hide reliably.
+pub fn credential_files(var: impl Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = CREDENTIAL_FILE_VARS
+        .iter()
+        .filter_map(|k| var(k))
+        .map(PathBuf::from)
+        .collect();
+    if let Some(x) = var("XDG_CONFIG_HOME") {
+        files.push(PathBuf::from(x).join("git/credentials"));
+    }
+    files.retain(|p| p.is_absolute());
+    files
 }
 
 /// How the run ended.

@@ -18,6 +18,7 @@ pub const CREDENTIAL_PATHS: &[&str] = &[
     ".docker",
     ".kube",
     ".git-credentials",
+    ".config/git/credentials",
     ".config/gcloud",
     ".azure",
 ];
@@ -79,6 +80,7 @@ pub fn policy_for(opts: &RunOptions, home: &Path) -> Result<Policy, RunError> {
     {
         hide.push(x.join("opfs"));
     }
+    hide.extend(opts.env.credential_files.iter().cloned());
     if let Some(sock) = opts
         .env
         .ssh_auth_sock
