@@ -373,9 +373,8 @@ fn credential_files_the_environment_names_are_unreadable() {
             .join(" ")
     );
     let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
-    let out = w
-        .opfs()
-        .env("XDG_CONFIG_HOME", &xdg)
+    let mut c = w.opfs();
+    let out = common::xdg_config_home(&mut c, &xdg)
         .env("AWS_SHARED_CREDENTIALS_FILE", &files[2].0)
         .env("AWS_CONFIG_FILE", &files[3].0)
         .env("AWS_WEB_IDENTITY_TOKEN_FILE", &files[4].0)

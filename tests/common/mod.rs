@@ -202,6 +202,12 @@ impl TestEnv {
     }
 }
 
+/// `cmd` with `$XDG_CONFIG_HOME` at `dir` instead of the pinned
+/// `<home>/.config` (for a test of what opfs reads or hides there).
+pub fn xdg_config_home<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
+    cmd.env("XDG_CONFIG_HOME", dir)
+}
+
 /// A project, a mountpoint and a state dir in temp dirs; unmounts on drop.
 pub struct Fixture {
     base: tempfile::TempDir,
