@@ -11,6 +11,8 @@
 //! entry (so the next lookup builds the right node), and the kernel drops
 //! its cached name, the inode's attributes and pages, and the parent's.
 
+use fuser::InitFlags;
+
 use super::state::State;
 use super::whiteout::{reserved, OPAQUE, PREFIX};
 use crate::controller::{Inval, Invalidate};
@@ -59,7 +61,7 @@ impl Invalidate for State {
     }
 
     fn writers_untracked(&self) -> bool {
-        self.open_off.load(std::sync::atomic::Ordering::Relaxed)
+        self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT)
     }
 
     fn files_of(&self, inos: &[u64]) -> Vec<(u64, Vec<u8>)> {

@@ -1,5 +1,6 @@
-//! The overlay's state, name resolution (upper over lower, through
-//! whiteouts and opaque directories), lookup and attributes.
+//! The overlay's state, what it asks of the kernel at init
+//! ([`crate::front::Caps`]), name resolution (upper over lower, through
+//! whiteouts and opaque directories) and attributes.
 //!
 //! **Paths.** Renames copy their source up completely (see `rename.rs`), so
 //! an entry's merged path is also its upper path and, when a lower entry
@@ -8,11 +9,11 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fuser::{Errno, FileAttr, INodeNo};
+use fuser::{Errno, FileAttr, INodeNo, InitFlags};
 use log::trace;
 
 use super::handle::{DirItem, OHandle};
@@ -21,6 +22,7 @@ use super::node::{Found, NodeInfo, Nodes, Upper};
 use super::rules;
 use super::whiteout::{self, whiteout_name};
 use crate::errno::errno;
+use crate::front::{Caps, Granted};
 use crate::handle::Handles;
 use crate::hook::{Mutation, MutationHook};
 use crate::inode::{child, InodeKey};
@@ -47,19 +49,18 @@ pub(crate) struct State {
     pub(super) entry_ttl: Duration,
     /// How long the kernel may cache a miss (zero: `ENOENT`, uncached).
     pub(super) negative_ttl: Duration,
-    /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init.
-    pub(super) no_opendir: bool,
-    /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (`io.rs`, "No OPEN").
-    pub(super) no_open: bool,
-    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN, FLUSH and CREATE
-    /// answer `ENOSYS`, file requests come with handle 0.
-    pub(super) open_off: AtomicBool,
-    /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers
-    /// `ENOSYS`, READDIR comes with handle 0 and reads `listings`.
-    pub(super) opendir_off: AtomicBool,
+    /// Asked for at init where the settings allow:
+    /// `FUSE_NO_OPENDIR_SUPPORT`, `FUSE_NO_OPEN_SUPPORT` (`io.rs`, "No
+    /// OPEN").
+    pub(super) wanted: InitFlags,
+    /// Which of `wanted` the kernel took. `FUSE_NO_OPEN_SUPPORT`: OPEN,
+    /// FLUSH and CREATE answer `ENOSYS`, file requests come with handle 0.
+    /// `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS`, READDIR comes
+    /// with handle 0 and reads `listings`.
+    pub(super) granted: Granted,
     /// Without directory handles: the merged listing of each directory
     /// being read, taken at offset 0 and kept until the read reaches its
-    /// end or the directory is forgotten (see `io.rs`, `dir_entries`).
+    /// end or the directory is forgotten (see `dir.rs`, `dir_entries`).
     pub(super) listings: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
 }
 
@@ -124,22 +125,16 @@ impl State {
             attr_ttl: settings.attr_ttl,
             entry_ttl: settings.entry_ttl,
             negative_ttl: settings.negative_ttl,
-            no_opendir: settings.no_opendir,
-            no_open: settings.no_open,
-            open_off: AtomicBool::new(false),
-            opendir_off: AtomicBool::new(false),
+            wanted: [
+                (settings.no_opendir, InitFlags::FUSE_NO_OPENDIR_SUPPORT),
+                (settings.no_open, InitFlags::FUSE_NO_OPEN_SUPPORT),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .fold(InitFlags::empty(), |all, (_, flag)| all | flag),
+            granted: Granted::default(),
             listings: Mutex::default(),
         })
-    }
-
-    /// `forget`: the kernel dropped `n` lookups of `ino`; a directory it
-    /// no longer holds loses its kept listing (`listings`).
-    pub(super) fn forget(&self, ino: u64, n: u64) {
-        self.nodes.forget(ino, n);
-        if self.nodes.info(ino).is_none() {
-            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
-            listings.remove(&ino);
-        }
     }
 
     /// The node `ino`; `ESTALE` if the table no longer has it.
@@ -309,31 +304,6 @@ impl State {
         }
     }
 
-    /// `lookup`: the entry `parent/name`; a name the merged view lacks is
-    /// a negative entry (inode 0) cached for the negative TTL, or `ENOENT`
-    /// when that is zero.
-    ///
-    /// A miss stays true until the worktree itself makes the name: through
-    /// this mount (the kernel drops the negative entry when it creates,
-    /// links or renames onto the name) or by a rewind of the worktree (its
-    /// daemon invalidates every path it touched, a miss included: see
-    /// `cache.rs`). The base never gains a name: the project's later
-    /// creations are recorded as absent at the base first. Only a name
-    /// made in the project behind its mount after the base (drift) can
-    /// stay hidden for up to the TTL, as a cached positive entry hides
-    /// drift (`docs/worktrees.md`).
-    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
-        match self.lookup_entry(parent, name) {
-            Ok(a) => Ok(self.entry(a)),
-            Err(e) if e == Errno::ENOENT && !self.negative_ttl.is_zero() => Ok(Entry {
-                attr: crate::passthrough::attr::dot_attr(0),
-                attr_ttl: self.negative_ttl,
-                entry_ttl: self.negative_ttl,
-            }),
-            Err(e) => Err(e),
-        }
-    }
-
     /// The entry reply for `attr`, with the mount's TTLs.
     pub(super) fn entry(&self, attr: FileAttr) -> Entry {
         Entry {
@@ -367,5 +337,25 @@ impl State {
     /// The path of `parent/name`.
     pub(super) fn child_path(&self, parent: u64, name: &[u8]) -> Res<Vec<u8>> {
         Ok(child(&self.path(parent)?, name))
+    }
+}
+
+impl Caps for State {
+    const TRACE: &'static str = "overlay ";
+    /// READDIRPLUS only at the start of a listing or after a lookup in
+    /// it; parallel lookups and readdirs in one directory.
+    const ALWAYS: InitFlags = InitFlags::FUSE_READDIRPLUS_AUTO
+        .union(InitFlags::FUSE_DO_READDIRPLUS)
+        .union(InitFlags::FUSE_PARALLEL_DIROPS);
+
+    /// No OPEN (`io.rs`, "No OPEN") and no OPENDIR, every listing cached
+    /// until invalidated (only this mount and a rewind of the worktree
+    /// change a merged listing), as the settings say.
+    fn wanted(&self) -> InitFlags {
+        self.wanted
+    }
+
+    fn granted(&self) -> &Granted {
+        &self.granted
     }
 }
