@@ -143,16 +143,8 @@ pub(crate) trait Names {
     fn link(&self, caller: Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Res<Entry>;
     /// `unlink` (or `rmdir` when `rmdir`) of `parent/name`.
     fn remove(&self, parent: u64, name: &[u8], rmdir: bool) -> Res<()>;
-    /// `rename` of `parent/name` to `new_parent/new_name` (`renameat2`
-    /// flags).
-    fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Res<()>;
+    /// `rename` of `from` (directory, name) to `to` (`renameat2` flags).
+    fn rename(&self, from: (u64, &[u8]), to: (u64, &[u8]), flags: RenameFlags) -> Res<()>;
 }
 
 /// Metadata: attributes, symlink targets, extended attributes.
@@ -183,16 +175,9 @@ pub(crate) trait Meta {
 pub(crate) trait Files {
     /// `open` of `ino` with the caller's `open(2)` flags.
     fn open(&self, ino: u64, flags: i32) -> Res<Opened>;
-    /// `create` (and open) `parent/name`.
-    fn create(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Res<Created>;
+    /// `create` (and open) `parent/name` as `who`: `mode` with the umask applied,
+    /// `flags` the `open(2)` flags without `O_CREAT` and `O_NOCTTY`.
+    fn create(&self, who: Caller, parent: u64, name: &[u8], mode: u32, flags: i32) -> Res<Created>;
     /// `size` bytes of `ino` at `offset`; `direct`: the caller's file is
     /// `O_DIRECT` now.
     fn read(&self, ino: u64, fh: FileHandle, offset: u64, size: u32, direct: bool) -> Res<Vec<u8>>;
@@ -442,10 +427,9 @@ impl<T: Ops> Filesystem for Front<T> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let (name, newname) = (name.as_bytes(), newname.as_bytes());
-        self.fs
-            .rename(parent.0, name, newparent.0, newname, flags)
-            .answer(reply);
+        let from = (parent.0, name.as_bytes());
+        let to = (newparent.0, newname.as_bytes());
+        self.fs.rename(from, to, flags).answer(reply);
     }
 
     fn link(
@@ -660,8 +644,10 @@ impl<T: Ops> Filesystem for Front<T> {
         reply: ReplyCreate,
     ) {
         trace!("{}create {parent:?} {name:?} {flags:#x}", T::TRACE);
+        let mode = mode & 0o7777 & !umask;
+        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
         self.fs
-            .create(caller(req), parent.0, name.as_bytes(), mode, umask, flags)
+            .create(caller(req), parent.0, name.as_bytes(), mode, flags)
             .answer(reply);
     }
 

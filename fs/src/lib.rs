@@ -23,6 +23,7 @@ pub mod overlay;
 mod passthrough;
 mod quiesce;
 mod reply;
+mod report;
 mod sys;
 mod watch;
 

@@ -36,13 +36,14 @@ use super::handle::{LowerSource, OHandle};
 use super::lower::LowerOpen;
 use super::state::State;
 use super::whiteout::whiteout_name;
-use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
+use crate::creds::{zero_umask_for_thread, Caller};
 use crate::errno::errno;
 use crate::front::{Files, WriteHow};
 use crate::handle::{Handle, NO_EPOCH};
 use crate::hook::Mutation;
 use crate::inode::{child, Stamp};
 use crate::reply::{Created, Opened, Res};
+use crate::report::Report;
 use crate::sys;
 
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
@@ -186,20 +187,6 @@ impl State {
         Ok(h)
     }
 
-    /// Called before `[offset, offset + len)` of `h`'s file changes.
-    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
-        h.mark_dirty();
-        if h.ranged {
-            return self.before_range(h.ino, offset, len);
-        }
-        let epoch = self.hook.epoch();
-        if h.epoch() != epoch {
-            self.before_inode(h.ino, |path| Mutation::Content { path })?;
-            h.set_epoch(epoch);
-        }
-        Ok(())
-    }
-
     /// `fsync`/`fdatasync` of an open handle (nothing to do for a lower
     /// file or a directory listing).
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
@@ -265,14 +252,7 @@ impl Files for State {
                 let limit = (flags & libc::O_TRUNC != 0).then_some(0);
                 self.copy_up(ino, limit)?
             };
-            if flags & libc::O_TRUNC == 0 && self.ranged(up.as_fd()) {
-                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-                Handle::new_ranged(fd, ino, epoch)
-            } else {
-                self.before_inode(ino, |path| Mutation::Content { path })?;
-                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-                Handle::new(fd, ino, epoch)
-            }
+            self.open_writer(up.as_fd(), ino, flags, epoch)?
         };
         let fopen = self.open_flags(ino, handle.fd.as_fd(), true);
         Ok(Opened {
@@ -284,15 +264,7 @@ impl Files for State {
     /// `create` of `parent/name`: opens it with `flags`, making it in the
     /// upper layer (as the caller, `mode & !umask`) if the merged view
     /// lacks it, over a whiteout if there is one.
-    fn create(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Res<Created> {
+    fn create(&self, who: Caller, parent: u64, name: &[u8], mode: u32, flags: i32) -> Res<Created> {
         if self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             // Without OPEN, `ENOSYS` once: the kernel then makes new files
             // with MKNOD and opens them without OPEN, so no file has a
@@ -303,8 +275,6 @@ impl Files for State {
         Self::check_new_name(name)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
-        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
-        let mode = mode & 0o7777 & !umask;
         let epoch = self.hook.epoch();
         let fd = {
             let _gate = self.gate.read();
@@ -319,16 +289,9 @@ impl Files for State {
                 let path = child(&dir_path, name);
                 let had_whiteout = super::whiteout::has(up.as_fd(), &whiteout_name(name))?;
                 self.before(Mutation::Create { path: &path })?;
-                let fd = {
-                    let _as = AsCaller::switch(caller).map_err(errno)?;
-                    sys::openat(
-                        up.as_fd(),
-                        &cname,
-                        flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                        mode,
-                    )
-                    .map_err(errno)?
-                };
+                let fd = who
+                    .create_file(up.as_fd(), &cname, flags, mode)
+                    .map_err(errno)?;
                 let now = sys::fstat(fd.as_fd()).ok();
                 self.after(Mutation::Create { path: &path }, now.as_ref());
                 if had_whiteout {

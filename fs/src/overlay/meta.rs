@@ -14,16 +14,8 @@ use crate::front::{Meta, SetAttr};
 use crate::hook::Mutation;
 use crate::passthrough::attr::timespec;
 use crate::reply::{Attr, Res, Xattr};
+use crate::report::Report;
 use crate::sys;
-
-/// An xattr answer: the size `n` when the request's `size` was 0.
-fn sized(size: u32, n: usize, buf: Vec<u8>) -> Xattr {
-    if size == 0 {
-        Xattr::Size(n)
-    } else {
-        Xattr::Data(buf)
-    }
-}
 
 impl State {
     /// Copies `ino` up (under the namespace lock) for a change of its own;
@@ -142,22 +134,16 @@ impl Meta for State {
         let n = self.info(ino)?;
         let up = n.upper.ok_or(Errno::ENODATA)?;
         let name = sys::cname_any(name).map_err(errno)?;
-        let mut buf = vec![0u8; size as usize];
-        let got = sys::getxattr(up.fd.as_fd(), &name, &mut buf).map_err(errno)?;
-        buf.truncate(got);
-        Ok(sized(size, got, buf))
+        Xattr::read(size, |buf| sys::getxattr(up.fd.as_fd(), &name, buf))
     }
 
     /// `listxattr` of `ino`; empty for a lower entry.
     fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
         let n = self.info(ino)?;
         let Some(up) = n.upper else {
-            return Ok(sized(size, 0, Vec::new()));
+            return Xattr::read(size, |_| Ok(0));
         };
-        let mut buf = vec![0u8; size as usize];
-        let got = sys::listxattr(up.fd.as_fd(), &mut buf).map_err(errno)?;
-        buf.truncate(got);
-        Ok(sized(size, got, buf))
+        Xattr::read(size, |buf| sys::listxattr(up.fd.as_fd(), buf))
     }
 
     /// `removexattr` of `name` on `ino`; `ENODATA` for a lower entry.

@@ -34,6 +34,7 @@ use crate::hook::Mutation;
 use crate::inode::child;
 use crate::passthrough::attr::decode_dev;
 use crate::reply::{Entry, Res};
+use crate::report::Report;
 use crate::sys;
 
 impl State {
@@ -252,14 +253,7 @@ impl Names for State {
     /// `rename` of `parent/name` to `new_parent/new_name` with `renameat2`
     /// flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`; `RENAME_WHITEOUT` is
     /// `EINVAL`).
-    fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Res<()> {
-        self.rename_merged(parent, name, new_parent, new_name, flags)
+    fn rename(&self, from: (u64, &[u8]), to: (u64, &[u8]), flags: RenameFlags) -> Res<()> {
+        self.rename_merged(from, to, flags)
     }
 }

@@ -33,6 +33,7 @@ use crate::errno::errno;
 use crate::hook::Mutation;
 use crate::inode::{child, InodeKey};
 use crate::reply::Res;
+use crate::report::Report;
 use crate::sys;
 
 /// The parts of a [`Found`] a rename decides on.
@@ -169,10 +170,8 @@ impl State {
     /// `EINVAL`).
     pub(super) fn rename_merged(
         &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
+        (parent, name): (u64, &[u8]),
+        (new_parent, new_name): (u64, &[u8]),
         flags: RenameFlags,
     ) -> Res<()> {
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);

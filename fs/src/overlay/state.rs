@@ -8,13 +8,12 @@
 //! which are therefore the node paths.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::{Errno, FileAttr, INodeNo, InitFlags};
-use log::trace;
 
 use super::handle::{DirItem, OHandle};
 use super::lower::{Attr, Kind, Lower};
@@ -29,6 +28,7 @@ use crate::inode::{child, InodeKey};
 use crate::passthrough::attr::{attr, encode_dev};
 use crate::quiesce::Gate;
 use crate::reply::{Entry, Res};
+use crate::report::Report;
 use crate::sys;
 
 /// State shared by the overlay's callbacks and the [`crate::Controller`].
@@ -148,25 +148,6 @@ impl State {
         self.nodes.path(ino).ok_or(Errno::ENOENT)
     }
 
-    /// Asks the hook before `mutation`; its errno refuses the mutation.
-    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
-        trace!("overlay hook {mutation:?}");
-        self.hook.before(&mutation).map_err(Errno::from_i32)
-    }
-
-    /// Tells the hook `mutation` reached the upper layer.
-    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
-        self.hook.after(&mutation, now);
-    }
-
-    /// Reports `make(path)` for every known path of `ino`.
-    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
-        for path in self.nodes.paths(ino) {
-            self.before(make(&path))?;
-        }
-        Ok(())
-    }
-
     /// Reports `make(path)` after the fact for every known path of `ino`,
     /// with its upper attributes as they are now.
     pub(super) fn after_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) {
@@ -182,30 +163,6 @@ impl State {
         for path in paths {
             self.after(make(&path), now.as_ref());
         }
-    }
-
-    /// Reports [`Mutation::Range`] for every known path of `ino`.
-    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
-        for path in self.nodes.paths(ino) {
-            self.before(Mutation::Range {
-                path: &path,
-                offset,
-                len,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// True when the upper file behind `fd` is written as ranges (see
-    /// `MutationHook::range_min`).
-    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
-        let min = self.hook.range_min();
-        min != u64::MAX
-            && sys::fstat(fd).is_ok_and(|st| {
-                st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_nlink == 1
-                    && st.st_size as u64 >= min
-            })
     }
 
     /// True when the lower children of the directory node `n` show: it has
@@ -357,5 +314,15 @@ impl Caps for State {
 
     fn granted(&self) -> &Granted {
         &self.granted
+    }
+}
+
+impl Report for State {
+    fn hook(&self) -> &dyn MutationHook {
+        self.hook.as_ref()
+    }
+
+    fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        self.nodes.paths(ino)
     }
 }

@@ -26,13 +26,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use fuser::{Errno, FileHandle, FopenFlags, InitFlags};
 
 use super::ops::State;
-use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
+use crate::creds::{zero_umask_for_thread, Caller};
 use crate::errno::errno;
 use crate::front::{Files, WriteHow};
 use crate::handle::{Handle, NO_EPOCH};
 use crate::hook::Mutation;
 use crate::inode::Stamp;
 use crate::reply::{Created, Opened, Res};
+use crate::report::Report;
 use crate::sys;
 
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
@@ -254,20 +255,6 @@ impl State {
         h.flipped.get().map(AsFd::as_fd).ok_or(Errno::EIO)
     }
 
-    /// Called before `[offset, offset + len)` of `h`'s file changes.
-    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
-        h.mark_dirty();
-        if h.ranged {
-            return self.before_range(h.ino, offset, len);
-        }
-        let epoch = self.hook.epoch();
-        if h.epoch() != epoch {
-            self.before_inode(h.ino, |path| Mutation::Content { path })?;
-            h.set_epoch(epoch);
-        }
-        Ok(())
-    }
-
     /// `fsync`/`fdatasync` of an open file or directory handle.
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
         let h = self.handle(fh)?;
@@ -319,16 +306,7 @@ impl Files for State {
             // next write sees a newer epoch and reports again.
             let epoch = self.hook.epoch();
             let _gate = self.gate.read();
-            if flags & libc::O_TRUNC == 0 && self.ranged(node.fd.as_fd()) {
-                // Nothing changes at the open itself; each write reports
-                // its range.
-                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
-                Handle::new_ranged(fd, ino, epoch)
-            } else {
-                self.before_inode(ino, |path| Mutation::Content { path })?;
-                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
-                Handle::new(fd, ino, epoch)
-            }
+            self.open_writer(node.fd.as_fd(), ino, flags, epoch)?
         }
         .with_direct(direct);
         let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
@@ -351,23 +329,13 @@ impl Files for State {
     /// never reaches CREATE or MKNOD (it is a plain open, and its
     /// `O_TRUNC` a size SETATTR); MKNOD of a name that exists answers
     /// `EEXIST`, and the kernel drops its entry, as for CREATE.
-    fn create(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Res<Created> {
+    fn create(&self, who: Caller, parent: u64, name: &[u8], mode: u32, flags: i32) -> Res<Created> {
         if self.no_create && self.no_open_active() {
             return Err(Errno::ENOSYS);
         }
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
-        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
-        let mode = mode & 0o7777 & !umask;
         // A file that appears between the existence check and the open (made
         // behind the mount's back) turns a reported Create into a retry.
         for _ in 0..4 {
@@ -386,13 +354,7 @@ impl Files for State {
                 sys::openat(dir.fd.as_fd(), &cname, flags | libc::O_NOFOLLOW, 0)
             } else {
                 self.before(Mutation::Create { path: &path })?;
-                let _as = AsCaller::switch(caller).map_err(errno)?;
-                sys::openat(
-                    dir.fd.as_fd(),
-                    &cname,
-                    flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                    mode,
-                )
+                who.create_file(dir.fd.as_fd(), &cname, flags, mode)
             };
             let fd = match opened {
                 Ok(fd) => fd,

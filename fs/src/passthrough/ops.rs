@@ -26,6 +26,7 @@ use crate::hook::{Mutation, MutationHook};
 use crate::inode::{child, InodeKey, Inodes, NodeRef, Stamp};
 use crate::quiesce::Gate;
 use crate::reply::{Attr, Entry, Res, Xattr};
+use crate::report::Report;
 use crate::sys;
 use crate::watch::Watch;
 
@@ -93,6 +94,16 @@ impl Ttls {
     };
 }
 
+impl Report for State {
+    fn hook(&self) -> &dyn MutationHook {
+        self.hook.as_ref()
+    }
+
+    fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        self.inodes.paths(ino)
+    }
+}
+
 impl State {
     /// The node of FUSE inode `ino`; `ESTALE` if the table no longer has it
     /// or cannot reopen it.
@@ -113,24 +124,12 @@ impl State {
         self.handles.get(fh.0).ok_or(Errno::EBADF)
     }
 
-    /// Asks the hook before `mutation`; its errno refuses the mutation.
-    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
-        trace!("hook {mutation:?}");
-        self.hook.before(&mutation).map_err(Errno::from_i32)
-    }
-
-    /// [`State::before`] for a removal or rename that runs in `parents`.
+    /// [`Report::before`] for a removal or rename that runs in `parents`.
     fn before_in(&self, mutation: Mutation<'_>, parents: crate::Parents<'_>) -> Res<()> {
         trace!("hook {mutation:?}");
         self.hook
             .before_in(&mutation, parents)
             .map_err(Errno::from_i32)
-    }
-
-    /// Tells the hook `mutation` reached the backing directory, which now
-    /// holds `now` at the path (if known).
-    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
-        self.hook.after(&mutation, now);
     }
 
     /// Reports `make(path)` after the fact for every known path of `ino`,
@@ -166,42 +165,6 @@ impl State {
         for path in self.inodes.paths(ino) {
             self.after(make(&path), now);
         }
-    }
-
-    /// Reports `make(path)` for every known path of `ino`. A node with no
-    /// known name was unlinked through the mount: its mutation changes no
-    /// path, so there is nothing to report.
-    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
-        for path in self.inodes.paths(ino) {
-            self.before(make(&path))?;
-        }
-        Ok(())
-    }
-
-    /// Reports [`Mutation::Range`] of `[offset, offset + len)` for every
-    /// known path of `ino`.
-    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
-        for path in self.inodes.paths(ino) {
-            self.before(Mutation::Range {
-                path: &path,
-                offset,
-                len,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// True when the file behind `fd` is written as ranges (see
-    /// `MutationHook::range_min`). Costs an `fstat` only when range capture
-    /// is on.
-    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
-        let min = self.hook.range_min();
-        min != u64::MAX
-            && sys::fstat(fd).is_ok_and(|st| {
-                st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_nlink == 1
-                    && st.st_size as u64 >= min
-            })
     }
 
     /// The path of `parent/name`. A parent without a known path (a deleted
@@ -373,16 +336,6 @@ impl State {
     }
 }
 
-/// An xattr answer: the size `n` when the request's `size` was 0 (a size
-/// probe), else the bytes read.
-fn sized(size: u32, n: usize, buf: Vec<u8>) -> Xattr {
-    if size == 0 {
-        Xattr::Size(n)
-    } else {
-        Xattr::Data(buf)
-    }
-}
-
 impl Names for State {
     /// `lookup`: the entry `parent/name`; a missing name is a negative
     /// entry (inode 0) cached for the negative TTL when the watch is
@@ -491,14 +444,8 @@ impl Names for State {
 
     /// `rename` of `parent/name` to `new_parent/new_name` (`renameat2`
     /// flags, `RENAME_EXCHANGE` included).
-    fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Res<()> {
+    fn rename(&self, from: (u64, &[u8]), to: (u64, &[u8]), flags: RenameFlags) -> Res<()> {
+        let ((parent, name), (new_parent, new_name)) = (from, to);
         let dir = self.node(parent)?;
         let new_dir = self.node(new_parent)?;
         let cname = sys::cname(name).map_err(errno)?;
@@ -670,19 +617,13 @@ impl Meta for State {
     fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
         let node = self.node(ino)?;
         let name = sys::cname_any(name).map_err(errno)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::getxattr(node.fd.as_fd(), &name, &mut buf).map_err(errno)?;
-        buf.truncate(n);
-        Ok(sized(size, n, buf))
+        Xattr::read(size, |buf| sys::getxattr(node.fd.as_fd(), &name, buf))
     }
 
     /// `listxattr` of `ino`: as [`State::getxattr`], for the name list.
     fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
         let node = self.node(ino)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::listxattr(node.fd.as_fd(), &mut buf).map_err(errno)?;
-        buf.truncate(n);
-        Ok(sized(size, n, buf))
+        Xattr::read(size, |buf| sys::listxattr(node.fd.as_fd(), buf))
     }
 
     /// `removexattr` of `name` on `ino`.
