@@ -30,6 +30,17 @@ pub(crate) trait Report: Caps {
     /// nothing to report.
     fn paths(&self, ino: u64) -> Vec<Vec<u8>>;
 
+    /// Without handles (`FUSE_NO_OPEN_SUPPORT`): the hook epoch in which
+    /// the content of `ino` was last reported, and whether as ranges.
+    fn reported(&self, ino: u64) -> Option<(u64, bool)>;
+
+    /// Records that the content of `ino` was reported in `epoch`.
+    fn set_reported(&self, ino: u64, epoch: u64, ranged: bool);
+
+    /// True when the file `ino` (open as `fd`) is not as the layer last
+    /// left it: something changed it behind the mount since.
+    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool;
+
     /// Asks the hook before `mutation`; its errno refuses the mutation.
     fn before(&self, mutation: Mutation<'_>) -> Res<()> {
         trace!("{}hook {mutation:?}", Self::TRACE);
@@ -74,6 +85,39 @@ pub(crate) trait Report: Caps {
                     && st.st_nlink == 1
                     && st.st_size as u64 >= min
             })
+    }
+
+    /// Called before `[offset, offset + len)` of file `ino` changes through
+    /// a request without a handle, under the gate. The first such request
+    /// of an epoch decides, as an open for writing would, whether the file
+    /// is written as ranges (`fd` is an fd of it) and reports `Content` or
+    /// the range; later ones in the epoch report only their ranges (ranged)
+    /// or nothing. Reported whole in this epoch: again only when the file
+    /// was changed behind the mount since the layer last left it, so the
+    /// hook can keep that change before this one overwrites it. Reading the
+    /// epoch under the gate means no turn boundary can fall between the
+    /// check and the change.
+    fn content_before(&self, ino: u64, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Res<()> {
+        let epoch = self.hook().epoch();
+        match self.reported(ino) {
+            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
+            Some((e, false)) if e == epoch => {
+                if self.changed_behind(ino, fd) {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                }
+                Ok(())
+            }
+            _ => {
+                let ranged = self.ranged(fd);
+                if ranged {
+                    self.before_range(ino, offset, len)?;
+                } else {
+                    self.before_inode(ino, |path| Mutation::Content { path })?;
+                }
+                self.set_reported(ino, epoch, ranged);
+                Ok(())
+            }
+        }
     }
 
     /// A handle of `ino` for writing, `fd` reopened with `flags`, in hook

@@ -122,30 +122,6 @@ impl State {
         sys::reopen(up.as_fd(), flags).map_err(errno)
     }
 
-    /// Called under the gate before a request without a handle changes
-    /// `[offset, offset + len)` of `ino` (open as `fd`): the first such
-    /// request of a hook epoch decides, as an open for writing did,
-    /// whether the file is written as ranges and reports `Content` or the
-    /// range; later ones in the epoch report only their ranges (ranged) or
-    /// nothing (the upper layer changes through this mount alone).
-    fn content_before(&self, ino: u64, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Res<()> {
-        let epoch = self.hook.epoch();
-        match self.nodes.reported(ino) {
-            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
-            Some((e, false)) if e == epoch => Ok(()),
-            _ => {
-                let ranged = self.ranged(fd);
-                if ranged {
-                    self.before_range(ino, offset, len)?;
-                } else {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                self.nodes.set_reported(ino, epoch, ranged);
-                Ok(())
-            }
-        }
-    }
-
     /// Reports what a request without a handle left in `ino` (open as
     /// `fd`), as a close does for a handle.
     fn content_after(&self, ino: u64, fd: BorrowedFd<'_>) {

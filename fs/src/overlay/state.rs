@@ -8,7 +8,7 @@
 //! which are therefore the node paths.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -324,5 +324,18 @@ impl Report for State {
 
     fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
         self.nodes.paths(ino)
+    }
+
+    fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.nodes.reported(ino)
+    }
+
+    fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        self.nodes.set_reported(ino, epoch, ranged);
+    }
+
+    /// Never: the upper layer changes through this mount alone.
+    fn changed_behind(&self, _ino: u64, _fd: BorrowedFd<'_>) -> bool {
+        false
     }
 }

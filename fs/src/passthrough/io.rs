@@ -130,45 +130,6 @@ impl State {
         sys::reopen(node.fd.as_fd(), access | keep).map_err(errno)
     }
 
-    /// Called before `[offset, offset + len)` of file `ino` changes through
-    /// a request without a handle, under the gate. The first such request
-    /// of an epoch decides, as an open for writing would, whether the file
-    /// is written as ranges (`fd` is an fd of it) and reports `Content` or
-    /// the range; later ones in the epoch report only their ranges (ranged)
-    /// or nothing. Reading the epoch under the gate means no turn boundary
-    /// can fall between the check and the backing change.
-    pub(super) fn content_before(
-        &self,
-        ino: u64,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-    ) -> Res<()> {
-        let epoch = self.hook.epoch();
-        match self.inodes.reported(ino) {
-            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
-            // Reported whole in this epoch: again only when the file was
-            // changed behind the mount since the layer last left it, so
-            // the hook can keep that change before this one overwrites it.
-            Some((e, false)) if e == epoch => {
-                if self.changed_behind(ino, fd) {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                Ok(())
-            }
-            _ => {
-                let ranged = self.ranged(fd);
-                if ranged {
-                    self.before_range(ino, offset, len)?;
-                } else {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                self.inodes.set_reported(ino, epoch, ranged);
-                Ok(())
-            }
-        }
-    }
-
     /// Called before a request without a handle takes every byte of file
     /// `ino` away (a truncation to size 0, which is also how an `O_TRUNC`
     /// open arrives), under the gate: reports `Content` unless the file was
@@ -184,18 +145,6 @@ impl State {
         self.before_inode(ino, |path| Mutation::Content { path })?;
         self.inodes.set_reported(ino, epoch, false);
         Ok(())
-    }
-
-    /// True when the backing inode of `ino` (open as `fd`) is not as the
-    /// layer last left it ([`Inodes::set_left`]): something changed it
-    /// behind the mount since. One `fstat`; false when there is no stamp
-    /// to compare with or the `fstat` fails (the hook's own check at the
-    /// next report still runs).
-    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
-        match (self.inodes.left(ino), sys::fstat(fd)) {
-            (Some(left), Ok(st)) => Stamp::of(&st) != left,
-            _ => false,
-        }
     }
 
     /// Reports what a request without a handle left in file `ino` (open
@@ -443,7 +392,7 @@ impl Files for State {
     ///
     /// Without a handle (`FUSE_NO_OPEN_SUPPORT`) the write goes through an
     /// fd opened for it with `how.landing`, is captured by
-    /// [`State::content_before`] and reported after the fact.
+    /// [`Report::content_before`] and reported after the fact.
     fn write(
         &self,
         ino: u64,

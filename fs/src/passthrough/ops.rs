@@ -102,6 +102,25 @@ impl Report for State {
     fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
         self.inodes.paths(ino)
     }
+
+    fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.inodes.reported(ino)
+    }
+
+    fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        self.inodes.set_reported(ino, epoch, ranged);
+    }
+
+    /// Compares with the stamp the layer took when it last reported what
+    /// it left ([`Inodes::set_left`]). One `fstat`; false when there is no
+    /// stamp to compare with or the `fstat` fails (the hook's own check at
+    /// the next report still runs).
+    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match (self.inodes.left(ino), sys::fstat(fd)) {
+            (Some(left), Ok(st)) => Stamp::of(&st) != left,
+            _ => false,
+        }
+    }
 }
 
 impl State {
