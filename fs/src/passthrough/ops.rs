@@ -3,9 +3,9 @@
 //! extended attributes. File and directory I/O is in `io.rs`.
 //!
 //! Every mutating operation takes the read side of the quiesce gate, asks
-//! the hook ([`State::before`]), and only then touches the backing
+//! the hook ([`Report::before`]), and only then touches the backing
 //! directory; it holds the gate until the backing call returned, then tells
-//! the hook what it left ([`State::after`]). Read-only operations never call
+//! the hook what it left ([`Report::after`]). Read-only operations never call
 //! the hook.
 
 use std::ffi::CString;
