@@ -41,6 +41,39 @@ pub(crate) enum Inval {
     Attr(u64),
 }
 
+/// The directory and the last name that `path` (relative, `""` the root)
+/// leads to through the names the kernel may cache (`child(dir, name)`:
+/// the node `dir/name` when the filesystem holds it). `None` after
+/// appending what alone is to be invalidated: the root itself for `""`;
+/// for a path under a directory the kernel never looked up, that
+/// directory's name (it has no cached children, but the kernel may cache
+/// its absence, which the change may have ended).
+pub(crate) fn walk<'p>(
+    path: &'p [u8],
+    child: impl Fn(u64, &[u8]) -> Option<u64>,
+    out: &mut Vec<Inval>,
+) -> Option<(u64, &'p [u8])> {
+    let parts: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let Some((name, dirs)) = parts.split_last() else {
+        out.push(Inval::Inode(crate::inode::ROOT));
+        return None;
+    };
+    let mut parent = crate::inode::ROOT;
+    for dir in dirs {
+        match child(parent, dir) {
+            Some(ino) => parent = ino,
+            None => {
+                out.push(Inval::Entry(parent, dir.to_vec()));
+                return None;
+            }
+        }
+    }
+    Some((parent, name))
+}
+
 /// Posts invalidations to the controller's invalidation thread without
 /// waiting for the kernel to take them (the watch's thread uses it).
 pub(crate) struct Poster {

@@ -8,7 +8,11 @@
 //! affect only the calling thread (glibc's `setgroups` wrapper would change
 //! every thread, so it is not used).
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use crate::sys;
 
 /// The caller's credentials, taken from the FUSE request.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +74,24 @@ fn set_fsuid(uid: u32) {
 fn set_fsgid(gid: u32) {
     // SAFETY: as for set_fsuid.
     unsafe { libc::syscall(libc::SYS_setfsgid, gid) };
+}
+
+impl Caller {
+    /// Makes and opens the file `name` in `dir` as this caller, with
+    /// `flags | O_CREAT | O_EXCL | O_NOFOLLOW` and `mode` as given (see
+    /// [`zero_umask_for_thread`]): fails with `EEXIST` where the name is
+    /// taken, and never follows a symlink there.
+    pub(crate) fn create_file(
+        self,
+        dir: BorrowedFd<'_>,
+        name: &CString,
+        flags: i32,
+        mode: u32,
+    ) -> io::Result<OwnedFd> {
+        let _as = AsCaller::switch(self)?;
+        let flags = flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        sys::openat(dir, name, flags, mode)
+    }
 }
 
 impl AsCaller {

@@ -13,6 +13,7 @@
 mod controller;
 mod creds;
 mod errno;
+mod front;
 mod handle;
 mod hook;
 mod inode;
@@ -22,6 +23,7 @@ pub mod overlay;
 mod passthrough;
 mod quiesce;
 mod reply;
+mod report;
 mod sys;
 mod watch;
 
@@ -51,7 +53,8 @@ pub const UNWATCHED_TTL: Duration = Duration::from_secs(1);
 /// outside every watched directory; `docs/coherence.md`).
 pub const WATCHED_TTL: Duration = Duration::from_secs(60);
 
-use passthrough::{Passthrough, State};
+use front::Front;
+use passthrough::State;
 
 /// Mount settings.
 #[derive(Debug, Clone)]
@@ -337,7 +340,7 @@ pub fn mount(
         },
         watch: watch.clone(),
         wanted,
-        granted: passthrough::Granted::default(),
+        granted: front::Granted::default(),
         no_create: opts.no_create,
         no_lseek: opts.no_lseek,
         notifier: std::sync::OnceLock::new(),
@@ -347,8 +350,8 @@ pub fn mount(
         // a descriptor through the mount can still write.
         state.hook.opens_unseen();
     }
-    let fs = Passthrough {
-        state: Arc::clone(&state),
+    let fs = Front {
+        fs: Arc::clone(&state),
     };
 
     let gate = Arc::clone(&state.gate);
@@ -517,8 +520,8 @@ pub fn mount_overlay(
     let state = Arc::new(overlay::State::new(
         upper_fd, work_fd, lower, hook, &settings,
     )?);
-    let fs = overlay::Overlay {
-        state: Arc::clone(&state),
+    let fs = Front {
+        fs: Arc::clone(&state),
     };
     let gate = Arc::clone(&state.gate);
     start(fs, state, gate, mountpoint, opts, false)

@@ -6,8 +6,10 @@
 //! more than the value (a TTL, a generation) gets it inside the value, so an
 //! operation decides its caching and the callback stays a one-liner.
 
+use std::io;
 use std::time::Duration;
 
+use crate::errno::errno;
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
@@ -79,6 +81,21 @@ pub(crate) enum Xattr {
     Size(usize),
     /// The value or the name list.
     Data(Vec<u8>),
+}
+
+impl Xattr {
+    /// An xattr value or name list read by `read` into a buffer of `size`
+    /// bytes: the size it needs when `size` is 0 (a size probe), else the
+    /// bytes (`ERANGE` from `read` if they do not fit).
+    pub(crate) fn read(size: u32, read: impl FnOnce(&mut [u8]) -> io::Result<usize>) -> Res<Xattr> {
+        let mut buf = vec![0u8; size as usize];
+        let n = read(&mut buf).map_err(errno)?;
+        if size == 0 {
+            return Ok(Xattr::Size(n));
+        }
+        buf.truncate(n);
+        Ok(Xattr::Data(buf))
+    }
 }
 
 impl Reply for ReplyEmpty {

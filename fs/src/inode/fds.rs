@@ -9,8 +9,8 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use super::table::{InodeKey, Inodes, NodeRef, Table};
-use super::{MAX_DEPTH, ROOT};
+use super::table::{trim_in, InodeKey, Inodes, NodeRef, Table};
+use super::MAX_DEPTH;
 
 /// The smallest fd budget (enough for any path's chain of directories to be
 /// reopened one step at a time).
@@ -22,24 +22,7 @@ impl Table {
     /// of the budget is free. Returns the fds to close once the lock is
     /// released (an fd still in use by a request stays open until it ends).
     pub(super) fn trim(&mut self, keep: u64) -> Vec<Arc<OwnedFd>> {
-        let mut closed = Vec::new();
-        if self.fds <= self.fd_budget {
-            return closed;
-        }
-        let target = self.fd_budget - self.fd_budget / 4;
-        for (ino, node) in &mut self.nodes {
-            if self.fds <= target {
-                break;
-            }
-            if *ino == ROOT || *ino == keep || node.names.is_empty() {
-                continue;
-            }
-            if let Some(fd) = node.fd.take() {
-                closed.push(fd);
-                self.fds -= 1;
-            }
-        }
-        closed
+        trim_in(&mut self.nodes, &mut self.fds, self.fd_budget, keep)
     }
 }
 

@@ -29,7 +29,9 @@ mod fds;
 mod table;
 
 pub(crate) use fds::MIN_FD_BUDGET;
-pub(crate) use table::{Everything, InodeKey, Inodes, Named, Names, NodeRef, Stamp};
+pub(crate) use table::{
+    path_in, paths_in, trim_in, Everything, InodeKey, Inodes, Named, Names, NodeRef, Stamp,
+};
 
 /// FUSE inode number of the root.
 pub(crate) const ROOT: u64 = 1;

@@ -81,16 +81,95 @@ pub(super) struct Node {
 }
 
 /// A node that keeps its own list of the (parent, name) pairs naming it,
-/// in step with [`Names`] ([`Names::link`], [`Names::unlink`]).
+/// in step with [`Names`] ([`Names::link`], [`Names::unlink`]), and may
+/// hold an fd within the table's budget. What the passthrough's table and
+/// the overlay's share is written once on it: paths ([`path_in`],
+/// [`paths_in`]) and the fd budget ([`trim_in`]).
 pub(crate) trait Named {
-    /// The (parent, name) pairs naming the node.
+    /// The (parent, name) pairs naming the node, the first the one used
+    /// for its path.
+    fn names(&self) -> &[(u64, Vec<u8>)];
+    /// The same, to change.
     fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)>;
+    /// Takes the node's fd, to close it (`None` when it holds none).
+    fn take_fd(&mut self) -> Option<Arc<OwnedFd>>;
 }
 
 impl Named for Node {
+    fn names(&self) -> &[(u64, Vec<u8>)] {
+        &self.names
+    }
+
     fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)> {
         &mut self.names
     }
+
+    fn take_fd(&mut self) -> Option<Arc<OwnedFd>> {
+        self.fd.take()
+    }
+}
+
+/// The path of `ino` through the first name of each node up to the root
+/// (`""` for the root), or `None` if a node on the way has no known name
+/// or is missing, or the chain is deeper than [`MAX_DEPTH`].
+pub(crate) fn path_in<N: Named>(nodes: &HashMap<u64, N>, ino: u64) -> Option<Vec<u8>> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut cur = ino;
+    while cur != ROOT {
+        if parts.len() > MAX_DEPTH {
+            return None;
+        }
+        let (parent, name) = nodes.get(&cur)?.names().first()?;
+        parts.push(name);
+        cur = *parent;
+    }
+    Some(join(parts.iter().rev().copied()))
+}
+
+/// Every known path of `ino` (one per known name); the root has the single
+/// path `""`. Empty for a node without a name.
+pub(crate) fn paths_in<N: Named>(nodes: &HashMap<u64, N>, ino: u64) -> Vec<Vec<u8>> {
+    if ino == ROOT {
+        return vec![Vec::new()];
+    }
+    let Some(node) = nodes.get(&ino) else {
+        return Vec::new();
+    };
+    node.names()
+        .iter()
+        .filter_map(|(parent, name)| Some(child(&path_in(nodes, *parent)?, name)))
+        .collect()
+}
+
+/// Over the budget (`*fds` held, at most `budget`), takes the fds of nodes
+/// that can be reopened by name (any but the root, `keep` and nodes
+/// without a name) until a quarter of the budget is free. Returns them, to
+/// be closed once the table's lock is released (an fd still in use by a
+/// request stays open until it ends).
+pub(crate) fn trim_in<N: Named>(
+    nodes: &mut HashMap<u64, N>,
+    fds: &mut usize,
+    budget: usize,
+    keep: u64,
+) -> Vec<Arc<OwnedFd>> {
+    let mut closed = Vec::new();
+    if *fds <= budget {
+        return closed;
+    }
+    let target = budget - budget / 4;
+    for (ino, node) in nodes.iter_mut() {
+        if *fds <= target {
+            break;
+        }
+        if *ino == ROOT || *ino == keep || node.names().is_empty() {
+            continue;
+        }
+        if let Some(fd) = node.take_fd() {
+            closed.push(fd);
+            *fds -= 1;
+        }
+    }
+    closed
 }
 
 /// The (parent, name) → FUSE inode index. Keyed by parent first, so finding
@@ -260,17 +339,7 @@ impl Table {
     }
 
     fn path(&self, ino: u64) -> Option<Vec<u8>> {
-        let mut parts: Vec<&[u8]> = Vec::new();
-        let mut cur = ino;
-        while cur != ROOT {
-            if parts.len() > MAX_DEPTH {
-                return None;
-            }
-            let (parent, name) = self.nodes.get(&cur)?.names.first()?;
-            parts.push(name);
-            cur = *parent;
-        }
-        Some(join(parts.iter().rev().copied()))
+        path_in(&self.nodes, ino)
     }
 }
 
@@ -426,17 +495,7 @@ impl Inodes {
     /// Every known path of `ino` (one per known hard link); the root has the
     /// single path `""`. Empty for an unlinked node.
     pub(crate) fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
-        if ino == ROOT {
-            return vec![Vec::new()];
-        }
-        let table = self.lock();
-        let Some(node) = table.nodes.get(&ino) else {
-            return Vec::new();
-        };
-        node.names
-            .iter()
-            .filter_map(|(parent, name)| Some(child(&table.path(*parent)?, name)))
-            .collect()
+        paths_in(&self.lock().nodes, ino)
     }
 
     /// Forgets that `parent/name` names anything (after unlink or rmdir, or

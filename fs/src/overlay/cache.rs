@@ -11,12 +11,14 @@
 //! entry (so the next lookup builds the right node), and the kernel drops
 //! its cached name, the inode's attributes and pages, and the parent's.
 
+use fuser::InitFlags;
+
 use super::state::State;
 use super::whiteout::{reserved, OPAQUE, PREFIX};
-use crate::controller::{Inval, Invalidate};
+use crate::controller::{walk, Inval, Invalidate};
 use crate::handle::NO_EPOCH;
 use crate::hook::Mutation;
-use crate::inode::{InodeKey, ROOT};
+use crate::inode::InodeKey;
 
 impl State {
     /// True when `parent/name` still resolves to the node `ino`.
@@ -59,7 +61,7 @@ impl Invalidate for State {
     }
 
     fn writers_untracked(&self) -> bool {
-        self.open_off.load(std::sync::atomic::Ordering::Relaxed)
+        self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT)
     }
 
     fn files_of(&self, inos: &[u64]) -> Vec<(u64, Vec<u8>)> {
@@ -84,28 +86,11 @@ impl Invalidate for State {
     }
 
     fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>) {
-        let parts: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|p| !p.is_empty())
-            .collect();
-        let Some((name, dirs)) = parts.split_last() else {
-            out.push(Inval::Inode(ROOT));
+        let child = |dir: u64, name: &[u8]| self.nodes.child(dir, name);
+        let Some((parent, name)) = walk(path, child, out) else {
             return;
         };
-        let mut parent = ROOT;
-        for dir in dirs {
-            match self.nodes.child(parent, dir) {
-                Some(ino) => parent = ino,
-                None => {
-                    // A directory the kernel never looked up has no cached
-                    // children, but the kernel may cache its absence (a
-                    // negative entry), which the rewind may have ended.
-                    out.push(Inval::Entry(parent, dir.to_vec()));
-                    return;
-                }
-            }
-        }
-        if *name == OPAQUE {
+        if name == OPAQUE {
             for (child, _) in self.nodes.children(parent) {
                 self.inval_name(parent, &child, out);
             }

@@ -38,6 +38,7 @@ use crate::hook::Mutation;
 use crate::inode::{child, InodeKey};
 use crate::passthrough::attr::timespec;
 use crate::reply::Res;
+use crate::report::Report;
 use crate::sys;
 
 /// Bytes read from the lower layer per call.

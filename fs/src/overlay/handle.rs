@@ -13,7 +13,7 @@ use crate::handle::Handle;
 pub(super) struct DirItem {
     pub(super) name: Vec<u8>,
     pub(super) kind: FileType,
-    /// The inode number `readdir` shows (`io.rs`'s `LOWER_UNKNOWN` for a
+    /// The inode number `readdir` shows (`dir.rs`'s `LOWER_UNKNOWN` for a
     /// lower entry numbered when it is sent).
     pub(super) ino: u64,
 }

@@ -1,7 +1,7 @@
-//! File and directory I/O of the overlay: open (copy-up before the first
-//! write), create, read (from the lower layer until the file has an upper
-//! copy), write, flush, release, fsync, fallocate, lseek, copy_file_range
-//! and merged directory listings (readdir and readdirplus).
+//! File I/O of the overlay ([`crate::front::Files`]): open (copy-up
+//! before the first write), create, read (from the lower layer until the
+//! file has an upper copy), write, flush, release, fsync, fallocate, lseek,
+//! copy_file_range. Directory listings are in `dir.rs`.
 //!
 //! Handles on upper files behave exactly as the passthrough's: the capture
 //! epoch, ranged handles (`MutationHook::range_min`), `after` at each
@@ -27,39 +27,24 @@
 //!
 //! [`Lower::open`]: super::Lower::open
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use fuser::{
-    Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyDirectory,
-    ReplyDirectoryPlus, Request,
-};
+use fuser::{Errno, FileHandle, FopenFlags, InitFlags};
 
-use super::handle::{DirItem, LowerSource, OHandle};
+use super::handle::{LowerSource, OHandle};
 use super::lower::LowerOpen;
-use super::ns::caller;
 use super::state::State;
-use super::whiteout::{whiteout_name, From};
-use crate::creds::{zero_umask_for_thread, AsCaller};
+use super::whiteout::whiteout_name;
+use crate::creds::{zero_umask_for_thread, Caller};
 use crate::errno::errno;
+use crate::front::{Files, WriteHow};
 use crate::handle::{Handle, NO_EPOCH};
 use crate::hook::Mutation;
-use crate::inode::{child, Stamp, ROOT};
-use crate::passthrough::attr::dot_attr;
+use crate::inode::{child, Stamp};
 use crate::reply::{Created, Opened, Res};
+use crate::report::Report;
 use crate::sys;
-
-/// A [`DirItem`] number not known yet: a lower entry the kernel has not
-/// cached, numbered when `readdir` sends it.
-const LOWER_UNKNOWN: u64 = u64::MAX - 1;
-
-/// Lower entries looked up together for one READDIRPLUS reply (a 4 KiB
-/// reply holds about 24 entries with short names).
-const PLUS_BATCH: usize = 32;
 
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
 fn writes(flags: i32) -> bool {
@@ -87,11 +72,114 @@ impl State {
         flags
     }
 
+    /// True when a request on a file carries no handle because the kernel
+    /// sends no OPEN (handle 0 under `FUSE_NO_OPEN_SUPPORT`).
+    fn handleless(&self, fh: FileHandle) -> bool {
+        fh.0 == 0 && self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT)
+    }
+
+    /// A descriptor of the upper file of `ino` for one request without a
+    /// handle, opened with `flags`; `None` while it has no upper entry.
+    fn request_fd(&self, ino: u64, flags: i32) -> Res<Option<std::os::fd::OwnedFd>> {
+        match self.info(ino)?.upper {
+            Some(up) => Ok(Some(sys::reopen(up.fd.as_fd(), flags).map_err(errno)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A READ without a handle: from the upper file if `ino` has one, else
+    /// from the lower file, opened by the lower layer for this read.
+    fn read_handleless(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
+        if let Some(fd) = self.request_fd(ino, libc::O_RDONLY)? {
+            return sys::pread(fd.as_fd(), buf, offset).map_err(errno);
+        }
+        let n = self.info(ino)?;
+        if n.kind != libc::S_IFREG {
+            return Err(Errno::EINVAL);
+        }
+        let path = self.path(ino)?;
+        match self.lower.open(&path).map_err(errno)? {
+            None => Err(Errno::ENOENT),
+            Some(LowerOpen::File(f)) => f.read_at(offset, buf).map_err(errno),
+            Some(LowerOpen::ReadAt) => self
+                .lower
+                .read_at(&path, offset, buf)
+                .map_err(errno)?
+                .ok_or(Errno::ENOENT),
+        }
+    }
+
+    /// The upper file of `ino` for a change through a request without a
+    /// handle: copied up first if it is only in the lower layer (as an
+    /// open for writing does), then opened with `flags`. The caller holds
+    /// the gate.
+    fn request_fd_for_change(&self, ino: u64, flags: i32) -> Res<std::os::fd::OwnedFd> {
+        let up = {
+            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+            self.check_lower_reserved(ino)?;
+            self.copy_up(ino, None)?
+        };
+        sys::reopen(up.as_fd(), flags).map_err(errno)
+    }
+
+    /// Reports what a request without a handle left in `ino` (open as
+    /// `fd`), as a close does for a handle.
+    fn content_after(&self, ino: u64, fd: BorrowedFd<'_>) {
+        let now = sys::fstat(fd).ok();
+        for path in self.nodes.paths(ino) {
+            self.after(Mutation::Content { path: &path }, now.as_ref());
+        }
+    }
+
+    /// The lower file a lower handle reads (`None`: read `path` with
+    /// `Lower::read_at`), opened by the lower layer at the first read
+    /// that needs it: resolved once per handle, not at every read, and
+    /// not at all while the kernel answers from its cached pages.
+    fn lower_source(
+        &self,
+        path: &[u8],
+        file: &Mutex<LowerSource>,
+    ) -> Res<Option<Arc<dyn super::LowerFile>>> {
+        let mut source = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let LowerSource::Unopened = *source {
+            *source = match self.lower.open(path).map_err(errno)? {
+                None => return Err(Errno::ENOENT),
+                Some(LowerOpen::File(f)) => LowerSource::File(Arc::from(f)),
+                Some(LowerOpen::ReadAt) => LowerSource::ReadAt,
+            };
+        }
+        Ok(match &*source {
+            LowerSource::File(f) => Some(Arc::clone(f)),
+            LowerSource::Unopened | LowerSource::ReadAt => None,
+        })
+    }
+
+    /// The upper file handle `fh` (every writer is one); `EBADF` otherwise.
+    fn writer(&self, fh: FileHandle) -> Res<Arc<OHandle>> {
+        let h = self.handle(fh)?;
+        if h.upper().is_none() {
+            return Err(Errno::EBADF);
+        }
+        Ok(h)
+    }
+
+    /// `fsync`/`fdatasync` of an open handle (nothing to do for a lower
+    /// file or a directory listing).
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
+        let oh = self.handle(fh)?;
+        match oh.upper() {
+            Some(h) => sys::fsync(h.fd.as_fd(), datasync).map_err(errno),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Files for State {
     /// `open` of `ino` with open(2) `flags`. Opening a lower file for
     /// writing (or `O_TRUNC`) copies it up first (with no bytes for
     /// `O_TRUNC`), then reports `Content` as the passthrough does.
-    pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
-        if self.open_off.load(Ordering::Relaxed) {
+    fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+        if self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             return Err(Errno::ENOSYS);
         }
         let n = self.info(ino)?;
@@ -140,14 +228,7 @@ impl State {
                 let limit = (flags & libc::O_TRUNC != 0).then_some(0);
                 self.copy_up(ino, limit)?
             };
-            if flags & libc::O_TRUNC == 0 && self.ranged(up.as_fd()) {
-                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-                Handle::new_ranged(fd, ino, epoch)
-            } else {
-                self.before_inode(ino, |path| Mutation::Content { path })?;
-                let fd = sys::reopen(up.as_fd(), flags).map_err(errno)?;
-                Handle::new(fd, ino, epoch)
-            }
+            self.open_writer(up.as_fd(), ino, flags, epoch)?
         };
         let fopen = self.open_flags(ino, handle.fd.as_fd(), true);
         Ok(Opened {
@@ -159,16 +240,8 @@ impl State {
     /// `create` of `parent/name`: opens it with `flags`, making it in the
     /// upper layer (as the caller, `mode & !umask`) if the merged view
     /// lacks it, over a whiteout if there is one.
-    pub(super) fn create(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Res<Created> {
-        if self.open_off.load(Ordering::Relaxed) {
+    fn create(&self, who: Caller, parent: u64, name: &[u8], mode: u32, flags: i32) -> Res<Created> {
+        if self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             // Without OPEN, `ENOSYS` once: the kernel then makes new files
             // with MKNOD and opens them without OPEN, so no file has a
             // handle and every write reports what it left before it
@@ -178,8 +251,6 @@ impl State {
         Self::check_new_name(name)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
-        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
-        let mode = mode & 0o7777 & !umask;
         let epoch = self.hook.epoch();
         let fd = {
             let _gate = self.gate.read();
@@ -194,16 +265,9 @@ impl State {
                 let path = child(&dir_path, name);
                 let had_whiteout = super::whiteout::has(up.as_fd(), &whiteout_name(name))?;
                 self.before(Mutation::Create { path: &path })?;
-                let fd = {
-                    let _as = AsCaller::switch(caller(req)).map_err(errno)?;
-                    sys::openat(
-                        up.as_fd(),
-                        &cname,
-                        flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                        mode,
-                    )
-                    .map_err(errno)?
-                };
+                let fd = who
+                    .create_file(up.as_fd(), &cname, flags, mode)
+                    .map_err(errno)?;
                 let now = sys::fstat(fd.as_fd()).ok();
                 self.after(Mutation::Create { path: &path }, now.as_ref());
                 if had_whiteout {
@@ -233,92 +297,16 @@ impl State {
         })
     }
 
-    /// True when a request on a file carries no handle because the kernel
-    /// sends no OPEN (handle 0 under `FUSE_NO_OPEN_SUPPORT`).
-    fn handleless(&self, fh: FileHandle) -> bool {
-        fh.0 == 0 && self.open_off.load(Ordering::Relaxed)
-    }
-
-    /// A descriptor of the upper file of `ino` for one request without a
-    /// handle, opened with `flags`; `None` while it has no upper entry.
-    fn request_fd(&self, ino: u64, flags: i32) -> Res<Option<std::os::fd::OwnedFd>> {
-        match self.info(ino)?.upper {
-            Some(up) => Ok(Some(sys::reopen(up.fd.as_fd(), flags).map_err(errno)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// A READ without a handle: from the upper file if `ino` has one, else
-    /// from the lower file, opened by the lower layer for this read.
-    fn read_handleless(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
-        if let Some(fd) = self.request_fd(ino, libc::O_RDONLY)? {
-            return sys::pread(fd.as_fd(), buf, offset).map_err(errno);
-        }
-        let n = self.info(ino)?;
-        if n.kind != libc::S_IFREG {
-            return Err(Errno::EINVAL);
-        }
-        let path = self.path(ino)?;
-        match self.lower.open(&path).map_err(errno)? {
-            None => Err(Errno::ENOENT),
-            Some(LowerOpen::File(f)) => f.read_at(offset, buf).map_err(errno),
-            Some(LowerOpen::ReadAt) => self
-                .lower
-                .read_at(&path, offset, buf)
-                .map_err(errno)?
-                .ok_or(Errno::ENOENT),
-        }
-    }
-
-    /// The upper file of `ino` for a change through a request without a
-    /// handle: copied up first if it is only in the lower layer (as an
-    /// open for writing does), then opened with `flags`. The caller holds
-    /// the gate.
-    fn request_fd_for_change(&self, ino: u64, flags: i32) -> Res<std::os::fd::OwnedFd> {
-        let up = {
-            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
-            self.check_lower_reserved(ino)?;
-            self.copy_up(ino, None)?
-        };
-        sys::reopen(up.as_fd(), flags).map_err(errno)
-    }
-
-    /// Called under the gate before a request without a handle changes
-    /// `[offset, offset + len)` of `ino` (open as `fd`): the first such
-    /// request of a hook epoch decides, as an open for writing did,
-    /// whether the file is written as ranges and reports `Content` or the
-    /// range; later ones in the epoch report only their ranges (ranged) or
-    /// nothing (the upper layer changes through this mount alone).
-    fn content_before(&self, ino: u64, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Res<()> {
-        let epoch = self.hook.epoch();
-        match self.nodes.reported(ino) {
-            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
-            Some((e, false)) if e == epoch => Ok(()),
-            _ => {
-                let ranged = self.ranged(fd);
-                if ranged {
-                    self.before_range(ino, offset, len)?;
-                } else {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                self.nodes.set_reported(ino, epoch, ranged);
-                Ok(())
-            }
-        }
-    }
-
-    /// Reports what a request without a handle left in `ino` (open as
-    /// `fd`), as a close does for a handle.
-    fn content_after(&self, ino: u64, fd: BorrowedFd<'_>) {
-        let now = sys::fstat(fd).ok();
-        for path in self.nodes.paths(ino) {
-            self.after(Mutation::Content { path: &path }, now.as_ref());
-        }
-    }
-
     /// `read`: at most `size` bytes of file `ino` through handle `fh` at
     /// `offset`.
-    pub(super) fn read(&self, ino: u64, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
+    fn read(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _direct: bool,
+    ) -> Res<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];
         if self.handleless(fh) {
             let n = self.read_handleless(ino, offset, &mut buf)?;
@@ -362,54 +350,16 @@ impl State {
         Ok(buf)
     }
 
-    /// The lower file a lower handle reads (`None`: read `path` with
-    /// `Lower::read_at`), opened by the lower layer at the first read
-    /// that needs it: resolved once per handle, not at every read, and
-    /// not at all while the kernel answers from its cached pages.
-    fn lower_source(
-        &self,
-        path: &[u8],
-        file: &Mutex<LowerSource>,
-    ) -> Res<Option<Arc<dyn super::LowerFile>>> {
-        let mut source = file.lock().unwrap_or_else(|e| e.into_inner());
-        if let LowerSource::Unopened = *source {
-            *source = match self.lower.open(path).map_err(errno)? {
-                None => return Err(Errno::ENOENT),
-                Some(LowerOpen::File(f)) => LowerSource::File(Arc::from(f)),
-                Some(LowerOpen::ReadAt) => LowerSource::ReadAt,
-            };
-        }
-        Ok(match &*source {
-            LowerSource::File(f) => Some(Arc::clone(f)),
-            LowerSource::Unopened | LowerSource::ReadAt => None,
-        })
-    }
-
-    /// The upper file handle `fh` (every writer is one); `EBADF` otherwise.
-    fn writer(&self, fh: FileHandle) -> Res<Arc<OHandle>> {
-        let h = self.handle(fh)?;
-        if h.upper().is_none() {
-            return Err(Errno::EBADF);
-        }
-        Ok(h)
-    }
-
-    /// Called before `[offset, offset + len)` of `h`'s file changes.
-    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
-        h.mark_dirty();
-        if h.ranged {
-            return self.before_range(h.ino, offset, len);
-        }
-        let epoch = self.hook.epoch();
-        if h.epoch() != epoch {
-            self.before_inode(h.ino, |path| Mutation::Content { path })?;
-            h.set_epoch(epoch);
-        }
-        Ok(())
-    }
-
     /// `write` of `data` at `offset` into file `ino` through handle `fh`.
-    pub(super) fn write(&self, ino: u64, fh: FileHandle, offset: u64, data: &[u8]) -> Res<usize> {
+    fn write(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _how: WriteHow,
+        _caller: Caller,
+    ) -> Res<usize> {
         if self.handleless(fh) {
             let _gate = self.gate.read();
             let fd = self.request_fd_for_change(ino, libc::O_WRONLY)?;
@@ -428,8 +378,8 @@ impl State {
     /// `flush` (each close(2) of the handle `fh`). Without OPEN, `ENOSYS`:
     /// the kernel then sends no FLUSH again; each request without a handle
     /// reports what it left itself.
-    pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
-        if self.open_off.load(Ordering::Relaxed) {
+    fn flush(&self, fh: FileHandle) -> Res<()> {
+        if self.granted.has(InitFlags::FUSE_NO_OPEN_SUPPORT) {
             return Err(Errno::ENOSYS);
         }
         let oh = self.handle(fh)?;
@@ -443,7 +393,7 @@ impl State {
     }
 
     /// `release` of the handle `fh` (its last close); never fails.
-    pub(super) fn release(&self, fh: FileHandle) {
+    fn release(&self, fh: FileHandle) {
         if let Some(oh) = self.handles.remove(fh.0) {
             if let Some(h) = oh.upper() {
                 if h.epoch() != NO_EPOCH && h.take_dirty() {
@@ -456,7 +406,7 @@ impl State {
     /// `fsync`/`fdatasync` of file `ino` through handle `fh`, or through a
     /// descriptor of its own without a handle (nothing to do for a file
     /// only in the lower layer).
-    pub(super) fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+    fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
         if self.handleless(fh) {
             return match self.request_fd(ino, libc::O_RDONLY)? {
                 Some(fd) => sys::fsync(fd.as_fd(), datasync).map_err(errno),
@@ -466,25 +416,16 @@ impl State {
         self.fsync(fh, datasync)
     }
 
-    /// `fsync`/`fdatasync` of an open handle (nothing to do for a lower
-    /// file or a directory listing).
-    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
-        let oh = self.handle(fh)?;
-        match oh.upper() {
-            Some(h) => sys::fsync(h.fd.as_fd(), datasync).map_err(errno),
-            None => Ok(()),
-        }
-    }
-
     /// `fallocate` of `[offset, offset + length)` of file `ino` with
     /// fallocate(2) `mode`.
-    pub(super) fn fallocate(
+    fn fallocate(
         &self,
         ino: u64,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
+        _caller: Caller,
     ) -> Res<()> {
         if self.handleless(fh) {
             let _gate = self.gate.read();
@@ -513,7 +454,7 @@ impl State {
 
     /// `lseek` of file `ino` through handle `fh` (`SEEK_DATA`/`SEEK_HOLE`);
     /// a lower file is all data.
-    pub(super) fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+    fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
         if self.handleless(fh) {
             if let Some(fd) = self.request_fd(ino, libc::O_RDONLY)? {
                 return sys::lseek(fd.as_fd(), offset, whence).map_err(errno);
@@ -536,13 +477,14 @@ impl State {
 
     /// `copy_file_range` of `len` bytes; the bytes copied. Only the
     /// destination is a mutation; a lower source is read and written.
-    pub(super) fn copy_file_range(
+    fn copy_file_range(
         &self,
         (ino_in, fh_in): (u64, FileHandle),
         offset_in: u64,
         (ino_out, fh_out): (u64, FileHandle),
         offset_out: u64,
         len: u64,
+        caller: Caller,
     ) -> Res<usize> {
         if !self.handleless(fh_in) && !self.handleless(fh_out) {
             let h_in = self.handle(fh_in)?;
@@ -563,279 +505,12 @@ impl State {
             }
         }
         let size = u32::try_from(len.min(1 << 20)).unwrap_or(1 << 20);
-        let data = self.read(ino_in, fh_in, offset_in, size)?;
-        self.write(ino_out, fh_out, offset_out, &data)
-    }
-
-    /// `fsyncdir` of `ino` through handle `fh`; handle 0 (no OPENDIR):
-    /// the upper directory's own fd, if it has one.
-    pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
-        if fh.0 != 0 || !self.opendir_off.load(Ordering::Relaxed) {
-            return self.fsync(fh, datasync);
-        }
-        match self.info(ino)?.upper {
-            Some(up) => {
-                let fd = sys::openat(
-                    up.fd.as_fd(),
-                    &std::ffi::CString::from(c"."),
-                    libc::O_RDONLY | libc::O_DIRECTORY,
-                    0,
-                )
-                .map_err(errno)?;
-                sys::fsync(fd.as_fd(), datasync).map_err(errno)
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// `opendir` of `ino`. With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`:
-    /// the kernel then sends no OPENDIR or RELEASEDIR again, READDIR with
-    /// handle 0, and keeps each listing it read until it is invalidated.
-    /// That is coherent because a merged listing changes only through this
-    /// mount (the kernel drops its cached listing of a directory it
-    /// changes) or by a rewind of the worktree (its daemon invalidates
-    /// each directory it touched: `cache.rs`); the base never changes.
-    pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
-        if self.opendir_off.load(Ordering::Relaxed) {
-            return Err(Errno::ENOSYS);
-        }
-        let n = self.info(ino)?;
-        if n.kind != libc::S_IFDIR {
-            return Err(Errno::ENOTDIR);
-        }
-        // The merged listing changes only with the upper dir (whose ctime
-        // moves with every entry, whiteout or marker added or removed in
-        // it) or when a lower-only dir gets its upper twin; the lower layer
-        // never changes. So an unchanged stamp keeps the kernel's listing.
-        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
-        let stamp = match &n.upper {
-            Some(up) => sys::fstat(up.fd.as_fd()).ok().map(|st| Stamp::of(&st)),
-            None => Some(Stamp::default()),
+        let data = self.read(ino_in, fh_in, offset_in, size, false)?;
+        let how = WriteHow {
+            direct: false,
+            kill: false,
+            landing: 0,
         };
-        if stamp.is_some_and(|s| self.nodes.opened(ino, s)) {
-            flags |= FopenFlags::FOPEN_KEEP_CACHE;
-        }
-        let fh = self.handles.insert(OHandle::Dir {
-            entries: Mutex::new(None),
-        });
-        Ok(Opened { fh, flags })
-    }
-
-    /// `releasedir` of the directory handle `fh`.
-    pub(super) fn releasedir(&self, fh: FileHandle) {
-        self.handles.remove(fh.0);
-    }
-
-    /// The merged listing of directory `ino`, `.` and `..` first. A lower
-    /// entry the kernel has not cached gets its number only when `readdir`
-    /// sends it (`LOWER_UNKNOWN` until then): `readdirplus` looks each
-    /// entry up anyway, and a lower lookup costs a look at the base.
-    fn dir_items(&self, ino: u64) -> Res<Vec<DirItem>> {
-        let n = self.info(ino)?;
-        let path = self.path(ino)?;
-        let visible = self.lower_visible(&n)?;
-        let listing = self.listing(n.upper.as_ref().map(|u| u.fd.as_fd()), &path, visible)?;
-        let parent = self.nodes.parent(ino).unwrap_or(ROOT);
-        let mut out = Vec::with_capacity(listing.items.len() + 2);
-        out.push(DirItem {
-            name: b".".to_vec(),
-            kind: FileType::Directory,
-            ino,
-        });
-        out.push(DirItem {
-            name: b"..".to_vec(),
-            kind: FileType::Directory,
-            ino: parent,
-        });
-        for (name, item) in listing.items {
-            // The number `stat` shows when the entry is cached; else a
-            // good guess (never 0, which some programs skip).
-            let shown = match (self.nodes.child(ino, &name), item.from) {
-                (Some(i), _) => i,
-                (None, From::Upper(d_ino)) => d_ino,
-                (None, From::Lower) => LOWER_UNKNOWN,
-            };
-            out.push(DirItem {
-                name,
-                kind: item.kind,
-                ino: shown,
-            });
-        }
-        Ok(out)
-    }
-
-    /// The listing of directory handle `fh` for a read from `offset`.
-    ///
-    /// Without a handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0) the listing
-    /// taken at offset 0 is kept per directory in `listings` until a read
-    /// reaches its end (`listing_read`) or the directory is forgotten, so
-    /// the later chunks of one read continue the same sorted list (an
-    /// offset is an index into it) instead of merging the directory again
-    /// for each chunk.
-    fn dir_entries(&self, ino: u64, fh: FileHandle, offset: u64) -> Res<Arc<Vec<DirItem>>> {
-        if fh.0 == 0 && self.opendir_off.load(Ordering::Relaxed) {
-            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
-            if offset != 0 {
-                if let Some(list) = listings.get(&ino) {
-                    return Ok(Arc::clone(list));
-                }
-            }
-            let list = Arc::new(self.dir_items(ino)?);
-            listings.insert(ino, Arc::clone(&list));
-            return Ok(list);
-        }
-        let h = self.handle(fh)?;
-        let OHandle::Dir { entries, .. } = &*h else {
-            return Err(Errno::EBADF);
-        };
-        let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
-        match &*entries {
-            Some(list) if offset != 0 => Ok(Arc::clone(list)),
-            _ => {
-                let list = Arc::new(self.dir_items(ino)?);
-                *entries = Some(Arc::clone(&list));
-                Ok(list)
-            }
-        }
-    }
-
-    /// `readdir` of `ino` through handle `fh` from `offset`, into `reply`.
-    pub(super) fn readdir(
-        &self,
-        ino: u64,
-        fh: FileHandle,
-        offset: u64,
-        reply: &mut ReplyDirectory,
-    ) -> Res<()> {
-        let list = self.dir_entries(ino, fh, offset)?;
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let mut path = None;
-        for (i, item) in list.iter().enumerate().skip(start) {
-            let name = OsStr::from_bytes(&item.name);
-            let shown = match item.ino {
-                LOWER_UNKNOWN => {
-                    if path.is_none() {
-                        path = Some(self.path(ino)?);
-                    }
-                    self.lower_number(ino, path.as_deref().unwrap_or_default(), &item.name)
-                }
-                n => n,
-            };
-            if reply.add(INodeNo(shown), i as u64 + 1, item.kind, name) {
-                return Ok(());
-            }
-        }
-        self.listing_read(ino, fh);
-        Ok(())
-    }
-
-    /// The number `readdir` shows for the lower entry `name` of directory
-    /// `dir` (at `path`): the node's if the kernel cached it meanwhile, else
-    /// the lower entry's (`u64::MAX` if it cannot be read).
-    fn lower_number(&self, dir: u64, path: &[u8], name: &[u8]) -> u64 {
-        if let Some(i) = self.nodes.child(dir, name) {
-            return i;
-        }
-        self.lower
-            .lookup(path, name)
-            .ok()
-            .flatten()
-            .map_or(u64::MAX, |a| super::node::lower_number(a.origin))
-    }
-
-    /// The lower layer's answers for the lower entries of `list` from
-    /// `start` on that the kernel has not cached, at most
-    /// [`PLUS_BATCH`] (what a 4 KiB READDIRPLUS reply holds; a larger
-    /// reply asks for the next batch when it gets there), asked in one
-    /// [`Lower::lookup_all`]: a worktree's base checks the project's
-    /// records once for all of them instead of once per entry. Empty when
-    /// the lower children do not show or the layer fails (each entry is
-    /// then looked up alone, and fails alone).
-    fn lower_hints(
-        &self,
-        ino: u64,
-        list: &[DirItem],
-        start: usize,
-    ) -> HashMap<Vec<u8>, Option<super::lower::Attr>> {
-        let names: Vec<&[u8]> = list
-            .iter()
-            .skip(start)
-            .filter(|item| item.ino == LOWER_UNKNOWN)
-            .take(PLUS_BATCH)
-            .map(|item| item.name.as_slice())
-            .collect();
-        if names.is_empty() {
-            return HashMap::new();
-        }
-        let visible = self
-            .info(ino)
-            .and_then(|n| self.lower_visible(&n))
-            .unwrap_or(false);
-        let (true, Ok(path)) = (visible, self.path(ino)) else {
-            return HashMap::new();
-        };
-        match self.lower.lookup_all(&path, &names) {
-            Ok(attrs) if attrs.len() == names.len() => {
-                names.into_iter().map(<[u8]>::to_vec).zip(attrs).collect()
-            }
-            _ => HashMap::new(),
-        }
-    }
-
-    /// A read without a handle reached the end of `ino`'s listing: it is
-    /// dropped (the next read from offset 0 merges the directory again).
-    fn listing_read(&self, ino: u64, fh: FileHandle) {
-        if fh.0 == 0 {
-            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
-            listings.remove(&ino);
-        }
-    }
-
-    /// `readdirplus`: as `readdir`, each entry but `.` and `..` looked up
-    /// (one lookup the kernel owes a `forget` for, dropped again for an
-    /// entry that did not fit).
-    pub(super) fn readdirplus(
-        &self,
-        ino: u64,
-        fh: FileHandle,
-        offset: u64,
-        reply: &mut ReplyDirectoryPlus,
-    ) -> Res<()> {
-        let list = self.dir_entries(ino, fh, offset)?;
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let mut hints = self.lower_hints(ino, &list, start);
-        for (i, item) in list.iter().enumerate().skip(start) {
-            if item.ino == LOWER_UNKNOWN && !hints.contains_key(item.name.as_slice()) {
-                // The reply holds more than the batch: the next one.
-                hints = self.lower_hints(ino, &list, i);
-            }
-            let name = OsStr::from_bytes(&item.name);
-            let off = i as u64 + 1;
-            if item.name == b"." || item.name == b".." {
-                let full = reply.add(
-                    INodeNo(item.ino),
-                    off,
-                    name,
-                    &self.entry_ttl,
-                    &dot_attr(item.ino),
-                    Generation(0),
-                );
-                if full {
-                    return Ok(());
-                }
-                continue;
-            }
-            let hint = hints.get(item.name.as_slice());
-            let Ok(a) = self.lookup_entry_hinted(ino, &item.name, hint) else {
-                // Gone since the listing: skip it, as a later readdir would.
-                continue;
-            };
-            if reply.add(a.ino, off, name, &self.entry_ttl, &a, Generation(0)) {
-                self.nodes.forget(a.ino.0, 1);
-                return Ok(());
-            }
-        }
-        self.listing_read(ino, fh);
-        Ok(())
+        self.write(ino_out, fh_out, offset_out, &data, how, caller)
     }
 }

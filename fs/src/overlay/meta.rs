@@ -6,44 +6,18 @@
 
 use std::os::fd::AsFd;
 
-use fuser::{Errno, FileHandle, TimeOrNow};
+use fuser::{Errno, FileHandle};
 
 use super::state::State;
 use crate::errno::errno;
+use crate::front::{Meta, SetAttr};
 use crate::hook::Mutation;
 use crate::passthrough::attr::timespec;
 use crate::reply::{Attr, Res, Xattr};
+use crate::report::Report;
 use crate::sys;
 
-/// The optional fields of a `setattr` call.
-pub(super) struct SetAttr {
-    pub(super) mode: Option<u32>,
-    pub(super) uid: Option<u32>,
-    pub(super) gid: Option<u32>,
-    pub(super) size: Option<u64>,
-    pub(super) atime: Option<TimeOrNow>,
-    pub(super) mtime: Option<TimeOrNow>,
-    pub(super) fh: Option<FileHandle>,
-}
-
-/// An xattr answer: the size `n` when the request's `size` was 0.
-fn sized(size: u32, n: usize, buf: Vec<u8>) -> Xattr {
-    if size == 0 {
-        Xattr::Size(n)
-    } else {
-        Xattr::Data(buf)
-    }
-}
-
 impl State {
-    /// `getattr` of `ino`.
-    pub(super) fn getattr(&self, ino: u64) -> Res<Attr> {
-        Ok(Attr {
-            attr: self.stat(ino)?,
-            ttl: self.attr_ttl,
-        })
-    }
-
     /// Copies `ino` up (under the namespace lock) for a change of its own;
     /// `limit` as in [`State::copy_up`]. The caller holds the gate.
     fn copy_up_for_change(
@@ -55,10 +29,20 @@ impl State {
         self.check_lower_reserved(ino)?;
         self.copy_up(ino, limit)
     }
+}
+
+impl Meta for State {
+    /// `getattr` of `ino`.
+    fn getattr(&self, ino: u64, _fh: Option<FileHandle>) -> Res<Attr> {
+        Ok(Attr {
+            attr: self.stat(ino)?,
+            ttl: self.attr_ttl,
+        })
+    }
 
     /// `setattr`: mode, owner, size and times of `ino` (through the handle
     /// when it is an upper one); answers the attributes after the change.
-    pub(super) fn setattr(&self, ino: u64, a: &SetAttr) -> Res<Attr> {
+    fn setattr(&self, ino: u64, a: &SetAttr) -> Res<Attr> {
         let handle = a.fh.and_then(|fh| self.handles.get(fh.0));
         let upper_handle = handle.as_ref().and_then(|h| h.upper());
         {
@@ -105,11 +89,11 @@ impl State {
                 self.after_inode(ino, |path| Mutation::Metadata { path });
             }
         }
-        self.getattr(ino)
+        self.getattr(ino, None)
     }
 
     /// `readlink`: the target of the symlink `ino`.
-    pub(super) fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+    fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
         let n = self.info(ino)?;
         if let Some(up) = &n.upper {
             return sys::readlink_fd(up.fd.as_fd()).map_err(errno);
@@ -122,7 +106,7 @@ impl State {
     }
 
     /// `statfs`: the upper filesystem's.
-    pub(super) fn statfs(&self) -> Res<libc::statvfs> {
+    fn statfs(&self, _ino: u64) -> Res<libc::statvfs> {
         let root = self.info(crate::inode::ROOT)?;
         let up = root.upper.ok_or(Errno::EIO)?;
         sys::statvfs(up.fd.as_fd()).map_err(errno)
@@ -130,12 +114,12 @@ impl State {
 
     /// `access`: with `default_permissions` the kernel checks the mode bits
     /// itself; this only confirms the inode still exists.
-    pub(super) fn access(&self, ino: u64) -> Res<()> {
+    fn access(&self, ino: u64) -> Res<()> {
         self.stat(ino).map(|_| ())
     }
 
     /// `setxattr` of `name` on `ino` (copied up first).
-    pub(super) fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+    fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
         let name = sys::cname_any(name).map_err(errno)?;
         let _gate = self.gate.read();
         let fd = self.copy_up_for_change(ino, None)?;
@@ -146,30 +130,24 @@ impl State {
     }
 
     /// `getxattr` of `name` on `ino`; a lower entry has none (`ENODATA`).
-    pub(super) fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
+    fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
         let n = self.info(ino)?;
         let up = n.upper.ok_or(Errno::ENODATA)?;
         let name = sys::cname_any(name).map_err(errno)?;
-        let mut buf = vec![0u8; size as usize];
-        let got = sys::getxattr(up.fd.as_fd(), &name, &mut buf).map_err(errno)?;
-        buf.truncate(got);
-        Ok(sized(size, got, buf))
+        Xattr::read(size, |buf| sys::getxattr(up.fd.as_fd(), &name, buf))
     }
 
     /// `listxattr` of `ino`; empty for a lower entry.
-    pub(super) fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
+    fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
         let n = self.info(ino)?;
         let Some(up) = n.upper else {
-            return Ok(sized(size, 0, Vec::new()));
+            return Xattr::read(size, |_| Ok(0));
         };
-        let mut buf = vec![0u8; size as usize];
-        let got = sys::listxattr(up.fd.as_fd(), &mut buf).map_err(errno)?;
-        buf.truncate(got);
-        Ok(sized(size, got, buf))
+        Xattr::read(size, |buf| sys::listxattr(up.fd.as_fd(), buf))
     }
 
     /// `removexattr` of `name` on `ino`; `ENODATA` for a lower entry.
-    pub(super) fn removexattr(&self, ino: u64, name: &[u8]) -> Res<()> {
+    fn removexattr(&self, ino: u64, name: &[u8]) -> Res<()> {
         let n = self.info(ino)?;
         if n.upper.is_none() {
             return Err(Errno::ENODATA);

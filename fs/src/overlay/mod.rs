@@ -32,10 +32,13 @@
 //!   renames.
 //! - `ns.rs`: create-like operations, unlink, rmdir; `rename.rs`: renames.
 //! - `io.rs`: open, create, read/write and the rest of file I/O (without
-//!   OPEN, `FUSE_NO_OPEN_SUPPORT`: requests with handle 0), readdir;
-//!   `meta.rs`: setattr, readlink, xattrs, statfs; `handle.rs`: handles.
-//! - `fs.rs`: the `fuser::Filesystem` callbacks; `cache.rs`: invalidation
-//!   and write-back for the controller.
+//!   OPEN, `FUSE_NO_OPEN_SUPPORT`: requests with handle 0); `dir.rs`:
+//!   directory handles and merged listings; `meta.rs`: getattr, setattr,
+//!   readlink, xattrs, statfs; `handle.rs`: handles.
+//! - The requests are decoded and answered by the crate's one front end
+//!   (`front.rs`): `state.rs` says what the overlay asks for at init, and
+//!   `ns.rs`, `meta.rs`, `io.rs` and `dir.rs` implement its operation
+//!   traits; `cache.rs`: invalidation and write-back for the controller.
 //!
 //! **Decisions** (user-visible ones also in `fs/README.md`, "Overlay"):
 //!
@@ -73,7 +76,7 @@
 
 mod cache;
 mod copy_up;
-mod fs;
+mod dir;
 mod handle;
 mod io;
 mod lower;
@@ -87,5 +90,4 @@ mod whiteout;
 
 pub use lower::{Attr, DirEntry, Kind, Lent, Lower, LowerFile, LowerOpen};
 
-pub(crate) use fs::Overlay;
 pub(crate) use state::{Settings, State};

@@ -32,7 +32,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::lower::{Attr, Kind};
 use std::os::fd::AsFd;
 
-use crate::inode::{child, join, InodeKey, Names, Stamp, MAX_DEPTH, MIN_FD_BUDGET, ROOT};
+use crate::inode::{
+    path_in, paths_in, trim_in, InodeKey, Names, Stamp, MAX_DEPTH, MIN_FD_BUDGET, ROOT,
+};
 use crate::sys;
 
 /// First number handed out when an entry's preferred number is taken.
@@ -138,24 +140,7 @@ impl Table {
     /// quarter of the budget is free; returns them, to be closed once the
     /// lock is released.
     fn trim(&mut self, keep: u64) -> Vec<Arc<OwnedFd>> {
-        let mut closed = Vec::new();
-        if self.fds <= self.fd_budget {
-            return closed;
-        }
-        let target = self.fd_budget - self.fd_budget / 4;
-        for (ino, node) in &mut self.nodes {
-            if self.fds <= target {
-                break;
-            }
-            if *ino == ROOT || *ino == keep || node.names.is_empty() {
-                continue;
-            }
-            if let Some(fd) = node.upper.as_mut().and_then(|s| s.fd.take()) {
-                closed.push(fd);
-                self.fds -= 1;
-            }
-        }
-        closed
+        trim_in(&mut self.nodes, &mut self.fds, self.fd_budget, keep)
     }
 
     fn free(&self, ino: u64) -> bool {
@@ -204,17 +189,7 @@ pub(super) fn lower_number(origin: u64) -> u64 {
 
 impl Table {
     fn path(&self, ino: u64) -> Option<Vec<u8>> {
-        let mut parts: Vec<&[u8]> = Vec::new();
-        let mut cur = ino;
-        while cur != ROOT {
-            if parts.len() > MAX_DEPTH {
-                return None;
-            }
-            let (parent, name) = self.nodes.get(&cur)?.names.first()?;
-            parts.push(name);
-            cur = *parent;
-        }
-        Some(join(parts.iter().rev().copied()))
+        path_in(&self.nodes, ino)
     }
 
     fn unlink_name(&mut self, parent: u64, name: &[u8]) -> Option<u64> {
@@ -227,6 +202,14 @@ impl Table {
 }
 
 impl crate::inode::Named for Node {
+    fn names(&self) -> &[(u64, Vec<u8>)] {
+        &self.names
+    }
+
+    fn take_fd(&mut self) -> Option<Arc<OwnedFd>> {
+        self.upper.as_mut().and_then(|s| s.fd.take())
+    }
+
     fn names_mut(&mut self) -> &mut Vec<(u64, Vec<u8>)> {
         &mut self.names
     }
@@ -453,17 +436,7 @@ impl Nodes {
 
     /// Every known path of `ino` (one per known hard link).
     pub(super) fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
-        if ino == ROOT {
-            return vec![Vec::new()];
-        }
-        let table = self.lock();
-        let Some(node) = table.nodes.get(&ino) else {
-            return Vec::new();
-        };
-        node.names
-            .iter()
-            .filter_map(|(parent, name)| Some(child(&table.path(*parent)?, name)))
-            .collect()
+        paths_in(&self.lock().nodes, ino)
     }
 
     /// The first known name of `ino`.

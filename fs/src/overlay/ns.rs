@@ -1,5 +1,7 @@
-//! Creating and removing names in the merged view: create-like operations
-//! (mknod, mkdir, symlink, link; `create` is in `io.rs`) and unlink/rmdir.
+//! Names in the merged view (the overlay's [`crate::front::Names`]):
+//! lookup and forget, create-like operations (mknod, mkdir, symlink, link;
+//! `create` is in `io.rs`), unlink/rmdir, and rename (its steps are in
+//! `rename.rs`).
 //!
 //! Every one takes the quiesce gate, then the namespace lock, checks the
 //! merged view, copies the parent directory up if it is only in the lower
@@ -19,7 +21,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use fuser::{Errno, Request};
+use fuser::{Errno, RenameFlags};
 
 use super::lower::Kind;
 use super::node::kind_mode;
@@ -27,20 +29,13 @@ use super::state::State;
 use super::whiteout::{self, reserved, whiteout_name, OPAQUE};
 use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::errno;
+use crate::front::Names;
 use crate::hook::Mutation;
 use crate::inode::child;
 use crate::passthrough::attr::decode_dev;
 use crate::reply::{Entry, Res};
+use crate::report::Report;
 use crate::sys;
-
-/// The caller of a request, as entries it creates should be owned.
-pub(super) fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-    }
-}
 
 impl State {
     /// Creates `parent/name` with `make` (run as the caller) in the upper
@@ -49,7 +44,7 @@ impl State {
     /// directory.
     fn create_entry(
         &self,
-        req: &Request,
+        caller: Caller,
         parent: u64,
         name: &[u8],
         dir: bool,
@@ -70,7 +65,7 @@ impl State {
             let had_whiteout = whiteout::has(up.as_fd(), &wh)?;
             self.before(Mutation::Create { path: &path })?;
             {
-                let _as = AsCaller::switch(caller(req)).map_err(errno)?;
+                let _as = AsCaller::switch(caller).map_err(errno)?;
                 make(up.as_fd(), &cname).map_err(errno)?;
             }
             let now = sys::stat_at(up.as_fd(), &cname).ok().flatten();
@@ -112,62 +107,6 @@ impl State {
             .is_some_and(|a| a.kind == Kind::Dir))
     }
 
-    /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
-    /// kernel's 32-bit encoding.
-    pub(super) fn mknod(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-    ) -> Res<Entry> {
-        self.create_entry(req, parent, name, false, |dir, name| {
-            sys::mknodat(dir, name, mode, decode_dev(rdev))
-        })
-    }
-
-    /// `mkdir` of `parent/name` with permission bits `mode`.
-    pub(super) fn mkdir(&self, req: &Request, parent: u64, name: &[u8], mode: u32) -> Res<Entry> {
-        self.create_entry(req, parent, name, true, |dir, name| {
-            sys::mkdirat(dir, name, mode)
-        })
-    }
-
-    /// `symlink`: `parent/name` pointing at `target`.
-    pub(super) fn symlink(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Res<Entry> {
-        let target = sys::cname_any(target).map_err(errno)?;
-        self.create_entry(req, parent, name, false, |dir, name| {
-            sys::symlinkat(&target, dir, name)
-        })
-    }
-
-    /// `link`: a new name `new_parent/new_name` for `ino`, copied up first
-    /// (a lower file gets its upper copy, which both names then share).
-    pub(super) fn link(
-        &self,
-        req: &Request,
-        ino: u64,
-        new_parent: u64,
-        new_name: &[u8],
-    ) -> Res<Entry> {
-        let src = {
-            let _gate = self.gate.read();
-            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
-            self.check_lower_reserved(ino)?;
-            self.copy_up(ino, None)?
-        };
-        self.create_entry(req, new_parent, new_name, false, |dir, name| {
-            sys::link_fd(src.as_fd(), dir, name)
-        })
-    }
-
     /// `EROFS` for a lower entry whose name starts with `.wh.` (it cannot
     /// be copied up).
     pub(super) fn check_lower_reserved(&self, ino: u64) -> Res<()> {
@@ -177,9 +116,83 @@ impl State {
         }
         Ok(())
     }
+}
+
+impl Names for State {
+    /// `lookup`: the entry `parent/name`; a name the merged view lacks is
+    /// a negative entry (inode 0) cached for the negative TTL, or `ENOENT`
+    /// when that is zero.
+    ///
+    /// A miss stays true until the worktree itself makes the name: through
+    /// this mount (the kernel drops the negative entry when it creates,
+    /// links or renames onto the name) or by a rewind of the worktree (its
+    /// daemon invalidates every path it touched, a miss included: see
+    /// `cache.rs`). The base never gains a name: the project's later
+    /// creations are recorded as absent at the base first. Only a name
+    /// made in the project behind its mount after the base (drift) can
+    /// stay hidden for up to the TTL, as a cached positive entry hides
+    /// drift (`docs/worktrees.md`).
+    fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
+        match self.lookup_entry(parent, name) {
+            Ok(a) => Ok(self.entry(a)),
+            Err(e) if e == Errno::ENOENT && !self.negative_ttl.is_zero() => Ok(Entry {
+                attr: crate::passthrough::attr::dot_attr(0),
+                attr_ttl: self.negative_ttl,
+                entry_ttl: self.negative_ttl,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `forget`: the kernel dropped `n` lookups of `ino`; a directory it
+    /// no longer holds loses its kept listing (`listings`).
+    fn forget(&self, ino: u64, n: u64) {
+        self.nodes.forget(ino, n);
+        if self.nodes.info(ino).is_none() {
+            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+            listings.remove(&ino);
+        }
+    }
+
+    /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
+    /// kernel's 32-bit encoding.
+    fn mknod(&self, caller: Caller, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Res<Entry> {
+        self.create_entry(caller, parent, name, false, |dir, name| {
+            sys::mknodat(dir, name, mode, decode_dev(rdev))
+        })
+    }
+
+    /// `mkdir` of `parent/name` with permission bits `mode`.
+    fn mkdir(&self, caller: Caller, parent: u64, name: &[u8], mode: u32) -> Res<Entry> {
+        self.create_entry(caller, parent, name, true, |dir, name| {
+            sys::mkdirat(dir, name, mode)
+        })
+    }
+
+    /// `symlink`: `parent/name` pointing at `target`.
+    fn symlink(&self, caller: Caller, parent: u64, name: &[u8], target: &[u8]) -> Res<Entry> {
+        let target = sys::cname_any(target).map_err(errno)?;
+        self.create_entry(caller, parent, name, false, |dir, name| {
+            sys::symlinkat(&target, dir, name)
+        })
+    }
+
+    /// `link`: a new name `new_parent/new_name` for `ino`, copied up first
+    /// (a lower file gets its upper copy, which both names then share).
+    fn link(&self, caller: Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Res<Entry> {
+        let src = {
+            let _gate = self.gate.read();
+            let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
+            self.check_lower_reserved(ino)?;
+            self.copy_up(ino, None)?
+        };
+        self.create_entry(caller, new_parent, new_name, false, |dir, name| {
+            sys::link_fd(src.as_fd(), dir, name)
+        })
+    }
 
     /// `unlink` (`rmdir` false) or `rmdir` of `parent/name`.
-    pub(super) fn remove(&self, parent: u64, name: &[u8], rmdir: bool) -> Res<()> {
+    fn remove(&self, parent: u64, name: &[u8], rmdir: bool) -> Res<()> {
         let cname = sys::cname(name).map_err(errno)?;
         let _gate = self.gate.read();
         let _ns = self.ns.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,5 +248,12 @@ impl State {
         }
         self.nodes.unlink(parent, name);
         Ok(())
+    }
+
+    /// `rename` of `parent/name` to `new_parent/new_name` with `renameat2`
+    /// flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`; `RENAME_WHITEOUT` is
+    /// `EINVAL`).
+    fn rename(&self, from: (u64, &[u8]), to: (u64, &[u8]), flags: RenameFlags) -> Res<()> {
+        self.rename_merged(from, to, flags)
     }
 }

@@ -33,6 +33,7 @@ use crate::errno::errno;
 use crate::hook::Mutation;
 use crate::inode::{child, InodeKey};
 use crate::reply::Res;
+use crate::report::Report;
 use crate::sys;
 
 /// The parts of a [`Found`] a rename decides on.
@@ -87,15 +88,90 @@ impl State {
         Ok((listing.items.is_empty(), listing.reserved))
     }
 
+    #[allow(clippy::type_complexity)]
+    fn rename_nodes(
+        &self,
+        (parent, name, cname, src_ino, src): (u64, &[u8], &std::ffi::CString, u64, &Side),
+        (np, nn, new_cname, dst_ino, dst): (u64, &[u8], &std::ffi::CString, Option<u64>, &Side),
+        exchange: bool,
+        noreplace: bool,
+        dst_upper: Option<std::os::fd::BorrowedFd<'_>>,
+        dst_reserved: &[Vec<u8>],
+    ) -> Res<()> {
+        self.copy_up_tree(src_ino)?;
+        if let Some(d) = dst_ino {
+            self.copy_up_tree(d)?;
+        }
+        let (pdir, from_dir) = self.upper_dir(parent)?;
+        let (npdir, to_dir) = self.upper_dir(np)?;
+        let from = child(&from_dir, name);
+        let to = child(&to_dir, nn);
+        if !exchange {
+            if dst.lower_shows {
+                self.make_reserved(npdir.as_fd(), &to_dir, &whiteout_name(nn))?;
+            }
+            if let Some(fd) = dst_upper {
+                for r in dst_reserved {
+                    self.drop_reserved(fd, &to, r)?;
+                }
+            }
+            if src.lower_shows {
+                self.make_reserved(pdir.as_fd(), &from_dir, &whiteout_name(name))?;
+            }
+        }
+        if src.kind == Some(libc::S_IFDIR) && self.lower_has_dir(&to)? {
+            let fd = self.copy_up(src_ino, None)?;
+            self.make_reserved(fd.as_fd(), &from, OPAQUE)?;
+        }
+        if let (true, Some(d), Some(libc::S_IFDIR)) = (exchange, dst_ino, dst.kind) {
+            if self.lower_has_dir(&from)? {
+                let fd = self.copy_up(d, None)?;
+                self.make_reserved(fd.as_fd(), &to, OPAQUE)?;
+            }
+        }
+        let mutation = Mutation::Rename {
+            from: &from,
+            to: &to,
+            exchange,
+        };
+        self.before(mutation)?;
+        if !exchange {
+            // The replaced node keeps its fd (an open file stays usable).
+            if let Some(ino) = self.nodes.child(np, nn) {
+                let _ = self.nodes.info(ino);
+            }
+        }
+        let mut bits = 0;
+        if exchange {
+            bits |= libc::RENAME_EXCHANGE;
+        }
+        if noreplace {
+            bits |= libc::RENAME_NOREPLACE;
+        }
+        sys::renameat2(pdir.as_fd(), cname, npdir.as_fd(), new_cname, bits).map_err(errno)?;
+        self.nodes.rename(parent, name, np, nn, exchange);
+        let now = match exchange {
+            true => None,
+            false => sys::stat_at(npdir.as_fd(), new_cname).ok().flatten(),
+        };
+        self.after(mutation, now.as_ref());
+        self.nodes.drop_lower_below(src_ino);
+        if let Some(d) = dst_ino {
+            self.nodes.drop_lower_below(d);
+        }
+        if !exchange {
+            self.drop_reserved(npdir.as_fd(), &to_dir, &whiteout_name(nn))?;
+        }
+        Ok(())
+    }
+
     /// `rename` of `parent/name` to `new_parent/new_name` with `renameat2`
     /// flags (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`; `RENAME_WHITEOUT` is
     /// `EINVAL`).
-    pub(super) fn rename(
+    pub(super) fn rename_merged(
         &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
+        (parent, name): (u64, &[u8]),
+        (new_parent, new_name): (u64, &[u8]),
         flags: RenameFlags,
     ) -> Res<()> {
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
@@ -184,82 +260,5 @@ impl State {
             self.nodes.forget(ino, 1);
         }
         res
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn rename_nodes(
-        &self,
-        (parent, name, cname, src_ino, src): (u64, &[u8], &std::ffi::CString, u64, &Side),
-        (np, nn, new_cname, dst_ino, dst): (u64, &[u8], &std::ffi::CString, Option<u64>, &Side),
-        exchange: bool,
-        noreplace: bool,
-        dst_upper: Option<std::os::fd::BorrowedFd<'_>>,
-        dst_reserved: &[Vec<u8>],
-    ) -> Res<()> {
-        self.copy_up_tree(src_ino)?;
-        if let Some(d) = dst_ino {
-            self.copy_up_tree(d)?;
-        }
-        let (pdir, from_dir) = self.upper_dir(parent)?;
-        let (npdir, to_dir) = self.upper_dir(np)?;
-        let from = child(&from_dir, name);
-        let to = child(&to_dir, nn);
-        if !exchange {
-            if dst.lower_shows {
-                self.make_reserved(npdir.as_fd(), &to_dir, &whiteout_name(nn))?;
-            }
-            if let Some(fd) = dst_upper {
-                for r in dst_reserved {
-                    self.drop_reserved(fd, &to, r)?;
-                }
-            }
-            if src.lower_shows {
-                self.make_reserved(pdir.as_fd(), &from_dir, &whiteout_name(name))?;
-            }
-        }
-        if src.kind == Some(libc::S_IFDIR) && self.lower_has_dir(&to)? {
-            let fd = self.copy_up(src_ino, None)?;
-            self.make_reserved(fd.as_fd(), &from, OPAQUE)?;
-        }
-        if let (true, Some(d), Some(libc::S_IFDIR)) = (exchange, dst_ino, dst.kind) {
-            if self.lower_has_dir(&from)? {
-                let fd = self.copy_up(d, None)?;
-                self.make_reserved(fd.as_fd(), &to, OPAQUE)?;
-            }
-        }
-        let mutation = Mutation::Rename {
-            from: &from,
-            to: &to,
-            exchange,
-        };
-        self.before(mutation)?;
-        if !exchange {
-            // The replaced node keeps its fd (an open file stays usable).
-            if let Some(ino) = self.nodes.child(np, nn) {
-                let _ = self.nodes.info(ino);
-            }
-        }
-        let mut bits = 0;
-        if exchange {
-            bits |= libc::RENAME_EXCHANGE;
-        }
-        if noreplace {
-            bits |= libc::RENAME_NOREPLACE;
-        }
-        sys::renameat2(pdir.as_fd(), cname, npdir.as_fd(), new_cname, bits).map_err(errno)?;
-        self.nodes.rename(parent, name, np, nn, exchange);
-        let now = match exchange {
-            true => None,
-            false => sys::stat_at(npdir.as_fd(), new_cname).ok().flatten(),
-        };
-        self.after(mutation, now.as_ref());
-        self.nodes.drop_lower_below(src_ino);
-        if let Some(d) = dst_ino {
-            self.nodes.drop_lower_below(d);
-        }
-        if !exchange {
-            self.drop_reserved(npdir.as_fd(), &to_dir, &whiteout_name(nn))?;
-        }
-        Ok(())
     }
 }

@@ -1,5 +1,6 @@
-//! The overlay's state, name resolution (upper over lower, through
-//! whiteouts and opaque directories), lookup and attributes.
+//! The overlay's state, what it asks of the kernel at init
+//! ([`crate::front::Caps`]), name resolution (upper over lower, through
+//! whiteouts and opaque directories) and attributes.
 //!
 //! **Paths.** Renames copy their source up completely (see `rename.rs`), so
 //! an entry's merged path is also its upper path and, when a lower entry
@@ -8,12 +9,11 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fuser::{Errno, FileAttr, INodeNo};
-use log::trace;
+use fuser::{Errno, FileAttr, INodeNo, InitFlags};
 
 use super::handle::{DirItem, OHandle};
 use super::lower::{Attr, Kind, Lower};
@@ -21,12 +21,14 @@ use super::node::{Found, NodeInfo, Nodes, Upper};
 use super::rules;
 use super::whiteout::{self, whiteout_name};
 use crate::errno::errno;
+use crate::front::{Caps, Granted};
 use crate::handle::Handles;
 use crate::hook::{Mutation, MutationHook};
 use crate::inode::{child, InodeKey};
 use crate::passthrough::attr::{attr, encode_dev};
 use crate::quiesce::Gate;
 use crate::reply::{Entry, Res};
+use crate::report::Report;
 use crate::sys;
 
 /// State shared by the overlay's callbacks and the [`crate::Controller`].
@@ -47,19 +49,18 @@ pub(crate) struct State {
     pub(super) entry_ttl: Duration,
     /// How long the kernel may cache a miss (zero: `ENOENT`, uncached).
     pub(super) negative_ttl: Duration,
-    /// Ask for `FUSE_NO_OPENDIR_SUPPORT` at init.
-    pub(super) no_opendir: bool,
-    /// Ask for `FUSE_NO_OPEN_SUPPORT` at init (`io.rs`, "No OPEN").
-    pub(super) no_open: bool,
-    /// The kernel took `FUSE_NO_OPEN_SUPPORT`: OPEN, FLUSH and CREATE
-    /// answer `ENOSYS`, file requests come with handle 0.
-    pub(super) open_off: AtomicBool,
-    /// The kernel took `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers
-    /// `ENOSYS`, READDIR comes with handle 0 and reads `listings`.
-    pub(super) opendir_off: AtomicBool,
+    /// Asked for at init where the settings allow:
+    /// `FUSE_NO_OPENDIR_SUPPORT`, `FUSE_NO_OPEN_SUPPORT` (`io.rs`, "No
+    /// OPEN").
+    pub(super) wanted: InitFlags,
+    /// Which of `wanted` the kernel took. `FUSE_NO_OPEN_SUPPORT`: OPEN,
+    /// FLUSH and CREATE answer `ENOSYS`, file requests come with handle 0.
+    /// `FUSE_NO_OPENDIR_SUPPORT`: OPENDIR answers `ENOSYS`, READDIR comes
+    /// with handle 0 and reads `listings`.
+    pub(super) granted: Granted,
     /// Without directory handles: the merged listing of each directory
     /// being read, taken at offset 0 and kept until the read reaches its
-    /// end or the directory is forgotten (see `io.rs`, `dir_entries`).
+    /// end or the directory is forgotten (see `dir.rs`, `dir_entries`).
     pub(super) listings: Mutex<HashMap<u64, Arc<Vec<DirItem>>>>,
 }
 
@@ -124,22 +125,16 @@ impl State {
             attr_ttl: settings.attr_ttl,
             entry_ttl: settings.entry_ttl,
             negative_ttl: settings.negative_ttl,
-            no_opendir: settings.no_opendir,
-            no_open: settings.no_open,
-            open_off: AtomicBool::new(false),
-            opendir_off: AtomicBool::new(false),
+            wanted: [
+                (settings.no_opendir, InitFlags::FUSE_NO_OPENDIR_SUPPORT),
+                (settings.no_open, InitFlags::FUSE_NO_OPEN_SUPPORT),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .fold(InitFlags::empty(), |all, (_, flag)| all | flag),
+            granted: Granted::default(),
             listings: Mutex::default(),
         })
-    }
-
-    /// `forget`: the kernel dropped `n` lookups of `ino`; a directory it
-    /// no longer holds loses its kept listing (`listings`).
-    pub(super) fn forget(&self, ino: u64, n: u64) {
-        self.nodes.forget(ino, n);
-        if self.nodes.info(ino).is_none() {
-            let mut listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
-            listings.remove(&ino);
-        }
     }
 
     /// The node `ino`; `ESTALE` if the table no longer has it.
@@ -151,25 +146,6 @@ impl State {
     /// there could not be recorded).
     pub(super) fn path(&self, ino: u64) -> Res<Vec<u8>> {
         self.nodes.path(ino).ok_or(Errno::ENOENT)
-    }
-
-    /// Asks the hook before `mutation`; its errno refuses the mutation.
-    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
-        trace!("overlay hook {mutation:?}");
-        self.hook.before(&mutation).map_err(Errno::from_i32)
-    }
-
-    /// Tells the hook `mutation` reached the upper layer.
-    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
-        self.hook.after(&mutation, now);
-    }
-
-    /// Reports `make(path)` for every known path of `ino`.
-    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
-        for path in self.nodes.paths(ino) {
-            self.before(make(&path))?;
-        }
-        Ok(())
     }
 
     /// Reports `make(path)` after the fact for every known path of `ino`,
@@ -187,30 +163,6 @@ impl State {
         for path in paths {
             self.after(make(&path), now.as_ref());
         }
-    }
-
-    /// Reports [`Mutation::Range`] for every known path of `ino`.
-    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
-        for path in self.nodes.paths(ino) {
-            self.before(Mutation::Range {
-                path: &path,
-                offset,
-                len,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// True when the upper file behind `fd` is written as ranges (see
-    /// `MutationHook::range_min`).
-    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
-        let min = self.hook.range_min();
-        min != u64::MAX
-            && sys::fstat(fd).is_ok_and(|st| {
-                st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_nlink == 1
-                    && st.st_size as u64 >= min
-            })
     }
 
     /// True when the lower children of the directory node `n` show: it has
@@ -309,31 +261,6 @@ impl State {
         }
     }
 
-    /// `lookup`: the entry `parent/name`; a name the merged view lacks is
-    /// a negative entry (inode 0) cached for the negative TTL, or `ENOENT`
-    /// when that is zero.
-    ///
-    /// A miss stays true until the worktree itself makes the name: through
-    /// this mount (the kernel drops the negative entry when it creates,
-    /// links or renames onto the name) or by a rewind of the worktree (its
-    /// daemon invalidates every path it touched, a miss included: see
-    /// `cache.rs`). The base never gains a name: the project's later
-    /// creations are recorded as absent at the base first. Only a name
-    /// made in the project behind its mount after the base (drift) can
-    /// stay hidden for up to the TTL, as a cached positive entry hides
-    /// drift (`docs/worktrees.md`).
-    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
-        match self.lookup_entry(parent, name) {
-            Ok(a) => Ok(self.entry(a)),
-            Err(e) if e == Errno::ENOENT && !self.negative_ttl.is_zero() => Ok(Entry {
-                attr: crate::passthrough::attr::dot_attr(0),
-                attr_ttl: self.negative_ttl,
-                entry_ttl: self.negative_ttl,
-            }),
-            Err(e) => Err(e),
-        }
-    }
-
     /// The entry reply for `attr`, with the mount's TTLs.
     pub(super) fn entry(&self, attr: FileAttr) -> Entry {
         Entry {
@@ -367,5 +294,48 @@ impl State {
     /// The path of `parent/name`.
     pub(super) fn child_path(&self, parent: u64, name: &[u8]) -> Res<Vec<u8>> {
         Ok(child(&self.path(parent)?, name))
+    }
+}
+
+impl Caps for State {
+    const TRACE: &'static str = "overlay ";
+    /// READDIRPLUS only at the start of a listing or after a lookup in
+    /// it; parallel lookups and readdirs in one directory.
+    const ALWAYS: InitFlags = InitFlags::FUSE_READDIRPLUS_AUTO
+        .union(InitFlags::FUSE_DO_READDIRPLUS)
+        .union(InitFlags::FUSE_PARALLEL_DIROPS);
+
+    /// No OPEN (`io.rs`, "No OPEN") and no OPENDIR, every listing cached
+    /// until invalidated (only this mount and a rewind of the worktree
+    /// change a merged listing), as the settings say.
+    fn wanted(&self) -> InitFlags {
+        self.wanted
+    }
+
+    fn granted(&self) -> &Granted {
+        &self.granted
+    }
+}
+
+impl Report for State {
+    fn hook(&self) -> &dyn MutationHook {
+        self.hook.as_ref()
+    }
+
+    fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        self.nodes.paths(ino)
+    }
+
+    fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.nodes.reported(ino)
+    }
+
+    fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        self.nodes.set_reported(ino, epoch, ranged);
+    }
+
+    /// Never: the upper layer changes through this mount alone.
+    fn changed_behind(&self, _ino: u64, _fd: BorrowedFd<'_>) -> bool {
+        false
     }
 }

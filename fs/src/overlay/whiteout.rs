@@ -32,6 +32,7 @@ use crate::errno::errno;
 use crate::hook::Mutation;
 use crate::inode::child;
 use crate::reply::Res;
+use crate::report::Report;
 use crate::sys;
 
 pub(super) use super::rules::{reserved, whiteout_name, OPAQUE, PREFIX};

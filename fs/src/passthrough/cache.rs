@@ -8,10 +8,10 @@
 use std::os::fd::AsFd;
 
 use super::State;
-use crate::controller::{Inval, Invalidate};
+use crate::controller::{walk, Inval, Invalidate};
 use crate::handle::NO_EPOCH;
 use crate::hook::Mutation;
-use crate::inode::{InodeKey, ROOT};
+use crate::inode::InodeKey;
 use crate::sys;
 use crate::watch::{Target, What};
 
@@ -55,28 +55,10 @@ impl Invalidate for State {
     }
 
     fn invalidations(&self, path: &[u8], out: &mut Vec<Inval>) {
-        let inodes = &self.inodes;
-        let parts: Vec<&[u8]> = path
-            .split(|&b| b == b'/')
-            .filter(|p| !p.is_empty())
-            .collect();
-        let Some((name, dirs)) = parts.split_last() else {
-            out.push(Inval::Inode(ROOT));
-            return;
-        };
-        let mut parent = ROOT;
-        for dir in dirs {
-            match inodes.child(parent, dir) {
-                Some(ino) => parent = ino,
-                None => {
-                    // A directory the kernel never looked up has no cached
-                    // children, but the kernel may cache its absence.
-                    out.push(Inval::Entry(parent, dir.to_vec()));
-                    return;
-                }
-            }
+        let child = |dir: u64, name: &[u8]| self.inodes.child(dir, name);
+        if let Some((parent, name)) = walk(path, child, out) {
+            self.name_changed(parent, name, out);
         }
-        self.name_changed(parent, name, out);
     }
 }
 

@@ -15,33 +15,13 @@ use super::attr::{dot_attr, dtype_kind};
 use super::io::is_dot;
 use super::ops::State;
 use crate::errno::errno;
+use crate::front::{Dirs, Names};
 use crate::handle::{Handle, NO_EPOCH};
 use crate::inode::ROOT;
 use crate::reply::{Opened, Res};
 use crate::sys;
 
 impl State {
-    /// `opendir` of `ino`. A directory's ctime moves with every entry added,
-    /// removed or renamed, so an unchanged stamp means the kernel's cached
-    /// listing is still exact (`FOPEN_KEEP_CACHE`).
-    ///
-    /// With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`: the kernel then sends
-    /// no OPENDIR or RELEASEDIR again, and READDIR with handle 0.
-    pub(super) fn opendir(&self, ino: u64) -> Res<Opened> {
-        if self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
-            return Err(Errno::ENOSYS);
-        }
-        let fd = self.open_dir(ino)?;
-        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
-        if self.unchanged_since_last_open(ino, fd.as_fd()) {
-            flags |= FopenFlags::FOPEN_KEEP_CACHE;
-        }
-        Ok(Opened {
-            fh: self.handles.insert(Handle::new(fd, ino, NO_EPOCH)),
-            flags,
-        })
-    }
-
     /// A new read-only fd of directory `ino`, with its own position.
     fn open_dir(&self, ino: u64) -> Res<OwnedFd> {
         let node = self.node(ino)?;
@@ -52,21 +32,6 @@ impl State {
             0,
         )
         .map_err(errno)
-    }
-
-    /// `fsyncdir` of `ino` through handle `fh`, or through an fd of its
-    /// own when there is no handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0).
-    pub(super) fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
-        if fh.0 == 0 && self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
-            let fd = self.open_dir(ino)?;
-            return sys::fsync(fd.as_fd(), datasync).map_err(errno);
-        }
-        self.fsync(fh, datasync)
-    }
-
-    /// `releasedir` of the directory handle `fh`.
-    pub(super) fn releasedir(&self, fh: FileHandle) {
-        self.handles.remove(fh.0);
     }
 
     /// Calls `emit` for each backing entry of directory handle `fh` from
@@ -89,9 +54,58 @@ impl State {
         let _lock = h.dir_lock.lock().unwrap_or_else(|e| e.into_inner());
         dir_entries(h.fd.as_fd(), ino, offset, emit)
     }
+}
+
+/// Calls `emit` for each entry of the directory open at `fd` from `offset`
+/// on, until `emit` answers true (the reply is full). The caller owns the
+/// fd's position for the call.
+fn dir_entries(
+    fd: BorrowedFd<'_>,
+    ino: u64,
+    offset: u64,
+    mut emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
+) -> Res<()> {
+    let offset = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    sys::lseek(fd, offset, libc::SEEK_SET).map_err(errno)?;
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = sys::getdents(fd, &mut buf).map_err(errno)?;
+        if n == 0 {
+            return Ok(());
+        }
+        for ent in sys::parse_dirents(&buf[..n]) {
+            if emit(&ent)? {
+                trace!("readdir {ino}: buffer full");
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Dirs for State {
+    /// `opendir` of `ino`. A directory's ctime moves with every entry added,
+    /// removed or renamed, so an unchanged stamp means the kernel's cached
+    /// listing is still exact (`FOPEN_KEEP_CACHE`).
+    ///
+    /// With `FUSE_NO_OPENDIR_SUPPORT` taken, `ENOSYS`: the kernel then sends
+    /// no OPENDIR or RELEASEDIR again, and READDIR with handle 0.
+    fn opendir(&self, ino: u64) -> Res<Opened> {
+        if self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
+            return Err(Errno::ENOSYS);
+        }
+        let fd = self.open_dir(ino)?;
+        let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+        if self.unchanged_since_last_open(ino, fd.as_fd()) {
+            flags |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        Ok(Opened {
+            fh: self.handles.insert(Handle::new(fd, ino, NO_EPOCH)),
+            flags,
+        })
+    }
 
     /// `readdir` of `ino` through handle `fh` from `offset`, into `reply`.
-    pub(super) fn readdir(
+    fn readdir(
         &self,
         ino: u64,
         fh: FileHandle,
@@ -116,7 +130,7 @@ impl State {
     /// `reply`: each entry is looked up (one lookup the kernel owes a
     /// `forget` for), except `.` and `..`, and except an entry that did not
     /// fit, whose lookup is dropped again.
-    pub(super) fn readdirplus(
+    fn readdirplus(
         &self,
         ino: u64,
         fh: FileHandle,
@@ -159,30 +173,19 @@ impl State {
             Ok(full)
         })
     }
-}
 
-/// Calls `emit` for each entry of the directory open at `fd` from `offset`
-/// on, until `emit` answers true (the reply is full). The caller owns the
-/// fd's position for the call.
-fn dir_entries(
-    fd: BorrowedFd<'_>,
-    ino: u64,
-    offset: u64,
-    mut emit: impl FnMut(&sys::Dirent<'_>) -> Res<bool>,
-) -> Res<()> {
-    let offset = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    sys::lseek(fd, offset, libc::SEEK_SET).map_err(errno)?;
-    let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        let n = sys::getdents(fd, &mut buf).map_err(errno)?;
-        if n == 0 {
-            return Ok(());
+    /// `releasedir` of the directory handle `fh`.
+    fn releasedir(&self, fh: FileHandle) {
+        self.handles.remove(fh.0);
+    }
+
+    /// `fsyncdir` of `ino` through handle `fh`, or through an fd of its
+    /// own when there is no handle (`FUSE_NO_OPENDIR_SUPPORT`: handle 0).
+    fn fsyncdir(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+        if fh.0 == 0 && self.granted.has(InitFlags::FUSE_NO_OPENDIR_SUPPORT) {
+            let fd = self.open_dir(ino)?;
+            return sys::fsync(fd.as_fd(), datasync).map_err(errno);
         }
-        for ent in sys::parse_dirents(&buf[..n]) {
-            if emit(&ent)? {
-                trace!("readdir {ino}: buffer full");
-                return Ok(());
-            }
-        }
+        self.fsync(fh, datasync)
     }
 }

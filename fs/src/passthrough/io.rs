@@ -23,33 +23,22 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use fuser::{Errno, FileHandle, FopenFlags, InitFlags, Request};
+use fuser::{Errno, FileHandle, FopenFlags, InitFlags};
 
-use super::ops::{caller, State};
-use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
+use super::ops::State;
+use crate::creds::{zero_umask_for_thread, Caller};
 use crate::errno::errno;
+use crate::front::{Files, WriteHow};
 use crate::handle::{Handle, NO_EPOCH};
 use crate::hook::Mutation;
 use crate::inode::Stamp;
 use crate::reply::{Created, Opened, Res};
+use crate::report::Report;
 use crate::sys;
 
 /// True when open `flags` may change the file (write access or `O_TRUNC`).
 fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
-}
-
-/// How a WRITE request lands, from its flags.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct WriteHow {
-    /// The caller's file is `O_DIRECT` now and the write is its own, not a
-    /// page-cache writeback.
-    pub(super) direct: bool,
-    /// `FUSE_WRITE_KILL_SUIDGID`: the caller lacks `CAP_FSETID`.
-    pub(super) kill: bool,
-    /// The caller's `O_APPEND`, `O_SYNC`, `O_DSYNC` (none for a writeback),
-    /// for a write without a handle.
-    pub(super) landing: i32,
 }
 
 pub(super) fn is_dot(name: &[u8]) -> bool {
@@ -141,45 +130,6 @@ impl State {
         sys::reopen(node.fd.as_fd(), access | keep).map_err(errno)
     }
 
-    /// Called before `[offset, offset + len)` of file `ino` changes through
-    /// a request without a handle, under the gate. The first such request
-    /// of an epoch decides, as an open for writing would, whether the file
-    /// is written as ranges (`fd` is an fd of it) and reports `Content` or
-    /// the range; later ones in the epoch report only their ranges (ranged)
-    /// or nothing. Reading the epoch under the gate means no turn boundary
-    /// can fall between the check and the backing change.
-    pub(super) fn content_before(
-        &self,
-        ino: u64,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-    ) -> Res<()> {
-        let epoch = self.hook.epoch();
-        match self.inodes.reported(ino) {
-            Some((e, true)) if e == epoch => self.before_range(ino, offset, len),
-            // Reported whole in this epoch: again only when the file was
-            // changed behind the mount since the layer last left it, so
-            // the hook can keep that change before this one overwrites it.
-            Some((e, false)) if e == epoch => {
-                if self.changed_behind(ino, fd) {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                Ok(())
-            }
-            _ => {
-                let ranged = self.ranged(fd);
-                if ranged {
-                    self.before_range(ino, offset, len)?;
-                } else {
-                    self.before_inode(ino, |path| Mutation::Content { path })?;
-                }
-                self.inodes.set_reported(ino, epoch, ranged);
-                Ok(())
-            }
-        }
-    }
-
     /// Called before a request without a handle takes every byte of file
     /// `ino` away (a truncation to size 0, which is also how an `O_TRUNC`
     /// open arrives), under the gate: reports `Content` unless the file was
@@ -195,18 +145,6 @@ impl State {
         self.before_inode(ino, |path| Mutation::Content { path })?;
         self.inodes.set_reported(ino, epoch, false);
         Ok(())
-    }
-
-    /// True when the backing inode of `ino` (open as `fd`) is not as the
-    /// layer last left it ([`Inodes::set_left`]): something changed it
-    /// behind the mount since. One `fstat`; false when there is no stamp
-    /// to compare with or the `fstat` fails (the hook's own check at the
-    /// next report still runs).
-    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
-        match (self.inodes.left(ino), sys::fstat(fd)) {
-            (Some(left), Ok(st)) => Stamp::of(&st) != left,
-            _ => false,
-        }
     }
 
     /// Reports what a request without a handle left in file `ino` (open
@@ -243,6 +181,49 @@ impl State {
         flags
     }
 
+    /// The fd of `h` for a read or write that is `direct` (`O_DIRECT`) or
+    /// not: the handle's own fd when its open was made the same way, else
+    /// the handle's second open with `O_DIRECT` flipped, made now if it is
+    /// the first such request. Fails as the reopen does (`EINVAL` where the
+    /// backing filesystem has no direct I/O).
+    fn io_fd<'h>(&self, h: &'h Handle, direct: bool) -> Res<BorrowedFd<'h>> {
+        if direct == h.direct {
+            return Ok(h.fd.as_fd());
+        }
+        if let Some(fd) = h.flipped.get() {
+            return Ok(fd.as_fd());
+        }
+        let flags = sys::status_flags(h.fd.as_fd()).map_err(errno)? ^ libc::O_DIRECT;
+        let fd = sys::reopen(
+            h.fd.as_fd(),
+            flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
+        )
+        .map_err(errno)?;
+        // Two requests may race to make it: the loser's fd is dropped.
+        let _ = h.flipped.set(fd);
+        h.flipped.get().map(AsFd::as_fd).ok_or(Errno::EIO)
+    }
+
+    /// `fsync`/`fdatasync` of an open file or directory handle.
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
+        let h = self.handle(fh)?;
+        sys::fsync(h.fd.as_fd(), datasync).map_err(errno)
+    }
+}
+
+/// At most `size` bytes of the file open at `fd` from `offset`; `direct`:
+/// through an aligned bounce buffer (the fd is `O_DIRECT`).
+fn read_at(fd: BorrowedFd<'_>, offset: u64, size: u32, direct: bool) -> Res<Vec<u8>> {
+    if direct {
+        return sys::pread_aligned(fd, size as usize, offset).map_err(errno);
+    }
+    let mut buf = vec![0u8; size as usize];
+    let n = sys::pread(fd, &mut buf, offset).map_err(errno)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+impl Files for State {
     /// `open` of `ino` with open(2) `flags`: the handle, and whether the
     /// kernel may keep its page cache of the file (`FOPEN_KEEP_CACHE`).
     /// Opening for writing reports `Content` (or nothing, for a ranged
@@ -250,7 +231,7 @@ impl State {
     ///
     /// With `FUSE_NO_OPEN_SUPPORT` taken, `ENOSYS`: the kernel then sends no
     /// OPEN or RELEASE of a file again, and its requests with handle 0.
-    pub(super) fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
+    fn open(&self, ino: u64, flags: i32) -> Res<Opened> {
         if self.no_open_active() {
             return Err(Errno::ENOSYS);
         }
@@ -274,16 +255,7 @@ impl State {
             // next write sees a newer epoch and reports again.
             let epoch = self.hook.epoch();
             let _gate = self.gate.read();
-            if flags & libc::O_TRUNC == 0 && self.ranged(node.fd.as_fd()) {
-                // Nothing changes at the open itself; each write reports
-                // its range.
-                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
-                Handle::new_ranged(fd, ino, epoch)
-            } else {
-                self.before_inode(ino, |path| Mutation::Content { path })?;
-                let fd = sys::reopen(node.fd.as_fd(), flags).map_err(errno)?;
-                Handle::new(fd, ino, epoch)
-            }
+            self.open_writer(node.fd.as_fd(), ino, flags, epoch)?
         }
         .with_direct(direct);
         let fopen = self.open_flags(ino, handle.fd.as_fd(), writes(flags));
@@ -306,23 +278,13 @@ impl State {
     /// never reaches CREATE or MKNOD (it is a plain open, and its
     /// `O_TRUNC` a size SETATTR); MKNOD of a name that exists answers
     /// `EEXIST`, and the kernel drops its entry, as for CREATE.
-    pub(super) fn create(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-    ) -> Res<Created> {
+    fn create(&self, who: Caller, parent: u64, name: &[u8], mode: u32, flags: i32) -> Res<Created> {
         if self.no_create && self.no_open_active() {
             return Err(Errno::ENOSYS);
         }
         let dir = self.node(parent)?;
         let cname = sys::cname(name).map_err(errno)?;
         zero_umask_for_thread().map_err(errno)?;
-        let flags = flags & !(libc::O_NOCTTY | libc::O_CREAT);
-        let mode = mode & 0o7777 & !umask;
         // A file that appears between the existence check and the open (made
         // behind the mount's back) turns a reported Create into a retry.
         for _ in 0..4 {
@@ -341,13 +303,7 @@ impl State {
                 sys::openat(dir.fd.as_fd(), &cname, flags | libc::O_NOFOLLOW, 0)
             } else {
                 self.before(Mutation::Create { path: &path })?;
-                let _as = AsCaller::switch(caller(req)).map_err(errno)?;
-                sys::openat(
-                    dir.fd.as_fd(),
-                    &cname,
-                    flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-                    mode,
-                )
+                who.create_file(dir.fd.as_fd(), &cname, flags, mode)
             };
             let fd = match opened {
                 Ok(fd) => fd,
@@ -415,39 +371,9 @@ impl State {
         Err(Errno::EAGAIN)
     }
 
-    /// The fd of `h` for a read or write that is `direct` (`O_DIRECT`) or
-    /// not: the handle's own fd when its open was made the same way, else
-    /// the handle's second open with `O_DIRECT` flipped, made now if it is
-    /// the first such request. Fails as the reopen does (`EINVAL` where the
-    /// backing filesystem has no direct I/O).
-    fn io_fd<'h>(&self, h: &'h Handle, direct: bool) -> Res<BorrowedFd<'h>> {
-        if direct == h.direct {
-            return Ok(h.fd.as_fd());
-        }
-        if let Some(fd) = h.flipped.get() {
-            return Ok(fd.as_fd());
-        }
-        let flags = sys::status_flags(h.fd.as_fd()).map_err(errno)? ^ libc::O_DIRECT;
-        let fd = sys::reopen(
-            h.fd.as_fd(),
-            flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
-        )
-        .map_err(errno)?;
-        // Two requests may race to make it: the loser's fd is dropped.
-        let _ = h.flipped.set(fd);
-        h.flipped.get().map(AsFd::as_fd).ok_or(Errno::EIO)
-    }
-
     /// `read`: at most `size` bytes of handle `fh` at `offset`; `direct`
     /// when the caller's file is `O_DIRECT` now.
-    pub(super) fn read(
-        &self,
-        ino: u64,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        direct: bool,
-    ) -> Res<Vec<u8>> {
+    fn read(&self, ino: u64, fh: FileHandle, offset: u64, size: u32, direct: bool) -> Res<Vec<u8>> {
         if self.handleless(fh) {
             let flags = if direct { libc::O_DIRECT } else { 0 };
             let fd = self.request_fd(ino, libc::O_RDONLY, flags)?;
@@ -458,20 +384,6 @@ impl State {
         read_at(fd, offset, size, direct)
     }
 
-    /// Called before `[offset, offset + len)` of `h`'s file changes.
-    fn write_check(&self, h: &Handle, offset: u64, len: u64) -> Res<()> {
-        h.mark_dirty();
-        if h.ranged {
-            return self.before_range(h.ino, offset, len);
-        }
-        let epoch = self.hook.epoch();
-        if h.epoch() != epoch {
-            self.before_inode(h.ino, |path| Mutation::Content { path })?;
-            h.set_epoch(epoch);
-        }
-        Ok(())
-    }
-
     /// `write` of `data` at `offset` through handle `fh` by `who`, landing
     /// as `how` says; the bytes written. A direct write (`how.direct`) is
     /// captured as any other, before it reaches the backing file. With
@@ -480,8 +392,8 @@ impl State {
     ///
     /// Without a handle (`FUSE_NO_OPEN_SUPPORT`) the write goes through an
     /// fd opened for it with `how.landing`, is captured by
-    /// [`State::content_before`] and reported after the fact.
-    pub(super) fn write(
+    /// [`Report::content_before`] and reported after the fact.
+    fn write(
         &self,
         ino: u64,
         fh: FileHandle,
@@ -531,7 +443,7 @@ impl State {
     /// Without OPEN (`FUSE_NO_OPEN_SUPPORT`), `ENOSYS`: the kernel then
     /// sends no FLUSH again (it still writes a file's dirty pages back at
     /// each close). Each mutating request reported what it left already.
-    pub(super) fn flush(&self, fh: FileHandle) -> Res<()> {
+    fn flush(&self, fh: FileHandle) -> Res<()> {
         if self.no_open_active() {
             return Err(Errno::ENOSYS);
         }
@@ -547,7 +459,7 @@ impl State {
     }
 
     /// `release` of the file handle `fh` (its last close); never fails.
-    pub(super) fn release(&self, fh: FileHandle) {
+    fn release(&self, fh: FileHandle) {
         if let Some(h) = self.handles.remove(fh.0) {
             // Not under the gate: a release is no mutation, and blocking it
             // while quiesced would tie up a worker thread for nothing. Only
@@ -562,7 +474,7 @@ impl State {
 
     /// `fsync`/`fdatasync` of file `ino` through handle `fh`, or through an
     /// fd of its own when there is no handle (`FUSE_NO_OPEN_SUPPORT`).
-    pub(super) fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
+    fn fsync_file(&self, ino: u64, fh: FileHandle, datasync: bool) -> Res<()> {
         if self.handleless(fh) {
             let fd = self.request_fd(ino, libc::O_RDONLY, 0)?;
             return sys::fsync(fd.as_fd(), datasync).map_err(errno);
@@ -570,15 +482,9 @@ impl State {
         self.fsync(fh, datasync)
     }
 
-    /// `fsync`/`fdatasync` of an open file or directory handle.
-    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Res<()> {
-        let h = self.handle(fh)?;
-        sys::fsync(h.fd.as_fd(), datasync).map_err(errno)
-    }
-
     /// `fallocate` of `[offset, offset + length)` with fallocate(2) `mode`,
     /// by `who` (see [`State::kill_suidgid`]).
-    pub(super) fn fallocate(
+    fn fallocate(
         &self,
         ino: u64,
         fh: FileHandle,
@@ -616,7 +522,7 @@ impl State {
     }
 
     /// `lseek` of handle `fh` (for `SEEK_DATA`/`SEEK_HOLE`); the new offset.
-    pub(super) fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
+    fn lseek(&self, ino: u64, fh: FileHandle, offset: i64, whence: i32) -> Res<i64> {
         if self.no_lseek {
             // Once: the kernel sets `no_lseek` and sends no more.
             return Err(Errno::ENOSYS);
@@ -633,7 +539,7 @@ impl State {
     /// `offset_in` to `to` at `offset_out`, by `who` (see
     /// [`State::kill_suidgid`]); the bytes copied. Only the destination is
     /// a mutation.
-    pub(super) fn copy_file_range(
+    fn copy_file_range(
         &self,
         (ino_in, fh_in): (u64, FileHandle),
         offset_in: u64,
@@ -671,16 +577,4 @@ impl State {
         )
         .map_err(errno)
     }
-}
-
-/// At most `size` bytes of the file open at `fd` from `offset`; `direct`:
-/// through an aligned bounce buffer (the fd is `O_DIRECT`).
-fn read_at(fd: BorrowedFd<'_>, offset: u64, size: u32, direct: bool) -> Res<Vec<u8>> {
-    if direct {
-        return sys::pread_aligned(fd, size as usize, offset).map_err(errno);
-    }
-    let mut buf = vec![0u8; size as usize];
-    let n = sys::pread(fd, &mut buf, offset).map_err(errno)?;
-    buf.truncate(n);
-    Ok(buf)
 }

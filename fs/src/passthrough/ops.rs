@@ -3,29 +3,30 @@
 //! extended attributes. File and directory I/O is in `io.rs`.
 //!
 //! Every mutating operation takes the read side of the quiesce gate, asks
-//! the hook ([`State::before`]), and only then touches the backing
+//! the hook ([`Report::before`]), and only then touches the backing
 //! directory; it holds the gate until the backing call returned, then tells
-//! the hook what it left ([`State::after`]). Read-only operations never call
+//! the hook what it left ([`Report::after`]). Read-only operations never call
 //! the hook.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Errno, FileAttr, FileHandle, InitFlags, RenameFlags, Request, TimeOrNow};
+use fuser::{Errno, FileAttr, FileHandle, InitFlags, RenameFlags};
 use log::trace;
 
 use super::attr::{attr, decode_dev, timespec};
 use crate::creds::{zero_umask_for_thread, AsCaller, Caller};
 use crate::errno::errno;
+use crate::front::{Granted, Meta, Names, SetAttr};
 use crate::handle::{Handle, Handles};
 use crate::hook::{Mutation, MutationHook};
 use crate::inode::{child, InodeKey, Inodes, NodeRef, Stamp};
 use crate::quiesce::Gate;
 use crate::reply::{Attr, Entry, Res, Xattr};
+use crate::report::Report;
 use crate::sys;
 use crate::watch::Watch;
 
@@ -43,7 +44,7 @@ pub(crate) struct State {
     /// The watch on the backing directory, if one could be set up.
     pub(crate) watch: Option<Arc<Watch>>,
     /// The capabilities asked for at init beyond those always asked for
-    /// (`mod.rs`, `init`), each only where the mount allows it:
+    /// (`front.rs`, `init`), each only where the mount allows it:
     /// `FUSE_NO_OPENDIR_SUPPORT` and `FUSE_NO_OPEN_SUPPORT` only when the
     /// watch was active at mount (the kernel then caches every listing and
     /// keeps every file's pages for as long as nothing invalidates them),
@@ -73,23 +74,6 @@ pub(crate) struct State {
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
-/// The init capabilities the kernel took: written once at init, before
-/// any other request, and read by every request after.
-#[derive(Debug, Default)]
-pub(crate) struct Granted(AtomicU64);
-
-impl Granted {
-    /// Records that the kernel took `flags`.
-    pub(crate) fn add(&self, flags: InitFlags) {
-        self.0.fetch_or(flags.bits(), Ordering::Relaxed);
-    }
-
-    /// True when the kernel took every flag of `flags`.
-    pub(crate) fn has(&self, flags: InitFlags) -> bool {
-        InitFlags::from_bits_retain(self.0.load(Ordering::Relaxed)).contains(flags)
-    }
-}
-
 /// How long the kernel may cache what one reply tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ttls {
@@ -110,28 +94,32 @@ impl Ttls {
     };
 }
 
-/// The optional fields of a `setattr` call.
-pub(crate) struct SetAttr {
-    pub(crate) mode: Option<u32>,
-    pub(crate) uid: Option<u32>,
-    pub(crate) gid: Option<u32>,
-    pub(crate) size: Option<u64>,
-    pub(crate) atime: Option<TimeOrNow>,
-    pub(crate) mtime: Option<TimeOrNow>,
-    pub(crate) fh: Option<FileHandle>,
-    /// The caller (whether it holds `CAP_FSETID` decides if a truncation
-    /// clears suid/sgid under `FUSE_HANDLE_KILLPRIV_V2`).
-    pub(crate) caller: Caller,
-    /// Nothing but perhaps the change time is set: a `chown` to -1, -1.
-    pub(crate) nothing: bool,
-}
+impl Report for State {
+    fn hook(&self) -> &dyn MutationHook {
+        self.hook.as_ref()
+    }
 
-/// The caller of a request, as entries it creates should be owned.
-pub(super) fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
+    fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        self.inodes.paths(ino)
+    }
+
+    fn reported(&self, ino: u64) -> Option<(u64, bool)> {
+        self.inodes.reported(ino)
+    }
+
+    fn set_reported(&self, ino: u64, epoch: u64, ranged: bool) {
+        self.inodes.set_reported(ino, epoch, ranged);
+    }
+
+    /// Compares with the stamp the layer took when it last reported what
+    /// it left ([`Inodes::set_left`]). One `fstat`; false when there is no
+    /// stamp to compare with or the `fstat` fails (the hook's own check at
+    /// the next report still runs).
+    fn changed_behind(&self, ino: u64, fd: BorrowedFd<'_>) -> bool {
+        match (self.inodes.left(ino), sys::fstat(fd)) {
+            (Some(left), Ok(st)) => Stamp::of(&st) != left,
+            _ => false,
+        }
     }
 }
 
@@ -155,24 +143,12 @@ impl State {
         self.handles.get(fh.0).ok_or(Errno::EBADF)
     }
 
-    /// Asks the hook before `mutation`; its errno refuses the mutation.
-    pub(super) fn before(&self, mutation: Mutation<'_>) -> Res<()> {
-        trace!("hook {mutation:?}");
-        self.hook.before(&mutation).map_err(Errno::from_i32)
-    }
-
-    /// [`State::before`] for a removal or rename that runs in `parents`.
+    /// [`Report::before`] for a removal or rename that runs in `parents`.
     fn before_in(&self, mutation: Mutation<'_>, parents: crate::Parents<'_>) -> Res<()> {
         trace!("hook {mutation:?}");
         self.hook
             .before_in(&mutation, parents)
             .map_err(Errno::from_i32)
-    }
-
-    /// Tells the hook `mutation` reached the backing directory, which now
-    /// holds `now` at the path (if known).
-    pub(super) fn after(&self, mutation: Mutation<'_>, now: Option<&libc::stat>) {
-        self.hook.after(&mutation, now);
     }
 
     /// Reports `make(path)` after the fact for every known path of `ino`,
@@ -208,42 +184,6 @@ impl State {
         for path in self.inodes.paths(ino) {
             self.after(make(&path), now);
         }
-    }
-
-    /// Reports `make(path)` for every known path of `ino`. A node with no
-    /// known name was unlinked through the mount: its mutation changes no
-    /// path, so there is nothing to report.
-    pub(super) fn before_inode(&self, ino: u64, make: fn(&[u8]) -> Mutation<'_>) -> Res<()> {
-        for path in self.inodes.paths(ino) {
-            self.before(make(&path))?;
-        }
-        Ok(())
-    }
-
-    /// Reports [`Mutation::Range`] of `[offset, offset + len)` for every
-    /// known path of `ino`.
-    pub(super) fn before_range(&self, ino: u64, offset: u64, len: u64) -> Res<()> {
-        for path in self.inodes.paths(ino) {
-            self.before(Mutation::Range {
-                path: &path,
-                offset,
-                len,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// True when the file behind `fd` is written as ranges (see
-    /// `MutationHook::range_min`). Costs an `fstat` only when range capture
-    /// is on.
-    pub(super) fn ranged(&self, fd: BorrowedFd<'_>) -> bool {
-        let min = self.hook.range_min();
-        min != u64::MAX
-            && sys::fstat(fd).is_ok_and(|st| {
-                st.st_mode & libc::S_IFMT == libc::S_IFREG
-                    && st.st_nlink == 1
-                    && st.st_size as u64 >= min
-            })
     }
 
     /// The path of `parent/name`. A parent without a known path (a deleted
@@ -287,16 +227,6 @@ impl State {
         }
     }
 
-    /// Drops `n` lookups of `ino` (a forget, or an entry that was never
-    /// sent), and the watch's mark of a directory node that goes with it.
-    pub(super) fn forget(&self, ino: u64, n: u64) {
-        if let Some(key) = self.inodes.forget(ino, n) {
-            if let Some(w) = &self.watch {
-                w.remove(key);
-            }
-        }
-    }
-
     /// Looks `name` up in `parent` on the backing side and records it: one
     /// more lookup of the node, which the kernel owes a `forget` for once
     /// the reply is sent.
@@ -325,35 +255,6 @@ impl State {
         attr(ino, st)
     }
 
-    /// `lookup`: the entry `parent/name`; a missing name is a negative
-    /// entry (inode 0) cached for the negative TTL when the watch is
-    /// active, else `ENOENT`.
-    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
-        let gen = self.gen(parent);
-        match self.lookup_entry(parent, name) {
-            Ok(attr) => {
-                let ttl = self.ttls_since(parent, gen);
-                Ok(Entry {
-                    attr,
-                    attr_ttl: ttl.attr,
-                    entry_ttl: ttl.entry,
-                })
-            }
-            Err(e) if e == Errno::ENOENT => {
-                let ttl = self.ttls_since(parent, gen);
-                if ttl.negative.is_zero() {
-                    return Err(e);
-                }
-                Ok(Entry {
-                    attr: super::attr::dot_attr(0),
-                    attr_ttl: ttl.negative,
-                    entry_ttl: ttl.negative,
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-
     fn stat(&self, ino: u64, fh: Option<FileHandle>) -> Res<FileAttr> {
         let st = match fh.and_then(|fh| self.handles.get(fh.0)) {
             Some(h) => sys::fstat(h.fd.as_fd()),
@@ -363,20 +264,11 @@ impl State {
         Ok(attr(ino, &st))
     }
 
-    /// `getattr`: the attributes of `ino`, through the handle `fh` when
-    /// there is one.
-    pub(super) fn getattr(&self, ino: u64, fh: Option<FileHandle>) -> Res<Attr> {
-        Ok(Attr {
-            attr: self.stat(ino, fh)?,
-            ttl: self.ttls().attr,
-        })
-    }
-
     /// Creates `parent/name` with `make` (run as the caller) after the hook
     /// agreed, then looks it up.
     fn create_entry(
         &self,
-        req: &Request,
+        caller: Caller,
         parent: u64,
         name: &[u8],
         make: impl FnOnce(BorrowedFd<'_>, &CString) -> io::Result<()>,
@@ -399,7 +291,7 @@ impl State {
             }
             self.before(Mutation::Create { path: &path })?;
             {
-                let _as = AsCaller::switch(caller(req)).map_err(errno)?;
+                let _as = AsCaller::switch(caller).map_err(errno)?;
                 make(dir.fd.as_fd(), &cname).map_err(errno)?;
             }
             // Read before the new entry is: a change behind the mount
@@ -429,24 +321,91 @@ impl State {
         })
     }
 
+    /// A SETATTR with nothing to set (at most the change time) of `ino`
+    /// (open as `fd`) under `FUSE_HANDLE_KILLPRIV_V2`, where the kernel
+    /// dropped its clearing of set-user-ID and set-group-ID bits. It is
+    /// what `chown(path, -1, -1)` sends, and what the kernel's own
+    /// `file_remove_privs` sends before a write, truncation or allocation
+    /// by a caller without `CAP_FSETID` (forced past permission checks;
+    /// the request that follows clears the bits, [`State::kill_suidgid`]).
+    /// The two look the same; the caller's current system call
+    /// (`/proc/PID/syscall`) tells them apart. For a `chown`: the same
+    /// `chown` of the backing file with the caller's credentials, which
+    /// clears exactly what the kernel would (the set-group-ID bit depends
+    /// on the caller's groups and `CAP_FSETID`) and is refused as it would
+    /// be (`EPERM` for a set-user-ID file the caller does not own). For
+    /// anything else, nothing. Reports `Metadata` first when there is a bit
+    /// that could go. Without the flag taken, nothing (the kernel sent the
+    /// new mode itself). Errors: the backing `fstat` or `chown` fails, or
+    /// the hook refuses.
+    fn chown_nothing(&self, ino: u64, fd: BorrowedFd<'_>, caller: Caller) -> Res<()> {
+        if !self.granted.has(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            return Ok(());
+        }
+        let st = sys::fstat(fd).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
+            || !sys::in_chown(caller.pid)
+        {
+            return Ok(());
+        }
+        self.before_inode(ino, |path| Mutation::Metadata { path })?;
+        let _as = AsCaller::switch(caller).map_err(errno)?;
+        sys::chown_fd(fd, u32::MAX, u32::MAX).map_err(errno)
+    }
+}
+
+impl Names for State {
+    /// `lookup`: the entry `parent/name`; a missing name is a negative
+    /// entry (inode 0) cached for the negative TTL when the watch is
+    /// active, else `ENOENT`.
+    fn lookup(&self, parent: u64, name: &[u8]) -> Res<Entry> {
+        let gen = self.gen(parent);
+        match self.lookup_entry(parent, name) {
+            Ok(attr) => {
+                let ttl = self.ttls_since(parent, gen);
+                Ok(Entry {
+                    attr,
+                    attr_ttl: ttl.attr,
+                    entry_ttl: ttl.entry,
+                })
+            }
+            Err(e) if e == Errno::ENOENT => {
+                let ttl = self.ttls_since(parent, gen);
+                if ttl.negative.is_zero() {
+                    return Err(e);
+                }
+                Ok(Entry {
+                    attr: super::attr::dot_attr(0),
+                    attr_ttl: ttl.negative,
+                    entry_ttl: ttl.negative,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Drops `n` lookups of `ino` (a forget, or an entry that was never
+    /// sent), and the watch's mark of a directory node that goes with it.
+    fn forget(&self, ino: u64, n: u64) {
+        if let Some(key) = self.inodes.forget(ino, n) {
+            if let Some(w) = &self.watch {
+                w.remove(key);
+            }
+        }
+    }
+
     /// `mknod` of `parent/name`; `mode` carries the type, `rdev` is in the
     /// kernel's 32-bit encoding. Without OPEN and CREATE (see `io.rs`,
     /// `create`) this is also how every `open(O_CREAT)` of a new name
     /// arrives: a new regular file then starts out reported in this epoch,
     /// as one made by CREATE does (its birth is recorded as absent, so its
     /// first write of the turn has nothing to capture).
-    pub(super) fn mknod(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-    ) -> Res<Entry> {
+    fn mknod(&self, caller: Caller, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Res<Entry> {
         // Read before the report: a boundary since makes the next write
         // report again.
         let epoch = self.hook.epoch();
-        let entry = self.create_entry(req, parent, name, |dir, name| {
+        let entry = self.create_entry(caller, parent, name, |dir, name| {
             sys::mknodat(dir, name, mode, decode_dev(rdev))
         })?;
         if mode & libc::S_IFMT == libc::S_IFREG && self.no_open_active() {
@@ -456,47 +415,123 @@ impl State {
     }
 
     /// `mkdir` of `parent/name` with permission bits `mode`.
-    pub(super) fn mkdir(&self, req: &Request, parent: u64, name: &[u8], mode: u32) -> Res<Entry> {
-        self.create_entry(req, parent, name, |dir, name| sys::mkdirat(dir, name, mode))
+    fn mkdir(&self, caller: Caller, parent: u64, name: &[u8], mode: u32) -> Res<Entry> {
+        self.create_entry(caller, parent, name, |dir, name| {
+            sys::mkdirat(dir, name, mode)
+        })
     }
 
     /// `symlink`: `parent/name` pointing at `target`.
-    pub(super) fn symlink(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Res<Entry> {
+    fn symlink(&self, caller: Caller, parent: u64, name: &[u8], target: &[u8]) -> Res<Entry> {
         let target = sys::cname_any(target).map_err(errno)?;
-        self.create_entry(req, parent, name, |dir, name| {
+        self.create_entry(caller, parent, name, |dir, name| {
             sys::symlinkat(&target, dir, name)
         })
     }
 
     /// `link`: a new name `new_parent/new_name` for `ino`.
-    pub(super) fn link(
-        &self,
-        req: &Request,
-        ino: u64,
-        new_parent: u64,
-        new_name: &[u8],
-    ) -> Res<Entry> {
+    fn link(&self, caller: Caller, ino: u64, new_parent: u64, new_name: &[u8]) -> Res<Entry> {
         let node = self.node(ino)?;
-        self.create_entry(req, new_parent, new_name, |dir, name| {
+        self.create_entry(caller, new_parent, new_name, |dir, name| {
             sys::link_fd(node.fd.as_fd(), dir, name)
         })
     }
 
-    /// `readlink`: the target of the symlink `ino`.
-    pub(super) fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
-        let node = self.node(ino)?;
-        sys::readlink_fd(node.fd.as_fd()).map_err(errno)
+    /// `unlink` or `rmdir` (`rmdir`: `AT_REMOVEDIR`) of `parent/name`.
+    fn remove(&self, parent: u64, name: &[u8], rmdir: bool) -> Res<()> {
+        let flags = if rmdir { libc::AT_REMOVEDIR } else { 0 };
+        let dir = self.node(parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        let _gate = self.gate.read();
+        let path = self.child_path(parent, name)?;
+        self.before_in(
+            Mutation::Remove { path: &path },
+            crate::Parents {
+                from: dir.fd.as_fd(),
+                to: None,
+            },
+        )?;
+        self.hold_fd_of(parent, name);
+        if let Err(e) = sys::unlinkat(dir.fd.as_fd(), &cname, flags) {
+            self.hook.failed(&Mutation::Remove { path: &path });
+            return Err(errno(e));
+        }
+        self.inodes.unlink(parent, name);
+        self.after(Mutation::Remove { path: &path }, None);
+        Ok(())
+    }
+
+    /// `rename` of `parent/name` to `new_parent/new_name` (`renameat2`
+    /// flags, `RENAME_EXCHANGE` included).
+    fn rename(&self, from: (u64, &[u8]), to: (u64, &[u8]), flags: RenameFlags) -> Res<()> {
+        let ((parent, name), (new_parent, new_name)) = (from, to);
+        let dir = self.node(parent)?;
+        let new_dir = self.node(new_parent)?;
+        let cname = sys::cname(name).map_err(errno)?;
+        let new_cname = sys::cname(new_name).map_err(errno)?;
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let _gate = self.gate.read();
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(new_parent, new_name)?;
+        self.before_in(
+            Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            },
+            crate::Parents {
+                from: dir.fd.as_fd(),
+                to: Some(new_dir.fd.as_fd()),
+            },
+        )?;
+        if !exchange {
+            self.hold_fd_of(new_parent, new_name);
+        }
+        if let Err(e) = sys::renameat2(
+            dir.fd.as_fd(),
+            &cname,
+            new_dir.fd.as_fd(),
+            &new_cname,
+            flags.bits(),
+        ) {
+            self.hook.failed(&Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            });
+            return Err(errno(e));
+        }
+        self.inodes
+            .rename(parent, name, new_parent, new_name, exchange);
+        let now = match exchange {
+            true => None,
+            false => sys::stat_at(new_dir.fd.as_fd(), &new_cname).ok().flatten(),
+        };
+        self.after(
+            Mutation::Rename {
+                from: &from,
+                to: &to,
+                exchange,
+            },
+            now.as_ref(),
+        );
+        Ok(())
+    }
+}
+
+impl Meta for State {
+    /// `getattr`: the attributes of `ino`, through the handle `fh` when
+    /// there is one.
+    fn getattr(&self, ino: u64, fh: Option<FileHandle>) -> Res<Attr> {
+        Ok(Attr {
+            attr: self.stat(ino, fh)?,
+            ttl: self.ttls().attr,
+        })
     }
 
     /// `setattr`: mode, owner, size and times of `ino` (through the handle
     /// when there is one); answers the attributes after the change.
-    pub(super) fn setattr(&self, ino: u64, a: &SetAttr) -> Res<Attr> {
+    fn setattr(&self, ino: u64, a: &SetAttr) -> Res<Attr> {
         let node = self.node(ino)?;
         let handle = a.fh.and_then(|fh| self.handles.get(fh.0));
         {
@@ -564,142 +599,29 @@ impl State {
         self.getattr(ino, a.fh)
     }
 
-    /// A SETATTR with nothing to set (at most the change time) of `ino`
-    /// (open as `fd`) under `FUSE_HANDLE_KILLPRIV_V2`, where the kernel
-    /// dropped its clearing of set-user-ID and set-group-ID bits. It is
-    /// what `chown(path, -1, -1)` sends, and what the kernel's own
-    /// `file_remove_privs` sends before a write, truncation or allocation
-    /// by a caller without `CAP_FSETID` (forced past permission checks;
-    /// the request that follows clears the bits, [`State::kill_suidgid`]).
-    /// The two look the same; the caller's current system call
-    /// (`/proc/PID/syscall`) tells them apart. For a `chown`: the same
-    /// `chown` of the backing file with the caller's credentials, which
-    /// clears exactly what the kernel would (the set-group-ID bit depends
-    /// on the caller's groups and `CAP_FSETID`) and is refused as it would
-    /// be (`EPERM` for a set-user-ID file the caller does not own). For
-    /// anything else, nothing. Reports `Metadata` first when there is a bit
-    /// that could go. Without the flag taken, nothing (the kernel sent the
-    /// new mode itself). Errors: the backing `fstat` or `chown` fails, or
-    /// the hook refuses.
-    fn chown_nothing(&self, ino: u64, fd: BorrowedFd<'_>, caller: Caller) -> Res<()> {
-        if !self.granted.has(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
-            return Ok(());
-        }
-        let st = sys::fstat(fd).map_err(errno)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG
-            || st.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
-            || !sys::in_chown(caller.pid)
-        {
-            return Ok(());
-        }
-        self.before_inode(ino, |path| Mutation::Metadata { path })?;
-        let _as = AsCaller::switch(caller).map_err(errno)?;
-        sys::chown_fd(fd, u32::MAX, u32::MAX).map_err(errno)
-    }
-
-    /// `unlink` (`flags` 0) or `rmdir` (`AT_REMOVEDIR`) of `parent/name`.
-    pub(super) fn remove(&self, parent: u64, name: &[u8], flags: i32) -> Res<()> {
-        let dir = self.node(parent)?;
-        let cname = sys::cname(name).map_err(errno)?;
-        let _gate = self.gate.read();
-        let path = self.child_path(parent, name)?;
-        self.before_in(
-            Mutation::Remove { path: &path },
-            crate::Parents {
-                from: dir.fd.as_fd(),
-                to: None,
-            },
-        )?;
-        self.hold_fd_of(parent, name);
-        if let Err(e) = sys::unlinkat(dir.fd.as_fd(), &cname, flags) {
-            self.hook.failed(&Mutation::Remove { path: &path });
-            return Err(errno(e));
-        }
-        self.inodes.unlink(parent, name);
-        self.after(Mutation::Remove { path: &path }, None);
-        Ok(())
-    }
-
-    /// `rename` of `parent/name` to `new_parent/new_name` (`renameat2`
-    /// flags, `RENAME_EXCHANGE` included).
-    pub(super) fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Res<()> {
-        let dir = self.node(parent)?;
-        let new_dir = self.node(new_parent)?;
-        let cname = sys::cname(name).map_err(errno)?;
-        let new_cname = sys::cname(new_name).map_err(errno)?;
-        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
-        let _gate = self.gate.read();
-        let from = self.child_path(parent, name)?;
-        let to = self.child_path(new_parent, new_name)?;
-        self.before_in(
-            Mutation::Rename {
-                from: &from,
-                to: &to,
-                exchange,
-            },
-            crate::Parents {
-                from: dir.fd.as_fd(),
-                to: Some(new_dir.fd.as_fd()),
-            },
-        )?;
-        if !exchange {
-            self.hold_fd_of(new_parent, new_name);
-        }
-        if let Err(e) = sys::renameat2(
-            dir.fd.as_fd(),
-            &cname,
-            new_dir.fd.as_fd(),
-            &new_cname,
-            flags.bits(),
-        ) {
-            self.hook.failed(&Mutation::Rename {
-                from: &from,
-                to: &to,
-                exchange,
-            });
-            return Err(errno(e));
-        }
-        self.inodes
-            .rename(parent, name, new_parent, new_name, exchange);
-        let now = match exchange {
-            true => None,
-            false => sys::stat_at(new_dir.fd.as_fd(), &new_cname).ok().flatten(),
-        };
-        self.after(
-            Mutation::Rename {
-                from: &from,
-                to: &to,
-                exchange,
-            },
-            now.as_ref(),
-        );
-        Ok(())
+    /// `readlink`: the target of the symlink `ino`.
+    fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+        let node = self.node(ino)?;
+        sys::readlink_fd(node.fd.as_fd()).map_err(errno)
     }
 
     /// `statfs` of the filesystem holding `ino` (the root's if `ino` is
     /// gone).
-    pub(super) fn statfs(&self, ino: u64) -> Res<libc::statvfs> {
+    fn statfs(&self, ino: u64) -> Res<libc::statvfs> {
         let node = self.node(ino).or_else(|_| self.node(crate::inode::ROOT))?;
         sys::statvfs(node.fd.as_fd()).map_err(errno)
     }
 
     /// `access`: with `default_permissions` the kernel checks the mode bits
     /// itself; this only confirms the inode still exists.
-    pub(super) fn access(&self, ino: u64) -> Res<()> {
+    fn access(&self, ino: u64) -> Res<()> {
         let node = self.node(ino)?;
         sys::fstat(node.fd.as_fd()).map_err(errno)?;
         Ok(())
     }
 
     /// `setxattr` of `name` on `ino` (`flags`: `XATTR_CREATE`/`_REPLACE`).
-    pub(super) fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
+    fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Res<()> {
         let node = self.node(ino)?;
         let name = sys::cname_any(name).map_err(errno)?;
         let _gate = self.gate.read();
@@ -711,26 +633,20 @@ impl State {
 
     /// `getxattr` of `name` on `ino`: the size needed when `size` is 0,
     /// else at most `size` bytes of the value (`ERANGE` if it is larger).
-    pub(super) fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
+    fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> Res<Xattr> {
         let node = self.node(ino)?;
         let name = sys::cname_any(name).map_err(errno)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::getxattr(node.fd.as_fd(), &name, &mut buf).map_err(errno)?;
-        buf.truncate(n);
-        Ok(sized(size, n, buf))
+        Xattr::read(size, |buf| sys::getxattr(node.fd.as_fd(), &name, buf))
     }
 
     /// `listxattr` of `ino`: as [`State::getxattr`], for the name list.
-    pub(super) fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
+    fn listxattr(&self, ino: u64, size: u32) -> Res<Xattr> {
         let node = self.node(ino)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = sys::listxattr(node.fd.as_fd(), &mut buf).map_err(errno)?;
-        buf.truncate(n);
-        Ok(sized(size, n, buf))
+        Xattr::read(size, |buf| sys::listxattr(node.fd.as_fd(), buf))
     }
 
     /// `removexattr` of `name` on `ino`.
-    pub(super) fn removexattr(&self, ino: u64, name: &[u8]) -> Res<()> {
+    fn removexattr(&self, ino: u64, name: &[u8]) -> Res<()> {
         let node = self.node(ino)?;
         let name = sys::cname_any(name).map_err(errno)?;
         let _gate = self.gate.read();
@@ -738,15 +654,5 @@ impl State {
         sys::removexattr(node.fd.as_fd(), &name).map_err(errno)?;
         self.after_inode(ino, |path| Mutation::Metadata { path });
         Ok(())
-    }
-}
-
-/// An xattr answer: the size `n` when the request's `size` was 0 (a size
-/// probe), else the bytes read.
-fn sized(size: u32, n: usize, buf: Vec<u8>) -> Xattr {
-    if size == 0 {
-        Xattr::Size(n)
-    } else {
-        Xattr::Data(buf)
     }
 }
