@@ -1300,3 +1300,110 @@ fn a_big_files_object_gone_from_the_bucket_is_named_with_its_key_and_the_fix() {
     assert!(run.stdout.contains("1 from the bucket"), "{run}");
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
+
+/// The pointer text of `bytes` as the export writes it.
+fn pointer_of(bytes: &[u8]) -> String {
+    format!(
+        "opfs-pointer v1\nblake3 {}\nsize {}\n",
+        blake3::hash(bytes).to_hex(),
+        bytes.len()
+    )
+}
+
+#[test]
+fn a_small_file_that_reads_as_a_pointer_is_pushed_and_checked_out_as_its_own_bytes() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(5).bytes(9 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    // The pointer text of big.bin, and of bytes no one has: a small file
+    // an agent can write on purpose.
+    write_file(&a.m("notes.txt"), pointer_of(&big).as_bytes(), 0o644);
+    write_file(
+        &a.m("harmless.txt"),
+        format!(
+            "opfs-pointer v1\nblake3 {}\nsize 9437184\n",
+            "0123456789abcdef".repeat(4)
+        )
+        .as_bytes(),
+        0o644,
+    );
+    a.turn("t");
+    let at_end = files_only(manifest(&a.project));
+    write_file(&a.m("later.txt"), b"more\n", 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["last_turn"], 2, "{r:#}");
+    assert_eq!(r["objects_missing"], serde_json::json!([]), "{r:#}");
+    assert!(push_status(&a, &url)["failure"].is_null());
+
+    // On another home: each file as it was, not the bytes its text names.
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let dir = b.root().join("turn1");
+    let run = b
+        .opfs(&[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+        .ok();
+    assert!(
+        run.json()["pointers"].as_array().is_some_and(Vec::is_empty),
+        "{run}"
+    );
+    assert_manifest_eq("turn 1 materialised", &at_end, &files_only(manifest(&dir)));
+}
+
+#[test]
+fn a_big_files_lost_bytes_are_reported_and_do_not_stop_later_pushes() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    f.mount();
+    write_file(&f.m("big3.bin"), &Rng::new(9).bytes(9 << 20), 0o644);
+    f.turn("big");
+    f.opfs_c(&["export"]).ok();
+    // Its only copy was the project's file, deleted while unmounted.
+    f.umount();
+    std::fs::remove_file(f.p("big3.bin")).expect("rm");
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    f.mount();
+    write_file(&f.m("later.txt"), b"more\n", 0o644);
+    f.turn("later");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(0), "the push goes on without it: {run}");
+    assert!(
+        run.stdout.contains("big3.bin at the end of turn 1"),
+        "{run}"
+    );
+    let ns = namespace(&f, "alpha");
+    assert!(ls_remote(&url).contains_key(&format!("{ns}/turns/2")));
+    let st = push_status(&f, &url);
+    assert!(st["failure"].is_null(), "{st:#}");
+    assert_eq!(st["missing"][0]["path"], "big3.bin", "{st:#}");
+    assert_eq!(st["missing"][0]["turn"], 1, "{st:#}");
+    let warnings = f.status()["warnings"].to_string();
+    assert!(
+        warnings.contains("big3.bin at the end of turn 1")
+            && warnings.contains("checks out from the remote as its pointer file"),
+        "{warnings}"
+    );
+    // Later turns go on being pushed.
+    write_file(&f.m("later.txt"), b"more again\n", 0o644);
+    f.turn("again");
+    f.opfs_c(&["push"]).ok();
+    assert!(ls_remote(&url).contains_key(&format!("{ns}/turns/3")));
+}

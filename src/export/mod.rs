@@ -48,7 +48,7 @@ pub use branch::{
 };
 pub use prune::{hold, prune, prune_held, ExportHold, Packed, PruneReport, AUTO_PACK_LOOSE};
 pub use regenerable::{regenerable, regenerable_ignored, Regenerable, REGENERABLE};
-pub use tree_edit::{pointer, POINTER_MIN};
+pub use tree_edit::{pointer, POINTER_MAGIC, POINTER_MIN};
 
 use std::collections::HashMap;
 use std::io;

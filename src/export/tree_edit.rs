@@ -39,6 +39,27 @@ pub fn pointer(blob: &crate::record::Hash, size: u64) -> Vec<u8> {
     .into_bytes()
 }
 
+/// What every pointer file begins with. A file whose own bytes begin
+/// with it is exported as a pointer too (to its own bytes, whatever its
+/// size), so that in an export every file that reads as a pointer is
+/// one: a checkout resolves it to exactly the bytes it stood for, and a
+/// small file cannot pass for a big one (`docs/export.md`, "Large files").
+pub const POINTER_MAGIC: &[u8] = b"opfs-pointer";
+
+/// The blob standing for a file's bytes in the export: the bytes
+/// themselves, or its pointer when they begin with [`POINTER_MAGIC`].
+fn exported_bytes<'a>(
+    blob: &crate::record::Hash,
+    size: u64,
+    data: &'a [u8],
+) -> std::borrow::Cow<'a, [u8]> {
+    if data.starts_with(POINTER_MAGIC) {
+        std::borrow::Cow::Owned(pointer(blob, size))
+    } else {
+        std::borrow::Cow::Borrowed(data)
+    }
+}
+
 /// What one path becomes in a git tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum GitState {
@@ -151,15 +172,16 @@ impl Exporter<'_> {
                 };
                 let id = match (&v.bytes, self.known.get(blob)) {
                     (_, Some(id)) => *id,
-                    // A large file is a pointer (its bytes stay in opfs).
+                    // A large file is a pointer (its bytes stay in opfs);
+                    // so is a file that begins as a pointer does.
                     _ if *size >= POINTER_MIN => self.write_blob(&pointer(blob, *size))?,
-                    (Some(bytes), _) => self.write_blob(bytes)?,
+                    (Some(bytes), _) => self.write_blob(&exported_bytes(blob, *size, bytes))?,
                     (None, None) => {
                         let data = match self.fetch {
                             Some(fetch) => fetch(path, &v.state)?,
                             None => self.src.blob(blob).blob_of(path)?,
                         };
-                        self.write_blob(&data)?
+                        self.write_blob(&exported_bytes(blob, *size, &data))?
                     }
                 };
                 self.known.insert(*blob, id);

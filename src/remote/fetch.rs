@@ -631,15 +631,14 @@ pub fn parse_pointer(bytes: &[u8]) -> Option<(String, u64)> {
     if bytes.len() > 200 {
         return None;
     }
+    // Exactly what the export writes, nothing else (no `\r`, no upper
+    // case hex, no trailing bytes): one content, one pointer.
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut lines = text.lines();
-    if lines.next()? != "opfs-pointer v1" {
-        return None;
-    }
-    let hash = lines.next()?.strip_prefix("blake3 ")?;
-    let size = lines.next()?.strip_prefix("size ")?.parse().ok()?;
-    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) && lines.next().is_none())
-        .then(|| (hash.to_string(), size))
+    let rest = text.strip_prefix("opfs-pointer v1\nblake3 ")?;
+    let (hash, rest) = rest.split_once("\nsize ")?;
+    let size: u64 = rest.strip_suffix('\n')?.parse().ok()?;
+    let raw = blake3::Hash::from_hex(hash).ok()?;
+    (crate::export::pointer(raw.as_bytes(), size) == bytes).then(|| (hash.to_string(), size))
 }
 
 /// Blobs read in order through one `git cat-file --batch`.

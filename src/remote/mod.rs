@@ -308,6 +308,10 @@ pub struct PushReport {
     pub objects_uploaded: usize,
     /// Bytes uploaded to the bucket.
     pub object_bytes: u64,
+    /// Pointer files sent whose bytes are gone for good (in no blob store,
+    /// nor in the project): pushed without them, recorded in `push.json`
+    /// and shown by `opfs status`; each checks out as its pointer file.
+    pub objects_missing: Vec<state::Missing>,
     /// Wall time of the push, ms.
     pub elapsed_ms: u64,
 }
@@ -315,7 +319,10 @@ pub struct PushReport {
 impl PushReport {
     /// True when the remote already held everything (no process ran).
     pub fn up_to_date(&self) -> bool {
-        self.updated == 0 && self.deleted == 0 && self.objects_uploaded == 0
+        self.updated == 0
+            && self.deleted == 0
+            && self.objects_uploaded == 0
+            && self.objects_missing.is_empty()
     }
 }
 
@@ -390,7 +397,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         None => info_commit(&git_dir, target, state, git)?,
     };
     wanted.insert(info_ref, info);
-    let mut uploaded = (0, 0);
+    let mut uploaded = pointers::Uploaded::default();
     let mut result = Err(PushError::Unreachable {
         remote: target.url.clone(),
         cause: String::new(),
@@ -479,6 +486,11 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             rs.last_success_ms = Some(now);
             rs.last_turn = last_turn;
             rs.failure = None;
+            for m in &uploaded.missing {
+                if !rs.missing.iter().any(|x| x.hash == m.hash) {
+                    rs.missing.push(m.clone());
+                }
+            }
             Ok(PushReport {
                 remote: target.url.clone(),
                 namespace: ns,
@@ -486,8 +498,9 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 deleted,
                 last_turn,
                 bytes_sent,
-                objects_uploaded: uploaded.0,
-                object_bytes: uploaded.1,
+                objects_uploaded: uploaded.n,
+                object_bytes: uploaded.bytes,
+                objects_missing: uploaded.missing.clone(),
                 elapsed_ms: started.elapsed().as_millis() as u64,
             })
         }
@@ -553,7 +566,8 @@ pub fn upload_all_objects(
             r.contains("/turns/") || r.ends_with("/baseline") || r.contains("/worktrees/")
         })
         .collect();
-    pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())
+    let u = pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())?;
+    Ok((u.n, u.bytes))
 }
 
 /// The export's refs: `refs/heads/opfs` and everything under

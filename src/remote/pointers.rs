@@ -36,7 +36,13 @@ enum Origin {
 /// held (its commits are left out); each of the branch's own commits
 /// counts, read from the worktree's own history, else the project's.
 ///
-/// Errors: [`PushError::Bucket`], [`PushError::Unavailable`],
+/// A version whose bytes are gone for good (in no blob store, nor in the
+/// project or worktree view) is not an error: it is skipped and returned
+/// in [`Uploaded::missing`], so one lost object does not hold back every
+/// later push; its pointer file then stays unresolved on the remote.
+///
+/// Errors: [`PushError::Bucket`] (transient: the push is retried),
+/// [`PushError::Unavailable`] (the history cannot be opened at all),
 /// [`PushError::Git`].
 pub(super) fn upload(
     state: &StateDir,
@@ -46,7 +52,7 @@ pub(super) fn upload(
     cfg: &BucketConfig,
     refs: &[(String, String)],
     since: &BTreeMap<String, String>,
-) -> Result<(usize, u64), PushError> {
+) -> Result<Uploaded, PushError> {
     // commit -> where its pointers' bytes are read
     let mut commits: Vec<(String, Origin)> = Vec::new();
     for (r, commit) in refs {
@@ -98,7 +104,7 @@ pub(super) fn upload(
         }
     }
     if wanted.is_empty() {
-        return Ok((0, 0));
+        return Ok(Uploaded::default());
     }
     let bucket = Bucket::open(cfg).map_err(|source| PushError::Bucket {
         remote: target.url.clone(),
@@ -115,8 +121,7 @@ pub(super) fn upload(
     let mut put = Put {
         bucket: &bucket,
         target,
-        n: 0,
-        bytes: 0,
+        done: Uploaded::default(),
     };
     // By worktree, in the order of its turns (what [`TurnEnds`] reads best).
     let mut by_worktree: BTreeMap<String, Vec<(u64, Vec<u8>, String)>> = BTreeMap::new();
@@ -130,14 +135,17 @@ pub(super) fn upload(
                     hash: hash.clone(),
                     cause,
                 };
-                let raw = blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
-                let content = match src.blob(raw.as_bytes()) {
-                    Ok(b) => b,
-                    Err(_) => {
-                        history::show(&src, start, &path).map_err(|e| unavailable(e.to_string()))?
-                    }
-                };
-                put.put(&hash, content, unavailable)?;
+                let r = (|| {
+                    let raw =
+                        blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
+                    let content = match src.blob(raw.as_bytes()) {
+                        Ok(b) => b,
+                        Err(_) => history::show(&src, start, &path)
+                            .map_err(|e| unavailable(e.to_string()))?,
+                    };
+                    put.put(&hash, content, unavailable)
+                })();
+                put.skip_unavailable(r)?;
             }
             Origin::Worktree { name, turn } => {
                 by_worktree
@@ -164,22 +172,26 @@ pub(super) fn upload(
                     hash: hash.clone(),
                     cause,
                 };
-                let raw = blake3::Hash::from_hex(hash).map_err(|e| unavailable(e.to_string()))?;
-                // Kept whole by the worktree's history or the project's;
-                // else the worktree's view at the end of the turn.
-                let content = match own
-                    .blob(raw.as_bytes())
-                    .or_else(|_| src.blob(raw.as_bytes()))
-                {
-                    Ok(b) => b,
-                    Err(_) => ends
-                        .file(*turn, path)
-                        .map_err(|e| unavailable(e.to_string()))?
-                        .ok_or_else(|| {
-                            unavailable("the worktree's view holds no file there".into())
-                        })?,
-                };
-                put.put(hash, content, unavailable)?;
+                let r = (|| {
+                    let raw =
+                        blake3::Hash::from_hex(hash).map_err(|e| unavailable(e.to_string()))?;
+                    // Kept whole by the worktree's history or the project's;
+                    // else the worktree's view at the end of the turn.
+                    let content = match own
+                        .blob(raw.as_bytes())
+                        .or_else(|_| src.blob(raw.as_bytes()))
+                    {
+                        Ok(b) => b,
+                        Err(_) => ends
+                            .file(*turn, path)
+                            .map_err(|e| unavailable(e.to_string()))?
+                            .ok_or_else(|| {
+                                unavailable("the worktree's view holds no file there".into())
+                            })?,
+                    };
+                    put.put(hash, content, unavailable)
+                })();
+                put.skip_unavailable(r)?;
             }
             Ok::<(), PushError>(())
         };
@@ -193,18 +205,51 @@ pub(super) fn upload(
             }
         })??;
     }
-    Ok((put.n, put.bytes))
+    Ok(put.done)
+}
+
+/// What an upload did.
+#[derive(Debug, Default)]
+pub(super) struct Uploaded {
+    /// Objects written (those already in the bucket are not counted).
+    pub n: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Versions whose bytes are gone for good, skipped.
+    pub missing: Vec<super::state::Missing>,
 }
 
 /// Uploads to one bucket, counting what it wrote.
 struct Put<'b> {
     bucket: &'b Bucket,
     target: &'b Target,
-    n: usize,
-    bytes: u64,
+    done: Uploaded,
 }
 
 impl Put<'_> {
+    /// `r`, with a version whose bytes are gone for good
+    /// ([`PushError::Unavailable`]) recorded as missing instead.
+    fn skip_unavailable(&mut self, r: Result<(), PushError>) -> Result<(), PushError> {
+        match r {
+            Err(PushError::Unavailable {
+                path,
+                turn,
+                hash,
+                cause,
+                ..
+            }) => {
+                self.done.missing.push(super::state::Missing {
+                    path,
+                    turn,
+                    hash,
+                    cause,
+                });
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
     /// Uploads `content` as the object of `hash` once its BLAKE3 is
     /// checked (a version put together again may differ: `unavailable`).
     fn put(
@@ -227,8 +272,8 @@ impl Put<'_> {
                 source: Box::new(source),
             })? {
             Upload::Created => {
-                self.n += 1;
-                self.bytes += len;
+                self.done.n += 1;
+                self.done.bytes += len;
             }
             Upload::Existed => {}
         }

@@ -34,6 +34,24 @@ pub struct RemoteState {
     pub last_turn: Option<u64>,
     /// The failure of the pushes since the last success, if they failed.
     pub failure: Option<Failure>,
+    /// Pointer files pushed without their bytes in the bucket: the bytes
+    /// were gone for good when the push ran (in no blob store, nor in the
+    /// project). Each checks out as its pointer file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<Missing>,
+}
+
+/// A version whose bytes a push could not upload, for good.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Missing {
+    /// The project-relative path (with `(worktree NAME)` for a worktree's).
+    pub path: String,
+    /// The turn whose end it is.
+    pub turn: u64,
+    /// The content's BLAKE3, hex: the bucket key's last part.
+    pub hash: String,
+    /// Why its bytes could not be read.
+    pub cause: String,
 }
 
 /// Pushes that failed since the last success.

@@ -57,6 +57,15 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         None
     };
     let r = opfs::remote::push(st, &target, &ctx.env.git).map_err(failure)?;
+    if !ctx.format.is_json() {
+        for m in &r.objects_missing {
+            writeln!(
+                out,
+                "warning: {} at the end of turn {} was pushed without its bytes (BLAKE3 {}): they are gone from this machine ({}); it checks out as its pointer file (opfs status lists it)",
+                m.path, m.turn, m.hash, m.cause
+            )?;
+        }
+    }
     if let (Some((n, bytes)), false) = (backfilled, ctx.format.is_json()) {
         writeln!(
             out,

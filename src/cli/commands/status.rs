@@ -110,6 +110,12 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                 f.message
             ));
         }
+        for m in &r.missing {
+            p.warnings.push(format!(
+                "{} at the end of turn {} was pushed to {url} without its bytes (BLAKE3 {}): they were gone from this machine ({}); that version checks out from the remote as its pointer file, the other files and turns are complete",
+                m.path, m.turn, m.hash, m.cause
+            ));
+        }
     }
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
@@ -159,6 +165,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                     "last_success_ms": r.last_success_ms,
                     "last_turn": r.last_turn,
                     "failure": r.failure,
+                    "missing": r.missing,
                 })
             })
             .collect();
