@@ -1407,3 +1407,49 @@ fn a_big_files_lost_bytes_are_reported_and_do_not_stop_later_pushes() {
     f.opfs_c(&["push"]).ok();
     assert!(ls_remote(&url).contains_key(&format!("{ns}/turns/3")));
 }
+
+/// A remote that takes the connection and never answers: each `git` run
+/// is stopped at `[push] timeout_seconds`, counted as a failed push and
+/// retried; the push lock is not held for good, so a push to another
+/// remote still goes through.
+#[test]
+fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
+    let Some(d) = GitDaemon::start() else { return };
+    let tarpit = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = url_on(tarpit.local_addr().expect("addr").port());
+    // Accepts every connection and keeps it open, saying nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in tarpit.incoming() {
+            held.push(c);
+        }
+    });
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", true);
+    let text = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(
+        &f.pinned.config,
+        text.replace("[push]\n", "[push]\ntimeout_seconds = 2\n"),
+    )
+    .expect("write config");
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["failure"]["attempts"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)),
+        "the push to a silent remote never ended: {:#}",
+        f.status()
+    );
+    let msg = push_status(&f, &url)["failure"]["message"].to_string();
+    assert!(msg.contains("no result within 2 s"), "{msg}");
+    // A one-off push to a silent remote ends too, with the same message.
+    let run = f.opfs_c(&["push", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("timeout_seconds"), "{run}");
+    // And the lock is free for a remote that answers.
+    f.opfs_c(&["push", &d.url()]).ok();
+    let ns = namespace(&f, "alpha");
+    assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}

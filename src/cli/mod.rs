@@ -130,6 +130,7 @@ impl Env {
                     .iter()
                     .filter_map(|k| var(k).map(|v| (OsString::from(k), v)))
                     .collect(),
+                deadline: None,
             },
             failpoint: std::env::var("OPFS_FAILPOINT").ok(),
             term: pager::TermEnv {
@@ -268,6 +269,21 @@ impl Ctx {
             let st = StateDir::for_project(self.home(), &project);
             st.exists().then(|| (p.to_path_buf(), st))
         })
+    }
+
+    /// What `git` gets when it talks to a checkpoint remote: the
+    /// environment's variables, and the configuration's `[push]
+    /// timeout_seconds` as the deadline of each run.
+    ///
+    /// Errors: as [`Ctx::config`].
+    pub fn git_env(&self) -> Result<opfs::remote::GitEnv, CommandError> {
+        let mut git = self.env.git.clone();
+        git.deadline = self
+            .config()?
+            .push
+            .timeout_seconds
+            .map(|s| Duration::from_secs(s.max(1)));
+        Ok(git)
     }
 
     /// The user's configuration file ([`Env::config`]); defaults when

@@ -200,18 +200,19 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), Re
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let mut cmd = git.command(None);
         cmd.args(["init", "-q", "--bare"]).arg(&dir);
-        run(cmd, &dir, url, "creating the local copy")?;
+        run(cmd, git, &dir, url, "creating the local copy")?;
     }
     Ok((dir, lock))
 }
 
 fn run(
     cmd: std::process::Command,
+    git: &GitEnv,
     git_dir: &Path,
     url: &str,
     what: &str,
 ) -> Result<Vec<u8>, RemoteError> {
-    let out = git::output(cmd).map_err(|e| match e.kind() {
+    let out = git::output(cmd, git).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => RemoteError::GitNotFound {
             remote: url.to_string(),
         },
@@ -234,10 +235,11 @@ fn run(
 /// [`RemoteError::Unreachable`].
 fn run_remote(
     cmd: std::process::Command,
+    git: &GitEnv,
     git_dir: &Path,
     url: &str,
 ) -> Result<Vec<u8>, RemoteError> {
-    run(cmd, git_dir, url, "").map_err(|e| match e {
+    run(cmd, git, git_dir, url, "").map_err(|e| match e {
         RemoteError::Git { cause, .. } => RemoteError::Unreachable {
             remote: url.to_string(),
             cause,
@@ -256,7 +258,7 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
     let (dir, _lock) = cache(home, url, git)?;
     let mut cmd = git.command(Some(&dir));
     cmd.args(["ls-remote", url, &format!("{NAMESPACE_ROOT}*")]);
-    let refs = run_remote(cmd, &dir, url)?;
+    let refs = run_remote(cmd, git, &dir, url)?;
     let mut projects: BTreeMap<String, RemoteProject> = BTreeMap::new();
     for line in String::from_utf8_lossy(&refs).lines() {
         let Some((_, r)) = line.split_once('\t') else {
@@ -299,14 +301,14 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
     cmd.args(["fetch", "-q", "--no-tags", url]).arg(format!(
         "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
     ));
-    run_remote(cmd, &dir, url)?;
+    run_remote(cmd, git, &dir, url)?;
     for p in projects.values_mut() {
         p.turns.sort_unstable();
         let mut cmd = git.command(Some(&dir));
         cmd.args(["log", "-1", "--format=%B"])
             .arg(format!("{NAMESPACE_ROOT}{}/project", p.name))
             .arg("--");
-        if let Ok(msg) = run(cmd, &dir, url, "reading a project's description") {
+        if let Ok(msg) = run(cmd, git, &dir, url, "reading a project's description") {
             p.path = String::from_utf8_lossy(&msg)
                 .lines()
                 .find_map(|l| l.strip_prefix("opfs-project: "))
@@ -346,11 +348,11 @@ fn fetch_project(
     let mut cmd = git.command(Some(&dir));
     cmd.args(["fetch", "-q", "--prune", "--no-tags", url])
         .arg(format!("+{ns}/*:{ns}/*"));
-    run_remote(cmd, &dir, url)?;
+    run_remote(cmd, git, &dir, url)?;
     let mut cmd = git.command(Some(&dir));
     cmd.args(["for-each-ref", "--count=1", "--format=%(refname)"])
         .arg(format!("{ns}/"));
-    if run(cmd, &dir, url, "listing the project's refs")?.is_empty() {
+    if run(cmd, git, &dir, url, "listing the project's refs")?.is_empty() {
         return Err(RemoteError::NoSuchProject {
             remote: url.to_string(),
             project: project.to_string(),
@@ -375,7 +377,7 @@ pub fn turns(
         "--format=%(refname)%00%(objectname)%00%(committerdate:unix)%00%(subject)",
     ])
     .arg(format!("{ns}/turns/"));
-    let out = run(cmd, &dir, url, "listing the turns")?;
+    let out = run(cmd, git, &dir, url, "listing the turns")?;
     let mut list: Vec<RemoteTurn> = String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| {
@@ -471,7 +473,7 @@ pub fn checkout(
     let mut cmd = git.command(Some(&cache_dir));
     cmd.args(["rev-parse", "--verify", "-q"])
         .arg(format!("{rev}^{{commit}}"));
-    let commit = match run(cmd, &cache_dir, url, "finding the turn") {
+    let commit = match run(cmd, git, &cache_dir, url, "finding the turn") {
         Ok(id) if !rev.is_empty() => String::from_utf8_lossy(&id).trim().to_string(),
         _ => {
             return Err(RemoteError::NoSuchTurn {
@@ -483,7 +485,7 @@ pub fn checkout(
     };
     let mut cmd = git.command(Some(&cache_dir));
     cmd.args(["ls-tree", "-r", "-z", "--full-tree", &commit]);
-    let listing = run(cmd, &cache_dir, url, "listing the turn's tree")?;
+    let listing = run(cmd, git, &cache_dir, url, "listing the turn's tree")?;
     // mode, object id, path
     let mut entries: Vec<(String, String, Vec<u8>)> = Vec::new();
     for rec in listing.split(|b| *b == 0).filter(|r| !r.is_empty()) {
@@ -622,7 +624,7 @@ fn contains(git_dir: &Path, git: &GitEnv, ns: &str, id: &str) -> bool {
         id,
     ])
     .arg(format!("{ns}/"));
-    git::output(cmd).is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+    git::output(cmd, git).is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
 }
 
 /// The BLAKE3 (hex) and size a pointer file names

@@ -3,8 +3,15 @@
 //! SSH agent and proxies), never a prompt, never a hook.
 
 use std::ffi::OsString;
+use std::io::{self, Read};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one `git` run that talks to a remote may take when the
+/// configuration says nothing (`[push] timeout_seconds`).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 
 /// The variables a `git` that talks to a remote is given, taken by the
 /// caller from its own environment (the library reads none): `HOME` and
@@ -17,6 +24,11 @@ use std::process::{Command, Output, Stdio};
 pub struct GitEnv {
     /// Name and value of each variable passed.
     pub vars: Vec<(OsString, OsString)>,
+    /// How long one `git` run may take before it is stopped (a remote
+    /// that accepts the connection and never answers would otherwise hold
+    /// the push lock, and every later push, for good). `None`:
+    /// [`DEFAULT_DEADLINE`].
+    pub deadline: Option<Duration>,
 }
 
 impl GitEnv {
@@ -64,11 +76,72 @@ impl GitEnv {
     }
 }
 
-/// Runs `cmd`, its output captured.
+/// Runs `cmd` (made by [`GitEnv::command`]), its output captured, for at
+/// most `git`'s deadline: past it the run, with every process it started
+/// (its own process group), is killed.
 ///
-/// Errors: `git` cannot be started (not on `PATH`: `NotFound`).
-pub(super) fn output(mut cmd: Command) -> std::io::Result<Output> {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output()
+/// Errors: `git` cannot be started (not on `PATH`: `NotFound`); the
+/// deadline passed (`TimedOut`, the message says how long it waited and
+/// the fix).
+pub(super) fn output(mut cmd: Command, git: &GitEnv) -> io::Result<Output> {
+    let deadline = git.deadline.unwrap_or(DEFAULT_DEADLINE);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() >= deadline {
+            kill_group(&mut child);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "git gave no result within {} s and was stopped (a remote that does not \
+                     answer, or a transfer slower than that); check the remote, or raise \
+                     [push] timeout_seconds",
+                    deadline.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20).min(deadline));
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// Reads `pipe` to its end on a thread of its own (a full pipe would stall
+/// git while the caller waits for it to exit).
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Kills `child`'s process group (git and the transport it started: `ssh`,
+/// `git-remote-http`), then reaps it.
+fn kill_group(child: &mut Child) {
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// git's stderr, trimmed, lines joined with "; " (for one-line errors).

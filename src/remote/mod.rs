@@ -350,15 +350,29 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 }
             }
         }
-        let out = git::output(cmd).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => PushError::GitNotFound {
-                remote: target.url.clone(),
-            },
-            _ => PushError::Io {
-                path: PathBuf::from("git"),
-                source: e,
-            },
-        })?;
+        let out = match git::output(cmd, git) {
+            Ok(out) => out,
+            // Stopped at the deadline: a failed push like any other,
+            // recorded and retried.
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                result = Err(PushError::Unreachable {
+                    remote: target.url.clone(),
+                    cause: e.to_string(),
+                });
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(PushError::GitNotFound {
+                    remote: target.url.clone(),
+                })
+            }
+            Err(e) => {
+                return Err(PushError::Io {
+                    path: PathBuf::from("git"),
+                    source: e,
+                })
+            }
+        };
         if out.status.success() {
             crate::failpoint::failpoint("push-after-git");
             result = Ok((n_up, n_del, bytes_written(&out.stderr)));
@@ -479,7 +493,7 @@ fn local_refs(
         export::BRANCH,
         NAMESPACE_ROOT,
     ]);
-    let out = run_local(cmd, git_dir, target, "listing the export's refs")?;
+    let out = run_local(cmd, git, git_dir, target, "listing the export's refs")?;
     Ok(String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -490,11 +504,12 @@ fn local_refs(
 /// Runs a local git step in `git_dir`; its stdout.
 fn run_local(
     cmd: std::process::Command,
+    git: &GitEnv,
     git_dir: &Path,
     target: &Target,
     what: &str,
 ) -> Result<Vec<u8>, PushError> {
-    let out = git::output(cmd).map_err(|e| match e.kind() {
+    let out = git::output(cmd, git).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => PushError::GitNotFound {
             remote: target.url.clone(),
         },
@@ -539,7 +554,7 @@ fn info_commit(
 ) -> Result<String, PushError> {
     let mut cmd = git.command(Some(git_dir));
     cmd.args(["hash-object", "-w", "-t", "tree", "/dev/null"]);
-    let tree = run_local(cmd, git_dir, target, "writing the empty tree")?;
+    let tree = run_local(cmd, git, git_dir, target, "writing the empty tree")?;
     let tree = String::from_utf8_lossy(&tree).trim().to_string();
     let mut cmd = git.command(Some(git_dir));
     cmd.args([
@@ -554,7 +569,13 @@ fn info_commit(
     .env("GIT_COMMITTER_NAME", "opfs")
     .env("GIT_COMMITTER_EMAIL", "opfs@localhost")
     .env("GIT_COMMITTER_DATE", "@0 +0000");
-    let id = run_local(cmd, git_dir, target, "writing the project's description")?;
+    let id = run_local(
+        cmd,
+        git,
+        git_dir,
+        target,
+        "writing the project's description",
+    )?;
     Ok(String::from_utf8_lossy(&id).trim().to_string())
 }
 
@@ -633,7 +654,7 @@ fn adopt(
 ) -> Result<bool, PushError> {
     let mut cmd = git.command(Some(git_dir));
     cmd.args(["ls-remote", &target.url, &format!("{ns}/*")]);
-    let Ok(out) = run_local(cmd, git_dir, target, "listing the remote's refs") else {
+    let Ok(out) = run_local(cmd, git, git_dir, target, "listing the remote's refs") else {
         return Ok(false);
     };
     let remote: BTreeMap<String, String> = String::from_utf8_lossy(&out)
@@ -669,7 +690,7 @@ fn adopt(
 fn has_commit(git_dir: &Path, git: &GitEnv, id: &str) -> bool {
     let mut cmd = git.command(Some(git_dir));
     cmd.args(["cat-file", "-e", &format!("{id}^{{commit}}")]);
-    git::output(cmd).is_ok_and(|o| o.status.success())
+    git::output(cmd, git).is_ok_and(|o| o.status.success())
 }
 
 /// The pack size git reports on its `Writing objects: ... , <size>` line

@@ -86,7 +86,7 @@ pub(super) fn upload(
                 "--format=%(trailers:key=opfs-baseline,valueonly)",
                 commit,
             ]);
-            let out = super::run_local(cmd, git_dir, target, "reading the baseline")?;
+            let out = super::run_local(cmd, git, git_dir, target, "reading the baseline")?;
             match String::from_utf8_lossy(&out).trim().parse() {
                 Ok(n) => n,
                 Err(_) => continue,
@@ -305,7 +305,13 @@ fn branch_commits(
     if let Some(s) = since {
         cmd.arg(s);
     }
-    let out = super::run_local(cmd, git_dir, target, "listing a worktree branch's commits")?;
+    let out = super::run_local(
+        cmd,
+        git,
+        git_dir,
+        target,
+        "listing a worktree branch's commits",
+    )?;
     let text = String::from_utf8_lossy(&out);
     let fields: Vec<&str> = text.split('\0').map(str::trim).collect();
     Ok(fields
@@ -337,7 +343,7 @@ fn pointers_changed(
         "--no-renames",
         commit,
     ]);
-    let out = super::run_local(cmd, git_dir, target, "listing a turn's changes")?;
+    let out = super::run_local(cmd, git, git_dir, target, "listing a turn's changes")?;
     let mut fields = out.split(|b| *b == 0);
     let mut changed: Vec<(String, Vec<u8>)> = Vec::new();
     while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {

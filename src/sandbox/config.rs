@@ -114,6 +114,10 @@ pub struct PushConfig {
     /// Seconds between the automatic pusher's attempts after a failure
     /// (global only). Unset: 60.
     pub retry_seconds: Option<u64>,
+    /// Seconds one `git` run that talks to the remote (a push, a fetch of
+    /// `opfs remote`) may take before it is stopped and counted as a
+    /// failed push (global only). Unset: 600.
+    pub timeout_seconds: Option<u64>,
     /// The bucket that receives the bytes behind pointer files
     /// (`s3://BUCKET[/PREFIX]`). A project's own wins.
     pub bucket: Option<String>,

@@ -18,6 +18,7 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
     // Read here too when the daemon is started in the background (it reads
     // the same file again), so a broken file is reported to the caller.
     let (retention, auto) = super::gc::configured(ctx)?;
+    let git = ctx.git_env()?;
     let opts = DaemonOptions {
         sync: a.sync,
         threads: a.threads,
@@ -54,7 +55,7 @@ pub fn run(ctx: &Ctx, a: &MountArgs, out: &mut dyn Write) -> Result<(), CommandE
             .filter(|(_, auto, _)| *auto)
             .map(|(target, _, retry)| opfs::remote::AutoPush {
                 target,
-                git: ctx.env.git.clone(),
+                git: git.clone(),
                 retry,
             }),
     };

@@ -46,17 +46,18 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             commit_through_daemon,
         )?;
     }
+    let git = ctx.git_env()?;
     let backfilled = if a.objects {
         if target.bucket.is_none() {
             return Err(CommandError::usage(
                 "--objects uploads to the bucket, and none is configured: set [push] bucket (docs/remote.md, \"Big files: the bucket\")",
             ));
         }
-        Some(opfs::remote::upload_all_objects(st, &target, &ctx.env.git).map_err(failure)?)
+        Some(opfs::remote::upload_all_objects(st, &target, &git).map_err(failure)?)
     } else {
         None
     };
-    let r = opfs::remote::push(st, &target, &ctx.env.git).map_err(failure)?;
+    let r = opfs::remote::push(st, &target, &git).map_err(failure)?;
     if !ctx.format.is_json() {
         for m in &r.objects_missing {
             writeln!(

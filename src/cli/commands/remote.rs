@@ -9,7 +9,7 @@ use crate::cli::error::{failure, CommandError};
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
-    let git = &ctx.env.git;
+    let git = &ctx.git_env()?;
     let json = ctx.format.is_json();
     // One repository is one local copy, as a path or a `file://` URL.
     let normalized = opfs::remote::normalize_url(match cmd {
