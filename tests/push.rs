@@ -111,6 +111,12 @@ fn configure(f: &Fixture, url: &str, machine: &str, auto: bool) {
     std::fs::write(&f.pinned.config, text).expect("write config");
 }
 
+/// Replaces `from` by `to` in the fixture's configuration file.
+fn edit_config(f: &Fixture, from: &str, to: &str) {
+    let text = std::fs::read_to_string(&f.pinned.config).expect("config");
+    std::fs::write(&f.pinned.config, text.replace(from, to)).expect("write config");
+}
+
 /// The project's namespace on the remote.
 fn namespace(f: &Fixture, machine: &str) -> String {
     let key = f.state_dir();
@@ -1208,12 +1214,7 @@ fn a_checkout_into_a_symlink_to_nothing_names_the_link_and_the_fix() {
 fn an_empty_machine_name_is_refused_naming_the_file_and_the_key() {
     let (f, _, _) = pushed_to_a_path();
     let config = f.pinned.config.display().to_string();
-    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
-    std::fs::write(
-        &f.pinned.config,
-        good.replace("machine = \"alpha\"", "machine = \"\""),
-    )
-    .expect("config");
+    edit_config(&f, "machine = \"alpha\"", "machine = \"\"");
     let run = f.opfs_c(&["push"]);
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains(&config), "{run}");
@@ -1224,12 +1225,7 @@ fn an_empty_machine_name_is_refused_naming_the_file_and_the_key() {
 fn a_bucket_that_is_no_s3_url_is_refused_at_push_and_at_mount() {
     let (f, _, _) = pushed_to_a_path();
     let config = f.pinned.config.display().to_string();
-    let good = std::fs::read_to_string(&f.pinned.config).expect("config");
-    std::fs::write(
-        &f.pinned.config,
-        good.replace("[push]\n", "[push]\nbucket = \"ckpt/opfs\"\n"),
-    )
-    .expect("config");
+    edit_config(&f, "[push]\n", "[push]\nbucket = \"ckpt/opfs\"\n");
     // Nothing new to push, no big file: refused all the same.
     let run = f.opfs_c(&["push"]);
     assert_eq!(run.code, Some(2), "{run}");
@@ -1426,12 +1422,7 @@ fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
     });
     let f = Fixture::new();
     configure(&f, &url, "alpha", true);
-    let text = std::fs::read_to_string(&f.pinned.config).expect("config");
-    std::fs::write(
-        &f.pinned.config,
-        text.replace("[push]\n", "[push]\ntimeout_seconds = 2\n"),
-    )
-    .expect("write config");
+    edit_config(&f, "[push]\n", "[push]\ntimeout_seconds = 2\n");
     f.mount();
     write_file(&f.m("a.txt"), b"one\n", 0o644);
     f.turn("one");
