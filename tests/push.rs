@@ -938,7 +938,7 @@ fn a_remote_url_with_a_password_is_refused_and_never_shown() {
     let run = f.try_mount(&[], &[]);
     assert_eq!(run.code, Some(2), "{run}");
     assert!(
-        run.stderr.contains("[push] remote") && !run.stderr.contains("s3cretPW"),
+        run.stderr.contains(".push] remote") && !run.stderr.contains("s3cretPW"),
         "{run}"
     );
     let leaked: Vec<_> = walk_tree(&f.pinned.opfs_home, &[])
@@ -1443,4 +1443,113 @@ fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
     f.opfs_c(&["push", &d.url()]).ok();
     let ns = namespace(&f, "alpha");
     assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}
+
+#[test]
+fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_came_from() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    for url in [
+        "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "https://127.0.0.1:1/x.git?private_token=SECRETTOKEN123",
+    ] {
+        let run = f.opfs_c(&["push", url]);
+        assert_eq!(run.code, Some(2), "{run}");
+        assert!(run.stderr.contains("the REMOTE argument"), "{run}");
+        assert!(run.stderr.contains("credential helper"), "{run}");
+        assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+        for args in [
+            vec!["remote", "list", url],
+            vec!["remote", "list", url, "m/k"],
+        ] {
+            let run = f.opfs(&args);
+            assert_eq!(run.code, Some(2), "{run}");
+            assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+        }
+    }
+    f.umount();
+    configure(
+        &f,
+        "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "m",
+        true,
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    let config = f.pinned.config.display().to_string();
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+    // A bucket endpoint with a key in it, likewise.
+    configure(&f, &url_on(free_port()), "m", true);
+    edit_config(
+        &f,
+        "[push]\n",
+        "[push]\nbucket = \"s3://ckpt/opfs\"\nbucket_endpoint = \"http://AK:ENDPOINTSECRET@127.0.0.1:1\"\n",
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket_endpoint"), "{run}");
+    assert!(run.stderr.contains("AWS_ACCESS_KEY_ID"), "{run}");
+    assert!(!run.stderr.contains("ENDPOINTSECRET"), "{run}");
+}
+
+/// Writes into the project's push.json an entry for `url` whose last
+/// push failed with a message quoting it.
+fn record_failed_push(f: &Fixture, url: &str) {
+    let path = f.state_dir().join("push.json");
+    let mut v: serde_json::Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| serde_json::json!({"remotes": {}}));
+    v["remotes"][url] = serde_json::json!({
+        "namespace": "refs/opfs/m/0123456789abcdef",
+        "pushed": {},
+        "last_success_ms": null,
+        "last_turn": null,
+        "failure": {
+            "kind": "unreachable",
+            "message": format!("cannot push to {url}: fatal: unable to access '{url}/': refused"),
+            "since_ms": 1,
+            "last_attempt_ms": 1,
+            "attempts": 3
+        }
+    });
+    std::fs::write(&path, serde_json::to_vec(&v).expect("json")).expect("write push.json");
+}
+
+#[test]
+fn a_stored_url_with_a_token_is_shown_redacted_and_forget_drops_a_one_off_remote() {
+    let (f, repo, _) = pushed_to_a_path();
+    let repo = std::fs::canonicalize(&repo).expect("canonical");
+    let secret = "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git?private_token=QSECRET";
+    record_failed_push(&f, secret);
+    let human = f.opfs_c(&["status"]).ok().stdout;
+    let json = f.opfs_c(&["status", "--json"]).ok().stdout;
+    for text in [&human, &json] {
+        assert!(!text.contains("SECRETTOKEN123"), "{text}");
+        assert!(!text.contains("QSECRET"), "{text}");
+    }
+    let shown = "https://***@127.0.0.1:1/x.git?***";
+    assert!(human.contains(&format!("push:       {shown}")), "{human}");
+    // Forgotten by the form status prints.
+    let run = f.opfs_c(&["push", "--forget", shown]).ok();
+    assert!(run.stdout.contains(&format!("forgot {shown}")), "{run}");
+    assert!(!run.stdout.contains("SECRETTOKEN123"), "{run}");
+    let human = f.opfs_c(&["status"]).ok().stdout;
+    assert!(!human.contains("127.0.0.1:1"), "{human}");
+    // The configured remote stays: the next push needs its entry.
+    let run = f.opfs_c(&["push", "--forget", &repo.display().to_string()]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("the configuration names"), "{run}");
+    assert!(f
+        .opfs_c(&["status"])
+        .ok()
+        .stdout
+        .contains(&format!("push:       {}", repo.display())));
+    // An unknown one is named, with those it knows.
+    let run = f.opfs_c(&["push", "--forget", "git://127.0.0.1:1/nothing.git"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains(&repo.display().to_string()), "{run}");
 }

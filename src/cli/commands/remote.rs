@@ -11,10 +11,16 @@ use crate::cli::Ctx;
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
     let git = &ctx.git_env()?;
     let json = ctx.format.is_json();
-    // One repository is one local copy, as a path or a `file://` URL.
-    let normalized = opfs::remote::normalize_url(match cmd {
+    let given = match cmd {
         RemoteCmd::List { remote, .. } | RemoteCmd::Checkout { remote, .. } => remote,
-    });
+    };
+    if let Some(problem) = opfs::remote::url_problem(given) {
+        return Err(CommandError::usage(format!(
+            "the REMOTE argument: {problem}"
+        )));
+    }
+    // One repository is one local copy, as a path or a `file://` URL.
+    let normalized = opfs::remote::normalize_url(given);
     let remote = &normalized;
     match cmd {
         RemoteCmd::List { project: None, .. } => {
