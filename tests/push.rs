@@ -1553,3 +1553,32 @@ fn a_stored_url_with_a_token_is_shown_redacted_and_forget_drops_a_one_off_remote
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains(&repo.display().to_string()), "{run}");
 }
+
+#[test]
+fn bidi_and_other_format_characters_from_a_remote_are_printed_escaped() {
+    let f = Fixture::new();
+    let repo = f.root().join("bidi.git");
+    git_at(f.root(), &["init", "-q", "--bare", "bidi.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let msg = "opfs project x\n\nopfs-project: /home/u/\u{202e}gpj.exe\nopfs-machine: m\n";
+    let commit = git_at(&repo, &["commit-tree", tree.trim(), "-m", msg]);
+    let ns = "refs/opfs/m\u{202e}x\u{200f}/0123456789abcdef";
+    for r in ["project", "turns/1", "worktrees/w\u{2066}"] {
+        git_at(&repo, &["update-ref", &format!("{ns}/{r}"), commit.trim()]);
+    }
+    let run = f
+        .opfs(&["remote", "list", &repo.display().to_string()])
+        .ok();
+    for c in ['\u{202e}', '\u{200f}', '\u{2066}'] {
+        assert!(
+            !run.stdout.contains(c),
+            "U+{:04X} printed raw: {run}",
+            c as u32
+        );
+    }
+    for escaped in ["m\\u{202e}x\\u{200f}/", "worktrees: w\\u{2066}"] {
+        assert!(run.stdout.contains(escaped), "{escaped}: {run}");
+    }
+    // The path, from the project's description: the character replaced.
+    assert!(run.stdout.contains("/home/u/\u{fffd}gpj.exe"), "{run}");
+}

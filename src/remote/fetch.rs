@@ -316,7 +316,13 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
                 // terminal escape) reaches the output.
                 .map(|l| {
                     l.chars()
-                        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                        .map(|c| {
+                            if crate::paths::is_unprintable(c) {
+                                '\u{fffd}'
+                            } else {
+                                c
+                            }
+                        })
                         .collect()
                 });
         }
@@ -394,7 +400,13 @@ pub fn turns(
                     .next()
                     .unwrap_or("")
                     .chars()
-                    .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                    .map(|c| {
+                        if crate::paths::is_unprintable(c) {
+                            '\u{fffd}'
+                        } else {
+                            c
+                        }
+                    })
                     .collect(),
             })
         })

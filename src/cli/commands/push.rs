@@ -9,6 +9,7 @@ use opfs::control::client::commit_through_daemon;
 
 use crate::cli::args::PushArgs;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -88,7 +89,12 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         }
         writeln!(out, "{v}")?;
     } else if r.up_to_date() {
-        writeln!(out, "{} is up to date ({})", r.remote, r.namespace)?;
+        writeln!(
+            out,
+            "{} is up to date ({})",
+            printable(&r.remote),
+            r.namespace
+        )?;
     } else {
         writeln!(
             out,
@@ -99,7 +105,7 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             } else {
                 String::new()
             },
-            r.remote,
+            printable(&r.remote),
             r.namespace,
             r.last_turn
                 .map(|t| format!(" (up to turn {t})"))
@@ -157,10 +163,10 @@ fn forget(
             if known.is_empty() { "none" } else { &known }
         )));
     };
-    let shown = opfs::remote::redact_url(&key);
+    let shown = printable(&opfs::remote::redact_url(&key));
     if ctx.format.is_json() {
         let v = serde_json::json!({
-            "forgot": shown,
+            "forgot": opfs::remote::redact_url(&key),
             "namespace": r.namespace,
             "refs": r.pushed.len(),
             "last_turn": r.last_turn,

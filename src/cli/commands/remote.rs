@@ -6,6 +6,7 @@ use std::io::Write;
 
 use crate::cli::args::RemoteCmd;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -30,14 +31,15 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                 return Ok(());
             }
             if list.is_empty() {
-                writeln!(out, "{remote} holds no opfs history")?;
+                writeln!(out, "{} holds no opfs history", printable(remote))?;
             }
+            // Names and paths come from whoever pushed: escaped.
             for p in &list {
                 writeln!(
                     out,
                     "{}  {}  {} turn(s){}{}",
-                    p.name,
-                    p.path.as_deref().unwrap_or("?"),
+                    printable(&p.name),
+                    printable(p.path.as_deref().unwrap_or("?")),
                     p.turns.len(),
                     p.turns
                         .last()
@@ -46,7 +48,7 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     if p.worktrees.is_empty() {
                         String::new()
                     } else {
-                        format!(", worktrees: {}", p.worktrees.join(", "))
+                        format!(", worktrees: {}", printable(&p.worktrees.join(", ")))
                     }
                 )?;
             }
@@ -69,7 +71,7 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     t.turn,
                     &t.commit[..12.min(t.commit.len())],
                     humantime::format_rfc3339_seconds(when),
-                    t.subject
+                    printable(&t.subject)
                 )?;
             }
         }

@@ -20,6 +20,7 @@ use opfs::state::registry;
 use opfs::store::{Index, StateDir};
 
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 /// The newest turns whose changes to what git runs or trusts `status`
@@ -111,7 +112,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     for (key, r) in &pushes.remotes {
         // An entry written before credentials in URLs were refused: never
         // printed with its secret.
-        let url = &opfs::remote::redact_url(key);
+        let url = &printable(&opfs::remote::redact_url(key));
         if let Some(f) = &r.failure {
             let retried = if automatic.as_deref() == Some(key.as_str()) {
                 String::new()
@@ -124,7 +125,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                 "pushes to {url} fail ({} attempt(s) since {}){retried}: {}",
                 f.attempts,
                 ago(f.since_ms),
-                opfs::remote::redact(&f.message, key)
+                printable(&opfs::remote::redact(&f.message, key))
             ));
         }
         for m in &r.missing {
@@ -235,7 +236,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             writeln!(
                 out,
                 "push:       {} ({}): {last}{failing}",
-                opfs::remote::redact_url(url),
+                printable(&opfs::remote::redact_url(url)),
                 r.namespace
             )?;
         }
