@@ -257,6 +257,17 @@ pub fn is_unprintable(c: char) -> bool {
         )
 }
 
+/// `word` (a path, a URL) as one word of a POSIX shell command line, for
+/// the commands opfs suggests: as it is when it holds nothing the shell
+/// reads (`/srv/ckpt.git`), else quoted (`'/tmp/my project'`,
+/// `'https://h/x?a&b'`), through the `shlex` crate. A word holding a NUL
+/// (which no argument can) is shown as a Rust string literal.
+pub fn shell_quote(word: &str) -> String {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .unwrap_or_else(|_| format!("{word:?}"))
+}
+
 /// Inverse of [`display`]: turns `\xNN` and `\\` back into bytes. Other text
 /// is taken as UTF-8.
 pub fn parse_display(text: &str) -> Vec<u8> {

@@ -1582,3 +1582,24 @@ fn bidi_and_other_format_characters_from_a_remote_are_printed_escaped() {
     // The path, from the project's description: the character replaced.
     assert!(run.stdout.contains("/home/u/\u{fffd}gpj.exe"), "{run}");
 }
+
+#[test]
+fn suggested_commands_quote_a_path_with_a_space_and_a_url_with_an_ampersand() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    f.turn("t");
+    let spaced = f.root().join("no such").join("x.git");
+    let url = format!("git://127.0.0.1:{}/a&b.git", free_port());
+    for remote in [spaced.display().to_string(), url.clone()] {
+        let run = f.opfs_c(&["push", &remote]);
+        assert_eq!(run.code, Some(1), "{run}");
+    }
+    let text = f.opfs_c(&["status"]).ok().stdout;
+    for quoted in [format!("'{}'", spaced.display()), format!("'{url}'")] {
+        assert!(
+            text.contains(&format!("run `opfs push {quoted}` when it answers")),
+            "{quoted} not quoted: {text}"
+        );
+    }
+}

@@ -34,7 +34,7 @@ pub enum RemoteError {
         cause: String,
     },
     /// No project of that name was pushed there.
-    #[error("{remote} holds no project {project}; `opfs remote list {remote}` lists those it holds (MACHINE/KEY)")]
+    #[error("{remote} holds no project {project}; `opfs remote list {}` lists those it holds (MACHINE/KEY)", crate::paths::shell_quote(remote))]
     NoSuchProject {
         /// The remote.
         remote: String,
@@ -42,7 +42,7 @@ pub enum RemoteError {
         project: String,
     },
     /// The project holds no such turn.
-    #[error("{project} on {remote} holds no turn {turn}; `opfs remote list {remote} {project}` lists its turns")]
+    #[error("{project} on {remote} holds no turn {turn}; `opfs remote list {} {project}` lists its turns", crate::paths::shell_quote(remote))]
     NoSuchTurn {
         /// The remote.
         remote: String,

@@ -93,10 +93,12 @@ pub enum PushError {
     /// state dir never pushed there: another machine of the same name
     /// pushed a project at the same path.
     #[error(
-        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete all of {namespace}/ there: git ls-remote {remote} '{namespace}/*' | cut -f2 | sed 's/^/:/' | xargs git --git-dir={} push {remote}; nothing was lost locally",
+        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete all of {namespace}/ there: git ls-remote {} '{namespace}/*' | cut -f2 | sed 's/^/:/' | xargs git {} push {}; nothing was lost locally",
         refs.join(", "),
         if refs.len() == 1 { "s" } else { "" },
-        git_dir.display()
+        crate::paths::shell_quote(remote),
+        crate::paths::shell_quote(&format!("--git-dir={}", git_dir.display())),
+        crate::paths::shell_quote(remote),
     )]
     Clash {
         /// The remote.
@@ -747,6 +749,25 @@ mod tests {
         assert_eq!(
             remote_ref("refs/opfs/m/k", "refs/opfs/turns/3").as_deref(),
             Some("refs/opfs/m/k/turns/3")
+        );
+    }
+
+    #[test]
+    fn the_clash_command_quotes_the_remote_and_the_export() {
+        let e = PushError::Clash {
+            remote: "https://h/x.git?a&b".into(),
+            refs: vec!["refs/opfs/m/k/head".into()],
+            machine: "m".into(),
+            namespace: "refs/opfs/m/k".into(),
+            git_dir: PathBuf::from("/tmp/my project/export.git"),
+        }
+        .to_string();
+        assert!(
+            e.contains(
+                "git ls-remote 'https://h/x.git?a&b' 'refs/opfs/m/k/*' | cut -f2 | sed 's/^/:/' \
+                 | xargs git '--git-dir=/tmp/my project/export.git' push 'https://h/x.git?a&b';"
+            ),
+            "{e}"
         );
     }
 

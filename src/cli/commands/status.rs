@@ -112,13 +112,16 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     for (key, r) in &pushes.remotes {
         // An entry written before credentials in URLs were refused: never
         // printed with its secret.
-        let url = &printable(&opfs::remote::redact_url(key));
+        let redacted = opfs::remote::redact_url(key);
+        let url = &printable(&redacted);
         if let Some(f) = &r.failure {
             let retried = if automatic.as_deref() == Some(key.as_str()) {
                 String::new()
             } else {
                 format!(
-                    " (not the remote the daemon pushes to, so nothing tries it again: run `opfs push {url}` when it answers)"
+                    " (not the remote the daemon pushes to, so nothing tries it again: run `opfs push {}` when it answers, or `opfs push --forget {}` to drop it)",
+                    printable(&opfs::paths::shell_quote(&redacted)),
+                    printable(&opfs::paths::shell_quote(&redacted)),
                 )
             };
             p.warnings.push(format!(
@@ -430,10 +433,11 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
     for m in &stale {
         p.warnings.push(format!(
             "stale mount at {m}: its daemon is gone (Transport endpoint is not connected), so \
-             nothing there is served or recorded; run `opfs mount {project} {m}` again (it \
-             cleans up the dead mount and finishes an interrupted rewind), or `fusermount3 -uz {m}`",
+             nothing there is served or recorded; run `opfs mount {project} {mq}` again (it \
+             cleans up the dead mount and finishes an interrupted rewind), or `fusermount3 -uz {mq}`",
             m = m.display(),
-            project = project.display()
+            mq = opfs::paths::shell_quote(&m.display().to_string()),
+            project = opfs::paths::shell_quote(&project.display().to_string())
         ));
     }
     p.stale_mounts = stale;
@@ -450,7 +454,7 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
             "no opfs daemon serves {}: changes to it are not recorded; mount it \
              (`opfs mount {} MOUNTPOINT`) and work in the mountpoint",
             project.display(),
-            project.display()
+            opfs::paths::shell_quote(&project.display().to_string())
         ));
     }
     // Stopped on a failure: nothing finishes it by itself, mounted or not.
