@@ -1603,3 +1603,45 @@ fn suggested_commands_quote_a_path_with_a_space_and_a_url_with_an_ampersand() {
         );
     }
 }
+
+#[test]
+fn a_machine_name_over_64_bytes_and_a_relative_remote_path_are_refused_naming_the_key() {
+    let (f, repo, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let long = "m".repeat(300);
+    edit_config(&f, "machine = \"alpha\"", &format!("machine = \"{long}\""));
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    for part in [
+        config.as_str(),
+        "[push] machine",
+        "300 bytes",
+        "at most 64 bytes",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] machine"), "{run}");
+    // A relative path would be each reader's current directory's.
+    edit_config(&f, &format!("machine = \"{long}\""), "machine = \"alpha\"");
+    edit_config(
+        &f,
+        &format!("{:?}", repo.display().to_string()),
+        "\"ckpt.git\"",
+    );
+    for run in [
+        f.try_mount(&[], &[]),
+        f.opfs(&["-C", &f.project.display().to_string(), "push"]),
+    ] {
+        assert_eq!(run.code, Some(2), "{run}");
+        for part in [
+            config.as_str(),
+            ".push] remote",
+            "\"ckpt.git\" is a relative path",
+        ] {
+            assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+        }
+    }
+}
