@@ -1645,3 +1645,33 @@ fn a_machine_name_over_64_bytes_and_a_relative_remote_path_are_refused_naming_th
         }
     }
 }
+
+#[test]
+fn a_ref_below_a_turn_ref_is_no_second_turn() {
+    let f = Fixture::new();
+    let repo = f.root().join("spoof.git");
+    git_at(f.root(), &["init", "-q", "--bare", "spoof.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let commit = git_at(&repo, &["commit-tree", tree.trim(), "-m", "turn 5"]);
+    let ns = "refs/opfs/m/0123456789abcdef";
+    for r in ["project", "turns/5", "turns/zzz/5", "turns/x/y/5"] {
+        git_at(&repo, &["update-ref", &format!("{ns}/{r}"), commit.trim()]);
+    }
+    let turns = f
+        .opfs(&[
+            "--json",
+            "remote",
+            "list",
+            &repo.display().to_string(),
+            "m/0123456789abcdef",
+        ])
+        .ok()
+        .json();
+    let listed: Vec<_> = turns
+        .as_array()
+        .expect("turns")
+        .iter()
+        .map(|t| t["turn"].clone())
+        .collect();
+    assert_eq!(listed, vec![serde_json::json!(5)], "{turns}");
+}
