@@ -1675,3 +1675,55 @@ fn a_ref_below_a_turn_ref_is_no_second_turn() {
         .collect();
     assert_eq!(listed, vec![serde_json::json!(5)], "{turns}");
 }
+
+#[test]
+fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_on() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let path = f.state_dir().join("push.json");
+    std::fs::write(&path, b"{1: 2").expect("corrupt push.json");
+    let text = f.opfs_c(&["status"]).ok().stdout;
+    let shown = path.display().to_string();
+    let warning = text
+        .lines()
+        .find(|l| l.contains(&shown))
+        .unwrap_or_else(|| panic!("push.json not named: {text}"));
+    assert!(
+        warning.contains("only caches what each remote holds"),
+        "{warning}"
+    );
+    // The next push sets it aside, finds its refs on the remote and
+    // sends the new turn.
+    write_file(&f.m("c.txt"), b"c\n", 0o644);
+    // `turn` prints the turn it opens: the one closed is the one before.
+    let turn = f.turn("t2") - 1;
+    let run = f.opfs_c(&["push"]).ok();
+    assert!(run.stdout.contains("was unreadable: set aside as"), "{run}");
+    let refs = ls_remote(&repo.display().to_string());
+    assert!(
+        refs.contains_key(&format!("refs/opfs/{ns}/turns/{turn}")),
+        "{refs:?}"
+    );
+    let aside: Vec<_> = std::fs::read_dir(f.state_dir())
+        .expect("state dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("push.json.corrupt-")
+        })
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(&aside[0]).expect("aside"), b"{1: 2");
+    let status = f.status();
+    assert_eq!(status["push"][0]["last_turn"], turn, "{status:#}");
+    assert!(status["push"][0]["failure"].is_null(), "{status:#}");
+    let warnings = status["warnings"].to_string();
+    assert!(
+        warnings.contains(&aside[0].display().to_string()),
+        "{warnings}"
+    );
+    // Up to date afterwards: nothing left to adopt.
+    let r = f.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["up_to_date"], true, "{r:#}");
+}
