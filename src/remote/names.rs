@@ -75,23 +75,24 @@ fn url_parts(url: &str) -> Option<UrlParts<'_>> {
 }
 
 impl UrlParts<'_> {
-    /// The secret parts of the URL: the userinfo of a scheme whose user
-    /// name can be a token (else a password after `user:`), the query and
-    /// the fragment (any scheme but `file`).
-    fn secrets(&self) -> Vec<&str> {
+    /// The secret parts of the URL, each with the delimiter before it: the
+    /// userinfo of a scheme whose user name can be a token (after `//`),
+    /// else a password (after `user:`), the query (after `?`) and the
+    /// fragment (after `#`; both in any scheme but `file`).
+    fn secrets(&self) -> Vec<(&'static str, &str)> {
         let mut out = Vec::new();
         if let Some(u) = self.userinfo {
             if SECRET_USER_SCHEMES.contains(&self.scheme.as_str()) {
-                out.push(u);
+                out.push(("//", u));
             } else if let Some((_, password)) = u.split_once(':') {
-                out.push(password);
+                out.push((":", password));
             }
         }
         if self.scheme != "file" {
-            out.extend(self.query);
-            out.extend(self.fragment);
+            out.extend(self.query.map(|q| ("?", q)));
+            out.extend(self.fragment.map(|f| ("#", f)));
         }
-        out.retain(|s| !s.is_empty());
+        out.retain(|(_, s)| !s.is_empty());
         out
     }
 }
@@ -160,10 +161,16 @@ pub fn redact(text: &str, url: &str) -> String {
     };
     let mut secrets = parts.secrets();
     // The longest first, so one that holds another is replaced whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.sort_by_key(|(_, s)| std::cmp::Reverse(s.len()));
     let mut out = text.to_string();
-    for s in secrets {
-        out = out.replace(s, "***");
+    for (before, secret) in secrets {
+        // Where the URL is quoted: after its delimiter.
+        out = out.replace(&format!("{before}{secret}"), &format!("{before}***"));
+        // Elsewhere too (git may quote it in a form of its own), unless it
+        // is so short that other text would be mangled.
+        if secret.len() >= 8 {
+            out = out.replace(secret, "***");
+        }
     }
     out
 }
@@ -303,6 +310,14 @@ mod tests {
             "https://***@h/x.git?***#***"
         );
         assert_eq!(redact_url("ssh://git:pw@h/x"), "ssh://git:***@h/x");
+        // A short secret is replaced where the URL is, not in other words.
+        assert_eq!(
+            redact(
+                "cannot push to https://a@h/x.git: a failure",
+                "https://a@h/x.git"
+            ),
+            "cannot push to https://***@h/x.git: a failure"
+        );
     }
 
     #[test]
