@@ -92,7 +92,7 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         writeln!(
             out,
             "{} is up to date ({})",
-            printable(&r.remote),
+            printable(&opfs::remote::redact_url(&r.remote)),
             r.namespace
         )?;
     } else {
@@ -105,7 +105,7 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             } else {
                 String::new()
             },
-            printable(&r.remote),
+            printable(&opfs::remote::redact_url(&r.remote)),
             r.namespace,
             r.last_turn
                 .map(|t| format!(" (up to turn {t})"))
