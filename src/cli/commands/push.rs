@@ -138,7 +138,7 @@ fn forget(
     {
         return Err(CommandError::usage(format!(
             "{} is the remote the configuration names for {}: its entry is what the next push needs (its leases); remove it from the configuration first",
-            opfs::remote::redact_url(url),
+            printable(&opfs::remote::redact_url(url)),
             st.project.display()
         )));
     }
@@ -151,7 +151,7 @@ fn forget(
             .map(|s| {
                 s.remotes
                     .keys()
-                    .map(|k| opfs::remote::redact_url(k))
+                    .map(|k| printable(&opfs::remote::redact_url(k)))
                     .collect::<Vec<_>>()
                     .join(", ")
             })
@@ -159,7 +159,7 @@ fn forget(
         return Err(CommandError::failure(format!(
             "no push of {} to {} is recorded (its remotes: {}); give the URL as `opfs status` prints it",
             st.project.display(),
-            opfs::remote::redact_url(url),
+            printable(&opfs::remote::redact_url(url)),
             if known.is_empty() { "none" } else { &known }
         )));
     };
