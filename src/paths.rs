@@ -241,6 +241,33 @@ pub fn display(path: &[u8]) -> String {
     out
 }
 
+/// True when `c` must not reach a terminal as it is: a control character
+/// (Unicode general category Cc: `\n`, ESC, U+009B...), a format
+/// character (Cf: the bidirectional overrides and isolates U+202A–202E,
+/// U+2066–2069, the marks U+200E/U+200F, zero-width characters), or a
+/// line or paragraph separator (Zl, Zp). Each can make text (a path, a
+/// ref name, a URL written by someone else) read as other text, reorder
+/// a line, or move the cursor.
+pub fn is_unprintable(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    c.is_control()
+        || matches!(
+            get_general_category(c),
+            G::Format | G::LineSeparator | G::ParagraphSeparator
+        )
+}
+
+/// `word` (a path, a URL) as one word of a POSIX shell command line, for
+/// the commands opfs suggests: as it is when it holds nothing the shell
+/// reads (`/srv/ckpt.git`), else quoted (`'/tmp/my project'`,
+/// `'https://h/x?a&b'`), through the `shlex` crate. A word holding a NUL
+/// (which no argument can) is shown as a Rust string literal.
+pub fn shell_quote(word: &str) -> String {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .unwrap_or_else(|_| format!("{word:?}"))
+}
+
 /// Inverse of [`display`]: turns `\xNN` and `\\` back into bytes. Other text
 /// is taken as UTF-8.
 pub fn parse_display(text: &str) -> Vec<u8> {

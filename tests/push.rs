@@ -938,7 +938,7 @@ fn a_remote_url_with_a_password_is_refused_and_never_shown() {
     let run = f.try_mount(&[], &[]);
     assert_eq!(run.code, Some(2), "{run}");
     assert!(
-        run.stderr.contains("[push] remote") && !run.stderr.contains("s3cretPW"),
+        run.stderr.contains(".push] remote") && !run.stderr.contains("s3cretPW"),
         "{run}"
     );
     let leaked: Vec<_> = walk_tree(&f.pinned.opfs_home, &[])
@@ -1443,4 +1443,287 @@ fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
     f.opfs_c(&["push", &d.url()]).ok();
     let ns = namespace(&f, "alpha");
     assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}
+
+#[test]
+fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_came_from() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    for url in [
+        "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "https://127.0.0.1:1/x.git?private_token=SECRETTOKEN123",
+    ] {
+        let run = f.opfs_c(&["push", url]);
+        assert_eq!(run.code, Some(2), "{run}");
+        assert!(run.stderr.contains("the REMOTE argument"), "{run}");
+        assert!(run.stderr.contains("credential helper"), "{run}");
+        assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+        for args in [
+            vec!["remote", "list", url],
+            vec!["remote", "list", url, "m/k"],
+        ] {
+            let run = f.opfs(&args);
+            assert_eq!(run.code, Some(2), "{run}");
+            assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+        }
+    }
+    f.umount();
+    configure(
+        &f,
+        "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "m",
+        true,
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    let config = f.pinned.config.display().to_string();
+    assert!(run.stderr.contains(&config), "{run}");
+    assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+    // A bucket endpoint with a key in it, likewise.
+    configure(&f, &url_on(free_port()), "m", true);
+    edit_config(
+        &f,
+        "[push]\n",
+        "[push]\nbucket = \"s3://ckpt/opfs\"\nbucket_endpoint = \"http://AK:ENDPOINTSECRET@127.0.0.1:1\"\n",
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket_endpoint"), "{run}");
+    assert!(run.stderr.contains("AWS_ACCESS_KEY_ID"), "{run}");
+    assert!(!run.stderr.contains("ENDPOINTSECRET"), "{run}");
+}
+
+/// Writes into the project's push.json an entry for `url` whose last
+/// push failed with a message quoting it.
+fn record_failed_push(f: &Fixture, url: &str) {
+    let path = f.state_dir().join("push.json");
+    let mut v: serde_json::Value = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| serde_json::json!({"remotes": {}}));
+    v["remotes"][url] = serde_json::json!({
+        "namespace": "refs/opfs/m/0123456789abcdef",
+        "pushed": {},
+        "last_success_ms": null,
+        "last_turn": null,
+        "failure": {
+            "kind": "unreachable",
+            "message": format!("cannot push to {url}: fatal: unable to access '{url}/': refused"),
+            "since_ms": 1,
+            "last_attempt_ms": 1,
+            "attempts": 3
+        }
+    });
+    std::fs::write(&path, serde_json::to_vec(&v).expect("json")).expect("write push.json");
+}
+
+#[test]
+fn a_stored_url_with_a_token_is_shown_redacted_and_forget_drops_a_one_off_remote() {
+    let (f, repo, _) = pushed_to_a_path();
+    let repo = std::fs::canonicalize(&repo).expect("canonical");
+    let secret = "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git?private_token=QSECRET";
+    record_failed_push(&f, secret);
+    let human = f.opfs_c(&["status"]).ok().stdout;
+    let json = f.opfs_c(&["status", "--json"]).ok().stdout;
+    for text in [&human, &json] {
+        assert!(!text.contains("SECRETTOKEN123"), "{text}");
+        assert!(!text.contains("QSECRET"), "{text}");
+    }
+    let shown = "https://***@127.0.0.1:1/x.git?***";
+    assert!(human.contains(&format!("push:       {shown}")), "{human}");
+    // Forgotten by the form status prints.
+    let run = f.opfs_c(&["push", "--forget", shown]).ok();
+    assert!(run.stdout.contains(&format!("forgot {shown}")), "{run}");
+    assert!(!run.stdout.contains("SECRETTOKEN123"), "{run}");
+    let human = f.opfs_c(&["status"]).ok().stdout;
+    assert!(!human.contains("127.0.0.1:1"), "{human}");
+    // The configured remote stays: the next push needs its entry.
+    let run = f.opfs_c(&["push", "--forget", &repo.display().to_string()]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("the configuration names"), "{run}");
+    assert!(f
+        .opfs_c(&["status"])
+        .ok()
+        .stdout
+        .contains(&format!("push:       {}", repo.display())));
+    // An unknown one is named, with those it knows.
+    let run = f.opfs_c(&["push", "--forget", "git://127.0.0.1:1/nothing.git"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains(&repo.display().to_string()), "{run}");
+}
+
+#[test]
+fn bidi_and_other_format_characters_from_a_remote_are_printed_escaped() {
+    let f = Fixture::new();
+    let repo = f.root().join("bidi.git");
+    git_at(f.root(), &["init", "-q", "--bare", "bidi.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let msg = "opfs project x\n\nopfs-project: /home/u/\u{202e}gpj.exe\nopfs-machine: m\n";
+    let commit = git_at(&repo, &["commit-tree", tree.trim(), "-m", msg]);
+    let ns = "refs/opfs/m\u{202e}x\u{200f}/0123456789abcdef";
+    for r in ["project", "turns/1", "worktrees/w\u{2066}"] {
+        git_at(&repo, &["update-ref", &format!("{ns}/{r}"), commit.trim()]);
+    }
+    let run = f
+        .opfs(&["remote", "list", &repo.display().to_string()])
+        .ok();
+    for c in ['\u{202e}', '\u{200f}', '\u{2066}'] {
+        assert!(
+            !run.stdout.contains(c),
+            "U+{:04X} printed raw: {run}",
+            c as u32
+        );
+    }
+    for escaped in ["m\\u{202e}x\\u{200f}/", "worktrees: w\\u{2066}"] {
+        assert!(run.stdout.contains(escaped), "{escaped}: {run}");
+    }
+    // The path, from the project's description: the character replaced.
+    assert!(run.stdout.contains("/home/u/\u{fffd}gpj.exe"), "{run}");
+}
+
+#[test]
+fn suggested_commands_quote_a_path_with_a_space_and_a_url_with_an_ampersand() {
+    let f = Fixture::new();
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    f.turn("t");
+    let spaced = f.root().join("no such").join("x.git");
+    let url = format!("git://127.0.0.1:{}/a&b.git", free_port());
+    for remote in [spaced.display().to_string(), url.clone()] {
+        let run = f.opfs_c(&["push", &remote]);
+        assert_eq!(run.code, Some(1), "{run}");
+    }
+    let text = f.opfs_c(&["status"]).ok().stdout;
+    for quoted in [format!("'{}'", spaced.display()), format!("'{url}'")] {
+        assert!(
+            text.contains(&format!("run `opfs push {quoted}` when it answers")),
+            "{quoted} not quoted: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_machine_name_over_64_bytes_and_a_relative_remote_path_are_refused_naming_the_key() {
+    let (f, repo, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    let long = "m".repeat(300);
+    edit_config(&f, "machine = \"alpha\"", &format!("machine = \"{long}\""));
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(2), "{run}");
+    for part in [
+        config.as_str(),
+        "[push] machine",
+        "300 bytes",
+        "at most 64 bytes",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] machine"), "{run}");
+    // A relative path would be each reader's current directory's.
+    edit_config(&f, &format!("machine = \"{long}\""), "machine = \"alpha\"");
+    edit_config(
+        &f,
+        &format!("{:?}", repo.display().to_string()),
+        "\"ckpt.git\"",
+    );
+    for run in [
+        f.try_mount(&[], &[]),
+        f.opfs(&["-C", &f.project.display().to_string(), "push"]),
+    ] {
+        assert_eq!(run.code, Some(2), "{run}");
+        for part in [
+            config.as_str(),
+            ".push] remote",
+            "\"ckpt.git\" is a relative path",
+        ] {
+            assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+        }
+    }
+}
+
+#[test]
+fn a_ref_below_a_turn_ref_is_no_second_turn() {
+    let f = Fixture::new();
+    let repo = f.root().join("spoof.git");
+    git_at(f.root(), &["init", "-q", "--bare", "spoof.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    let commit = git_at(&repo, &["commit-tree", tree.trim(), "-m", "turn 5"]);
+    let ns = "refs/opfs/m/0123456789abcdef";
+    for r in ["project", "turns/5", "turns/zzz/5", "turns/x/y/5"] {
+        git_at(&repo, &["update-ref", &format!("{ns}/{r}"), commit.trim()]);
+    }
+    let turns = f
+        .opfs(&[
+            "--json",
+            "remote",
+            "list",
+            &repo.display().to_string(),
+            "m/0123456789abcdef",
+        ])
+        .ok()
+        .json();
+    let listed: Vec<_> = turns
+        .as_array()
+        .expect("turns")
+        .iter()
+        .map(|t| t["turn"].clone())
+        .collect();
+    assert_eq!(listed, vec![serde_json::json!(5)], "{turns}");
+}
+
+#[test]
+fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_on() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let path = f.state_dir().join("push.json");
+    std::fs::write(&path, b"{1: 2").expect("corrupt push.json");
+    let text = f.opfs_c(&["status"]).ok().stdout;
+    let shown = path.display().to_string();
+    let warning = text
+        .lines()
+        .find(|l| l.contains(&shown))
+        .unwrap_or_else(|| panic!("push.json not named: {text}"));
+    assert!(
+        warning.contains("only caches what each remote holds"),
+        "{warning}"
+    );
+    // The next push sets it aside, finds its refs on the remote and
+    // sends the new turn.
+    write_file(&f.m("c.txt"), b"c\n", 0o644);
+    // `turn` prints the turn it opens: the one closed is the one before.
+    let turn = f.turn("t2") - 1;
+    let run = f.opfs_c(&["push"]).ok();
+    assert!(run.stdout.contains("was unreadable: set aside as"), "{run}");
+    let refs = ls_remote(&repo.display().to_string());
+    assert!(
+        refs.contains_key(&format!("refs/opfs/{ns}/turns/{turn}")),
+        "{refs:?}"
+    );
+    let aside: Vec<_> = std::fs::read_dir(f.state_dir())
+        .expect("state dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("push.json.corrupt-")
+        })
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(&aside[0]).expect("aside"), b"{1: 2");
+    let status = f.status();
+    assert_eq!(status["push"][0]["last_turn"], turn, "{status:#}");
+    assert!(status["push"][0]["failure"].is_null(), "{status:#}");
+    let warnings = status["warnings"].to_string();
+    assert!(
+        warnings.contains(&aside[0].display().to_string()),
+        "{warnings}"
+    );
+    // Up to date afterwards: nothing left to adopt.
+    let r = f.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["up_to_date"], true, "{r:#}");
 }

@@ -607,6 +607,12 @@ pub struct PushArgs {
     /// configured late, or an object was deleted from it).
     #[arg(long)]
     pub objects: bool,
+    /// Forget a remote this project was pushed to: drop its entry (its
+    /// last push, its failure) from the project's push state, so `opfs
+    /// status` no longer shows it. Nothing on the remote changes. Refused
+    /// for the configured remote.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["remote", "objects"])]
+    pub forget: Option<String>,
 }
 
 // `opfs remote`.

@@ -325,24 +325,37 @@ impl Ctx {
             .unwrap_or(Path::new("the configuration"))
             .display()
             .to_string();
+        let remote_key = if own.and_then(|p| p.push.remote.as_ref()).is_some() {
+            format!("[projects.\"{}\".push] remote", project.display())
+        } else {
+            "[push] remote".to_string()
+        };
         if let Some(problem) = opfs::remote::url_problem(&url) {
             let from = if remote.is_some() {
                 "the REMOTE argument".to_string()
             } else {
-                format!("{file}: [push] remote")
+                format!("{file}: {remote_key}")
             };
             return Err(CommandError::usage(format!("{from}: {problem}")));
         }
+        // A relative path on the command line is the current directory's
+        // (made absolute below); in the configuration it would be each
+        // reader's (the daemon's, every command's): refused.
+        if remote.is_none() && opfs::remote::is_relative_path(&url) {
+            return Err(CommandError::usage(format!(
+                "{file}: {remote_key} {url:?} is a relative path: it would be taken from the current directory of each command and of the daemon, so one setting would name several repositories; give an absolute path (or a URL)"
+            )));
+        }
         // One repository is one remote, as a path or a `file://` URL.
         let url = opfs::remote::normalize_url(&url);
-        if config
+        if let Some(problem) = config
             .push
             .machine
             .as_deref()
-            .is_some_and(|m| m.trim().is_empty())
+            .and_then(opfs::remote::machine_problem)
         {
             return Err(CommandError::usage(format!(
-                "{file}: [push] machine is empty: it names this machine in the remote's refs (refs/opfs/<machine>/...); give it a name (letters, digits, '-', '_'), or remove the key to use the host name"
+                "{file}: [push] machine {problem}"
             )));
         }
         let auto = own
@@ -384,7 +397,9 @@ impl Ctx {
     /// variables, else the profile `AWS_PROFILE` (default `default`) of
     /// `AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`).
     ///
-    /// Errors: the credentials file exists but cannot be read.
+    /// Errors: the endpoint holds a credential
+    /// ([`opfs::remote::bucket::endpoint_problem`], exit 2, naming the key
+    /// or variable); the credentials file exists but cannot be read.
     pub fn bucket_config(
         &self,
         config: &opfs::sandbox::config::Config,
@@ -409,6 +424,18 @@ impl Ctx {
             secret_access_key: get("AWS_SECRET_ACCESS_KEY"),
             session_token: get("AWS_SESSION_TOKEN"),
         };
+        if let Some(problem) = c
+            .endpoint
+            .as_deref()
+            .and_then(opfs::remote::bucket::endpoint_problem)
+        {
+            let from = match (&config.push.bucket_endpoint, &self.env.config) {
+                (Some(_), Some(file)) => format!("{}: [push] bucket_endpoint", file.display()),
+                (Some(_), None) => "[push] bucket_endpoint".to_string(),
+                (None, _) => "AWS_ENDPOINT_URL".to_string(),
+            };
+            return Err(CommandError::usage(format!("{from}: {problem}")));
+        }
         if c.access_key_id.is_none() {
             let file = get("AWS_SHARED_CREDENTIALS_FILE")
                 .map(PathBuf::from)

@@ -22,10 +22,12 @@ pub fn rfc3339(ns: i64) -> String {
     opfs::history::rfc3339(ns)
 }
 
-/// `text` (a label or an external id) for a terminal: control characters
-/// are escaped (`\n`, `\r`, `\t`, `\x1b`; `\u{9b}` beyond ASCII), so a
-/// label cannot split a row or send escape sequences. JSON output keeps the
-/// text exact.
+/// `text` (a label, an external id, a path, a ref name or a URL someone
+/// else wrote) for a terminal: control characters are escaped (`\n`,
+/// `\r`, `\t`, `\x1b`; `\u{9b}` beyond ASCII), and so are format
+/// characters and separators (`\u{202e}`: [`opfs::paths::is_unprintable`]),
+/// so such text cannot split a row, send escape sequences or reorder what
+/// is shown. JSON output keeps the text exact.
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -36,7 +38,7 @@ pub fn printable(text: &str) -> String {
             c if c.is_control() && c.is_ascii() => {
                 out.push_str(&format!("\\x{:02x}", c as u32));
             }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if opfs::paths::is_unprintable(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -53,6 +55,15 @@ mod tests {
             printable("a\nb\tc\x1b[1m\u{9b}"),
             "a\\nb\\tc\\x1b[1m\\u{9b}"
         );
+    }
+
+    #[test]
+    fn format_characters_are_escaped() {
+        assert_eq!(
+            printable("a\u{202e}b\u{200e}\u{200f}\u{2066}c\u{2069}\u{feff}\u{2028}"),
+            "a\\u{202e}b\\u{200e}\\u{200f}\\u{2066}c\\u{2069}\\u{feff}\\u{2028}"
+        );
+        assert_eq!(printable("é 中 🙂"), "é 中 🙂");
     }
 
     #[test]

@@ -43,6 +43,40 @@ pub fn url_problem(url: &str) -> Option<String> {
     }
 }
 
+/// Why `endpoint` (`[push] bucket_endpoint`, `AWS_ENDPOINT_URL`) cannot
+/// be used, if it cannot: it holds a user name or password (before `@`)
+/// or a query string or fragment (after `?` or `#`). opfs would print it
+/// in its errors, `push.json` and `opfs status`, and the configuration is
+/// readable inside `opfs run`; the bucket's credentials come from the
+/// AWS variables or a profile. The message never repeats the secret.
+pub fn endpoint_problem(endpoint: &str) -> Option<String> {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let what = if authority.contains('@') {
+        "a user name or password (before '@')"
+    } else if rest.contains(['?', '#']) {
+        "a query string or fragment (after '?' or '#')"
+    } else {
+        return None;
+    };
+    let shown = match (authority.rsplit_once('@'), endpoint.split_once("://")) {
+        (Some((_, host)), Some((scheme, _))) => format!("{scheme}://***@{host}"),
+        (Some((_, host)), None) => format!("***@{host}"),
+        (None, _) => endpoint
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+    };
+    Some(format!(
+        "the bucket endpoint {shown}... holds {what}: opfs refuses a credential there, since it \
+         would print it in its errors, push.json and `opfs status`, and the configuration is \
+         readable inside `opfs run`; give the endpoint as scheme://host[:port] and the \
+         credentials in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile in \
+         ~/.aws/credentials (AWS_PROFILE)"
+    ))
+}
+
 /// Why the bucket could not be used. Each names the bucket.
 #[derive(Debug, thiserror::Error)]
 pub enum BucketError {
@@ -253,6 +287,21 @@ mod tests {
         for bad in ["ckpt/opfs", "https://ckpt/opfs", "s3://", "s3:///opfs", ""] {
             let p = url_problem(bad).expect(bad);
             assert!(p.contains("s3://BUCKET[/PREFIX]"), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_endpoint_holds_no_credential() {
+        assert!(endpoint_problem("http://127.0.0.1:9000").is_none());
+        assert!(endpoint_problem("https://s3.example.com/").is_none());
+        for bad in [
+            "http://AK:ENDPOINTSECRET@127.0.0.1:9000",
+            "http://ENDPOINTSECRET@127.0.0.1:9000",
+            "https://s3.example.com/?X-Amz-Security-Token=ENDPOINTSECRET",
+        ] {
+            let p = endpoint_problem(bad).expect(bad);
+            assert!(!p.contains("ENDPOINTSECRET"), "{p}");
+            assert!(p.contains("AWS_ACCESS_KEY_ID"), "{p}");
         }
     }
 }

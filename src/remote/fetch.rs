@@ -34,7 +34,7 @@ pub enum RemoteError {
         cause: String,
     },
     /// No project of that name was pushed there.
-    #[error("{remote} holds no project {project}; `opfs remote list {remote}` lists those it holds (MACHINE/KEY)")]
+    #[error("{remote} holds no project {project}; `opfs remote list {}` lists those it holds (MACHINE/KEY)", crate::paths::shell_quote(remote))]
     NoSuchProject {
         /// The remote.
         remote: String,
@@ -42,7 +42,7 @@ pub enum RemoteError {
         project: String,
     },
     /// The project holds no such turn.
-    #[error("{project} on {remote} holds no turn {turn}; `opfs remote list {remote} {project}` lists its turns")]
+    #[error("{project} on {remote} holds no turn {turn}; `opfs remote list {} {project}` lists its turns", crate::paths::shell_quote(remote))]
     NoSuchTurn {
         /// The remote.
         remote: String,
@@ -316,7 +316,13 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
                 // terminal escape) reaches the output.
                 .map(|l| {
                     l.chars()
-                        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                        .map(|c| {
+                            if crate::paths::is_unprintable(c) {
+                                '\u{fffd}'
+                            } else {
+                                c
+                            }
+                        })
                         .collect()
                 });
         }
@@ -382,9 +388,7 @@ pub fn turns(
         .lines()
         .filter_map(|l| {
             let mut f = l.split('\0');
-            let name = f.next()?.rsplit('/').next()?;
-            // The canonical spelling only (`7`, not `007`), as `list`.
-            let turn = name.parse::<u64>().ok().filter(|t| t.to_string() == name)?;
+            let turn = turn_of(&ns, f.next()?)?;
             Some(RemoteTurn {
                 turn,
                 commit: f.next()?.to_string(),
@@ -394,13 +398,27 @@ pub fn turns(
                     .next()
                     .unwrap_or("")
                     .chars()
-                    .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                    .map(|c| {
+                        if crate::paths::is_unprintable(c) {
+                            '\u{fffd}'
+                        } else {
+                            c
+                        }
+                    })
                     .collect(),
             })
         })
         .collect();
     list.sort_by_key(|t| t.turn);
     Ok(list)
+}
+
+/// The turn `refname` holds in namespace `ns`: `<ns>/turns/<N>` exactly,
+/// N in its canonical spelling (`7`, not `007`, as [`list`] takes it).
+/// Any other ref (`<ns>/turns/zzz/5`, written by whoever pushed) is none.
+fn turn_of(ns: &str, refname: &str) -> Option<u64> {
+    let n = refname.strip_prefix(ns)?.strip_prefix("/turns/")?;
+    n.parse::<u64>().ok().filter(|t| t.to_string() == n)
 }
 
 /// Writes the project `project` (`MACHINE/KEY`) of `url` as it was at the
@@ -698,5 +716,28 @@ impl Drop for BlobReader {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_turn_layout_is_a_turn() {
+        let ns = "refs/opfs/m/0123456789abcdef";
+        assert_eq!(turn_of(ns, &format!("{ns}/turns/5")), Some(5));
+        for spoof in [
+            format!("{ns}/turns/zzz/5"),
+            format!("{ns}/turns/5/6"),
+            format!("{ns}/turns/05"),
+            format!("{ns}/turns/"),
+            format!("{ns}/turnsx/5"),
+            format!("{ns}x/turns/5"),
+            format!("{ns}/worktrees/turns/5"),
+            "refs/opfs/other/0123456789abcdef/turns/5".to_string(),
+        ] {
+            assert_eq!(turn_of(ns, &spoof), None, "{spoof}");
+        }
     }
 }

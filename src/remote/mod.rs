@@ -38,7 +38,10 @@ pub use fetch::{
     RemoteProject, RemoteTurn,
 };
 pub use git::GitEnv;
-pub use names::{machine_name, namespace, normalize_url, url_problem, Target, NAMESPACE_ROOT};
+pub use names::{
+    is_relative_path, machine_name, machine_problem, namespace, normalize_url, redact, redact_url,
+    url_problem, Target, MACHINE_MAX, NAMESPACE_ROOT,
+};
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
 
 use std::collections::BTreeMap;
@@ -90,10 +93,12 @@ pub enum PushError {
     /// state dir never pushed there: another machine of the same name
     /// pushed a project at the same path.
     #[error(
-        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete all of {namespace}/ there: git ls-remote {remote} '{namespace}/*' | cut -f2 | sed 's/^/:/' | xargs git --git-dir={} push {remote}; nothing was lost locally",
+        "push to {remote} rejected: {} on the remote hold{} history this machine did not push (another machine named {machine:?} pushed a project at the same path); give this machine a name of its own ([push] machine = \"NAME\" in the configuration), or, if the remote's copy is stale, delete all of {namespace}/ there: git ls-remote {} '{namespace}/*' | cut -f2 | sed 's/^/:/' | xargs git {} push {}; nothing was lost locally",
         refs.join(", "),
         if refs.len() == 1 { "s" } else { "" },
-        git_dir.display()
+        crate::paths::shell_quote(remote),
+        crate::paths::shell_quote(&format!("--git-dir={}", git_dir.display())),
+        crate::paths::shell_quote(remote),
     )]
     Clash {
         /// The remote.
@@ -207,6 +212,9 @@ pub struct PushReport {
     /// nor in the project): pushed without them, recorded in `push.json`
     /// and shown by `opfs status`; each checks out as its pointer file.
     pub objects_missing: Vec<state::Missing>,
+    /// `push.json` was unreadable and set aside, and the push started
+    /// afresh: what was done ([`state::load_or_set_aside`]).
+    pub push_state_set_aside: Option<String>,
     /// Wall time of the push, ms.
     pub elapsed_ms: u64,
 }
@@ -218,6 +226,7 @@ impl PushReport {
             && self.deleted == 0
             && self.objects_uploaded == 0
             && self.objects_missing.is_empty()
+            && self.push_state_set_aside.is_none()
     }
 }
 
@@ -252,6 +261,9 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     if let Some(problem) = url_problem(&target.url) {
         return Err(PushError::BadUrl(problem));
     }
+    if let Some(problem) = machine_problem(&target.machine) {
+        return Err(PushError::BadUrl(format!("the machine name {problem}")));
+    }
     let started = Instant::now();
     let lock_path = state.push_lock_path();
     let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {
@@ -266,7 +278,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     }
     let ns = namespace(&target.machine, &state.project);
     let local = local_refs(&git_dir, target, git)?;
-    let mut all = state::load(state).map_err(|source| PushError::Io {
+    let (mut all, set_aside) = state::load_or_set_aside(state).map_err(|source| PushError::Io {
         path: state.push_state_path(),
         source,
     })?;
@@ -410,6 +422,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 objects_uploaded: uploaded.n,
                 object_bytes: uploaded.bytes,
                 objects_missing: uploaded.missing.clone(),
+                push_state_set_aside: set_aside.clone(),
                 elapsed_ms: started.elapsed().as_millis() as u64,
             })
         }
@@ -736,6 +749,25 @@ mod tests {
         assert_eq!(
             remote_ref("refs/opfs/m/k", "refs/opfs/turns/3").as_deref(),
             Some("refs/opfs/m/k/turns/3")
+        );
+    }
+
+    #[test]
+    fn the_clash_command_quotes_the_remote_and_the_export() {
+        let e = PushError::Clash {
+            remote: "https://h/x.git?a&b".into(),
+            refs: vec!["refs/opfs/m/k/head".into()],
+            machine: "m".into(),
+            namespace: "refs/opfs/m/k".into(),
+            git_dir: PathBuf::from("/tmp/my project/export.git"),
+        }
+        .to_string();
+        assert!(
+            e.contains(
+                "git ls-remote 'https://h/x.git?a&b' 'refs/opfs/m/k/*' | cut -f2 | sed 's/^/:/' \
+                 | xargs git '--git-dir=/tmp/my project/export.git' push 'https://h/x.git?a&b';"
+            ),
+            "{e}"
         );
     }
 

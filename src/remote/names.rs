@@ -30,17 +30,90 @@ pub fn namespace(machine: &str, project: &Path) -> String {
     format!("{NAMESPACE_ROOT}{machine}/{}", key_of(project))
 }
 
+/// The longest machine name, in bytes: it is one component of every ref
+/// opfs pushes (`refs/opfs/<machine>/...`), and remotes refuse refs with
+/// long components (an atomic push then fails as a whole).
+pub const MACHINE_MAX: usize = 64;
+
+/// The schemes whose user name is a credential: a token as the user name
+/// (`https://TOKEN@host/...`) is accepted by forges.
+const SECRET_USER_SCHEMES: [&str; 5] = ["http", "https", "git", "ftp", "ftps"];
+
+/// How to pass credentials instead of putting them in a URL.
+const CREDENTIALS_FIX: &str = "remove it from the URL and let git supply the credential \
+     (a credential helper: `git config --global credential.helper store` or `cache`, \
+     or an SSH key and agent with an ssh:// or host:path remote)";
+
+/// The parts of a `scheme://` URL: its scheme (lower case), userinfo
+/// (before `@` in the authority), query (after `?`) and
+/// fragment (after `#`). `None` when `url` has no `scheme://`.
+struct UrlParts<'a> {
+    scheme: String,
+    userinfo: Option<&'a str>,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+fn url_parts(url: &str) -> Option<UrlParts<'_>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((r, f)) => (r, Some(f)),
+        None => (rest, None),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+    Some(UrlParts {
+        scheme: scheme.to_ascii_lowercase(),
+        userinfo,
+        query,
+        fragment,
+    })
+}
+
+impl UrlParts<'_> {
+    /// The secret parts of the URL, each with the delimiter before it: the
+    /// userinfo of a scheme whose user name can be a token (after `//`),
+    /// else a password (after `user:`), the query (after `?`) and the
+    /// fragment (after `#`; both in any scheme but `file`).
+    fn secrets(&self) -> Vec<(&'static str, &str)> {
+        let mut out = Vec::new();
+        if let Some(u) = self.userinfo {
+            if SECRET_USER_SCHEMES.contains(&self.scheme.as_str()) {
+                out.push(("//", u));
+            } else if let Some((_, password)) = u.split_once(':') {
+                out.push((":", password));
+            }
+        }
+        if self.scheme != "file" {
+            out.extend(self.query.map(|q| ("?", q)));
+            out.extend(self.fragment.map(|f| ("#", f)));
+        }
+        out.retain(|(_, s)| !s.is_empty());
+        out
+    }
+}
+
 /// Why `url` cannot name a checkpoint remote, if it cannot:
 ///
 /// - it starts with `-`, which git would read as an option (a remote
 ///   named `--upload-pack=CMD` would run CMD);
-/// - it holds a password (`scheme://user:password@host/...`): opfs keeps
-///   the URL in `push.json`, the daemon log and `opfs status`, and the
-///   configuration is readable inside `opfs run`, so a password there
-///   would be shown to anyone who reads those; git's credential helpers
-///   or an SSH key keep it out of the URL.
+/// - it holds a credential: a user name in an `http://`, `https://`,
+///   `git://` or `ftp(s)://` URL (`https://TOKEN@host/...`: forges take
+///   a token as the user name), a password in any URL
+///   (`ssh://user:password@host/...`), or a query string or fragment in
+///   any URL but `file://` (`?private_token=...`: git remotes take no
+///   query, so there is no honest use for one). opfs keeps the URL in
+///   `push.json`, the daemon log and `opfs status`, passes it to git on
+///   its command line, and the configuration is readable inside `opfs
+///   run`, so a credential there would be shown to anyone who reads
+///   those. The user name of `ssh://git@host/...` or `git@host:path` is
+///   no secret and is kept.
 ///
-/// The message never repeats the password.
+/// The message never repeats the credential ([`redact_url`]).
 pub fn url_problem(url: &str) -> Option<String> {
     if url.starts_with('-') {
         return Some(format!(
@@ -48,16 +121,89 @@ pub fn url_problem(url: &str) -> Option<String> {
              give the remote's URL (git://, ssh://, https://, file://) or path"
         ));
     }
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    let (userinfo, host) = authority.rsplit_once('@')?;
-    let (user, _password) = userinfo.split_once(':')?;
+    let parts = url_parts(url)?;
+    let what = match &parts {
+        p if p.userinfo.is_some_and(|u| u.contains(':')) => "a password (after 'user:')",
+        p if p
+            .userinfo
+            .is_some_and(|u| SECRET_USER_SCHEMES.contains(&p.scheme.as_str()) && !u.is_empty()) =>
+        {
+            "a user name or token (before '@')"
+        }
+        p if p.scheme != "file" && (p.query.is_some() || p.fragment.is_some()) => {
+            "a query string or fragment (after '?' or '#'), where tokens are passed"
+        }
+        _ => return None,
+    };
     Some(format!(
-        "the remote {scheme}://{user}:***@{host}/... holds a password: opfs keeps remote URLs \
-         in its state, its log and `opfs status`, so it refuses one with a password; remove \
-         it from the URL and let git supply it (`git config --global credential.helper store` \
-         or `cache`, or an SSH key)"
+        "the remote {} holds {what}: opfs refuses a credential in a remote URL, since it \
+         would store it in push.json, print it in `opfs status` and its log, pass it on git's \
+         command line, and the configuration is readable inside `opfs run`; {CREDENTIALS_FIX}",
+        redact_url(url)
     ))
+}
+
+/// `url` with its credentials replaced by `***` (the user name or token
+/// of an `http(s)://`, `git://`, `ftp(s)://` URL, a password, a query
+/// string, a fragment; see [`url_problem`]): the form every printed URL
+/// takes, so an entry of `push.json` written before those URLs were
+/// refused does not show its secret.
+pub fn redact_url(url: &str) -> String {
+    redact(url, url)
+}
+
+/// `text` (a message about `url`: git's error, a log line) with every
+/// credential of `url` ([`redact_url`]) replaced by `***`, wherever it
+/// occurs (git may quote the URL in a form of its own).
+pub fn redact(text: &str, url: &str) -> String {
+    let Some(parts) = url_parts(url) else {
+        return text.to_string();
+    };
+    let mut secrets = parts.secrets();
+    // The longest first, so one that holds another is replaced whole.
+    secrets.sort_by_key(|(_, s)| std::cmp::Reverse(s.len()));
+    let mut out = text.to_string();
+    for (before, secret) in secrets {
+        // Where the URL is quoted: after its delimiter.
+        out = out.replace(&format!("{before}{secret}"), &format!("{before}***"));
+        // Elsewhere too (git may quote it in a form of its own), unless it
+        // is so short that other text would be mangled.
+        if secret.len() >= 8 {
+            out = out.replace(secret, "***");
+        }
+    }
+    out
+}
+
+/// True when `url` is a relative path (no `scheme://`, not git's
+/// `[user@]host:path`, not starting with `/`): taken from the current
+/// directory, which differs between the daemon and each command, so a
+/// configured remote must not be one (`docs/remote.md`).
+pub fn is_relative_path(url: &str) -> bool {
+    !(url.contains("://")
+        || url.starts_with('/')
+        || url.find(':').is_some_and(|c| !url[..c].contains('/')))
+}
+
+/// Why `configured` (`[push] machine`) cannot name the machine, if it
+/// cannot: empty, or longer than [`MACHINE_MAX`] bytes.
+pub fn machine_problem(configured: &str) -> Option<String> {
+    if configured.trim().is_empty() {
+        return Some(
+            "is empty: it names this machine in the remote's refs (refs/opfs/<machine>/...); \
+             give it a name (letters, digits, '-', '_'), or remove the key to use the host name"
+                .to_string(),
+        );
+    }
+    if configured.len() > MACHINE_MAX {
+        return Some(format!(
+            "is {} bytes long: it is one component of every ref pushed \
+             (refs/opfs/<machine>/...), at most {MACHINE_MAX} bytes, or the remote refuses \
+             the refs; give a shorter name (letters, digits, '-', '_')",
+            configured.len()
+        ));
+    }
+    None
 }
 
 /// `url` as opfs keys a remote by (its `push.json` entry, its local copy
@@ -123,6 +269,79 @@ mod tests {
     fn machine_names_are_one_ref_component() {
         assert_eq!(machine_name(Some("ci runner/7.x")), "ci-runner-7-x");
         assert_eq!(machine_name(Some("")), "localhost");
+    }
+
+    #[test]
+    fn credentials_in_a_remote_url_are_refused_and_never_repeated() {
+        for (bad, secret) in [
+            (
+                "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+                "ghp_SECRETTOKEN123",
+            ),
+            ("https://u:pw5ecret@h/x.git", "pw5ecret"),
+            ("HTTP://tok3n@h/x.git", "tok3n"),
+            ("git://tok3n@h/x.git", "tok3n"),
+            ("ssh://git:pw5ecret@h/x.git", "pw5ecret"),
+            ("https://127.0.0.1:1/x.git?private_token=QSECRET", "QSECRET"),
+            ("https://h/x.git?X-Amz-Signature=QSECRET", "QSECRET"),
+            ("ssh://h/x.git?key=QSECRET", "QSECRET"),
+            ("https://h/x.git#QSECRET", "QSECRET"),
+        ] {
+            let p = url_problem(bad).unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(!p.contains(secret), "{p}");
+            assert!(p.contains("credential helper"), "{p}");
+            assert!(!redact_url(bad).contains(secret), "{}", redact_url(bad));
+            let msg = format!("fatal: unable to access '{bad}/': refused");
+            assert!(!redact(&msg, bad).contains(secret), "{bad}");
+        }
+        for good in [
+            "ssh://git@h/team/x.git",
+            "git@h:team/x.git",
+            "git://h/x.git",
+            "https://h:8443/x.git",
+            "/srv/x.git",
+            "file:///srv/x?y.git",
+        ] {
+            assert_eq!(url_problem(good), None, "{good}");
+            assert_eq!(redact_url(good), good);
+        }
+        assert_eq!(
+            redact_url("https://tok@h/x.git?a=b#c"),
+            "https://***@h/x.git?***#***"
+        );
+        assert_eq!(redact_url("ssh://git:pw@h/x"), "ssh://git:***@h/x");
+        // A short secret is replaced where the URL is, not in other words.
+        assert_eq!(
+            redact(
+                "cannot push to https://a@h/x.git: a failure",
+                "https://a@h/x.git"
+            ),
+            "cannot push to https://***@h/x.git: a failure"
+        );
+    }
+
+    #[test]
+    fn machine_names_are_bounded() {
+        assert!(machine_problem(&"m".repeat(MACHINE_MAX)).is_none());
+        let p = machine_problem(&"m".repeat(300)).expect("300 bytes");
+        assert!(p.contains("300 bytes") && p.contains("64"), "{p}");
+        assert!(machine_problem(" ").is_some());
+    }
+
+    #[test]
+    fn relative_paths_are_told_apart() {
+        for rel in ["rel.git", "./rel.git", "../x/r.git", "sub/r.git"] {
+            assert!(is_relative_path(rel), "{rel}");
+        }
+        for abs in [
+            "/srv/r.git",
+            "file:///r.git",
+            "git://h/r",
+            "git@h:r.git",
+            "h:r",
+        ] {
+            assert!(!is_relative_path(abs), "{abs}");
+        }
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                 match push(&state, &auto.target, &auto.git) {
                     Ok(r) => {
                         failing = false;
+                        if let Some(note) = &r.push_state_set_aside {
+                            log::warn!("{note}");
+                        }
                         if !r.up_to_date() {
                             log::info!(
                                 "pushed {} ref(s) ({} deleted, {} bytes; {} object(s), {} bytes to the bucket) to {} in {} ms",
@@ -63,7 +66,7 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                                 r.bytes_sent,
                                 r.objects_uploaded,
                                 r.object_bytes,
-                                r.remote,
+                                super::redact_url(&r.remote),
                                 r.elapsed_ms
                             );
                         }
@@ -71,8 +74,9 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                     Err(e) => {
                         failing = true;
                         log::warn!(
-                            "automatic push failed (tried again in {} s): {e}",
-                            auto.retry.as_secs()
+                            "automatic push failed (tried again in {} s): {}",
+                            auto.retry.as_secs(),
+                            super::redact(&e.to_string(), &auto.target.url)
                         );
                     }
                 }

@@ -72,15 +72,103 @@ pub struct Failure {
 
 /// The push state of `state`'s project; empty when it never pushed.
 ///
-/// Errors: the file exists but cannot be read or parsed.
+/// Errors: the file exists but cannot be read, or does not parse
+/// (`InvalidData`, the message naming the file and saying that it is
+/// only a cache: [`load_or_set_aside`] replaces it).
 pub fn load(state: &StateDir) -> io::Result<PushState> {
     let path = state.push_state_path();
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is unreadable ({e}); it only caches what each remote holds (the refs \
+                     the last push left there), so nothing is lost without it: the next push \
+                     sets it aside as {}-<time> and finds its refs on the remote again",
+                    path.display(),
+                    CORRUPT_SUFFIX.trim_end_matches('-')
+                ),
+            )
+        }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(PushState::default()),
         Err(e) => Err(e),
     }
+}
+
+/// What follows `push.json` in the name of an unreadable one set aside.
+const CORRUPT_SUFFIX: &str = ".corrupt-";
+
+/// [`load`], except that an unreadable `push.json` (one that does not
+/// parse) is renamed `push.json.corrupt-<ms since the epoch>` and an empty
+/// state returned, with a message saying so: the next push finds on the
+/// remote the refs it had pushed (their commits are the export's) and
+/// takes them as pushed. The caller holds the push lock.
+///
+/// Errors: the file cannot be read (other than not existing) or renamed.
+pub(super) fn load_or_set_aside(state: &StateDir) -> io::Result<(PushState, Option<String>)> {
+    match load(state) {
+        Ok(s) => Ok((s, None)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            let path = state.push_state_path();
+            let mut aside = path.as_os_str().to_owned();
+            aside.push(format!("{CORRUPT_SUFFIX}{}", now_ms()));
+            let aside = std::path::PathBuf::from(aside);
+            std::fs::rename(&path, &aside)?;
+            Ok((
+                PushState::default(),
+                Some(format!(
+                    "{} was unreadable: set aside as {} (delete it when you have looked); \
+                     the push started afresh and found on the remote the refs pushed before",
+                    path.display(),
+                    aside.display()
+                )),
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The unreadable `push.json` files [`load_or_set_aside`] set aside,
+/// oldest first.
+pub fn set_aside(state: &StateDir) -> Vec<std::path::PathBuf> {
+    let path = state.push_state_path();
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}{CORRUPT_SUFFIX}", name.to_string_lossy());
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Drops the entry of remote `url` from `state`'s `push.json` (under the
+/// push lock): the entry whose URL is `url`, or prints as `url`
+/// ([`super::redact_url`]). Returns its URL and what it held, `None` when
+/// there is none. Nothing on the remote changes; a later push to it
+/// starts afresh (and finds its refs there).
+///
+/// Errors: the push lock, or `push.json`, cannot be read or written.
+pub fn forget(state: &StateDir, url: &str) -> io::Result<Option<(String, RemoteState)>> {
+    let _lock = crate::state::lock::FileLock::exclusive(&state.push_lock_path())?;
+    let mut all = load(state)?;
+    let key = all
+        .remotes
+        .keys()
+        .find(|k| k.as_str() == url)
+        .or_else(|| all.remotes.keys().find(|k| super::redact_url(k) == url))
+        .cloned();
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    let gone = all.remotes.remove(&key);
+    save(state, &all)?;
+    Ok(gone.map(|r| (key, r)))
 }
 
 /// Replaces the push state of `state`'s project by `s` (temporary file,

@@ -9,6 +9,7 @@ use opfs::control::client::commit_through_daemon;
 
 use crate::cli::args::PushArgs;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -19,6 +20,9 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         ));
     }
     let st = project.state();
+    if let Some(url) = &a.forget {
+        return forget(ctx, st, url, out);
+    }
     let Some((target, _, _)) = ctx.push_target(&st.project, a.remote.as_deref())? else {
         return Err(CommandError::usage(format!(
             "no remote to push {} to: give one (opfs push URL) or configure it outside the project: [projects.\"{}\".push] remote = \"URL\" in {}",
@@ -59,6 +63,9 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
     };
     let r = opfs::remote::push(st, &target, &git).map_err(failure)?;
     if !ctx.format.is_json() {
+        if let Some(note) = &r.push_state_set_aside {
+            writeln!(out, "note: {note}")?;
+        }
         for m in &r.objects_missing {
             writeln!(
                 out,
@@ -82,7 +89,12 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         }
         writeln!(out, "{v}")?;
     } else if r.up_to_date() {
-        writeln!(out, "{} is up to date ({})", r.remote, r.namespace)?;
+        writeln!(
+            out,
+            "{} is up to date ({})",
+            printable(&opfs::remote::redact_url(&r.remote)),
+            r.namespace
+        )?;
     } else {
         writeln!(
             out,
@@ -93,7 +105,7 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             } else {
                 String::new()
             },
-            r.remote,
+            printable(&opfs::remote::redact_url(&r.remote)),
             r.namespace,
             r.last_turn
                 .map(|t| format!(" (up to turn {t})"))
@@ -102,5 +114,79 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             r.elapsed_ms
         )?;
     }
+    Ok(())
+}
+
+/// `opfs push --forget URL`: drops `url`'s entry from the project's
+/// `push.json` (as given, as a path made absolute, or as `opfs status`
+/// prints it); refused for the remote the configuration names.
+fn forget(
+    ctx: &Ctx,
+    st: &opfs::store::StateDir,
+    url: &str,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let normalized = opfs::remote::normalize_url(url);
+    let configured = ctx
+        .push_target(&st.project, None)
+        .ok()
+        .flatten()
+        .map(|(t, _, _)| t.url);
+    if configured
+        .as_deref()
+        .is_some_and(|c| c == url || c == normalized || opfs::remote::redact_url(c) == url)
+    {
+        return Err(CommandError::usage(format!(
+            "{} is the remote the configuration names for {}: its entry is what the next push needs (its leases); remove it from the configuration first",
+            printable(&opfs::remote::redact_url(url)),
+            st.project.display()
+        )));
+    }
+    let mut gone = opfs::remote::state::forget(st, url).map_err(failure)?;
+    if gone.is_none() && normalized != url {
+        gone = opfs::remote::state::forget(st, &normalized).map_err(failure)?;
+    }
+    let Some((key, r)) = gone else {
+        let known = opfs::remote::state::load(st)
+            .map(|s| {
+                s.remotes
+                    .keys()
+                    .map(|k| printable(&opfs::remote::redact_url(k)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        return Err(CommandError::failure(format!(
+            "no push of {} to {} is recorded (its remotes: {}); give the URL as `opfs status` prints it",
+            st.project.display(),
+            printable(&opfs::remote::redact_url(url)),
+            if known.is_empty() { "none" } else { &known }
+        )));
+    };
+    let shown = printable(&opfs::remote::redact_url(&key));
+    if ctx.format.is_json() {
+        let v = serde_json::json!({
+            "forgot": opfs::remote::redact_url(&key),
+            "namespace": r.namespace,
+            "refs": r.pushed.len(),
+            "last_turn": r.last_turn,
+            "failure": r.failure.as_ref().map(|f| opfs::remote::redact(&f.message, &key)),
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "forgot {shown} ({}): {}{}; nothing on the remote was changed",
+        r.namespace,
+        match r.last_turn {
+            Some(t) => format!("it held up to turn {t} ({} ref(s))", r.pushed.len()),
+            None => "never pushed".to_string(),
+        },
+        r.failure
+            .as_ref()
+            .map(|f| format!(", {} failed attempt(s)", f.attempts))
+            .unwrap_or_default()
+    )?;
     Ok(())
 }

@@ -6,15 +6,22 @@ use std::io::Write;
 
 use crate::cli::args::RemoteCmd;
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
     let git = &ctx.git_env()?;
     let json = ctx.format.is_json();
-    // One repository is one local copy, as a path or a `file://` URL.
-    let normalized = opfs::remote::normalize_url(match cmd {
+    let given = match cmd {
         RemoteCmd::List { remote, .. } | RemoteCmd::Checkout { remote, .. } => remote,
-    });
+    };
+    if let Some(problem) = opfs::remote::url_problem(given) {
+        return Err(CommandError::usage(format!(
+            "the REMOTE argument: {problem}"
+        )));
+    }
+    // One repository is one local copy, as a path or a `file://` URL.
+    let normalized = opfs::remote::normalize_url(given);
     let remote = &normalized;
     match cmd {
         RemoteCmd::List { project: None, .. } => {
@@ -24,14 +31,15 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                 return Ok(());
             }
             if list.is_empty() {
-                writeln!(out, "{remote} holds no opfs history")?;
+                writeln!(out, "{} holds no opfs history", printable(remote))?;
             }
+            // Names and paths come from whoever pushed: escaped.
             for p in &list {
                 writeln!(
                     out,
                     "{}  {}  {} turn(s){}{}",
-                    p.name,
-                    p.path.as_deref().unwrap_or("?"),
+                    printable(&p.name),
+                    printable(p.path.as_deref().unwrap_or("?")),
                     p.turns.len(),
                     p.turns
                         .last()
@@ -40,7 +48,7 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     if p.worktrees.is_empty() {
                         String::new()
                     } else {
-                        format!(", worktrees: {}", p.worktrees.join(", "))
+                        format!(", worktrees: {}", printable(&p.worktrees.join(", ")))
                     }
                 )?;
             }
@@ -63,7 +71,7 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     t.turn,
                     &t.commit[..12.min(t.commit.len())],
                     humantime::format_rfc3339_seconds(when),
-                    t.subject
+                    printable(&t.subject)
                 )?;
             }
         }

@@ -20,6 +20,7 @@ use opfs::state::registry;
 use opfs::store::{Index, StateDir};
 
 use crate::cli::error::{failure, CommandError};
+use crate::cli::output::printable;
 use crate::cli::Ctx;
 
 /// The newest turns whose changes to what git runs or trusts `status`
@@ -85,7 +86,21 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
     let exclude = record_exclude(ctx, project.state());
     let kept = outside_edits(project.state());
     let by_top = stored_by_top(project.state(), &exclude.0, worktree.is_some());
-    let pushes = opfs::remote::state::load(project.state()).unwrap_or_default();
+    // push.json only caches what the remotes hold: an unreadable one is
+    // said, and set aside by the next push.
+    let pushes = match opfs::remote::state::load(project.state()) {
+        Ok(p) => p,
+        Err(e) => {
+            p.warnings.push(e.to_string());
+            Default::default()
+        }
+    };
+    for aside in opfs::remote::state::set_aside(project.state()) {
+        p.warnings.push(format!(
+            "{} is an unreadable push state a push set aside (it started afresh); delete it when you have looked",
+            aside.display()
+        ));
+    }
     // The remote the daemon pushes to by itself, if any: a failure on
     // another one (a one-off `opfs push URL`) is retried by nobody.
     let automatic = ctx
@@ -94,20 +109,26 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
         .flatten()
         .filter(|(_, auto, _)| *auto)
         .map(|(t, _, _)| t.url);
-    for (url, r) in &pushes.remotes {
+    for (key, r) in &pushes.remotes {
+        // An entry written before credentials in URLs were refused: never
+        // printed with its secret.
+        let redacted = opfs::remote::redact_url(key);
+        let url = &printable(&redacted);
         if let Some(f) = &r.failure {
-            let retried = if automatic.as_deref() == Some(url.as_str()) {
+            let retried = if automatic.as_deref() == Some(key.as_str()) {
                 String::new()
             } else {
                 format!(
-                    " (not the remote the daemon pushes to, so nothing tries it again: run `opfs push {url}` when it answers)"
+                    " (not the remote the daemon pushes to, so nothing tries it again: run `opfs push {}` when it answers, or `opfs push --forget {}` to drop it)",
+                    printable(&opfs::paths::shell_quote(&redacted)),
+                    printable(&opfs::paths::shell_quote(&redacted)),
                 )
             };
             p.warnings.push(format!(
                 "pushes to {url} fail ({} attempt(s) since {}){retried}: {}",
                 f.attempts,
                 ago(f.since_ms),
-                f.message
+                printable(&opfs::remote::redact(&f.message, key))
             ));
         }
         for m in &r.missing {
@@ -158,13 +179,17 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
             .remotes
             .iter()
             .map(|(url, r)| {
+                let failure = r.failure.clone().map(|mut f| {
+                    f.message = opfs::remote::redact(&f.message, url);
+                    f
+                });
                 serde_json::json!({
-                    "remote": url,
+                    "remote": opfs::remote::redact_url(url),
                     "namespace": r.namespace,
                     "refs": r.pushed.len(),
                     "last_success_ms": r.last_success_ms,
                     "last_turn": r.last_turn,
-                    "failure": r.failure,
+                    "failure": failure,
                     "missing": r.missing,
                 })
             })
@@ -211,7 +236,12 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                 .as_ref()
                 .map(|f| format!("; FAILING ({} attempt(s), see the warning)", f.attempts))
                 .unwrap_or_default();
-            writeln!(out, "push:       {url} ({}): {last}{failing}", r.namespace)?;
+            writeln!(
+                out,
+                "push:       {} ({}): {last}{failing}",
+                printable(&opfs::remote::redact_url(url)),
+                r.namespace
+            )?;
         }
         if !exclude.0.is_empty() {
             writeln!(
@@ -403,10 +433,11 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
     for m in &stale {
         p.warnings.push(format!(
             "stale mount at {m}: its daemon is gone (Transport endpoint is not connected), so \
-             nothing there is served or recorded; run `opfs mount {project} {m}` again (it \
-             cleans up the dead mount and finishes an interrupted rewind), or `fusermount3 -uz {m}`",
+             nothing there is served or recorded; run `opfs mount {project} {mq}` again (it \
+             cleans up the dead mount and finishes an interrupted rewind), or `fusermount3 -uz {mq}`",
             m = m.display(),
-            project = project.display()
+            mq = opfs::paths::shell_quote(&m.display().to_string()),
+            project = opfs::paths::shell_quote(&project.display().to_string())
         ));
     }
     p.stale_mounts = stale;
@@ -423,7 +454,7 @@ fn protection(st: &StateDir, s: &Status) -> Protection {
             "no opfs daemon serves {}: changes to it are not recorded; mount it \
              (`opfs mount {} MOUNTPOINT`) and work in the mountpoint",
             project.display(),
-            project.display()
+            opfs::paths::shell_quote(&project.display().to_string())
         ));
     }
     // Stopped on a failure: nothing finishes it by itself, mounted or not.
