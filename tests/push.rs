@@ -1444,3 +1444,81 @@ fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
     let ns = namespace(&f, "alpha");
     assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
 }
+
+/// A bare repository `name` in `dir` whose every hook, and whose
+/// `core.alternateRefsCommand` (with an alternate object store), writes a
+/// marker file into `marks` when git runs it.
+fn repo_that_runs_programs(dir: &Path, name: &str, marks: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(marks).expect("marks dir");
+    git_at(dir, &["init", "-q", "--bare", "alternate.git"]);
+    git_at(dir, &["init", "-q", "--bare", name]);
+    let repo = dir.join(name);
+    let script = |path: &Path, mark: &str| {
+        let text = format!("#!/bin/sh\ntouch '{}/{name}-{mark}'\n", marks.display());
+        std::fs::write(path, text).expect("write script");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    for hook in [
+        "pre-receive",
+        "update",
+        "post-receive",
+        "post-update",
+        "reference-transaction",
+        "push-to-checkout",
+        "pre-auto-gc",
+    ] {
+        script(&repo.join("hooks").join(hook), hook);
+    }
+    let alt_cmd = dir.join(format!("{name}-alternate-refs.sh"));
+    script(&alt_cmd, "alternateRefsCommand");
+    std::fs::write(
+        repo.join("objects/info/alternates"),
+        format!("{}\n", dir.join("alternate.git/objects").display()),
+    )
+    .expect("alternates");
+    git_at(
+        &repo,
+        &[
+            "config",
+            "core.alternateRefsCommand",
+            &alt_cmd.display().to_string(),
+        ],
+    );
+    repo
+}
+
+/// A local repository (a path or a `file://` URL) is pushed to by a
+/// `git receive-pack` that git runs on this machine, with that
+/// repository's own configuration: none of its hooks, nor a command its
+/// configuration names, runs.
+#[test]
+fn a_local_remote_runs_none_of_its_own_hooks_or_commands() {
+    let f = Fixture::new();
+    let marks = f.root().join("marks");
+    let by_path = repo_that_runs_programs(f.root(), "path.git", &marks);
+    let by_url = repo_that_runs_programs(f.root(), "url.git", &marks);
+    configure(&f, &by_path.display().to_string(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    let ns = namespace(&f, "alpha");
+    for remote in [
+        by_path.display().to_string(),
+        format!("file://{}", by_url.display()),
+    ] {
+        f.opfs_c(&["push", &remote]).ok();
+        assert!(
+            ls_remote(&remote).contains_key(&format!("{ns}/turns/1")),
+            "turn 1 not pushed to {remote}"
+        );
+    }
+    let ran: Vec<String> = std::fs::read_dir(&marks)
+        .expect("marks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        ran.is_empty(),
+        "the remote ran programs of its own: {ran:?}"
+    );
+}

@@ -76,6 +76,56 @@ impl GitEnv {
     }
 }
 
+/// The `receive-pack` a push to a local repository runs (`git push
+/// --receive-pack=...`). For a path or a `file://` URL git runs the
+/// remote side on this machine, in that repository, with that
+/// repository's configuration and without the `-c` settings of the `git
+/// push` that started it (git drops them for the other repository), so
+/// they are given again here, to the remote side itself: no hook of the
+/// repository runs (`pre-receive`, `update`, `post-receive`,
+/// `post-update`, `reference-transaction`, `proc-receive`,
+/// `push-to-checkout`), no command its configuration names
+/// (`core.alternateRefsCommand`, which receive-pack runs to advertise an
+/// alternate's refs, becomes `true`, which lists none; `receive.autogc`
+/// is off, so no `git maintenance`/`gc` runs there, with its
+/// `gc.recentObjectsHook`, `pre-auto-gc`; `receive.denyCurrentBranch` is
+/// `refuse`, so a push never updates a work tree there, with its
+/// filters; `core.fsmonitor` is off). Over any other transport the remote
+/// side is the server's business and this is not given.
+///
+/// Fetches and `ls-remote` need no such thing: `upload-pack` runs no
+/// hook, and its one command setting, `uploadpack.packObjectsHook`, is
+/// read only from the user's and the system's configuration, never the
+/// repository's.
+pub(super) const LOCAL_RECEIVE_PACK: &str = "git -c core.hooksPath=/dev/null \
+     -c core.alternateRefsCommand=true -c receive.autogc=false \
+     -c receive.denyCurrentBranch=refuse -c core.fsmonitor=false receive-pack";
+
+/// True when git reaches `url` by running its remote side on this machine
+/// (git's own rule): a `file://` URL, or a path, that is anything without
+/// `://`, with no `:` before its first `/` (`host:path` is SSH) and not
+/// `helper::address` (a remote helper).
+pub(super) fn is_local(url: &str) -> bool {
+    if url.starts_with("file://") {
+        return true;
+    }
+    if url.contains("://") {
+        return false;
+    }
+    let scheme_len = url
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_alphanumeric() || (i > 0 && matches!(c, '+' | '-' | '.'))))
+        .map_or(url.len(), |(i, _)| i);
+    if scheme_len > 0 && url[scheme_len..].starts_with("::") {
+        return false;
+    }
+    match (url.find(':'), url.find('/')) {
+        (None, _) => true,
+        (Some(colon), Some(slash)) => slash < colon,
+        (Some(_), None) => false,
+    }
+}
+
 /// Runs `cmd` (made by [`GitEnv::command`]), its output captured, for at
 /// most `git`'s deadline: past it the run, with every process it started
 /// (its own process group), is killed.
@@ -152,4 +202,32 @@ pub(super) fn stderr_line(out: &Output) -> String {
         .filter(|l| !l.is_empty() && !l.contains("Writing objects") && !l.contains("objects:"))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_urls_are_those_git_serves_on_this_machine() {
+        for local in [
+            "/srv/ckpt.git",
+            "file:///srv/ckpt.git",
+            "ckpt.git",
+            "./a:b.git",
+            "/a::b",
+        ] {
+            assert!(is_local(local), "{local}");
+        }
+        for other in [
+            "git://h/r.git",
+            "ssh://git@h/r.git",
+            "https://h/r.git",
+            "git@h:team/r.git",
+            "h:r.git",
+            "ext::sh -c x",
+        ] {
+            assert!(!is_local(other), "{other}");
+        }
+    }
 }

@@ -320,8 +320,11 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             "--atomic",
             "--progress",
             "--no-verify",
-        ])
-        .arg(&target.url);
+        ]);
+        if git::is_local(&target.url) {
+            cmd.arg(format!("--receive-pack={}", git::LOCAL_RECEIVE_PACK));
+        }
+        cmd.arg(&target.url);
         for (r, id) in &updates {
             let expect = rs.pushed.get(*r).map(String::as_str).unwrap_or("");
             cmd.arg(format!("--force-with-lease={r}:{expect}"));
