@@ -3,7 +3,7 @@
 //! SSH agent and proxies), never a prompt, never a hook.
 
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -133,14 +133,34 @@ pub(super) fn is_local(url: &str) -> bool {
 /// Errors: `git` cannot be started (not on `PATH`: `NotFound`); the
 /// deadline passed (`TimedOut`, the message says how long it waited and
 /// the fix).
-pub(super) fn output(mut cmd: Command, git: &GitEnv) -> io::Result<Output> {
+pub(super) fn output(cmd: Command, git: &GitEnv) -> io::Result<Output> {
+    output_with_input(cmd, git, None)
+}
+
+/// [`output`], with `input` written to git's standard input (by a thread
+/// of its own, so a large input and a large output cannot block each
+/// other); none: `/dev/null`.
+pub(super) fn output_with_input(
+    mut cmd: Command,
+    git: &GitEnv,
+    input: Option<Vec<u8>>,
+) -> io::Result<Output> {
     let deadline = git.deadline.unwrap_or(DEFAULT_DEADLINE);
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
     let start = Instant::now();
