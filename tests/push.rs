@@ -1522,3 +1522,45 @@ fn a_local_remote_runs_none_of_its_own_hooks_or_commands() {
         "the remote ran programs of its own: {ran:?}"
     );
 }
+
+/// `opfs push --objects` meets a version whose bytes are gone for good
+/// (pushed before a bucket was configured, then deleted behind the
+/// mount): it warns about it as a push does, lists it in `--json`, and
+/// `push.json` keeps it (`opfs status` warns).
+#[test]
+fn objects_gone_for_good_are_reported_by_push_objects() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", false);
+    f.mount();
+    write_file(&f.m("big3.bin"), &Rng::new(9).bytes(9 << 20), 0o644);
+    f.turn("big");
+    // Pushed with no bucket: its bytes stayed on this machine.
+    f.opfs_c(&["push"]).ok();
+    // Its only copy was the project's file, deleted while unmounted.
+    f.umount();
+    std::fs::remove_file(f.p("big3.bin")).expect("rm");
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    f.mount();
+    let run = f.opfs_c(&["push", "--objects"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout
+            .contains("warning: big3.bin at the end of turn 1")
+            && run.stdout.contains("checks out as its pointer file"),
+        "{run}"
+    );
+    let r = f.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_missing"][0]["path"], "big3.bin", "{r:#}");
+    assert_eq!(r["objects_missing"][0]["turn"], 1, "{r:#}");
+    assert_eq!(
+        r["objects_missing"].as_array().map(Vec::len),
+        Some(1),
+        "{r:#}"
+    );
+    let st = push_status(&f, &url);
+    assert_eq!(st["missing"][0]["path"], "big3.bin", "{st:#}");
+    assert_eq!(st["missing"].as_array().map(Vec::len), Some(1), "{st:#}");
+}

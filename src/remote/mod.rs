@@ -440,26 +440,43 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     out
 }
 
+/// What [`upload_all_objects`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Backfill {
+    /// Objects written (those already in the bucket are not counted).
+    pub objects: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Pointer files whose bytes are gone for good (in no blob store, nor
+    /// in the project): skipped, as [`push`] skips them, and recorded in
+    /// `push.json`; each checks out as its pointer file.
+    pub missing: Vec<state::Missing>,
+}
+
 /// Uploads to `target`'s bucket the bytes behind the pointer files of
 /// every exported turn, the baseline and every worktree branch, not only of the turns a push
 /// sends: what was pushed before the bucket was configured, or an object
 /// deleted from the bucket, goes up again (`opfs push --objects`).
 /// Objects already there are not written (create-only, as in [`push`]).
-/// Returns the objects written and their bytes; `(0, 0)` with no bucket.
+/// A version whose bytes are gone for good is skipped, reported in
+/// [`Backfill::missing`] and added to the remote's entry of `push.json`
+/// (`opfs status` warns), as [`push`] does. Nothing is done with no
+/// bucket.
 ///
-/// Durable after `Ok`: every pointer of the export has its bytes in the
-/// bucket. After `Err` some may be written; nothing else changes.
+/// Durable after `Ok`: every pointer of the export whose bytes this
+/// machine holds has them in the bucket, and `push.json` lists the
+/// others. After `Err` some may be written; nothing else changes.
 ///
-/// Errors: [`PushError::BadUrl`], [`PushError::NotExported`], and those of
+/// Errors: [`PushError::BadUrl`], [`PushError::NotExported`], those of
 /// the upload ([`PushError::Bucket`], [`PushError::Unavailable`],
-/// [`PushError::Git`]).
+/// [`PushError::Git`]), and [`PushError::Io`] (the push lock, `push.json`).
 pub fn upload_all_objects(
     state: &StateDir,
     target: &Target,
     git: &GitEnv,
-) -> Result<(usize, u64), PushError> {
+) -> Result<Backfill, PushError> {
     let Some(cfg) = &target.bucket else {
-        return Ok((0, 0));
+        return Ok(Backfill::default());
     };
     if let Some(problem) = url_problem(&target.url) {
         return Err(PushError::BadUrl(problem));
@@ -479,7 +496,51 @@ pub fn upload_all_objects(
         })
         .collect();
     let u = pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())?;
-    Ok((u.n, u.bytes))
+    if !u.missing.is_empty() {
+        record_missing(state, target, &ns, &u.missing)?;
+    }
+    Ok(Backfill {
+        objects: u.n,
+        bytes: u.bytes,
+        missing: u.missing,
+    })
+}
+
+/// Adds `missing` (those not listed yet) to the `push.json` entry of
+/// `target` under `ns`, under the push lock.
+fn record_missing(
+    state: &StateDir,
+    target: &Target,
+    ns: &str,
+    missing: &[state::Missing],
+) -> Result<(), PushError> {
+    let lock_path = state.push_lock_path();
+    let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {
+        path: lock_path,
+        source,
+    })?;
+    let io = |source| PushError::Io {
+        path: state.push_state_path(),
+        source,
+    };
+    let mut all = state::load(state).map_err(io)?;
+    let rs = all.remotes.entry(target.url.clone()).or_default();
+    if rs.namespace != ns {
+        *rs = state::RemoteState {
+            namespace: ns.to_string(),
+            ..Default::default()
+        };
+    }
+    let before = rs.missing.len();
+    for m in missing {
+        if !rs.missing.iter().any(|x| x.hash == m.hash) {
+            rs.missing.push(m.clone());
+        }
+    }
+    if rs.missing.len() != before {
+        state::save(state, &all).map_err(io)?;
+    }
+    Ok(())
 }
 
 /// The export's refs: `refs/heads/opfs` and everything under
