@@ -8,6 +8,7 @@
 mod common;
 
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -48,9 +49,11 @@ impl GitDaemon {
             .output()
             .expect("git init");
         assert!(out.status.success(), "git init --bare failed");
-        let child = Command::new("git")
+        // git-daemon itself (not `git daemon`, which would leave it a
+        // grandchild), in a process group of its own with the children
+        // it forks per connection: the drop ends them all.
+        let child = Command::new(exec.join("git-daemon"))
             .args([
-                "daemon",
                 "--reuseaddr",
                 "--export-all",
                 "--enable=receive-pack",
@@ -64,6 +67,7 @@ impl GitDaemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start git daemon");
         let d = GitDaemon { child, base, port };
@@ -85,10 +89,23 @@ impl GitDaemon {
 
 impl Drop for GitDaemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        end_group(&mut self.child);
         let _ = &self.base;
     }
+}
+
+/// Kills the process group `child` leads (it was started with
+/// `process_group(0)`: a server and every process it started), then
+/// reaps `child`.
+fn end_group(child: &mut Child) {
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn url_on(port: u16) -> String {
@@ -548,6 +565,7 @@ impl Moto {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start moto_server");
         let m = Moto { child, port };
@@ -599,8 +617,7 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        end_group(&mut self.child);
     }
 }
 
@@ -1563,4 +1580,31 @@ fn objects_gone_for_good_are_reported_by_push_objects() {
     let st = push_status(&f, &url);
     assert_eq!(st["missing"][0]["path"], "big3.bin", "{st:#}");
     assert_eq!(st["missing"].as_array().map(Vec::len), Some(1), "{st:#}");
+}
+
+/// The test servers end with their drop, and every process they started
+/// with them: nothing listens on their ports afterwards (a `git daemon`
+/// whose `git` alone was killed kept serving, one left per test).
+#[test]
+fn the_test_servers_leave_nothing_listening_after_their_drop() {
+    let mut ports = Vec::new();
+    if let Some(d) = GitDaemon::start() {
+        // A connection served (a child forked for it) while it is dropped.
+        let served = ls_remote(&d.url());
+        assert!(served.is_empty(), "{served:?}");
+        ports.push(("git daemon", d.port));
+    }
+    if let Some(m) = Moto::start() {
+        ports.push(("moto", m.port));
+    }
+    for (what, port) in ports {
+        assert!(
+            wait_for(Duration::from_secs(30), || TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_err()),
+            "{what} still listens on 127.0.0.1:{port} after its drop"
+        );
+    }
 }
