@@ -1608,3 +1608,109 @@ fn the_test_servers_leave_nothing_listening_after_their_drop() {
         );
     }
 }
+
+/// A TCP listener on 127.0.0.1 that takes every connection and never
+/// answers, until dropped (then it closes them all and the port).
+struct Tarpit {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tarpit {
+    fn start() -> Tarpit {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok(c) => held.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Tarpit {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Tarpit {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The pids of the processes whose command line names `url` (the `git`
+/// of a push to it).
+fn processes_naming(url: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == url.as_bytes()))
+        })
+        .collect()
+}
+
+/// `opfs umount` stops the automatic push under way (its git, connected
+/// to a remote that never answers, would otherwise run until its
+/// deadline, after the project is unmounted): no git of it is left, the
+/// push is recorded as interrupted, and the next mount pushes again.
+#[test]
+fn an_unmount_stops_the_push_under_way_and_the_next_mount_pushes_again() {
+    let tarpit = Tarpit::start();
+    let port = tarpit.port;
+    let url = url_on(port);
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", true);
+    // A deadline far beyond the test: only the unmount can stop it.
+    edit_config(&f, "[push]\n", "[push]\ntimeout_seconds = 36000\n");
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    assert!(
+        wait_for(PUSH_WAIT, || !processes_naming(&url).is_empty()),
+        "no push to {url} started"
+    );
+    f.umount();
+    assert!(
+        wait_for(Duration::from_secs(30), || processes_naming(&url)
+            .is_empty()),
+        "the push's git outlived the unmount: {:?}",
+        processes_naming(&url)
+    );
+    let status = f.opfs_p(&["status", "--json"]).ok().json();
+    let st = status["push"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["remote"] == url.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(st["failure"]["kind"], "interrupted", "{status:#}");
+    // The remote answers now: the next mount pushes.
+    drop(tarpit);
+    let Some(d) = GitDaemon::start_on(port) else {
+        return;
+    };
+    f.mount();
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 was not pushed at the next mount: {:#}",
+        f.status()
+    );
+}

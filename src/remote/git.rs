@@ -7,6 +7,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long one `git` run that talks to a remote may take when the
@@ -29,6 +30,94 @@ pub struct GitEnv {
     /// the push lock, and every later push, for good). `None`:
     /// [`DEFAULT_DEADLINE`].
     pub deadline: Option<Duration>,
+    /// Stops the `git` runs under way (the daemon's, when it unmounts):
+    /// shared by the clones of this environment.
+    pub cancel: Cancel,
+}
+
+/// A stop for the `git` runs made with one [`GitEnv`] (and its clones),
+/// and for the pushes that use it: after [`Cancel::cancel`] every `git`
+/// run under way is killed with its process group (git and the transport
+/// it started), and every later one, and every push that has not begun,
+/// ends at once as interrupted. The daemon cancels its pusher's when it
+/// unmounts, so no push of an unmounted project stays behind (until its
+/// deadline) holding a connection or the push lock.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<(Mutex<Running>, Condvar)>);
+
+/// What a [`Cancel`] stops.
+#[derive(Debug, Default)]
+struct Running {
+    cancelled: bool,
+    /// The process groups (their leaders' pids) of the `git` runs under
+    /// way; a pid leaves the list when its process is reaped, under the
+    /// same lock, so a group is never signalled after its pid was reused.
+    groups: Vec<u32>,
+    /// Pushes under way ([`Cancel::begin`]).
+    pushes: usize,
+}
+
+/// A push under way: [`Cancel::wait_idle`] waits for it to be dropped.
+pub(super) struct Busy<'c>(&'c Cancel);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut r = self.0.lock();
+        r.pushes -= 1;
+        self.0 .0 .1.notify_all();
+    }
+}
+
+impl Cancel {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.0 .0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops every `git` run under way (its process group killed) and
+    /// every later one.
+    pub fn cancel(&self) {
+        let mut r = self.lock();
+        r.cancelled = true;
+        for pid in &r.groups {
+            kill_pgid(*pid);
+        }
+    }
+
+    /// True once [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
+    /// Marks a push under way until the result is dropped; `None` once
+    /// cancelled (the push must not begin).
+    pub(super) fn begin(&self) -> Option<Busy<'_>> {
+        let mut r = self.lock();
+        if r.cancelled {
+            return None;
+        }
+        r.pushes += 1;
+        Some(Busy(self))
+    }
+
+    /// Waits until no push is under way, at most `limit`; false if one
+    /// still is.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let guard = self.lock();
+        let (guard, _) = self
+            .0
+             .1
+            .wait_timeout_while(guard, limit, |r| r.pushes > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.pushes == 0
+    }
+}
+
+/// The error of a `git` run stopped by [`Cancel::cancel`].
+fn interrupted() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Interrupted,
+        "git was stopped: the project was unmounted while it ran",
+    )
 }
 
 impl GitEnv {
@@ -156,6 +245,17 @@ pub(super) fn output_with_input(
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
+    let pid = child.id();
+    {
+        let mut r = git.cancel.lock();
+        if r.cancelled {
+            drop(r);
+            kill_group(&mut child);
+            return Err(interrupted());
+        }
+        r.groups.push(pid);
+    }
+    let forget = |r: &mut Running| r.groups.retain(|p| *p != pid);
     if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
         std::thread::spawn(move || {
             let _ = stdin.write_all(&input);
@@ -165,10 +265,31 @@ pub(super) fn output_with_input(
     let stderr = drain(child.stderr.take());
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+        {
+            // Reaped under the lock that `cancel` signals under.
+            let mut r = git.cancel.lock();
+            if r.cancelled {
+                forget(&mut r);
+                drop(r);
+                kill_group(&mut child);
+                return Err(interrupted());
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    forget(&mut r);
+                    break status;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    forget(&mut r);
+                    drop(r);
+                    kill_group(&mut child);
+                    return Err(e);
+                }
+            }
         }
         if start.elapsed() >= deadline {
+            forget(&mut git.cancel.lock());
             kill_group(&mut child);
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -204,14 +325,19 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<V
 /// Kills `child`'s process group (git and the transport it started: `ssh`,
 /// `git-remote-http`), then reaps it.
 fn kill_group(child: &mut Child) {
-    if let Some(pid) = i32::try_from(child.id())
+    kill_pgid(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Kills the process group led by `pid`.
+fn kill_pgid(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
     {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// git's stderr, trimmed, lines joined with "; " (for one-line errors).
@@ -227,6 +353,39 @@ pub(super) fn stderr_line(out: &Output) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_stops_the_run_under_way_and_every_later_one() {
+        let git = GitEnv::default();
+        let running = git.clone();
+        let run = std::thread::spawn(move || {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "sleep 600 & wait"]);
+            output(cmd, &running)
+        });
+        // Once the run is registered, a cancel kills its group.
+        let registered = Instant::now();
+        while git.cancel.lock().groups.is_empty() {
+            assert!(
+                registered.elapsed() < Duration::from_secs(60),
+                "never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let busy = git.cancel.begin();
+        assert!(busy.is_some());
+        git.cancel.cancel();
+        let err = run.join().expect("join").expect_err("stopped");
+        assert_eq!(err.kind(), io::ErrorKind::Interrupted);
+        assert!(git.cancel.lock().groups.is_empty());
+        // No push begins now; the one under way is waited for.
+        assert!(git.cancel.begin().is_none());
+        assert!(!git.cancel.wait_idle(Duration::from_millis(1)));
+        drop(busy);
+        assert!(git.cancel.wait_idle(Duration::from_millis(1)));
+        let later = output(Command::new("true"), &git).expect_err("stopped");
+        assert_eq!(later.kind(), io::ErrorKind::Interrupted);
+    }
 
     #[test]
     fn local_urls_are_those_git_serves_on_this_machine() {

@@ -37,7 +37,7 @@ pub use fetch::{
     checkout, list, parse_pointer, turns, CheckoutReport, MissingObject, RemoteError,
     RemoteProject, RemoteTurn,
 };
-pub use git::GitEnv;
+pub use git::{Cancel, GitEnv};
 pub use names::{machine_name, namespace, normalize_url, url_problem, Target, NAMESPACE_ROOT};
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
 
@@ -146,6 +146,15 @@ pub enum PushError {
         /// What was found instead.
         cause: String,
     },
+    /// The push was stopped before it ended: the daemon that ran it
+    /// unmounted the project ([`Cancel`]). Retried at the next mount.
+    #[error(
+        "push to {remote} interrupted: the project was unmounted while it ran (its git was stopped); nothing was lost locally; the next mount pushes again (or `opfs push`)"
+    )]
+    Interrupted {
+        /// The remote.
+        remote: String,
+    },
     /// A local git step failed (reading the export repository).
     #[error("push to {remote}: {what} in {git_dir} failed: {cause}")]
     Git {
@@ -171,7 +180,8 @@ pub enum PushError {
 
 impl PushError {
     /// The kind, as `opfs status` and `push.json` name it: `unreachable`,
-    /// `clash`, `refused`, `not_exported` or `error`.
+    /// `clash`, `refused`, `not_exported`, `bucket`, `interrupted` or
+    /// `error`.
     pub fn kind(&self) -> &'static str {
         match self {
             PushError::Unreachable { .. } => "unreachable",
@@ -179,6 +189,7 @@ impl PushError {
             PushError::Refused { .. } => "refused",
             PushError::NotExported { .. } => "not_exported",
             PushError::Bucket { .. } => "bucket",
+            PushError::Interrupted { .. } => "interrupted",
             _ => "error",
         }
     }
@@ -364,6 +375,14 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 });
                 break;
             }
+            // The daemon unmounted: recorded, pushed again at the next
+            // mount.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                result = Err(PushError::Interrupted {
+                    remote: target.url.clone(),
+                });
+                break;
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(PushError::GitNotFound {
                     remote: target.url.clone(),
@@ -390,6 +409,13 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         }
         result = Err(err);
         break;
+    }
+    // Stopped midway (a step that failed because its git was killed
+    // reads as its own error): said as what it is.
+    if result.is_err() && git.cancel.is_cancelled() {
+        result = Err(PushError::Interrupted {
+            remote: target.url.clone(),
+        });
     }
     let now = state::now_ms();
     let out = match result {
