@@ -8,6 +8,7 @@
 mod common;
 
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -48,9 +49,11 @@ impl GitDaemon {
             .output()
             .expect("git init");
         assert!(out.status.success(), "git init --bare failed");
-        let child = Command::new("git")
+        // git-daemon itself (not `git daemon`, which would leave it a
+        // grandchild), in a process group of its own with the children
+        // it forks per connection: the drop ends them all.
+        let child = Command::new(exec.join("git-daemon"))
             .args([
-                "daemon",
                 "--reuseaddr",
                 "--export-all",
                 "--enable=receive-pack",
@@ -64,6 +67,7 @@ impl GitDaemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start git daemon");
         let d = GitDaemon { child, base, port };
@@ -85,10 +89,23 @@ impl GitDaemon {
 
 impl Drop for GitDaemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        end_group(&mut self.child);
         let _ = &self.base;
     }
+}
+
+/// Kills the process group `child` leads (it was started with
+/// `process_group(0)`: a server and every process it started), then
+/// reaps `child`.
+fn end_group(child: &mut Child) {
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn url_on(port: u16) -> String {
@@ -548,6 +565,7 @@ impl Moto {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start moto_server");
         let m = Moto { child, port };
@@ -599,8 +617,7 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        end_group(&mut self.child);
     }
 }
 
@@ -1726,4 +1743,257 @@ fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_
     // Up to date afterwards: nothing left to adopt.
     let r = f.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["up_to_date"], true, "{r:#}");
+}
+
+/// A bare repository `name` in `dir` whose every hook, and whose
+/// `core.alternateRefsCommand` (with an alternate object store), writes a
+/// marker file into `marks` when git runs it.
+fn repo_that_runs_programs(dir: &Path, name: &str, marks: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(marks).expect("marks dir");
+    git_at(dir, &["init", "-q", "--bare", "alternate.git"]);
+    git_at(dir, &["init", "-q", "--bare", name]);
+    let repo = dir.join(name);
+    let script = |path: &Path, mark: &str| {
+        let text = format!("#!/bin/sh\ntouch '{}/{name}-{mark}'\n", marks.display());
+        std::fs::write(path, text).expect("write script");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    for hook in [
+        "pre-receive",
+        "update",
+        "post-receive",
+        "post-update",
+        "reference-transaction",
+        "push-to-checkout",
+        "pre-auto-gc",
+    ] {
+        script(&repo.join("hooks").join(hook), hook);
+    }
+    let alt_cmd = dir.join(format!("{name}-alternate-refs.sh"));
+    script(&alt_cmd, "alternateRefsCommand");
+    std::fs::write(
+        repo.join("objects/info/alternates"),
+        format!("{}\n", dir.join("alternate.git/objects").display()),
+    )
+    .expect("alternates");
+    git_at(
+        &repo,
+        &[
+            "config",
+            "core.alternateRefsCommand",
+            &alt_cmd.display().to_string(),
+        ],
+    );
+    repo
+}
+
+/// A local repository (a path or a `file://` URL) is pushed to by a
+/// `git receive-pack` that git runs on this machine, with that
+/// repository's own configuration: none of its hooks, nor a command its
+/// configuration names, runs.
+#[test]
+fn a_local_remote_runs_none_of_its_own_hooks_or_commands() {
+    let f = Fixture::new();
+    let marks = f.root().join("marks");
+    let by_path = repo_that_runs_programs(f.root(), "path.git", &marks);
+    let by_url = repo_that_runs_programs(f.root(), "url.git", &marks);
+    configure(&f, &by_path.display().to_string(), "alpha", false);
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    let ns = namespace(&f, "alpha");
+    for remote in [
+        by_path.display().to_string(),
+        format!("file://{}", by_url.display()),
+    ] {
+        f.opfs_c(&["push", &remote]).ok();
+        assert!(
+            ls_remote(&remote).contains_key(&format!("{ns}/turns/1")),
+            "turn 1 not pushed to {remote}"
+        );
+    }
+    let ran: Vec<String> = std::fs::read_dir(&marks)
+        .expect("marks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        ran.is_empty(),
+        "the remote ran programs of its own: {ran:?}"
+    );
+}
+
+/// `opfs push --objects` meets a version whose bytes are gone for good
+/// (pushed before a bucket was configured, then deleted behind the
+/// mount): it warns about it as a push does, lists it in `--json`, and
+/// `push.json` keeps it (`opfs status` warns).
+#[test]
+fn objects_gone_for_good_are_reported_by_push_objects() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", false);
+    f.mount();
+    write_file(&f.m("big3.bin"), &Rng::new(9).bytes(9 << 20), 0o644);
+    f.turn("big");
+    // Pushed with no bucket: its bytes stayed on this machine.
+    f.opfs_c(&["push"]).ok();
+    // Its only copy was the project's file, deleted while unmounted.
+    f.umount();
+    std::fs::remove_file(f.p("big3.bin")).expect("rm");
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    f.mount();
+    let run = f.opfs_c(&["push", "--objects"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stdout
+            .contains("warning: big3.bin at the end of turn 1")
+            && run.stdout.contains("checks out as its pointer file"),
+        "{run}"
+    );
+    let r = f.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_missing"][0]["path"], "big3.bin", "{r:#}");
+    assert_eq!(r["objects_missing"][0]["turn"], 1, "{r:#}");
+    assert_eq!(
+        r["objects_missing"].as_array().map(Vec::len),
+        Some(1),
+        "{r:#}"
+    );
+    let st = push_status(&f, &url);
+    assert_eq!(st["missing"][0]["path"], "big3.bin", "{st:#}");
+    assert_eq!(st["missing"].as_array().map(Vec::len), Some(1), "{st:#}");
+}
+
+/// The test servers end with their drop, and every process they started
+/// with them: nothing listens on their ports afterwards (a `git daemon`
+/// whose `git` alone was killed kept serving, one left per test).
+#[test]
+fn the_test_servers_leave_nothing_listening_after_their_drop() {
+    let mut ports = Vec::new();
+    if let Some(d) = GitDaemon::start() {
+        // A connection served (a child forked for it) while it is dropped.
+        let served = ls_remote(&d.url());
+        assert!(served.is_empty(), "{served:?}");
+        ports.push(("git daemon", d.port));
+    }
+    if let Some(m) = Moto::start() {
+        ports.push(("moto", m.port));
+    }
+    for (what, port) in ports {
+        assert!(
+            wait_for(Duration::from_secs(30), || TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_err()),
+            "{what} still listens on 127.0.0.1:{port} after its drop"
+        );
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that takes every connection and never
+/// answers, until dropped (then it closes them all and the port).
+struct Tarpit {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tarpit {
+    fn start() -> Tarpit {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok(c) => held.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Tarpit {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Tarpit {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The pids of the processes whose command line names `url` (the `git`
+/// of a push to it).
+fn processes_naming(url: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == url.as_bytes()))
+        })
+        .collect()
+}
+
+/// `opfs umount` stops the automatic push under way (its git, connected
+/// to a remote that never answers, would otherwise run until its
+/// deadline, after the project is unmounted): no git of it is left, the
+/// push is recorded as interrupted, and the next mount pushes again.
+#[test]
+fn an_unmount_stops_the_push_under_way_and_the_next_mount_pushes_again() {
+    let tarpit = Tarpit::start();
+    let port = tarpit.port;
+    let url = url_on(port);
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", true);
+    // A deadline far beyond the test: only the unmount can stop it.
+    edit_config(&f, "[push]\n", "[push]\ntimeout_seconds = 36000\n");
+    f.mount();
+    write_file(&f.m("a.txt"), b"one\n", 0o644);
+    f.turn("one");
+    assert!(
+        wait_for(PUSH_WAIT, || !processes_naming(&url).is_empty()),
+        "no push to {url} started"
+    );
+    f.umount();
+    assert!(
+        wait_for(Duration::from_secs(30), || processes_naming(&url)
+            .is_empty()),
+        "the push's git outlived the unmount: {:?}",
+        processes_naming(&url)
+    );
+    let status = f.opfs_p(&["status", "--json"]).ok().json();
+    let st = status["push"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["remote"] == url.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(st["failure"]["kind"], "interrupted", "{status:#}");
+    // The remote answers now: the next mount pushes.
+    drop(tarpit);
+    let Some(d) = GitDaemon::start_on(port) else {
+        return;
+    };
+    f.mount();
+    let ns = namespace(&f, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&d.url())
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 was not pushed at the next mount: {:#}",
+        f.status()
+    );
 }

@@ -131,6 +131,7 @@ impl Env {
                     .filter_map(|k| var(k).map(|v| (OsString::from(k), v)))
                     .collect(),
                 deadline: None,
+                cancel: Default::default(),
             },
             failpoint: std::env::var("OPFS_FAILPOINT").ok(),
             term: pager::TermEnv {

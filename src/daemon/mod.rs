@@ -121,9 +121,16 @@ pub fn run(
             plan.mountpoint.display()
         )))?,
     };
+    // This daemon's own stop for its pushes (a clone of the caller's
+    // environment would share the caller's).
+    let push = opts.push.clone().map(|mut p| {
+        p.git.cancel = crate::remote::Cancel::default();
+        p
+    });
+    let push_cancel = push.as_ref().map(|p| p.git.cancel.clone());
     let exporter = opts.export.then(|| match &opts.worktree {
-        Some(spec) => worktree::start_exporter(home, spec, state, &journal, opts.push.clone()),
-        None => start_exporter(state, &journal, opts.push.clone()),
+        Some(spec) => worktree::start_exporter(home, spec, state, &journal, push.clone()),
+        None => start_exporter(state, &journal, push.clone()),
     });
     let retainer = opts
         .retention
@@ -149,12 +156,35 @@ pub fn run(
         journal.open_turn()
     );
     let result = mount.run();
+    if let Some(cancel) = push_cancel {
+        stop_pushes(&cancel);
+    }
     committer.stop();
     shut_down(home, plan, &journal);
     result.map_err(io_err(format!(
         "serving {} failed",
         plan.mountpoint.display()
     )))
+}
+
+/// How long an unmount waits for the push under way to end once stopped
+/// (its git is killed at once; an object already being sent to the
+/// bucket is not cut short).
+const PUSH_STOP_WAIT: Duration = Duration::from_secs(20);
+
+/// At unmount: stops the automatic push under way (its git and the
+/// transport it started are killed, the bucket upload stops before its
+/// next object) and waits for it to record itself as interrupted in
+/// `push.json`, so no push of an unmounted project stays behind; the
+/// next mount pushes again.
+fn stop_pushes(cancel: &crate::remote::Cancel) {
+    cancel.cancel();
+    if !cancel.wait_idle(PUSH_STOP_WAIT) {
+        log::warn!(
+            "the automatic push did not end within {} s of the unmount; it ends with the daemon",
+            PUSH_STOP_WAIT.as_secs()
+        );
+    }
 }
 
 /// Creates the state dir and takes its lock for the daemon's life.

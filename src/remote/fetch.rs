@@ -302,14 +302,24 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
         "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
     ));
     run_remote(cmd, git, &dir, url)?;
-    for p in projects.values_mut() {
+    // Every description in one git run (one per project took minutes for
+    // thousands of projects).
+    let names: Vec<String> = projects.keys().cloned().collect();
+    let messages = commit_messages(
+        &dir,
+        git,
+        url,
+        names
+            .iter()
+            .map(|n| format!("{NAMESPACE_ROOT}{n}/project^{{commit}}")),
+    )?;
+    for (name, msg) in names.iter().zip(messages) {
+        let Some(p) = projects.get_mut(name) else {
+            continue;
+        };
         p.turns.sort_unstable();
-        let mut cmd = git.command(Some(&dir));
-        cmd.args(["log", "-1", "--format=%B"])
-            .arg(format!("{NAMESPACE_ROOT}{}/project", p.name))
-            .arg("--");
-        if let Ok(msg) = run(cmd, git, &dir, url, "reading a project's description") {
-            p.path = String::from_utf8_lossy(&msg)
+        p.path = msg.and_then(|msg| {
+            String::from_utf8_lossy(&msg)
                 .lines()
                 .find_map(|l| l.strip_prefix("opfs-project: "))
                 // Written by whoever pushed: no control character (a
@@ -324,10 +334,76 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
                             }
                         })
                         .collect()
-                });
-        }
+                })
+        });
     }
     Ok(projects.into_values().collect())
+}
+
+/// The message of each commit `revs` names (in order) in `git_dir`, read
+/// in one `git cat-file --batch`; `None` for a name that names no commit.
+/// Each object is read by its size, so no byte of a message (a NUL, a
+/// line that looks like a header) can be taken for the next one.
+fn commit_messages(
+    git_dir: &Path,
+    git: &GitEnv,
+    url: &str,
+    revs: impl Iterator<Item = String>,
+) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+    let mut input = Vec::new();
+    let mut n = 0;
+    for r in revs {
+        input.extend_from_slice(r.as_bytes());
+        input.push(b'\n');
+        n += 1;
+    }
+    let mut cmd = git.command(Some(git_dir));
+    cmd.args(["cat-file", "--batch"]);
+    let io_err = |source| RemoteError::Io {
+        path: git_dir.to_path_buf(),
+        source,
+    };
+    let out = git::output_with_input(cmd, git, Some(input)).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => RemoteError::GitNotFound {
+            remote: url.to_string(),
+        },
+        _ => io_err(e),
+    })?;
+    if !out.status.success() {
+        return Err(RemoteError::Git {
+            what: "reading the projects' descriptions".into(),
+            git_dir: git_dir.to_path_buf(),
+            cause: git::stderr_line(&out),
+        });
+    }
+    let mut rest = out.stdout.as_slice();
+    let mut messages = Vec::with_capacity(n);
+    for _ in 0..n {
+        let Some(eol) = rest.iter().position(|b| *b == b'\n') else {
+            break;
+        };
+        let header = String::from_utf8_lossy(&rest[..eol]).into_owned();
+        rest = &rest[eol + 1..];
+        // `<id> commit <size>`, or `<name> missing` (or `ambiguous`).
+        let mut f = header.split(' ');
+        let (Some(_), Some(kind), Some(size)) = (f.next(), f.next(), f.next()) else {
+            messages.push(None);
+            continue;
+        };
+        let Some(size) = size.parse::<usize>().ok().filter(|s| *s < rest.len()) else {
+            break;
+        };
+        let object = &rest[..size];
+        rest = &rest[size + 1..];
+        messages.push((kind == "commit").then(|| {
+            object
+                .windows(2)
+                .position(|w| w == b"\n\n")
+                .map_or_else(Vec::new, |i| object[i + 2..].to_vec())
+        }));
+    }
+    messages.resize(n, None);
+    Ok(messages)
 }
 
 /// Fetches `project`'s namespace (`MACHINE/KEY`) of `url` into the local

@@ -3,10 +3,11 @@
 //! SSH agent and proxies), never a prompt, never a hook.
 
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long one `git` run that talks to a remote may take when the
@@ -29,6 +30,94 @@ pub struct GitEnv {
     /// the push lock, and every later push, for good). `None`:
     /// [`DEFAULT_DEADLINE`].
     pub deadline: Option<Duration>,
+    /// Stops the `git` runs under way (the daemon's, when it unmounts):
+    /// shared by the clones of this environment.
+    pub cancel: Cancel,
+}
+
+/// A stop for the `git` runs made with one [`GitEnv`] (and its clones),
+/// and for the pushes that use it: after [`Cancel::cancel`] every `git`
+/// run under way is killed with its process group (git and the transport
+/// it started), and every later one, and every push that has not begun,
+/// ends at once as interrupted. The daemon cancels its pusher's when it
+/// unmounts, so no push of an unmounted project stays behind (until its
+/// deadline) holding a connection or the push lock.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<(Mutex<Running>, Condvar)>);
+
+/// What a [`Cancel`] stops.
+#[derive(Debug, Default)]
+struct Running {
+    cancelled: bool,
+    /// The process groups (their leaders' pids) of the `git` runs under
+    /// way; a pid leaves the list when its process is reaped, under the
+    /// same lock, so a group is never signalled after its pid was reused.
+    groups: Vec<u32>,
+    /// Pushes under way ([`Cancel::begin`]).
+    pushes: usize,
+}
+
+/// A push under way: [`Cancel::wait_idle`] waits for it to be dropped.
+pub(super) struct Busy<'c>(&'c Cancel);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut r = self.0.lock();
+        r.pushes -= 1;
+        self.0 .0 .1.notify_all();
+    }
+}
+
+impl Cancel {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.0 .0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops every `git` run under way (its process group killed) and
+    /// every later one.
+    pub fn cancel(&self) {
+        let mut r = self.lock();
+        r.cancelled = true;
+        for pid in &r.groups {
+            kill_pgid(*pid);
+        }
+    }
+
+    /// True once [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
+    /// Marks a push under way until the result is dropped; `None` once
+    /// cancelled (the push must not begin).
+    pub(super) fn begin(&self) -> Option<Busy<'_>> {
+        let mut r = self.lock();
+        if r.cancelled {
+            return None;
+        }
+        r.pushes += 1;
+        Some(Busy(self))
+    }
+
+    /// Waits until no push is under way, at most `limit`; false if one
+    /// still is.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let guard = self.lock();
+        let (guard, _) = self
+            .0
+             .1
+            .wait_timeout_while(guard, limit, |r| r.pushes > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.pushes == 0
+    }
+}
+
+/// The error of a `git` run stopped by [`Cancel::cancel`].
+fn interrupted() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Interrupted,
+        "git was stopped: the project was unmounted while it ran",
+    )
 }
 
 impl GitEnv {
@@ -76,6 +165,56 @@ impl GitEnv {
     }
 }
 
+/// The `receive-pack` a push to a local repository runs (`git push
+/// --receive-pack=...`). For a path or a `file://` URL git runs the
+/// remote side on this machine, in that repository, with that
+/// repository's configuration and without the `-c` settings of the `git
+/// push` that started it (git drops them for the other repository), so
+/// they are given again here, to the remote side itself: no hook of the
+/// repository runs (`pre-receive`, `update`, `post-receive`,
+/// `post-update`, `reference-transaction`, `proc-receive`,
+/// `push-to-checkout`), no command its configuration names
+/// (`core.alternateRefsCommand`, which receive-pack runs to advertise an
+/// alternate's refs, becomes `true`, which lists none; `receive.autogc`
+/// is off, so no `git maintenance`/`gc` runs there, with its
+/// `gc.recentObjectsHook`, `pre-auto-gc`; `receive.denyCurrentBranch` is
+/// `refuse`, so a push never updates a work tree there, with its
+/// filters; `core.fsmonitor` is off). Over any other transport the remote
+/// side is the server's business and this is not given.
+///
+/// Fetches and `ls-remote` need no such thing: `upload-pack` runs no
+/// hook, and its one command setting, `uploadpack.packObjectsHook`, is
+/// read only from the user's and the system's configuration, never the
+/// repository's.
+pub(super) const LOCAL_RECEIVE_PACK: &str = "git -c core.hooksPath=/dev/null \
+     -c core.alternateRefsCommand=true -c receive.autogc=false \
+     -c receive.denyCurrentBranch=refuse -c core.fsmonitor=false receive-pack";
+
+/// True when git reaches `url` by running its remote side on this machine
+/// (git's own rule): a `file://` URL, or a path, that is anything without
+/// `://`, with no `:` before its first `/` (`host:path` is SSH) and not
+/// `helper::address` (a remote helper).
+pub(super) fn is_local(url: &str) -> bool {
+    if url.starts_with("file://") {
+        return true;
+    }
+    if url.contains("://") {
+        return false;
+    }
+    let scheme_len = url
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_alphanumeric() || (i > 0 && matches!(c, '+' | '-' | '.'))))
+        .map_or(url.len(), |(i, _)| i);
+    if scheme_len > 0 && url[scheme_len..].starts_with("::") {
+        return false;
+    }
+    match (url.find(':'), url.find('/')) {
+        (None, _) => true,
+        (Some(colon), Some(slash)) => slash < colon,
+        (Some(_), None) => false,
+    }
+}
+
 /// Runs `cmd` (made by [`GitEnv::command`]), its output captured, for at
 /// most `git`'s deadline: past it the run, with every process it started
 /// (its own process group), is killed.
@@ -83,22 +222,74 @@ impl GitEnv {
 /// Errors: `git` cannot be started (not on `PATH`: `NotFound`); the
 /// deadline passed (`TimedOut`, the message says how long it waited and
 /// the fix).
-pub(super) fn output(mut cmd: Command, git: &GitEnv) -> io::Result<Output> {
+pub(super) fn output(cmd: Command, git: &GitEnv) -> io::Result<Output> {
+    output_with_input(cmd, git, None)
+}
+
+/// [`output`], with `input` written to git's standard input (by a thread
+/// of its own, so a large input and a large output cannot block each
+/// other); none: `/dev/null`.
+pub(super) fn output_with_input(
+    mut cmd: Command,
+    git: &GitEnv,
+    input: Option<Vec<u8>>,
+) -> io::Result<Output> {
     let deadline = git.deadline.unwrap_or(DEFAULT_DEADLINE);
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
+    let pid = child.id();
+    {
+        let mut r = git.cancel.lock();
+        if r.cancelled {
+            drop(r);
+            kill_group(&mut child);
+            return Err(interrupted());
+        }
+        r.groups.push(pid);
+    }
+    let forget = |r: &mut Running| r.groups.retain(|p| *p != pid);
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+        {
+            // Reaped under the lock that `cancel` signals under.
+            let mut r = git.cancel.lock();
+            if r.cancelled {
+                forget(&mut r);
+                drop(r);
+                kill_group(&mut child);
+                return Err(interrupted());
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    forget(&mut r);
+                    break status;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    forget(&mut r);
+                    drop(r);
+                    kill_group(&mut child);
+                    return Err(e);
+                }
+            }
         }
         if start.elapsed() >= deadline {
+            forget(&mut git.cancel.lock());
             kill_group(&mut child);
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -134,14 +325,19 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<V
 /// Kills `child`'s process group (git and the transport it started: `ssh`,
 /// `git-remote-http`), then reaps it.
 fn kill_group(child: &mut Child) {
-    if let Some(pid) = i32::try_from(child.id())
+    kill_pgid(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Kills the process group led by `pid`.
+fn kill_pgid(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
     {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// git's stderr, trimmed, lines joined with "; " (for one-line errors).
@@ -152,4 +348,65 @@ pub(super) fn stderr_line(out: &Output) -> String {
         .filter(|l| !l.is_empty() && !l.contains("Writing objects") && !l.contains("objects:"))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_stops_the_run_under_way_and_every_later_one() {
+        let git = GitEnv::default();
+        let running = git.clone();
+        let run = std::thread::spawn(move || {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "sleep 600 & wait"]);
+            output(cmd, &running)
+        });
+        // Once the run is registered, a cancel kills its group.
+        let registered = Instant::now();
+        while git.cancel.lock().groups.is_empty() {
+            assert!(
+                registered.elapsed() < Duration::from_secs(60),
+                "never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let busy = git.cancel.begin();
+        assert!(busy.is_some());
+        git.cancel.cancel();
+        let err = run.join().expect("join").expect_err("stopped");
+        assert_eq!(err.kind(), io::ErrorKind::Interrupted);
+        assert!(git.cancel.lock().groups.is_empty());
+        // No push begins now; the one under way is waited for.
+        assert!(git.cancel.begin().is_none());
+        assert!(!git.cancel.wait_idle(Duration::from_millis(1)));
+        drop(busy);
+        assert!(git.cancel.wait_idle(Duration::from_millis(1)));
+        let later = output(Command::new("true"), &git).expect_err("stopped");
+        assert_eq!(later.kind(), io::ErrorKind::Interrupted);
+    }
+
+    #[test]
+    fn local_urls_are_those_git_serves_on_this_machine() {
+        for local in [
+            "/srv/ckpt.git",
+            "file:///srv/ckpt.git",
+            "ckpt.git",
+            "./a:b.git",
+            "/a::b",
+        ] {
+            assert!(is_local(local), "{local}");
+        }
+        for other in [
+            "git://h/r.git",
+            "ssh://git@h/r.git",
+            "https://h/r.git",
+            "git@h:team/r.git",
+            "h:r.git",
+            "ext::sh -c x",
+        ] {
+            assert!(!is_local(other), "{other}");
+        }
+    }
 }

@@ -37,7 +37,7 @@ pub use fetch::{
     checkout, list, parse_pointer, turns, CheckoutReport, MissingObject, RemoteError,
     RemoteProject, RemoteTurn,
 };
-pub use git::GitEnv;
+pub use git::{Cancel, GitEnv};
 pub use names::{
     is_relative_path, machine_name, machine_problem, namespace, normalize_url, redact, redact_url,
     url_problem, Target, MACHINE_MAX, NAMESPACE_ROOT,
@@ -151,6 +151,15 @@ pub enum PushError {
         /// What was found instead.
         cause: String,
     },
+    /// The push was stopped before it ended: the daemon that ran it
+    /// unmounted the project ([`Cancel`]). Retried at the next mount.
+    #[error(
+        "push to {remote} interrupted: the project was unmounted while it ran (its git was stopped); nothing was lost locally; the next mount pushes again (or `opfs push`)"
+    )]
+    Interrupted {
+        /// The remote.
+        remote: String,
+    },
     /// A local git step failed (reading the export repository).
     #[error("push to {remote}: {what} in {git_dir} failed: {cause}")]
     Git {
@@ -176,7 +185,8 @@ pub enum PushError {
 
 impl PushError {
     /// The kind, as `opfs status` and `push.json` name it: `unreachable`,
-    /// `clash`, `refused`, `not_exported` or `error`.
+    /// `clash`, `refused`, `not_exported`, `bucket`, `interrupted` or
+    /// `error`.
     pub fn kind(&self) -> &'static str {
         match self {
             PushError::Unreachable { .. } => "unreachable",
@@ -184,6 +194,7 @@ impl PushError {
             PushError::Refused { .. } => "refused",
             PushError::NotExported { .. } => "not_exported",
             PushError::Bucket { .. } => "bucket",
+            PushError::Interrupted { .. } => "interrupted",
             _ => "error",
         }
     }
@@ -332,8 +343,11 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             "--atomic",
             "--progress",
             "--no-verify",
-        ])
-        .arg(&target.url);
+        ]);
+        if git::is_local(&target.url) {
+            cmd.arg(format!("--receive-pack={}", git::LOCAL_RECEIVE_PACK));
+        }
+        cmd.arg(&target.url);
         for (r, id) in &updates {
             let expect = rs.pushed.get(*r).map(String::as_str).unwrap_or("");
             cmd.arg(format!("--force-with-lease={r}:{expect}"));
@@ -373,6 +387,14 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 });
                 break;
             }
+            // The daemon unmounted: recorded, pushed again at the next
+            // mount.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                result = Err(PushError::Interrupted {
+                    remote: target.url.clone(),
+                });
+                break;
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(PushError::GitNotFound {
                     remote: target.url.clone(),
@@ -399,6 +421,13 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         }
         result = Err(err);
         break;
+    }
+    // Stopped midway (a step that failed because its git was killed
+    // reads as its own error): said as what it is.
+    if result.is_err() && git.cancel.is_cancelled() {
+        result = Err(PushError::Interrupted {
+            remote: target.url.clone(),
+        });
     }
     let now = state::now_ms();
     let out = match result {
@@ -450,26 +479,43 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     out
 }
 
+/// What [`upload_all_objects`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Backfill {
+    /// Objects written (those already in the bucket are not counted).
+    pub objects: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Pointer files whose bytes are gone for good (in no blob store, nor
+    /// in the project): skipped, as [`push`] skips them, and recorded in
+    /// `push.json`; each checks out as its pointer file.
+    pub missing: Vec<state::Missing>,
+}
+
 /// Uploads to `target`'s bucket the bytes behind the pointer files of
 /// every exported turn, the baseline and every worktree branch, not only of the turns a push
 /// sends: what was pushed before the bucket was configured, or an object
 /// deleted from the bucket, goes up again (`opfs push --objects`).
 /// Objects already there are not written (create-only, as in [`push`]).
-/// Returns the objects written and their bytes; `(0, 0)` with no bucket.
+/// A version whose bytes are gone for good is skipped, reported in
+/// [`Backfill::missing`] and added to the remote's entry of `push.json`
+/// (`opfs status` warns), as [`push`] does. Nothing is done with no
+/// bucket.
 ///
-/// Durable after `Ok`: every pointer of the export has its bytes in the
-/// bucket. After `Err` some may be written; nothing else changes.
+/// Durable after `Ok`: every pointer of the export whose bytes this
+/// machine holds has them in the bucket, and `push.json` lists the
+/// others. After `Err` some may be written; nothing else changes.
 ///
-/// Errors: [`PushError::BadUrl`], [`PushError::NotExported`], and those of
+/// Errors: [`PushError::BadUrl`], [`PushError::NotExported`], those of
 /// the upload ([`PushError::Bucket`], [`PushError::Unavailable`],
-/// [`PushError::Git`]).
+/// [`PushError::Git`]), and [`PushError::Io`] (the push lock, `push.json`).
 pub fn upload_all_objects(
     state: &StateDir,
     target: &Target,
     git: &GitEnv,
-) -> Result<(usize, u64), PushError> {
+) -> Result<Backfill, PushError> {
     let Some(cfg) = &target.bucket else {
-        return Ok((0, 0));
+        return Ok(Backfill::default());
     };
     if let Some(problem) = url_problem(&target.url) {
         return Err(PushError::BadUrl(problem));
@@ -489,7 +535,51 @@ pub fn upload_all_objects(
         })
         .collect();
     let u = pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())?;
-    Ok((u.n, u.bytes))
+    if !u.missing.is_empty() {
+        record_missing(state, target, &ns, &u.missing)?;
+    }
+    Ok(Backfill {
+        objects: u.n,
+        bytes: u.bytes,
+        missing: u.missing,
+    })
+}
+
+/// Adds `missing` (those not listed yet) to the `push.json` entry of
+/// `target` under `ns`, under the push lock.
+fn record_missing(
+    state: &StateDir,
+    target: &Target,
+    ns: &str,
+    missing: &[state::Missing],
+) -> Result<(), PushError> {
+    let lock_path = state.push_lock_path();
+    let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {
+        path: lock_path,
+        source,
+    })?;
+    let io = |source| PushError::Io {
+        path: state.push_state_path(),
+        source,
+    };
+    let mut all = state::load(state).map_err(io)?;
+    let rs = all.remotes.entry(target.url.clone()).or_default();
+    if rs.namespace != ns {
+        *rs = state::RemoteState {
+            namespace: ns.to_string(),
+            ..Default::default()
+        };
+    }
+    let before = rs.missing.len();
+    for m in missing {
+        if !rs.missing.iter().any(|x| x.hash == m.hash) {
+            rs.missing.push(m.clone());
+        }
+    }
+    if rs.missing.len() != before {
+        state::save(state, &all).map_err(io)?;
+    }
+    Ok(())
 }
 
 /// The export's refs: `refs/heads/opfs` and everything under

@@ -121,6 +121,7 @@ pub(super) fn upload(
     let mut put = Put {
         bucket: &bucket,
         target,
+        cancel: &git.cancel,
         done: Uploaded::default(),
     };
     // By worktree, in the order of its turns (what [`TurnEnds`] reads best).
@@ -223,6 +224,8 @@ pub(super) struct Uploaded {
 struct Put<'b> {
     bucket: &'b Bucket,
     target: &'b Target,
+    /// Checked before each object: an unmount stops the upload there.
+    cancel: &'b super::Cancel,
     done: Uploaded,
 }
 
@@ -262,6 +265,11 @@ impl Put<'_> {
             return Err(unavailable(
                 "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
             ));
+        }
+        if self.cancel.is_cancelled() {
+            return Err(PushError::Interrupted {
+                remote: self.target.url.clone(),
+            });
         }
         let len = content.len() as u64;
         match self

@@ -8,7 +8,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use crate::store::StateDir;
 
-use super::{push, GitEnv, Target};
+use super::{push, GitEnv, PushError, Target};
 
 /// How long the pusher waits before it tries a failed push again, unless
 /// configured (`[push] retry_seconds`).
@@ -52,6 +52,11 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                 if !woke {
                     break;
                 }
+                // Unmounted: no push begins, and the one under way (its
+                // git killed) ends as interrupted, recorded in push.json.
+                let Some(_busy) = auto.git.cancel.begin() else {
+                    break;
+                };
                 match push(&state, &auto.target, &auto.git) {
                     Ok(r) => {
                         failing = false;
@@ -70,6 +75,10 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                                 r.elapsed_ms
                             );
                         }
+                    }
+                    Err(e @ PushError::Interrupted { .. }) => {
+                        log::info!("{e}");
+                        break;
                     }
                     Err(e) => {
                         failing = true;

@@ -61,7 +61,15 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
     } else {
         None
     };
-    let r = opfs::remote::push(st, &target, &git).map_err(failure)?;
+    let mut r = opfs::remote::push(st, &target, &git).map_err(failure)?;
+    let up_to_date = r.up_to_date();
+    // What --objects found gone for good, reported as the push reports
+    // its own (once each).
+    for m in backfilled.iter().flat_map(|b| &b.missing) {
+        if !r.objects_missing.iter().any(|x| x.hash == m.hash) {
+            r.objects_missing.push(m.clone());
+        }
+    }
     if !ctx.format.is_json() {
         if let Some(note) = &r.push_state_set_aside {
             writeln!(out, "note: {note}")?;
@@ -74,21 +82,22 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             )?;
         }
     }
-    if let (Some((n, bytes)), false) = (backfilled, ctx.format.is_json()) {
+    if let (Some(b), false) = (&backfilled, ctx.format.is_json()) {
         writeln!(
             out,
-            "uploaded {n} object(s) ({bytes} bytes) missing from the bucket"
+            "uploaded {} object(s) ({} bytes) missing from the bucket",
+            b.objects, b.bytes
         )?;
     }
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&r).map_err(failure)?;
-        v["up_to_date"] = serde_json::json!(r.up_to_date());
-        if let Some((n, bytes)) = backfilled {
-            v["objects_backfilled"] = serde_json::json!(n);
-            v["bytes_backfilled"] = serde_json::json!(bytes);
+        v["up_to_date"] = serde_json::json!(up_to_date);
+        if let Some(b) = &backfilled {
+            v["objects_backfilled"] = serde_json::json!(b.objects);
+            v["bytes_backfilled"] = serde_json::json!(b.bytes);
         }
         writeln!(out, "{v}")?;
-    } else if r.up_to_date() {
+    } else if up_to_date {
         writeln!(
             out,
             "{} is up to date ({})",
