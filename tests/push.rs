@@ -559,7 +559,7 @@ impl Moto {
             .is_ok()),
             "moto did not listen on 127.0.0.1:{port}"
         );
-        m.boto3("s3.create_bucket(Bucket='ckpt')", "create the bucket");
+        let _ = m.boto3("s3.create_bucket(Bucket='ckpt')", "create the bucket");
         Some(m)
     }
 
@@ -570,15 +570,15 @@ impl Moto {
     /// Deletes every object of the bucket `ckpt` (as someone cleaning
     /// it by hand would).
     fn empty_bucket(&self) {
-        self.boto3(
+        let _ = self.boto3(
             "for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    s3.delete_object(Bucket='ckpt', Key=o['Key'])",
             "empty the bucket",
         );
     }
 
     /// Runs Python `code` with `s3`, a boto3 client of this server, in
-    /// moto's venv; `what` names it in a failure.
-    fn boto3(&self, code: &str, what: &str) {
+    /// moto's venv; `what` names it in a failure. Its output.
+    fn boto3(&self, code: &str, what: &str) -> String {
         let home = std::env::var_os("HOME").map(PathBuf::from).expect("HOME");
         let python = home.join(".cache/opfs-test-tools/moto/bin/python");
         let out = Command::new(python)
@@ -594,6 +594,7 @@ impl Moto {
             "{what}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 
@@ -1443,4 +1444,66 @@ fn a_remote_that_never_answers_is_stopped_at_the_deadline_and_retried() {
     f.opfs_c(&["push", &d.url()]).ok();
     let ns = namespace(&f, "alpha");
     assert!(ls_remote(&d.url()).contains_key(&format!("{ns}/turns/1")));
+}
+
+/// The key of `bytes`' object in the bucket `s3://ckpt/opfs`.
+fn object_key(bytes: &[u8]) -> String {
+    let hash = blake3::hash(bytes).to_hex().to_string();
+    format!("opfs/blake3/{}/{hash}", &hash[..2])
+}
+
+#[test]
+fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    // Above the multipart threshold (16 MiB): parts of 8 MiB, the last
+    // one smaller.
+    let big = Rng::new(77).bytes((20 << 20) + 3);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    assert_eq!(r["object_bytes"], big.len() as u64, "{r:#}");
+    // A multipart upload's ETag ends in -<number of parts>; no upload is
+    // left open.
+    let key = object_key(&big);
+    let etag = s3.boto3(
+        &format!("print(s3.head_object(Bucket='ckpt', Key='{key}')['ETag'])"),
+        "head the object",
+    );
+    assert!(
+        etag.trim().ends_with("-3\""),
+        "not uploaded in 3 parts: {etag}"
+    );
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "multipart uploads left open");
+    // Create-only: the next push finds it there.
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 0, "{r:#}");
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let dir = b.root().join("turn1");
+    let run = b
+        .opfs(&[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+        .ok();
+    assert_eq!(run.json()["resolved"], 1, "{run}");
+    assert!(std::fs::read(dir.join("big.bin")).expect("read") == big);
 }
