@@ -1507,3 +1507,269 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
     assert_eq!(run.json()["resolved"], 1, "{run}");
     assert!(std::fs::read(dir.join("big.bin")).expect("read") == big);
 }
+
+/// Runs `f`'s `opfs ARGS...` under `/usr/bin/time`: its outcome and its
+/// peak resident memory in KiB (its children's included); `None` when
+/// this machine has no `/usr/bin/time`.
+fn opfs_with_maxrss(f: &Fixture, args: &[&str]) -> Option<(Run, u64)> {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        eprintln!("SKIP: /usr/bin/time is not installed");
+        return None;
+    }
+    let inner = f.opfs_command(args);
+    let report = f.root().join("maxrss");
+    let mut cmd = Command::new(time);
+    cmd.args(["-f", "%M", "-o"])
+        .arg(&report)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    let out = cmd.output().expect("run /usr/bin/time opfs");
+    let rss = std::fs::read_to_string(&report)
+        .expect("time's report")
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("maxrss");
+    let run = Run {
+        what: format!("opfs {}", args.join(" ")),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    Some((run, rss))
+}
+
+/// Writes into the bare repository `git_dir` a commit whose tree holds
+/// `README` and `zeros.bin` (`n` zero bytes), under `refname`.
+fn commit_zeros(git_dir: &Path, refname: &str, n: usize) {
+    type Feed<'a> = Option<&'a mut dyn FnMut(&mut dyn std::io::Write)>;
+    let git = |args: &[&str], input: Feed<'_>| {
+        let mut child = Command::new("git")
+            .arg(format!("--git-dir={}", git_dir.display()))
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("git");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(write) = input {
+            write(&mut stdin);
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("git");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let zeros = git(
+        &["hash-object", "-w", "--stdin"],
+        Some(&mut |w: &mut dyn std::io::Write| {
+            let chunk = vec![0u8; 1 << 20];
+            for _ in 0..n >> 20 {
+                w.write_all(&chunk).expect("write zeros");
+            }
+        }),
+    );
+    let readme = git(
+        &["hash-object", "-w", "--stdin"],
+        Some(&mut |w: &mut dyn std::io::Write| w.write_all(b"hi\n").expect("write")),
+    );
+    let tree = git(
+        &["mktree"],
+        Some(&mut |w: &mut dyn std::io::Write| {
+            write!(
+                w,
+                "100644 blob {readme}\tREADME\n100644 blob {zeros}\tzeros.bin\n"
+            )
+            .expect("write")
+        }),
+    );
+    let commit = git(&["commit-tree", &tree, "-m", "Turn 1: zeros"], None);
+    git(&["update-ref", refname, &commit], None);
+}
+
+#[test]
+fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bounded_memory() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    // A remote holding a 160 MiB blob (of zeros: small in git).
+    commit_zeros(
+        &d.base.path().join("r.git"),
+        "refs/opfs/evil/0123456789abcdef/turns/1",
+        160 << 20,
+    );
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let dir = b.root().join("zeros");
+    let Some((run, rss)) = opfs_with_maxrss(
+        &b,
+        &[
+            "remote",
+            "checkout",
+            &url,
+            "evil/0123456789abcdef",
+            "1",
+            &dir.display().to_string(),
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(run.code, Some(0), "{run}");
+    let m = std::fs::metadata(dir.join("zeros.bin")).expect("zeros.bin");
+    assert_eq!(m.len(), 160 << 20);
+    assert!(
+        rss < 100 << 10,
+        "a 160 MiB blob was held in memory: maxrss {rss} KiB"
+    );
+
+    // A bucket answering 160 MiB for a pointer of 9 MiB.
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(5).bytes(9 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("small.txt"), b"small\n", 0o644);
+    a.turn("t");
+    a.opfs_c(&["push"]).ok();
+    let key = object_key(&big);
+    let _ = s3.boto3(
+        &format!("s3.put_object(Bucket='ckpt', Key='{key}', Body=b'\\0' * (160 << 20))"),
+        "replace the object",
+    );
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let dir = b.root().join("turn1");
+    let (run, rss) = opfs_with_maxrss(
+        &b,
+        &[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ],
+    )
+    .expect("time");
+    assert!(
+        rss < 100 << 10,
+        "a 160 MiB answer was held in memory: maxrss {rss} KiB"
+    );
+    // That file is written as its pointer and named; the rest of the tree
+    // is written.
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        key.as_str(),
+        "big.bin",
+        "is not their bytes",
+        "opfs push --objects",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    let v: serde_json::Value = serde_json::from_str(run.stdout.lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {run}"));
+    assert_eq!(v["bad_objects"][0]["path"], "big.bin", "{v:#}");
+    assert_eq!(v["bad_objects"][0]["key"], key, "{v:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("big.bin")).expect("big.bin"),
+        pointer_of(&big)
+    );
+    assert_eq!(
+        std::fs::read(dir.join("small.txt")).expect("small"),
+        b"small\n"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "only the tree's files: {left:?}");
+}
+
+#[test]
+fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(6).bytes(9 << 20);
+    write_file(&a.m("README"), b"readme\n", 0o644);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("z.txt"), b"z\n", 0o644);
+    a.turn("t");
+    a.opfs_c(&["push"]).ok();
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    // The bucket goes away: README is written before big.bin needs it.
+    drop(s3);
+    let absent = b.root().join("out/turn1");
+    let empty = b.root().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    for dir in [&absent, &empty] {
+        let run = b.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ]);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains("s3://ckpt/opfs"), "{run}");
+        if dir == &absent {
+            assert!(
+                !absent.exists(),
+                "a failed checkout left {}",
+                absent.display()
+            );
+        } else {
+            let left: Vec<_> = std::fs::read_dir(&empty)
+                .expect("dir")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert!(left.is_empty(), "a failed checkout left {left:?}");
+        }
+        let beside: Vec<_> = std::fs::read_dir(dir.parent().expect("parent"))
+            .expect("parent")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("opfs-checkout"))
+            .collect();
+        assert!(beside.is_empty(), "left beside: {beside:?}");
+    }
+    // Run again (without the bucket now): the same directory is taken.
+    std::fs::write(&b.pinned.config, "").expect("config");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &absent.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("written as pointer files"), "{run}");
+    assert_eq!(
+        std::fs::read(absent.join("README")).expect("README"),
+        b"readme\n"
+    );
+    assert_eq!(std::fs::read(absent.join("z.txt")).expect("z"), b"z\n");
+}

@@ -21,6 +21,11 @@ use crate::store::layout::{remote_cache_dir, remote_cache_lock};
 use super::bucket::GetError;
 use super::{git, GitEnv, NAMESPACE_ROOT};
 
+/// Given to every fetch: git indexes a blob of 16 MiB or more as it
+/// arrives, not whole in memory (its default threshold is 512 MiB), so a
+/// remote holding a huge blob does not make a fetch hold it.
+const BIG_FILE_THRESHOLD: &str = "core.bigFileThreshold=16m";
+
 /// Why a remote could not be read or a turn materialised.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -314,9 +319,11 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
         return Ok(Vec::new());
     }
     let mut cmd = git.command(Some(&dir));
-    cmd.args(["fetch", "-q", "--no-tags", url]).arg(format!(
-        "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
-    ));
+    cmd.args(["-c", BIG_FILE_THRESHOLD])
+        .args(["fetch", "-q", "--no-tags", url])
+        .arg(format!(
+            "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
+        ));
     run_remote(cmd, git, &dir, url)?;
     for p in projects.values_mut() {
         p.turns.sort_unstable();
@@ -362,7 +369,8 @@ fn fetch_project(
     let (dir, lock) = cache(home, url, git)?;
     let ns = format!("{NAMESPACE_ROOT}{project}");
     let mut cmd = git.command(Some(&dir));
-    cmd.args(["fetch", "-q", "--prune", "--no-tags", url])
+    cmd.args(["-c", BIG_FILE_THRESHOLD])
+        .args(["fetch", "-q", "--prune", "--no-tags", url])
         .arg(format!("+{ns}/*:{ns}/*"));
     run_remote(cmd, git, &dir, url)?;
     let mut cmd = git.command(Some(&dir));
@@ -633,11 +641,13 @@ pub fn checkout(
                         path: shown.clone(),
                         key: b.key(&hash),
                     }),
-                    Err(GetError::Bucket(e @ super::bucket::BucketError::Corrupt { .. })) => {
+                    Err(GetError::Bucket(super::bucket::BucketError::Corrupt { .. })) => {
                         report.bad_objects.push(BadObject {
                             path: shown.clone(),
                             key: b.key(&hash),
-                            cause: e.to_string(),
+                            cause: format!(
+                                "it holds another size or BLAKE3 than the pointer's ({psize} bytes, BLAKE3 {hash})"
+                            ),
                         })
                     }
                     Err(GetError::Bucket(source)) => {
