@@ -1552,6 +1552,17 @@ fn opfs_with_maxrss(f: &Fixture, args: &[&str]) -> Option<(Run, u64)> {
 /// Writes into the bare repository `git_dir` a commit whose tree holds
 /// `README` and `zeros.bin` (`n` zero bytes), under `refname`.
 fn commit_zeros(git_dir: &Path, refname: &str, n: usize) {
+    commit_files(
+        git_dir,
+        refname,
+        &[("README", 3, None), ("zeros.bin", n, Some(0))],
+    );
+}
+
+/// Writes into the bare repository `git_dir` a commit whose tree holds
+/// each `(name, bytes, fill)`: `bytes` bytes of `fill` (`None`: random,
+/// which git cannot compress), under `refname`.
+fn commit_files(git_dir: &Path, refname: &str, files: &[(&str, usize, Option<u8>)]) {
     type Feed<'a> = Option<&'a mut dyn FnMut(&mut dyn std::io::Write)>;
     let git = |args: &[&str], input: Feed<'_>| {
         let mut child = Command::new("git")
@@ -1573,30 +1584,31 @@ fn commit_zeros(git_dir: &Path, refname: &str, n: usize) {
         assert!(out.status.success(), "git {args:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    let zeros = git(
-        &["hash-object", "-w", "--stdin"],
-        Some(&mut |w: &mut dyn std::io::Write| {
-            let chunk = vec![0u8; 1 << 20];
-            for _ in 0..n >> 20 {
-                w.write_all(&chunk).expect("write zeros");
-            }
-        }),
-    );
-    let readme = git(
-        &["hash-object", "-w", "--stdin"],
-        Some(&mut |w: &mut dyn std::io::Write| w.write_all(b"hi\n").expect("write")),
-    );
+    let mut listing = String::new();
+    let mut rng = Rng::new(11);
+    for (name, n, fill) in files {
+        let id = git(
+            &["hash-object", "-w", "--stdin"],
+            Some(&mut |w: &mut dyn std::io::Write| {
+                let mut left = *n;
+                while left > 0 {
+                    let k = left.min(1 << 20);
+                    let chunk = match fill {
+                        Some(b) => vec![*b; k],
+                        None => rng.bytes(k),
+                    };
+                    w.write_all(&chunk).expect("write");
+                    left -= k;
+                }
+            }),
+        );
+        listing.push_str(&format!("100644 blob {id}\t{name}\n"));
+    }
     let tree = git(
         &["mktree"],
-        Some(&mut |w: &mut dyn std::io::Write| {
-            write!(
-                w,
-                "100644 blob {readme}\tREADME\n100644 blob {zeros}\tzeros.bin\n"
-            )
-            .expect("write")
-        }),
+        Some(&mut |w: &mut dyn std::io::Write| w.write_all(listing.as_bytes()).expect("write")),
     );
-    let commit = git(&["commit-tree", &tree, "-m", "Turn 1: zeros"], None);
+    let commit = git(&["commit-tree", &tree, "-m", "Turn 1"], None);
     git(&["update-ref", refname, &commit], None);
 }
 
@@ -1772,4 +1784,89 @@ fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
         b"readme\n"
     );
     assert_eq!(std::fs::read(absent.join("z.txt")).expect("z"), b"z\n");
+}
+
+#[test]
+fn a_full_disk_under_the_local_copy_is_named_and_a_failed_fetch_leaves_nothing() {
+    let Some(d) = GitDaemon::start() else { return };
+    let url = d.url();
+    let repo = d.base.path().join("r.git");
+    commit_files(
+        &repo,
+        "refs/opfs/small/0123456789abcdef/turns/1",
+        &[("README", 3, None)],
+    );
+    // 16 MiB that git cannot compress: more than the local copy's 12 MiB.
+    commit_files(
+        &repo,
+        "refs/opfs/big/0123456789abcdef/turns/1",
+        &[("random.bin", 16 << 20, None)],
+    );
+    let b = Fixture::new();
+    let remotes = b.pinned.opfs_home.join("remotes");
+    std::fs::create_dir_all(&remotes).expect("mkdir remotes");
+    let _fs = match common::loopfs::LoopFs::make_at(
+        "mkfs.ext4",
+        &["-q", "-F", "-m", "0"],
+        12 << 20,
+        &remotes,
+    ) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("SKIP: no small ext4 for the local copies: {why}");
+            return;
+        }
+    };
+    let copies = || -> Vec<String> {
+        std::fs::read_dir(&remotes)
+            .expect("remotes")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".git"))
+            .collect()
+    };
+    let out = b.root().join("small");
+    b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "small/0123456789abcdef",
+        "1",
+        &out.display().to_string(),
+    ])
+    .ok();
+    let before = copies();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let copy = remotes.join(&before[0]);
+    // The disk fills during the fetch: said as such, naming the copy and
+    // the fix; the fetch's temporary pack is removed, the copy kept.
+    let out = b.root().join("big");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "big/0123456789abcdef",
+        "1",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        "no space left on the device",
+        &copy.display().to_string(),
+        "free space",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    assert!(!run.stderr.contains("check the URL"), "{run}");
+    let pack: Vec<_> = std::fs::read_dir(copy.join("objects/pack"))
+        .expect("pack dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tmp_"))
+        .collect();
+    assert!(pack.is_empty(), "left in the copy: {pack:?}");
+    assert!(!out.exists(), "{}", out.display());
+    // A URL that names nothing leaves no copy behind.
+    let typo = url_on(free_port());
+    let run = b.opfs(&["remote", "list", &typo]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(copies(), before, "a failed URL left a local copy");
 }

@@ -95,6 +95,20 @@ pub enum RemoteError {
         #[source]
         source: Box<super::bucket::BucketError>,
     },
+    /// The file system of the local copy of the remote is full.
+    #[error(
+        "cannot fetch {remote} into its local copy {}: no space left on the device ({cause}); free space on that file system, or remove the local copies of remotes in {} (caches: the next command fetches again), or set OPFS_HOME to a larger file system; nothing of this fetch was kept",
+        dir.display(),
+        dir.parent().unwrap_or(dir).display()
+    )]
+    NoSpace {
+        /// The remote.
+        remote: String,
+        /// The local copy.
+        dir: PathBuf,
+        /// git's message, or the system's.
+        cause: String,
+    },
     /// `git` is not on `PATH`.
     #[error("cannot read {remote}: the git program is not on PATH; install git")]
     GitNotFound {
@@ -203,7 +217,11 @@ pub struct MissingObject {
 /// held until the caller is done with the copy: two commands on one
 /// remote (two `opfs remote list` on a fresh home) never create it or
 /// fetch into it at once (git's own locks would fail one of them).
-fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), RemoteError> {
+///
+/// The third value is true when this call created the copy: a command
+/// whose fetch then fails removes it ([`failed`]), so a mistyped URL
+/// leaves nothing behind.
+fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, bool), RemoteError> {
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
@@ -211,19 +229,78 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), Re
     let lock_path = remote_cache_lock(home, url);
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| RemoteError::Io { path, source }
+        let (url, dir) = (url.to_string(), dir.clone());
+        move |source: io::Error| {
+            no_space(
+                url,
+                dir,
+                source.to_string(),
+                RemoteError::Io { path, source },
+            )
+        }
     };
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     }
     let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
-    if !dir.join("HEAD").exists() {
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        let mut cmd = git.command(None);
-        cmd.args(["init", "-q", "--bare"]).arg(&dir);
-        run(cmd, git, &dir, url, "creating the local copy")?;
+    let created = !dir.join("HEAD").exists();
+    if created {
+        let r = std::fs::create_dir_all(&dir)
+            .map_err(io_err(&dir))
+            .and_then(|()| {
+                let mut cmd = git.command(None);
+                cmd.args(["init", "-q", "--bare"]).arg(&dir);
+                run(cmd, git, &dir, url, "creating the local copy")
+            });
+        if let Err(e) = r {
+            failed(&dir, true);
+            return Err(e);
+        }
     }
-    Ok((dir, lock))
+    Ok((dir, lock, created))
+}
+
+/// `other`, or [`RemoteError::NoSpace`] when `cause` says the file
+/// system is full.
+fn no_space(url: String, dir: PathBuf, cause: String, other: RemoteError) -> RemoteError {
+    if is_no_space(&cause) {
+        RemoteError::NoSpace {
+            remote: url,
+            dir,
+            cause,
+        }
+    } else {
+        other
+    }
+}
+
+/// True when a message (git's, or the system's) says the disk is full.
+fn is_no_space(message: &str) -> bool {
+    message.contains("No space left on device") || message.contains("Disk quota exceeded")
+}
+
+/// After a failed command on the local copy `dir` (its lock held): the
+/// copy removed when the command created it, else what a failed fetch
+/// leaves in it (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`:
+/// no other fetch can be running, the lock is held).
+fn failed(dir: &Path, created: bool) {
+    if created {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir.join("objects/pack")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if ["tmp_pack_", "tmp_idx_", "tmp_rev_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn run(
@@ -243,11 +320,17 @@ fn run(
         },
     })?;
     if !out.status.success() {
-        return Err(RemoteError::Git {
-            what: what.to_string(),
-            git_dir: git_dir.to_path_buf(),
-            cause: git::stderr_line(&out),
-        });
+        let cause = git::stderr_line(&out);
+        return Err(no_space(
+            url.to_string(),
+            git_dir.to_path_buf(),
+            cause.clone(),
+            RemoteError::Git {
+                what: what.to_string(),
+                git_dir: git_dir.to_path_buf(),
+                cause,
+            },
+        ));
     }
     Ok(out.stdout)
 }
@@ -276,7 +359,17 @@ fn run_remote(
 /// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
 /// local copy cannot be written.
 pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
-    let (dir, _lock) = cache(home, url, git)?;
+    let (dir, _lock, created) = cache(home, url, git)?;
+    let r = list_in(&dir, url, git);
+    if r.is_err() {
+        failed(&dir, created);
+    }
+    r
+}
+
+/// [`list`] with the local copy `dir`.
+fn list_in(dir: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
+    let dir = dir.to_path_buf();
     let mut cmd = git.command(Some(&dir));
     cmd.args(["ls-remote", url, &format!("{NAMESPACE_ROOT}*")]);
     let refs = run_remote(cmd, git, &dir, url)?;
@@ -366,8 +459,27 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    let (dir, lock) = cache(home, url, git)?;
+    let (dir, lock, created) = cache(home, url, git)?;
     let ns = format!("{NAMESPACE_ROOT}{project}");
+    match fetch_namespace(&dir, url, project, &ns, git) {
+        Ok(()) => Ok((dir, ns, lock)),
+        Err(e) => {
+            failed(&dir, created);
+            Err(e)
+        }
+    }
+}
+
+/// Fetches the namespace `ns` of `url` into the local copy `dir`;
+/// [`RemoteError::NoSuchProject`] when it holds no ref.
+fn fetch_namespace(
+    dir: &Path,
+    url: &str,
+    project: &str,
+    ns: &str,
+    git: &GitEnv,
+) -> Result<(), RemoteError> {
+    let dir = dir.to_path_buf();
     let mut cmd = git.command(Some(&dir));
     cmd.args(["-c", BIG_FILE_THRESHOLD])
         .args(["fetch", "-q", "--prune", "--no-tags", url])
@@ -382,7 +494,7 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    Ok((dir, ns, lock))
+    Ok(())
 }
 
 /// The turns of `project` (`MACHINE/KEY`) on `url`, oldest first.
@@ -919,5 +1031,53 @@ impl Drop for BlobReader {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_told_from_other_failures() {
+        assert!(is_no_space(
+            "fatal: write error: No space left on device; fatal: index-pack failed"
+        ));
+        assert!(!is_no_space("fatal: unable to connect to 127.0.0.1"));
+        let e = no_space(
+            "git://h/r.git".into(),
+            PathBuf::from("/home/u/.opfs/remotes/0011.git"),
+            "fatal: write error: No space left on device".into(),
+            RemoteError::BadUrl(String::new()),
+        );
+        let text = e.to_string();
+        for part in [
+            "no space left on the device",
+            "/home/u/.opfs/remotes/0011.git",
+            "/home/u/.opfs/remotes (caches",
+            "free space",
+        ] {
+            assert!(text.contains(part), "{part:?} not in {text}");
+        }
+    }
+
+    #[test]
+    fn a_failed_fetch_leaves_no_temporary_pack_and_no_copy_it_created() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let copy = tmp.path().join("c.git");
+        let pack = copy.join("objects/pack");
+        std::fs::create_dir_all(&pack).expect("mkdir");
+        for name in ["tmp_pack_a1", "tmp_idx_b2", "pack-1.pack", "pack-1.idx"] {
+            std::fs::write(pack.join(name), b"x").expect("write");
+        }
+        failed(&copy, false);
+        let mut left: Vec<String> = std::fs::read_dir(&pack)
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["pack-1.idx", "pack-1.pack"]);
+        failed(&copy, true);
+        assert!(!copy.exists());
     }
 }
