@@ -711,9 +711,9 @@ pub fn checkout(
         }
         if mode == "120000" {
             if size > SYMLINK_MAX {
-                return Err(RemoteError::BadName {
-                    path: String::from_utf8_lossy(rel).into_owned(),
-                });
+                return Err(io_at(&path)(io::Error::from_raw_os_error(
+                    libc::ENAMETOOLONG,
+                )));
             }
             let target = blobs.body(size).map_err(io_at(&cache_dir))?;
             std::os::unix::fs::symlink(OsStr::from_bytes(&target), &path).map_err(io_at(&path))?;
