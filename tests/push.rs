@@ -1506,6 +1506,31 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
         .ok();
     assert_eq!(run.json()["resolved"], 1, "{run}");
     assert!(std::fs::read(dir.join("big.bin")).expect("read") == big);
+
+    // A version whose only copy, the project's file, was rewritten behind
+    // the mount with other bytes of the same size: its upload is read in
+    // parts from the file, found to be other bytes at the end, and
+    // aborted; nothing is written, no upload is left open.
+    let lost = Rng::new(78).bytes(17 << 20);
+    write_file(&a.m("lost.bin"), &lost, 0o644);
+    a.turn("t");
+    a.opfs_c(&["export"]).ok();
+    a.umount();
+    write_file(&a.p("lost.bin"), &Rng::new(79).bytes(17 << 20), 0o644);
+    a.mount();
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+    assert_eq!(r["objects_missing"][0]["path"], "lost.bin", "{r:#}");
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "a multipart upload was left open");
+    let keys = s3.boto3(
+        "print([o['Key'] for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', [])])",
+        "list the objects",
+    );
+    assert!(!keys.contains(&object_key(&lost)), "{keys}");
 }
 
 /// Runs `f`'s `opfs ARGS...` under `/usr/bin/time`: its outcome and its

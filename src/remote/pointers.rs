@@ -275,7 +275,10 @@ impl Put<'_> {
         content: Vec<u8>,
         unavailable: impl FnOnce(String) -> PushError,
     ) -> Result<(), PushError> {
-        if !self.stream(hash, content.len() as u64, &mut &content[..])? {
+        // In memory already: checked before anything is sent.
+        if blake3::hash(&content).to_hex().as_str() != hash
+            || !self.stream(hash, content.len() as u64, &mut &content[..])?
+        {
             return Err(unavailable(
                 "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
             ));
