@@ -244,6 +244,9 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, boo
     }
     let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
     let created = !dir.join("HEAD").exists();
+    if !created {
+        leftovers(&dir);
+    }
     if created {
         let r = std::fs::create_dir_all(&dir)
             .map_err(io_err(&dir))
@@ -288,6 +291,12 @@ fn failed(dir: &Path, created: bool) {
         let _ = std::fs::remove_dir_all(dir);
         return;
     }
+    leftovers(dir);
+}
+
+/// Removes the temporary packs a failed or killed fetch left in the
+/// local copy `dir` (its lock held: no fetch is running).
+fn leftovers(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir.join("objects/pack")) else {
         return;
     };
