@@ -253,6 +253,15 @@ impl Bucket {
 pub const MULTIPART_MIN: u64 = 16 << 20;
 /// The size of each part of a multipart upload (the last may be smaller).
 pub const PART_SIZE: usize = 8 << 20;
+/// S3's most parts in one multipart upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// The part size for content of `size` bytes: [`PART_SIZE`], larger for
+/// content above 78 GiB so that it fits in [`MAX_PARTS`] parts.
+fn part_size(size: u64) -> usize {
+    (PART_SIZE as u64).max(size.div_ceil(MAX_PARTS)) as usize
+}
+
 /// Parts of one multipart upload sent at once.
 pub const PARTS_IN_FLIGHT: usize = 2;
 /// The reads from a source or into a file, bytes.
@@ -336,7 +345,7 @@ async fn upload(
         .put_multipart(key)
         .await
         .map_err(|e| Failure::Store("starting a multipart upload", e))?;
-    let mut w = WriteMultipart::new_with_chunk_size(parts, PART_SIZE);
+    let mut w = WriteMultipart::new_with_chunk_size(parts, part_size(size));
     match feed(&mut w, hash, size, src).await {
         Ok(()) => match w.finish().await {
             Ok(_) => Ok(Upload::Created),
@@ -450,6 +459,13 @@ mod tests {
             let (r, there) = upload_to_memory(&bytes, hash, size);
             assert!(matches!(r, Err(Failure::Mismatch)) && !there, "{r:?}");
         }
+    }
+
+    #[test]
+    fn parts_are_8_mib_and_never_more_than_s3_takes() {
+        assert_eq!(part_size(1 << 30), PART_SIZE);
+        let huge = 200u64 << 30;
+        assert!(huge.div_ceil(part_size(huge) as u64) <= MAX_PARTS);
     }
 
     #[test]
