@@ -577,7 +577,7 @@ impl Moto {
             .is_ok()),
             "moto did not listen on 127.0.0.1:{port}"
         );
-        m.boto3("s3.create_bucket(Bucket='ckpt')", "create the bucket");
+        let _ = m.boto3("s3.create_bucket(Bucket='ckpt')", "create the bucket");
         Some(m)
     }
 
@@ -588,15 +588,15 @@ impl Moto {
     /// Deletes every object of the bucket `ckpt` (as someone cleaning
     /// it by hand would).
     fn empty_bucket(&self) {
-        self.boto3(
+        let _ = self.boto3(
             "for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    s3.delete_object(Bucket='ckpt', Key=o['Key'])",
             "empty the bucket",
         );
     }
 
     /// Runs Python `code` with `s3`, a boto3 client of this server, in
-    /// moto's venv; `what` names it in a failure.
-    fn boto3(&self, code: &str, what: &str) {
+    /// moto's venv; `what` names it in a failure. Its output.
+    fn boto3(&self, code: &str, what: &str) -> String {
         let home = std::env::var_os("HOME").map(PathBuf::from).expect("HOME");
         let python = home.join(".cache/opfs-test-tools/moto/bin/python");
         let out = Command::new(python)
@@ -612,6 +612,7 @@ impl Moto {
             "{what}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 
@@ -1996,4 +1997,454 @@ fn an_unmount_stops_the_push_under_way_and_the_next_mount_pushes_again() {
         "turn 1 was not pushed at the next mount: {:#}",
         f.status()
     );
+}
+
+/// The key of `bytes`' object in the bucket `s3://ckpt/opfs`.
+fn object_key(bytes: &[u8]) -> String {
+    let hash = blake3::hash(bytes).to_hex().to_string();
+    format!("opfs/blake3/{}/{hash}", &hash[..2])
+}
+
+#[test]
+fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    // Above the multipart threshold (16 MiB): parts of 8 MiB, the last
+    // one smaller.
+    let big = Rng::new(77).bytes((20 << 20) + 3);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    assert_eq!(r["object_bytes"], big.len() as u64, "{r:#}");
+    // A multipart upload's ETag ends in -<number of parts>; no upload is
+    // left open.
+    let key = object_key(&big);
+    let etag = s3.boto3(
+        &format!("print(s3.head_object(Bucket='ckpt', Key='{key}')['ETag'])"),
+        "head the object",
+    );
+    assert!(
+        etag.trim().ends_with("-3\""),
+        "not uploaded in 3 parts: {etag}"
+    );
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "multipart uploads left open");
+    // Create-only: the next push finds it there.
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 0, "{r:#}");
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let dir = b.root().join("turn1");
+    let run = b
+        .opfs(&[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+        .ok();
+    assert_eq!(run.json()["resolved"], 1, "{run}");
+    assert!(std::fs::read(dir.join("big.bin")).expect("read") == big);
+
+    // A version whose only copy, the project's file, was rewritten behind
+    // the mount with other bytes of the same size: its upload is read in
+    // parts from the file, found to be other bytes at the end, and
+    // aborted; nothing is written, no upload is left open.
+    let lost = Rng::new(78).bytes(17 << 20);
+    write_file(&a.m("lost.bin"), &lost, 0o644);
+    a.turn("t");
+    a.opfs_c(&["export"]).ok();
+    a.umount();
+    write_file(&a.p("lost.bin"), &Rng::new(79).bytes(17 << 20), 0o644);
+    a.mount();
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "{r:#}");
+    assert_eq!(r["objects_missing"][0]["path"], "lost.bin", "{r:#}");
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "a multipart upload was left open");
+    let keys = s3.boto3(
+        "print([o['Key'] for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', [])])",
+        "list the objects",
+    );
+    assert!(!keys.contains(&object_key(&lost)), "{keys}");
+}
+
+/// Runs `f`'s `opfs ARGS...` under `/usr/bin/time`: its outcome and its
+/// peak resident memory in KiB (its children's included); `None` when
+/// this machine has no `/usr/bin/time`.
+fn opfs_with_maxrss(f: &Fixture, args: &[&str]) -> Option<(Run, u64)> {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        eprintln!("SKIP: /usr/bin/time is not installed");
+        return None;
+    }
+    let inner = f.opfs_command(args);
+    let report = f.root().join("maxrss");
+    let mut cmd = Command::new(time);
+    cmd.args(["-f", "%M", "-o"])
+        .arg(&report)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    let out = cmd.output().expect("run /usr/bin/time opfs");
+    let rss = std::fs::read_to_string(&report)
+        .expect("time's report")
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("maxrss");
+    let run = Run {
+        what: format!("opfs {}", args.join(" ")),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    Some((run, rss))
+}
+
+/// Writes into the bare repository `git_dir` a commit whose tree holds
+/// `README` and `zeros.bin` (`n` zero bytes), under `refname`.
+fn commit_zeros(git_dir: &Path, refname: &str, n: usize) {
+    commit_files(
+        git_dir,
+        refname,
+        &[("README", 3, None), ("zeros.bin", n, Some(0))],
+    );
+}
+
+/// Writes into the bare repository `git_dir` a commit whose tree holds
+/// each `(name, bytes, fill)`: `bytes` bytes of `fill` (`None`: random,
+/// which git cannot compress), under `refname`.
+fn commit_files(git_dir: &Path, refname: &str, files: &[(&str, usize, Option<u8>)]) {
+    type Feed<'a> = Option<&'a mut dyn FnMut(&mut dyn std::io::Write)>;
+    let git = |args: &[&str], input: Feed<'_>| {
+        let mut child = Command::new("git")
+            .arg(format!("--git-dir={}", git_dir.display()))
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("git");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(write) = input {
+            write(&mut stdin);
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("git");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let mut listing = String::new();
+    let mut rng = Rng::new(11);
+    for (name, n, fill) in files {
+        let id = git(
+            &["hash-object", "-w", "--stdin"],
+            Some(&mut |w: &mut dyn std::io::Write| {
+                let mut left = *n;
+                while left > 0 {
+                    let k = left.min(1 << 20);
+                    let chunk = match fill {
+                        Some(b) => vec![*b; k],
+                        None => rng.bytes(k),
+                    };
+                    w.write_all(&chunk).expect("write");
+                    left -= k;
+                }
+            }),
+        );
+        listing.push_str(&format!("100644 blob {id}\t{name}\n"));
+    }
+    let tree = git(
+        &["mktree"],
+        Some(&mut |w: &mut dyn std::io::Write| w.write_all(listing.as_bytes()).expect("write")),
+    );
+    let commit = git(&["commit-tree", &tree, "-m", "Turn 1"], None);
+    git(&["update-ref", refname, &commit], None);
+}
+
+#[test]
+fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bounded_memory() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    // A remote holding a 160 MiB blob (of zeros: small in git).
+    commit_zeros(
+        &d.base.path().join("r.git"),
+        "refs/opfs/evil/0123456789abcdef/turns/1",
+        160 << 20,
+    );
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let dir = b.root().join("zeros");
+    let Some((run, rss)) = opfs_with_maxrss(
+        &b,
+        &[
+            "remote",
+            "checkout",
+            &url,
+            "evil/0123456789abcdef",
+            "1",
+            &dir.display().to_string(),
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(run.code, Some(0), "{run}");
+    let m = std::fs::metadata(dir.join("zeros.bin")).expect("zeros.bin");
+    assert_eq!(m.len(), 160 << 20);
+    assert!(
+        rss < 100 << 10,
+        "a 160 MiB blob was held in memory: maxrss {rss} KiB"
+    );
+
+    // A bucket answering 160 MiB for a pointer of 9 MiB.
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(5).bytes(9 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("small.txt"), b"small\n", 0o644);
+    a.turn("t");
+    a.opfs_c(&["push"]).ok();
+    let key = object_key(&big);
+    let _ = s3.boto3(
+        &format!("s3.put_object(Bucket='ckpt', Key='{key}', Body=b'\\0' * (160 << 20))"),
+        "replace the object",
+    );
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let dir = b.root().join("turn1");
+    let (run, rss) = opfs_with_maxrss(
+        &b,
+        &[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ],
+    )
+    .expect("time");
+    assert!(
+        rss < 100 << 10,
+        "a 160 MiB answer was held in memory: maxrss {rss} KiB"
+    );
+    // That file is written as its pointer and named; the rest of the tree
+    // is written.
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        key.as_str(),
+        "big.bin",
+        "is not their bytes",
+        "opfs push --objects",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    let v: serde_json::Value = serde_json::from_str(run.stdout.lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {run}"));
+    assert_eq!(v["bad_objects"][0]["path"], "big.bin", "{v:#}");
+    assert_eq!(v["bad_objects"][0]["key"], key, "{v:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("big.bin")).expect("big.bin"),
+        pointer_of(&big)
+    );
+    assert_eq!(
+        std::fs::read(dir.join("small.txt")).expect("small"),
+        b"small\n"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "only the tree's files: {left:?}");
+}
+
+#[test]
+fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(6).bytes(9 << 20);
+    write_file(&a.m("README"), b"readme\n", 0o644);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    write_file(&a.m("z.txt"), b"z\n", 0o644);
+    a.turn("t");
+    a.opfs_c(&["push"]).ok();
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    // The bucket goes away: README is written before big.bin needs it.
+    drop(s3);
+    let absent = b.root().join("out/turn1");
+    let empty = b.root().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    for dir in [&absent, &empty] {
+        let run = b.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ]);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains("s3://ckpt/opfs"), "{run}");
+        if dir == &absent {
+            assert!(
+                !absent.exists(),
+                "a failed checkout left {}",
+                absent.display()
+            );
+        } else {
+            let left: Vec<_> = std::fs::read_dir(&empty)
+                .expect("dir")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert!(left.is_empty(), "a failed checkout left {left:?}");
+        }
+        let beside: Vec<_> = std::fs::read_dir(dir.parent().expect("parent"))
+            .expect("parent")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("opfs-checkout"))
+            .collect();
+        assert!(beside.is_empty(), "left beside: {beside:?}");
+    }
+    // Run again (without the bucket now): the same directory is taken.
+    std::fs::write(&b.pinned.config, "").expect("config");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &absent.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("written as pointer files"), "{run}");
+    assert_eq!(
+        std::fs::read(absent.join("README")).expect("README"),
+        b"readme\n"
+    );
+    assert_eq!(std::fs::read(absent.join("z.txt")).expect("z"), b"z\n");
+}
+
+#[test]
+fn a_full_disk_under_the_local_copy_is_named_and_a_failed_fetch_leaves_nothing() {
+    let Some(d) = GitDaemon::start() else { return };
+    let url = d.url();
+    let repo = d.base.path().join("r.git");
+    commit_files(
+        &repo,
+        "refs/opfs/small/0123456789abcdef/turns/1",
+        &[("README", 3, None)],
+    );
+    // 16 MiB that git cannot compress: more than the local copy's 12 MiB.
+    commit_files(
+        &repo,
+        "refs/opfs/big/0123456789abcdef/turns/1",
+        &[("random.bin", 16 << 20, None)],
+    );
+    let b = Fixture::new();
+    let remotes = b.pinned.opfs_home.join("remotes");
+    std::fs::create_dir_all(&remotes).expect("mkdir remotes");
+    let _fs = match common::loopfs::LoopFs::make_at(
+        "mkfs.ext4",
+        &["-q", "-F", "-m", "0"],
+        12 << 20,
+        &remotes,
+    ) {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("SKIP: no small ext4 for the local copies: {why}");
+            return;
+        }
+    };
+    let copies = || -> Vec<String> {
+        std::fs::read_dir(&remotes)
+            .expect("remotes")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".git"))
+            .collect()
+    };
+    let out = b.root().join("small");
+    b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "small/0123456789abcdef",
+        "1",
+        &out.display().to_string(),
+    ])
+    .ok();
+    let before = copies();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let copy = remotes.join(&before[0]);
+    // The disk fills during the fetch: said as such, naming the copy and
+    // the fix; the fetch's temporary pack is removed, the copy kept.
+    let out = b.root().join("big");
+    let run = b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        "big/0123456789abcdef",
+        "1",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        "no space left on the device",
+        &copy.display().to_string(),
+        "free space",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    assert!(!run.stderr.contains("check the URL"), "{run}");
+    let pack: Vec<_> = std::fs::read_dir(copy.join("objects/pack"))
+        .expect("pack dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tmp_"))
+        .collect();
+    assert!(pack.is_empty(), "left in the copy: {pack:?}");
+    assert!(!out.exists(), "{}", out.display());
+    // A URL that names nothing leaves no copy behind.
+    let typo = url_on(free_port());
+    let run = b.opfs(&["remote", "list", &typo]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(copies(), before, "a failed URL left a local copy");
 }

@@ -18,7 +18,13 @@ use serde::Serialize;
 use crate::state::lock::FileLock;
 use crate::store::layout::{remote_cache_dir, remote_cache_lock};
 
+use super::bucket::GetError;
 use super::{git, GitEnv, NAMESPACE_ROOT};
+
+/// Given to every fetch: git indexes a blob of 16 MiB or more as it
+/// arrives, not whole in memory (its default threshold is 512 MiB), so a
+/// remote holding a huge blob does not make a fetch hold it.
+const BIG_FILE_THRESHOLD: &str = "core.bigFileThreshold=16m";
 
 /// Why a remote could not be read or a turn materialised.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +94,20 @@ pub enum RemoteError {
         /// The bucket's error.
         #[source]
         source: Box<super::bucket::BucketError>,
+    },
+    /// The file system of the local copy of the remote is full.
+    #[error(
+        "cannot fetch {remote} into its local copy {}: no space left on the device ({cause}); free space on that file system, or remove the local copies of remotes in {} (caches: the next command fetches again), or set OPFS_HOME to a larger file system; nothing of this fetch was kept",
+        dir.display(),
+        dir.parent().unwrap_or(dir).display()
+    )]
+    NoSpace {
+        /// The remote.
+        remote: String,
+        /// The local copy.
+        dir: PathBuf,
+        /// git's message, or the system's.
+        cause: String,
     },
     /// `git` is not on `PATH`.
     #[error("cannot read {remote}: the git program is not on PATH; install git")]
@@ -167,6 +187,21 @@ pub struct CheckoutReport {
     /// Of [`CheckoutReport::pointers`], those whose object the bucket does
     /// not hold: the path and the object's key.
     pub missing_objects: Vec<MissingObject>,
+    /// Of [`CheckoutReport::pointers`], those whose object in the bucket
+    /// is not their bytes (another size or BLAKE3): the path, the key and
+    /// why.
+    pub bad_objects: Vec<BadObject>,
+}
+
+/// A pointer file whose object in the bucket is not the bytes it names.
+#[derive(Debug, Clone, Serialize)]
+pub struct BadObject {
+    /// The file, project-relative.
+    pub path: String,
+    /// The object's key in the bucket.
+    pub key: String,
+    /// What was wrong.
+    pub cause: String,
 }
 
 /// A pointer file whose object the bucket does not hold.
@@ -182,7 +217,11 @@ pub struct MissingObject {
 /// held until the caller is done with the copy: two commands on one
 /// remote (two `opfs remote list` on a fresh home) never create it or
 /// fetch into it at once (git's own locks would fail one of them).
-fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), RemoteError> {
+///
+/// The third value is true when this call created the copy: a command
+/// whose fetch then fails removes it ([`failed`]), so a mistyped URL
+/// leaves nothing behind.
+fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, bool), RemoteError> {
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
@@ -190,19 +229,87 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock), Re
     let lock_path = remote_cache_lock(home, url);
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| RemoteError::Io { path, source }
+        let (url, dir) = (url.to_string(), dir.clone());
+        move |source: io::Error| {
+            no_space(
+                url,
+                dir,
+                source.to_string(),
+                RemoteError::Io { path, source },
+            )
+        }
     };
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     }
     let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
-    if !dir.join("HEAD").exists() {
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        let mut cmd = git.command(None);
-        cmd.args(["init", "-q", "--bare"]).arg(&dir);
-        run(cmd, git, &dir, url, "creating the local copy")?;
+    let created = !dir.join("HEAD").exists();
+    if !created {
+        leftovers(&dir);
     }
-    Ok((dir, lock))
+    if created {
+        let r = std::fs::create_dir_all(&dir)
+            .map_err(io_err(&dir))
+            .and_then(|()| {
+                let mut cmd = git.command(None);
+                cmd.args(["init", "-q", "--bare"]).arg(&dir);
+                run(cmd, git, &dir, url, "creating the local copy")
+            });
+        if let Err(e) = r {
+            failed(&dir, true);
+            return Err(e);
+        }
+    }
+    Ok((dir, lock, created))
+}
+
+/// `other`, or [`RemoteError::NoSpace`] when `cause` says the file
+/// system is full.
+fn no_space(url: String, dir: PathBuf, cause: String, other: RemoteError) -> RemoteError {
+    if is_no_space(&cause) {
+        RemoteError::NoSpace {
+            remote: url,
+            dir,
+            cause,
+        }
+    } else {
+        other
+    }
+}
+
+/// True when a message (git's, or the system's) says the disk is full.
+fn is_no_space(message: &str) -> bool {
+    message.contains("No space left on device") || message.contains("Disk quota exceeded")
+}
+
+/// After a failed command on the local copy `dir` (its lock held): the
+/// copy removed when the command created it, else what a failed fetch
+/// leaves in it (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`:
+/// no other fetch can be running, the lock is held).
+fn failed(dir: &Path, created: bool) {
+    if created {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    leftovers(dir);
+}
+
+/// Removes the temporary packs a failed or killed fetch left in the
+/// local copy `dir` (its lock held: no fetch is running).
+fn leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir.join("objects/pack")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if ["tmp_pack_", "tmp_idx_", "tmp_rev_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn run(
@@ -222,11 +329,17 @@ fn run(
         },
     })?;
     if !out.status.success() {
-        return Err(RemoteError::Git {
-            what: what.to_string(),
-            git_dir: git_dir.to_path_buf(),
-            cause: git::stderr_line(&out),
-        });
+        let cause = git::stderr_line(&out);
+        return Err(no_space(
+            url.to_string(),
+            git_dir.to_path_buf(),
+            cause.clone(),
+            RemoteError::Git {
+                what: what.to_string(),
+                git_dir: git_dir.to_path_buf(),
+                cause,
+            },
+        ));
     }
     Ok(out.stdout)
 }
@@ -255,7 +368,17 @@ fn run_remote(
 /// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
 /// local copy cannot be written.
 pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
-    let (dir, _lock) = cache(home, url, git)?;
+    let (dir, _lock, created) = cache(home, url, git)?;
+    let r = list_in(&dir, url, git);
+    if r.is_err() {
+        failed(&dir, created);
+    }
+    r
+}
+
+/// [`list`] with the local copy `dir`.
+fn list_in(dir: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
+    let dir = dir.to_path_buf();
     let mut cmd = git.command(Some(&dir));
     cmd.args(["ls-remote", url, &format!("{NAMESPACE_ROOT}*")]);
     let refs = run_remote(cmd, git, &dir, url)?;
@@ -298,9 +421,11 @@ pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, 
         return Ok(Vec::new());
     }
     let mut cmd = git.command(Some(&dir));
-    cmd.args(["fetch", "-q", "--no-tags", url]).arg(format!(
-        "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
-    ));
+    cmd.args(["-c", BIG_FILE_THRESHOLD])
+        .args(["fetch", "-q", "--no-tags", url])
+        .arg(format!(
+            "+{NAMESPACE_ROOT}*/project:{NAMESPACE_ROOT}*/project"
+        ));
     run_remote(cmd, git, &dir, url)?;
     // Every description in one git run (one per project took minutes for
     // thousands of projects).
@@ -425,10 +550,30 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    let (dir, lock) = cache(home, url, git)?;
+    let (dir, lock, created) = cache(home, url, git)?;
     let ns = format!("{NAMESPACE_ROOT}{project}");
+    match fetch_namespace(&dir, url, project, &ns, git) {
+        Ok(()) => Ok((dir, ns, lock)),
+        Err(e) => {
+            failed(&dir, created);
+            Err(e)
+        }
+    }
+}
+
+/// Fetches the namespace `ns` of `url` into the local copy `dir`;
+/// [`RemoteError::NoSuchProject`] when it holds no ref.
+fn fetch_namespace(
+    dir: &Path,
+    url: &str,
+    project: &str,
+    ns: &str,
+    git: &GitEnv,
+) -> Result<(), RemoteError> {
+    let dir = dir.to_path_buf();
     let mut cmd = git.command(Some(&dir));
-    cmd.args(["fetch", "-q", "--prune", "--no-tags", url])
+    cmd.args(["-c", BIG_FILE_THRESHOLD])
+        .args(["fetch", "-q", "--prune", "--no-tags", url])
         .arg(format!("+{ns}/*:{ns}/*"));
     run_remote(cmd, git, &dir, url)?;
     let mut cmd = git.command(Some(&dir));
@@ -440,7 +585,7 @@ fn fetch_project(
             project: project.to_string(),
         });
     }
-    Ok((dir, ns, lock))
+    Ok(())
 }
 
 /// The turns of `project` (`MACHINE/KEY`) on `url`, oldest first.
@@ -500,11 +645,21 @@ fn turn_of(ns: &str, refname: &str) -> Option<u64> {
 /// Writes the project `project` (`MACHINE/KEY`) of `url` as it was at the
 /// end of `turn` (a number, `head` or `baseline`) into `dir` (created; an
 /// existing one must be empty): files with their 0644/0755 mode,
-/// symlinks. Pointer files (files of 8 MiB or more) are written as they
-/// are, and listed in the report.
+/// symlinks. With `bucket`, a pointer file's bytes are streamed from it
+/// (stopped as soon as more than the pointer's size arrive, hashed as they
+/// come, put in place only when size and BLAKE3 match); a pointer file
+/// whose object is missing or is not its bytes is written as the pointer
+/// and listed in the report ([`CheckoutReport::missing_objects`],
+/// [`CheckoutReport::bad_objects`]), and the rest of the tree is written.
+/// Memory stays bounded whatever a blob's or an object's size: both are
+/// streamed to their file.
 ///
-/// After `Err`, `dir` may hold part of the tree; the remote and every
-/// project are untouched.
+/// The tree is written into a directory of its own ([`Stage`]) put in
+/// place at the end: after `Err`, `dir` is as it was (absent, or empty),
+/// so the same command can be run again; the remote and every project
+/// are untouched. A checkout killed midway leaves that directory,
+/// `.NAME.opfs-checkout-PID` beside `dir` (or `.opfs-checkout-PID` inside
+/// an existing empty `dir`).
 ///
 /// Errors: the remote cannot be read, holds no such project or turn, `dir`
 /// is not empty, not a directory, a symbolic link to nothing
@@ -626,7 +781,8 @@ pub fn checkout(
             path: String::from_utf8_lossy(&e.2).into_owned(),
         });
     }
-    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    let stage = Stage::new(dir).map_err(|(path, source)| RemoteError::Io { path, source })?;
+    let root = stage.dir.clone();
     let mut report = CheckoutReport {
         commit,
         files: 0,
@@ -636,6 +792,7 @@ pub fn checkout(
         pointers: Vec::new(),
         bucket: bucket.map(|b| b.url.clone()),
         missing_objects: Vec::new(),
+        bad_objects: Vec::new(),
     };
     let bucket = bucket
         .map(super::bucket::Bucket::open)
@@ -650,54 +807,221 @@ pub fn checkout(
     )
     .map_err(io_at(&cache_dir))?;
     for (mode, _, rel) in &entries {
-        let bytes = blobs.next_blob().map_err(io_at(&cache_dir))?;
-        let path = dir.join(OsStr::from_bytes(rel));
+        let size = blobs.next_header().map_err(io_at(&cache_dir))?;
+        let path = root.join(OsStr::from_bytes(rel));
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io_at(parent))?;
         }
         if mode == "120000" {
-            std::os::unix::fs::symlink(OsStr::from_bytes(&bytes), &path).map_err(io_at(&path))?;
+            if size > SYMLINK_MAX {
+                return Err(io_at(&path)(io::Error::from_raw_os_error(
+                    libc::ENAMETOOLONG,
+                )));
+            }
+            let target = blobs.body(size).map_err(io_at(&cache_dir))?;
+            std::os::unix::fs::symlink(OsStr::from_bytes(&target), &path).map_err(io_at(&path))?;
             report.symlinks += 1;
             continue;
         }
-        let mut bytes = bytes;
-        if let Some((hash, size)) = parse_pointer(&bytes) {
-            let found = match &bucket {
-                Some(b) => b.get(&hash).map_err(|source| RemoteError::Bucket {
-                    source: Box::new(source),
-                })?,
-                None => None,
-            };
-            match found {
-                Some(content) if content.len() as u64 == size => {
-                    bytes = content;
-                    report.resolved += 1;
-                }
-                found => {
-                    if let (Some(b), None) = (&bucket, found) {
-                        report.missing_objects.push(MissingObject {
-                            path: crate::paths::display(rel),
-                            key: b.key(&hash),
-                        });
+        let perm = if mode == "100755" { 0o755 } else { 0o644 };
+        if size > POINTER_MAX {
+            // Streamed from git to the file: memory stays bounded.
+            let mut file = create_new(&path, perm).map_err(io_at(&path))?;
+            blobs
+                .copy_body(size, &mut file)
+                .map_err(|e| RemoteError::Io {
+                    path: if e.kind() == io::ErrorKind::UnexpectedEof {
+                        cache_dir.clone()
+                    } else {
+                        path.clone()
+                    },
+                    source: e,
+                })?;
+            report.files += 1;
+            report.bytes += size;
+            continue;
+        }
+        let bytes = blobs.body(size).map_err(io_at(&cache_dir))?;
+        if let Some((hash, psize)) = parse_pointer(&bytes) {
+            if let Some(b) = &bucket {
+                let shown = crate::paths::display(rel);
+                match object_into(b, &hash, psize, &path, perm) {
+                    Ok(true) => {
+                        report.resolved += 1;
+                        report.files += 1;
+                        report.bytes += psize;
+                        continue;
                     }
-                    report.pointers.push(crate::paths::display(rel));
+                    Ok(false) => report.missing_objects.push(MissingObject {
+                        path: shown.clone(),
+                        key: b.key(&hash),
+                    }),
+                    Err(GetError::Bucket(super::bucket::BucketError::Corrupt { .. })) => {
+                        report.bad_objects.push(BadObject {
+                            path: shown.clone(),
+                            key: b.key(&hash),
+                            cause: format!(
+                                "it holds another size or BLAKE3 than the pointer's ({psize} bytes, BLAKE3 {hash})"
+                            ),
+                        })
+                    }
+                    Err(GetError::Bucket(source)) => {
+                        return Err(RemoteError::Bucket {
+                            source: Box::new(source),
+                        })
+                    }
+                    Err(GetError::Write(e)) => return Err(io_at(&path)(e)),
                 }
             }
+            report.pointers.push(crate::paths::display(rel));
         }
-        let perm = if mode == "100755" { 0o755 } else { 0o644 };
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(perm)
-            .open(&path)
-            .map_err(io_at(&path))?;
+        let mut file = create_new(&path, perm).map_err(io_at(&path))?;
         file.write_all(&bytes).map_err(io_at(&path))?;
-        file.set_permissions(std::fs::Permissions::from_mode(perm))
-            .map_err(io_at(&path))?;
         report.files += 1;
         report.bytes += bytes.len() as u64;
     }
+    drop(blobs);
+    stage.finish().map_err(|(path, source)| {
+        if matches!(source.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) {
+            RemoteError::NotEmpty { dir: path }
+        } else {
+            RemoteError::Io { path, source }
+        }
+    })?;
     Ok(report)
+}
+
+/// The largest symlink target written (`PATH_MAX`).
+const SYMLINK_MAX: u64 = 4096;
+
+/// Git's largest pointer file: a blob above this is never one.
+const POINTER_MAX: u64 = 200;
+
+/// Creates `path` (`O_EXCL`) with mode `perm` whatever the umask.
+fn create_new(path: &Path, perm: u32) -> io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(perm)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(perm))?;
+    Ok(file)
+}
+
+/// Writes the object of `hash` (`size` bytes) from bucket `b` to `path`
+/// (`perm`): streamed into a temporary file beside it, renamed to `path`
+/// only when its size and BLAKE3 match; false, nothing left, when the
+/// bucket has no such object. On an error nothing is left either.
+fn object_into(
+    b: &super::bucket::Bucket,
+    hash: &str,
+    size: u64,
+    path: &Path,
+    perm: u32,
+) -> Result<bool, GetError> {
+    let name = path.file_name().unwrap_or_default().as_bytes();
+    let mut part_name = b".".to_vec();
+    part_name.extend_from_slice(name);
+    part_name.extend_from_slice(format!(".opfs-part-{}", std::process::id()).as_bytes());
+    let part = path.with_file_name(OsStr::from_bytes(&part_name));
+    let mut file = create_new(&part, perm).map_err(GetError::Write)?;
+    let r = b.get_into(hash, size, &mut file).and_then(|found| {
+        if found {
+            file.sync_data()
+                .and_then(|()| std::fs::rename(&part, path))
+                .map_err(GetError::Write)?;
+        }
+        Ok(found)
+    });
+    if !matches!(r, Ok(true)) {
+        let _ = std::fs::remove_file(&part);
+    }
+    r
+}
+
+/// A checkout's directory while it is written: a new directory beside
+/// DIR when DIR does not exist (renamed to DIR at the end), or inside an
+/// existing empty DIR (its entries moved up at the end). Dropped before
+/// [`Stage::finish`], it is removed with everything in it, so a failed
+/// checkout leaves DIR as it was (absent, or empty).
+struct Stage {
+    /// Where the tree is written.
+    dir: PathBuf,
+    /// DIR (a symlink to a directory resolved).
+    target: PathBuf,
+    /// True when DIR existed (an empty directory).
+    existed: bool,
+    done: bool,
+}
+
+impl Stage {
+    fn new(dir: &Path) -> Result<Stage, (PathBuf, io::Error)> {
+        let at = |p: &Path| {
+            let p = p.to_path_buf();
+            move |e| (p, e)
+        };
+        let tag = format!(".opfs-checkout-{}", std::process::id());
+        if std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+            let target = std::fs::canonicalize(dir).map_err(at(dir))?;
+            let stage = target.join(&tag);
+            std::fs::create_dir(&stage).map_err(at(&stage))?;
+            return Ok(Stage {
+                dir: stage,
+                target,
+                existed: true,
+                done: false,
+            });
+        }
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent).map_err(at(&parent))?;
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let stage = parent.join(format!(".{name}{tag}"));
+        std::fs::create_dir(&stage).map_err(at(&stage))?;
+        Ok(Stage {
+            dir: stage,
+            target: dir.to_path_buf(),
+            existed: false,
+            done: false,
+        })
+    }
+
+    /// Puts the tree in place: renames the new directory to DIR, or moves
+    /// each entry of the one inside DIR up into DIR.
+    fn finish(mut self) -> Result<(), (PathBuf, io::Error)> {
+        if !self.existed {
+            std::fs::rename(&self.dir, &self.target).map_err(|e| (self.target.clone(), e))?;
+            self.done = true;
+            return Ok(());
+        }
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| (self.dir.clone(), e))?;
+        for e in entries {
+            let e = e.map_err(|e| (self.dir.clone(), e))?;
+            let to = self.target.join(e.file_name());
+            // No overwrite: DIR stays as the user left it but for the
+            // checkout's own names.
+            if std::fs::symlink_metadata(&to).is_ok() {
+                return Err((
+                    self.target.clone(),
+                    io::Error::from_raw_os_error(libc::ENOTEMPTY),
+                ));
+            }
+            std::fs::rename(e.path(), &to).map_err(|e| (to.clone(), e))?;
+        }
+        std::fs::remove_dir(&self.dir).map_err(|e| (self.dir.clone(), e))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 /// True for a full commit id (40 or 64 hex digits).
@@ -772,19 +1096,37 @@ impl BlobReader {
         Ok(BlobReader { child, out })
     }
 
-    fn next_blob(&mut self) -> io::Result<Vec<u8>> {
+    /// The size of the next blob, from its header line.
+    fn next_header(&mut self) -> io::Result<u64> {
         let mut header = String::new();
         self.out.read_line(&mut header)?;
-        let size: usize = header
+        header
             .trim_end()
             .rsplit(' ')
             .next()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| io::Error::other(format!("git cat-file: {}", header.trim())))?;
-        let mut buf = vec![0; size + 1];
+            .ok_or_else(|| io::Error::other(format!("git cat-file: {}", header.trim())))
+    }
+
+    /// The blob's `size` bytes (a small one), read whole.
+    fn body(&mut self, size: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0; size as usize + 1];
         self.out.read_exact(&mut buf)?;
         buf.pop();
         Ok(buf)
+    }
+
+    /// Copies the blob's `size` bytes to `to`, as they come.
+    fn copy_body(&mut self, size: u64, to: &mut dyn Write) -> io::Result<()> {
+        let n = io::copy(&mut (&mut self.out).take(size), to)?;
+        if n != size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("git cat-file ended after {n} of {size} bytes"),
+            ));
+        }
+        let mut nl = [0u8; 1];
+        self.out.read_exact(&mut nl)
     }
 }
 
@@ -815,5 +1157,48 @@ mod tests {
         ] {
             assert_eq!(turn_of(ns, &spoof), None, "{spoof}");
         }
+    }
+
+    #[test]
+    fn a_full_disk_is_told_from_other_failures() {
+        assert!(is_no_space(
+            "fatal: write error: No space left on device; fatal: index-pack failed"
+        ));
+        assert!(!is_no_space("fatal: unable to connect to 127.0.0.1"));
+        let e = no_space(
+            "git://h/r.git".into(),
+            PathBuf::from("/home/u/.opfs/remotes/0011.git"),
+            "fatal: write error: No space left on device".into(),
+            RemoteError::BadUrl(String::new()),
+        );
+        let text = e.to_string();
+        for part in [
+            "no space left on the device",
+            "/home/u/.opfs/remotes/0011.git",
+            "/home/u/.opfs/remotes (caches",
+            "free space",
+        ] {
+            assert!(text.contains(part), "{part:?} not in {text}");
+        }
+    }
+
+    #[test]
+    fn a_failed_fetch_leaves_no_temporary_pack_and_no_copy_it_created() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let copy = tmp.path().join("c.git");
+        let pack = copy.join("objects/pack");
+        std::fs::create_dir_all(&pack).expect("mkdir");
+        for name in ["tmp_pack_a1", "tmp_idx_b2", "pack-1.pack", "pack-1.idx"] {
+            std::fs::write(pack.join(name), b"x").expect("write");
+        }
+        failed(&copy, false);
+        let mut left: Vec<String> = std::fs::read_dir(&pack)
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["pack-1.idx", "pack-1.pack"]);
+        failed(&copy, true);
+        assert!(!copy.exists());
     }
 }

@@ -34,7 +34,7 @@ mod pusher;
 pub mod state;
 
 pub use fetch::{
-    checkout, list, parse_pointer, turns, CheckoutReport, MissingObject, RemoteError,
+    checkout, list, parse_pointer, turns, BadObject, CheckoutReport, MissingObject, RemoteError,
     RemoteProject, RemoteTurn,
 };
 pub use git::{Cancel, GitEnv};

@@ -3,7 +3,8 @@
 //! pointer whose bytes are missing.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{self, Read, Write};
 use std::path::Path;
 use std::process::Stdio;
 
@@ -11,7 +12,7 @@ use crate::history::{self, Opened};
 use crate::store::StateDir;
 use crate::worktree::{self, branch::TurnEnds};
 
-use super::bucket::{Bucket, BucketConfig, Upload};
+use super::bucket::{Bucket, BucketConfig, PutError, Upload};
 use super::{parse_pointer, GitEnv, PushError, Target};
 
 /// Git's largest pointer file: content above this is never a pointer.
@@ -96,11 +97,11 @@ pub(super) fn upload(
         };
         commits.push((commit.clone(), Origin::Project { start }));
     }
-    // hash -> (path, where)
-    let mut wanted: BTreeMap<String, (Vec<u8>, Origin)> = BTreeMap::new();
+    // hash -> (size, path, where)
+    let mut wanted: BTreeMap<String, (u64, Vec<u8>, Origin)> = BTreeMap::new();
     for (commit, origin) in commits {
-        for (hash, path) in pointers_changed(git_dir, target, git, &commit)? {
-            wanted.entry(hash).or_insert((path, origin.clone()));
+        for (hash, size, path) in pointers_changed(git_dir, target, git, &commit)? {
+            wanted.entry(hash).or_insert((size, path, origin.clone()));
         }
     }
     if wanted.is_empty() {
@@ -125,8 +126,10 @@ pub(super) fn upload(
         done: Uploaded::default(),
     };
     // By worktree, in the order of its turns (what [`TurnEnds`] reads best).
-    let mut by_worktree: BTreeMap<String, Vec<(u64, Vec<u8>, String)>> = BTreeMap::new();
-    for (hash, (path, origin)) in wanted {
+    // (turn, path, hash, size)
+    type Item = (u64, Vec<u8>, String, u64);
+    let mut by_worktree: BTreeMap<String, Vec<Item>> = BTreeMap::new();
+    for (hash, (size, path, origin)) in wanted {
         match origin {
             Origin::Project { start } => {
                 let unavailable = |cause: String| PushError::Unavailable {
@@ -139,6 +142,14 @@ pub(super) fn upload(
                 let r = (|| {
                     let raw =
                         blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
+                    // Streamed from the blob store, else from the project's
+                    // file when it still holds these bytes (the newest
+                    // version); else put together in memory.
+                    if put.file(&hash, size, File::open(src.blobs.path_of(raw.as_bytes())))?
+                        || put.file(&hash, size, project_file(&src, &path, size))?
+                    {
+                        return Ok(());
+                    }
                     let content = match src.blob(raw.as_bytes()) {
                         Ok(b) => b,
                         Err(_) => history::show(&src, start, &path)
@@ -152,7 +163,7 @@ pub(super) fn upload(
                 by_worktree
                     .entry(name)
                     .or_default()
-                    .push((turn, path, hash));
+                    .push((turn, path, hash, size));
             }
         }
     }
@@ -165,7 +176,7 @@ pub(super) fn upload(
     for (name, mut items) in by_worktree {
         items.sort();
         let mut each = |ends: &TurnEnds<'_>, own: &crate::history::Sources<'_>| {
-            for (turn, path, hash) in &items {
+            for (turn, path, hash, size) in &items {
                 let unavailable = |cause: String| PushError::Unavailable {
                     remote: target.url.clone(),
                     path: format!("{} (worktree {name})", crate::paths::display(path)),
@@ -176,8 +187,14 @@ pub(super) fn upload(
                 let r = (|| {
                     let raw =
                         blake3::Hash::from_hex(hash).map_err(|e| unavailable(e.to_string()))?;
-                    // Kept whole by the worktree's history or the project's;
-                    // else the worktree's view at the end of the turn.
+                    // Kept whole by the worktree's history or the project's
+                    // (streamed from the store); else the worktree's view
+                    // at the end of the turn.
+                    if put.file(hash, *size, File::open(own.blobs.path_of(raw.as_bytes())))?
+                        || put.file(hash, *size, File::open(src.blobs.path_of(raw.as_bytes())))?
+                    {
+                        return Ok(());
+                    }
                     let content = match own
                         .blob(raw.as_bytes())
                         .or_else(|_| src.blob(raw.as_bytes()))
@@ -261,31 +278,49 @@ impl Put<'_> {
         content: Vec<u8>,
         unavailable: impl FnOnce(String) -> PushError,
     ) -> Result<(), PushError> {
-        if blake3::hash(&content).to_hex().as_str() != hash {
+        // In memory already: checked before anything is sent.
+        if blake3::hash(&content).to_hex().as_str() != hash
+            || !self.stream(hash, content.len() as u64, &mut &content[..])?
+        {
             return Err(unavailable(
                 "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Uploads the object of `hash` (`size` bytes) streamed from `file`
+    /// when it opened; false (nothing written) when it did not, or did not
+    /// hold those bytes (another size or BLAKE3, or a read failed).
+    fn file(&mut self, hash: &str, size: u64, file: io::Result<File>) -> Result<bool, PushError> {
+        match file {
+            Ok(mut f) => self.stream(hash, size, &mut f),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Uploads the object of `hash` from `src`, checked as it is read
+    /// (`Bucket::put_from`): true when it is in the bucket now, false when
+    /// `src` held other bytes (nothing written).
+    fn stream(&mut self, hash: &str, size: u64, src: &mut dyn Read) -> Result<bool, PushError> {
         if self.cancel.is_cancelled() {
             return Err(PushError::Interrupted {
                 remote: self.target.url.clone(),
             });
         }
-        let len = content.len() as u64;
-        match self
-            .bucket
-            .put(hash, content)
-            .map_err(|source| PushError::Bucket {
+        match self.bucket.put_from(hash, size, src) {
+            Ok(Upload::Created) => {
+                self.done.n += 1;
+                self.done.bytes += size;
+                Ok(true)
+            }
+            Ok(Upload::Existed) => Ok(true),
+            Err(PutError::Mismatch | PutError::Read(_)) => Ok(false),
+            Err(PutError::Bucket(source)) => Err(PushError::Bucket {
                 remote: self.target.url.clone(),
                 source: Box::new(source),
-            })? {
-            Upload::Created => {
-                self.done.n += 1;
-                self.done.bytes += len;
-            }
-            Upload::Existed => {}
+            }),
         }
-        Ok(())
     }
 }
 
@@ -333,14 +368,27 @@ fn branch_commits(
         .collect())
 }
 
+/// The project's file at `path` when it is a regular file of `size`
+/// bytes (opened without following a symlink out of the project).
+fn project_file(src: &history::Sources<'_>, path: &[u8], size: u64) -> io::Result<File> {
+    let f = src
+        .backing
+        .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.len() != size {
+        return Err(io::Error::other("not that version"));
+    }
+    Ok(f)
+}
+
 /// The pointer files `commit` added or changed against its first parent
-/// (all of its tree for a root commit): each one's BLAKE3 and path.
+/// (all of its tree for a root commit): each one's BLAKE3, size and path.
 fn pointers_changed(
     git_dir: &Path,
     target: &Target,
     git: &GitEnv,
     commit: &str,
-) -> Result<Vec<(String, Vec<u8>)>, PushError> {
+) -> Result<Vec<(String, u64, Vec<u8>)>, PushError> {
     let mut cmd = git.command(Some(git_dir));
     cmd.args([
         "diff-tree",
@@ -396,8 +444,8 @@ fn pointers_changed(
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let body = &rest[nl + 1..(nl + 1 + size).min(rest.len())];
-        if let Some((hash, _)) = parse_pointer(body) {
-            found.push((hash, path));
+        if let Some((hash, size)) = parse_pointer(body) {
+            found.push((hash, size, path));
         }
         rest = &rest[(nl + 2 + size).min(rest.len())..];
     }

@@ -132,6 +132,16 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     m.key
                 )));
             }
+            if let (Some(m), Some(b)) = (r.bad_objects.first(), &r.bucket) {
+                let machine = project.split('/').next().unwrap_or(project);
+                return Err(CommandError::failure(format!(
+                    "{} file(s) of 8 MiB or more were written as pointer files: their object in bucket {b} is not their bytes, e.g. {} (object {}: {}); delete that object in the bucket, upload it again with `opfs push --objects` on a machine that still holds the project's history (machine {machine:?}), then check out again",
+                    r.bad_objects.len(),
+                    m.path,
+                    m.key,
+                    m.cause
+                )));
+            }
             if !r.pointers.is_empty() {
                 return Err(CommandError::failure(format!(
                     "{} file(s) of 8 MiB or more were written as pointer files: their bytes are not in the bucket (none configured: --bucket or [push] bucket; or the push that sent them had none; docs/remote.md, \"Big files\"), e.g. {}",
