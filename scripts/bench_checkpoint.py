@@ -10,9 +10,11 @@ interleaved (checkpoint k of every variant, then k+1, ...):
 
   1. edit --edits files through the mount (untimed: the capture is the
      workload's cost, not the checkpoint's);
-  2. the checkpoint, timed: `opfs -C MNT hook` with a prompt event on stdin
-     (`--cmd turn`: `opfs -C MNT turn --label L`); its process's CPU
-     (getrusage of children) is `cli`;
+  2. the checkpoint, timed: what an installed prompt hook runs, with a
+     prompt event on stdin: `opfs-hook -C MNT` when the variant's binary is
+     named `opfs` and has `opfs-hook` beside it (what `opfs integrate`
+     installs then), else `opfs -C MNT hook` (`--cmd turn`: `opfs -C MNT
+     turn --label L`); its process's CPU (getrusage of children) is `cli`;
   3. `opfs -C MNT export`, which waits for the daemon's background export
      of that turn; this waiter's own CPU is not counted.
 
@@ -131,7 +133,11 @@ def main():
                     if a.cmd == "hook":
                         event = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "bench",
                                             "cwd": mp, "prompt": f"prompt {k}"}).encode()
-                        run([binary, "-C", mp, "hook"], env, stdin=event)
+                        small = os.path.join(os.path.dirname(binary), "opfs-hook")
+                        if os.path.basename(binary) == "opfs" and os.path.exists(small):
+                            run([small, "-C", mp], env, stdin=event)
+                        else:
+                            run([binary, "-C", mp, "hook"], env, stdin=event)
                     else:
                         run([binary, "-C", mp, "turn", "--label", f"prompt {k}"], env)
                     c1 = children_cpu()

@@ -131,7 +131,8 @@ fn project(fx: &Fixture) {
 
 /// Turn after turn, the background export reuses the repository it
 /// opened: no turn's export opens the repository's `config` again (gix
-/// reads it at each open), and every commit holds its turn's end.
+/// reads it at each open), nor the index (its read-only connection is
+/// kept too), and every commit holds its turn's end.
 #[test]
 fn the_background_export_opens_its_repository_once_across_turns() {
     require_fuse();
@@ -143,6 +144,7 @@ fn the_background_export_opens_its_repository_once_across_turns() {
     // The first turn's export opens the repository and keeps it.
     edit_and_close(&fx, &git_dir, 1);
     let opens = Opens::watch(&git_dir);
+    let state_opens = Opens::watch(&fx.state_dir());
     let mut ends = Vec::new();
     for n in 2..=4 {
         ends.push((n, edit_and_close(&fx, &git_dir, n)));
@@ -154,6 +156,18 @@ fn the_background_export_opens_its_repository_once_across_turns() {
         "the exports of turns 2 to 4 opened the repository again: {opened:?}"
     );
     drop(opens);
+    let state_opened = state_opens.take();
+    // SQLite reuses this process's descriptor of `index.db` itself; each
+    // new connection opens the write-ahead log.
+    let index = state_opened
+        .iter()
+        .filter(|n| n.starts_with("index.db"))
+        .count();
+    assert_eq!(
+        index, 0,
+        "the exports of turns 2 to 4 opened the index again: {state_opened:?}"
+    );
+    drop(state_opens);
     fsck(&git_dir);
     for (n, end) in ends {
         assert_manifest_eq(

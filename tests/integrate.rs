@@ -117,7 +117,7 @@ fn hook_command(fx: &Fixture, agent: &str) -> String {
     };
     let ours: Vec<_> = commands
         .into_iter()
-        .filter(|c| c.contains(" hook --agent "))
+        .filter(|c| c.contains("hook --agent "))
         .collect();
     assert_eq!(ours.len(), 1, "one opfs hook in {rel}: {ours:?}\n{text}");
     ours[0].clone()
@@ -702,7 +702,7 @@ fn integrate_keeps_other_settings_is_idempotent_and_remove_restores() {
         // --print writes nothing and shows the entries.
         let before = home_tree(&fx);
         let printed = integrate(&fx, &[agent, "--print"]).ok();
-        assert!(printed.stdout.contains(" hook --agent "), "{printed}");
+        assert!(printed.stdout.contains("hook --agent "), "{printed}");
         assert!(printed.stdout.contains("mcp"), "{printed}");
         assert_manifest_eq(&format!("{agent} --print"), &before, &home_tree(&fx));
 
@@ -857,11 +857,12 @@ fn integrate_never_writes_inside_a_project() {
     assert_manifest_eq("project", &before, &manifest(&fx.project));
 }
 
-/// A prompt hook looks in the index once for a rewind that stopped half
-/// way (the turn's own look), not a second time on its own: each open of
-/// the index costs the hook, paid on every prompt.
+/// A prompt hook served by a daemon never opens the index: the daemon
+/// answers the turn with what it found of a rewind that stopped half way
+/// (on its own open index), and each open of the index costs the hook,
+/// paid on every prompt.
 #[test]
-fn a_prompt_hook_opens_the_index_once() {
+fn a_prompt_hook_leaves_the_index_to_the_daemon() {
     let fx = Fixture::new();
     write_file(&fx.p("a.txt"), b"a\n", 0o644);
     write_user_config(&fx);
@@ -876,8 +877,61 @@ fn a_prompt_hook_opens_the_index_once() {
     assert_eq!(run.code, Some(0), "{run}");
     assert_eq!(fx.open_turn(), before + 1, "a new turn: {run}");
     let index = opened.iter().filter(|n| *n == "index.db").count();
-    assert!(
-        index <= 1,
+    assert_eq!(
+        index, 0,
         "the hook opened the index {index} times: {opened:?}"
     );
+}
+
+/// `opfs integrate` installs the small hook binary, `opfs-hook` beside
+/// `opfs`, as the prompt hook; for each situation a hook meets it answers
+/// exactly as `opfs hook` does (what it prints, its exit code, whether a
+/// turn is opened): a mounted project, a prompt from the backing
+/// directory, no daemon, no project, an event that is not JSON.
+#[test]
+fn the_installed_prompt_hook_is_the_small_binary_and_answers_as_opfs_hook() {
+    let fx = Fixture::new();
+    write_user_config(&fx);
+    fx.mount();
+    integrate(&fx, &["claude-code"]).ok();
+    let small = hook_command(&fx, "claude-code");
+    let beside = opfs_bin().with_file_name("opfs-hook");
+    assert!(
+        small.starts_with(&*beside.to_string_lossy()),
+        "the hook runs {}: {small}",
+        beside.display()
+    );
+    let big = format!("{} hook --agent claude-code", opfs_bin().display());
+    // Both open a turn in the mountpoint, and say nothing.
+    for command in [&small, &big] {
+        let before = fx.open_turn();
+        let run = run_hook_as(&fx, "claude-code", command, &fx.m(""), "s", false);
+        assert_eq!(
+            (run.code, run.stdout.as_str()),
+            (Some(0), ""),
+            "{command}: {run}"
+        );
+        assert_eq!(fx.open_turn(), before + 1, "{command}: {run}");
+    }
+    let same = |cwd: &Path, body: Option<&[u8]>, what: &str| {
+        let before = fx.open_turn();
+        let [a, b] = [&small, &big].map(|command| match body {
+            Some(body) => run_hook_raw(&fx, "claude-code", command, cwd, body, &[], false),
+            None => run_hook_as(&fx, "claude-code", command, cwd, "s", false),
+        });
+        assert_eq!(
+            (a.code, &a.stdout, &a.stderr),
+            (b.code, &b.stdout, &b.stderr),
+            "{what}: opfs-hook answered\n{a}\nopfs hook answered\n{b}"
+        );
+        assert_eq!(fx.open_turn(), before, "{what}: a turn was opened");
+        a
+    };
+    let blocked = same(&fx.project, None, "in the backing directory");
+    assert!(blocked.stdout.contains("\"block\""), "{blocked}");
+    same(&fx.m(""), Some(b"not json"), "an event that is not JSON");
+    same(fx.root(), None, "outside any project");
+    fx.umount();
+    let unserved = same(&fx.project, None, "no daemon");
+    assert!(unserved.stdout.contains("NOT recorded"), "{unserved}");
 }

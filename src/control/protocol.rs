@@ -148,6 +148,17 @@ pub enum Response {
     Turn {
         /// Its number.
         turn: u64,
+        /// True when the daemon looked in the index, right after opening
+        /// the turn, for a rewind that stopped half way, and says what it
+        /// found in `stopped_rewind`; false (absent) from a daemon that
+        /// does not look, and for a turn opened from inside the sandbox:
+        /// the client then looks itself.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        checked_rewind: bool,
+        /// With `checked_rewind`: the note of the rewind that stopped half
+        /// way (`opfs rewind --resume`/`--abort` pending), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stopped_rewind: Option<String>,
     },
     /// A rewind ran (or was planned): the report's fields sit beside
     /// `result` (its `touched` paths are not sent).

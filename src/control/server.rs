@@ -176,7 +176,22 @@ pub fn handle(
                 mount.turns_closed();
             }
             match r {
-                Ok(turn) => Response::Turn { turn },
+                // What the hook tells the agent after every prompt: read
+                // here on the daemon's open index, so the hook process
+                // need not open it (a failure to read leaves the client
+                // to look itself).
+                Ok(turn) => match journal.with_index(|ix| ix.stopped_restore()) {
+                    Ok(stopped) => Response::Turn {
+                        turn,
+                        checked_rewind: true,
+                        stopped_rewind: stopped.map(|s| s.to_string()),
+                    },
+                    Err(_) => Response::Turn {
+                        turn,
+                        checked_rewind: false,
+                        stopped_rewind: None,
+                    },
+                },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),
@@ -196,7 +211,11 @@ pub fn handle(
             let r = journal.sandbox_turn(&excl, label.as_deref(), id.as_deref(), placeholder);
             drop(excl);
             match r {
-                Ok((turn, _)) => Response::Turn { turn },
+                Ok((turn, _)) => Response::Turn {
+                    turn,
+                    checked_rewind: false,
+                    stopped_rewind: None,
+                },
                 Err(e) => Response::Error {
                     kind: FailureKind::Failure,
                     message: e.to_string(),

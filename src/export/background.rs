@@ -41,10 +41,21 @@ pub fn spawn_background_then(
         // Made on the exporter's thread: a gix handle cannot move between
         // threads. Kept across runs (see `repo::Kept`).
         let mut kept = None;
+        // The index's read-only connection, likewise.
+        let mut index = None;
         Box::new(move || {
             commit();
             let options = super::ExportOptions::default();
-            match export_in(&state, None, &options, &mut |_| {}, &*commit, &mut kept) {
+            let run = export_in(
+                &state,
+                None,
+                &options,
+                &mut |_| {},
+                &*commit,
+                &mut kept,
+                &mut index,
+            );
+            match run {
                 Ok(r) => {
                     if r.baseline || !r.turns.is_empty() {
                         log::info!(

@@ -340,13 +340,16 @@ pub fn export_with(
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
-    export_in(state, git_dir, options, progress, commit, &mut None)
+    export_in(
+        state, git_dir, options, progress, commit, &mut None, &mut None,
+    )
 }
 
 /// [`export_with`] through the handle `kept` from the previous run (the
 /// background exporter's; see [`repo::Kept`]): used when still valid, and
-/// left for the next run after a run that succeeded. Errors as
-/// [`export_with`].
+/// left for the next run after a run that succeeded; likewise `index`,
+/// the read-only connection to the index (`docs/design.md` "The export
+/// keeps its repository open"). Errors as [`export_with`].
 fn export_in(
     state: &StateDir,
     git_dir: Option<&Path>,
@@ -354,6 +357,7 @@ fn export_in(
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
     kept: &mut Option<repo::Kept>,
+    index: &mut Option<Index>,
 ) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
@@ -366,7 +370,7 @@ fn export_in(
         state,
         (&git_dir, &lock),
         &repo,
-        &mut commits,
+        (&mut commits, index),
         options,
         progress,
         commit,
@@ -377,16 +381,47 @@ fn export_in(
 }
 
 /// The body of [`export_in`], under the export lock, with the repository
-/// open; `commits` is the cache of decoded commits, taken and given back.
+/// open; `commits` is the cache of decoded commits and `index` the index
+/// connection kept from an earlier run, each taken and given back (the
+/// connection only after a run that succeeded).
 #[allow(clippy::too_many_arguments)]
 fn export_locked(
     state: &StateDir,
     (git_dir, lock): (&Path, &ExportLock),
     repo: &gix::Repository,
-    commits: &mut CommitCache,
+    (commits, index): (&mut CommitCache, &mut Option<Index>),
     options: &ExportOptions,
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
+    start: Instant,
+) -> Result<ExportReport, ExportError> {
+    let opened = history::Opened::open_with(state, index.take(), Box::new(commit))?;
+    let report = export_opened(
+        state,
+        (git_dir, lock),
+        repo,
+        commits,
+        &opened,
+        options,
+        progress,
+        start,
+    );
+    if report.is_ok() {
+        *index = Some(opened.into_index());
+    }
+    report
+}
+
+/// [`export_locked`] with the history `opened`.
+#[allow(clippy::too_many_arguments)]
+fn export_opened(
+    state: &StateDir,
+    (git_dir, lock): (&Path, &ExportLock),
+    repo: &gix::Repository,
+    commits: &mut CommitCache,
+    opened: &history::Opened<'_>,
+    options: &ExportOptions,
+    progress: &mut dyn FnMut(Progress),
     start: Instant,
 ) -> Result<ExportReport, ExportError> {
     let git_dir = git_dir.to_path_buf();
@@ -400,7 +435,6 @@ fn export_locked(
         None => {}
     }
     let export_ignored = marker.exists();
-    let opened = history::Opened::open(state, Box::new(commit))?;
     let src = opened.sources();
     let mut ex = Exporter::new(repo, &git_dir, src);
     ex.commits = std::mem::take(commits);

@@ -328,7 +328,23 @@ impl<'c> Opened<'c> {
         state: &crate::store::StateDir,
         commit: Box<dyn Fn() + 'c>,
     ) -> Result<Opened<'c>, HistoryError> {
-        let index = Index::open_read_only(&state.index_path())?;
+        Opened::open_with(state, None, commit)
+    }
+
+    /// [`Opened::open`] reading through `index`, a read-only connection
+    /// to `state`'s index that an earlier [`Opened`] gave back
+    /// ([`Opened::into_index`]), when given: a long-lived reader (the
+    /// daemon's exporter) opens it once. Each query reads the index as it
+    /// is then. Errors as [`Opened::open`].
+    pub fn open_with(
+        state: &crate::store::StateDir,
+        index: Option<Index>,
+        commit: Box<dyn Fn() + 'c>,
+    ) -> Result<Opened<'c>, HistoryError> {
+        let index = match index {
+            Some(ix) if ix.path() == state.index_path() => ix,
+            _ => Index::open_read_only(&state.index_path())?,
+        };
         let blobs = BlobStore::open(&state.blobs_dir(), false).map_err(|source| {
             HistoryError::OpenBlobs {
                 dir: state.blobs_dir(),
@@ -346,6 +362,11 @@ impl<'c> Opened<'c> {
             commit,
             resolved: Resolved::default(),
         })
+    }
+
+    /// The index connection, for the next [`Opened::open_with`].
+    pub fn into_index(self) -> Index {
+        self.index
     }
 
     /// The sources to pass to history functions.

@@ -86,7 +86,7 @@ pub enum IntegrateError {
 
 /// Whether `command` is a hook command `opfs integrate` wrote: it runs a
 /// program named `opfs` (any path, quoted or not) with `hook` as its first
-/// argument.
+/// argument, or one named `opfs-hook`.
 pub fn is_opfs_hook(command: &str) -> bool {
     let command = command.trim_start();
     let (program, rest) = match command.strip_prefix('\'') {
@@ -99,6 +99,12 @@ pub fn is_opfs_hook(command: &str) -> bool {
             None => return false,
         },
     };
+    if Path::new(program)
+        .file_name()
+        .is_some_and(|n| n == "opfs-hook")
+    {
+        return true;
+    }
     let mut words = rest.split_whitespace();
     is_opfs_binary(program)
         && match words.next() {
@@ -168,6 +174,10 @@ pub fn is_opfs_binary(program: &str) -> bool {
 pub struct Server {
     /// The `opfs` binary.
     pub opfs: PathBuf,
+    /// The small hook binary `opfs-hook`, when it is installed beside
+    /// `opfs` (`docs/design.md`, "A small hook binary"): the prompt hook
+    /// runs it; `None`: the prompt hook runs `opfs hook`.
+    pub hook: Option<PathBuf>,
     /// Variables written into the MCP server's `env` (name, value): where
     /// opfs keeps its state and configuration when that is not the
     /// default place (`OPFS_HOME`, `OPFS_CONFIG`). The MCP SDKs start a
@@ -195,6 +205,15 @@ pub fn hook_command(opfs: &Path, agent: Agent) -> String {
         "{} hook --agent {agent}",
         shell_quote(&opfs.to_string_lossy())
     )
+}
+
+/// The prompt hook command `server` installs for `agent`: its small hook
+/// binary when it has one ([`Server::hook`]), else [`hook_command`].
+pub fn server_hook_command(server: &Server, agent: Agent) -> String {
+    match &server.hook {
+        Some(hook) => format!("{} --agent {agent}", shell_quote(&hook.to_string_lossy())),
+        None => hook_command(&server.opfs, agent),
+    }
 }
 
 /// The files `agent`'s user-level configuration lives in under `home`,
@@ -328,8 +347,8 @@ pub fn codex_trust_advice(config: &Path, trust: &CodexTrust) -> Option<String> {
     };
     Some(format!(
         "Codex skips opfs's hook in {}, which {why}, so Codex opens no opfs turns and says \
-         nothing: start `codex` in a terminal, type /hooks, select the opfs hook (`opfs hook \
-         --agent codex`, UserPromptSubmit) and trust it; Codex then records it as \
+         nothing: start `codex` in a terminal, type /hooks, select the opfs hook (`opfs-hook \
+         --agent codex` or `opfs hook --agent codex`, UserPromptSubmit) and trust it; Codex then records it as \
          [hooks.state.\"{key}\"] trusted_hash",
         config.display()
     ))
@@ -353,7 +372,7 @@ fn edit(
     before: Option<&str>,
 ) -> Result<Option<String>, String> {
     let opfs_s = server.opfs.to_string_lossy();
-    let hook = hook_command(&server.opfs, agent);
+    let hook = server_hook_command(server, agent);
     if agent == Agent::Codex {
         let text = before.unwrap_or("");
         let mut doc: DocumentMut = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
@@ -607,6 +626,9 @@ mod tests {
         assert!(!is_opfs_hook("audit.sh"));
         assert!(!is_opfs_hook("OPFS_PROJECT=/m /x/turn-hook.sh"));
         assert!(is_opfs_hook("/usr/bin/opfs worktree hook"));
+        assert!(is_opfs_hook("/usr/bin/opfs-hook --agent codex"));
+        assert!(is_opfs_hook("'/a b/opfs-hook' --agent gemini"));
+        assert!(!is_opfs_hook("/x/opfs-hooks --agent codex"));
         assert!(!is_opfs_hook("/usr/bin/opfs worktree create x"));
     }
 
@@ -650,6 +672,7 @@ mod tests {
     fn server(opfs: &str) -> Server {
         Server {
             opfs: PathBuf::from(opfs),
+            hook: None,
             env: Vec::new(),
         }
     }
@@ -658,6 +681,7 @@ mod tests {
     fn the_state_location_goes_into_the_servers_env() {
         let s = Server {
             opfs: PathBuf::from("/bin/opfs"),
+            hook: None,
             env: vec![("OPFS_HOME".into(), "/srv/opfs state".into())],
         };
         for (agent, role) in [

@@ -273,6 +273,21 @@ pub fn not_recorded_message(reason: &str) -> String {
     )
 }
 
+/// `opfs turn`'s reason why no turn was opened, as advice for the person
+/// behind an agent: the way out of `turn --allow-unmounted` is no choice
+/// a hook gives them (`opfs run` is).
+pub fn for_the_hook(reason: &str) -> String {
+    const TURN_ONLY: &str = ", or pass --allow-unmounted to open the turn in its state dir anyway";
+    match reason.find(TURN_ONLY) {
+        Some(at) => format!(
+            "{}, or start the agent with `opfs run AGENT` in the project{}",
+            &reason[..at],
+            &reason[at + TURN_ONLY.len()..]
+        ),
+        None => reason.to_string(),
+    }
+}
+
 /// The answer when no turn was opened (for `reason`): the message on
 /// stderr always; then, by default, exit 0 with `{"systemMessage": MSG}`
 /// on stdout and, for a known `agent`, [`not_recorded_context`] added to

@@ -158,25 +158,11 @@ fn open_turn(ctx: &Ctx, agent: Option<Agent>) -> Outcome {
         Ok(warning) => Outcome::Opened(Some(event.agent), warning),
         Err(e) => Outcome::NotOpened(
             Some(event.agent),
-            for_the_hook(
+            hook::for_the_hook(
                 &e.message
                     .unwrap_or_else(|| String::from_utf8_lossy(&notes).trim().to_string()),
             ),
         ),
-    }
-}
-
-/// `opfs turn`'s reason, as advice for the person behind an agent: the
-/// way out of `turn --allow-unmounted` is no choice a hook gives them.
-fn for_the_hook(reason: &str) -> String {
-    const TURN_ONLY: &str = ", or pass --allow-unmounted to open the turn in its state dir anyway";
-    match reason.find(TURN_ONLY) {
-        Some(at) => format!(
-            "{}, or start the agent with `opfs run AGENT` in the project{}",
-            &reason[..at],
-            &reason[at + TURN_ONLY.len()..]
-        ),
-        None => reason.to_string(),
     }
 }
 

@@ -64,8 +64,12 @@ pub fn run(ctx: &Ctx, a: &IntegrateArgs, out: &mut dyn Write) -> Result<(), Comm
             "--worktrees is for claude-code: only Claude Code has worktree hooks",
         ));
     }
+    let opfs = this_binary()?;
+    // The small hook binary, when it was installed beside this one.
+    let hook = Some(opfs.with_file_name("opfs-hook")).filter(|h| h.is_file());
     let server = config::Server {
-        opfs: this_binary()?,
+        opfs,
+        hook,
         env: server_env(ctx, &home),
     };
     if a.print {

@@ -38,8 +38,8 @@ pub fn run_within(
     if let Some(l) = limit {
         project = project.with_answer_limit(l);
     }
-    let (turn, via) = project
-        .turn_closing(
+    let (turn, via, checked) = project
+        .turn_checked(
             a.message.as_deref(),
             a.label.as_deref(),
             a.id.as_deref(),
@@ -67,7 +67,12 @@ pub fn run_within(
     } else {
         writeln!(out, "{turn}")?;
     }
-    let pending = super::rewind::pending_note(project.state());
+    // The daemon looked for a stopped rewind right after opening the turn
+    // (on its open index); only when it did not is the index opened here.
+    let pending = match checked {
+        Some(note) => note,
+        None => super::rewind::pending_note(project.state()),
+    };
     if let Some(note) = &pending {
         writeln!(err, "opfs: warning: {note}")?;
     }

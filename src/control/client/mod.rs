@@ -310,13 +310,35 @@ impl Project {
         id: Option<&str>,
         allow_direct: bool,
     ) -> Result<(u64, Via), ClientError> {
+        self.turn_checked(closing_label, label, id, allow_direct)
+            .map(|(turn, via, _)| (turn, via))
+    }
+
+    /// [`Project::turn_closing`], also returning what the daemon found,
+    /// right after it opened the turn, of a rewind that stopped half way:
+    /// `Some(None)` none, `Some(Some(note))` its note (as
+    /// [`crate::store::index::StoppedRestore`] displays it), `None` when it was
+    /// not looked for (a daemon that does not look, a failed look, a turn
+    /// opened directly): the caller then reads the index itself. Errors as
+    /// [`Project::turn_via`].
+    pub fn turn_checked(
+        &self,
+        closing_label: Option<&str>,
+        label: Option<&str>,
+        id: Option<&str>,
+        allow_direct: bool,
+    ) -> Result<(u64, Via, Option<Option<String>>), ClientError> {
         let req = Request::Turn {
             label: label.map(String::from),
             id: id.map(String::from),
             closing_label: closing_label.map(String::from),
         };
         match self.ask(&req)? {
-            Some(Response::Turn { turn }) => Ok((turn, Via::Daemon)),
+            Some(Response::Turn {
+                turn,
+                checked_rewind,
+                stopped_rewind,
+            }) => Ok((turn, Via::Daemon, checked_rewind.then_some(stopped_rewind))),
             Some(other) => Err(ClientError::from_answer(other)),
             None => {
                 let (journal, lock) = self.open_direct()?;
@@ -334,7 +356,7 @@ impl Project {
                             closing_label,
                         },
                     )
-                    .map(|turn| (turn, Via::Direct))
+                    .map(|turn| (turn, Via::Direct, None))
                     .map_err(|e| ClientError::Direct(e.to_string()))
             }
         }
@@ -358,7 +380,7 @@ impl Project {
             placeholder,
         };
         match self.ask(&req)? {
-            Some(Response::Turn { turn }) => Ok(turn),
+            Some(Response::Turn { turn, .. }) => Ok(turn),
             Some(other) => Err(ClientError::from_answer(other)),
             None => Err(ClientError::NotServed(self.state.project.clone())),
         }
