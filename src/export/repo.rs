@@ -36,20 +36,39 @@ pub(super) fn prepare(state: &StateDir, git_dir: &Path) -> Result<(), ExportErro
         init_atomically(git_dir)?;
     }
     let marker = git_dir.join(PROJECT_MARKER);
-    match std::fs::read(&marker) {
-        Ok(other) if other != project.as_os_str().as_bytes() => {
-            return Err(ExportError::Foreign {
-                git_dir: git_dir.to_path_buf(),
-                other: String::from_utf8_lossy(&other).into_owned(),
-                project: project.to_path_buf(),
-            })
-        }
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::write(&marker, project.as_os_str().as_bytes()).at(&marker)?;
-        }
-        Err(e) => return Err(e).at(&marker),
+    let mine = project.as_os_str().as_bytes();
+    let found = match std::fs::read(&marker) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match write_marker(git_dir, &marker, mine)
+        {
+            Ok(()) => return Ok(()),
+            // Another exporter (the daemon's, an `opfs export`) wrote it
+            // first: check what it wrote.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                std::fs::read(&marker).at(&marker)?
+            }
+            Err(e) => return Err(e).at(&marker),
+        },
+        r => r.at(&marker)?,
+    };
+    if found != mine {
+        return Err(ExportError::Foreign {
+            git_dir: git_dir.to_path_buf(),
+            other: String::from_utf8_lossy(&found).into_owned(),
+            project: project.to_path_buf(),
+        });
     }
+    Ok(())
+}
+
+/// Writes the marker whole or not at all: into a temporary file of
+/// `git_dir`, then linked to `marker` only if no marker exists (a reader
+/// never sees it empty or half-written; of two racing exporters one
+/// wins, the other gets `AlreadyExists`).
+fn write_marker(git_dir: &Path, marker: &Path, project: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut tmp = tempfile::NamedTempFile::new_in(git_dir)?;
+    tmp.write_all(project)?;
+    tmp.persist_noclobber(marker).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -240,4 +259,40 @@ fn init_atomically(git_dir: &Path) -> Result<(), ExportError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exporters racing on a fresh repository (the daemon's first export
+    /// and an `opfs export`) each find the marker whole: none takes the
+    /// repository for another project's.
+    #[test]
+    fn racing_exporters_never_see_a_partial_marker() {
+        for round in 0..100 {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let project = tmp.path().join("project");
+            std::fs::create_dir(&project).expect("project");
+            let state = StateDir::for_project(&tmp.path().join("home"), &project);
+            let git_dir = tmp.path().join("export.git");
+            // The repository made (its creation is atomic between
+            // processes, named by the pid); the marker not yet written.
+            init_atomically(&git_dir).expect("init");
+            std::thread::scope(|s| {
+                let racers: Vec<_> = (0..4)
+                    .map(|_| s.spawn(|| prepare(&state, &git_dir)))
+                    .collect();
+                for r in racers {
+                    if let Err(e) = r.join().expect("racer") {
+                        panic!("round {round}: {e}");
+                    }
+                }
+            });
+            assert_eq!(
+                std::fs::read(git_dir.join(PROJECT_MARKER)).expect("marker"),
+                project.as_os_str().as_bytes()
+            );
+        }
+    }
 }
