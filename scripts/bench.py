@@ -838,10 +838,10 @@ def main():
     ap.add_argument("--agent-seed", type=int, default=11)
     ap.add_argument("--agent-ways", default=",".join(bench_agent.WAYS))
     ap.add_argument("--wt-create-files", help="workload wt: tree sizes (empty files) of "
-                    "`worktree create` (default 1000,100000; quick 1000,10000)")
+                    "`worktree create` (default 1000,100000; quick 1000,10000; 0 leaves it out)")
     ap.add_argument("--wt-creates", type=int, default=5, help="workload wt: creates per size")
     ap.add_argument("--wt-files", help="workload wt: tree sizes of the reads in a worktree against "
-                    "the main mount (default 10000,60000; quick 3000)")
+                    "the main mount (default 10000,60000; quick 3000; 0 leaves it out)")
     ap.add_argument("--wt-eight-files", type=int,
                     help="workload wt: tree size of eight worktrees at once against one "
                          "(default 10000; quick 3000; 0 leaves it out)")
@@ -882,8 +882,8 @@ def main():
     a.tree_sizes = [int(x) for x in (a.tree_sizes or ("1000,10000" if q else "1000,10000,100000")).split(",")]
     a.agent_files = [int(x) for x in (a.agent_files or ("3000" if q else "3000,30000")).split(",")]
     a.agent_ways = a.agent_ways.split(",")
-    a.wt_create_files = [int(x) for x in (a.wt_create_files or ("1000,10000" if q else "1000,100000")).split(",") if x]
-    a.wt_files = [int(x) for x in (a.wt_files or ("3000" if q else "10000,60000")).split(",") if x]
+    a.wt_create_files = [int(x) for x in (a.wt_create_files or ("1000,10000" if q else "1000,100000")).split(",") if x and int(x)]
+    a.wt_files = [int(x) for x in (a.wt_files or ("3000" if q else "10000,60000")).split(",") if x and int(x)]
     if a.wt_eight_files is None:
         a.wt_eight_files = 3000 if q else 10000
     unknown = [w for w in a.agent_ways if w not in bench_agent.WAYS]
