@@ -65,6 +65,8 @@ def gen_text(root, n):
             with open(os.path.join(root, f"d{d}", f"f{i}.txt"), "w") as f:
                 f.write(" ".join(rng.choice(words) for _ in range(700)))
     B.sh(["git", "init", "-q", root])
+    # No `git gc --auto` left running in the background over the runs.
+    B.sh(["git", "-C", root, "config", "gc.auto", "0"])
     B.sh(["git", "-C", root, "add", "-A"])
     B.sh(["git", "-C", root, "-c", "user.email=b@b", "-c", "user.name=bench", "commit", "-qm", "tree"])
 
@@ -136,6 +138,16 @@ GREP = ["grep", "-r", "--exclude-dir=.git", "zzz", "."]
 STATUS = ["git", "status", "--porcelain"]
 
 
+def drop(path):
+    """Removes a backing tree, again if something still writing in it
+    refilled a folder."""
+    for _ in range(10):
+        if B.sh(["rm", "-rf", path], check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    B.rmtree(path)
+
+
 def med(v):
     return round(statistics.median(v), 2)
 
@@ -179,7 +191,7 @@ def create(suite, n):
             o.cli("worktree", "discard", name)
     finally:
         o.umount()
-        B.rmtree(backing)
+        drop(backing)
     r = {"runs": runs, "median_wall_ms": med([x["wall_ms"] for x in runs]),
          "median_cpu_ms": med([x["cpu_ms"] for x in runs]), "cold_ls_R": ls}
     B.log(f"  wt create {n}: median {r['median_wall_ms']} ms wall, {r['median_cpu_ms']} ms cpu; "
@@ -214,7 +226,7 @@ def reads(suite, n):
             o.cli("worktree", "discard", f"r{r}")
         finally:
             o.umount()
-    B.rmtree(backing)
+    drop(backing)
     out = {}
     for way, res in by_way.items():
         m = {k: med(v) for k, v in res.items()}
@@ -288,7 +300,7 @@ def eight(suite, n):
                     o.cli("worktree", "discard", f"e{r}-{count}-{i}")
     finally:
         o.umount()
-        B.rmtree(backing)
+        drop(backing)
 
     def mean_of(key, rows_):
         xs = [x for row in rows_ for x in row.get(key, [])]
