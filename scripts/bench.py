@@ -54,13 +54,15 @@ import shlex
 import bench_agent
 import bench_floor
 import bench_reqs
+import bench_worktrees
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ["plain", "opfs", "bindfs", "overlay"]
 # Results that are not a row of the layer tables: opfs against the tools
 # used without it (8-10), the agent session (11), and the opfs-only
-# measurements run by name (`--only export,gc-pause`).
-OWN = ("8", "9", "10", "11", "export", "gc-pause")
+# measurements run by name (`--only export,gc-pause`), and the
+# worktrees (`wt`, bench_worktrees.py).
+OWN = ("8", "9", "10", "11", "wt", "export", "gc-pause")
 
 
 def log(msg):
@@ -707,7 +709,8 @@ class Suite:
         return ((self.table_of("median_s", "Wall time, median (ratio to plain)") + "\n"
                  + self.table_of("median_cpu_s", "CPU time of the workload plus the FUSE daemon, median (ratio to plain)")
                  + self.table_requests()
-                 if main else "") + self.table_89_10() + bench_agent.table(self.results))
+                 if main else "") + self.table_89_10() + bench_agent.table(self.results)
+                + bench_worktrees.table(self.results))
 
     def table_requests(self):
         """FUSE requests per run (median of the runs' totals), when counted."""
@@ -834,6 +837,15 @@ def main():
     ap.add_argument("--agent-turns", type=int, default=6)
     ap.add_argument("--agent-seed", type=int, default=11)
     ap.add_argument("--agent-ways", default=",".join(bench_agent.WAYS))
+    ap.add_argument("--wt-create-files", help="workload wt: tree sizes (empty files) of "
+                    "`worktree create` (default 1000,100000; quick 1000,10000; 0 leaves it out)")
+    ap.add_argument("--wt-creates", type=int, default=5, help="workload wt: creates per size")
+    ap.add_argument("--wt-files", help="workload wt: tree sizes of the reads in a worktree against "
+                    "the main mount (default 10000,60000; quick 3000; 0 leaves it out)")
+    ap.add_argument("--wt-eight-files", type=int,
+                    help="workload wt: tree size of eight worktrees at once against one "
+                         "(default 10000; quick 3000; 0 leaves it out)")
+    ap.add_argument("--wt-agents", type=int, default=8, help="workload wt: worktrees at once")
     ap.add_argument("--requests", action="store_true",
                     help="workloads 1, 4-7 and 11 also count each FUSE layer's requests by opcode "
                          "(bench_reqs.py; costs CPU per request: take times from a run without it)")
@@ -870,6 +882,10 @@ def main():
     a.tree_sizes = [int(x) for x in (a.tree_sizes or ("1000,10000" if q else "1000,10000,100000")).split(",")]
     a.agent_files = [int(x) for x in (a.agent_files or ("3000" if q else "3000,30000")).split(",")]
     a.agent_ways = a.agent_ways.split(",")
+    a.wt_create_files = [int(x) for x in (a.wt_create_files or ("1000,10000" if q else "1000,100000")).split(",") if x and int(x)]
+    a.wt_files = [int(x) for x in (a.wt_files or ("3000" if q else "10000,60000")).split(",") if x and int(x)]
+    if a.wt_eight_files is None:
+        a.wt_eight_files = 3000 if q else 10000
     unknown = [w for w in a.agent_ways if w not in bench_agent.WAYS]
     if unknown:
         ap.error(f"--agent-ways: unknown way(s) {', '.join(unknown)}; "
@@ -897,6 +913,7 @@ def main():
     steps = [("1", s.w1_untar), ("2", s.w23_git_grep), ("4", s.w4_build), ("5", s.w5_rm),
              ("6", s.w6_meta), ("7", s.w7_large), ("8", s.w89_turn_rewind), ("10", s.w10_store),
              ("11", lambda: bench_agent.w11_agent(s, sys.modules[__name__])),
+             ("wt", lambda: bench_worktrees.w_worktrees(s, sys.modules[__name__])),
              ("export", s.w_export), ("gc-pause", s.w_gc_pause)]
     try:
         for key, fn in steps:
