@@ -218,16 +218,24 @@ impl World {
     /// `opfs integrate AGENT` run by a copy of opfs the sandbox shows (a
     /// hard link beside the world when the build lies under /tmp, which
     /// is private inside the sandbox), so that the hook and MCP entries it
-    /// writes can run inside `opfs run`.
+    /// writes can run inside `opfs run`. The small hook binary
+    /// (`opfs-hook`) is linked beside it too, so that the installed prompt
+    /// hook is the one a user's install gets.
     fn integrate_visible(&self, agent: &str) {
         let opfs = if Path::new(OPFS).canonicalize().unwrap().starts_with("/tmp") {
-            let copy = self.root.join("opfs");
-            if !copy.exists() {
-                std::fs::hard_link(OPFS, &copy)
-                    .or_else(|_| std::fs::copy(OPFS, &copy).map(|_| ()))
-                    .unwrap();
+            let built_hook = Path::new(OPFS).with_file_name("opfs-hook");
+            for (from, name) in [
+                (Path::new(OPFS), "opfs"),
+                (built_hook.as_path(), "opfs-hook"),
+            ] {
+                let copy = self.root.join(name);
+                if !copy.exists() {
+                    std::fs::hard_link(from, &copy)
+                        .or_else(|_| std::fs::copy(from, &copy).map(|_| ()))
+                        .unwrap();
+                }
             }
-            copy
+            self.root.join("opfs")
         } else {
             PathBuf::from(OPFS)
         };
@@ -387,6 +395,10 @@ fn claude_code_through_its_preset() {
     // for the prompt and takes over the run's (empty) turn labelled with
     // that prompt, so each prompt stays one turn, not two.
     w.integrate_visible("claude-code");
+    // The prompt hook installed is the small binary, as a user's is.
+    let settings = std::fs::read_to_string(w.pinned.home.join(".claude/settings.json"))
+        .expect("Claude Code's settings after opfs integrate");
+    assert!(settings.contains("opfs-hook"), "{settings}");
     let server = ModelServer::start(&w.root, &script(&w));
     let env = [
         ("ANTHROPIC_BASE_URL", server.url()),

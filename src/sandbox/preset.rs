@@ -101,7 +101,8 @@ impl Agent {
 /// is in `agent`'s user settings under `user_home`: Claude Code's
 /// `~/.claude/settings.json`, Codex's `~/.codex/config.toml`, Gemini
 /// CLI's `~/.gemini/settings.json` (a handler whose command runs `opfs
-/// hook`); aider has no hooks. A file that cannot be read has none.
+/// hook` or the small binary `opfs-hook`); aider has no hooks. A file
+/// that cannot be read has none.
 pub fn hook_installed(agent: Agent, user_home: &Path) -> bool {
     hook_lines(agent, user_home).next().is_some()
 }
@@ -115,7 +116,9 @@ pub fn hook_unreachable_inside(agent: Agent, user_home: &Path) -> bool {
     lines.peek().is_some() && lines.all(|l| l.contains("\"/tmp/"))
 }
 
-/// The lines of `agent`'s user settings that run `opfs hook --agent`.
+/// The lines of `agent`'s user settings that run opfs's prompt hook:
+/// `opfs hook --agent`, or the small binary `opfs-hook --agent` that
+/// `opfs integrate` installs when it sits beside `opfs`.
 fn hook_lines(agent: Agent, user_home: &Path) -> impl Iterator<Item = String> {
     let file = match agent {
         Agent::Claude => Some(".claude/settings.json"),
@@ -127,10 +130,25 @@ fn hook_lines(agent: Agent, user_home: &Path) -> impl Iterator<Item = String> {
         .and_then(|f| std::fs::read_to_string(user_home.join(f)).ok())
         .unwrap_or_default();
     text.lines()
-        .filter(|l| l.contains("opfs") && l.contains(" hook --agent"))
+        .filter(|l| runs_the_hook(l))
         .map(str::to_string)
         .collect::<Vec<_>>()
         .into_iter()
+}
+
+/// True when a settings line runs `opfs hook --agent` or `opfs-hook
+/// --agent` (the program's path possibly quoted).
+fn runs_the_hook(line: &str) -> bool {
+    if line.contains("opfs") && line.contains(" hook --agent") {
+        return true;
+    }
+    line.contains("--agent")
+        && line.match_indices("opfs-hook").any(|(i, m)| {
+            matches!(
+                line[i + m.len()..].chars().next(),
+                Some(' ' | '\'' | '"' | '\\')
+            )
+        })
 }
 
 /// What a preset adds to a run.
@@ -564,6 +582,22 @@ mod tests {
         settings("/tmp/build/opfs");
         assert!(hook_installed(Agent::Claude, home));
         assert!(hook_unreachable_inside(Agent::Claude, home));
+        // The small hook binary `opfs integrate` installs beside `opfs`.
+        let small = |program: &str| {
+            let text = format!(
+                "{{\"hooks\": {{\"UserPromptSubmit\": [{{\"hooks\": [\n  {{\"type\": \"command\", \"command\": \"{program} --agent claude-code\"}}]}}]}}}}\n"
+            );
+            std::fs::write(home.join(".claude/settings.json"), text).unwrap();
+        };
+        small("/usr/local/bin/opfs-hook");
+        assert!(hook_installed(Agent::Claude, home));
+        assert!(!hook_unreachable_inside(Agent::Claude, home));
+        small("'/a b/opfs-hook'");
+        assert!(hook_installed(Agent::Claude, home));
+        small("/tmp/build/opfs-hook");
+        assert!(hook_unreachable_inside(Agent::Claude, home));
+        small("/usr/local/bin/opfs-hooks");
+        assert!(!hook_installed(Agent::Claude, home));
     }
 
     #[test]
