@@ -772,3 +772,82 @@ fn export_of_a_small_turn_starts_no_git_process() {
     );
     assert_tree(&git_dir, "refs/opfs/turns/2", &end2);
 }
+
+/// A `.gitmodules` (or an alias of it) or a `.gitattributes` that a remote
+/// checking what it receives would refuse (`receive.fsckObjects`, as
+/// GitHub, GitLab and Gitea do) is left out of the export and listed in
+/// `skipped`, so the history still passes `git fsck --strict` and can be
+/// pushed; a sound `.gitmodules` is exported as it is.
+#[test]
+fn files_git_fsck_refuses_are_left_out_and_the_history_stays_pushable() {
+    let f = Fixture::new(|p| fs::write(p.join("README"), "r\n").unwrap(), &[]);
+    let sound = "[submodule \"lib\"]\n\tpath = lib\n\turl = https://example.com/lib.git\n";
+    fs::write(f.m(".gitmodules"), sound).unwrap();
+    fs::create_dir(f.m("a")).unwrap();
+    fs::write(
+        f.m("a/.gitmodules"),
+        "[submodule \"../../x\"]\n\tpath = x\n\turl = -u./payload\n",
+    )
+    .unwrap();
+    fs::create_dir(f.m("b")).unwrap();
+    fs::write(
+        f.m("b/.GITMODULES"),
+        "[submodule \"y\"]\n\tpath = y\n\turl = \"-oProxyCommand=x\"\n",
+    )
+    .unwrap();
+    fs::write(
+        f.m("b/.gitattributes"),
+        format!("*.x {}\n", "a".repeat(3000)),
+    )
+    .unwrap();
+    fs::write(f.m("b/notes.txt"), "[submodule \"../../x\"]\n").unwrap();
+    f.turn("t");
+    let git_dir = f.root().join("shadow.git");
+    let report = json(&f.ok(&["export", "--git-dir", git_dir.to_str().unwrap(), "--json"]));
+    let mut skipped: Vec<String> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    skipped.sort();
+    skipped.dedup();
+    assert_eq!(
+        skipped,
+        ["a/.gitmodules", "b/.GITMODULES", "b/.gitattributes"],
+        "{report:#}"
+    );
+    let tree = git_manifest(&git_dir, "HEAD");
+    assert_eq!(tree[b".gitmodules".as_slice()].1, sound.as_bytes());
+    assert!(tree.contains_key(b"b/notes.txt".as_slice()));
+    for left in ["a/.gitmodules", "b/.GITMODULES", "b/.gitattributes"] {
+        assert!(!tree.contains_key(left.as_bytes()), "{left} exported");
+    }
+    // What the remote runs on a push.
+    let fsck = git(&git_dir, &["fsck", "--strict", "--no-dangling"]);
+    assert!(
+        fsck.status.success() && fsck.stderr.is_empty(),
+        "git fsck --strict: {}{}",
+        stderr(&fsck),
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    // And a bare repository that checks what it receives takes the push.
+    let remote = f.root().join("checked.git");
+    let init = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    git_ok(&remote, &["config", "receive.fsckObjects", "true"]);
+    let push = git(
+        &git_dir,
+        &[
+            "push",
+            "-q",
+            remote.to_str().unwrap(),
+            "refs/heads/opfs:refs/heads/opfs",
+        ],
+    );
+    assert!(push.status.success(), "push refused: {}", stderr(&push));
+}

@@ -100,6 +100,87 @@ pub(super) fn excluded(path: &[u8], symlink: bool) -> bool {
     false
 }
 
+/// True when a tree entry named `name` is `.gitmodules` or one of its
+/// NTFS/HFS aliases, as `git fsck` sees it (gix refuses such a name for a
+/// symlink only).
+fn is_dot_gitmodules(name: &[u8]) -> bool {
+    use gix::validate::path::component::{Mode, Options};
+    let opts = Options {
+        protect_windows: false,
+        protect_hfs: true,
+        protect_ntfs: true,
+    };
+    gix::validate::path::component(name.as_bstr(), None, opts).is_ok()
+        && gix::validate::path::component(name.as_bstr(), Some(Mode::Symlink), opts).is_err()
+}
+
+/// The longest line of a `.gitattributes` that `git fsck` accepts
+/// (`gitattributesLineLength`).
+const GITATTRIBUTES_MAX_LINE: usize = 2048;
+
+/// Why a remote that checks what it receives (`receive.fsckObjects`, as
+/// GitHub, GitLab and Gitea do) would refuse the file at `path` holding
+/// `data`, or None. `git fsck` reads every blob named `.gitmodules` (or an
+/// alias) as git configuration and refuses a submodule name with a `..`
+/// component, a `url` or `path` that reads as a command-line option (or a
+/// `url` with a newline), and an `update = !command`; it refuses a
+/// `.gitattributes` line over 2,048 bytes. A `.gitmodules` git cannot
+/// parse is only noted by fsck, so it is kept. Such a file in one turn
+/// would make every later push of the history refused, so the export
+/// leaves it out (listed in `skipped`).
+pub(super) fn fsck_refuses(path: &[u8], data: &[u8]) -> Option<&'static str> {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    if name.eq_ignore_ascii_case(b".gitattributes") {
+        return data
+            .split(|&b| b == b'\n')
+            .any(|l| l.len() > GITATTRIBUTES_MAX_LINE)
+            .then_some("a .gitattributes line over 2,048 bytes");
+    }
+    if !is_dot_gitmodules(name) {
+        return None;
+    }
+    let Ok(file) = gix::config::File::from_bytes_no_includes(
+        data,
+        gix::config::file::Metadata::api(),
+        Default::default(),
+    ) else {
+        return None;
+    };
+    let option = |v: &[u8]| v.first() == Some(&b'-');
+    for section in file.sections() {
+        if !section.header().name().eq_ignore_ascii_case(b"submodule") {
+            continue;
+        }
+        let Some(sub) = section.header().subsection_name() else {
+            continue;
+        };
+        if gix::validate::submodule::name(sub).is_err() {
+            return Some("a submodule name git refuses (a `..` component)");
+        }
+        let body = section.body();
+        for url in body.values("url") {
+            if option(&url)
+                || url.contains(&b'\n')
+                || url.find(b"%0a").is_some()
+                || url.find(b"%0A").is_some()
+            {
+                return Some("a submodule url git refuses (an option or a newline)");
+            }
+        }
+        for p in body.values("path") {
+            if option(&p) {
+                return Some("a submodule path git refuses (an option)");
+            }
+        }
+        for u in body.values("update") {
+            if u.first() == Some(&b'!') {
+                return Some("a submodule update command");
+            }
+        }
+    }
+    None
+}
+
 fn components(path: &[u8]) -> impl Iterator<Item = &BStr> {
     path.split(|&b| b == b'/').map(|c| c.as_bstr())
 }
@@ -170,6 +251,21 @@ impl Exporter<'_> {
                 } else {
                     EntryKind::Blob
                 };
+                if *size < POINTER_MIN && self.fsck_checked(path) {
+                    let data = match (&v.bytes, self.fetch) {
+                        (Some(bytes), _) => bytes.clone(),
+                        (None, Some(fetch)) => fetch(path, &v.state)?,
+                        (None, None) => self.src.blob(blob).blob_of(path)?,
+                    };
+                    if let Some(why) = fsck_refuses(path, &data) {
+                        log::warn!(
+                            "export: {} left out: {why}; a remote that checks what it receives would refuse every later push",
+                            paths::display(path)
+                        );
+                        self.skipped.push(paths::display(path));
+                        return Ok(GitState::Absent);
+                    }
+                }
                 let id = match (&v.bytes, self.known.get(blob)) {
                     (_, Some(id)) => *id,
                     // A large file is a pointer (its bytes stay in opfs);
@@ -188,6 +284,13 @@ impl Exporter<'_> {
                 GitState::Leaf(kind, id)
             }
         })
+    }
+
+    /// True when `path`'s content is checked by [`fsck_refuses`] (a
+    /// `.gitmodules` or `.gitattributes` by its name).
+    fn fsck_checked(&self, path: &[u8]) -> bool {
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        name.eq_ignore_ascii_case(b".gitattributes") || is_dot_gitmodules(name)
     }
 
     /// Sets `path` to `state` in `editor`: a leaf is upserted, an absent
