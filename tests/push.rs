@@ -1471,11 +1471,16 @@ fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_c
     for url in [
         "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
         "https://127.0.0.1:1/x.git?private_token=SECRETTOKEN123",
+        // git's `<transport>::<address>` form: refused as a whole.
+        "https::https://SECRETTOKEN123@127.0.0.1:1/x.git",
     ] {
         let run = f.opfs_c(&["push", url]);
         assert_eq!(run.code, Some(2), "{run}");
         assert!(run.stderr.contains("the REMOTE argument"), "{run}");
-        assert!(run.stderr.contains("credential helper"), "{run}");
+        assert!(
+            run.stderr.contains("credential helper") || run.stderr.contains("::<address>' form"),
+            "{run}"
+        );
         assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
         for args in [
             vec!["remote", "list", url],
@@ -1498,6 +1503,17 @@ fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_c
     let config = f.pinned.config.display().to_string();
     assert!(run.stderr.contains(&config), "{run}");
     assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+    configure(
+        &f,
+        "https::https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "m",
+        true,
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(run.stderr.contains("::<address>' form"), "{run}");
     assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
     // A bucket endpoint with a key in it, likewise.
     configure(&f, &url_on(free_port()), "m", true);
