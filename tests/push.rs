@@ -1618,6 +1618,55 @@ fn bidi_and_other_format_characters_from_a_remote_are_printed_escaped() {
 }
 
 #[test]
+fn remote_list_reads_a_bounded_start_of_each_message_and_prints_a_bounded_subject() {
+    let f = Fixture::new();
+    let repo = f.root().join("big.git");
+    git_at(f.root(), &["init", "-q", "--bare", "big.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    // A description followed by 4 MiB, and a subject of 4 MiB on one line.
+    let big = "A".repeat(4 << 20);
+    let desc = f.root().join("desc.txt");
+    std::fs::write(
+        &desc,
+        format!("opfs project /p/x\n\nopfs-project: /p/x\nopfs-machine: m\n{big}\n"),
+    )
+    .expect("write");
+    let subject = f.root().join("subject.txt");
+    std::fs::write(&subject, format!("Turn 1: {big}\n\nbody\n")).expect("write");
+    let path = |p: &Path| p.display().to_string();
+    let project = git_at(&repo, &["commit-tree", tree.trim(), "-F", &path(&desc)]);
+    let turn = git_at(&repo, &["commit-tree", tree.trim(), "-F", &path(&subject)]);
+    let ns = "refs/opfs/m/0123456789abcdef";
+    git_at(
+        &repo,
+        &["update-ref", &format!("{ns}/project"), project.trim()],
+    );
+    git_at(
+        &repo,
+        &["update-ref", &format!("{ns}/turns/1"), turn.trim()],
+    );
+    let url = path(&repo);
+    let run = f.opfs(&["remote", "list", &url]).ok();
+    assert!(run.stdout.contains("/p/x"), "{run}");
+    let run = f.opfs(&["remote", "list", &url, "m/0123456789abcdef"]).ok();
+    assert!(
+        run.stdout.contains("Turn 1: AAAA"),
+        "{}",
+        &run.stdout[..300]
+    );
+    for line in run.stdout.lines() {
+        assert!(line.chars().count() < 400, "a line of {} bytes", line.len());
+    }
+    assert!(run.stdout.contains("A…"), "{}", &run.stdout[..300]);
+    let json = f
+        .opfs(&["--json", "remote", "list", &url, "m/0123456789abcdef"])
+        .ok()
+        .json();
+    let listed = json[0]["subject"].as_str().expect("subject");
+    assert_eq!(listed.chars().count(), 201, "{}", &listed[..100]);
+}
+
+#[test]
 fn suggested_commands_quote_a_path_with_a_space_and_a_url_with_an_ampersand() {
     let f = Fixture::new();
     write_file(&f.p("a.txt"), b"a\n", 0o644);
