@@ -389,6 +389,62 @@ fn a_clash_in_the_namespace_is_refused_named_and_nothing_is_lost() {
 }
 
 #[test]
+fn after_a_clash_with_a_fresh_home_is_fixed_as_said_every_ref_is_pushed_again() {
+    let Some(d) = GitDaemon::start() else { return };
+    let mut f = Fixture::new();
+    configure(&f, &d.url(), "mf", false);
+    f.mount();
+    write_file(&f.m("f.txt"), b"f\n", 0o644);
+    f.turn("f");
+    f.opfs_c(&["push"]).ok();
+    f.umount();
+    let ns = namespace(&f, "mf");
+    // The same project, same machine name, with a fresh state dir.
+    let fresh = f.root().join("home2");
+    std::fs::create_dir(&fresh).expect("mkdir");
+    f.home = fresh.clone();
+    f.pinned.opfs_home = fresh;
+    f.mount();
+    write_file(&f.m("g.txt"), b"g\n", 0o644);
+    f.turn("g");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "clash");
+    // The fix the message gives, run as printed.
+    let command = run
+        .stderr
+        .split("delete all of ")
+        .nth(1)
+        .and_then(|t| t.split_once(" there: "))
+        .and_then(|(_, t)| t.split_once("; nothing was lost"))
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_else(|| panic!("no delete command in: {run}"));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(f.root())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("sh");
+    assert!(out.status.success(), "{command}: {out:?}");
+    assert!(
+        ls_remote(&d.url()).keys().all(|r| !r.starts_with(&ns)),
+        "{command}"
+    );
+    f.opfs_c(&["push"]).ok();
+    let refs = ls_remote(&d.url());
+    for r in ["project", "head", "baseline", "turns/1"] {
+        assert!(refs.contains_key(&format!("{ns}/{r}")), "{r}: {refs:?}");
+    }
+    let list = f.opfs(&["remote", "list", &d.url()]).ok();
+    assert!(
+        list.stdout.contains(&f.project.display().to_string()),
+        "{list}"
+    );
+}
+
+#[test]
 fn a_pusher_killed_after_the_remote_took_its_push_is_resumed_after_a_rewrite() {
     let Some(d) = GitDaemon::start() else { return };
     let f = Fixture::new();

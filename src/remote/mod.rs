@@ -263,7 +263,7 @@ fn remote_ref(ns: &str, local: &str) -> Option<String> {
 /// After `Ok`, the remote holds every pushed ref and `push.json` says so.
 /// After `Err`, the remote holds all of them or none (atomic), the local
 /// history and export are untouched, and `push.json` records the failure
-/// (for `opfs status`); a push killed midway leaves the remote with all
+/// (for `opfs status`) and keeps the leases of the last success; a push killed midway leaves the remote with all
 /// or none of its refs too, and the next push finds them (a ref already
 /// holding a commit of the export is taken as pushed).
 ///
@@ -315,6 +315,11 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         None => info_commit(&git_dir, target, state, git)?,
     };
     wanted.insert(info_ref, info);
+    // The leases as the last success left them: a failed attempt records
+    // none of what it learnt ([`adopt`] may take a remote ref as pushed,
+    // and a ref deleted on the remote since, as a clash's fix says, would
+    // then never be pushed again).
+    let leases = rs.pushed.clone();
     let mut uploaded = pointers::Uploaded::default();
     let mut result = Err(PushError::Unreachable {
         remote: target.url.clone(),
@@ -456,6 +461,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             })
         }
         Err(e) => {
+            rs.pushed = leases;
             let f = rs.failure.get_or_insert(state::Failure {
                 since_ms: now,
                 ..Default::default()
