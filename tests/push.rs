@@ -1837,6 +1837,8 @@ fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_
     let turn = f.turn("t2") - 1;
     let run = f.opfs_c(&["push"]).ok();
     assert!(run.stdout.contains("was unreadable: set aside as"), "{run}");
+    // The new turn and head sent; the refs the remote held, adopted.
+    assert!(run.stdout.contains("pushed 2 ref(s), adopted "), "{run}");
     let refs = ls_remote(&repo.display().to_string());
     assert!(
         refs.contains_key(&format!("refs/opfs/{ns}/turns/{turn}")),
@@ -1862,9 +1864,20 @@ fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_
         warnings.contains(&aside[0].display().to_string()),
         "{warnings}"
     );
+    // Set aside again with nothing new: every ref adopted, none said
+    // to be pushed.
+    std::fs::write(&path, b"{1: 2").expect("corrupt push.json");
+    let run = f.opfs_c(&["push"]).ok();
+    assert!(run.stdout.contains("adopted "), "{run}");
+    assert!(run.stdout.contains("nothing sent"), "{run}");
+    assert!(
+        !run.stdout.lines().any(|l| l.starts_with("pushed ")),
+        "{run}"
+    );
     // Up to date afterwards: nothing left to adopt.
     let r = f.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["up_to_date"], true, "{r:#}");
+    assert_eq!(r["adopted"], 0, "{r:#}");
 }
 
 /// A bare repository `name` in `dir` whose every hook, and whose
