@@ -389,6 +389,62 @@ fn a_clash_in_the_namespace_is_refused_named_and_nothing_is_lost() {
 }
 
 #[test]
+fn after_a_clash_with_a_fresh_home_is_fixed_as_said_every_ref_is_pushed_again() {
+    let Some(d) = GitDaemon::start() else { return };
+    let mut f = Fixture::new();
+    configure(&f, &d.url(), "mf", false);
+    f.mount();
+    write_file(&f.m("f.txt"), b"f\n", 0o644);
+    f.turn("f");
+    f.opfs_c(&["push"]).ok();
+    f.umount();
+    let ns = namespace(&f, "mf");
+    // The same project, same machine name, with a fresh state dir.
+    let fresh = f.root().join("home2");
+    std::fs::create_dir(&fresh).expect("mkdir");
+    f.home = fresh.clone();
+    f.pinned.opfs_home = fresh;
+    f.mount();
+    write_file(&f.m("g.txt"), b"g\n", 0o644);
+    f.turn("g");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert_eq!(push_status(&f, &d.url())["failure"]["kind"], "clash");
+    // The fix the message gives, run as printed.
+    let command = run
+        .stderr
+        .split("delete all of ")
+        .nth(1)
+        .and_then(|t| t.split_once(" there: "))
+        .and_then(|(_, t)| t.split_once("; nothing was lost"))
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_else(|| panic!("no delete command in: {run}"));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(f.root())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("sh");
+    assert!(out.status.success(), "{command}: {out:?}");
+    assert!(
+        ls_remote(&d.url()).keys().all(|r| !r.starts_with(&ns)),
+        "{command}"
+    );
+    f.opfs_c(&["push"]).ok();
+    let refs = ls_remote(&d.url());
+    for r in ["project", "head", "baseline", "turns/1"] {
+        assert!(refs.contains_key(&format!("{ns}/{r}")), "{r}: {refs:?}");
+    }
+    let list = f.opfs(&["remote", "list", &d.url()]).ok();
+    assert!(
+        list.stdout.contains(&f.project.display().to_string()),
+        "{list}"
+    );
+}
+
+#[test]
 fn a_pusher_killed_after_the_remote_took_its_push_is_resumed_after_a_rewrite() {
     let Some(d) = GitDaemon::start() else { return };
     let f = Fixture::new();
@@ -1471,11 +1527,16 @@ fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_c
     for url in [
         "https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
         "https://127.0.0.1:1/x.git?private_token=SECRETTOKEN123",
+        // git's `<transport>::<address>` form: refused as a whole.
+        "https::https://SECRETTOKEN123@127.0.0.1:1/x.git",
     ] {
         let run = f.opfs_c(&["push", url]);
         assert_eq!(run.code, Some(2), "{run}");
         assert!(run.stderr.contains("the REMOTE argument"), "{run}");
-        assert!(run.stderr.contains("credential helper"), "{run}");
+        assert!(
+            run.stderr.contains("credential helper") || run.stderr.contains("::<address>' form"),
+            "{run}"
+        );
         assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
         for args in [
             vec!["remote", "list", url],
@@ -1498,6 +1559,17 @@ fn a_token_in_a_remote_url_is_refused_at_push_mount_and_remote_naming_where_it_c
     let config = f.pinned.config.display().to_string();
     assert!(run.stderr.contains(&config), "{run}");
     assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
+    configure(
+        &f,
+        "https::https://ghp_SECRETTOKEN123@127.0.0.1:1/x.git",
+        "m",
+        true,
+    );
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains(".push] remote"), "{run}");
+    assert!(run.stderr.contains("::<address>' form"), "{run}");
     assert!(!run.stderr.contains("SECRETTOKEN123"), "{run}");
     // A bucket endpoint with a key in it, likewise.
     configure(&f, &url_on(free_port()), "m", true);
@@ -1599,6 +1671,55 @@ fn bidi_and_other_format_characters_from_a_remote_are_printed_escaped() {
     }
     // The path, from the project's description: the character replaced.
     assert!(run.stdout.contains("/home/u/\u{fffd}gpj.exe"), "{run}");
+}
+
+#[test]
+fn remote_list_reads_a_bounded_start_of_each_message_and_prints_a_bounded_subject() {
+    let f = Fixture::new();
+    let repo = f.root().join("big.git");
+    git_at(f.root(), &["init", "-q", "--bare", "big.git"]);
+    let tree = git_at(&repo, &["hash-object", "-w", "-t", "tree", "/dev/null"]);
+    // A description followed by 4 MiB, and a subject of 4 MiB on one line.
+    let big = "A".repeat(4 << 20);
+    let desc = f.root().join("desc.txt");
+    std::fs::write(
+        &desc,
+        format!("opfs project /p/x\n\nopfs-project: /p/x\nopfs-machine: m\n{big}\n"),
+    )
+    .expect("write");
+    let subject = f.root().join("subject.txt");
+    std::fs::write(&subject, format!("Turn 1: {big}\n\nbody\n")).expect("write");
+    let path = |p: &Path| p.display().to_string();
+    let project = git_at(&repo, &["commit-tree", tree.trim(), "-F", &path(&desc)]);
+    let turn = git_at(&repo, &["commit-tree", tree.trim(), "-F", &path(&subject)]);
+    let ns = "refs/opfs/m/0123456789abcdef";
+    git_at(
+        &repo,
+        &["update-ref", &format!("{ns}/project"), project.trim()],
+    );
+    git_at(
+        &repo,
+        &["update-ref", &format!("{ns}/turns/1"), turn.trim()],
+    );
+    let url = path(&repo);
+    let run = f.opfs(&["remote", "list", &url]).ok();
+    assert!(run.stdout.contains("/p/x"), "{run}");
+    let run = f.opfs(&["remote", "list", &url, "m/0123456789abcdef"]).ok();
+    assert!(
+        run.stdout.contains("Turn 1: AAAA"),
+        "{}",
+        &run.stdout[..300]
+    );
+    for line in run.stdout.lines() {
+        assert!(line.chars().count() < 400, "a line of {} bytes", line.len());
+    }
+    assert!(run.stdout.contains("A…"), "{}", &run.stdout[..300]);
+    let json = f
+        .opfs(&["--json", "remote", "list", &url, "m/0123456789abcdef"])
+        .ok()
+        .json();
+    let listed = json[0]["subject"].as_str().expect("subject");
+    assert_eq!(listed.chars().count(), 201, "{}", &listed[..100]);
 }
 
 #[test]
@@ -1716,6 +1837,8 @@ fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_
     let turn = f.turn("t2") - 1;
     let run = f.opfs_c(&["push"]).ok();
     assert!(run.stdout.contains("was unreadable: set aside as"), "{run}");
+    // The new turn and head sent; the refs the remote held, adopted.
+    assert!(run.stdout.contains("pushed 2 ref(s), adopted "), "{run}");
     let refs = ls_remote(&repo.display().to_string());
     assert!(
         refs.contains_key(&format!("refs/opfs/{ns}/turns/{turn}")),
@@ -1741,9 +1864,20 @@ fn an_unreadable_push_state_is_shown_by_status_then_set_aside_and_the_push_goes_
         warnings.contains(&aside[0].display().to_string()),
         "{warnings}"
     );
+    // Set aside again with nothing new: every ref adopted, none said
+    // to be pushed.
+    std::fs::write(&path, b"{1: 2").expect("corrupt push.json");
+    let run = f.opfs_c(&["push"]).ok();
+    assert!(run.stdout.contains("adopted "), "{run}");
+    assert!(run.stdout.contains("nothing sent"), "{run}");
+    assert!(
+        !run.stdout.lines().any(|l| l.starts_with("pushed ")),
+        "{run}"
+    );
     // Up to date afterwards: nothing left to adopt.
     let r = f.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["up_to_date"], true, "{r:#}");
+    assert_eq!(r["adopted"], 0, "{r:#}");
 }
 
 /// A bare repository `name` in `dir` whose every hook, and whose

@@ -443,30 +443,37 @@ fn list_in(dir: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, Re
             continue;
         };
         p.turns.sort_unstable();
-        p.path = msg.and_then(|msg| {
+        p.path = msg.and_then(|(msg, _)| {
             String::from_utf8_lossy(&msg)
                 .lines()
                 .find_map(|l| l.strip_prefix("opfs-project: "))
                 // Written by whoever pushed: no control character (a
                 // terminal escape) reaches the output.
-                .map(|l| {
-                    l.chars()
-                        .map(|c| {
-                            if crate::paths::is_unprintable(c) {
-                                '\u{fffd}'
-                            } else {
-                                c
-                            }
-                        })
-                        .collect()
-                })
+                .map(printable_text)
         });
     }
     Ok(projects.into_values().collect())
 }
 
-/// The message of each commit `revs` names (in order) in `git_dir`, read
-/// in one `git cat-file --batch`; `None` for a name that names no commit.
+/// The most of each commit object [`commit_messages`] reads: a project's
+/// description (`opfs-project: PATH`, its path twice, each at most 4 KiB)
+/// and a turn's subject fit with room to spare; the rest of a bigger
+/// object (a remote can hold any message) is skipped as it comes, never
+/// kept.
+const MESSAGE_PREFIX: u64 = 16 * 1024;
+
+/// The most characters of a turn's subject [`turns`] gives; a longer one
+/// ends with `…`.
+pub const SUBJECT_MAX: usize = 200;
+
+/// The start of a commit's message and whether the commit went on past
+/// what was read ([`commit_messages`]).
+type MessageStart = (Vec<u8>, bool);
+
+/// The start of the message of each commit (or tag) `revs` names (in
+/// order) in `git_dir`, read in one `git cat-file --batch`: what of it
+/// lies in the object's first [`MESSAGE_PREFIX`] bytes, and whether the
+/// object went on past them; `None` for a name that names no commit.
 /// Each object is read by its size, so no byte of a message (a NUL, a
 /// line that looks like a header) can be taken for the next one.
 fn commit_messages(
@@ -474,61 +481,88 @@ fn commit_messages(
     git: &GitEnv,
     url: &str,
     revs: impl Iterator<Item = String>,
-) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
-    let mut input = Vec::new();
-    let mut n = 0;
-    for r in revs {
-        input.extend_from_slice(r.as_bytes());
-        input.push(b'\n');
-        n += 1;
-    }
-    let mut cmd = git.command(Some(git_dir));
-    cmd.args(["cat-file", "--batch"]);
+) -> Result<Vec<Option<MessageStart>>, RemoteError> {
+    let revs: Vec<String> = revs.collect();
+    let n = revs.len();
     let io_err = |source| RemoteError::Io {
         path: git_dir.to_path_buf(),
         source,
     };
-    let out = git::output_with_input(cmd, git, Some(input)).map_err(|e| match e.kind() {
+    let mut reader = BlobReader::start(git_dir, git, revs).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => RemoteError::GitNotFound {
             remote: url.to_string(),
         },
         _ => io_err(e),
     })?;
-    if !out.status.success() {
-        return Err(RemoteError::Git {
-            what: "reading the projects' descriptions".into(),
-            git_dir: git_dir.to_path_buf(),
-            cause: git::stderr_line(&out),
-        });
-    }
-    let mut rest = out.stdout.as_slice();
     let mut messages = Vec::with_capacity(n);
     for _ in 0..n {
-        let Some(eol) = rest.iter().position(|b| *b == b'\n') else {
+        let mut header = Vec::new();
+        // `<id> commit <size>`, or `<name> missing` (or `ambiguous`): the
+        // names are ours, so the line is short.
+        (&mut reader.out)
+            .take(4096)
+            .read_until(b'\n', &mut header)
+            .map_err(io_err)?;
+        if header.last() != Some(&b'\n') {
             break;
-        };
-        let header = String::from_utf8_lossy(&rest[..eol]).into_owned();
-        rest = &rest[eol + 1..];
-        // `<id> commit <size>`, or `<name> missing` (or `ambiguous`).
-        let mut f = header.split(' ');
+        }
+        let header = String::from_utf8_lossy(&header);
+        let mut f = header.trim_end().split(' ');
         let (Some(_), Some(kind), Some(size)) = (f.next(), f.next(), f.next()) else {
             messages.push(None);
             continue;
         };
-        let Some(size) = size.parse::<usize>().ok().filter(|s| *s < rest.len()) else {
+        let Ok(size) = size.parse::<u64>() else {
             break;
         };
-        let object = &rest[..size];
-        rest = &rest[size + 1..];
-        messages.push((kind == "commit").then(|| {
-            object
+        let mut object = Vec::new();
+        (&mut reader.out)
+            .take(size.min(MESSAGE_PREFIX))
+            .read_to_end(&mut object)
+            .map_err(io_err)?;
+        let kept = object.len() as u64;
+        reader
+            .copy_body(size - kept.min(size), &mut io::sink())
+            .map_err(io_err)?;
+        let cut = kept < size;
+        messages.push(matches!(kind, "commit" | "tag").then(|| {
+            let body = object
                 .windows(2)
                 .position(|w| w == b"\n\n")
-                .map_or_else(Vec::new, |i| object[i + 2..].to_vec())
+                .map_or_else(Vec::new, |i| object[i + 2..].to_vec());
+            (body, cut)
         }));
     }
     messages.resize(n, None);
     Ok(messages)
+}
+
+/// `text` with every control character (a terminal escape written by
+/// whoever pushed) replaced by U+FFFD.
+fn printable_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if crate::paths::is_unprintable(c) {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A turn's subject from the start of its message ([`commit_messages`]):
+/// its first line, at most [`SUBJECT_MAX`] characters (a longer one, or
+/// one cut at the end of what was read, ends with `…`), printable.
+fn subject_of(message: &[u8], cut: bool) -> String {
+    let line = message.split(|b| *b == b'\n').next().unwrap_or_default();
+    let whole = line.len() < message.len() || !cut;
+    let line = String::from_utf8_lossy(line);
+    let mut subject: String = line.chars().take(SUBJECT_MAX).collect();
+    if !whole || subject.len() < line.len() {
+        subject.push('…');
+    }
+    printable_text(&subject)
 }
 
 /// Fetches `project`'s namespace (`MACHINE/KEY`) of `url` into the local
@@ -601,7 +635,7 @@ pub fn turns(
     let mut cmd = git.command(Some(&dir));
     cmd.args([
         "for-each-ref",
-        "--format=%(refname)%00%(objectname)%00%(committerdate:unix)%00%(subject)",
+        "--format=%(refname)%00%(objectname)%00%(committerdate:unix)",
     ])
     .arg(format!("{ns}/turns/"));
     let out = run(cmd, git, &dir, url, "listing the turns")?;
@@ -614,22 +648,18 @@ pub fn turns(
                 turn,
                 commit: f.next()?.to_string(),
                 time: f.next()?.parse().unwrap_or(0),
-                // Written by whoever pushed: no terminal escape.
-                subject: f
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .map(|c| {
-                        if crate::paths::is_unprintable(c) {
-                            '\u{fffd}'
-                        } else {
-                            c
-                        }
-                    })
-                    .collect(),
+                subject: String::new(),
             })
         })
         .collect();
+    // The subjects from the start of each message only: a remote can hold
+    // a message of any size (`%(subject)` read each whole).
+    let messages = commit_messages(&dir, git, url, list.iter().map(|t| t.commit.clone()))?;
+    for (t, msg) in list.iter_mut().zip(messages) {
+        if let Some((msg, cut)) = msg {
+            t.subject = subject_of(&msg, cut);
+        }
+    }
     list.sort_by_key(|t| t.turn);
     Ok(list)
 }
@@ -1140,6 +1170,19 @@ impl Drop for BlobReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subject_is_the_first_line_bounded() {
+        assert_eq!(subject_of(b"Turn 1: x\n\nbody", false), "Turn 1: x");
+        assert_eq!(subject_of(b"Turn 1: x", false), "Turn 1: x");
+        // Cut at the end of what was read: the line goes on.
+        assert_eq!(subject_of(b"Turn 1: x", true), "Turn 1: x…");
+        let long = "é".repeat(SUBJECT_MAX + 5);
+        let s = subject_of(long.as_bytes(), false);
+        assert_eq!(s.chars().count(), SUBJECT_MAX + 1);
+        assert!(s.ends_with("é…"), "{s}");
+        assert_eq!(subject_of(b"a\x1b[2Jb\n", false), "a\u{fffd}[2Jb");
+    }
 
     #[test]
     fn only_the_exact_turn_layout_is_a_turn() {

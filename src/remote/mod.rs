@@ -211,6 +211,10 @@ pub struct PushReport {
     pub updated: usize,
     /// Refs deleted on the remote (turns gc dropped, worktrees discarded).
     pub deleted: usize,
+    /// Refs the remote already held at the commit wanted (git: up to
+    /// date), taken as pushed with nothing sent: after `push.json` was
+    /// lost or set aside, or a push killed after the remote took it.
+    pub adopted: usize,
     /// The newest turn the remote now holds.
     pub last_turn: Option<u64>,
     /// Bytes of the pack sent (git's count; 0 when nothing was sent).
@@ -235,6 +239,7 @@ impl PushReport {
     pub fn up_to_date(&self) -> bool {
         self.updated == 0
             && self.deleted == 0
+            && self.adopted == 0
             && self.objects_uploaded == 0
             && self.objects_missing.is_empty()
             && self.push_state_set_aside.is_none()
@@ -263,7 +268,7 @@ fn remote_ref(ns: &str, local: &str) -> Option<String> {
 /// After `Ok`, the remote holds every pushed ref and `push.json` says so.
 /// After `Err`, the remote holds all of them or none (atomic), the local
 /// history and export are untouched, and `push.json` records the failure
-/// (for `opfs status`); a push killed midway leaves the remote with all
+/// (for `opfs status`) and keeps the leases of the last success; a push killed midway leaves the remote with all
 /// or none of its refs too, and the next push finds them (a ref already
 /// holding a commit of the export is taken as pushed).
 ///
@@ -315,6 +320,11 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         None => info_commit(&git_dir, target, state, git)?,
     };
     wanted.insert(info_ref, info);
+    // The leases as the last success left them: a failed attempt records
+    // none of what it learnt ([`adopt`] may take a remote ref as pushed,
+    // and a ref deleted on the remote since, as a clash's fix says, would
+    // then never be pushed again).
+    let leases = rs.pushed.clone();
     let mut uploaded = pointers::Uploaded::default();
     let mut result = Err(PushError::Unreachable {
         remote: target.url.clone(),
@@ -409,7 +419,13 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
         };
         if out.status.success() {
             crate::failpoint::failpoint("push-after-git");
-            result = Ok((n_up, n_del, bytes_written(&out.stderr)));
+            // `=` in git's porcelain output: the remote held it already.
+            let held = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with("=\t"))
+                .count()
+                .min(n_up);
+            result = Ok((n_up - held, n_del, bytes_written(&out.stderr)));
             break;
         }
         let err = classify(&out, target, &ns, &git_dir);
@@ -432,6 +448,14 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     let now = state::now_ms();
     let out = match result {
         Ok((updated, deleted, bytes_sent)) => {
+            // Each ref that changed since the last success and was not
+            // sent now: the remote held it (found by [`adopt`] or said up
+            // to date by git).
+            let changed = wanted
+                .iter()
+                .filter(|(r, id)| leases.get(*r) != Some(*id))
+                .count();
+            let adopted = changed.saturating_sub(updated);
             rs.pushed = wanted;
             rs.last_success_ms = Some(now);
             rs.last_turn = last_turn;
@@ -446,6 +470,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 namespace: ns,
                 updated,
                 deleted,
+                adopted,
                 last_turn,
                 bytes_sent,
                 objects_uploaded: uploaded.n,
@@ -456,6 +481,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             })
         }
         Err(e) => {
+            rs.pushed = leases;
             let f = rs.failure.get_or_insert(state::Failure {
                 since_ms: now,
                 ..Default::default()

@@ -54,7 +54,23 @@ struct UrlParts<'a> {
     fragment: Option<&'a str>,
 }
 
+/// The `<transport>` of git's `<transport>::<address>` form and the
+/// address behind it, when `url` has that form: git reads a name of
+/// letters (first), digits, `+`, `-` and `.` followed by `::` as the name
+/// of a remote helper (`git-remote-<transport>`) it runs with the
+/// address (`ext::` runs any command; `https::https://...`).
+fn transport_prefix(url: &str) -> Option<(&str, &str)> {
+    let (transport, address) = url.split_once("::")?;
+    let mut chars = transport.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some((transport, address))
+}
+
 fn url_parts(url: &str) -> Option<UrlParts<'_>> {
+    // The address behind a `<transport>::` is what holds a credential.
+    let url = transport_prefix(url).map_or(url, |(_, address)| address);
     let (scheme, rest) = url.split_once("://")?;
     let (rest, fragment) = match rest.split_once('#') {
         Some((r, f)) => (r, Some(f)),
@@ -112,6 +128,10 @@ impl UrlParts<'_> {
 ///   run`, so a credential there would be shown to anyone who reads
 ///   those. The user name of `ssh://git@host/...` or `git@host:path` is
 ///   no secret and is kept.
+/// - it has git's `<transport>::<address>` form (`https::https://...`,
+///   `ext::CMD`, `fd::3`): git runs the remote helper the URL names
+///   (`ext::` runs any command, blocked only by git's `protocol.allow`
+///   default), and the address would escape the checks above.
 ///
 /// The message never repeats the credential ([`redact_url`]).
 pub fn url_problem(url: &str) -> Option<String> {
@@ -119,6 +139,15 @@ pub fn url_problem(url: &str) -> Option<String> {
         return Some(format!(
             "{url:?} is not a remote: it starts with '-', which git would take as an option; \
              give the remote's URL (git://, ssh://, https://, file://) or path"
+        ));
+    }
+    if let Some((transport, _)) = transport_prefix(url) {
+        return Some(format!(
+            "the remote {} uses git's '{transport}::<address>' form, which runs the remote \
+             helper it names: opfs refuses that form, since it can run any program \
+             (ext::) and hides the address from opfs's credential check; give the address \
+             itself (git://, ssh://, https://, file://, host:path or a path)",
+            redact_url(url)
         ));
     }
     let parts = url_parts(url)?;
@@ -286,10 +315,16 @@ mod tests {
             ("https://h/x.git?X-Amz-Signature=QSECRET", "QSECRET"),
             ("ssh://h/x.git?key=QSECRET", "QSECRET"),
             ("https://h/x.git#QSECRET", "QSECRET"),
+            ("https::https://SECRET1234@127.0.0.1:1/x.git", "SECRET1234"),
+            ("git+ssh::ssh://u:pw5ecret@h/x.git", "pw5ecret"),
+            ("https::https://h/x.git?t=QSECRET", "QSECRET"),
         ] {
             let p = url_problem(bad).unwrap_or_else(|| panic!("{bad} accepted"));
             assert!(!p.contains(secret), "{p}");
-            assert!(p.contains("credential helper"), "{p}");
+            assert!(
+                p.contains("credential helper") || p.contains("::<address>' form"),
+                "{p}"
+            );
             assert!(!redact_url(bad).contains(secret), "{}", redact_url(bad));
             let msg = format!("fatal: unable to access '{bad}/': refused");
             assert!(!redact(&msg, bad).contains(secret), "{bad}");
@@ -310,6 +345,24 @@ mod tests {
             "https://***@h/x.git?***#***"
         );
         assert_eq!(redact_url("ssh://git:pw@h/x"), "ssh://git:***@h/x");
+        // git's `<transport>::<address>`: refused whatever the address,
+        // and the address's credential redacted (an older push.json entry).
+        assert_eq!(
+            redact_url("https::https://SECRET1234@h/x.git"),
+            "https::https://***@h/x.git"
+        );
+        for helper in [
+            "ext::sh -c touch% /tmp/x",
+            "fd::3",
+            "https::https://h/x.git",
+        ] {
+            let p = url_problem(helper).unwrap_or_else(|| panic!("{helper} accepted"));
+            assert!(p.contains("::<address>' form"), "{p}");
+        }
+        // A '::' that is no transport name (an IPv6 host, a path) is kept.
+        for good in ["ssh://[::1]/x.git", "/srv/a::b.git", "git://[::1]:9418/x"] {
+            assert_eq!(url_problem(good), None, "{good}");
+        }
         // A short secret is replaced where the URL is, not in other words.
         assert_eq!(
             redact(

@@ -65,9 +65,10 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                         }
                         if !r.up_to_date() {
                             log::info!(
-                                "pushed {} ref(s) ({} deleted, {} bytes; {} object(s), {} bytes to the bucket) to {} in {} ms",
+                                "pushed {} ref(s) ({} deleted, {} adopted as already there, {} bytes; {} object(s), {} bytes to the bucket) to {} in {} ms",
                                 r.updated,
                                 r.deleted,
+                                r.adopted,
                                 r.bytes_sent,
                                 r.objects_uploaded,
                                 r.object_bytes,

@@ -57,7 +57,8 @@ pub struct Missing {
 /// Pushes that failed since the last success.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Failure {
-    /// `unreachable`, `clash`, `refused` or `error` (see
+    /// `unreachable`, `clash`, `refused`, `bucket`, `interrupted`,
+    /// `not_exported` or `error` (see
     /// [`super::PushError::kind`]).
     pub kind: String,
     /// The error of the last attempt, as printed.

@@ -104,13 +104,30 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             printable(&opfs::remote::redact_url(&r.remote)),
             r.namespace
         )?;
+    } else if r.updated == 0 && r.deleted == 0 && r.adopted > 0 {
+        writeln!(
+            out,
+            "adopted {} ref(s) the remote {} already held under {}{}: nothing sent, in {} ms",
+            r.adopted,
+            printable(&opfs::remote::redact_url(&r.remote)),
+            r.namespace,
+            r.last_turn
+                .map(|t| format!(" (up to turn {t})"))
+                .unwrap_or_default(),
+            r.elapsed_ms
+        )?;
     } else {
         writeln!(
             out,
-            "pushed {} ref(s){} to {} under {}{}: {} bytes in {} ms",
+            "pushed {} ref(s){}{} to {} under {}{}: {} bytes in {} ms",
             r.updated,
             if r.deleted > 0 {
                 format!(", deleted {}", r.deleted)
+            } else {
+                String::new()
+            },
+            if r.adopted > 0 {
+                format!(", adopted {} the remote already held", r.adopted)
             } else {
                 String::new()
             },
