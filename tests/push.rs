@@ -2489,9 +2489,10 @@ fn an_object_of_another_size_under_the_key_fails_the_push_naming_it_and_the_fix(
 }
 
 /// A TCP proxy on 127.0.0.1 to the port `to` that holds back the first
-/// bytes of the answer on each connection for `delay` (a slow link's
-/// request, as the client sees it); its port.
-fn slow_proxy(to: u16, delay: Duration) -> u16 {
+/// bytes of the answer on each connection for `first`, then passes the
+/// answers on at 1 MiB per `per_mib` (a slow link, as the client sees
+/// it); its port.
+fn slow_proxy(to: u16, first: Duration, per_mib: Duration) -> u16 {
     use std::io::{Read, Write};
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -2512,11 +2513,16 @@ fn slow_proxy(to: u16, delay: Duration) -> u16 {
             });
             let (mut from_upstream, mut to_client) = (upstream, client);
             std::thread::spawn(move || {
-                let mut first = [0u8; 1];
-                if let Ok(1) = from_upstream.read(&mut first) {
-                    std::thread::sleep(delay);
-                    if to_client.write_all(&first).is_ok() {
-                        let _ = std::io::copy(&mut from_upstream, &mut to_client);
+                let mut buf = vec![0u8; 64 << 10];
+                let mut started = false;
+                while let Ok(n @ 1..) = from_upstream.read(&mut buf) {
+                    if !started {
+                        std::thread::sleep(first);
+                        started = true;
+                    }
+                    std::thread::sleep(per_mib * n as u32 / (1 << 20));
+                    if to_client.write_all(&buf[..n]).is_err() {
+                        break;
                     }
                 }
                 let _ = to_client.shutdown(std::net::Shutdown::Both);
@@ -2547,7 +2553,7 @@ fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
     // than object_store's own 30 s.
     let slow = format!(
         "http://127.0.0.1:{}",
-        slow_proxy(s3.port, Duration::from_secs(8))
+        slow_proxy(s3.port, Duration::from_secs(8), Duration::ZERO)
     );
     let b = Fixture::new();
     configure_bucket(&b, &url, "beta", &slow);
@@ -2574,5 +2580,45 @@ fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
     // Raised, the same slow link carries the object.
     edit_config(&b, "timeout_seconds = 3\n", "timeout_seconds = 120\n");
     checkout().ok();
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}
+
+#[test]
+fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(61).bytes(32 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("big");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    // A link of 2 MiB/s and `[push] timeout_seconds = 3`: an 8 MiB range
+    // takes 4 s (object_store resumes a read cut by the timeout, at most 3
+    // times: 12 s, 24 MiB, per request). One request for the whole 32 MiB
+    // would need 16 s.
+    let slow = format!(
+        "http://127.0.0.1:{}",
+        slow_proxy(s3.port, Duration::ZERO, Duration::from_millis(500))
+    );
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &slow);
+    edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
+    let dir = b.root().join("turn1");
+    b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ])
+    .ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
