@@ -2491,45 +2491,82 @@ fn an_object_of_another_size_under_the_key_fails_the_push_naming_it_and_the_fix(
 /// A TCP proxy on 127.0.0.1 to the port `to` that holds back the first
 /// bytes of the answer on each connection for `first`, then passes the
 /// answers on at 1 MiB per `per_mib` (a slow link, as the client sees
-/// it); its port.
-fn slow_proxy(to: u16, first: Duration, per_mib: Duration) -> u16 {
-    use std::io::{Read, Write};
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
-                continue;
-            };
-            let (Ok(mut from_client), Ok(mut to_upstream)) =
-                (client.try_clone(), upstream.try_clone())
-            else {
-                continue;
-            };
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from_client, &mut to_upstream);
-                let _ = to_upstream.shutdown(std::net::Shutdown::Write);
-            });
-            let (mut from_upstream, mut to_client) = (upstream, client);
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 64 << 10];
-                let mut started = false;
-                while let Ok(n @ 1..) = from_upstream.read(&mut buf) {
-                    if !started {
-                        std::thread::sleep(first);
-                        started = true;
-                    }
-                    std::thread::sleep(per_mib * n as u32 / (1 << 20));
-                    if to_client.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
+/// it); its port is closed on drop.
+struct SlowProxy {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlowProxy {
+    fn start(to: u16, first: Duration, per_mib: Duration) -> SlowProxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => relay(client, to, first, per_mib),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
-                let _ = to_client.shutdown(std::net::Shutdown::Both);
-            });
+            }
+        });
+        SlowProxy {
+            port,
+            stop,
+            thread: Some(thread),
         }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Relays `client` to the port `to` as [`SlowProxy`] says, on threads of
+/// its own that end with the connection.
+fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
+    use std::io::{Read, Write};
+    let _ = client.set_nonblocking(false);
+    let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
+        return;
+    };
+    let (Ok(mut from_client), Ok(mut to_upstream)) = (client.try_clone(), upstream.try_clone())
+    else {
+        return;
+    };
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_client, &mut to_upstream);
+        let _ = to_upstream.shutdown(std::net::Shutdown::Write);
     });
-    port
+    let (mut from_upstream, mut to_client) = (upstream, client);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut started = false;
+        while let Ok(n @ 1..) = from_upstream.read(&mut buf) {
+            if !started {
+                std::thread::sleep(first);
+                started = true;
+            }
+            std::thread::sleep(per_mib * n as u32 / (1 << 20));
+            if to_client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
 }
 
 #[test]
@@ -2551,12 +2588,9 @@ fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
     // Another home reads the bucket through a link whose every answer
     // starts 8 s late: longer than `[push] timeout_seconds = 3`, shorter
     // than object_store's own 30 s.
-    let slow = format!(
-        "http://127.0.0.1:{}",
-        slow_proxy(s3.port, Duration::from_secs(8), Duration::ZERO)
-    );
+    let slow = SlowProxy::start(s3.port, Duration::from_secs(8), Duration::ZERO);
     let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow);
+    configure_bucket(&b, &url, "beta", &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
     let checkout = || {
@@ -2603,12 +2637,9 @@ fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
     // takes 4 s (object_store resumes a read cut by the timeout, at most 3
     // times: 12 s, 24 MiB, per request). One request for the whole 32 MiB
     // would need 16 s.
-    let slow = format!(
-        "http://127.0.0.1:{}",
-        slow_proxy(s3.port, Duration::ZERO, Duration::from_millis(500))
-    );
+    let slow = SlowProxy::start(s3.port, Duration::ZERO, Duration::from_millis(500));
     let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow);
+    configure_bucket(&b, &url, "beta", &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
     b.opfs(&[
