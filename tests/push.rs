@@ -2582,3 +2582,208 @@ fn a_full_disk_under_the_local_copy_is_named_and_a_failed_fetch_leaves_nothing()
     assert_eq!(run.code, Some(1), "{run}");
     assert_eq!(copies(), before, "a failed URL left a local copy");
 }
+
+#[test]
+fn an_object_of_another_size_under_the_key_fails_the_push_naming_it_and_the_fix() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    f.mount();
+    let big = Rng::new(53).bytes(8 << 20);
+    let hash = blake3::hash(&big).to_hex().to_string();
+    let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
+    // What a corrupt bucket holds, or what a service that answers 200 to
+    // any HEAD says: an object of another size under the key.
+    s3.boto3(
+        &format!("s3.put_object(Bucket='ckpt', Key='{key}', Body=b'not these bytes')"),
+        "put an object of another size",
+    );
+    write_file(&f.m("big.bin"), &big, 0o644);
+    f.turn("big");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    let size = (8u64 << 20).to_string();
+    for part in [
+        key.as_str(),
+        "15 bytes",
+        size.as_str(),
+        "delete that object",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    // No pointer reached the remote without its bytes.
+    assert!(ls_remote(&url).is_empty(), "{:?}", ls_remote(&url));
+    assert_eq!(push_status(&f, &url)["failure"]["kind"], "bucket");
+    // The fix the message gives works.
+    s3.empty_bucket();
+    let r = f.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+}
+
+/// A TCP proxy on 127.0.0.1 to the port `to` that holds back the first
+/// bytes of the answer on each connection for `first`, then passes the
+/// answers on at 1 MiB per `per_mib` (a slow link, as the client sees
+/// it); its port is closed on drop.
+struct SlowProxy {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlowProxy {
+    fn start(to: u16, first: Duration, per_mib: Duration) -> SlowProxy {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => relay(client, to, first, per_mib),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        SlowProxy {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Relays `client` to the port `to` as [`SlowProxy`] says, on threads of
+/// its own that end with the connection.
+fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
+    use std::io::{Read, Write};
+    let _ = client.set_nonblocking(false);
+    let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
+        return;
+    };
+    let (Ok(mut from_client), Ok(mut to_upstream)) = (client.try_clone(), upstream.try_clone())
+    else {
+        return;
+    };
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_client, &mut to_upstream);
+        let _ = to_upstream.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut from_upstream, mut to_client) = (upstream, client);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut started = false;
+        while let Ok(n @ 1..) = from_upstream.read(&mut buf) {
+            if !started {
+                std::thread::sleep(first);
+                started = true;
+            }
+            std::thread::sleep(per_mib * n as u32 / (1 << 20));
+            if to_client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
+}
+
+#[test]
+fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(59).bytes((8 << 20) + 5);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("big");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    // Another home reads the bucket through a link whose every answer
+    // starts 8 s late: longer than `[push] timeout_seconds = 3`, shorter
+    // than object_store's own 30 s.
+    let slow = SlowProxy::start(s3.port, Duration::from_secs(8), Duration::ZERO);
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
+    let dir = b.root().join("turn1");
+    let checkout = || {
+        b.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+    };
+    let run = checkout();
+    assert_eq!(run.code, Some(1), "a request outlived the setting: {run}");
+    let hash = blake3::hash(&big).to_hex().to_string();
+    let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
+    for part in ["bucket s3://ckpt/opfs", key.as_str()] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    assert!(!dir.exists(), "a failed checkout left {}", dir.display());
+    // Raised, the same slow link carries the object.
+    edit_config(&b, "timeout_seconds = 3\n", "timeout_seconds = 120\n");
+    checkout().ok();
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}
+
+#[test]
+fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(61).bytes(32 << 20);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("big");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    // A link of 2 MiB/s and `[push] timeout_seconds = 3`: an 8 MiB range
+    // takes 4 s (object_store resumes a read cut by the timeout, at most 3
+    // times: 12 s, 24 MiB, per request). One request for the whole 32 MiB
+    // would need 16 s.
+    let slow = SlowProxy::start(s3.port, Duration::ZERO, Duration::from_millis(500));
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
+    let dir = b.root().join("turn1");
+    b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        &na,
+        "1",
+        &dir.display().to_string(),
+    ])
+    .ok();
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}

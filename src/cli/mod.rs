@@ -424,6 +424,10 @@ impl Ctx {
             access_key_id: get("AWS_ACCESS_KEY_ID"),
             secret_access_key: get("AWS_SECRET_ACCESS_KEY"),
             session_token: get("AWS_SESSION_TOKEN"),
+            timeout: config
+                .push
+                .timeout_seconds
+                .map(|s| Duration::from_secs(s.max(1))),
         };
         if let Some(problem) = c
             .endpoint

@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload,
+    WriteMultipart,
+};
 
 /// Where the bucket is and the credentials to reach it, as the caller
 /// found them (the CLI: `[push] bucket` and the standard AWS variables
@@ -29,7 +32,18 @@ pub struct BucketConfig {
     pub secret_access_key: Option<String>,
     /// Session token.
     pub session_token: Option<String>,
+    /// The most one request to the bucket may take, from its start to the
+    /// end of its body (`[push] timeout_seconds`, as for git); `None`:
+    /// [`super::git::DEFAULT_DEADLINE`]. Each request moves at most
+    /// [`PART_SIZE`] bytes of a big object (an upload's part, a download's
+    /// range), so this bounds the slowest link that works, not the
+    /// biggest object.
+    pub timeout: Option<std::time::Duration>,
 }
+
+/// How long connecting to the bucket may take, whatever the request
+/// timeout: an unreachable bucket fails within this.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why `url` cannot name a bucket, if it cannot: it must be
 /// `s3://BUCKET[/PREFIX]` with a bucket name. Checked where the URL is
@@ -110,6 +124,21 @@ pub enum BucketError {
         /// The object's key.
         key: String,
     },
+    /// The object under the key the content's BLAKE3 names exists with
+    /// another size: objects are written create-only, so it cannot be
+    /// replaced, and a pointer to it would name bytes the bucket does not
+    /// hold.
+    #[error("bucket {url}: object {key} holds {found} bytes where its content has {size}: the bucket is corrupt; delete that object, then `opfs push --objects` uploads it again")]
+    WrongSize {
+        /// The bucket.
+        url: String,
+        /// The object's key.
+        key: String,
+        /// The size the bucket reports.
+        found: u64,
+        /// The content's size.
+        size: u64,
+    },
     /// No async runtime could be started.
     #[error("cannot start the I/O runtime for bucket {url}: {source}")]
     Runtime {
@@ -162,6 +191,14 @@ impl Bucket {
             .with_bucket_name(name)
             .with_region(cfg.region.as_deref().unwrap_or("us-east-1"))
             .with_conditional_put(S3ConditionalPut::ETagMatch)
+            // Each request (a part, a range, a small object) may take the
+            // configured timeout, not the crate's 30 s: an 8 MiB part over a
+            // 2 Mbit/s uplink needs about 34 s.
+            .with_client_options(
+                ClientOptions::new()
+                    .with_timeout(cfg.timeout.unwrap_or(super::git::DEFAULT_DEADLINE))
+                    .with_connect_timeout(CONNECT_TIMEOUT),
+            )
             // Bounded: an unreachable bucket fails the push (retried by the
             // pusher later) within seconds, not the crate's 3 minutes.
             .with_retry(object_store::RetryConfig {
@@ -236,7 +273,8 @@ impl Bucket {
     /// Errors: [`PutError::Bucket`] (unreachable, refused, no such
     /// bucket), [`PutError::Mismatch`], [`PutError::Read`].
     pub fn put_from(&self, hash: &str, size: u64, src: &mut dyn Read) -> Result<Upload, PutError> {
-        let key = ObjectPath::from(self.key(hash));
+        let key_text = self.key(hash);
+        let key = ObjectPath::from(key_text.clone());
         let store = self.store.clone();
         let res = self
             .rt
@@ -246,6 +284,12 @@ impl Bucket {
                 url: self.url.clone(),
                 what: what.into(),
                 source,
+            }),
+            Failure::WrongSize(found) => PutError::Bucket(BucketError::WrongSize {
+                url: self.url.clone(),
+                key: key_text.clone(),
+                found,
+                size,
             }),
             Failure::Mismatch => PutError::Mismatch,
             Failure::Read(e) => PutError::Read(e),
@@ -265,16 +309,21 @@ impl Bucket {
         let key_text = self.key(hash);
         let key = ObjectPath::from(key_text.clone());
         let store = self.store.clone();
-        let res = self
-            .rt
-            .block_on(download(store.as_ref(), &key, hash, size, out));
+        let res = self.rt.block_on(download(
+            store.as_ref(),
+            &key,
+            hash,
+            size,
+            out,
+            PART_SIZE as u64,
+        ));
         res.map_err(|f| match f {
             Failure::Store(what, source) => GetError::Bucket(BucketError::Store {
                 url: self.url.clone(),
                 what: format!("{what} {key_text}"),
                 source,
             }),
-            Failure::Mismatch => GetError::Bucket(BucketError::Corrupt {
+            Failure::Mismatch | Failure::WrongSize(_) => GetError::Bucket(BucketError::Corrupt {
                 url: self.url.clone(),
                 key: key_text.clone(),
             }),
@@ -326,6 +375,8 @@ pub enum GetError {
 enum Failure {
     Store(&'static str, object_store::Error),
     Mismatch,
+    /// The object under the key exists with this other size.
+    WrongSize(u64),
     Read(io::Error),
 }
 
@@ -353,7 +404,10 @@ async fn upload(
     multipart_min: u64,
 ) -> Result<Upload, Failure> {
     match store.head(key).await {
-        Ok(_) => return Ok(Upload::Existed),
+        Ok(meta) if meta.size == size => return Ok(Upload::Existed),
+        // Create-only: it cannot be replaced, and a pointer to it would
+        // name bytes that are not there.
+        Ok(meta) => return Err(Failure::WrongSize(meta.size)),
         Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(Failure::Store("looking for an object", e)),
     }
@@ -427,34 +481,56 @@ async fn feed(
     Ok(())
 }
 
-/// [`Bucket::get_into`] on `store`; `false` when there is no object.
+/// The byte ranges, at most `chunk` bytes each, that cover `size` bytes.
+fn ranges(size: u64, chunk: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
+    (0..size.div_ceil(chunk)).map(move |i| i * chunk..((i + 1) * chunk).min(size))
+}
+
+/// [`Bucket::get_into`] on `store`, in requests of at most `chunk` bytes
+/// each (a range each, so that no request's duration grows with the
+/// object's size); `false` when there is no object.
 async fn download(
     store: &dyn ObjectStore,
     key: &ObjectPath,
     hash: &str,
     size: u64,
     out: &mut dyn Write,
+    chunk: u64,
 ) -> Result<bool, Failure> {
     use futures::StreamExt;
-    let got = match store.get(key).await {
-        Ok(r) => r,
-        Err(object_store::Error::NotFound { .. }) => return Ok(false),
-        Err(e) => return Err(Failure::Store("reading", e)),
-    };
-    if got.meta.size > size {
-        return Err(Failure::Mismatch);
-    }
-    let mut stream = got.into_stream();
     let mut hasher = blake3::Hasher::new();
     let mut total = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| Failure::Store("reading", e))?;
-        total += chunk.len() as u64;
-        if total > size {
+    // An empty object cannot be asked for a range: one plain request.
+    let whole = std::iter::once(None).filter(|_| size == 0);
+    for range in ranges(size, chunk).map(Some).chain(whole) {
+        let first = range.as_ref().is_none_or(|r| r.start == 0);
+        let want = range.as_ref().map_or(size, |r| r.end - r.start);
+        let opts = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..Default::default()
+        };
+        let got = match store.get_opts(key, opts).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) if first => return Ok(false),
+            Err(e) => return Err(Failure::Store("reading", e)),
+        };
+        // The whole object's size, from the first answer: another than
+        // the pointer's is another content.
+        if got.meta.size != size {
             return Err(Failure::Mismatch);
         }
-        hasher.update(&chunk);
-        out.write_all(&chunk).map_err(Failure::Read)?;
+        let mut stream = got.into_stream();
+        let mut this = 0u64;
+        while let Some(bytes) = stream.next().await {
+            let bytes = bytes.map_err(|e| Failure::Store("reading", e))?;
+            this += bytes.len() as u64;
+            total += bytes.len() as u64;
+            if total > size || this > want {
+                return Err(Failure::Mismatch);
+            }
+            hasher.update(&bytes);
+            out.write_all(&bytes).map_err(Failure::Read)?;
+        }
     }
     if total != size || hasher.finalize().to_hex().as_str() != hash {
         return Err(Failure::Mismatch);
@@ -515,12 +591,164 @@ mod tests {
             .expect("put");
         let hash = blake3::hash(&bytes).to_hex().to_string();
         let mut out = Vec::new();
-        let r = rt.block_on(download(&store, &key, &hash, 1 << 20, &mut out));
+        let r = rt.block_on(download(&store, &key, &hash, 1 << 20, &mut out, 1 << 20));
         assert!(matches!(r, Err(Failure::Mismatch)), "{r:?}");
         assert!(out.len() <= 1 << 20, "read past the size: {}", out.len());
         let mut out = Vec::new();
-        let r = rt.block_on(download(&store, &key, &hash, 3 << 20, &mut out));
+        let r = rt.block_on(download(&store, &key, &hash, 3 << 20, &mut out, 1 << 20));
         assert!(matches!(r, Ok(true)) && out == bytes, "{r:?}");
+    }
+
+    #[test]
+    fn a_download_asks_for_ranges_of_at_most_a_part() {
+        let r: Vec<_> = ranges(10, 4).collect();
+        assert_eq!(r, [0..4, 4..8, 8..10]);
+        assert_eq!(ranges(8, 4).collect::<Vec<_>>(), [0..4, 4..8]);
+        assert_eq!(ranges(0, 4).count(), 0);
+        let size = (1u64 << 30) + 1;
+        assert!(ranges(size, PART_SIZE as u64).all(|r| r.end - r.start <= PART_SIZE as u64));
+        assert_eq!(ranges(size, PART_SIZE as u64).last(), Some(size - 1..size));
+
+        // Every request the download makes names a range no larger than
+        // the chunk, and the bytes arrive whole and in order.
+        let store = Ranges::default();
+        let key = ObjectPath::from("k");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let bytes: Vec<u8> = (0..(5 << 20) + 3).map(|i| (i % 253) as u8).collect();
+        rt.block_on(store.0.put(&key, PutPayload::from(bytes.clone())))
+            .expect("put");
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let mut out = Vec::new();
+        let n = bytes.len() as u64;
+        let r = rt.block_on(download(&store, &key, &hash, n, &mut out, 2 << 20));
+        assert!(matches!(r, Ok(true)) && out == bytes, "{r:?}");
+        let asked = store.1.lock().expect("lock").clone();
+        assert_eq!(
+            asked,
+            [
+                Some(GetRange::Bounded(0..2 << 20)),
+                Some(GetRange::Bounded(2 << 20..4 << 20)),
+                Some(GetRange::Bounded(4 << 20..n)),
+            ]
+        );
+        // No object: `false`, after one request.
+        let mut out = Vec::new();
+        let none = ObjectPath::from("none");
+        let r = rt.block_on(download(&store, &none, &hash, n, &mut out, 2 << 20));
+        assert!(matches!(r, Ok(false)) && out.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn an_object_of_another_size_under_the_key_is_a_corrupt_bucket() {
+        let store = object_store::memory::InMemory::new();
+        let key = ObjectPath::from("k");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let bytes = vec![9u8; 1000];
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        // What a bucket that answers any HEAD holds: something else.
+        rt.block_on(store.put(&key, PutPayload::from(vec![0u8; 10])))
+            .expect("put");
+        for multipart_min in [1, MULTIPART_MIN] {
+            let r = rt.block_on(upload(
+                &store,
+                &key,
+                &hash,
+                1000,
+                &mut &bytes[..],
+                multipart_min,
+            ));
+            assert!(matches!(r, Err(Failure::WrongSize(10))), "{r:?}");
+        }
+        // Left as it was (create-only).
+        let meta = rt.block_on(store.head(&key)).expect("head");
+        assert_eq!(meta.size, 10);
+        // The right size: found, nothing read.
+        rt.block_on(store.put(&key, PutPayload::from(bytes.clone())))
+            .expect("put");
+        let r = rt.block_on(upload(&store, &key, &hash, 1000, &mut &[][..], 1));
+        assert!(matches!(r, Ok(Upload::Existed)), "{r:?}");
+        let e = BucketError::WrongSize {
+            url: "s3://b".into(),
+            key: "blake3/ab/abcd".into(),
+            found: 10,
+            size: 1000,
+        }
+        .to_string();
+        for part in ["blake3/ab/abcd", "10 bytes", "1000", "delete"] {
+            assert!(e.contains(part), "{e}");
+        }
+    }
+
+    /// An in-memory store that records the range of each `get`.
+    #[derive(Debug, Default)]
+    struct Ranges(
+        object_store::memory::InMemory,
+        std::sync::Mutex<Vec<Option<GetRange>>>,
+    );
+
+    impl std::fmt::Display for Ranges {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Ranges")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Ranges {
+        async fn put_opts(
+            &self,
+            location: &ObjectPath,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjectPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &ObjectPath,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.1.lock().expect("lock").push(options.range.clone());
+            self.0.get_opts(location, options).await
+        }
+        async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
+            self.0.delete(location).await
+        }
+        fn list(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+            self.0.copy(from, to).await
+        }
+        async fn copy_if_not_exists(
+            &self,
+            from: &ObjectPath,
+            to: &ObjectPath,
+        ) -> object_store::Result<()> {
+            self.0.copy_if_not_exists(from, to).await
+        }
     }
 
     #[test]

@@ -115,7 +115,8 @@ pub struct PushConfig {
     /// (global only). Unset: 60.
     pub retry_seconds: Option<u64>,
     /// Seconds one `git` run that talks to the remote (a push, a fetch of
-    /// `opfs remote`) may take before it is stopped and counted as a
+    /// `opfs remote`), or one request to the bucket (a part or a range of
+    /// at most 16 MiB), may take before it is stopped and counted as a
     /// failed push (global only). Unset: 600.
     pub timeout_seconds: Option<u64>,
     /// The bucket that receives the bytes behind pointer files
