@@ -554,6 +554,8 @@ umount "$OPFS_HOME" 2>/dev/null && echo ESCAPED"#,
 
 #[test]
 fn secret_environment_variables_are_removed() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     std::fs::write(
         &w.pinned.config,
@@ -624,6 +626,8 @@ fn without_bwrap_the_command_is_refused_not_run() {
 
 #[test]
 fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     let fake = w.root.join("fake-bwrap");
     std::fs::write(
@@ -653,6 +657,8 @@ fn when_bwrap_cannot_build_the_sandbox_the_command_is_refused() {
 
 #[test]
 fn a_sandbox_whose_setup_raced_with_an_unmount_is_built_again() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     // bwrap copies every mount of the host and remounts each read-only; a
     // mount another process unmounts and removes meanwhile makes it fail.
     // A bwrap that fails so once, then is the real one: the run goes on.
@@ -824,6 +830,8 @@ pwd"#,
 
 #[test]
 fn an_existing_mount_is_used_and_left_running() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     let mp = w.mount();
     std::fs::create_dir_all(mp.join("src/deep")).unwrap();
@@ -1186,6 +1194,8 @@ fn the_exit_status_comes_back() {
 
 #[test]
 fn signals_are_forwarded_to_the_command() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     let mut child = w
         .opfs()
@@ -1269,6 +1279,9 @@ fn danger_full_access_runs_unsandboxed_only_when_named() {
 
 #[test]
 fn the_agents_guide_worked_example_runs() {
+    // Its `opfs run`s start sandboxes: not while a test removes a worktree
+    // from a running one (see `World::run_alone`).
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     // The examples as they are in the checkout, copied where the sandbox
     // shows them (a checkout under /tmp is private inside it).
@@ -1911,6 +1924,8 @@ git init -q nested && echo OK-nested
 
 #[test]
 fn what_git_runs_is_read_only_inside_and_nothing_planted_runs_outside() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     git_init(&w);
     let out_dir = w.root.join("out");
@@ -2079,6 +2094,8 @@ true
 
 #[test]
 fn a_parent_of_what_git_runs_cannot_be_moved_away_and_the_path_made_anew() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     std::fs::create_dir_all(w.project.join(".husky/_")).unwrap();
     std::fs::write(w.project.join(".husky/_/h"), "#!/bin/sh\n").unwrap();
@@ -2249,6 +2266,8 @@ true"#,
 
 #[test]
 fn a_daemon_started_after_the_sandbox_refuses_it_too() {
+    // Not while a test removes a worktree from a running sandbox.
+    let _shared = SETUP.read().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     let bin = visible_opfs(&w);
     let later = w.root.join("later");
