@@ -1043,20 +1043,9 @@ fn a_one_off_push_that_failed_is_said_to_be_retried_by_nobody() {
 
 /// A git command on `git_dir` (no user configuration); its trimmed stdout.
 fn git_dir_at(git_dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    String::from_utf8_lossy(&git_in_ok(git_dir, args))
+        .trim()
+        .to_string()
 }
 
 #[test]

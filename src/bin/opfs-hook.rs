@@ -149,24 +149,12 @@ fn fast_project(home: &Path, args: &Args, cwd: Option<&Path>) -> Option<opfs::st
     let st = state::resolve_registered(home, &dir)?;
     // As `opfs hook` checks `-C`: a directory, given 2 s (a stopped
     // daemon's mount would keep it waiting; past that it goes on).
-    match metadata_within(&dir, Duration::from_secs(2)) {
+    match state::metadata_within(&dir, Duration::from_secs(2)) {
         None => Some(st),
         Some(Ok(m)) if m.is_dir() => Some(st),
         Some(Err(e)) if e.raw_os_error() == Some(libc::ENOTCONN) => Some(st),
         Some(_) => None,
     }
-}
-
-/// `std::fs::metadata(path)`, waited for at most `limit` (`None` then).
-fn metadata_within(path: &Path, limit: Duration) -> Option<std::io::Result<std::fs::Metadata>> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let p = path.to_path_buf();
-    std::thread::Builder::new()
-        .spawn(move || {
-            let _ = tx.send(std::fs::metadata(&p));
-        })
-        .ok()?;
-    rx.recv_timeout(limit).ok()
 }
 
 /// The note of a rewind that stopped half way, read from the index.

@@ -189,7 +189,7 @@ impl Ctx {
         // 2 s: a stopped daemon's mount would keep it waiting.
         let registered = state::resolve_registered(self.home(), &dir);
         let meta = match &registered {
-            Some(_) => metadata_within(&dir, Duration::from_secs(2)),
+            Some(_) => state::metadata_within(&dir, Duration::from_secs(2)),
             None => Some(std::fs::metadata(&dir)),
         };
         match meta {
@@ -555,20 +555,6 @@ fn stderr_log_file() -> Option<opfs::daemon::logfile::RotatingLog> {
         return None;
     }
     RotatingLog::open(&path, LOG_CAP, LOG_KEEP).ok()
-}
-
-/// `stat` of `path`, or `None` when it takes longer than `limit` (a path
-/// in the mount of a stopped daemon: the `stat` is left behind on a
-/// thread of its own, which ends with the process).
-fn metadata_within(path: &Path, limit: Duration) -> Option<io::Result<std::fs::Metadata>> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let p = path.to_path_buf();
-    std::thread::Builder::new()
-        .spawn(move || {
-            let _ = tx.send(std::fs::metadata(&p));
-        })
-        .ok()?;
-    rx.recv_timeout(limit).ok()
 }
 
 /// Runs the command line; returns the exit code.

@@ -50,6 +50,24 @@ pub fn resolve_registered(home: &Path, path: &Path) -> Option<StateDir> {
     })
 }
 
+/// `stat` of `path`, or `None` when it takes longer than `limit` (a path
+/// in the mount of a stopped daemon: the `stat` is left behind on a
+/// thread of its own, which ends with the process). Also `None` when that
+/// thread cannot be started.
+pub fn metadata_within(
+    path: &Path,
+    limit: std::time::Duration,
+) -> Option<std::io::Result<fs::Metadata>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let p = path.to_path_buf();
+    std::thread::Builder::new()
+        .spawn(move || {
+            let _ = tx.send(fs::metadata(&p));
+        })
+        .ok()?;
+    rx.recv_timeout(limit).ok()
+}
+
 fn resolve_from(home: &Path, start: &Path) -> Option<StateDir> {
     let mut cur: Option<&Path> = Some(start);
     while let Some(p) = cur {
