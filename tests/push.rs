@@ -2896,6 +2896,20 @@ fn a_turns_objects_beyond_its_bucket_budget_are_withheld_named_and_sent_after_a_
         std::fs::read(dir.join("s13.bin")).expect("s13"),
         vec![0; 13 << 20]
     );
+    // Withheld means not in the bucket: under the small budget again,
+    // an object the bucket holds is not said to be withheld.
+    edit_config(&a, "\"64MiB\"", "\"20MiB\"");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_withheld"].as_array().map(Vec::len),
+        Some(0),
+        "{r:#}"
+    );
+    let st = push_status(&a, &url);
+    assert!(
+        st["withheld"].as_array().is_some_and(Vec::is_empty),
+        "{st:#}"
+    );
 }
 
 /// No object larger than the per-turn budget reaches the bucket: the

@@ -128,17 +128,43 @@ pub(super) fn upload(
             }
         }
     }
-    let withheld: Vec<Withheld> = withheld.into_values().collect();
-    if wanted.is_empty() {
-        return Ok(Uploaded {
-            withheld,
-            ..Default::default()
-        });
+    if wanted.is_empty() && withheld.is_empty() {
+        return Ok(Uploaded::default());
     }
     let bucket = Bucket::open(cfg).map_err(|source| PushError::Bucket {
         remote: target.url.clone(),
         source: Box::new(source),
     })?;
+    // Withheld means "not in the bucket": one the bucket already holds
+    // (sent under a larger budget, or by another machine) is not.
+    let mut held = Vec::new();
+    let mut not_sent = Vec::new();
+    for w in withheld.into_values() {
+        if git.cancel.is_cancelled() {
+            return Err(PushError::Interrupted {
+                remote: target.url.clone(),
+            });
+        }
+        let holds = bucket
+            .holds(&w.hash, w.size)
+            .map_err(|source| PushError::Bucket {
+                remote: target.url.clone(),
+                source: Box::new(source),
+            })?;
+        if holds {
+            held.push(w.hash);
+        } else {
+            not_sent.push(w);
+        }
+    }
+    let withheld = not_sent;
+    if wanted.is_empty() {
+        return Ok(Uploaded {
+            withheld,
+            sent: held,
+            ..Default::default()
+        });
+    }
     let opened = Opened::open(state, Box::new(|| {})).map_err(|e| PushError::Unavailable {
         remote: target.url.clone(),
         path: String::new(),
@@ -153,6 +179,7 @@ pub(super) fn upload(
         cancel: &git.cancel,
         done: Uploaded {
             withheld,
+            sent: held,
             ..Default::default()
         },
     };
