@@ -2952,3 +2952,40 @@ fn an_object_larger_than_the_turn_budget_is_withheld_by_the_automatic_push() {
     );
     assert_eq!(keys.trim(), "0", "nothing reached the bucket");
 }
+
+/// `[push] bucket_turn_budget` takes bytes, a size or `"none"`; anything
+/// else is refused at push and at mount, naming the file and the key.
+#[test]
+fn a_bucket_turn_budget_that_is_no_size_is_refused_at_push_and_at_mount() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    for ok in ["\"none\"", "0", "\"512MiB\"", "1048576"] {
+        edit_config(
+            &f,
+            "[push]\n",
+            &format!("[push]\nbucket_turn_budget = {ok}\n"),
+        );
+        f.opfs_c(&["push"]).ok();
+        edit_config(&f, &format!("bucket_turn_budget = {ok}\n"), "");
+    }
+    for bad in ["\"lots\"", "-1"] {
+        edit_config(
+            &f,
+            "[push]\n",
+            &format!("[push]\nbucket_turn_budget = {bad}\n"),
+        );
+        let run = f.opfs_c(&["push"]);
+        assert_eq!(run.code, Some(2), "{run}");
+        assert!(run.stderr.contains(&config), "{run}");
+        assert!(
+            run.stderr.contains("[push] bucket_turn_budget") && run.stderr.contains("\"none\""),
+            "{run}"
+        );
+        edit_config(&f, &format!("bucket_turn_budget = {bad}\n"), "");
+    }
+    edit_config(&f, "[push]\n", "[push]\nbucket_turn_budget = \"lots\"\n");
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket_turn_budget"), "{run}");
+}
