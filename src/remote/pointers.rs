@@ -1,6 +1,8 @@
 //! The bytes behind the pointer files of the turns a push sends, uploaded
 //! to the bucket before the refs go out, so a remote never holds a
-//! pointer whose bytes are missing.
+//! pointer whose upload failed; within each turn's budget
+//! (`[push] bucket_turn_budget`): the objects over it are withheld,
+//! recorded and reported, not sent.
 
 use std::collections::BTreeMap;
 use std::fs::File;
