@@ -2776,3 +2776,216 @@ fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
     .ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
+
+/// A sparse file of `size` bytes at `path` (through the mount): no disk,
+/// only its size, so an object of that size to the bucket.
+fn sparse(path: &Path, size: u64) {
+    std::fs::File::create(path)
+        .and_then(|f| f.set_len(size))
+        .expect("sparse file");
+}
+
+/// A turn's objects go to the bucket smallest first while they fit in
+/// `[push] bucket_turn_budget`; the next is withheld: its pointer is
+/// pushed, the push and `opfs status` name it and the fix, a checkout
+/// elsewhere says it may have been withheld, and raising the budget then
+/// `opfs push --objects` sends it.
+#[test]
+fn a_turns_objects_beyond_its_bucket_budget_are_withheld_named_and_sent_after_a_raise() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    edit_config(&a, "[push]\n", "[push]\nbucket_turn_budget = \"20MiB\"\n");
+    a.mount();
+    // 25 MiB of objects for no disk at all.
+    sparse(&a.m("s12.bin"), 12 << 20);
+    sparse(&a.m("s13.bin"), 13 << 20);
+    a.turn("sparse");
+    let run = a.opfs_c(&["push"]).ok();
+    for part in [
+        "warning: s13.bin at the end of turn 1 (13631488 bytes",
+        "budget of 20971520 bytes",
+        "[push] bucket_turn_budget",
+        "opfs push --objects",
+    ] {
+        assert!(run.stdout.contains(part), "{part:?} not said: {run}");
+    }
+    assert!(!run.stdout.contains("s12.bin"), "{run}");
+    let st = push_status(&a, &url);
+    assert_eq!(st["withheld"][0]["path"], "s13.bin", "{st:#}");
+    assert_eq!(st["withheld"][0]["size"], 13 << 20, "{st:#}");
+    assert_eq!(st["withheld"][0]["budget"], 20 << 20, "{st:#}");
+    assert_eq!(st["withheld"].as_array().map(Vec::len), Some(1), "{st:#}");
+    assert!(st["failure"].is_null(), "{st:#}");
+    let warnings = a.status()["warnings"].to_string();
+    assert!(
+        warnings.contains("s13.bin at the end of turn 1")
+            && warnings.contains("bucket_turn_budget"),
+        "{warnings}"
+    );
+    // Only the one that fit is in the bucket.
+    let keys = s3.boto3(
+        "for o in s3.list_objects_v2(Bucket='ckpt').get('Contents', []):\n    print(o['Key'], o['Size'])",
+        "list the bucket",
+    );
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    assert!(
+        keys.contains(&format!("{} {}", object_key(&vec![0; 12 << 20]), 12 << 20)),
+        "{keys}"
+    );
+
+    // Both pointers are on the remote; elsewhere the withheld one checks
+    // out as its pointer, and the message says why it may be missing.
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    let checkout = |dir: &Path| {
+        b.opfs(&[
+            "--json",
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ])
+    };
+    let dir = b.root().join("turn1");
+    let run = checkout(&dir);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        run.stderr.contains("withheld") && run.stderr.contains("bucket_turn_budget"),
+        "{run}"
+    );
+    // The report, then the error (both JSON lines).
+    let r: serde_json::Value =
+        serde_json::from_str(run.stdout.lines().next().unwrap_or("")).expect("report");
+    assert_eq!(r["missing_objects"][0]["path"], "s13.bin", "{r:#}");
+    assert_eq!(r["resolved"], 1, "{r:#}");
+    assert_eq!(
+        std::fs::read(dir.join("s12.bin")).expect("s12").len(),
+        12 << 20
+    );
+    assert!(std::fs::read_to_string(dir.join("s13.bin"))
+        .expect("s13")
+        .starts_with("opfs-pointer"));
+
+    // The fix the messages give.
+    edit_config(&a, "\"20MiB\"", "\"64MiB\"");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 1, "{r:#}");
+    assert_eq!(r["bytes_backfilled"], 13 << 20, "{r:#}");
+    assert_eq!(
+        r["objects_withheld"].as_array().map(Vec::len),
+        Some(0),
+        "{r:#}"
+    );
+    let st = push_status(&a, &url);
+    assert!(
+        st["withheld"].as_array().is_some_and(Vec::is_empty),
+        "{st:#}"
+    );
+    std::fs::remove_dir_all(&dir).expect("rm");
+    let r = checkout(&dir).ok().json();
+    assert_eq!(r["resolved"], 2, "{r:#}");
+    assert_eq!(
+        std::fs::read(dir.join("s13.bin")).expect("s13"),
+        vec![0; 13 << 20]
+    );
+    // Withheld means not in the bucket: under the small budget again,
+    // an object the bucket holds is not said to be withheld.
+    edit_config(&a, "\"64MiB\"", "\"20MiB\"");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(
+        r["objects_withheld"].as_array().map(Vec::len),
+        Some(0),
+        "{r:#}"
+    );
+    let st = push_status(&a, &url);
+    assert!(
+        st["withheld"].as_array().is_some_and(Vec::is_empty),
+        "{st:#}"
+    );
+}
+
+/// No object larger than the per-turn budget reaches the bucket: the
+/// daemon's automatic push withholds it, says so in its log and records
+/// it for `opfs status`, and the pointer still reaches the remote.
+#[test]
+fn an_object_larger_than_the_turn_budget_is_withheld_by_the_automatic_push() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    edit_config(&f, "auto = false", "auto = true");
+    edit_config(&f, "[push]\n", "[push]\nbucket_turn_budget = 8388608\n");
+    f.mount();
+    sparse(&f.m("huge.bin"), (8 << 20) + 1);
+    f.turn("huge");
+    // The pusher logs what it withheld once the push is recorded.
+    let log = || std::fs::read_to_string(f.state_dir().join("daemon.log")).unwrap_or_default();
+    assert!(
+        wait_for(PUSH_WAIT, || log()
+            .contains("huge.bin at the end of turn 1")),
+        "the push never said it withheld huge.bin: {}\nstatus: {:#}",
+        log(),
+        f.status()
+    );
+    assert!(
+        log().contains("larger than the bucket's per-turn budget of 8388608 bytes"),
+        "{}",
+        log()
+    );
+    let ns = namespace(&f, "alpha");
+    assert!(ls_remote(&url).contains_key(&format!("{ns}/turns/1")));
+    let st = push_status(&f, &url);
+    assert_eq!(st["withheld"][0]["path"], "huge.bin", "{st:#}");
+    assert_eq!(st["withheld"][0]["size"], (8 << 20) + 1, "{st:#}");
+    let keys = s3.boto3(
+        "print(len(s3.list_objects_v2(Bucket='ckpt').get('Contents', [])))",
+        "count the objects",
+    );
+    assert_eq!(keys.trim(), "0", "nothing reached the bucket");
+}
+
+/// `[push] bucket_turn_budget` takes bytes, a size or `"none"`; anything
+/// else is refused at push and at mount, naming the file and the key.
+#[test]
+fn a_bucket_turn_budget_that_is_no_size_is_refused_at_push_and_at_mount() {
+    let (f, _, _) = pushed_to_a_path();
+    let config = f.pinned.config.display().to_string();
+    for ok in ["\"none\"", "0", "\"512MiB\"", "1048576"] {
+        edit_config(
+            &f,
+            "[push]\n",
+            &format!("[push]\nbucket_turn_budget = {ok}\n"),
+        );
+        f.opfs_c(&["push"]).ok();
+        edit_config(&f, &format!("bucket_turn_budget = {ok}\n"), "");
+    }
+    for bad in ["\"lots\"", "-1"] {
+        edit_config(
+            &f,
+            "[push]\n",
+            &format!("[push]\nbucket_turn_budget = {bad}\n"),
+        );
+        let run = f.opfs_c(&["push"]);
+        assert_eq!(run.code, Some(2), "{run}");
+        assert!(run.stderr.contains(&config), "{run}");
+        assert!(
+            run.stderr.contains("[push] bucket_turn_budget") && run.stderr.contains("\"none\""),
+            "{run}"
+        );
+        edit_config(&f, &format!("bucket_turn_budget = {bad}\n"), "");
+    }
+    edit_config(&f, "[push]\n", "[push]\nbucket_turn_budget = \"lots\"\n");
+    f.umount();
+    let run = f.try_mount(&[], &[]);
+    assert_eq!(run.code, Some(2), "{run}");
+    assert!(run.stderr.contains("[push] bucket_turn_budget"), "{run}");
+}

@@ -604,7 +604,8 @@ pub struct PushArgs {
     pub remote: Option<String>,
     /// First upload to the bucket the bytes behind the pointer files of
     /// every pushed turn, not only the new ones (after the bucket was
-    /// configured late, or an object was deleted from it).
+    /// configured late, an object was deleted from it, or [push]
+    /// bucket_turn_budget was raised to send objects it withheld).
     #[arg(long)]
     pub objects: bool,
     /// Forget a remote this project was pushed to: drop its entry (its

@@ -381,6 +381,19 @@ impl Ctx {
             };
             return Err(CommandError::usage(format!("{file}: {key}: {problem}")));
         }
+        let own_budget = own.and_then(|p| p.push.bucket_turn_budget.clone());
+        let budget_key = if own_budget.is_some() {
+            format!(
+                "[projects.\"{}\".push] bucket_turn_budget",
+                project.display()
+            )
+        } else {
+            "[push] bucket_turn_budget".to_string()
+        };
+        let turn_budget = turn_budget(
+            own_budget.or_else(|| config.push.bucket_turn_budget.clone()),
+        )
+        .map_err(|problem| CommandError::usage(format!("{file}: {budget_key}: {problem}")))?;
         let target = opfs::remote::Target {
             url,
             machine: opfs::remote::machine_name(config.push.machine.as_deref()),
@@ -388,6 +401,7 @@ impl Ctx {
                 Some(b) => Some(self.bucket_config(&config, &b)?),
                 None => None,
             },
+            turn_budget,
         };
         Ok(Some((target, auto, retry)))
     }
@@ -513,6 +527,26 @@ impl Ctx {
         opfs::daemon::range_min_from(self.env.range_min.as_deref())
             .map_err(|e| CommandError::usage(format!("environment variable OPFS_RANGE_MIN: {e}")))
     }
+}
+
+/// `[push] bucket_turn_budget` as written: unset is
+/// [`opfs::remote::DEFAULT_TURN_BUDGET`]; `0` or `"none"` is no limit
+/// (`None`); else bytes or a size with a suffix (`"2GiB"`).
+///
+/// Errors: a negative number, or text that is no size nor `none` (the
+/// reason, for the caller to prefix with the file and key).
+fn turn_budget(v: Option<opfs::sandbox::config::Size>) -> Result<Option<u64>, String> {
+    use opfs::sandbox::config::Size;
+    let bytes = match v {
+        None => return Ok(Some(opfs::remote::DEFAULT_TURN_BUDGET)),
+        Some(Size::Bytes(n)) => u64::try_from(n).map_err(|_| {
+            format!("{n} is negative; give bytes (2147483648), a size (\"2GiB\"), or 0 or \"none\" for no limit")
+        })?,
+        Some(Size::Text(t)) if t.trim().eq_ignore_ascii_case("none") => 0,
+        Some(Size::Text(t)) => opfs::state::usage::parse_size(&t)
+            .map_err(|e| format!("{e}; or 0 or \"none\" for no limit"))?,
+    };
+    Ok((bytes > 0).then_some(bytes))
 }
 
 /// The `key = value` pairs of section `[profile]` of an AWS credentials

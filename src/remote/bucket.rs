@@ -296,6 +296,25 @@ impl Bucket {
         })
     }
 
+    /// True when the bucket holds an object of `size` bytes under the key
+    /// of `hash` (one `HEAD`; nothing is read): false when it holds none,
+    /// or one of another size (a corrupt bucket, which a checkout reports).
+    ///
+    /// Errors: [`BucketError::Store`] (unreachable, refused).
+    pub fn holds(&self, hash: &str, size: u64) -> Result<bool, BucketError> {
+        let key_text = self.key(hash);
+        let key = ObjectPath::from(key_text.clone());
+        match self.rt.block_on(self.store.head(&key)) {
+            Ok(meta) => Ok(meta.size == size),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => Err(BucketError::Store {
+                url: self.url.clone(),
+                what: format!("looking for {key_text}"),
+                source,
+            }),
+        }
+    }
+
     /// Writes to `out` the content whose BLAKE3 is `hash` and whose size
     /// is `size`, as it arrives (memory bounded whatever the object's
     /// size); `false` when the bucket has no such object (nothing

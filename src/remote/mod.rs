@@ -40,7 +40,7 @@ pub use fetch::{
 pub use git::{Cancel, GitEnv};
 pub use names::{
     is_relative_path, machine_name, machine_problem, namespace, normalize_url, redact, redact_url,
-    url_problem, Target, MACHINE_MAX, NAMESPACE_ROOT,
+    url_problem, Target, DEFAULT_TURN_BUDGET, MACHINE_MAX, NAMESPACE_ROOT,
 };
 pub use pusher::{spawn_pusher, AutoPush, DEFAULT_RETRY};
 
@@ -227,6 +227,12 @@ pub struct PushReport {
     /// nor in the project): pushed without them, recorded in `push.json`
     /// and shown by `opfs status`; each checks out as its pointer file.
     pub objects_missing: Vec<state::Missing>,
+    /// Pointer files sent whose objects did not fit their turn's budget
+    /// (`[push] bucket_turn_budget`): not sent to the bucket, recorded in
+    /// `push.json` and shown by `opfs status`; each checks out as its
+    /// pointer file until the budget is raised and `opfs push --objects`
+    /// sends it.
+    pub objects_withheld: Vec<state::Withheld>,
     /// `push.json` was unreadable and set aside, and the push started
     /// afresh: what was done ([`state::load_or_set_aside`]).
     pub push_state_set_aside: Option<String>,
@@ -242,6 +248,7 @@ impl PushReport {
             && self.adopted == 0
             && self.objects_uploaded == 0
             && self.objects_missing.is_empty()
+            && self.objects_withheld.is_empty()
             && self.push_state_set_aside.is_none()
     }
 }
@@ -465,6 +472,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                     rs.missing.push(m.clone());
                 }
             }
+            note_withheld(rs, &uploaded.withheld, &uploaded.sent, false);
             Ok(PushReport {
                 remote: target.url.clone(),
                 namespace: ns,
@@ -476,6 +484,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
                 objects_uploaded: uploaded.n,
                 object_bytes: uploaded.bytes,
                 objects_missing: uploaded.missing.clone(),
+                objects_withheld: uploaded.withheld.clone(),
                 push_state_set_aside: set_aside.clone(),
                 elapsed_ms: started.elapsed().as_millis() as u64,
             })
@@ -516,6 +525,29 @@ pub struct Backfill {
     /// in the project): skipped, as [`push`] skips them, and recorded in
     /// `push.json`; each checks out as its pointer file.
     pub missing: Vec<state::Missing>,
+    /// Pointer files whose objects do not fit their turn's budget: not
+    /// sent, and recorded in `push.json` as the complete list of them.
+    pub withheld: Vec<state::Withheld>,
+}
+
+/// Updates the withheld objects `rs` records: drops those now in the
+/// bucket (`sent`) and adds `withheld`; with `all` (the whole export was
+/// considered, `opfs push --objects`), `withheld` replaces the list.
+fn note_withheld(
+    rs: &mut state::RemoteState,
+    withheld: &[state::Withheld],
+    sent: &[String],
+    all: bool,
+) {
+    if all {
+        rs.withheld.clear();
+    }
+    rs.withheld.retain(|w| !sent.contains(&w.hash));
+    for w in withheld {
+        if !rs.withheld.iter().any(|x| x.hash == w.hash) {
+            rs.withheld.push(w.clone());
+        }
+    }
 }
 
 /// Uploads to `target`'s bucket the bytes behind the pointer files of
@@ -525,8 +557,12 @@ pub struct Backfill {
 /// Objects already there are not written (create-only, as in [`push`]).
 /// A version whose bytes are gone for good is skipped, reported in
 /// [`Backfill::missing`] and added to the remote's entry of `push.json`
-/// (`opfs status` warns), as [`push`] does. Nothing is done with no
-/// bucket.
+/// (`opfs status` warns), as [`push`] does. Each turn's objects are
+/// chosen within `target`'s per-turn budget as a push chooses them: those
+/// that do not fit are reported in [`Backfill::withheld`], and the
+/// remote's entry of `push.json` then lists exactly them (a raised budget
+/// sends those that now fit and drops them from it). Nothing is done with
+/// no bucket.
 ///
 /// Durable after `Ok`: every pointer of the export whose bytes this
 /// machine holds has them in the bucket, and `push.json` lists the
@@ -561,23 +597,23 @@ pub fn upload_all_objects(
         })
         .collect();
     let u = pointers::upload(state, &git_dir, target, git, cfg, &refs, &BTreeMap::new())?;
-    if !u.missing.is_empty() {
-        record_missing(state, target, &ns, &u.missing)?;
-    }
+    record_objects(state, target, &ns, &u)?;
     Ok(Backfill {
         objects: u.n,
         bytes: u.bytes,
         missing: u.missing,
+        withheld: u.withheld,
     })
 }
 
-/// Adds `missing` (those not listed yet) to the `push.json` entry of
-/// `target` under `ns`, under the push lock.
-fn record_missing(
+/// Adds `u`'s missing objects (those not listed yet) to the `push.json`
+/// entry of `target` under `ns`, and makes its withheld ones the entry's
+/// list, under the push lock.
+fn record_objects(
     state: &StateDir,
     target: &Target,
     ns: &str,
-    missing: &[state::Missing],
+    u: &pointers::Uploaded,
 ) -> Result<(), PushError> {
     let lock_path = state.push_lock_path();
     let _lock = FileLock::exclusive(&lock_path).map_err(|source| PushError::Io {
@@ -596,13 +632,14 @@ fn record_missing(
             ..Default::default()
         };
     }
-    let before = rs.missing.len();
-    for m in missing {
+    let before = (rs.missing.len(), rs.withheld.clone());
+    for m in &u.missing {
         if !rs.missing.iter().any(|x| x.hash == m.hash) {
             rs.missing.push(m.clone());
         }
     }
-    if rs.missing.len() != before {
+    note_withheld(rs, &u.withheld, &u.sent, true);
+    if (rs.missing.len(), &rs.withheld) != (before.0, &before.1) {
         state::save(state, &all).map_err(io)?;
     }
     Ok(())

@@ -21,7 +21,17 @@ pub struct Target {
     /// The bucket that receives the bytes behind pointer files, if any
     /// (`docs/remote.md`, "Big files").
     pub bucket: Option<bucket::BucketConfig>,
+    /// The most bytes of objects one turn (a commit of the export: a
+    /// turn, the baseline, a worktree's turn) sends to the bucket
+    /// (`[push] bucket_turn_budget`); `None`: no limit. The objects a
+    /// turn added or changed are sent smallest first while they fit; the
+    /// others are withheld (`docs/remote.md`, "The per-turn budget").
+    pub turn_budget: Option<u64>,
 }
+
+/// The per-turn budget of the bucket when the configuration sets none:
+/// 2 GiB.
+pub const DEFAULT_TURN_BUDGET: u64 = 2 << 30;
 
 /// The namespace of `project` (canonical) pushed from `machine`:
 /// `refs/opfs/<machine>/<project key>` (the key is the state dir's, 16

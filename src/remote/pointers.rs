@@ -1,6 +1,8 @@
 //! The bytes behind the pointer files of the turns a push sends, uploaded
 //! to the bucket before the refs go out, so a remote never holds a
-//! pointer whose bytes are missing.
+//! pointer whose upload failed; within each turn's budget
+//! (`[push] bucket_turn_budget`): the objects over it are withheld,
+//! recorded and reported, not sent.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -13,6 +15,7 @@ use crate::store::StateDir;
 use crate::worktree::{self, branch::TurnEnds};
 
 use super::bucket::{Bucket, BucketConfig, PutError, Upload};
+use super::state::Withheld;
 use super::{parse_pointer, GitEnv, PushError, Target};
 
 /// Git's largest pointer file: content above this is never a pointer.
@@ -99,18 +102,71 @@ pub(super) fn upload(
     }
     // hash -> (size, path, where)
     let mut wanted: BTreeMap<String, (u64, Vec<u8>, Origin)> = BTreeMap::new();
+    // hash -> why not sent: over its turn's budget
+    let mut withheld: BTreeMap<String, Withheld> = BTreeMap::new();
     for (commit, origin) in commits {
-        for (hash, size, path) in pointers_changed(git_dir, target, git, &commit)? {
-            wanted.entry(hash).or_insert((size, path, origin.clone()));
+        let changed = pointers_changed(git_dir, target, git, &commit)?;
+        for (hash, size, path, fits) in within_budget(changed, target.turn_budget) {
+            if fits {
+                withheld.remove(&hash);
+                wanted.entry(hash).or_insert((size, path, origin.clone()));
+            } else if !wanted.contains_key(&hash) {
+                let (turn, path) = match &origin {
+                    Origin::Project { start } => {
+                        (start.saturating_sub(1), crate::paths::display(&path))
+                    }
+                    Origin::Worktree { name, turn } => (
+                        *turn,
+                        format!("{} (worktree {name})", crate::paths::display(&path)),
+                    ),
+                };
+                withheld.entry(hash.clone()).or_insert(Withheld {
+                    path,
+                    turn,
+                    hash,
+                    size,
+                    budget: target.turn_budget.unwrap_or(u64::MAX),
+                });
+            }
         }
     }
-    if wanted.is_empty() {
+    if wanted.is_empty() && withheld.is_empty() {
         return Ok(Uploaded::default());
     }
     let bucket = Bucket::open(cfg).map_err(|source| PushError::Bucket {
         remote: target.url.clone(),
         source: Box::new(source),
     })?;
+    // Withheld means "not in the bucket": one the bucket already holds
+    // (sent under a larger budget, or by another machine) is not.
+    let mut held = Vec::new();
+    let mut not_sent = Vec::new();
+    for w in withheld.into_values() {
+        if git.cancel.is_cancelled() {
+            return Err(PushError::Interrupted {
+                remote: target.url.clone(),
+            });
+        }
+        let holds = bucket
+            .holds(&w.hash, w.size)
+            .map_err(|source| PushError::Bucket {
+                remote: target.url.clone(),
+                source: Box::new(source),
+            })?;
+        if holds {
+            held.push(w.hash);
+        } else {
+            not_sent.push(w);
+        }
+    }
+    let withheld = not_sent;
+    if wanted.is_empty() {
+        return Ok(Uploaded {
+            withheld,
+            sent: held,
+            ..Default::default()
+        });
+    }
     let opened = Opened::open(state, Box::new(|| {})).map_err(|e| PushError::Unavailable {
         remote: target.url.clone(),
         path: String::new(),
@@ -123,7 +179,11 @@ pub(super) fn upload(
         bucket: &bucket,
         target,
         cancel: &git.cancel,
-        done: Uploaded::default(),
+        done: Uploaded {
+            withheld,
+            sent: held,
+            ..Default::default()
+        },
     };
     // By worktree, in the order of its turns (what [`TurnEnds`] reads best).
     // (turn, path, hash, size)
@@ -235,6 +295,44 @@ pub(super) struct Uploaded {
     pub bytes: u64,
     /// Versions whose bytes are gone for good, skipped.
     pub missing: Vec<super::state::Missing>,
+    /// Objects over their turn's budget, not sent ([`within_budget`]).
+    pub withheld: Vec<Withheld>,
+    /// The BLAKE3 of every object now in the bucket (written now or found
+    /// there): a record of it as withheld is obsolete.
+    pub sent: Vec<String>,
+}
+
+/// The pointers one commit added or changed (`(hash, size, path)`), each
+/// with whether it fits the commit's `budget` (`None`: no limit): taken
+/// smallest first (then by path, so the choice depends on nothing but
+/// the commit and the budget), each content once, until the next would
+/// take the sum of their sizes over the budget; that one and every later
+/// one do not fit. So no object larger than the budget is ever sent.
+fn within_budget(
+    mut changed: Vec<(String, u64, Vec<u8>)>,
+    budget: Option<u64>,
+) -> Vec<(String, u64, Vec<u8>, bool)> {
+    changed.sort_by(|a, b| (a.1, &a.2).cmp(&(b.1, &b.2)));
+    let mut seen = std::collections::BTreeSet::new();
+    let mut used = 0u64;
+    let mut full = false;
+    let mut out = Vec::with_capacity(changed.len());
+    for (hash, size, path) in changed {
+        if !seen.insert(hash.clone()) {
+            continue;
+        }
+        let fits = match budget {
+            None => true,
+            Some(b) => !full && used.saturating_add(size) <= b,
+        };
+        if fits {
+            used = used.saturating_add(size);
+        } else {
+            full = true;
+        }
+        out.push((hash, size, path, fits));
+    }
+    out
 }
 
 /// Uploads to one bucket, counting what it wrote.
@@ -312,9 +410,13 @@ impl Put<'_> {
             Ok(Upload::Created) => {
                 self.done.n += 1;
                 self.done.bytes += size;
+                self.done.sent.push(hash.to_string());
                 Ok(true)
             }
-            Ok(Upload::Existed) => Ok(true),
+            Ok(Upload::Existed) => {
+                self.done.sent.push(hash.to_string());
+                Ok(true)
+            }
             Err(PutError::Mismatch | PutError::Read(_)) => Ok(false),
             Err(PutError::Bucket(source)) => Err(PushError::Bucket {
                 remote: self.target.url.clone(),
@@ -489,4 +591,36 @@ fn batch(git_dir: &Path, git: &GitEnv, mode: &str, ids: &[&str]) -> std::io::Res
     let _ = writer.join();
     child.wait()?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(hash: &str, size: u64, path: &str) -> (String, u64, Vec<u8>) {
+        (hash.into(), size, path.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_turns_objects_fit_its_budget_smallest_first_and_none_is_larger() {
+        let changed = vec![
+            p("c", 13, "b.bin"),
+            p("a", 12, "z.bin"),
+            p("a", 12, "y.bin"),
+            p("d", 5, "a.bin"),
+            p("e", 30, "huge.bin"),
+        ];
+        let fit: Vec<(String, bool)> = within_budget(changed.clone(), Some(20))
+            .into_iter()
+            .map(|(h, _, _, f)| (h, f))
+            .collect();
+        // 5 + 12 fit; 13 would make 30; the same content twice counts once.
+        assert_eq!(
+            fit,
+            [("d", true), ("a", true), ("c", false), ("e", false)].map(|(h, f)| (h.to_string(), f))
+        );
+        assert!(within_budget(changed, None).iter().all(|x| x.3));
+        assert!(!within_budget(vec![p("e", 30, "x")], Some(29))[0].3);
+        assert!(within_budget(vec![p("e", 30, "x")], Some(30))[0].3);
+    }
 }

@@ -63,6 +63,15 @@ pub fn spawn_pusher(state: StateDir, auto: AutoPush) -> crossbeam_channel::Sende
                         if let Some(note) = &r.push_state_set_aside {
                             log::warn!("{note}");
                         }
+                        for m in &r.objects_missing {
+                            log::warn!(
+                                "{} at the end of turn {} was pushed without its bytes (BLAKE3 {}): they are gone from this machine ({}); it checks out as its pointer file",
+                                m.path, m.turn, m.hash, m.cause
+                            );
+                        }
+                        for w in &r.objects_withheld {
+                            log::warn!("{}", w.explain());
+                        }
                         if !r.up_to_date() {
                             log::info!(
                                 "pushed {} ref(s) ({} deleted, {} adopted as already there, {} bytes; {} object(s), {} bytes to the bucket) to {} in {} ms",

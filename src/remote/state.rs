@@ -39,6 +39,49 @@ pub struct RemoteState {
     /// project). Each checks out as its pointer file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<Missing>,
+    /// Pointer files pushed without their bytes because they did not fit
+    /// their turn's budget (`[push] bucket_turn_budget`): not sent to the
+    /// bucket by this machine. Raising the budget and `opfs push
+    /// --objects` sends them (and drops them from this list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<Withheld>,
+}
+
+/// An object a turn's budget did not let a push send.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Withheld {
+    /// The project-relative path (with `(worktree NAME)` for a worktree's).
+    pub path: String,
+    /// The turn whose end it is.
+    pub turn: u64,
+    /// The content's BLAKE3, hex: the bucket key's last part.
+    pub hash: String,
+    /// The object's size, bytes.
+    pub size: u64,
+    /// The budget of its turn when it was withheld, bytes.
+    pub budget: u64,
+}
+
+impl Withheld {
+    /// Why it was withheld and the fix, in words (the push's output,
+    /// `opfs status`, the daemon log).
+    pub fn explain(&self) -> String {
+        let what = if self.size > self.budget {
+            format!(
+                "it is larger than the bucket's per-turn budget of {} bytes",
+                self.budget
+            )
+        } else {
+            format!(
+                "it did not fit in its turn's bucket budget of {} bytes after the turn's smaller objects",
+                self.budget
+            )
+        };
+        format!(
+            "{} at the end of turn {} ({} bytes, BLAKE3 {}) was pushed without its bytes: {what}; it checks out from the remote as its pointer file; to send it, raise [push] bucket_turn_budget (bytes, or \"none\") and run `opfs push --objects`",
+            self.path, self.turn, self.size, self.hash
+        )
+    }
 }
 
 /// A version whose bytes a push could not upload, for good.

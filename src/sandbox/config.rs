@@ -128,6 +128,11 @@ pub struct PushConfig {
     /// The bucket's region. Unset: `$AWS_REGION`, `$AWS_DEFAULT_REGION`,
     /// else `us-east-1`.
     pub bucket_region: Option<String>,
+    /// The most bytes of objects one turn may send to the bucket: bytes
+    /// (an integer) or a size with a suffix (`"2GiB"`); `0` or `"none"`:
+    /// no limit. A project's own wins. Unset: 2 GiB
+    /// (`docs/remote.md`, "The per-turn budget").
+    pub bucket_turn_budget: Option<Size>,
 }
 
 impl Config {

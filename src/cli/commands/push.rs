@@ -70,6 +70,11 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
             r.objects_missing.push(m.clone());
         }
     }
+    for w in backfilled.iter().flat_map(|b| &b.withheld) {
+        if !r.objects_withheld.iter().any(|x| x.hash == w.hash) {
+            r.objects_withheld.push(w.clone());
+        }
+    }
     if !ctx.format.is_json() {
         if let Some(note) = &r.push_state_set_aside {
             writeln!(out, "note: {note}")?;
@@ -80,6 +85,9 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
                 "warning: {} at the end of turn {} was pushed without its bytes (BLAKE3 {}): they are gone from this machine ({}); it checks out as its pointer file (opfs status lists it)",
                 m.path, m.turn, m.hash, m.cause
             )?;
+        }
+        for w in &r.objects_withheld {
+            writeln!(out, "warning: {}", w.explain())?;
         }
     }
     if let (Some(b), false) = (&backfilled, ctx.format.is_json()) {

@@ -126,7 +126,7 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
             if let (Some(m), Some(b)) = (r.missing_objects.first(), &r.bucket) {
                 let machine = project.split('/').next().unwrap_or(project);
                 return Err(CommandError::failure(format!(
-                    "{} file(s) of 8 MiB or more were written as pointer files: bucket {b} holds no object for their bytes, e.g. {} (object {}); objects are never deleted by opfs, so it was deleted or expired in the bucket (a lifecycle rule), or the push that sent the pointer had no bucket; upload them again with `opfs push --objects` on a machine that still holds the project's history (machine {machine:?}), then check out again",
+                    "{} file(s) of 8 MiB or more were written as pointer files: bucket {b} holds no object for their bytes, e.g. {} (object {}); objects are never deleted by opfs, so the pushing machine withheld it (larger than what its [push] bucket_turn_budget let one turn send: its `opfs status` lists it), or it was deleted or expired in the bucket (a lifecycle rule), or the push that sent the pointer had no bucket; on a machine that still holds the project's history (machine {machine:?}), raise [push] bucket_turn_budget if `opfs status` says it was withheld, upload them with `opfs push --objects`, then check out again",
                     r.missing_objects.len(),
                     m.path,
                     m.key

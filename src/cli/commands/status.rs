@@ -137,6 +137,9 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                 m.path, m.turn, m.hash, m.cause
             ));
         }
+        for w in &r.withheld {
+            p.warnings.push(format!("push to {url}: {}", w.explain()));
+        }
     }
     if ctx.format.is_json() {
         let mut v = serde_json::to_value(&status).map_err(failure)?;
@@ -191,6 +194,7 @@ pub fn run(ctx: &Ctx, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), Co
                     "last_turn": r.last_turn,
                     "failure": failure,
                     "missing": r.missing,
+                    "withheld": r.withheld,
                 })
             })
             .collect();
