@@ -15,6 +15,10 @@ use crate::worktree::{self, branch::TurnEnds};
 use super::bucket::{Bucket, BucketConfig, PutError, Upload};
 use super::{parse_pointer, GitEnv, PushError, Target};
 
+/// Reads of a version put together from ranges over a file the agent may
+/// be writing, before it counts as gone ([`Put::ranged`]).
+const RANGED_TRIES: usize = 3;
+
 /// Git's largest pointer file: content above this is never a pointer.
 const POINTER_MAX: u64 = 200;
 
@@ -144,9 +148,12 @@ pub(super) fn upload(
                         blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
                     // Streamed from the blob store, else from the project's
                     // file when it still holds these bytes (the newest
-                    // version); else put together in memory.
+                    // version), else put together from its saved ranges
+                    // as it is read; else (a small file) as `opfs show`
+                    // gives it.
                     if put.file(&hash, size, File::open(src.blobs.path_of(raw.as_bytes())))?
                         || put.file(&hash, size, project_file(&src, &path, size))?
+                        || put.ranged(&src, &path, start, &hash, size, unavailable)?
                     {
                         return Ok(());
                     }
@@ -287,6 +294,48 @@ impl Put<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// Uploads the object of `hash` (`size` bytes), the content of `path`
+    /// when project turn `start` began, put together from its saved
+    /// ranges as it is read ([`crate::view::chain::open_ranged`]): true
+    /// when it is in the bucket now; false (nothing written) when that
+    /// record is not ranged. The project's file under the ranges may be
+    /// written while it is read: a content of other bytes is read again
+    /// (its records then hold the ranges overwritten meanwhile), up to
+    /// [`RANGED_TRIES`] times, then it is a version whose bytes are gone
+    /// (`unavailable`), like one that cannot be put together.
+    fn ranged(
+        &mut self,
+        src: &history::Sources<'_>,
+        path: &[u8],
+        start: u64,
+        hash: &str,
+        size: u64,
+        unavailable: impl Fn(String) -> PushError,
+    ) -> Result<bool, PushError> {
+        for _ in 0..RANGED_TRIES {
+            let opened =
+                crate::view::chain::open_ranged(src.index, src.blobs, src.backing, path, start)
+                    .map_err(|reason| {
+                        unavailable(
+                            crate::view::ViewError::Ranges {
+                                path: path.to_vec(),
+                                reason,
+                            }
+                            .to_string(),
+                        )
+                    })?;
+            let Some((mut content, _)) = opened else {
+                return Ok(false);
+            };
+            if self.stream(hash, size, &mut content)? {
+                return Ok(true);
+            }
+        }
+        Err(unavailable(
+            "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
+        ))
     }
 
     /// Uploads the object of `hash` (`size` bytes) streamed from `file`

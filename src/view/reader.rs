@@ -21,6 +21,9 @@ use super::chain::{self, RangeError};
 use super::timeline::Timeline;
 use super::{check_turn, current, TurnError, Version};
 
+/// One path's records and the saved ranges of each ranged one.
+type RecordsAndRanges = (Vec<(u64, PreImage)>, Vec<Vec<crate::store::index::Piece>>);
+
 /// Contents put together from ranged records, by BLAKE3.
 pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
 
@@ -144,6 +147,36 @@ impl Reader<'_> {
         only: Option<&[u8]>,
         keep_bytes: bool,
     ) -> Result<(), ViewError> {
+        self.resolve_with(timeline, only, keep_bytes, u64::MAX)
+    }
+
+    /// [`Reader::timeline`] in bounded memory: a path whose project file
+    /// or one of whose ranged records is `stream_from` bytes or more is
+    /// put together as a stream ([`chain::resolve_records_streamed`]):
+    /// each version hashed as it is read, and its bytes kept in
+    /// [`Reader::resolved`] only when it is shorter than `stream_from`.
+    /// For a reader that needs only the hash of a big version (the
+    /// export: files of 8 MiB or more are pointer files).
+    ///
+    /// Errors: as [`Reader::timeline`].
+    pub fn timeline_bounded(&self, from: u64, stream_from: u64) -> Result<Timeline, ViewError> {
+        let mut timeline = Timeline::load(self.index, from)?;
+        self.resolve_with(&mut timeline, None, true, stream_from)?;
+        Ok(timeline)
+    }
+
+    /// [`Reader::resolve`], a path whose project file or ranged record is
+    /// `stream_from` bytes or more put together as a stream (see
+    /// [`Reader::timeline_bounded`]; `u64::MAX`: every path in memory).
+    ///
+    /// Errors: as [`Reader::timeline`].
+    pub fn resolve_with(
+        &self,
+        timeline: &mut Timeline,
+        only: Option<&[u8]>,
+        keep_bytes: bool,
+        stream_from: u64,
+    ) -> Result<(), ViewError> {
         let from = timeline.from;
         let ranged: Vec<Vec<u8>> = timeline
             .by_path
@@ -156,6 +189,10 @@ impl Reader<'_> {
             .map(|(p, _)| p.clone())
             .collect();
         for path in ranged {
+            if stream_from != u64::MAX && self.big(timeline, &path, stream_from)? {
+                self.resolve_streamed(timeline, &path, keep_bytes, stream_from)?;
+                continue;
+            }
             let last_ranged = matches!(
                 timeline.by_path.get(&path).and_then(|r| r.last()),
                 Some((_, PreImage::Ranged { .. }))
@@ -175,6 +212,171 @@ impl Reader<'_> {
             timeline.by_path.insert(path, recs);
         }
         Ok(())
+    }
+
+    /// True when one of `path`'s ranged records in `timeline`, or the
+    /// project's file there, is `at_least` bytes or more.
+    fn big(&self, timeline: &Timeline, path: &[u8], at_least: u64) -> Result<bool, ViewError> {
+        let recs = timeline.by_path.get(path).map(Vec::as_slice).unwrap_or(&[]);
+        if recs
+            .iter()
+            .any(|(_, p)| matches!(p, PreImage::Ranged { size, .. } if *size >= at_least))
+        {
+            return Ok(true);
+        }
+        let st = self.backing.lstat(path).map_err(Self::project_err(path))?;
+        Ok(st.is_some_and(|st| st.file_type() == libc::S_IFREG && st.size >= at_least))
+    }
+
+    /// The project's regular file at `path`, open for reading (`None`:
+    /// no regular file there).
+    fn open_current(&self, path: &[u8]) -> Result<Option<std::fs::File>, ViewError> {
+        let current::Current::File { .. } =
+            current::read(self.backing, path).map_err(Self::project_err(path))?
+        else {
+            return Ok(None);
+        };
+        let f = match self
+            .backing
+            .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        {
+            Ok(f) => f,
+            Err(e) if crate::tree::is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(Self::project_err(path)(e)),
+        };
+        let regular = f
+            .metadata()
+            .map_err(Self::project_err(path))?
+            .file_type()
+            .is_file();
+        Ok(regular.then_some(f))
+    }
+
+    /// `path`'s records from `from` on, with the saved ranges of each
+    /// ranged one: what must not change while the project's file under
+    /// them is read.
+    fn records_and_ranges(&self, path: &[u8], from: u64) -> Result<RecordsAndRanges, ViewError> {
+        let recs = self.index.records_of_path(path, from)?;
+        let mut pieces = Vec::new();
+        for (t, p) in &recs {
+            if matches!(p, PreImage::Ranged { .. }) {
+                pieces.push(self.index.ranges_of(*t, path)?);
+            }
+        }
+        Ok((recs, pieces))
+    }
+
+    /// Tries of [`Reader::resolve_streamed`] that read the project's file
+    /// in place before it reads a copy of it.
+    const IN_PLACE_TRIES: usize = 3;
+
+    /// Puts `path`'s ranged records in `timeline` together as streams
+    /// ([`chain::resolve_records_streamed`]). When its newest record is
+    /// ranged, the chain is laid over the project's file, read in place
+    /// while the agent may write to it: the daemon commits and the path's
+    /// records and saved ranges are read before and after; the same
+    /// before and after means no write through the mount was captured
+    /// meanwhile (capture appends its record before the write runs), so
+    /// every byte read was as the records say. Otherwise it tries again;
+    /// after [`Reader::IN_PLACE_TRIES`] tries it copies the file into the
+    /// blob store's temporary folder (an unnamed file, streamed), then
+    /// commits and reads the records, and lays them over the copy: as
+    /// [`Reader::resolve`] does over the bytes it read, on disk instead of
+    /// in memory.
+    fn resolve_streamed(
+        &self,
+        timeline: &mut Timeline,
+        path: &[u8],
+        keep_bytes: bool,
+        keep_below: u64,
+    ) -> Result<(), ViewError> {
+        let from = timeline.from;
+        let mut keep = |hash: Hash, bytes: &[u8]| {
+            if keep_bytes {
+                self.resolved.borrow_mut().insert(hash, bytes.to_vec());
+            }
+        };
+        let blob = |h: &Hash| -> Result<chain::Bottom, BlobError> {
+            if let Some(b) = self.resolved.borrow().get(h) {
+                return Ok(chain::Bottom::Bytes(b.clone()));
+            }
+            chain::Bottom::of_blob(self.index, self.blobs, h)
+        };
+        let last_ranged = matches!(
+            timeline.by_path.get(path).and_then(|r| r.last()),
+            Some((_, PreImage::Ranged { .. }))
+        );
+        let mut recs = match last_ranged {
+            false => timeline.by_path.remove(path).unwrap_or_default(),
+            true => {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let file = self.open_current(path)?;
+                    let file = match file {
+                        Some(f) if tries > Self::IN_PLACE_TRIES => Some(self.copy_of(path, f)?),
+                        f => f,
+                    };
+                    (self.commit)();
+                    let before = self.records_and_ranges(path, from)?;
+                    let mut recs = before.0.clone();
+                    let r = chain::resolve_records_streamed(
+                        self.index,
+                        self.blobs,
+                        path,
+                        &mut recs,
+                        file.as_ref(),
+                        &blob,
+                        keep_below,
+                        &mut keep,
+                    );
+                    if tries <= Self::IN_PLACE_TRIES {
+                        (self.commit)();
+                        if self.records_and_ranges(path, from)? != before {
+                            continue;
+                        }
+                    }
+                    r.map_err(|e| Self::range_err(path, e))?;
+                    timeline.by_path.insert(path.to_vec(), recs);
+                    return Ok(());
+                }
+            }
+        };
+        chain::resolve_records_streamed(
+            self.index, self.blobs, path, &mut recs, None, &blob, keep_below, &mut keep,
+        )
+        .map_err(|e| Self::range_err(path, e))?;
+        timeline.by_path.insert(path.to_vec(), recs);
+        Ok(())
+    }
+
+    /// A copy of `file` (the project's file at `path`) in an unnamed file
+    /// of the blob store's temporary folder, streamed.
+    fn copy_of(&self, path: &[u8], mut file: std::fs::File) -> Result<std::fs::File, ViewError> {
+        let dir = self.blobs.tmp_dir();
+        let blob_err = |source: io::Error| ViewError::Blob {
+            path: path.to_vec(),
+            source: BlobError::Io {
+                path: dir.clone(),
+                source,
+            },
+        };
+        let mut copy = tempfile::tempfile_in(&dir).map_err(blob_err)?;
+        io::copy(&mut file, &mut copy).map_err(Self::project_err(path))?;
+        Ok(copy)
+    }
+
+    fn range_err(path: &[u8], e: RangeError) -> ViewError {
+        match e {
+            RangeError::Blob(source) => ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            },
+            reason => ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            },
+        }
     }
 
     /// Replaces each ranged record in `recs` (one path's records, oldest
