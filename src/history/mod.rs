@@ -275,6 +275,34 @@ impl<'a> Sources<'a> {
         Ok(self.reader().resolve(timeline, only, keep_bytes)?)
     }
 
+    /// The content `path` had when turn `turn` began, as a stream, when
+    /// its record from that turn on is ranged (`None` otherwise): see
+    /// [`crate::view::chain::open_ranged`]; the caller checks the BLAKE3
+    /// of what it reads (the project's file under the ranges may change
+    /// while it is read).
+    ///
+    /// Errors: [`ViewError::Ranges`] / [`ViewError::Blob`] (in
+    /// [`HistoryError::Read`]) when it cannot be put together; the index.
+    pub fn ranged_content(
+        &self,
+        path: &[u8],
+        turn: u64,
+    ) -> Result<Option<Box<dyn std::io::Read + 'a>>, HistoryError> {
+        use crate::view::chain::{open_ranged, RangeError};
+        match open_ranged(self.0.index, self.0.blobs, self.0.backing, path, turn) {
+            Ok(r) => Ok(r.map(|(r, _)| Box::new(r) as Box<dyn std::io::Read + 'a>)),
+            Err(RangeError::Index(e)) => Err(e.into()),
+            Err(RangeError::Blob(source)) => Err(HistoryError::Read(ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            })),
+            Err(reason) => Err(HistoryError::Read(ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            })),
+        }
+    }
+
     /// [`Reader::content`]: the bytes of a file or symlink version.
     ///
     /// Errors: [`ViewError::Blob`] (in [`HistoryError::Read`]) when the blob

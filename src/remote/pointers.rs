@@ -298,7 +298,7 @@ impl Put<'_> {
 
     /// Uploads the object of `hash` (`size` bytes), the content of `path`
     /// when project turn `start` began, put together from its saved
-    /// ranges as it is read ([`crate::view::chain::open_ranged`]): true
+    /// ranges as it is read ([`history::Sources::ranged_content`]): true
     /// when it is in the bucket now; false (nothing written) when that
     /// record is not ranged. The project's file under the ranges may be
     /// written while it is read: a content of other bytes is read again
@@ -315,18 +315,10 @@ impl Put<'_> {
         unavailable: impl Fn(String) -> PushError,
     ) -> Result<bool, PushError> {
         for _ in 0..RANGED_TRIES {
-            let opened =
-                crate::view::chain::open_ranged(src.index, src.blobs, src.backing, path, start)
-                    .map_err(|reason| {
-                        unavailable(
-                            crate::view::ViewError::Ranges {
-                                path: path.to_vec(),
-                                reason,
-                            }
-                            .to_string(),
-                        )
-                    })?;
-            let Some((mut content, _)) = opened else {
+            let opened = src
+                .ranged_content(path, start)
+                .map_err(|e| unavailable(e.to_string()))?;
+            let Some(mut content) = opened else {
                 return Ok(false);
             };
             if self.stream(hash, size, &mut content)? {
