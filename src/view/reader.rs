@@ -479,3 +479,127 @@ impl Reader<'_> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::log::Op;
+    use crate::store::Entry;
+    use std::cell::{Cell, RefCell};
+    use std::os::unix::fs::FileExt;
+
+    fn piece(offset: u64, bytes: &[u8]) -> Entry {
+        Entry {
+            turn: 1,
+            path: b"big".to_vec(),
+            pre: PreImage::File {
+                blob: *blake3::hash(bytes).as_bytes(),
+                size: bytes.len() as u64,
+                perm: 0,
+                ino: 0,
+            },
+            data: Some(bytes.to_vec()),
+            op: Op::Range { offset },
+            meta: None,
+        }
+    }
+
+    /// The agent writes into the file under a ranged record while the
+    /// export reads it in place: right after the commits `writes_at` lists
+    /// (each group commit the reader asks for, counted from 1), a write is
+    /// captured (its turn-start bytes saved as a piece in the log, in the
+    /// index at the next commit) and then made.
+    /// Whatever it overlaps, the version put together as a stream is the
+    /// turn-start content, read in place again or, when the file keeps
+    /// changing, over a copy.
+    fn turn_start_survives_writes_at(writes_at: &[u32]) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proj = dir.path().join("proj");
+        std::fs::create_dir(&proj).expect("mkdir");
+        let ix_path = dir.path().join("index.sqlite");
+        let mut writer = Index::open(&ix_path, false).expect("index");
+        let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+        let start: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Turn 1 began with `start`; bytes 100..120 were overwritten.
+        let mut now = start.clone();
+        now[100..120].fill(b'x');
+        std::fs::write(proj.join("big"), &now).expect("write");
+        let size = start.len() as u64;
+        writer
+            .apply(
+                &[
+                    Entry::record(
+                        1,
+                        b"big".to_vec(),
+                        PreImage::Ranged {
+                            size,
+                            perm: 0o644,
+                            ino: 0,
+                        },
+                        None,
+                    ),
+                    piece(100, &start[100..120]),
+                ],
+                &blobs,
+            )
+            .expect("apply");
+        let writer = RefCell::new(writer);
+        let calls = Cell::new(0u32);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(proj.join("big"))
+            .expect("open");
+        // Captured, not committed yet: in the daemon's log.
+        let pending = RefCell::new(Vec::new());
+        let commit = || {
+            let n = calls.get() + 1;
+            calls.set(n);
+            let done: Vec<Entry> = pending.borrow_mut().drain(..).collect();
+            writer.borrow_mut().apply(&done, &blobs).expect("commit");
+            if !writes_at.contains(&n) {
+                return;
+            }
+            // Right after this commit: captured (its piece saved in the
+            // log), then written.
+            let at = 1000 + 50 * u64::from(n);
+            let mut old = vec![0u8; 10];
+            file.read_exact_at(&mut old, at).expect("read");
+            pending.borrow_mut().push(piece(at, &old));
+            file.write_all_at(b"ZZZZZZZZZZ", at).expect("write");
+        };
+        let index = Index::open(&ix_path, false).expect("reader's index");
+        let backing = Dir::open(&proj).expect("dir");
+        let resolved = Resolved::default();
+        let reader = Reader {
+            index: &index,
+            blobs: &blobs,
+            backing: &backing,
+            commit: &commit,
+            resolved: &resolved,
+        };
+        let timeline = reader.timeline_bounded(1, 16).expect("timeline");
+        assert_eq!(
+            timeline.state_at(b"big", 1),
+            Some(&PreImage::File {
+                blob: *blake3::hash(&start).as_bytes(),
+                size,
+                perm: 0o644,
+                ino: 0,
+            }),
+            "commits {writes_at:?}"
+        );
+        // Nothing big was kept in memory.
+        assert!(resolved.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_write_during_the_in_place_read_makes_it_read_again() {
+        turn_start_survives_writes_at(&[1]);
+    }
+
+    #[test]
+    fn a_file_written_during_every_read_is_put_together_over_a_copy() {
+        turn_start_survives_writes_at(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+}
