@@ -2989,3 +2989,126 @@ fn a_bucket_turn_budget_that_is_no_size_is_refused_at_push_and_at_mount() {
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains("[push] bucket_turn_budget"), "{run}");
 }
+
+/// A field of `/proc/PID/status` in KiB (`VmHWM`, `VmRSS`).
+fn proc_kib(pid: u64, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// The `blake3` line of the pointer file `path` in `rev` of `git_dir`.
+fn pointer_hash(git_dir: &Path, rev: &str, path: &str) -> String {
+    let text = git_dir_at(git_dir, &["show", &format!("{rev}:{path}")]);
+    text.lines()
+        .find_map(|l| l.strip_prefix("blake3 "))
+        .unwrap_or_else(|| panic!("{rev}:{path} is no pointer: {text}"))
+        .to_string()
+}
+
+/// A big file written in place by a few bytes is exported and pushed
+/// without ever being held whole in memory: the daemon's export hashes
+/// the file (and the version put together from its saved ranges) as it
+/// reads it, and the push uploads the turn-start version put together as
+/// a stream. The pointers name the BLAKE3 of the bytes `opfs show` gives
+/// for each turn, and the bucket holds exactly those bytes.
+#[test]
+fn a_big_file_written_in_place_is_exported_and_pushed_in_bounded_memory() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    const SIZE: usize = 64 << 20;
+    let v1 = Rng::new(81).bytes(SIZE);
+    write_file(&a.m("db.bin"), &v1, 0o644);
+    a.turn("new");
+    let git_dir = a.state_dir().join("export.git");
+    let exported = |n: u32| {
+        wait_for(Duration::from_secs(120), || {
+            git_in(
+                &git_dir,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "-q",
+                    &format!("refs/opfs/turns/{n}"),
+                ],
+            )
+            .status
+            .success()
+        })
+    };
+    assert!(exported(1), "turn 1 was not exported");
+    let pid = a.status()["pid"].as_u64().expect("daemon pid");
+    // The daemon's peak memory from here on.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    let rest = proc_kib(pid, "VmRSS");
+    let mut v2 = v1.clone();
+    v2[40_000_000..40_000_004].copy_from_slice(b"ZZZZ");
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(a.m("db.bin"))
+            .expect("open");
+        f.seek(SeekFrom::Start(40_000_000)).expect("seek");
+        f.write_all(b"ZZZZ").expect("write in place");
+    }
+    a.turn("in place");
+    assert!(exported(2), "turn 2 was not exported");
+    let peak = proc_kib(pid, "VmHWM");
+    eprintln!("daemon: VmRSS {rest} KiB at the reset, VmHWM {peak} KiB after the export");
+    assert!(
+        peak.saturating_sub(rest) < (SIZE as u64 / 1024) / 2,
+        "the daemon's export of a {} MiB file written in place grew its memory from {rest} KiB to {peak} KiB",
+        SIZE >> 20
+    );
+    // The pointers name the bytes `opfs show` gives for each turn's end.
+    for (turn, want) in [(1, &v1), (2, &v2)] {
+        let hash = pointer_hash(&git_dir, &format!("refs/opfs/turns/{turn}"), "db.bin");
+        assert_eq!(hash, blake3::hash(want).to_hex().as_str(), "turn {turn}");
+    }
+    let shown = a
+        .opfs_command(&[
+            "-C".as_ref(),
+            a.mnt.as_os_str(),
+            "show".as_ref(),
+            "2:db.bin".as_ref(),
+        ])
+        .output()
+        .expect("opfs show");
+    assert!(
+        shown.status.success() && shown.stdout == v1,
+        "opfs show 2:db.bin is not the file at the end of turn 1"
+    );
+    // Turn 1's bytes are only the file's now with its saved ranges laid
+    // over: put together as they are uploaded.
+    let mnt = a.mnt.display().to_string();
+    let Some((run, rss)) = opfs_with_maxrss(&a, &["-C", &mnt, "push", "--json"]) else {
+        return;
+    };
+    assert_eq!(run.code, Some(0), "{run}");
+    eprintln!("opfs push: maxrss {rss} KiB");
+    let r = run.json();
+    assert_eq!(r["objects_uploaded"], 2, "{r:#}");
+    assert_eq!(r["objects_missing"], serde_json::json!([]), "{r:#}");
+    assert!(
+        rss < (SIZE as u64 / 1024) * 3 / 2,
+        "opfs push of a {} MiB version put together from ranges peaked at {rss} KiB",
+        SIZE >> 20
+    );
+    let copy = a.root().join("object");
+    for want in [&v1, &v2] {
+        let key = object_key(want);
+        s3.boto3(
+            &format!("s3.download_file('ckpt', '{key}', '{}')", copy.display()),
+            "read the object",
+        );
+        let got = std::fs::read(&copy).expect("the object");
+        assert!(&got == want, "{key} holds other bytes");
+    }
+}

@@ -36,7 +36,10 @@ pub(super) fn write(
         .detach();
     let entries = walk(ex, &mut editor, first, progress)?;
     (ex.src.commit)();
-    let after = ex.src.timeline(first)?;
+    let after = ex
+        .src
+        .reader()
+        .timeline_bounded(first, super::POINTER_MIN)?;
     // The walk and the records are of turn `first`'s start only if gc did
     // not drop it meanwhile.
     super::check_kept(ex, first)?;
@@ -98,7 +101,11 @@ fn walk(
             let v: Version = match rec {
                 // Taken from the records after the walk.
                 Some(pre) if !pre.is_dir() => continue,
-                _ => match crate::view::current::read_version(ex.src.backing, &p) {
+                _ => match crate::view::current::read_version_bounded(
+                    ex.src.backing,
+                    &p,
+                    super::POINTER_MIN,
+                ) {
                     Ok(v) => v,
                     // Removed during the walk: its record (made before the
                     // removal) is applied after the walk.

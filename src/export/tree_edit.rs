@@ -195,9 +195,12 @@ impl Exporter<'_> {
         Ok(id.detach())
     }
 
-    /// Reads `path`'s current state in the project.
+    /// Reads `path`'s current state in the project: a file of
+    /// [`POINTER_MIN`] bytes or more is hashed as it is read, its bytes
+    /// not kept (it is exported as its pointer).
     pub(super) fn read_current(&self, path: &[u8]) -> Result<Version, ExportError> {
-        crate::view::current::read_version(self.src.backing, path).in_project(path)
+        crate::view::current::read_version_bounded(self.src.backing, path, POINTER_MIN)
+            .in_project(path)
     }
 
     /// The git state of a recorded state.
@@ -378,7 +381,11 @@ pub(super) fn export_turns(
     };
     let current = current_states(ex, tip.turn + 1, newest)?;
     (ex.src.commit)();
-    let timeline = ex.src.timeline(tip.turn + 1)?;
+    // Versions of POINTER_MIN bytes or more are hashed as streams.
+    let timeline = ex
+        .src
+        .reader()
+        .timeline_bounded(tip.turn + 1, POINTER_MIN)?;
     super::check_kept(ex, tip.turn + 1)?;
     let by_turn = timeline.by_turn();
     let mut editor = ex

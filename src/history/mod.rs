@@ -275,6 +275,77 @@ impl<'a> Sources<'a> {
         Ok(self.reader().resolve(timeline, only, keep_bytes)?)
     }
 
+    /// The content of the regular file `path` held when turn `turn`
+    /// began, as a stream, never whole in memory: put together from its
+    /// saved ranges as it is read when its record from that turn on is
+    /// ranged ([`crate::view::chain::open_ranged`]), its blob's file when
+    /// the record is a whole file, the project's file when no record
+    /// covers it. `None` when that record is anything else (not a file:
+    /// [`show`] says why). The caller checks the BLAKE3 of what it reads:
+    /// the project's file may change while it is read.
+    ///
+    /// Errors: [`HistoryError::Absent`] when no record covers it and the
+    /// project holds nothing there; [`ViewError::Ranges`] /
+    /// [`ViewError::Blob`] / [`ViewError::Project`] (in
+    /// [`HistoryError::Read`]) when it cannot be read or put together; the
+    /// index.
+    pub fn version_content(
+        &self,
+        path: &[u8],
+        turn: u64,
+    ) -> Result<Option<(Content<'a>, ContentFrom)>, HistoryError> {
+        use crate::view::chain::{open_ranged, Bottom, RangeError};
+        let blob_err = |source| {
+            HistoryError::Read(ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            })
+        };
+        let project_err = |source| {
+            HistoryError::Read(ViewError::Project {
+                path: path.to_vec(),
+                source,
+            })
+        };
+        match self.0.index.state_from(path, turn)? {
+            Some(crate::record::PreImage::Ranged { .. }) => {
+                match open_ranged(self.0.index, self.0.blobs, self.0.backing, path, turn) {
+                    Ok(r) => Ok(r.map(|(r, _)| (Box::new(r) as Content<'a>, ContentFrom::Ranges))),
+                    Err(RangeError::Index(e)) => Err(e.into()),
+                    Err(RangeError::Blob(source)) => Err(blob_err(source)),
+                    Err(reason) => Err(HistoryError::Read(ViewError::Ranges {
+                        path: path.to_vec(),
+                        reason,
+                    })),
+                }
+            }
+            Some(crate::record::PreImage::File { blob, .. }) => {
+                match Bottom::of_blob(self.0.index, self.0.blobs, &blob).map_err(blob_err)? {
+                    Bottom::File(f) => Ok(Some((Box::new(f), ContentFrom::Blob))),
+                    Bottom::Bytes(b) => {
+                        Ok(Some((Box::new(std::io::Cursor::new(b)), ContentFrom::Blob)))
+                    }
+                }
+            }
+            None => match crate::view::current::read(self.0.backing, path).map_err(project_err)? {
+                crate::view::current::Current::File { .. } => {
+                    let f = self
+                        .0
+                        .backing
+                        .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                        .map_err(project_err)?;
+                    Ok(Some((Box::new(f), ContentFrom::Project)))
+                }
+                crate::view::current::Current::Absent => Err(HistoryError::Absent {
+                    path: path.to_vec(),
+                    turn,
+                }),
+                _ => Ok(None),
+            },
+            Some(_) => Ok(None),
+        }
+    }
+
     /// [`Reader::content`]: the bytes of a file or symlink version.
     ///
     /// Errors: [`ViewError::Blob`] (in [`HistoryError::Read`]) when the blob
@@ -295,6 +366,21 @@ impl<'a> Sources<'a> {
     ) -> Result<BTreeMap<Vec<u8>, Version>, HistoryError> {
         Ok(self.reader().states_at(timeline, wanted, turn)?)
     }
+}
+
+/// A version's bytes as a stream ([`Sources::version_content`]).
+pub type Content<'a> = Box<dyn std::io::Read + 'a>;
+
+/// Where [`Sources::version_content`] reads a version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentFrom {
+    /// Put together from saved ranges as it is read (over a blob, or over
+    /// the project's file, which the agent may be writing meanwhile).
+    Ranges,
+    /// A blob of the store (or one kept in the index).
+    Blob,
+    /// The project's file (no record covers the path from that turn on).
+    Project,
 }
 
 /// The index, blob store and project of one state dir, opened for reading

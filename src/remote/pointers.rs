@@ -18,6 +18,10 @@ use super::bucket::{Bucket, BucketConfig, PutError, Upload};
 use super::state::Withheld;
 use super::{parse_pointer, GitEnv, PushError, Target};
 
+/// Reads of a version (put together from ranges over a file the agent
+/// may be writing) before it counts as gone ([`Put::version`]).
+const VERSION_TRIES: usize = 3;
+
 /// Git's largest pointer file: content above this is never a pointer.
 const POINTER_MAX: u64 = 200;
 
@@ -204,17 +208,17 @@ pub(super) fn upload(
                         blake3::Hash::from_hex(&hash).map_err(|e| unavailable(e.to_string()))?;
                     // Streamed from the blob store, else from the project's
                     // file when it still holds these bytes (the newest
-                    // version); else put together in memory.
+                    // version), else read as the history has it (put
+                    // together from its saved ranges as it is read); what
+                    // is no file then is said by `opfs show`.
                     if put.file(&hash, size, File::open(src.blobs.path_of(raw.as_bytes())))?
                         || put.file(&hash, size, project_file(&src, &path, size))?
+                        || put.version(&src, &path, start, &hash, size, unavailable)?
                     {
                         return Ok(());
                     }
-                    let content = match src.blob(raw.as_bytes()) {
-                        Ok(b) => b,
-                        Err(_) => history::show(&src, start, &path)
-                            .map_err(|e| unavailable(e.to_string()))?,
-                    };
+                    let content = history::show(&src, start, &path)
+                        .map_err(|e| unavailable(e.to_string()))?;
                     put.put(&hash, content, unavailable)
                 })();
                 put.skip_unavailable(r)?;
@@ -385,6 +389,49 @@ impl Put<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// Uploads the object of `hash` (`size` bytes), the content of `path`
+    /// when project turn `start` began as the history has it, streamed
+    /// ([`history::Sources::version_content`]: put together from its
+    /// saved ranges as it is read, or its blob, or the project's file):
+    /// true when it is in the bucket now; false (nothing written) when the
+    /// history holds no file there then. The project's file under saved
+    /// ranges may be written while it is read: a content of other bytes put
+    /// together from ranges is read again (its records then hold the
+    /// ranges overwritten meanwhile), up to [`VERSION_TRIES`] times; then
+    /// (or at once for a blob, or the project's file, which the caller
+    /// tried first) it is a version whose bytes are gone (`unavailable`),
+    /// as is one that cannot be read.
+    fn version(
+        &mut self,
+        src: &history::Sources<'_>,
+        path: &[u8],
+        start: u64,
+        hash: &str,
+        size: u64,
+        unavailable: impl Fn(String) -> PushError,
+    ) -> Result<bool, PushError> {
+        for _ in 0..VERSION_TRIES {
+            let opened = src
+                .version_content(path, start)
+                .map_err(|e| unavailable(e.to_string()))?;
+            let (mut content, from) = match opened {
+                None => return Ok(false),
+                // The project's file was tried already (`project_file`).
+                Some((_, history::ContentFrom::Project)) => break,
+                Some(c) => c,
+            };
+            if self.stream(hash, size, &mut content)? {
+                return Ok(true);
+            }
+            if from != history::ContentFrom::Ranges {
+                break;
+            }
+        }
+        Err(unavailable(
+            "the version found has other bytes (it was changed since and its earlier bytes were not kept)".into(),
+        ))
     }
 
     /// Uploads the object of `hash` (`size` bytes) streamed from `file`

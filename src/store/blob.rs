@@ -179,6 +179,13 @@ impl BlobStore {
         self.dir.join(&h[..2]).join(&h[2..])
     }
 
+    /// The folder where blobs are written before they are renamed into
+    /// place ([`TMP_DIR`]); cleared by [`BlobStore::clear_tmp`]. Readers
+    /// put a temporary copy there too (an unnamed file, gone when closed).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.dir.join(TMP_DIR)
+    }
+
     /// True when the blob is present (its content is not checked).
     pub fn contains(&self, hash: &Hash) -> bool {
         self.path_of(hash).exists()

@@ -422,3 +422,278 @@ pub fn resolve_records(
     }
     Ok(())
 }
+
+/// What a chain of ranged records is laid over when it ends at a whole
+/// file record: that record's blob.
+#[derive(Debug)]
+pub enum Bottom {
+    /// Bytes in memory (a blob kept in the index, or put together from
+    /// ranges earlier and small).
+    Bytes(Vec<u8>),
+    /// The blob's file in the store, checked against its hash.
+    File(std::fs::File),
+}
+
+impl Bottom {
+    /// The blob `hash` as a base: its file in `blobs` (checked, read in
+    /// one pass, when opened), else its bytes kept in the index.
+    ///
+    /// Errors: as [`crate::store::read_blob`].
+    pub fn of_blob(index: &Index, blobs: &BlobStore, hash: &Hash) -> Result<Bottom, BlobError> {
+        if blobs.contains(hash) {
+            Ok(Bottom::File(blobs.open_verified(hash)?))
+        } else {
+            Ok(Bottom::Bytes(crate::store::read_blob(index, blobs, hash)?))
+        }
+    }
+
+    fn into_base<'a>(self) -> Box<ranges::ReadAt<'a>> {
+        match self {
+            Bottom::Bytes(b) => ranges::owned_bytes_base(b),
+            Bottom::File(f) => ranges::owned_file_base(f),
+        }
+    }
+}
+
+/// The content of the first of `chain` (one path's ranged records as
+/// `(turn, size)`, oldest first, each laid over the one after it and the
+/// last over `bottom`), read at any offset: one [`ranges::Layer`] per
+/// record, so memory holds one saved piece per record whatever the size.
+///
+/// Errors: [`RangeError::Index`] when the saved ranges cannot be read.
+pub fn stack<'a>(
+    index: &'a Index,
+    blobs: &'a BlobStore,
+    path: &[u8],
+    chain: &[(u64, u64)],
+    bottom: Box<ranges::ReadAt<'a>>,
+) -> Result<Box<ranges::ReadAt<'a>>, RangeError> {
+    let mut base = bottom;
+    for &(turn, size) in chain.iter().rev() {
+        let pieces = index.ranges_of(turn, path)?;
+        base = ranges::Layer::new(base, index, blobs, &pieces, size).into_base();
+    }
+    Ok(base)
+}
+
+/// [`resolve_records`] without putting whole versions in memory: each
+/// ranged record's content is read from start to end through a
+/// [`stack`] of the ranged records from it on, over the blob of the file
+/// record after them (`blob`) or the project's file `current` (read with
+/// `pread(2)`), and hashed as it is read. `resolved` is told the bytes
+/// of each version shorter than `keep_below` (only those are held, one
+/// at a time); a longer one is known by its BLAKE3 alone. Memory: one
+/// chunk and one saved piece per record in the chain, whatever the
+/// file's size; time: one pass over each version, as before.
+///
+/// The caller makes sure `current` did not change while it was read
+/// ([`crate::view::Reader`] compares the records before and after).
+///
+/// Errors: as [`resolve_records`].
+#[allow(clippy::too_many_arguments)]
+pub fn resolve_records_streamed(
+    index: &Index,
+    blobs: &BlobStore,
+    path: &[u8],
+    recs: &mut [(u64, PreImage)],
+    current: Option<&std::fs::File>,
+    blob: &dyn Fn(&Hash) -> Result<Bottom, BlobError>,
+    keep_below: u64,
+    resolved: &mut dyn FnMut(Hash, &[u8]),
+) -> Result<(), RangeError> {
+    let original = recs.to_vec();
+    for i in (0..original.len()).rev() {
+        let PreImage::Ranged { size, perm, ino } = original[i].1 else {
+            continue;
+        };
+        let mut chain = Vec::new();
+        let mut j = i;
+        while let Some((t, PreImage::Ranged { size, .. })) = original.get(j) {
+            chain.push((*t, *size));
+            j += 1;
+        }
+        let bottom = match original.get(j) {
+            Some((_, PreImage::File { blob: h, .. })) => blob(h)?.into_base(),
+            Some((t, other)) => {
+                return Err(RangeError::BelowNotAFile {
+                    turn: *t,
+                    kind: other.kind_name(),
+                })
+            }
+            None => match current {
+                Some(f) => ranges::file_base(f),
+                None => return Err(RangeError::NoProjectFile),
+            },
+        };
+        let top = stack(index, blobs, path, &chain, bottom)?;
+        let (hash, _, bytes) =
+            ranges::hash_stream(&mut ranges::Sequential::new(top, size), keep_below)
+                .map_err(RangeError::Patch)?;
+        recs[i].1 = PreImage::File {
+            blob: hash,
+            size,
+            perm,
+            ino,
+        };
+        if let Some(b) = bytes {
+            resolved(hash, &b);
+        }
+    }
+    Ok(())
+}
+
+/// The content `path` had when turn `turn` began, as a stream of its
+/// size, when its record from that turn on is ranged (`None` when it is
+/// not): the ranged records from `turn` on laid over the blob of the file
+/// record after them, or over the project's file when none follows,
+/// each read as the stream reaches it (see [`stack`]). Nothing checks
+/// that the project's file did not change meanwhile: the caller checks
+/// the BLAKE3 of what it read.
+///
+/// Errors: [`RangeError::EditedBehind`] (its bytes were never all
+/// saved); [`RangeError::NotAFile`]; [`RangeError::BaseGone`] (no regular
+/// file in the project under the chain); [`RangeError::OpenBase`];
+/// [`RangeError::Blob`]; [`RangeError::Index`].
+pub fn open_ranged<'a>(
+    index: &'a Index,
+    blobs: &'a BlobStore,
+    backing: &Dir,
+    path: &[u8],
+    turn: u64,
+) -> Result<Option<(ranges::Sequential<'a>, u64)>, RangeError> {
+    let mut chain = Vec::new();
+    let mut at = turn;
+    let bottom = loop {
+        match index.record_from(path, at)? {
+            Some((t, PreImage::Ranged { size, .. })) => {
+                edited_in(index, path, t)?;
+                chain.push((t, size));
+                at = t + 1;
+            }
+            _ if chain.is_empty() => return Ok(None),
+            Some((_, PreImage::File { blob, .. })) => {
+                break Bottom::of_blob(index, blobs, &blob)?.into_base()
+            }
+            Some((turn, other)) => {
+                return Err(RangeError::NotAFile {
+                    turn,
+                    kind: other.kind_name(),
+                })
+            }
+            None => {
+                let st = backing.lstat(path).map_err(RangeError::ReadBase)?;
+                if st.is_none_or(|st| st.file_type() != libc::S_IFREG) {
+                    return Err(RangeError::BaseGone);
+                }
+                let f = backing
+                    .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                    .map_err(RangeError::OpenBase)?;
+                break ranges::owned_file_base(f);
+            }
+        }
+    };
+    let size = chain.first().map_or(0, |c| c.1);
+    let top = stack(index, blobs, path, &chain, bottom)?;
+    Ok(Some((ranges::Sequential::new(top, size), size)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One ranged record: its turn-start size and its pieces
+    /// `(offset, bytes)` in saving order.
+    type Rec = (u64, Vec<(u64, Vec<u8>)>);
+
+    fn layouts() -> impl proptest::strategy::Strategy<Value = (Vec<u8>, Vec<Rec>, bool)> {
+        use proptest::prelude::*;
+        let piece = (0u64..300, proptest::collection::vec(any::<u8>(), 1..40));
+        let rec = (0u64..300, proptest::collection::vec(piece, 0..5));
+        (
+            proptest::collection::vec(any::<u8>(), 0..300),
+            proptest::collection::vec(rec, 1..4),
+            any::<bool>(),
+        )
+    }
+
+    proptest::proptest! {
+        /// Put together as a stream, a chain of ranged records gives the
+        /// same file records (the same BLAKE3) and bytes as in memory, and
+        /// fails where it fails, over the project's file or a blob.
+        #[test]
+        fn streamed_chains_match_the_chains_put_together_in_memory(
+            (base, chain, over_blob) in layouts()
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut index = Index::open(&dir.path().join("index.sqlite"), false).expect("index");
+            let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+            let mut entries = Vec::new();
+            let mut recs = Vec::new();
+            for (i, (size, pieces)) in chain.iter().enumerate() {
+                let turn = i as u64 + 1;
+                for (offset, data) in pieces {
+                    entries.push(crate::store::Entry {
+                        turn,
+                        path: b"f".to_vec(),
+                        pre: PreImage::File {
+                            blob: *blake3::hash(data).as_bytes(),
+                            size: data.len() as u64,
+                            perm: 0,
+                            ino: 0,
+                        },
+                        data: Some(data.clone()),
+                        op: crate::store::log::Op::Range { offset: *offset },
+                        meta: None,
+                    });
+                }
+                recs.push((turn, PreImage::Ranged { size: *size, perm: 0o644, ino: 7 }));
+            }
+            index.apply(&entries, &blobs).expect("apply");
+            let file = dir.path().join("current");
+            std::fs::write(&file, &base).expect("write");
+            let current = std::fs::File::open(&file).expect("open");
+            if over_blob {
+                let (h, _) = blobs.put(&mut &base[..], base.len() as u64).expect("put");
+                recs.push((9, PreImage::File { blob: h, size: base.len() as u64, perm: 0, ino: 0 }));
+            }
+            let mut old = recs.clone();
+            let mut old_bytes = std::collections::HashMap::new();
+            let r_old = resolve_records(
+                &index,
+                &blobs,
+                b"f",
+                &mut old,
+                (!over_blob).then_some(&base[..]),
+                &|h| crate::store::read_blob(&index, &blobs, h),
+                &mut |h, b| {
+                    old_bytes.insert(h, b.to_vec());
+                },
+            );
+            for keep_below in [0, u64::MAX] {
+                let mut new = recs.clone();
+                let mut new_bytes = std::collections::HashMap::new();
+                let r_new = resolve_records_streamed(
+                    &index,
+                    &blobs,
+                    b"f",
+                    &mut new,
+                    (!over_blob).then_some(&current),
+                    &|h| Bottom::of_blob(&index, &blobs, h),
+                    keep_below,
+                    &mut |h, b| {
+                        new_bytes.insert(h, b.to_vec());
+                    },
+                );
+                proptest::prop_assert_eq!(r_old.is_ok(), r_new.is_ok(), "{:?} {:?}", r_old, r_new);
+                if r_old.is_ok() {
+                    proptest::prop_assert_eq!(&old, &new);
+                    if keep_below == u64::MAX {
+                        proptest::prop_assert_eq!(&old_bytes, &new_bytes);
+                    } else {
+                        proptest::prop_assert!(new_bytes.is_empty());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -85,22 +85,58 @@ pub fn read(backing: &Dir, path: &[u8]) -> io::Result<Current> {
 /// Errors: the path cannot be read (permission, I/O). A missing path is
 /// `PreImage::Absent`, not an error.
 pub fn read_version(backing: &Dir, path: &[u8]) -> io::Result<Version> {
+    version_with(backing, path, |f, stat| {
+        let mut bytes = Vec::with_capacity(stat.size as usize);
+        f.read_to_end(&mut bytes)?;
+        Ok((
+            *blake3::hash(&bytes).as_bytes(),
+            bytes.len() as u64,
+            Some(bytes),
+        ))
+    })
+}
+
+/// [`read_version`] in bounded memory: a regular file is hashed as it is
+/// read, in [`super::ranges::CHUNK`]s, and its bytes are kept in
+/// [`Version::bytes`] only when it is shorter than `keep_below` bytes
+/// (`None` otherwise: the state's BLAKE3 and size are all there is). For
+/// a reader that needs only the hash of a big file (the export, whose
+/// files of 8 MiB or more are pointer files). As with [`read_version`],
+/// a file written while it is read gives the hash of the bytes read: the
+/// caller re-reads the records after (see [`super::reader`]).
+///
+/// Errors: as [`read_version`].
+pub fn read_version_bounded(backing: &Dir, path: &[u8], keep_below: u64) -> io::Result<Version> {
+    version_with(backing, path, |f, _| {
+        super::ranges::hash_stream(f, keep_below)
+    })
+}
+
+/// `path`'s current state, a regular file's content read through `file`
+/// (its BLAKE3, length and bytes, if kept).
+fn version_with(
+    backing: &Dir,
+    path: &[u8],
+    file: impl FnOnce(
+        &mut std::fs::File,
+        &Stat,
+    ) -> io::Result<(crate::record::Hash, u64, Option<Vec<u8>>)>,
+) -> io::Result<Version> {
     Ok(match read(backing, path)? {
         Current::Absent => Version::recorded(PreImage::Absent),
         Current::File { stat } => {
             // O_NONBLOCK: if the file was replaced by a fifo after the
             // lstat, opening it must not hang.
             let mut f = backing.open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
-            let mut bytes = Vec::with_capacity(stat.size as usize);
-            f.read_to_end(&mut bytes)?;
+            let (blob, size, bytes) = file(&mut f, &stat)?;
             Version {
                 state: PreImage::File {
-                    blob: *blake3::hash(&bytes).as_bytes(),
-                    size: bytes.len() as u64,
+                    blob,
+                    size,
                     perm: stat.perm(),
                     ino: stat.ino,
                 },
-                bytes: Some(bytes),
+                bytes,
             }
         }
         Current::Dir { perm } => Version::recorded(PreImage::Dir { perm }),

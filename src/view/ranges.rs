@@ -157,31 +157,32 @@ impl Intervals {
 /// Reads `buf.len()` bytes (or fewer at its end) of the base at an offset.
 pub type ReadAt<'a> = dyn FnMut(u64, &mut [u8]) -> io::Result<usize> + 'a;
 
-/// The content under a ranged record, as a stream: the base's bytes with
-/// the pieces laid over them, `size` bytes long. Piece blobs are loaded
-/// (and checked against their hash) one at a time as the stream reaches
-/// them.
-pub struct Patched<'a> {
+/// The content under a ranged record, read at any offset: the base's
+/// bytes (the content of the path's next state, itself possibly a
+/// [`Layer`]) with the pieces laid over them, `size` bytes long. Layers
+/// stack: a chain of ranged records is read as one layer per record over
+/// the file below the newest, one piece of each in memory at a time, so
+/// putting any version together costs memory bounded by the piece size
+/// ([`Patched`] reads one from start to end).
+pub struct Layer<'a> {
     base: Box<ReadAt<'a>>,
     index: &'a Index,
     blobs: &'a BlobStore,
     segments: Vec<Segment>,
-    next: usize,
-    pos: u64,
     size: u64,
     loaded: Option<(Hash, Vec<u8>)>,
 }
 
-impl std::fmt::Debug for Patched<'_> {
+impl std::fmt::Debug for Layer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Patched")
-            .field("pos", &self.pos)
+        f.debug_struct("Layer")
             .field("size", &self.size)
+            .field("segments", &self.segments.len())
             .finish_non_exhaustive()
     }
 }
 
-impl<'a> Patched<'a> {
+impl<'a> Layer<'a> {
     /// The turn-start content of a ranged record of `size` bytes whose
     /// saved ranges are `pieces` (in saving order), over `base`.
     pub fn new(
@@ -190,17 +191,20 @@ impl<'a> Patched<'a> {
         blobs: &'a BlobStore,
         pieces: &[Piece],
         size: u64,
-    ) -> Patched<'a> {
-        Patched {
+    ) -> Layer<'a> {
+        Layer {
             base,
             index,
             blobs,
             segments: layout(pieces, size),
-            next: 0,
-            pos: 0,
             size,
             loaded: None,
         }
+    }
+
+    /// Its length in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     fn piece(&mut self, blob: &Hash, at: Option<crate::store::index::Packed>) -> io::Result<&[u8]> {
@@ -215,26 +219,21 @@ impl<'a> Patched<'a> {
             .map(|(_, d)| d.as_slice())
             .unwrap_or(&[]))
     }
-}
 
-impl Read for Patched<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos >= self.size || buf.is_empty() {
+    /// Reads up to `buf.len()` bytes at `at`: 0 at or past the end only.
+    ///
+    /// Errors: a piece is missing or corrupt, or shorter than its record;
+    /// the base ends before bytes no piece holds
+    /// ([`io::ErrorKind::InvalidData`]); the base cannot be read.
+    pub fn read_at(&mut self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if at >= self.size || buf.is_empty() {
             return Ok(0);
         }
-        while self.next < self.segments.len() {
-            let s = self.segments[self.next];
-            if s.offset + s.len <= self.pos {
-                self.next += 1;
-            } else {
-                break;
-            }
-        }
-        let seg = self.segments.get(self.next).copied();
-        let n = match seg {
-            Some(s) if s.offset <= self.pos => {
-                let from = (s.skip + (self.pos - s.offset)) as usize;
-                let want = ((s.offset + s.len - self.pos) as usize).min(buf.len());
+        let i = self.segments.partition_point(|s| s.offset + s.len <= at);
+        match self.segments.get(i).copied() {
+            Some(s) if s.offset <= at => {
+                let from = (s.skip + (at - s.offset)) as usize;
+                let want = ((s.offset + s.len - at) as usize).min(buf.len());
                 let data = self.piece(&s.blob, s.at)?;
                 let src = data.get(from..from + want).ok_or_else(|| {
                     io::Error::new(
@@ -243,27 +242,145 @@ impl Read for Patched<'_> {
                     )
                 })?;
                 buf[..want].copy_from_slice(src);
-                want
+                Ok(want)
             }
             other => {
                 let bound = other.map_or(self.size, |s| s.offset);
-                let want = ((bound - self.pos) as usize).min(buf.len());
-                let n = (self.base)(self.pos, &mut buf[..want])?;
+                let want = ((bound - at) as usize).min(buf.len());
+                let n = (self.base)(at, &mut buf[..want])?;
                 if n == 0 {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
-                            "the later content ends at byte {} but the turn-start file had {} bytes there and no saved range covers them",
-                            self.pos, self.size
+                            "the later content ends at byte {at} but the turn-start file had {} bytes there and no saved range covers them",
+                            self.size
                         ),
                     ));
                 }
-                n
+                Ok(n)
             }
-        };
+        }
+    }
+
+    /// The layer as a base for the layer of the record before it.
+    pub fn into_base(mut self) -> Box<ReadAt<'a>> {
+        Box::new(move |at, buf| self.read_at(at, buf))
+    }
+}
+
+/// `size` bytes read from start to end out of a [`ReadAt`] (a file, or a
+/// stack of [`Layer`]s): what a hasher or an uploader consumes. A source
+/// that ends early is an error ([`io::ErrorKind::UnexpectedEof`]), never
+/// a short stream.
+pub struct Sequential<'a> {
+    src: Box<ReadAt<'a>>,
+    pos: u64,
+    size: u64,
+}
+
+impl std::fmt::Debug for Sequential<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequential")
+            .field("pos", &self.pos)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Sequential<'a> {
+    /// The first `size` bytes of `src`.
+    pub fn new(src: Box<ReadAt<'a>>, size: u64) -> Sequential<'a> {
+        Sequential { src, pos: 0, size }
+    }
+}
+
+impl Read for Sequential<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = usize::try_from(self.size - self.pos)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = (self.src)(self.pos, &mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the content ends at byte {} of {}", self.pos, self.size),
+            ));
+        }
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+/// The content under a ranged record, as a stream: one [`Layer`] read
+/// from start to end.
+pub struct Patched<'a>(Sequential<'a>);
+
+impl std::fmt::Debug for Patched<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<'a> Patched<'a> {
+    /// The turn-start content of a ranged record of `size` bytes whose
+    /// saved ranges are `pieces` (in saving order), over `base`.
+    pub fn new(
+        base: Box<ReadAt<'a>>,
+        index: &'a Index,
+        blobs: &'a BlobStore,
+        pieces: &[Piece],
+        size: u64,
+    ) -> Patched<'a> {
+        let layer = Layer::new(base, index, blobs, pieces, size);
+        Patched(Sequential::new(layer.into_base(), size))
+    }
+}
+
+impl Read for Patched<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+/// The bytes read in one call while hashing a stream.
+pub const CHUNK: usize = 1 << 20;
+
+/// Reads `src` to its end in [`CHUNK`]s: its BLAKE3, its length, and its
+/// bytes when it is shorter than `keep_below` (`None` otherwise: nothing
+/// more than a chunk is held, whatever the length).
+///
+/// Errors: `src` failed.
+pub fn hash_stream(
+    src: &mut dyn Read,
+    keep_below: u64,
+) -> io::Result<(Hash, u64, Option<Vec<u8>>)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut kept = Some(Vec::new());
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+        if total >= keep_below {
+            kept = None;
+        } else if let Some(k) = kept.as_mut() {
+            k.extend_from_slice(&buf[..n]);
+        }
+    }
+    Ok((
+        *hasher.finalize().as_bytes(),
+        total,
+        kept.filter(|_| total < keep_below),
+    ))
 }
 
 /// A base read from memory.
@@ -287,6 +404,30 @@ pub fn file_base(file: &std::fs::File) -> Box<ReadAt<'_>> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             other => return other,
         }
+    })
+}
+
+/// A base read from a file it owns with `pread(2)`.
+pub fn owned_file_base<'a>(file: std::fs::File) -> Box<ReadAt<'a>> {
+    use std::os::unix::fs::FileExt;
+    Box::new(move |at, buf| loop {
+        match file.read_at(buf, at) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    })
+}
+
+/// A base read from bytes it owns.
+pub fn owned_bytes_base<'a>(bytes: Vec<u8>) -> Box<ReadAt<'a>> {
+    Box::new(move |at, buf| {
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        let Some(rest) = bytes.get(at..) else {
+            return Ok(0);
+        };
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
     })
 }
 

@@ -21,6 +21,9 @@ use super::chain::{self, RangeError};
 use super::timeline::Timeline;
 use super::{check_turn, current, TurnError, Version};
 
+/// One path's records and the saved ranges of each ranged one.
+type RecordsAndRanges = (Vec<(u64, PreImage)>, Vec<Vec<crate::store::index::Piece>>);
+
 /// Contents put together from ranged records, by BLAKE3.
 pub type Resolved = std::cell::RefCell<std::collections::HashMap<Hash, Vec<u8>>>;
 
@@ -144,6 +147,36 @@ impl Reader<'_> {
         only: Option<&[u8]>,
         keep_bytes: bool,
     ) -> Result<(), ViewError> {
+        self.resolve_with(timeline, only, keep_bytes, u64::MAX)
+    }
+
+    /// [`Reader::timeline`] in bounded memory: a path whose project file
+    /// or one of whose ranged records is `stream_from` bytes or more is
+    /// put together as a stream ([`chain::resolve_records_streamed`]):
+    /// each version hashed as it is read, and its bytes kept in
+    /// [`Reader::resolved`] only when it is shorter than `stream_from`.
+    /// For a reader that needs only the hash of a big version (the
+    /// export: files of 8 MiB or more are pointer files).
+    ///
+    /// Errors: as [`Reader::timeline`].
+    pub fn timeline_bounded(&self, from: u64, stream_from: u64) -> Result<Timeline, ViewError> {
+        let mut timeline = Timeline::load(self.index, from)?;
+        self.resolve_with(&mut timeline, None, true, stream_from)?;
+        Ok(timeline)
+    }
+
+    /// [`Reader::resolve`], a path whose project file or ranged record is
+    /// `stream_from` bytes or more put together as a stream (see
+    /// [`Reader::timeline_bounded`]; `u64::MAX`: every path in memory).
+    ///
+    /// Errors: as [`Reader::timeline`].
+    pub fn resolve_with(
+        &self,
+        timeline: &mut Timeline,
+        only: Option<&[u8]>,
+        keep_bytes: bool,
+        stream_from: u64,
+    ) -> Result<(), ViewError> {
         let from = timeline.from;
         let ranged: Vec<Vec<u8>> = timeline
             .by_path
@@ -156,6 +189,10 @@ impl Reader<'_> {
             .map(|(p, _)| p.clone())
             .collect();
         for path in ranged {
+            if stream_from != u64::MAX && self.big(timeline, &path, stream_from)? {
+                self.resolve_streamed(timeline, &path, keep_bytes, stream_from)?;
+                continue;
+            }
             let last_ranged = matches!(
                 timeline.by_path.get(&path).and_then(|r| r.last()),
                 Some((_, PreImage::Ranged { .. }))
@@ -175,6 +212,171 @@ impl Reader<'_> {
             timeline.by_path.insert(path, recs);
         }
         Ok(())
+    }
+
+    /// True when one of `path`'s ranged records in `timeline`, or the
+    /// project's file there, is `at_least` bytes or more.
+    fn big(&self, timeline: &Timeline, path: &[u8], at_least: u64) -> Result<bool, ViewError> {
+        let recs = timeline.by_path.get(path).map(Vec::as_slice).unwrap_or(&[]);
+        if recs
+            .iter()
+            .any(|(_, p)| matches!(p, PreImage::Ranged { size, .. } if *size >= at_least))
+        {
+            return Ok(true);
+        }
+        let st = self.backing.lstat(path).map_err(Self::project_err(path))?;
+        Ok(st.is_some_and(|st| st.file_type() == libc::S_IFREG && st.size >= at_least))
+    }
+
+    /// The project's regular file at `path`, open for reading (`None`:
+    /// no regular file there).
+    fn open_current(&self, path: &[u8]) -> Result<Option<std::fs::File>, ViewError> {
+        let current::Current::File { .. } =
+            current::read(self.backing, path).map_err(Self::project_err(path))?
+        else {
+            return Ok(None);
+        };
+        let f = match self
+            .backing
+            .open_file(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        {
+            Ok(f) => f,
+            Err(e) if crate::tree::is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(Self::project_err(path)(e)),
+        };
+        let regular = f
+            .metadata()
+            .map_err(Self::project_err(path))?
+            .file_type()
+            .is_file();
+        Ok(regular.then_some(f))
+    }
+
+    /// `path`'s records from `from` on, with the saved ranges of each
+    /// ranged one: what must not change while the project's file under
+    /// them is read.
+    fn records_and_ranges(&self, path: &[u8], from: u64) -> Result<RecordsAndRanges, ViewError> {
+        let recs = self.index.records_of_path(path, from)?;
+        let mut pieces = Vec::new();
+        for (t, p) in &recs {
+            if matches!(p, PreImage::Ranged { .. }) {
+                pieces.push(self.index.ranges_of(*t, path)?);
+            }
+        }
+        Ok((recs, pieces))
+    }
+
+    /// Tries of [`Reader::resolve_streamed`] that read the project's file
+    /// in place before it reads a copy of it.
+    const IN_PLACE_TRIES: usize = 3;
+
+    /// Puts `path`'s ranged records in `timeline` together as streams
+    /// ([`chain::resolve_records_streamed`]). When its newest record is
+    /// ranged, the chain is laid over the project's file, read in place
+    /// while the agent may write to it: the daemon commits and the path's
+    /// records and saved ranges are read before and after; the same
+    /// before and after means no write through the mount was captured
+    /// meanwhile (capture appends its record before the write runs), so
+    /// every byte read was as the records say. Otherwise it tries again;
+    /// after [`Reader::IN_PLACE_TRIES`] tries it copies the file into the
+    /// blob store's temporary folder (an unnamed file, streamed), then
+    /// commits and reads the records, and lays them over the copy: as
+    /// [`Reader::resolve`] does over the bytes it read, on disk instead of
+    /// in memory.
+    fn resolve_streamed(
+        &self,
+        timeline: &mut Timeline,
+        path: &[u8],
+        keep_bytes: bool,
+        keep_below: u64,
+    ) -> Result<(), ViewError> {
+        let from = timeline.from;
+        let mut keep = |hash: Hash, bytes: &[u8]| {
+            if keep_bytes {
+                self.resolved.borrow_mut().insert(hash, bytes.to_vec());
+            }
+        };
+        let blob = |h: &Hash| -> Result<chain::Bottom, BlobError> {
+            if let Some(b) = self.resolved.borrow().get(h) {
+                return Ok(chain::Bottom::Bytes(b.clone()));
+            }
+            chain::Bottom::of_blob(self.index, self.blobs, h)
+        };
+        let last_ranged = matches!(
+            timeline.by_path.get(path).and_then(|r| r.last()),
+            Some((_, PreImage::Ranged { .. }))
+        );
+        let mut recs = match last_ranged {
+            false => timeline.by_path.remove(path).unwrap_or_default(),
+            true => {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let file = self.open_current(path)?;
+                    let file = match file {
+                        Some(f) if tries > Self::IN_PLACE_TRIES => Some(self.copy_of(path, f)?),
+                        f => f,
+                    };
+                    (self.commit)();
+                    let before = self.records_and_ranges(path, from)?;
+                    let mut recs = before.0.clone();
+                    let r = chain::resolve_records_streamed(
+                        self.index,
+                        self.blobs,
+                        path,
+                        &mut recs,
+                        file.as_ref(),
+                        &blob,
+                        keep_below,
+                        &mut keep,
+                    );
+                    if tries <= Self::IN_PLACE_TRIES {
+                        (self.commit)();
+                        if self.records_and_ranges(path, from)? != before {
+                            continue;
+                        }
+                    }
+                    r.map_err(|e| Self::range_err(path, e))?;
+                    timeline.by_path.insert(path.to_vec(), recs);
+                    return Ok(());
+                }
+            }
+        };
+        chain::resolve_records_streamed(
+            self.index, self.blobs, path, &mut recs, None, &blob, keep_below, &mut keep,
+        )
+        .map_err(|e| Self::range_err(path, e))?;
+        timeline.by_path.insert(path.to_vec(), recs);
+        Ok(())
+    }
+
+    /// A copy of `file` (the project's file at `path`) in an unnamed file
+    /// of the blob store's temporary folder, streamed.
+    fn copy_of(&self, path: &[u8], mut file: std::fs::File) -> Result<std::fs::File, ViewError> {
+        let dir = self.blobs.tmp_dir();
+        let blob_err = |source: io::Error| ViewError::Blob {
+            path: path.to_vec(),
+            source: BlobError::Io {
+                path: dir.clone(),
+                source,
+            },
+        };
+        let mut copy = tempfile::tempfile_in(&dir).map_err(blob_err)?;
+        io::copy(&mut file, &mut copy).map_err(Self::project_err(path))?;
+        Ok(copy)
+    }
+
+    fn range_err(path: &[u8], e: RangeError) -> ViewError {
+        match e {
+            RangeError::Blob(source) => ViewError::Blob {
+                path: path.to_vec(),
+                source,
+            },
+            reason => ViewError::Ranges {
+                path: path.to_vec(),
+                reason,
+            },
+        }
     }
 
     /// Replaces each ranged record in `recs` (one path's records, oldest
@@ -275,5 +477,129 @@ impl Reader<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::log::Op;
+    use crate::store::Entry;
+    use std::cell::{Cell, RefCell};
+    use std::os::unix::fs::FileExt;
+
+    fn piece(offset: u64, bytes: &[u8]) -> Entry {
+        Entry {
+            turn: 1,
+            path: b"big".to_vec(),
+            pre: PreImage::File {
+                blob: *blake3::hash(bytes).as_bytes(),
+                size: bytes.len() as u64,
+                perm: 0,
+                ino: 0,
+            },
+            data: Some(bytes.to_vec()),
+            op: Op::Range { offset },
+            meta: None,
+        }
+    }
+
+    /// The agent writes into the file under a ranged record while the
+    /// export reads it in place: right after the commits `writes_at` lists
+    /// (each group commit the reader asks for, counted from 1), a write is
+    /// captured (its turn-start bytes saved as a piece in the log, in the
+    /// index at the next commit) and then made.
+    /// Whatever it overlaps, the version put together as a stream is the
+    /// turn-start content, read in place again or, when the file keeps
+    /// changing, over a copy.
+    fn turn_start_survives_writes_at(writes_at: &[u32]) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proj = dir.path().join("proj");
+        std::fs::create_dir(&proj).expect("mkdir");
+        let ix_path = dir.path().join("index.sqlite");
+        let mut writer = Index::open(&ix_path, false).expect("index");
+        let blobs = BlobStore::open(&dir.path().join("blobs"), false).expect("blobs");
+        let start: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Turn 1 began with `start`; bytes 100..120 were overwritten.
+        let mut now = start.clone();
+        now[100..120].fill(b'x');
+        std::fs::write(proj.join("big"), &now).expect("write");
+        let size = start.len() as u64;
+        writer
+            .apply(
+                &[
+                    Entry::record(
+                        1,
+                        b"big".to_vec(),
+                        PreImage::Ranged {
+                            size,
+                            perm: 0o644,
+                            ino: 0,
+                        },
+                        None,
+                    ),
+                    piece(100, &start[100..120]),
+                ],
+                &blobs,
+            )
+            .expect("apply");
+        let writer = RefCell::new(writer);
+        let calls = Cell::new(0u32);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(proj.join("big"))
+            .expect("open");
+        // Captured, not committed yet: in the daemon's log.
+        let pending = RefCell::new(Vec::new());
+        let commit = || {
+            let n = calls.get() + 1;
+            calls.set(n);
+            let done: Vec<Entry> = pending.borrow_mut().drain(..).collect();
+            writer.borrow_mut().apply(&done, &blobs).expect("commit");
+            if !writes_at.contains(&n) {
+                return;
+            }
+            // Right after this commit: captured (its piece saved in the
+            // log), then written.
+            let at = 1000 + 50 * u64::from(n);
+            let mut old = vec![0u8; 10];
+            file.read_exact_at(&mut old, at).expect("read");
+            pending.borrow_mut().push(piece(at, &old));
+            file.write_all_at(b"ZZZZZZZZZZ", at).expect("write");
+        };
+        let index = Index::open(&ix_path, false).expect("reader's index");
+        let backing = Dir::open(&proj).expect("dir");
+        let resolved = Resolved::default();
+        let reader = Reader {
+            index: &index,
+            blobs: &blobs,
+            backing: &backing,
+            commit: &commit,
+            resolved: &resolved,
+        };
+        let timeline = reader.timeline_bounded(1, 16).expect("timeline");
+        assert_eq!(
+            timeline.state_at(b"big", 1),
+            Some(&PreImage::File {
+                blob: *blake3::hash(&start).as_bytes(),
+                size,
+                perm: 0o644,
+                ino: 0,
+            }),
+            "commits {writes_at:?}"
+        );
+        // Nothing big was kept in memory.
+        assert!(resolved.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_write_during_the_in_place_read_makes_it_read_again() {
+        turn_start_survives_writes_at(&[1]);
+    }
+
+    #[test]
+    fn a_file_written_during_every_read_is_put_together_over_a_copy() {
+        turn_start_survives_writes_at(&[1, 2, 3, 4, 5, 6, 7, 8]);
     }
 }
