@@ -39,22 +39,13 @@ pub fn spawn_background_then(
 ) -> crossbeam_channel::Sender<()> {
     spawn_thread(Box::new(move || {
         // Made on the exporter's thread: a gix handle cannot move between
-        // threads. Kept across runs (see `repo::Kept`).
-        let mut kept = None;
-        // The index's read-only connection, likewise.
-        let mut index = None;
+        // threads. Kept across runs (see `repo::Kept`), with the index's
+        // read-only connection and the trees the export wrote.
+        let mut warm = super::Warm::default();
         Box::new(move || {
             commit();
             let options = super::ExportOptions::default();
-            let run = export_in(
-                &state,
-                None,
-                &options,
-                &mut |_| {},
-                &*commit,
-                &mut kept,
-                &mut index,
-            );
+            let run = export_in(&state, None, &options, &mut |_| {}, &*commit, &mut warm);
             match run {
                 Ok(r) => {
                     if r.baseline || !r.turns.is_empty() {

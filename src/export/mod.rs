@@ -341,23 +341,41 @@ pub fn export_with(
     commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
     export_in(
-        state, git_dir, options, progress, commit, &mut None, &mut None,
+        state,
+        git_dir,
+        options,
+        progress,
+        commit,
+        &mut Warm::default(),
     )
 }
 
-/// [`export_with`] through the handle `kept` from the previous run (the
-/// background exporter's; see [`repo::Kept`]): used when still valid, and
-/// left for the next run after a run that succeeded; likewise `index`,
-/// the read-only connection to the index (`docs/design.md` "The export
-/// keeps its repository open"). Errors as [`export_with`].
+/// What a long-lived exporter (the daemon's background export thread)
+/// keeps between runs (`docs/design.md` "The export keeps its repository
+/// open").
+#[derive(Default)]
+pub(super) struct Warm {
+    /// The repository handle, while still valid ([`repo::Kept`]).
+    kept: Option<repo::Kept>,
+    /// The read-only connection to the index, after a run that succeeded.
+    index: Option<Index>,
+    /// The trees the export wrote ([`repo::Trees`]).
+    trees: repo::Trees,
+}
+
+/// [`export_with`] through what the previous run left in `warm` (the
+/// background exporter's): the repository handle ([`repo::Kept`]), used
+/// when still valid and left for the next run after a run that
+/// succeeded; likewise the read-only connection to the index; and the
+/// trees the export wrote ([`repo::Trees`]) (`docs/design.md` "The
+/// export keeps its repository open"). Errors as [`export_with`].
 fn export_in(
     state: &StateDir,
     git_dir: Option<&Path>,
     options: &ExportOptions,
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
-    kept: &mut Option<repo::Kept>,
-    index: &mut Option<Index>,
+    warm: &mut Warm,
 ) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
@@ -365,18 +383,22 @@ fn export_in(
         .unwrap_or_else(|| default_git_dir(state));
     repo::prepare(state, &git_dir)?;
     let lock = ExportLock::acquire(&git_dir)?;
-    let (repo, stamp, mut commits) = repo::Kept::take(kept.take(), &git_dir)?;
+    let (repo, stamp, mut commits) = repo::Kept::take(warm.kept.take(), &git_dir)?;
+    let trees = repo::TreeSource {
+        trees: &warm.trees,
+        objects: &repo.objects,
+    };
     let report = export_locked(
         state,
         (&git_dir, &lock),
-        &repo,
-        (&mut commits, index),
+        (&repo, &trees),
+        (&mut commits, &mut warm.index),
         options,
         progress,
         commit,
         start,
     )?;
-    *kept = repo::Kept::keep(&git_dir, repo, stamp, commits);
+    warm.kept = repo::Kept::keep(&git_dir, repo, stamp, commits);
     Ok(report)
 }
 
@@ -388,7 +410,7 @@ fn export_in(
 fn export_locked(
     state: &StateDir,
     (git_dir, lock): (&Path, &ExportLock),
-    repo: &gix::Repository,
+    repo: (&gix::Repository, &repo::TreeSource<'_>),
     (commits, index): (&mut CommitCache, &mut Option<Index>),
     options: &ExportOptions,
     progress: &mut dyn FnMut(Progress),
@@ -417,7 +439,7 @@ fn export_locked(
 fn export_opened(
     state: &StateDir,
     (git_dir, lock): (&Path, &ExportLock),
-    repo: &gix::Repository,
+    (repo, trees): (&gix::Repository, &repo::TreeSource<'_>),
     commits: &mut CommitCache,
     opened: &history::Opened<'_>,
     options: &ExportOptions,
@@ -436,7 +458,7 @@ fn export_opened(
     }
     let export_ignored = marker.exists();
     let src = opened.sources();
-    let mut ex = Exporter::new(repo, &git_dir, src);
+    let mut ex = Exporter::new(repo, &git_dir, src, trees);
     ex.commits = std::mem::take(commits);
     if !export_ignored {
         ex.ignore = Some(IgnoreRules::load(src.backing));
@@ -596,6 +618,9 @@ struct Exporter<'a> {
     known: HashMap<Hash, ObjectId>,
     /// Commits read so far, decoded, by id (see [`repo::Kept`]).
     commits: CommitCache,
+    /// Where tree edits read trees: those the export wrote, remembered
+    /// (see [`repo::Trees`]), else the repository.
+    trees: &'a repo::TreeSource<'a>,
     /// Objects handed to the object database so far.
     objects: u64,
     /// Paths left out (see [`ExportReport::skipped`]).
@@ -620,9 +645,15 @@ type CommitCache = HashMap<ObjectId, gix::objs::Commit>;
 type Fetch<'a> = dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError> + 'a;
 
 impl<'a> Exporter<'a> {
-    fn new(repo: &'a gix::Repository, git_dir: &Path, src: Sources<'a>) -> Exporter<'a> {
+    fn new(
+        repo: &'a gix::Repository,
+        git_dir: &Path,
+        src: Sources<'a>,
+        trees: &'a repo::TreeSource<'a>,
+    ) -> Exporter<'a> {
         Exporter {
             repo,
+            trees,
             git_dir: git_dir.to_path_buf(),
             src,
             known: HashMap::new(),
@@ -634,6 +665,29 @@ impl<'a> Exporter<'a> {
             fetch: None,
             exclude: crate::paths::Exclude::none(),
         }
+    }
+
+    /// An editor of the tree `id`, reading trees through [`Exporter`]'s
+    /// `trees` (those the last runs wrote are not read back).
+    pub(super) fn edit_tree(
+        &self,
+        id: ObjectId,
+    ) -> Result<gix::objs::tree::Editor<'a>, ExportError> {
+        let source: &'a repo::TreeSource<'a> = self.trees;
+        let root = if id == ObjectId::empty_tree(id.kind()) {
+            // As gix reads it: whether or not the repository holds it.
+            gix::objs::Tree::empty()
+        } else {
+            let mut buf = Vec::new();
+            gix::objs::FindExt::find_tree(source, &id, &mut buf)
+                .git(&self.git_dir, "loading the previous tree")?
+                .to_owned()
+        };
+        Ok(gix::objs::tree::Editor::new(
+            root,
+            source,
+            self.repo.object_hash(),
+        ))
     }
 
     /// True when the ignore rules (if followed) leave `path` out of the

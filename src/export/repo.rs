@@ -215,6 +215,71 @@ impl Kept {
     }
 }
 
+/// The trees the export wrote, encoded, by id, kept by a long-lived
+/// exporter between runs (`docs/design.md` "The export keeps the trees it
+/// wrote"): the next turn's tree edit starts from the trees along the
+/// paths the last turn changed, which would otherwise be read back from
+/// their loose objects and inflated again. An id names its content, so a
+/// remembered tree is that tree whoever wrote the repository since
+/// (`opfs export --git-dir`, gc, prune, relabel, a repository made
+/// again): the edit only reads trees reachable from the branch tip, whose
+/// subtrees the repository holds. Starts over above [`MAX_TREE_BYTES`].
+#[derive(Default)]
+pub(super) struct Trees {
+    by_id: std::cell::RefCell<std::collections::HashMap<gix::ObjectId, Vec<u8>>>,
+    bytes: std::cell::Cell<usize>,
+}
+
+/// Above this many bytes of encoded trees, [`Trees`] starts over.
+const MAX_TREE_BYTES: usize = 16 << 20;
+
+impl Trees {
+    /// Remembers the tree `encoded` (its canonical encoding) under `id`.
+    pub(super) fn remember(&self, id: gix::ObjectId, encoded: Vec<u8>) {
+        let mut by_id = self.by_id.borrow_mut();
+        if self.bytes.get() + encoded.len() > MAX_TREE_BYTES {
+            by_id.clear();
+            self.bytes.set(0);
+        }
+        self.bytes.set(self.bytes.get() + encoded.len());
+        if let Some(old) = by_id.insert(id, encoded) {
+            self.bytes.set(self.bytes.get() - old.len());
+        }
+    }
+}
+
+/// What a tree edit reads trees through: the remembered [`Trees`] first,
+/// else the repository's object database.
+pub(super) struct TreeSource<'a> {
+    pub(super) trees: &'a Trees,
+    pub(super) objects: &'a gix::OdbHandle,
+}
+
+impl gix::objs::Find for TreeSource<'_> {
+    fn try_find<'b>(
+        &self,
+        id: &gix::oid,
+        buffer: &'b mut Vec<u8>,
+    ) -> Result<Option<gix::objs::Data<'b>>, gix::objs::find::Error> {
+        let hit = match self.trees.by_id.borrow().get(id) {
+            Some(encoded) => {
+                buffer.clear();
+                buffer.extend_from_slice(encoded);
+                true
+            }
+            None => false,
+        };
+        if hit {
+            return Ok(Some(gix::objs::Data::new(
+                buffer,
+                gix::objs::Kind::Tree,
+                id.kind(),
+            )));
+        }
+        self.objects.try_find(id, buffer)
+    }
+}
+
 /// Zero intrusion: the repository must be neither inside the project nor
 /// inside its mount (which writes to the project).
 fn refuse_inside_project(state: &StateDir, git_dir: &Path) -> Result<(), ExportError> {
