@@ -188,10 +188,11 @@ fn rev_id(git_dir: &Path, rev: &str) -> String {
 
 /// The export of a turn starts from the trees the previous turn's export
 /// wrote, remembered (`docs/design.md` "The export keeps the trees it
-/// wrote"): it does not open their loose objects to read them back, and
-/// its commit still holds the turn's end.
+/// wrote"), and walks the history (for relabelled turns) through the
+/// commits it wrote, remembered too: it opens none of their loose objects
+/// to read them back, and its commit still holds the turn's end.
 #[test]
-fn the_export_of_a_turn_does_not_read_back_the_trees_the_last_one_wrote() {
+fn the_export_of_a_turn_reads_back_neither_the_trees_nor_the_commits_the_last_ones_wrote() {
     require_fuse();
     let fx = Fixture::new();
     project(&fx);
@@ -201,14 +202,18 @@ fn the_export_of_a_turn_does_not_read_back_the_trees_the_last_one_wrote() {
     // Turn 1 changes the root (a.txt) and d/ (d/f1.txt): its export writes
     // both trees as loose objects.
     edit_and_close(&fx, &git_dir, 1);
-    let trees: Vec<String> = ["refs/opfs/turns/1^{tree}", "refs/opfs/turns/1:d"]
-        .iter()
-        .map(|rev| rev_id(&git_dir, rev))
-        .collect();
+    let written: Vec<String> = [
+        "refs/opfs/turns/1^{tree}",
+        "refs/opfs/turns/1:d",
+        "refs/opfs/turns/1",
+    ]
+    .iter()
+    .map(|rev| rev_id(&git_dir, rev))
+    .collect();
     let mut watches = Vec::new();
-    for id in &trees {
+    for id in &written {
         let loose = git_dir.join("objects").join(&id[..2]).join(&id[2..]);
-        assert!(loose.exists(), "tree {id} of turn 1 is not loose");
+        assert!(loose.exists(), "object {id} of turn 1 is not loose");
         watches.push((id, Opens::watch(loose.parent().unwrap())));
     }
     // Turn 2 changes both again: its edit starts from turn 1's trees.
@@ -217,7 +222,7 @@ fn the_export_of_a_turn_does_not_read_back_the_trees_the_last_one_wrote() {
         let opened = opens.take();
         assert!(
             !opened.iter().any(|n| *n == id[2..]),
-            "the export of turn 2 read back tree {id}, written by turn 1's: {opened:?}"
+            "the export of turn 2 read back {id}, written by turn 1's: {opened:?}"
         );
     }
     drop(watches);

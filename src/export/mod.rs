@@ -361,7 +361,14 @@ pub(super) struct Warm {
     index: Option<Index>,
     /// The trees the export wrote ([`repo::Trees`]).
     trees: repo::Trees,
+    /// The commits the export read or wrote, decoded (see `relabel`),
+    /// kept whether or not the handle is: of the repository `commits_of`.
+    commits: CommitCache,
+    commits_of: PathBuf,
 }
+
+/// Above this many decoded commits the cache of [`Warm`] starts over.
+const MAX_CACHED_COMMITS: usize = 100_000;
 
 /// [`export_with`] through what the previous run left in `warm` (the
 /// background exporter's): the repository handle ([`repo::Kept`]), used
@@ -383,7 +390,13 @@ fn export_in(
         .unwrap_or_else(|| default_git_dir(state));
     repo::prepare(state, &git_dir)?;
     let lock = ExportLock::acquire(&git_dir)?;
-    let (repo, stamp, mut commits) = repo::Kept::take(warm.kept.take(), &git_dir)?;
+    let (repo, stamp) = repo::Kept::take(warm.kept.take(), &git_dir)?;
+    // Commits never change under their id; the cache is of one
+    // repository, and bounded.
+    if warm.commits_of != git_dir || warm.commits.len() > MAX_CACHED_COMMITS {
+        warm.commits.clear();
+        warm.commits_of.clone_from(&git_dir);
+    }
     let trees = repo::TreeSource {
         trees: &warm.trees,
         objects: &repo.objects,
@@ -392,13 +405,13 @@ fn export_in(
         state,
         (&git_dir, &lock),
         (&repo, &trees),
-        (&mut commits, &mut warm.index),
+        (&mut warm.commits, &mut warm.index),
         options,
         progress,
         commit,
         start,
     )?;
-    warm.kept = repo::Kept::keep(&git_dir, repo, stamp, commits);
+    warm.kept = repo::Kept::keep(&git_dir, repo, stamp);
     Ok(report)
 }
 
@@ -487,12 +500,19 @@ fn export_opened(
                 // a failed export (a full disk) cleans up after itself
                 // rather than leave megabytes of loose objects behind.
                 prune::drop_unreachable(&git_dir, lock);
+                *commits = std::mem::take(&mut ex.commits);
                 return Err(e);
             }
-            Ok(None) => return Ok(report),
+            Ok(None) => {
+                *commits = std::mem::take(&mut ex.commits);
+                return Ok(report);
+            }
             Ok(Some(done)) => break done,
         }
     };
+    // Given back for the next run (an id names its content: also what a
+    // failed run read or wrote).
+    *commits = std::mem::take(&mut ex.commits);
     report.turns = turns;
     if report.baseline {
         // The baseline is most of the objects the export will ever hold:
@@ -548,7 +568,7 @@ fn bring_up_to_date(
     let Some(first) = ex.src.index.first_turn()? else {
         return Ok(None);
     };
-    let tip = match commit::branch_tip(ex.repo, &ex.git_dir)? {
+    let tip = match commit::branch_tip(ex.repo, &ex.git_dir, &mut ex.commits)? {
         Some(tip) if tip.turn + 1 < first => {
             log::info!(
                 "{}: turns {} to {} were dropped before they were exported: a new baseline",

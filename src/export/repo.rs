@@ -93,13 +93,7 @@ pub(super) struct Kept {
     git_dir: std::path::PathBuf,
     repo: gix::Repository,
     stamp: Stamp,
-    /// The decoded commits the last runs read (commits never change under
-    /// their id; see `relabel`).
-    commits: super::CommitCache,
 }
-
-/// Above this many decoded commits the cache of [`Kept`] starts over.
-const MAX_CACHED_COMMITS: usize = 100_000;
 
 /// The identity and modification time of the repository's pack directory
 /// and of its `packed-refs` (all zero when missing), read before a handle
@@ -170,17 +164,11 @@ impl Kept {
     pub(super) fn take(
         kept: Option<Kept>,
         git_dir: &Path,
-    ) -> Result<(gix::Repository, Option<Stamp>, super::CommitCache), ExportError> {
+    ) -> Result<(gix::Repository, Option<Stamp>), ExportError> {
         let now = Stamp::of(git_dir);
-        let mut commits = super::CommitCache::new();
         if let Some(k) = kept {
             if k.git_dir == git_dir && now.is_some_and(|n| n.files == k.stamp.files) {
-                return Ok((k.repo, now, k.commits));
-            }
-            // The same repository: its commits are still what they were
-            // (an id names its content), whatever happened to its packs.
-            if k.git_dir == git_dir {
-                commits = k.commits;
+                return Ok((k.repo, now));
             }
         }
         let mut repo = open_gix(git_dir)?;
@@ -191,7 +179,7 @@ impl Kept {
         // packing, `opfs gc`) or by hand, and the stamp sends the next run
         // to a new handle when they have.
         repo.objects.refresh_never();
-        Ok((repo, now, commits))
+        Ok((repo, now))
     }
 
     /// Keeps `repo` (opened under `stamp` by [`Kept::take`]) for the next
@@ -200,17 +188,12 @@ impl Kept {
         git_dir: &Path,
         repo: gix::Repository,
         stamp: Option<Stamp>,
-        mut commits: super::CommitCache,
     ) -> Option<Kept> {
         let stamp = stamp.filter(Stamp::settled)?;
-        if commits.len() > MAX_CACHED_COMMITS {
-            commits.clear();
-        }
         Some(Kept {
             git_dir: git_dir.to_path_buf(),
             repo,
             stamp,
-            commits,
         })
     }
 }
