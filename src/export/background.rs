@@ -16,10 +16,12 @@ use super::export_in;
 /// `commit` is the daemon's group commit of its capture log: it runs
 /// before every export and wherever the export re-reads records.
 ///
-/// The thread keeps the repository open between runs, with the commits it
-/// has read (`docs/design.md` "The export keeps its repository open"): a
-/// run reopens it when the repository was replaced, its packs changed or
-/// its refs were packed since.
+/// The thread keeps the repository open between runs (`docs/design.md`
+/// "The export keeps its repository open"): a run reopens it when the
+/// repository was replaced, its packs changed or its refs were packed
+/// since. It keeps the commits it read or wrote and the trees it wrote
+/// whatever happened to the handle ("The export keeps the trees it
+/// wrote").
 ///
 /// The thread ends when every sender is dropped.
 pub fn spawn_background(
