@@ -178,6 +178,58 @@ fn the_background_export_opens_its_repository_once_across_turns() {
     }
 }
 
+/// The id of `rev` (`refs/opfs/turns/1^{tree}`, `refs/opfs/turns/1:d`).
+fn rev_id(git_dir: &Path, rev: &str) -> String {
+    String::from_utf8(git_in_ok(git_dir, &["rev-parse", rev]))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The export of a turn starts from the trees the previous turn's export
+/// wrote, remembered (`docs/design.md` "The export keeps the trees it
+/// wrote"), and walks the history (for relabelled turns) through the
+/// commits it wrote, remembered too: it opens none of their loose objects
+/// to read them back, and its commit still holds the turn's end.
+#[test]
+fn the_export_of_a_turn_reads_back_neither_the_trees_nor_the_commits_the_last_ones_wrote() {
+    require_fuse();
+    let fx = Fixture::new();
+    project(&fx);
+    fx.mount();
+    let git_dir = export_dir(&fx);
+    settle(&fx, &git_dir);
+    // Turn 1 changes the root (a.txt) and d/ (d/f1.txt): its export writes
+    // both trees as loose objects.
+    edit_and_close(&fx, &git_dir, 1);
+    let written: Vec<String> = [
+        "refs/opfs/turns/1^{tree}",
+        "refs/opfs/turns/1:d",
+        "refs/opfs/turns/1",
+    ]
+    .iter()
+    .map(|rev| rev_id(&git_dir, rev))
+    .collect();
+    let mut watches = Vec::new();
+    for id in &written {
+        let loose = git_dir.join("objects").join(&id[..2]).join(&id[2..]);
+        assert!(loose.exists(), "object {id} of turn 1 is not loose");
+        watches.push((id, Opens::watch(loose.parent().unwrap())));
+    }
+    // Turn 2 changes both again: its edit starts from turn 1's trees.
+    let end = edit_and_close(&fx, &git_dir, 2);
+    for (id, opens) in &watches {
+        let opened = opens.take();
+        assert!(
+            !opened.iter().any(|n| *n == id[2..]),
+            "the export of turn 2 read back {id}, written by turn 1's: {opened:?}"
+        );
+    }
+    drop(watches);
+    fsck(&git_dir);
+    assert_manifest_eq("turn 2", &end, &git_tree(&git_dir, "refs/opfs/turns/2"));
+}
+
 /// A repository removed under the daemon (and made again by its next
 /// export), or repacked by hand, is not written through the handle kept
 /// from before: that handle would take the objects of its deleted pack

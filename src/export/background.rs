@@ -16,10 +16,12 @@ use super::export_in;
 /// `commit` is the daemon's group commit of its capture log: it runs
 /// before every export and wherever the export re-reads records.
 ///
-/// The thread keeps the repository open between runs, with the commits it
-/// has read (`docs/design.md` "The export keeps its repository open"): a
-/// run reopens it when the repository was replaced, its packs changed or
-/// its refs were packed since.
+/// The thread keeps the repository open between runs (`docs/design.md`
+/// "The export keeps its repository open"): a run reopens it when the
+/// repository was replaced, its packs changed or its refs were packed
+/// since. It keeps the commits it read or wrote and the trees it wrote
+/// whatever happened to the handle ("The export keeps the trees it
+/// wrote").
 ///
 /// The thread ends when every sender is dropped.
 pub fn spawn_background(
@@ -39,22 +41,13 @@ pub fn spawn_background_then(
 ) -> crossbeam_channel::Sender<()> {
     spawn_thread(Box::new(move || {
         // Made on the exporter's thread: a gix handle cannot move between
-        // threads. Kept across runs (see `repo::Kept`).
-        let mut kept = None;
-        // The index's read-only connection, likewise.
-        let mut index = None;
+        // threads. Kept across runs (see `repo::Kept`), with the index's
+        // read-only connection and the trees the export wrote.
+        let mut warm = super::Warm::default();
         Box::new(move || {
             commit();
             let options = super::ExportOptions::default();
-            let run = export_in(
-                &state,
-                None,
-                &options,
-                &mut |_| {},
-                &*commit,
-                &mut kept,
-                &mut index,
-            );
+            let run = export_in(&state, None, &options, &mut |_| {}, &*commit, &mut warm);
             match run {
                 Ok(r) => {
                     if r.baseline || !r.turns.is_empty() {

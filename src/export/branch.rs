@@ -202,7 +202,12 @@ pub fn export_branch(
     })?;
     let opened = history::Opened::open(project, Box::new(project_commit))?;
     let fetch = |p: &[u8], s: &PreImage| source.bytes(p, s);
-    let mut ex = Exporter::new(&repo, &git_dir, opened.sources());
+    let trees = super::repo::Trees::default();
+    let tree_source = super::repo::TreeSource {
+        trees: &trees,
+        objects: &repo.objects,
+    };
+    let mut ex = Exporter::new(&repo, &git_dir, opened.sources(), &tree_source);
     if !git_dir.join(EXPORT_IGNORED_MARKER).exists() {
         let root = ex.src.backing.path().to_path_buf();
         ex.ignore = Some(IgnoreRules::load_with(

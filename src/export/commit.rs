@@ -22,7 +22,9 @@ pub(super) struct Tip {
     pub(super) turn: u64,
 }
 
-/// The commit [`BRANCH`] points at, if any, and the turn it holds.
+/// The commit [`BRANCH`] points at, if any, and the turn it holds; the
+/// commit read through `commits`, the exporter's cache of decoded
+/// commits (an id names its content), and added to it.
 ///
 /// Errors: [`ExportError::Git`] when the ref or the commit cannot be read,
 /// or the commit is not one of ours (no `opfs-turn:` / `opfs-baseline:`
@@ -30,6 +32,7 @@ pub(super) struct Tip {
 pub(super) fn branch_tip(
     repo: &gix::Repository,
     git_dir: &std::path::Path,
+    commits: &mut super::CommitCache,
 ) -> Result<Option<Tip>, ExportError> {
     let tip = repo
         .try_find_reference(BRANCH)
@@ -38,25 +41,27 @@ pub(super) fn branch_tip(
     let Some(id) = tip else {
         return Ok(None);
     };
-    let commit = repo
-        .find_commit(id)
-        .git(git_dir, "reading the branch tip")?;
-    let msg = commit
-        .message_raw()
-        .git(git_dir, "reading the branch tip")?
-        .to_vec();
-    let tree = commit
-        .tree_id()
-        .git(git_dir, "reading the branch tip")?
-        .detach();
-    let turn = exported_turn(&msg).ok_or_else(|| ExportError::Git {
+    let commit = match commits.get(&id) {
+        Some(c) => c,
+        None => {
+            let c = repo
+                .find_commit(id)
+                .git(git_dir, "reading the branch tip")?;
+            let owned = c
+                .decode()
+                .and_then(|c| c.to_owned())
+                .git(git_dir, "reading the branch tip")?;
+            commits.entry(id).or_insert(owned)
+        }
+    };
+    let turn = exported_turn(&commit.message).ok_or_else(|| ExportError::Git {
         git_dir: git_dir.to_path_buf(),
         what: format!("{BRANCH} does not point at an opfs commit"),
         source: "no opfs-turn trailer".into(),
     })?;
     Ok(Some(Tip {
         commit: id,
-        tree,
+        tree: commit.tree,
         turn,
     }))
 }

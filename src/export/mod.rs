@@ -341,23 +341,48 @@ pub fn export_with(
     commit: &dyn Fn(),
 ) -> Result<ExportReport, ExportError> {
     export_in(
-        state, git_dir, options, progress, commit, &mut None, &mut None,
+        state,
+        git_dir,
+        options,
+        progress,
+        commit,
+        &mut Warm::default(),
     )
 }
 
-/// [`export_with`] through the handle `kept` from the previous run (the
-/// background exporter's; see [`repo::Kept`]): used when still valid, and
-/// left for the next run after a run that succeeded; likewise `index`,
-/// the read-only connection to the index (`docs/design.md` "The export
-/// keeps its repository open"). Errors as [`export_with`].
+/// What a long-lived exporter (the daemon's background export thread)
+/// keeps between runs (`docs/design.md` "The export keeps its repository
+/// open").
+#[derive(Default)]
+pub(super) struct Warm {
+    /// The repository handle, while still valid ([`repo::Kept`]).
+    kept: Option<repo::Kept>,
+    /// The read-only connection to the index, after a run that succeeded.
+    index: Option<Index>,
+    /// The trees the export wrote ([`repo::Trees`]).
+    trees: repo::Trees,
+    /// The commits the export read or wrote, decoded (see `relabel`),
+    /// kept whether or not the handle is: of the repository `commits_of`.
+    commits: CommitCache,
+    commits_of: PathBuf,
+}
+
+/// Above this many decoded commits the cache of [`Warm`] starts over.
+const MAX_CACHED_COMMITS: usize = 100_000;
+
+/// [`export_with`] through what the previous run left in `warm` (the
+/// background exporter's): the repository handle ([`repo::Kept`]), used
+/// when still valid and left for the next run after a run that
+/// succeeded; likewise the read-only connection to the index; and the
+/// trees the export wrote ([`repo::Trees`]) (`docs/design.md` "The
+/// export keeps its repository open"). Errors as [`export_with`].
 fn export_in(
     state: &StateDir,
     git_dir: Option<&Path>,
     options: &ExportOptions,
     progress: &mut dyn FnMut(Progress),
     commit: &dyn Fn(),
-    kept: &mut Option<repo::Kept>,
-    index: &mut Option<Index>,
+    warm: &mut Warm,
 ) -> Result<ExportReport, ExportError> {
     let start = Instant::now();
     let git_dir = git_dir
@@ -365,18 +390,28 @@ fn export_in(
         .unwrap_or_else(|| default_git_dir(state));
     repo::prepare(state, &git_dir)?;
     let lock = ExportLock::acquire(&git_dir)?;
-    let (repo, stamp, mut commits) = repo::Kept::take(kept.take(), &git_dir)?;
+    let (repo, stamp) = repo::Kept::take(warm.kept.take(), &git_dir)?;
+    // Commits never change under their id; the cache is of one
+    // repository, and bounded.
+    if warm.commits_of != git_dir || warm.commits.len() > MAX_CACHED_COMMITS {
+        warm.commits.clear();
+        warm.commits_of.clone_from(&git_dir);
+    }
+    let trees = repo::TreeSource {
+        trees: &warm.trees,
+        objects: &repo.objects,
+    };
     let report = export_locked(
         state,
         (&git_dir, &lock),
-        &repo,
-        (&mut commits, index),
+        (&repo, &trees),
+        (&mut warm.commits, &mut warm.index),
         options,
         progress,
         commit,
         start,
     )?;
-    *kept = repo::Kept::keep(&git_dir, repo, stamp, commits);
+    warm.kept = repo::Kept::keep(&git_dir, repo, stamp);
     Ok(report)
 }
 
@@ -388,7 +423,7 @@ fn export_in(
 fn export_locked(
     state: &StateDir,
     (git_dir, lock): (&Path, &ExportLock),
-    repo: &gix::Repository,
+    repo: (&gix::Repository, &repo::TreeSource<'_>),
     (commits, index): (&mut CommitCache, &mut Option<Index>),
     options: &ExportOptions,
     progress: &mut dyn FnMut(Progress),
@@ -417,7 +452,7 @@ fn export_locked(
 fn export_opened(
     state: &StateDir,
     (git_dir, lock): (&Path, &ExportLock),
-    repo: &gix::Repository,
+    (repo, trees): (&gix::Repository, &repo::TreeSource<'_>),
     commits: &mut CommitCache,
     opened: &history::Opened<'_>,
     options: &ExportOptions,
@@ -436,7 +471,7 @@ fn export_opened(
     }
     let export_ignored = marker.exists();
     let src = opened.sources();
-    let mut ex = Exporter::new(repo, &git_dir, src);
+    let mut ex = Exporter::new(repo, &git_dir, src, trees);
     ex.commits = std::mem::take(commits);
     if !export_ignored {
         ex.ignore = Some(IgnoreRules::load(src.backing));
@@ -465,12 +500,19 @@ fn export_opened(
                 // a failed export (a full disk) cleans up after itself
                 // rather than leave megabytes of loose objects behind.
                 prune::drop_unreachable(&git_dir, lock);
+                *commits = std::mem::take(&mut ex.commits);
                 return Err(e);
             }
-            Ok(None) => return Ok(report),
+            Ok(None) => {
+                *commits = std::mem::take(&mut ex.commits);
+                return Ok(report);
+            }
             Ok(Some(done)) => break done,
         }
     };
+    // Given back for the next run (an id names its content: also what a
+    // failed run read or wrote).
+    *commits = std::mem::take(&mut ex.commits);
     report.turns = turns;
     if report.baseline {
         // The baseline is most of the objects the export will ever hold:
@@ -526,7 +568,7 @@ fn bring_up_to_date(
     let Some(first) = ex.src.index.first_turn()? else {
         return Ok(None);
     };
-    let tip = match commit::branch_tip(ex.repo, &ex.git_dir)? {
+    let tip = match commit::branch_tip(ex.repo, &ex.git_dir, &mut ex.commits)? {
         Some(tip) if tip.turn + 1 < first => {
             log::info!(
                 "{}: turns {} to {} were dropped before they were exported: a new baseline",
@@ -596,6 +638,9 @@ struct Exporter<'a> {
     known: HashMap<Hash, ObjectId>,
     /// Commits read so far, decoded, by id (see [`repo::Kept`]).
     commits: CommitCache,
+    /// Where tree edits read trees: those the export wrote, remembered
+    /// (see [`repo::Trees`]), else the repository.
+    trees: &'a repo::TreeSource<'a>,
     /// Objects handed to the object database so far.
     objects: u64,
     /// Paths left out (see [`ExportReport::skipped`]).
@@ -620,9 +665,15 @@ type CommitCache = HashMap<ObjectId, gix::objs::Commit>;
 type Fetch<'a> = dyn Fn(&[u8], &PreImage) -> Result<Vec<u8>, ExportError> + 'a;
 
 impl<'a> Exporter<'a> {
-    fn new(repo: &'a gix::Repository, git_dir: &Path, src: Sources<'a>) -> Exporter<'a> {
+    fn new(
+        repo: &'a gix::Repository,
+        git_dir: &Path,
+        src: Sources<'a>,
+        trees: &'a repo::TreeSource<'a>,
+    ) -> Exporter<'a> {
         Exporter {
             repo,
+            trees,
             git_dir: git_dir.to_path_buf(),
             src,
             known: HashMap::new(),
@@ -634,6 +685,29 @@ impl<'a> Exporter<'a> {
             fetch: None,
             exclude: crate::paths::Exclude::none(),
         }
+    }
+
+    /// An editor of the tree `id`, reading trees through [`Exporter`]'s
+    /// `trees` (those the last runs wrote are not read back).
+    pub(super) fn edit_tree(
+        &self,
+        id: ObjectId,
+    ) -> Result<gix::objs::tree::Editor<'a>, ExportError> {
+        let source: &'a repo::TreeSource<'a> = self.trees;
+        let root = if id == ObjectId::empty_tree(id.kind()) {
+            // As gix reads it: whether or not the repository holds it.
+            gix::objs::Tree::empty()
+        } else {
+            let mut buf = Vec::new();
+            gix::objs::FindExt::find_tree(source, &id, &mut buf)
+                .git(&self.git_dir, "loading the previous tree")?
+                .to_owned()
+        };
+        Ok(gix::objs::tree::Editor::new(
+            root,
+            source,
+            self.repo.object_hash(),
+        ))
     }
 
     /// True when the ignore rules (if followed) leave `path` out of the

@@ -93,13 +93,7 @@ pub(super) struct Kept {
     git_dir: std::path::PathBuf,
     repo: gix::Repository,
     stamp: Stamp,
-    /// The decoded commits the last runs read (commits never change under
-    /// their id; see `relabel`).
-    commits: super::CommitCache,
 }
-
-/// Above this many decoded commits the cache of [`Kept`] starts over.
-const MAX_CACHED_COMMITS: usize = 100_000;
 
 /// The identity and modification time of the repository's pack directory
 /// and of its `packed-refs` (all zero when missing), read before a handle
@@ -170,17 +164,11 @@ impl Kept {
     pub(super) fn take(
         kept: Option<Kept>,
         git_dir: &Path,
-    ) -> Result<(gix::Repository, Option<Stamp>, super::CommitCache), ExportError> {
+    ) -> Result<(gix::Repository, Option<Stamp>), ExportError> {
         let now = Stamp::of(git_dir);
-        let mut commits = super::CommitCache::new();
         if let Some(k) = kept {
             if k.git_dir == git_dir && now.is_some_and(|n| n.files == k.stamp.files) {
-                return Ok((k.repo, now, k.commits));
-            }
-            // The same repository: its commits are still what they were
-            // (an id names its content), whatever happened to its packs.
-            if k.git_dir == git_dir {
-                commits = k.commits;
+                return Ok((k.repo, now));
             }
         }
         let mut repo = open_gix(git_dir)?;
@@ -191,7 +179,7 @@ impl Kept {
         // packing, `opfs gc`) or by hand, and the stamp sends the next run
         // to a new handle when they have.
         repo.objects.refresh_never();
-        Ok((repo, now, commits))
+        Ok((repo, now))
     }
 
     /// Keeps `repo` (opened under `stamp` by [`Kept::take`]) for the next
@@ -200,18 +188,78 @@ impl Kept {
         git_dir: &Path,
         repo: gix::Repository,
         stamp: Option<Stamp>,
-        mut commits: super::CommitCache,
     ) -> Option<Kept> {
         let stamp = stamp.filter(Stamp::settled)?;
-        if commits.len() > MAX_CACHED_COMMITS {
-            commits.clear();
-        }
         Some(Kept {
             git_dir: git_dir.to_path_buf(),
             repo,
             stamp,
-            commits,
         })
+    }
+}
+
+/// The trees the export wrote, encoded, by id, kept by a long-lived
+/// exporter between runs (`docs/design.md` "The export keeps the trees it
+/// wrote"): the next turn's tree edit starts from the trees along the
+/// paths the last turn changed, which would otherwise be read back from
+/// their loose objects and inflated again. An id names its content, so a
+/// remembered tree is that tree whoever wrote the repository since
+/// (`opfs export --git-dir`, gc, prune, relabel, a repository made
+/// again): the edit only reads trees reachable from the branch tip, whose
+/// subtrees the repository holds. Starts over above [`MAX_TREE_BYTES`].
+#[derive(Default)]
+pub(super) struct Trees {
+    by_id: std::cell::RefCell<std::collections::HashMap<gix::ObjectId, Vec<u8>>>,
+    bytes: std::cell::Cell<usize>,
+}
+
+/// Above this many bytes of encoded trees, [`Trees`] starts over.
+const MAX_TREE_BYTES: usize = 16 << 20;
+
+impl Trees {
+    /// Remembers the tree `encoded` (its canonical encoding) under `id`.
+    pub(super) fn remember(&self, id: gix::ObjectId, encoded: Vec<u8>) {
+        let mut by_id = self.by_id.borrow_mut();
+        if self.bytes.get() + encoded.len() > MAX_TREE_BYTES {
+            by_id.clear();
+            self.bytes.set(0);
+        }
+        self.bytes.set(self.bytes.get() + encoded.len());
+        if let Some(old) = by_id.insert(id, encoded) {
+            self.bytes.set(self.bytes.get() - old.len());
+        }
+    }
+}
+
+/// What a tree edit reads trees through: the remembered [`Trees`] first,
+/// else the repository's object database.
+pub(super) struct TreeSource<'a> {
+    pub(super) trees: &'a Trees,
+    pub(super) objects: &'a gix::OdbHandle,
+}
+
+impl gix::objs::Find for TreeSource<'_> {
+    fn try_find<'b>(
+        &self,
+        id: &gix::oid,
+        buffer: &'b mut Vec<u8>,
+    ) -> Result<Option<gix::objs::Data<'b>>, gix::objs::find::Error> {
+        let hit = match self.trees.by_id.borrow().get(id) {
+            Some(encoded) => {
+                buffer.clear();
+                buffer.extend_from_slice(encoded);
+                true
+            }
+            None => false,
+        };
+        if hit {
+            return Ok(Some(gix::objs::Data::new(
+                buffer,
+                gix::objs::Kind::Tree,
+                id.kind(),
+            )));
+        }
+        self.objects.try_find(id, buffer)
     }
 }
 

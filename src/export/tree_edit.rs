@@ -349,11 +349,18 @@ impl Exporter<'_> {
         editor: &mut gix::objs::tree::Editor<'_>,
     ) -> Result<ObjectId, ExportError> {
         let repo = self.repo;
+        let trees = self.trees.trees;
         let mut n = 0u64;
         let id = editor
             .write(|tree| {
                 n += 1;
-                repo.write_object(tree).map(|id| id.detach())
+                let id = repo.write_object(tree)?.detach();
+                // Kept for the next turn's edit (`repo::Trees`).
+                let mut encoded = Vec::new();
+                if gix::objs::WriteTo::write_to(tree, &mut encoded).is_ok() {
+                    trees.remember(id, encoded);
+                }
+                Ok::<_, gix::object::write::Error>(id)
             })
             .git(&self.git_dir, "writing trees")?;
         self.objects += n;
@@ -388,11 +395,7 @@ pub(super) fn export_turns(
         .timeline_bounded(tip.turn + 1, POINTER_MIN)?;
     super::check_kept(ex, tip.turn + 1)?;
     let by_turn = timeline.by_turn();
-    let mut editor = ex
-        .repo
-        .edit_tree(tip.tree)
-        .git(&ex.git_dir, "loading the previous tree")?
-        .detach();
+    let mut editor = ex.edit_tree(tip.tree)?;
     for t in closed {
         for p in by_turn.get(&t.number).map(Vec::as_slice).unwrap_or(&[]) {
             let g = match timeline.state_at(p, t.number + 1) {

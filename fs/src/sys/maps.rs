@@ -54,8 +54,9 @@ pub(crate) struct SharedMappings {
 /// written back and waited for at `munmap`), so with no cache of written
 /// pages (no `FUSE_WRITEBACK_CACHE`) these are the only files of a FUSE
 /// mount that can hold dirty pages. Costs one read of `/proc/PID/maps` per
-/// process (a few milliseconds for a few hundred processes), nothing per
-/// file of the tree.
+/// process that has a memory map (a few milliseconds for a few hundred
+/// processes), one `kcmp` per kernel thread (where the daemon may compare
+/// processes, see [`no_memory_map`]), nothing per file of the tree.
 ///
 /// # Errors
 ///
@@ -66,11 +67,24 @@ pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
     let mut found = SharedMappings::default();
     let mut text = Vec::new();
     let mut query = true;
+    let mut kcmp = kthreadd_comparable();
     for entry in std::fs::read_dir("/proc")? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         if !name.as_bytes().iter().all(u8::is_ascii_digit) {
             continue;
+        }
+        if kcmp {
+            match no_memory_map(&name) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                // A kernel without kcmp, or a seccomp filter that refuses
+                // it: the maps of every process, from now on.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => kcmp = false,
+                // Exited meanwhile (ESRCH), not ours to inspect (EPERM):
+                // as the maps say.
+                Err(_) => {}
+            }
         }
         let mut path = std::path::PathBuf::from("/proc");
         path.push(&name);
@@ -116,6 +130,60 @@ pub(crate) fn shared_mappings(dev: (u32, u32)) -> io::Result<SharedMappings> {
     found.inos.sort_unstable();
     found.inos.dedup();
     Ok(found)
+}
+
+/// `KCMP_VM` of `<linux/kcmp.h>`: do two processes share one memory map.
+const KCMP_VM: libc::c_int = 1;
+
+/// The inode number of the initial pid namespace (`PROC_PID_INIT_INO` of
+/// `<linux/proc_ns.h>`, fixed).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// True when process ID 2 is `kthreadd`, for this process and for `/proc`
+/// alike, and this process may compare it with `kcmp`: this process is in
+/// the initial pid namespace, and `/proc` is that namespace's (only there
+/// does `/proc/self` name a process of the initial namespace), where
+/// process 2 is always `kthreadd`, a kernel thread that never exits.
+fn kthreadd_comparable() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let in_initial =
+        std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == PROC_PID_INIT_INO);
+    // kcmp of kthreadd with itself: allowed (root, or `CAP_SYS_PTRACE`;
+    // another user's daemon is refused) and built in (`CONFIG_KCMP`).
+    in_initial && kcmp_vm(2, 2).is_ok_and(|order| order == 0)
+}
+
+/// True when the process `pid` (a name of `/proc`) has no memory map: a
+/// kernel thread, or a process past the point of its exit where its
+/// memory map is released (its shared mappings written back then, as at
+/// `munmap`). It shares `kthreadd`'s (process 2, see
+/// [`kthreadd_comparable`]), which is none. One system call without a path
+/// lookup or a descriptor, where opening `/proc/PID/maps` costs several
+/// times as much; most processes of a machine are kernel threads.
+///
+/// Errors: `ESRCH` (exited), `EPERM` (not allowed to inspect it),
+/// `ENOSYS` (no `kcmp`), `EINVAL` (not a process ID).
+fn no_memory_map(pid: &std::ffi::OsStr) -> io::Result<bool> {
+    let pid = std::str::from_utf8(pid.as_bytes())
+        .ok()
+        .and_then(|p| p.parse::<libc::pid_t>().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if pid == 2 {
+        return Ok(true);
+    }
+    Ok(kcmp_vm(pid, 2)? == 0)
+}
+
+/// `kcmp(a, b, KCMP_VM)`: 0 when the two processes share one memory map
+/// (or both have none), else 1 or 2 (an order).
+fn kcmp_vm(a: libc::pid_t, b: libc::pid_t) -> io::Result<libc::c_long> {
+    // SAFETY: kcmp takes two process IDs, a type and two indexes unused
+    // for KCMP_VM; it reads and writes no memory of the caller.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
 }
 
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
@@ -230,6 +298,68 @@ mod tests {
         let anon = b"7f1c2a000000-7f1c2a010000 rw-s 00000000 00:35 0 ";
         assert_eq!(shared_ino(anon, dev), None);
         assert_eq!(shared_ino(b"", dev), None);
+    }
+
+    /// Where the daemon may compare processes with kthreadd (root, in
+    /// the initial pid namespace): every kernel thread is told apart
+    /// without opening its maps, and no process with a memory map is
+    /// taken for one (this one, a child, the init process if it may be
+    /// inspected).
+    #[test]
+    fn kernel_threads_and_only_they_have_no_memory_map() {
+        if !kthreadd_comparable() {
+            eprintln!("skipped: kcmp with kthreadd is not allowed here");
+            return;
+        }
+        let me = std::process::id().to_string();
+        assert!(!no_memory_map(std::ffi::OsStr::new(&me)).expect("self"));
+        // The init process, unless it is not ours to inspect (its maps are
+        // not readable then either: the scan counts it as unreadable).
+        match no_memory_map(std::ffi::OsStr::new("1")) {
+            Ok(none) => assert!(!none, "init"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "init: {e}"),
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id().to_string();
+        let child_has_one = !no_memory_map(std::ffi::OsStr::new(&pid)).expect("child");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(child_has_one);
+        // kthreadd's children are kernel threads (and the helpers the
+        // kernel starts, which have a memory map: none is running here,
+        // or it is told as such by its `stat`).
+        let children = std::fs::read_to_string("/proc/2/task/2/children").expect("children");
+        let mut kthreads = 0;
+        for pid in children.split_whitespace() {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // The flags, the 9th field (the 7th after the name's ')').
+            let flags: u64 = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+                .and_then(|f| f.parse().ok())
+                .expect("flags");
+            let kthread = flags & 0x0020_0000 != 0;
+            match no_memory_map(std::ffi::OsStr::new(pid)) {
+                Ok(none) if none == kthread => {}
+                // A helper the kernel started, exiting meanwhile (its
+                // memory map released): a zombie or gone by now.
+                Ok(_) => {
+                    let now = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+                    let state = now.as_deref().ok().and_then(|s| s.rsplit_once(')'));
+                    let exited =
+                        state.is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
+                    assert!(exited, "process {pid}: kernel thread {kthread}");
+                }
+                Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "{pid}: {e}"),
+            }
+            kthreads += usize::from(kthread);
+        }
+        assert!(kthreads > 0, "no kernel thread seen: {children}");
     }
 
     #[test]

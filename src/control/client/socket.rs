@@ -233,24 +233,44 @@ fn unanswered_now(state: &StateDir, waited: Duration, limit: Duration) -> Unansw
 
 /// Connects to `socket`, giving up after `limit` (`TimedOut`): `connect`
 /// blocks once a daemon that stopped accepting has a full listen queue.
-/// The attempt runs on a thread of its own, left behind when it times
-/// out (it ends when the connection is accepted or refused, or with the
-/// process).
+/// The wait is the socket's own: a stream `connect` waits for room in the
+/// queue at most the socket's send timeout, then fails with `EAGAIN`
+/// (`unix(7)`), so no thread is started and nothing is left connecting
+/// after a timeout.
 fn connect_within(socket: &Path, limit: Duration) -> io::Result<UnixStream> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let path = socket.to_path_buf();
-    std::thread::Builder::new()
-        .name("opfs-connect".into())
-        .spawn(move || {
-            let _ = tx.send(UnixStream::connect(&path));
-        })?;
-    match rx.recv_timeout(limit) {
-        Ok(r) => r,
-        Err(_) => Err(io::Error::new(
+    use rustix::io::Errno;
+    use rustix::net::{self, sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let timed_out = || {
+        io::Error::new(
             io::ErrorKind::TimedOut,
             format!("connecting to {} timed out", socket.display()),
-        )),
+        )
+    };
+    let fd = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(socket)?;
+    let start = Instant::now();
+    loop {
+        // A zero timeout would be none at all.
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(1));
+        sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, Some(left))?;
+        match net::connect(&fd, &addr) {
+            Ok(()) => break,
+            Err(Errno::AGAIN) => return Err(timed_out()),
+            // A signal: the connection was not made; again, in what is left.
+            Err(Errno::INTR) if start.elapsed() < limit => {}
+            Err(Errno::INTR) => return Err(timed_out()),
+            Err(e) => return Err(e.into()),
+        }
     }
+    sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, None)?;
+    Ok(UnixStream::from(fd))
 }
 
 /// Waits until `cond` holds, checking every 20 ms, for at most `limit`;
@@ -269,4 +289,54 @@ pub fn wait_for_every(limit: Duration, interval: Duration, mut cond: impl FnMut(
         std::thread::sleep(interval);
     }
     cond()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The names of this process's threads.
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim_end().to_string())
+            .collect()
+    }
+
+    /// A daemon that stopped accepting, its listen queue full: the connect
+    /// gives up after the bound, and leaves nothing behind still trying.
+    #[test]
+    fn a_connect_to_a_full_queue_times_out_and_leaves_no_thread() {
+        use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let listener = net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        net::bind(&listener, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+        net::listen(&listener, 0).unwrap();
+        // Fill the queue (never accepted): connects succeed until it is full.
+        let mut queued = Vec::new();
+        let refused = loop {
+            match connect_within(&path, Duration::from_millis(200)) {
+                Ok(c) => queued.push(c),
+                Err(e) => break e,
+            }
+            assert!(queued.len() < 16, "the queue never filled");
+        };
+        assert_eq!(refused.kind(), io::ErrorKind::TimedOut, "{refused}");
+        assert!(refused.to_string().contains("control.sock"), "{refused}");
+        let names = thread_names();
+        assert!(
+            !names.iter().any(|n| n == "opfs-connect"),
+            "a thread still connecting: {names:?}"
+        );
+        drop(listener);
+    }
 }
