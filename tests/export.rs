@@ -584,6 +584,68 @@ fn turns_are_exported_automatically_in_the_background() {
     });
 }
 
+/// The processes whose command line names `path` (a `git gc` the
+/// daemon's export started in the state dir).
+fn processes_naming(path: &Path) -> Vec<String> {
+    let needle = path.as_os_str().as_bytes();
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        if !e.file_name().as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(needle.len()).any(|w| w == needle) {
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
+/// `opfs umount` returns once the daemon's export is done: the baseline
+/// of a project just mounted and a turn closed just before are in the
+/// export, and no `git gc` the export started is still running in the
+/// state dir (before, the daemon exited with its exporter mid-run: the
+/// export was cut short and its `git gc` went on writing into the state
+/// dir after the daemon had released it).
+#[test]
+fn an_unmount_waits_for_the_export_under_way_and_its_git_gc() {
+    let f = Fixture::new(
+        |p| {
+            // Enough objects for `git gc --auto` to be due after the
+            // baseline, and for its export to take longer than an unmount.
+            for d in 0..30 {
+                let dir = p.join(format!("d{d}"));
+                fs::create_dir(&dir).unwrap();
+                for i in 0..100 {
+                    fs::write(dir.join(format!("f{i}")), format!("{d}/{i}\n")).unwrap();
+                }
+            }
+        },
+        &[],
+    );
+    fs::write(f.m("d0/f0"), "changed\n").unwrap();
+    assert_eq!(f.turn("last"), 2);
+    let git_dir = f.state_dir().join("export.git");
+    f.fx.umount();
+    let running = processes_naming(&git_dir);
+    assert!(
+        running.is_empty(),
+        "still running in the export after the unmount: {running:?}"
+    );
+    for r in ["refs/opfs/baseline", "refs/opfs/turns/1"] {
+        assert!(
+            git(&git_dir, &["rev-parse", "--verify", "-q", r])
+                .status
+                .success(),
+            "{r} is not in the export when the unmount returned"
+        );
+    }
+    let out = git(&git_dir, &["show", "refs/opfs/turns/1:d0/f0"]);
+    assert_eq!(out.stdout, b"changed\n");
+}
+
 fn loose_objects(git_dir: &Path) -> usize {
     let mut n = 0;
     for d in fs::read_dir(git_dir.join("objects")).unwrap() {

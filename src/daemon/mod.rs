@@ -137,8 +137,8 @@ pub fn run(
         .map(|r| start_retainer(&journal, mount.controller(), r));
     let ops: Arc<dyn MountOps> = Arc::new(Served {
         controller: mount.controller(),
-        exporter,
-        retainer,
+        exporter: exporter.as_ref().map(|w| w.waker()),
+        retainer: retainer.as_ref().map(|w| w.waker()),
     });
     registry::register_mount(home, state, &plan.mountpoint).map_err(io_err(format!(
         "cannot register the mount in {}",
@@ -156,6 +156,7 @@ pub fn run(
         journal.open_turn()
     );
     let result = mount.run();
+    stop_workers(exporter, retainer);
     if let Some(cancel) = push_cancel {
         stop_pushes(&cancel);
     }
@@ -165,6 +166,35 @@ pub fn run(
         "serving {} failed",
         plan.mountpoint.display()
     )))
+}
+
+/// How long an unmount waits for the export under way (and one more run
+/// for a turn closed before it) and for the retention under way.
+const WORKER_STOP_WAIT: Duration = Duration::from_secs(20);
+
+/// At unmount, before the state lock is released: lets the export under
+/// way finish and exports a turn closed just before (so the history is
+/// whole when `opfs umount` returns), lets the retention under way finish
+/// (a retention not begun is dropped: the mount is gone), and waits for
+/// both, so no export, retention or `git gc` they started still writes
+/// into the state dir once the daemon has released it. Each is waited
+/// for at most [`WORKER_STOP_WAIT`]; past that the daemon exits anyway
+/// (an export cut short is redone at the next mount: `docs/crash-model.md`).
+fn stop_workers(exporter: Option<crate::export::Worker>, retainer: Option<crate::export::Worker>) {
+    use crate::export::Pending;
+    for (worker, pending, what) in [
+        (exporter, Pending::Run, "export"),
+        (retainer, Pending::Drop, "retention"),
+    ] {
+        if let Some(w) = worker {
+            if !w.stop(pending, WORKER_STOP_WAIT) {
+                log::warn!(
+                    "the {what} under way did not end within {} s of the unmount; it ends with the daemon",
+                    WORKER_STOP_WAIT.as_secs()
+                );
+            }
+        }
+    }
 }
 
 /// How long an unmount waits for the push under way to end once stopped
@@ -331,10 +361,10 @@ fn start_exporter(
     state: &StateDir,
     journal: &Arc<Journal>,
     push: Option<crate::remote::AutoPush>,
-) -> crossbeam_channel::Sender<()> {
+) -> crate::export::Worker {
     let journal = journal.clone();
     let pusher = push.map(|p| crate::remote::spawn_pusher(state.clone(), p));
-    let tx = crate::export::spawn_background_then(
+    let worker = crate::export::spawn_background_then(
         state.clone(),
         Box::new(move || {
             if let Err(e) = journal.apply_pending() {
@@ -348,8 +378,8 @@ fn start_exporter(
             }
         }),
     );
-    let _ = tx.try_send(());
-    tx
+    worker.wake();
+    worker
 }
 
 /// Starts the automatic retention: a thread that, each time a request
@@ -362,38 +392,31 @@ fn start_retainer(
     journal: &Arc<Journal>,
     controller: opfs_fs::Controller,
     retention: crate::gc::Retention,
-) -> crossbeam_channel::Sender<()> {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+) -> crate::export::Worker {
     let journal = journal.clone();
-    let spawned = std::thread::Builder::new()
-        .name("opfs-retention".into())
-        .spawn(move || {
-            for () in rx {
-                match crate::gc::due(&journal, retention) {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        let quiesce = || Exclusive::quiesced(controller.quiesce());
-                        match crate::gc::gc_served(&journal, &quiesce, retention) {
-                            Ok(r) => log::info!(
-                                "retention: dropped turns {:?}, {} records, {} blobs ({} bytes) freed{}",
-                                r.dropped_turns,
-                                r.records_deleted,
-                                r.blobs_removed,
-                                r.bytes_freed,
-                                r.note.map(|n| format!("; {n}")).unwrap_or_default()
-                            ),
-                            Err(e) => log::warn!("retention failed: {e}"),
-                        }
-                    }
-                    Err(e) => log::warn!("retention check failed: {e}"),
+    let worker = crate::export::spawn_worker(
+        "opfs-retention",
+        Box::new(move || match crate::gc::due(&journal, retention) {
+            Ok(false) => {}
+            Ok(true) => {
+                let quiesce = || Exclusive::quiesced(controller.quiesce());
+                match crate::gc::gc_served(&journal, &quiesce, retention) {
+                    Ok(r) => log::info!(
+                        "retention: dropped turns {:?}, {} records, {} blobs ({} bytes) freed{}",
+                        r.dropped_turns,
+                        r.records_deleted,
+                        r.blobs_removed,
+                        r.bytes_freed,
+                        r.note.map(|n| format!("; {n}")).unwrap_or_default()
+                    ),
+                    Err(e) => log::warn!("retention failed: {e}"),
                 }
             }
-        });
-    if let Err(e) = spawned {
-        log::warn!("cannot start the automatic retention: {e}");
-    }
-    let _ = tx.try_send(());
-    tx
+            Err(e) => log::warn!("retention check failed: {e}"),
+        }),
+    );
+    worker.wake();
+    worker
 }
 
 /// Binds the control socket and serves it on a thread of its own.

@@ -122,62 +122,65 @@ pub(super) fn start_exporter(
     state: &StateDir,
     journal: &Arc<crate::capture::Journal>,
     push: Option<crate::remote::AutoPush>,
-) -> crossbeam_channel::Sender<()> {
+) -> crate::export::Worker {
     let project = StateDir::for_project(home, &spec.project);
     let pusher = push.map(|p| crate::remote::spawn_pusher(project.clone(), p));
     let home = home.to_path_buf();
     let name = spec.name.clone();
     let state = state.clone();
     let journal = journal.clone();
-    let tx = crate::export::spawn_worker(Box::new(move || {
-        let j = journal.clone();
-        let commit = move || {
-            if let Err(e) = j.apply_pending() {
-                log::warn!("group commit before the export deferred: {e}");
-            }
-        };
-        commit();
-        let any_closed = Index::open_read_only(&state.index_path())
-            .and_then(|ix| ix.turns(Some(2)))
-            .map(|ts| ts.iter().any(|t| t.ended_at.is_some()))
-            .unwrap_or(false);
-        // Only into a repository the project's export made: a project
-        // mounted with `--no-export` never gets one behind its back (`opfs
-        // export` then writes the project's history and the branches).
-        let repo_made = crate::export::default_git_dir(&project)
-            .join("HEAD")
-            .exists();
-        if !any_closed || !repo_made {
-            return;
-        }
-        match life::export_branch(
-            &home,
-            &project,
-            &name,
-            None,
-            Box::new(commit),
-            commit_through_daemon,
-        ) {
-            Ok(r) => {
-                if !r.turns.is_empty() || r.rewritten {
-                    log::info!(
-                        "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
-                        r.turns,
-                        r.branch,
-                        r.elapsed_ms
-                    );
+    let worker = crate::export::spawn_worker(
+        "opfs-export",
+        Box::new(move || {
+            let j = journal.clone();
+            let commit = move || {
+                if let Err(e) = j.apply_pending() {
+                    log::warn!("group commit before the export deferred: {e}");
                 }
-                // Full means a push is already queued; it will see this
-                // export. A push with nothing new starts no transfer.
-                if let Some(tx) = &pusher {
-                    let _ = tx.try_send(());
-                }
+            };
+            commit();
+            let any_closed = Index::open_read_only(&state.index_path())
+                .and_then(|ix| ix.turns(Some(2)))
+                .map(|ts| ts.iter().any(|t| t.ended_at.is_some()))
+                .unwrap_or(false);
+            // Only into a repository the project's export made: a project
+            // mounted with `--no-export` never gets one behind its back (`opfs
+            // export` then writes the project's history and the branches).
+            let repo_made = crate::export::default_git_dir(&project)
+                .join("HEAD")
+                .exists();
+            if !any_closed || !repo_made {
+                return;
             }
-            Err(e) => log::warn!("background export of worktree {name:?} failed: {e}"),
-        }
-    }));
-    let _ = tx.try_send(());
-    tx
+            match life::export_branch(
+                &home,
+                &project,
+                &name,
+                None,
+                Box::new(commit),
+                commit_through_daemon,
+            ) {
+                Ok(r) => {
+                    if !r.turns.is_empty() || r.rewritten {
+                        log::info!(
+                            "exported turn(s) {:?} of worktree {name:?} to {} in {} ms",
+                            r.turns,
+                            r.branch,
+                            r.elapsed_ms
+                        );
+                    }
+                    // Full means a push is already queued; it will see this
+                    // export. A push with nothing new starts no transfer.
+                    if let Some(tx) = &pusher {
+                        let _ = tx.try_send(());
+                    }
+                }
+                Err(e) => log::warn!("background export of worktree {name:?} failed: {e}"),
+            }
+        }),
+    );
+    worker.wake();
+    worker
 }
 
 /// How long the kernel may cache a worktree's entries and attributes

@@ -41,7 +41,7 @@ mod relabel;
 mod repo;
 mod tree_edit;
 
-pub use background::{spawn_background, spawn_background_then, spawn_worker};
+pub use background::{spawn_background, spawn_background_then, spawn_worker, Pending, Worker};
 pub use branch::{
     branch_ref, delete_branch, export_branch, BranchReport, BranchSource, BranchSpec,
     WORKTREE_REF_PREFIX,
