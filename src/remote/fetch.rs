@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
 use serde::Serialize;
 
 use crate::state::lock::FileLock;
@@ -836,12 +837,12 @@ pub fn checkout(
         entries.iter().map(|e| e.1.clone()).collect(),
     )
     .map_err(io_at(&cache_dir))?;
+    let tree = Beneath::open(&root).map_err(io_at(&root))?;
     for (mode, _, rel) in &entries {
         let size = blobs.next_header().map_err(io_at(&cache_dir))?;
         let path = root.join(OsStr::from_bytes(rel));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io_at(parent))?;
-        }
+        let written = |e: io::Error| written_error(rel, &path, e);
+        let (parent, name) = tree.parent_of(rel).map_err(written)?;
         if mode == "120000" {
             if size > SYMLINK_MAX {
                 return Err(io_at(&path)(io::Error::from_raw_os_error(
@@ -849,14 +850,15 @@ pub fn checkout(
                 )));
             }
             let target = blobs.body(size).map_err(io_at(&cache_dir))?;
-            std::os::unix::fs::symlink(OsStr::from_bytes(&target), &path).map_err(io_at(&path))?;
+            rustix::fs::symlinkat(OsStr::from_bytes(&target), &parent, name)
+                .map_err(|e| written(e.into()))?;
             report.symlinks += 1;
             continue;
         }
         let perm = if mode == "100755" { 0o755 } else { 0o644 };
         if size > POINTER_MAX {
             // Streamed from git to the file: memory stays bounded.
-            let mut file = create_new(&path, perm).map_err(io_at(&path))?;
+            let mut file = create_new(&parent, name, perm).map_err(written)?;
             blobs
                 .copy_body(size, &mut file)
                 .map_err(|e| RemoteError::Io {
@@ -875,7 +877,7 @@ pub fn checkout(
         if let Some((hash, psize)) = parse_pointer(&bytes) {
             if let Some(b) = &bucket {
                 let shown = crate::paths::display(rel);
-                match object_into(b, &hash, psize, &path, perm) {
+                match object_into(b, &hash, psize, &parent, name, perm) {
                     Ok(true) => {
                         report.resolved += 1;
                         report.files += 1;
@@ -905,7 +907,7 @@ pub fn checkout(
             }
             report.pointers.push(crate::paths::display(rel));
         }
-        let mut file = create_new(&path, perm).map_err(io_at(&path))?;
+        let mut file = create_new(&parent, name, perm).map_err(written)?;
         file.write_all(&bytes).map_err(io_at(&path))?;
         report.files += 1;
         report.bytes += bytes.len() as u64;
@@ -927,44 +929,129 @@ const SYMLINK_MAX: u64 = 4096;
 /// Git's largest pointer file: a blob above this is never one.
 const POINTER_MAX: u64 = 200;
 
-/// Creates `path` (`O_EXCL`) with mode `perm` whatever the umask.
-fn create_new(path: &Path, perm: u32) -> io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(perm)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(perm))?;
-    Ok(file)
+/// How every entry of a checkout is reached from the staging directory:
+/// never through a symbolic link, never outside it, whatever the file
+/// system's name folding (a case-insensitive directory could otherwise
+/// take `d/x` through a symlink `D` the checkout wrote).
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
+
+/// The staging directory of a checkout, open: every entry is created
+/// relative to it, each directory component made with `mkdirat` then
+/// opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so no
+/// entry is written through a symbolic link or outside it, whatever the
+/// names the tree holds and however the file system compares them.
+struct Beneath {
+    root: OwnedFd,
 }
 
-/// Writes the object of `hash` (`size` bytes) from bucket `b` to `path`
-/// (`perm`): streamed into a temporary file beside it, renamed to `path`
-/// only when its size and BLAKE3 match; false, nothing left, when the
-/// bucket has no such object. On an error nothing is left either.
+impl Beneath {
+    fn open(dir: &Path) -> io::Result<Beneath> {
+        let root = rustix::fs::open(
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        Ok(Beneath { root })
+    }
+
+    /// The directory that holds `rel` (its components created as needed,
+    /// mode 0755 less the umask), open, and `rel`'s last component.
+    ///
+    /// Errors: `ELOOP` when a component is a symbolic link (or resolves
+    /// to one), `EXDEV` when it would leave the directory, `ENOTDIR` when
+    /// it is a file; those of `mkdirat`.
+    fn parent_of<'r>(&self, rel: &'r [u8]) -> io::Result<(OwnedFd, &'r OsStr)> {
+        let (dirs, name) = match rel.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        let mut fd = rustix::fs::openat2(
+            &self.root,
+            ".",
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )?;
+        for comp in dirs.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            let comp = OsStr::from_bytes(comp);
+            match rustix::fs::mkdirat(&fd, comp, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            fd = rustix::fs::openat2(
+                &fd,
+                comp,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+                BENEATH,
+            )?;
+        }
+        Ok((fd, OsStr::from_bytes(name)))
+    }
+}
+
+/// The error of writing the entry `rel` (at `path`): a symbolic link, a
+/// file or an escape on its way (`ELOOP`, `ENOTDIR`, `EXDEV`: only a name
+/// that aliases another entry's, in a case-insensitive or otherwise
+/// folding directory, gets there, as the tree was checked) is
+/// [`RemoteError::BadName`].
+fn written_error(rel: &[u8], path: &Path, e: io::Error) -> RemoteError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR) => RemoteError::BadName {
+            path: String::from_utf8_lossy(rel).into_owned(),
+        },
+        _ => RemoteError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+/// Creates `name` in the directory `dir` (`O_EXCL`, never through a
+/// symbolic link: [`BENEATH`]) with mode `perm` whatever the umask.
+fn create_new(dir: &OwnedFd, name: &OsStr, perm: u32) -> io::Result<std::fs::File> {
+    let fd = rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(perm),
+        BENEATH,
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm))?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Writes the object of `hash` (`size` bytes) from bucket `b` to `name`
+/// in the directory `dir` (`perm`): streamed into a temporary file beside
+/// it, renamed to `name` (never replacing) only when its size and BLAKE3
+/// match; false, nothing left, when the bucket has no such object. On an
+/// error nothing is left either.
 fn object_into(
     b: &super::bucket::Bucket,
     hash: &str,
     size: u64,
-    path: &Path,
+    dir: &OwnedFd,
+    name: &OsStr,
     perm: u32,
 ) -> Result<bool, GetError> {
-    let name = path.file_name().unwrap_or_default().as_bytes();
     let mut part_name = b".".to_vec();
-    part_name.extend_from_slice(name);
+    part_name.extend_from_slice(name.as_bytes());
     part_name.extend_from_slice(format!(".opfs-part-{}", std::process::id()).as_bytes());
-    let part = path.with_file_name(OsStr::from_bytes(&part_name));
-    let mut file = create_new(&part, perm).map_err(GetError::Write)?;
+    let part = OsStr::from_bytes(&part_name);
+    let mut file = create_new(dir, part, perm).map_err(GetError::Write)?;
     let r = b.get_into(hash, size, &mut file).and_then(|found| {
         if found {
             file.sync_data()
-                .and_then(|()| std::fs::rename(&part, path))
+                .and_then(|()| {
+                    rustix::fs::renameat_with(dir, part, dir, name, RenameFlags::NOREPLACE)
+                        .map_err(io::Error::from)
+                })
                 .map_err(GetError::Write)?;
         }
         Ok(found)
     });
     if !matches!(r, Ok(true)) {
-        let _ = std::fs::remove_file(&part);
+        let _ = rustix::fs::unlinkat(dir, part, AtFlags::empty());
     }
     r
 }
@@ -1170,6 +1257,7 @@ impl Drop for BlobReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn a_subject_is_the_first_line_bounded() {
@@ -1223,6 +1311,48 @@ mod tests {
         ] {
             assert!(text.contains(part), "{part:?} not in {text}");
         }
+    }
+
+    #[test]
+    fn no_entry_is_written_through_a_symlink_the_checkout_wrote() {
+        // The exact-bytes checks of `checkout` refuse a symlink `d` and an
+        // entry `d/x`; a folding file system would let `D` and `d/x`
+        // through them. The writer itself refuses any path through a
+        // symlink: here the same name, as folding would make it.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outside = tmp.path().join("outside");
+        let stage = tmp.path().join("stage");
+        std::fs::create_dir(&outside).expect("outside");
+        std::fs::create_dir(&stage).expect("stage");
+        let tree = Beneath::open(&stage).expect("open");
+        let (dir, name) = tree.parent_of(b"D").expect("parent");
+        rustix::fs::symlinkat(outside.as_os_str(), &dir, name).expect("symlink");
+        for rel in [&b"D/x"[..], b"D/sub/x"] {
+            let path = stage.join(OsStr::from_bytes(rel));
+            let r = tree
+                .parent_of(rel)
+                .and_then(|(dir, name)| create_new(&dir, name, 0o644).map(drop));
+            let e = r.map_err(|e| written_error(rel, &path, e));
+            assert!(
+                matches!(&e, Err(RemoteError::BadName { path }) if path.as_bytes() == rel),
+                "{e:?}"
+            );
+        }
+        // Nor the link itself as a file, nor anything outside.
+        let (dir, name) = tree.parent_of(b"D").expect("parent");
+        assert!(create_new(&dir, name, 0o644).is_err());
+        assert!(std::fs::read_dir(&outside)
+            .expect("outside")
+            .next()
+            .is_none());
+        // An ordinary nested entry is written with its mode.
+        let (dir, name) = tree.parent_of(b"a/b/c.sh").expect("parent");
+        create_new(&dir, name, 0o755)
+            .expect("create")
+            .write_all(b"x")
+            .expect("write");
+        let m = std::fs::metadata(stage.join("a/b/c.sh")).expect("meta");
+        assert_eq!(m.permissions().mode() & 0o777, 0o755);
     }
 
     #[test]
