@@ -996,6 +996,101 @@ fn a_hostile_remote_writes_nothing_outside_the_directory_and_no_git_dir() {
     assert!(!marker.exists(), "the option ran: {run}");
 }
 
+/// A remote whose turn 1 of `odd/0000000000000001` holds `a.txt`, a
+/// gitlink `sub` (160000) and an entry `sock` of mode 140000 (a socket's
+/// mode, which git reads as a gitlink). Run with the bare repository.
+const ODD_MODES: &str = r#"
+import subprocess, sys
+G = sys.argv[1]
+def obj(t, data):
+    return subprocess.run(['git', '--git-dir', G, 'hash-object', '-w', '--literally', '-t', t, '--stdin'],
+                          input=data, capture_output=True, check=True).stdout.decode().strip()
+def tree(entries):
+    return obj('tree', b''.join(m.encode() + b' ' + n + b'\0' + bytes.fromhex(s) for m, n, s in entries))
+def commit(t, msg):
+    return obj('commit', ('tree %s\nauthor a <a@b> 1700000000 +0000\ncommitter a <a@b> 1700000000 +0000\n\n%s\n' % (t, msg)).encode())
+def ref(name, sha):
+    subprocess.run(['git', '--git-dir', G, 'update-ref', name, sha], check=True)
+blob = obj('blob', b'ok\n')
+t = tree([('100644', b'a.txt', blob), ('140000', b'sock', blob), ('160000', b'sub', blob)])
+ref('refs/opfs/odd/0000000000000001/turns/1', commit(t, 'turn 1'))
+ref('refs/opfs/odd/0000000000000001/project', commit(tree([]), 'p\n\nopfs-project: /odd'))
+"#;
+
+#[test]
+fn tree_entries_of_unknown_modes_are_reported_not_dropped() {
+    let f = Fixture::new();
+    let remote = f.root().join("odd.git");
+    git_at(f.root(), &["init", "-q", "--bare", "odd.git"]);
+    let script = f.root().join("odd.py");
+    std::fs::write(&script, ODD_MODES).expect("script");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&remote)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = remote.display().to_string();
+    let checkout = |dir: &Path, json: bool| {
+        let dir = dir.display().to_string();
+        let mut args = vec![
+            "remote",
+            "checkout",
+            &url,
+            "odd/0000000000000001",
+            "1",
+            &dir,
+        ];
+        if json {
+            args.insert(0, "--json");
+        }
+        f.opfs(&args)
+    };
+    // The rest of the tree is written; both entries are named; exit 1.
+    let dir = f.root().join("co");
+    let run = checkout(&dir, false);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        "2 entries of the tree were not written",
+        "mode 160000",
+        "sock",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    assert_eq!(std::fs::read(dir.join("a.txt")).expect("a.txt"), b"ok\n");
+    assert!(!dir.join("sock").exists() && !dir.join("sub").exists());
+    let dir = f.root().join("co-json");
+    let run = checkout(&dir, true);
+    assert_eq!(run.code, Some(1), "{run}");
+    // The report, then the error as JSON.
+    let first = run.stdout.lines().next().unwrap_or_default();
+    let r: serde_json::Value = serde_json::from_str(first).expect("json");
+    let skipped: Vec<(String, String)> = r["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap_or_default().to_string(),
+                e["mode"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("sock".to_string(), "160000".to_string()),
+            ("sub".to_string(), "160000".to_string())
+        ],
+        "{r:#}"
+    );
+    assert_eq!(r["files"], 1, "{r:#}");
+}
+
 #[test]
 fn a_remote_url_with_a_password_is_refused_and_never_shown() {
     let f = Fixture::new();

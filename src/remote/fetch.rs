@@ -192,6 +192,19 @@ pub struct CheckoutReport {
     /// is not their bytes (another size or BLAKE3): the path, the key and
     /// why.
     pub bad_objects: Vec<BadObject>,
+    /// Tree entries not written: a gitlink (mode 160000, a submodule's
+    /// commit) or an entry of a mode git does not know (140000 and the
+    /// like, which git lists as 160000). A push by opfs holds none.
+    pub skipped: Vec<SkippedEntry>,
+}
+
+/// A tree entry [`checkout`] did not write.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedEntry {
+    /// The entry, project-relative.
+    pub path: String,
+    /// Its mode as git lists it (`160000`).
+    pub mode: String,
 }
 
 /// A pointer file whose object in the bucket is not the bytes it names.
@@ -768,6 +781,7 @@ pub fn checkout(
     let listing = run(cmd, git, &cache_dir, url, "listing the turn's tree")?;
     // mode, object id, path
     let mut entries: Vec<(String, String, Vec<u8>)> = Vec::new();
+    let mut skipped = Vec::new();
     for rec in listing.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
             continue;
@@ -789,7 +803,14 @@ pub fn checkout(
                 path: String::from_utf8_lossy(&path).into_owned(),
             });
         }
-        if mode == "160000" {
+        // A gitlink (a submodule's commit), or an entry of a mode git does
+        // not know (140000 and the like, which git reads as 160000): no
+        // bytes to write. Reported, never silently dropped.
+        if !matches!(mode, "100644" | "100755" | "120000") {
+            skipped.push(SkippedEntry {
+                path: crate::paths::display(&path),
+                mode: mode.to_string(),
+            });
             continue;
         }
         entries.push((mode.to_string(), id.to_string(), path));
@@ -824,6 +845,7 @@ pub fn checkout(
         bucket: bucket.map(|b| b.url.clone()),
         missing_objects: Vec::new(),
         bad_objects: Vec::new(),
+        skipped,
     };
     let bucket = bucket
         .map(super::bucket::Bucket::open)

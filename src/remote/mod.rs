@@ -35,7 +35,7 @@ pub mod state;
 
 pub use fetch::{
     checkout, list, parse_pointer, turns, BadObject, CheckoutReport, MissingObject, RemoteError,
-    RemoteProject, RemoteTurn,
+    RemoteProject, RemoteTurn, SkippedEntry,
 };
 pub use git::{Cancel, GitEnv};
 pub use names::{
