@@ -2871,3 +2871,116 @@ fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
     .ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
+
+/// The names in `dir` that hold `part`.
+fn names_with(dir: &Path, part: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(part))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_checkout_killed_midway_leaves_a_staging_directory_the_next_checkout_removes() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &s3.endpoint());
+    a.mount();
+    let big = Rng::new(71).bytes((8 << 20) + 5);
+    write_file(&a.m("README"), b"readme\n", 0o644);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    let na = namespace(&a, "alpha")
+        .trim_start_matches("refs/opfs/")
+        .to_string();
+    // Another home reads the bucket through a link that holds every
+    // answer back for minutes: each checkout stops at big.bin, its
+    // temporary file made, README written.
+    let slow = SlowProxy::start(s3.port, Duration::from_secs(300), Duration::ZERO);
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let out = b.root().join("out");
+    let absent = out.join("turn1");
+    let empty = b.root().join("empty");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    std::fs::create_dir(&empty).expect("mkdir");
+    // (where the staging directory appears, DIR)
+    for (holder, dir) in [(&out, &absent), (&empty, &empty)] {
+        let mut child = b
+            .opfs_command(&[
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                "1",
+                &dir.display().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let midway = wait_for(Duration::from_secs(120), || {
+            names_with(holder, "opfs-checkout").iter().any(|s| {
+                !names_with(&holder.join(s), "big.bin.opfs-part").is_empty()
+                    && holder.join(s).join("README").exists()
+            })
+        });
+        sigkill(child.id() as i32);
+        let _ = child.wait();
+        assert!(midway, "the checkout never reached big.bin");
+        assert_eq!(names_with(holder, "opfs-checkout").len(), 1);
+    }
+    // The next checkout into the same parent, and into that DIR, removes
+    // what the killed ones left (their lock died with them), and writes
+    // the turn (without the bucket now: big.bin as its pointer, exit 1).
+    std::fs::write(&b.pinned.config, "").expect("config");
+    for dir in [&absent, &empty] {
+        let run = b.opfs(&[
+            "remote",
+            "checkout",
+            &url,
+            &na,
+            "1",
+            &dir.display().to_string(),
+        ]);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains("written as pointer files"), "{run}");
+        assert_eq!(
+            std::fs::read(dir.join("README")).expect("README"),
+            b"readme\n"
+        );
+    }
+    assert!(
+        names_with(&out, "opfs-checkout").is_empty(),
+        "{:?}",
+        names_with(&out, "")
+    );
+    assert!(
+        names_with(&empty, "opfs-checkout").is_empty(),
+        "{:?}",
+        names_with(&empty, "")
+    );
+    drop(slow);
+}
+
+#[test]
+fn a_remote_that_cannot_be_read_leaves_no_local_copy_and_no_lock_file() {
+    let f = Fixture::new();
+    let url = url_on(free_port());
+    let run = f.opfs(&["remote", "list", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("cannot read"), "{run}");
+    let left = names_with(&f.pinned.opfs_home.join("remotes"), "");
+    assert!(left.is_empty(), "left in remotes/: {left:?}");
+    // The next command on that remote takes the lock again.
+    let run = f.opfs(&["remote", "list", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+}

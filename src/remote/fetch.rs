@@ -16,7 +16,7 @@ use std::process::Stdio;
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
 use serde::Serialize;
 
-use crate::state::lock::FileLock;
+use crate::state::lock::{FileLock, RemovableLock};
 use crate::store::layout::{remote_cache_dir, remote_cache_lock};
 
 use super::bucket::GetError;
@@ -235,7 +235,11 @@ pub struct MissingObject {
 /// The third value is true when this call created the copy: a command
 /// whose fetch then fails removes it ([`failed`]), so a mistyped URL
 /// leaves nothing behind.
-fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, bool), RemoteError> {
+fn cache(
+    home: &Path,
+    url: &str,
+    git: &GitEnv,
+) -> Result<(PathBuf, RemovableLock, bool), RemoteError> {
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
@@ -256,7 +260,7 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, boo
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     }
-    let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
+    let lock = FileLock::exclusive_removable(&lock_path).map_err(io_err(&lock_path))?;
     let created = !dir.join("HEAD").exists();
     if !created {
         leftovers(&dir);
@@ -270,7 +274,7 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, boo
                 run(cmd, git, &dir, url, "creating the local copy")
             });
         if let Err(e) = r {
-            failed(&dir, true);
+            failed(&dir, true, lock);
             return Err(e);
         }
     }
@@ -296,13 +300,17 @@ fn is_no_space(message: &str) -> bool {
     message.contains("No space left on device") || message.contains("Disk quota exceeded")
 }
 
-/// After a failed command on the local copy `dir` (its lock held): the
-/// copy removed when the command created it, else what a failed fetch
-/// leaves in it (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`:
-/// no other fetch can be running, the lock is held).
-fn failed(dir: &Path, created: bool) {
+/// After a failed command on the local copy `dir` (its `lock` held): the
+/// copy and its lock file removed when the command created it (a
+/// mistyped URL leaves nothing), else what a failed fetch leaves in it
+/// (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`: no other fetch
+/// can be running, the lock is held).
+fn failed(dir: &Path, created: bool, lock: RemovableLock) {
     if created {
         let _ = std::fs::remove_dir_all(dir);
+        // A command waiting on the lock takes a new one and creates the
+        // copy again (`FileLock::exclusive_removable`).
+        let _ = lock.remove();
         return;
     }
     leftovers(dir);
@@ -382,10 +390,10 @@ fn run_remote(
 /// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
 /// local copy cannot be written.
 pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
-    let (dir, _lock, created) = cache(home, url, git)?;
+    let (dir, lock, created) = cache(home, url, git)?;
     let r = list_in(&dir, url, git);
     if r.is_err() {
-        failed(&dir, created);
+        failed(&dir, created, lock);
     }
     r
 }
@@ -587,7 +595,7 @@ fn fetch_project(
     url: &str,
     project: &str,
     git: &GitEnv,
-) -> Result<(PathBuf, String, FileLock), RemoteError> {
+) -> Result<(PathBuf, String, RemovableLock), RemoteError> {
     let valid = project.split('/').count() == 2
         && project
             .chars()
@@ -603,7 +611,7 @@ fn fetch_project(
     match fetch_namespace(&dir, url, project, &ns, git) {
         Ok(()) => Ok((dir, ns, lock)),
         Err(e) => {
-            failed(&dir, created);
+            failed(&dir, created, lock);
             Err(e)
         }
     }
@@ -703,7 +711,8 @@ fn turn_of(ns: &str, refname: &str) -> Option<u64> {
 /// so the same command can be run again; the remote and every project
 /// are untouched. A checkout killed midway leaves that directory,
 /// `.NAME.opfs-checkout-PID` beside `dir` (or `.opfs-checkout-PID` inside
-/// an existing empty `dir`).
+/// an existing empty `dir`); the next checkout into the same parent (or
+/// that `dir`) removes it ([`sweep_stale`]).
 ///
 /// Errors: the remote cannot be read, holds no such project or turn, `dir`
 /// is not empty, not a directory, a symbolic link to nothing
@@ -738,6 +747,12 @@ pub fn checkout(
             _ => {}
         }
     }
+    // What killed checkouts left: inside DIR (which would not be empty
+    // for it), and beside it.
+    if std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        sweep_stale(dir);
+    }
+    sweep_stale(&dir_parent(dir));
     match std::fs::read_dir(dir) {
         Ok(mut d) => {
             if d.next().is_some() {
@@ -1083,6 +1098,12 @@ fn object_into(
 /// existing empty DIR (its entries moved up at the end). Dropped before
 /// [`Stage::finish`], it is removed with everything in it, so a failed
 /// checkout leaves DIR as it was (absent, or empty).
+///
+/// The checkout holds an exclusive `flock` on the directory while it
+/// lives (released by the kernel when the process dies, however), so a
+/// staging directory left by a killed checkout is told from one being
+/// written: the next checkout into the same parent (or into that DIR)
+/// removes every one it can lock ([`sweep_stale`]).
 struct Stage {
     /// Where the tree is written.
     dir: PathBuf,
@@ -1091,6 +1112,105 @@ struct Stage {
     /// True when DIR existed (an empty directory).
     existed: bool,
     done: bool,
+    /// The directory, open and locked.
+    _lock: OwnedFd,
+}
+
+/// The part of a staging directory's name after its DIR's name
+/// (`.NAME.opfs-checkout-PID` beside DIR, `.opfs-checkout-PID` inside).
+const STAGE_TAG: &str = ".opfs-checkout-";
+
+/// True for the name of a staging directory ([`Stage`]): `.` then
+/// anything, then [`STAGE_TAG`] and a pid (digits only).
+fn is_stage_name(name: &[u8]) -> bool {
+    let tag = STAGE_TAG.as_bytes();
+    name.first() == Some(&b'.')
+        && name.len() > tag.len()
+        && name
+            .windows(tag.len())
+            .rposition(|w| w == tag)
+            .is_some_and(|i| {
+                let pid = &name[i + tag.len()..];
+                !pid.is_empty() && pid.iter().all(u8::is_ascii_digit)
+            })
+}
+
+/// Removes from `dir` every staging directory ([`is_stage_name`]) whose
+/// checkout is gone: those whose lock can be taken (a live checkout holds
+/// its own). A directory, never followed through a symlink.
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !is_stage_name(e.file_name().as_bytes()) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = e.path();
+        if let Ok(Some(_held)) = lock_dir(&path) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Opens the directory `path` (not through a symlink) and takes its
+/// exclusive `flock` without waiting; `None` when another holds it.
+fn lock_dir(path: &Path) -> io::Result<Option<OwnedFd>> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The directory that holds `dir` (`.` for a bare name).
+fn dir_parent(dir: &Path) -> PathBuf {
+    match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Makes the directory `path` and takes its lock: a sweep by another
+/// checkout may lock and remove a directory of that name between the two
+/// steps (a stale one of the same pid, or this one before it was
+/// locked), so the directory locked must still be there and be the one
+/// at `path`, else it is made again.
+fn make_locked(path: &Path) -> io::Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match std::fs::create_dir(path) {
+            Ok(()) => {}
+            // A stale one left by a dead checkout of the same pid.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 50 => {
+                if let Ok(Some(_held)) = lock_dir(path) {
+                    std::fs::remove_dir_all(path)?;
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        // Not locked, gone or another: swept meanwhile.
+        if let Ok(Some(fd)) = lock_dir(path) {
+            let held = rustix::fs::fstat(&fd)?;
+            let there = rustix::fs::lstat(path).ok();
+            if held.st_nlink > 0
+                && there.is_some_and(|t| t.st_dev == held.st_dev && t.st_ino == held.st_ino)
+            {
+                return Ok(fd);
+            }
+        }
+        if tries >= 50 {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 impl Stage {
@@ -1099,31 +1219,30 @@ impl Stage {
             let p = p.to_path_buf();
             move |e| (p, e)
         };
-        let tag = format!(".opfs-checkout-{}", std::process::id());
+        let tag = format!("{STAGE_TAG}{}", std::process::id());
         if std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
             let target = std::fs::canonicalize(dir).map_err(at(dir))?;
             let stage = target.join(&tag);
-            std::fs::create_dir(&stage).map_err(at(&stage))?;
+            let lock = make_locked(&stage).map_err(at(&stage))?;
             return Ok(Stage {
                 dir: stage,
                 target,
                 existed: true,
                 done: false,
+                _lock: lock,
             });
         }
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let parent = dir_parent(dir);
         std::fs::create_dir_all(&parent).map_err(at(&parent))?;
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let stage = parent.join(format!(".{name}{tag}"));
-        std::fs::create_dir(&stage).map_err(at(&stage))?;
+        let lock = make_locked(&stage).map_err(at(&stage))?;
         Ok(Stage {
             dir: stage,
             target: dir.to_path_buf(),
             existed: false,
             done: false,
+            _lock: lock,
         })
     }
 
@@ -1386,14 +1505,18 @@ mod tests {
         for name in ["tmp_pack_a1", "tmp_idx_b2", "pack-1.pack", "pack-1.idx"] {
             std::fs::write(pack.join(name), b"x").expect("write");
         }
-        failed(&copy, false);
+        let lock_path = tmp.path().join("c.lock");
+        let lock = || FileLock::exclusive_removable(&lock_path).expect("lock");
+        failed(&copy, false, lock());
         let mut left: Vec<String> = std::fs::read_dir(&pack)
             .expect("read")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
         assert_eq!(left, ["pack-1.idx", "pack-1.pack"]);
-        failed(&copy, true);
+        assert!(lock_path.exists());
+        failed(&copy, true, lock());
         assert!(!copy.exists());
+        assert!(!lock_path.exists(), "the lock file of a copy it created");
     }
 }
