@@ -2984,3 +2984,70 @@ fn a_remote_that_cannot_be_read_leaves_no_local_copy_and_no_lock_file() {
     let run = f.opfs(&["remote", "list", &url]);
     assert_eq!(run.code, Some(1), "{run}");
 }
+
+/// Adds `url.<base>.<var> = <value>` to the fixture's user git
+/// configuration (its pinned HOME's `.gitconfig`, never the machine's).
+fn user_git_rule(f: &Fixture, base: &str, var: &str, value: &str) {
+    let out = Command::new("git")
+        .arg("config")
+        .arg("--file")
+        .arg(f.pinned.home.join(".gitconfig"))
+        .args(["--add", &format!("url.{base}.{var}"), value])
+        .output()
+        .expect("git config");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn insteadof_rules_are_applied_before_a_remote_is_taken_as_local_or_passed_to_a_helper() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    std::fs::create_dir_all(&f.pinned.home).expect("home");
+    std::fs::write(&f.pinned.config, "[push]\nmachine = \"m\"\n").expect("config");
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    f.turn("t");
+    // A path that the user's configuration sends to a git daemon: pushed
+    // there as any git:// remote, without opfs's local receive-pack
+    // (which the daemon would refuse as an unknown service).
+    let alias = f.root().join("alias");
+    user_git_rule(
+        &f,
+        &format!("git://127.0.0.1:{}/", d.port),
+        "insteadOf",
+        &format!("{}/", alias.display()),
+    );
+    let path = alias.join("r.git").display().to_string();
+    f.opfs_c(&["push", &path]).ok();
+    let ns = namespace(&f, "m");
+    let refs = ls_remote(&d.url());
+    assert!(refs.keys().any(|r| r.starts_with(&ns)), "{refs:?}");
+    // A rule that turns a remote into a `<transport>::` form (which runs
+    // git-remote-<transport> from PATH; ext:: runs any command) is
+    // refused naming the rule, to fetch and to push; nothing runs.
+    let mark = f.root().join("RAN");
+    let helper = format!("ext::sh -c touch% {}% #", mark.display());
+    user_git_rule(&f, &helper, "insteadOf", "git://alias.invalid/");
+    user_git_rule(&f, &helper, "pushInsteadOf", "git://push-alias.invalid/");
+    for (args, rule) in [
+        (
+            vec!["push", "git://alias.invalid/r.git"],
+            "insteadOf = \"git://alias.invalid/\"",
+        ),
+        (
+            vec!["push", "git://push-alias.invalid/r.git"],
+            "pushInsteadOf = \"git://push-alias.invalid/\"",
+        ),
+        (
+            vec!["remote", "list", "git://alias.invalid/r.git"],
+            "insteadOf = \"git://alias.invalid/\"",
+        ),
+    ] {
+        let run = f.opfs_c(&args);
+        assert_ne!(run.code, Some(0), "{run}");
+        for part in [rule, "'ext::<address>' form"] {
+            assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+        }
+        assert!(!mark.exists(), "the helper ran: {run}");
+    }
+}

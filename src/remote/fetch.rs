@@ -243,6 +243,11 @@ fn cache(
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
+    // The URL as git will use it: a rule of the user's configuration may
+    // turn it into a `<transport>::` form.
+    if let Some(problem) = git::Rewrites::read(git, None).problem(url) {
+        return Err(RemoteError::BadUrl(problem));
+    }
     let dir = remote_cache_dir(home, url);
     let lock_path = remote_cache_lock(home, url);
     let io_err = |path: &Path| {

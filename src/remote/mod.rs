@@ -292,6 +292,18 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             project: state.project.clone(),
         });
     }
+    // The URL as git will push to it and fetch from it (the user's
+    // `url.<base>.insteadOf` and `pushInsteadOf` rules): no rule may turn
+    // it into a `<transport>::` form, and the local receive-pack is given
+    // only when the URL git pushes to is still local (a rule rewriting a
+    // path to ssh:// must not send opfs's command to the server; one
+    // rewriting an ssh:// URL to a path must not run the repository's
+    // hooks).
+    let rewrites = git::Rewrites::read(git, Some(&git_dir));
+    if let Some(problem) = rewrites.problem(&target.url) {
+        return Err(PushError::BadUrl(problem));
+    }
+    let push_url = rewrites.apply(&target.url, true).0;
     let ns = namespace(&target.machine, &state.project);
     let local = local_refs(&git_dir, target, git)?;
     let (mut all, set_aside) = state::load_or_set_aside(state).map_err(|source| PushError::Io {
@@ -354,7 +366,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             "--progress",
             "--no-verify",
         ]);
-        if git::is_local(&target.url) {
+        if git::is_local(&push_url) {
             cmd.arg(format!("--receive-pack={}", git::LOCAL_RECEIVE_PACK));
         }
         cmd.arg(&target.url);
