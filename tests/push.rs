@@ -2714,20 +2714,36 @@ struct SlowProxy {
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Bytes passed from clients to the server so far.
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SlowProxy {
     fn start(to: u16, first: Duration, per_mib: Duration) -> SlowProxy {
+        SlowProxy::start_with(to, first, per_mib, Duration::ZERO)
+    }
+
+    /// A proxy that passes what clients send (request bodies: uploads)
+    /// at 1 MiB per `up_per_mib`, answers as they come.
+    fn slow_uploads(to: u16, up_per_mib: Duration) -> SlowProxy {
+        SlowProxy::start_with(to, Duration::ZERO, Duration::ZERO, up_per_mib)
+    }
+
+    fn start_with(to: u16, first: Duration, per_mib: Duration, up_per_mib: Duration) -> SlowProxy {
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = sent.clone();
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((client, _)) => relay(client, to, first, per_mib),
+                    Ok((client, _)) => {
+                        relay(client, to, (first, per_mib), (up_per_mib, counter.clone()))
+                    }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
@@ -2736,6 +2752,7 @@ impl SlowProxy {
             port,
             stop,
             thread: Some(thread),
+            sent,
         }
     }
 
@@ -2755,7 +2772,12 @@ impl Drop for SlowProxy {
 
 /// Relays `client` to the port `to` as [`SlowProxy`] says, on threads of
 /// its own that end with the connection.
-fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
+fn relay(
+    client: TcpStream,
+    to: u16,
+    (first, per_mib): (Duration, Duration),
+    (up_per_mib, sent): (Duration, std::sync::Arc<std::sync::atomic::AtomicU64>),
+) {
     use std::io::{Read, Write};
     let _ = client.set_nonblocking(false);
     let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
@@ -2766,7 +2788,14 @@ fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
         return;
     };
     std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from_client, &mut to_upstream);
+        let mut buf = vec![0u8; 64 << 10];
+        while let Ok(n @ 1..) = from_client.read(&mut buf) {
+            std::thread::sleep(up_per_mib * n as u32 / (1 << 20));
+            if to_upstream.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            sent.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+        }
         let _ = to_upstream.shutdown(std::net::Shutdown::Write);
     });
     let (mut from_upstream, mut to_client) = (upstream, client);
@@ -3050,4 +3079,69 @@ fn insteadof_rules_are_applied_before_a_remote_is_taken_as_local_or_passed_to_a_
         }
         assert!(!mark.exists(), "the helper ran: {run}");
     }
+}
+
+#[test]
+fn an_unmount_cuts_short_a_multipart_upload_under_way_and_the_next_mount_pushes_it() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    // Uploads pass at 1 MiB per 8 s per connection: a 17 MiB object (a
+    // multipart upload of 8 MiB parts, 2 at once) would take over a
+    // minute, longer than an unmount waits for a push to end (20 s).
+    let slow = SlowProxy::slow_uploads(s3.port, Duration::from_secs(8));
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &slow.endpoint());
+    edit_config(&a, "auto = false", "auto = true");
+    a.mount();
+    let big = Rng::new(83).bytes((17 << 20) + 3);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("big");
+    // The parts are on their way (more than any request without a body).
+    assert!(
+        wait_for(PUSH_WAIT, || slow
+            .sent
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 1 << 20),
+        "the upload never started: {:#}",
+        a.status()
+    );
+    a.umount();
+    // The push ended as interrupted (recorded before the daemon ended),
+    // and no multipart upload is left open.
+    let status = a.opfs_p(&["status", "--json"]).ok().json();
+    let st = status["push"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["remote"] == url.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(st["failure"]["kind"], "interrupted", "{status:#}");
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "a multipart upload was left open");
+    // The next mount (the bucket reached directly now) pushes the object.
+    edit_config(&a, &slow.endpoint(), &s3.endpoint());
+    a.mount();
+    let ns = namespace(&a, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&url)
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 was not pushed at the next mount: {:#}",
+        a.status()
+    );
+    let b = Fixture::new();
+    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let dir = b.root().join("turn1");
+    b.opfs(&[
+        "remote",
+        "checkout",
+        &url,
+        ns.trim_start_matches("refs/opfs/"),
+        "1",
+        &dir.display().to_string(),
+    ])
+    .ok();
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }

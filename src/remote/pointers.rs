@@ -107,10 +107,12 @@ pub(super) fn upload(
     if wanted.is_empty() {
         return Ok(Uploaded::default());
     }
-    let bucket = Bucket::open(cfg).map_err(|source| PushError::Bucket {
-        remote: target.url.clone(),
-        source: Box::new(source),
-    })?;
+    let bucket = Bucket::open(cfg)
+        .map_err(|source| PushError::Bucket {
+            remote: target.url.clone(),
+            source: Box::new(source),
+        })?
+        .with_cancel(git.cancel.clone());
     let opened = Opened::open(state, Box::new(|| {})).map_err(|e| PushError::Unavailable {
         remote: target.url.clone(),
         path: String::new(),
@@ -241,7 +243,8 @@ pub(super) struct Uploaded {
 struct Put<'b> {
     bucket: &'b Bucket,
     target: &'b Target,
-    /// Checked before each object: an unmount stops the upload there.
+    /// Checked before each object (and by the bucket during one,
+    /// `Bucket::with_cancel`): an unmount stops the upload there.
     cancel: &'b super::Cancel,
     done: Uploaded,
 }
@@ -316,6 +319,11 @@ impl Put<'_> {
             }
             Ok(Upload::Existed) => Ok(true),
             Err(PutError::Mismatch | PutError::Read(_)) => Ok(false),
+            // Unmounted during the upload: stopped, a multipart upload
+            // aborted.
+            Err(PutError::Interrupted) => Err(PushError::Interrupted {
+                remote: self.target.url.clone(),
+            }),
             Err(PutError::Bucket(source)) => Err(PushError::Bucket {
                 remote: self.target.url.clone(),
                 source: Box::new(source),
