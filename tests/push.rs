@@ -534,12 +534,8 @@ fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
-    let nb = namespace(&b, "beta")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
+    let nb = project_name(&b, "beta");
     assert!(
         names.contains(&na.as_str()) && names.contains(&nb.as_str()),
         "{list:#}"
@@ -557,15 +553,7 @@ fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn
     for (i, expected) in at_end.iter().enumerate() {
         let dir = c.root().join(format!("turn{}", i + 1));
         let n = (i + 1).to_string();
-        c.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            &n,
-            &dir.display().to_string(),
-        ])
-        .ok();
+        checkout_turn(&c, &url, &na, &n, &dir).ok();
         assert_manifest_eq(
             &format!("turn {n} materialised"),
             expected,
@@ -692,14 +680,50 @@ fn configure_bucket(f: &Fixture, url: &str, machine: &str, endpoint: &str) {
     f.set_env("AWS_SECRET_ACCESS_KEY", "testing");
 }
 
+/// `MACHINE/KEY`: the name `opfs remote` commands give `f`'s project
+/// pushed as `machine`.
+fn project_name(f: &Fixture, machine: &str) -> String {
+    namespace(f, machine)
+        .trim_start_matches("refs/opfs/")
+        .to_string()
+}
+
+/// The first state home (machine "alpha"), its project pushing to `url`
+/// by hand (`auto = false`) with big files to the bucket `s3://ckpt/opfs`
+/// at `endpoint`; mounted.
+fn first_home(url: &str, endpoint: &str) -> Fixture {
+    let a = Fixture::new();
+    configure_bucket(&a, url, "alpha", endpoint);
+    a.mount();
+    a
+}
+
+/// A second state home (machine "beta") that reads `url`'s bucket
+/// `s3://ckpt/opfs` at `endpoint`: "another machine".
+fn second_home(url: &str, endpoint: &str) -> Fixture {
+    let b = Fixture::new();
+    configure_bucket(&b, url, "beta", endpoint);
+    b
+}
+
+/// `opfs remote checkout URL PROJECT TURN DIR` run by `f`.
+fn checkout_turn(f: &Fixture, url: &str, project: &str, turn: &str, dir: &Path) -> Run {
+    f.opfs(&[
+        "remote",
+        "checkout",
+        url,
+        project,
+        turn,
+        &dir.display().to_string(),
+    ])
+}
+
 #[test]
 fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_byte() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let mut at_end = Vec::new();
     let mut rng = Rng::new(31);
     let big = rng.bytes(9 << 20);
@@ -743,11 +767,8 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     assert_eq!(r["objects_backfilled"], 0, "{r:#}");
 
     // Another state home, which never saw the project.
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     for (i, expected) in at_end.iter().enumerate() {
         let n = (i + 1).to_string();
         let dir = b.root().join(format!("turn{n}"));
@@ -775,14 +796,7 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     // Without the bucket the pointers are written and said.
     let dir = b.root().join("nobucket");
     std::fs::write(&b.pinned.config, "").expect("config");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &dir);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("written as pointer files"), "{run}");
 }
@@ -1156,9 +1170,7 @@ fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhe
     a.turn("t");
     // Before the worktree has a state dir of its own.
     let export = a.state_dir().join("export.git");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let run = a.opfs_p(&["worktree", "create", "exp"]).ok();
     let w = PathBuf::from(run.stdout.trim_end());
     assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
@@ -1182,8 +1194,7 @@ fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhe
     );
     let turn1 = git_dir_at(&export, &["rev-parse", "refs/opfs/worktrees/exp~1"]);
 
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     for (what, turn, expected) in [
         ("its newest turn", "worktrees/exp", &second),
         ("its turn 1, by commit id", turn1.as_str(), &first),
@@ -1323,9 +1334,7 @@ fn pushed_to_a_path() -> (Fixture, PathBuf, String) {
     f.mount();
     write_file(&f.m("b.txt"), b"b\n", 0o644);
     f.turn("t");
-    let ns = namespace(&f, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let ns = project_name(&f, "alpha");
     f.opfs_c(&["push"]).ok();
     (f, repo, ns)
 }
@@ -1401,30 +1410,18 @@ fn a_big_files_object_gone_from_the_bucket_is_named_with_its_key_and_the_fix() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(41).bytes(8 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("t");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
     // Expired by a lifecycle rule, or deleted by hand: opfs never does.
     s3.empty_bucket();
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     let dir = b.root().join("turn1");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &dir);
     assert_eq!(run.code, Some(1), "{run}");
     let hash = blake3::hash(&big).to_hex().to_string();
     let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
@@ -1469,9 +1466,7 @@ fn a_small_file_that_reads_as_a_pointer_is_pushed_and_checked_out_as_its_own_byt
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(5).bytes(9 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     // The pointer text of big.bin, and of bytes no one has: a small file
@@ -1496,11 +1491,8 @@ fn a_small_file_that_reads_as_a_pointer_is_pushed_and_checked_out_as_its_own_byt
     assert!(push_status(&a, &url)["failure"].is_null());
 
     // On another home: each file as it was, not the bytes its text names.
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let run = b
         .opfs(&[
@@ -2228,9 +2220,7 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     // Above the multipart threshold (16 MiB): parts of 8 MiB, the last
     // one smaller.
     let big = Rng::new(77).bytes((20 << 20) + 3);
@@ -2258,11 +2248,8 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
     // Create-only: the next push finds it there.
     let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
     assert_eq!(r["objects_backfilled"], 0, "{r:#}");
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let run = b
         .opfs(&[
@@ -2419,8 +2406,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
         "refs/opfs/evil/0123456789abcdef/turns/1",
         160 << 20,
     );
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     let dir = b.root().join("zeros");
     let Some((run, rss)) = opfs_with_maxrss(
         &b,
@@ -2444,9 +2430,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
     );
 
     // A bucket answering 160 MiB for a pointer of 9 MiB.
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(5).bytes(9 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     write_file(&a.m("small.txt"), b"small\n", 0o644);
@@ -2457,9 +2441,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
         &format!("s3.put_object(Bucket='ckpt', Key='{key}', Body=b'\\0' * (160 << 20))"),
         "replace the object",
     );
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let (run, rss) = opfs_with_maxrss(
         &b,
@@ -2513,34 +2495,22 @@ fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(6).bytes(9 << 20);
     write_file(&a.m("README"), b"readme\n", 0o644);
     write_file(&a.m("big.bin"), &big, 0o644);
     write_file(&a.m("z.txt"), b"z\n", 0o644);
     a.turn("t");
     a.opfs_c(&["push"]).ok();
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = project_name(&a, "alpha");
+    let b = second_home(&url, &s3.endpoint());
     // The bucket goes away: README is written before big.bin needs it.
     drop(s3);
     let absent = b.root().join("out/turn1");
     let empty = b.root().join("empty");
     std::fs::create_dir(&empty).expect("mkdir");
     for dir in [&absent, &empty] {
-        let run = b.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            "1",
-            &dir.display().to_string(),
-        ]);
+        let run = checkout_turn(&b, &url, &na, "1", dir);
         assert_eq!(run.code, Some(1), "{run}");
         assert!(run.stderr.contains("s3://ckpt/opfs"), "{run}");
         if dir == &absent {
@@ -2565,14 +2535,7 @@ fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
     }
     // Run again (without the bucket now): the same directory is taken.
     std::fs::write(&b.pinned.config, "").expect("config");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &absent.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &absent);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("written as pointer files"), "{run}");
     assert_eq!(
@@ -2821,35 +2784,21 @@ fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(59).bytes((8 << 20) + 5);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("big");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     // Another home reads the bucket through a link whose every answer
     // starts 8 s late: longer than `[push] timeout_seconds = 3`, shorter
     // than object_store's own 30 s.
     let slow = SlowProxy::start(s3.port, Duration::from_secs(8), Duration::ZERO);
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let b = second_home(&url, &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
-    let checkout = || {
-        b.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            "1",
-            &dir.display().to_string(),
-        ])
-    };
+    let checkout = || checkout_turn(&b, &url, &na, "1", &dir);
     let run = checkout();
     assert_eq!(run.code, Some(1), "a request outlived the setting: {run}");
     let hash = blake3::hash(&big).to_hex().to_string();
@@ -2869,35 +2818,22 @@ fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(61).bytes(32 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("big");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     // A link of 2 MiB/s and `[push] timeout_seconds = 3`: an 8 MiB range
     // takes 4 s (object_store resumes a read cut by the timeout, at most 3
     // times: 12 s, 24 MiB, per request). One request for the whole 32 MiB
     // would need 16 s.
     let slow = SlowProxy::start(s3.port, Duration::ZERO, Duration::from_millis(500));
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let b = second_home(&url, &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
-    b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ])
-    .ok();
+    checkout_turn(&b, &url, &na, "1", &dir).ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
 
@@ -2918,24 +2854,19 @@ fn a_checkout_killed_midway_leaves_a_staging_directory_the_next_checkout_removes
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(71).bytes((8 << 20) + 5);
     write_file(&a.m("README"), b"readme\n", 0o644);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("t");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     // Another home reads the bucket through a link that holds every
     // answer back for minutes: each checkout stops at big.bin, its
     // temporary file made, README written.
     let slow = SlowProxy::start(s3.port, Duration::from_secs(300), Duration::ZERO);
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let b = second_home(&url, &slow.endpoint());
     let out = b.root().join("out");
     let absent = out.join("turn1");
     let empty = b.root().join("empty");
@@ -2972,14 +2903,7 @@ fn a_checkout_killed_midway_leaves_a_staging_directory_the_next_checkout_removes
     // the turn (without the bucket now: big.bin as its pointer, exit 1).
     std::fs::write(&b.pinned.config, "").expect("config");
     for dir in [&absent, &empty] {
-        let run = b.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            "1",
-            &dir.display().to_string(),
-        ]);
+        let run = checkout_turn(&b, &url, &na, "1", dir);
         assert_eq!(run.code, Some(1), "{run}");
         assert!(run.stderr.contains("written as pointer files"), "{run}");
         assert_eq!(
@@ -3131,17 +3055,8 @@ fn an_unmount_cuts_short_a_multipart_upload_under_way_and_the_next_mount_pushes_
         "turn 1 was not pushed at the next mount: {:#}",
         a.status()
     );
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     let dir = b.root().join("turn1");
-    b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        ns.trim_start_matches("refs/opfs/"),
-        "1",
-        &dir.display().to_string(),
-    ])
-    .ok();
+    checkout_turn(&b, &url, &project_name(&a, "alpha"), "1", &dir).ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
