@@ -3003,6 +3003,24 @@ fn insteadof_rules_are_applied_before_a_remote_is_taken_as_local_or_passed_to_a_
         }
         assert!(!mark.exists(), "the helper ran: {run}");
     }
+    // The same rule met by the daemon's automatic push (the rule added
+    // after the mount) is shown by status.
+    f.umount();
+    configure(&f, "git://alias.invalid/r.git", "m", true);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, "git://alias.invalid/r.git")
+            ["failure"]["message"]
+            .as_str()
+            .is_some_and(
+                |m| m.contains("insteadOf = \"git://alias.invalid/\"")
+            )),
+        "{:#}",
+        f.status()
+    );
+    assert!(!mark.exists(), "the helper ran");
 }
 
 #[test]

@@ -300,9 +300,9 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     // rewriting an ssh:// URL to a path must not run the repository's
     // hooks).
     let rewrites = git::Rewrites::read(git, Some(&git_dir));
-    if let Some(problem) = rewrites.problem(&target.url) {
-        return Err(PushError::BadUrl(problem));
-    }
+    // Recorded as the push's failure (below): a rule added after the
+    // mount shows in `opfs status`.
+    let rewrite_problem = rewrites.problem(&target.url);
     let push_url = rewrites.apply(&target.url, true).0;
     let ns = namespace(&target.machine, &state.project);
     let local = local_refs(&git_dir, target, git)?;
@@ -345,6 +345,10 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     // A second round only after the leases were corrected from what the
     // remote holds (a push killed after the remote took it).
     for round in 0..2 {
+        if let Some(problem) = &rewrite_problem {
+            result = Err(PushError::BadUrl(problem.clone()));
+            break;
+        }
         let updates: Vec<(&String, &String)> = wanted
             .iter()
             .filter(|(r, id)| rs.pushed.get(*r) != Some(*id))
