@@ -2672,7 +2672,8 @@ fn an_object_of_another_size_under_the_key_fails_the_push_naming_it_and_the_fix(
 /// A TCP proxy on 127.0.0.1 to the port `to` that holds back the first
 /// bytes of the answer on each connection for `first`, then passes the
 /// answers on at 1 MiB per `per_mib` (a slow link, as the client sees
-/// it); its port is closed on drop.
+/// it); its port is closed on drop, and its connections pass nothing
+/// more.
 struct SlowProxy {
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -2704,9 +2705,13 @@ impl SlowProxy {
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((client, _)) => {
-                        relay(client, to, (first, per_mib), (up_per_mib, counter.clone()))
-                    }
+                    Ok((client, _)) => relay(
+                        client,
+                        to,
+                        (first, per_mib),
+                        (up_per_mib, counter.clone()),
+                        stopped.clone(),
+                    ),
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
@@ -2740,8 +2745,10 @@ fn relay(
     to: u16,
     (first, per_mib): (Duration, Duration),
     (up_per_mib, sent): (Duration, std::sync::Arc<std::sync::atomic::AtomicU64>),
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) {
     use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
     let _ = client.set_nonblocking(false);
     let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
         return;
@@ -2750,14 +2757,19 @@ fn relay(
     else {
         return;
     };
+    let stopped = stop.clone();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
         while let Ok(n @ 1..) = from_client.read(&mut buf) {
             std::thread::sleep(up_per_mib * n as u32 / (1 << 20));
+            // Dropped: what is left of a slow request is not passed on.
+            if stopped.load(Ordering::SeqCst) {
+                break;
+            }
             if to_upstream.write_all(&buf[..n]).is_err() {
                 break;
             }
-            sent.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+            sent.fetch_add(n as u64, Ordering::SeqCst);
         }
         let _ = to_upstream.shutdown(std::net::Shutdown::Write);
     });
@@ -2771,7 +2783,7 @@ fn relay(
                 started = true;
             }
             std::thread::sleep(per_mib * n as u32 / (1 << 20));
-            if to_client.write_all(&buf[..n]).is_err() {
+            if stop.load(Ordering::SeqCst) || to_client.write_all(&buf[..n]).is_err() {
                 break;
             }
         }
@@ -3063,8 +3075,10 @@ fn an_unmount_cuts_short_a_multipart_upload_under_way_and_the_next_mount_pushes_
         "list the uploads",
     );
     assert_eq!(open.trim(), "0", "a multipart upload was left open");
-    // The next mount (the bucket reached directly now) pushes the object.
+    // The next mount (the bucket reached directly now) pushes the object;
+    // the proxy drops what is left of the parts that were cut short.
     edit_config(&a, &slow.endpoint(), &s3.endpoint());
+    drop(slow);
     a.mount();
     let ns = namespace(&a, "alpha");
     assert!(
