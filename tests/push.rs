@@ -534,12 +534,8 @@ fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
-    let nb = namespace(&b, "beta")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
+    let nb = project_name(&b, "beta");
     assert!(
         names.contains(&na.as_str()) && names.contains(&nb.as_str()),
         "{list:#}"
@@ -557,15 +553,7 @@ fn two_machines_push_to_one_remote_and_a_third_lists_and_materialises_every_turn
     for (i, expected) in at_end.iter().enumerate() {
         let dir = c.root().join(format!("turn{}", i + 1));
         let n = (i + 1).to_string();
-        c.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            &n,
-            &dir.display().to_string(),
-        ])
-        .ok();
+        checkout_turn(&c, &url, &na, &n, &dir).ok();
         assert_manifest_eq(
             &format!("turn {n} materialised"),
             expected,
@@ -692,14 +680,50 @@ fn configure_bucket(f: &Fixture, url: &str, machine: &str, endpoint: &str) {
     f.set_env("AWS_SECRET_ACCESS_KEY", "testing");
 }
 
+/// `MACHINE/KEY`: the name `opfs remote` commands give `f`'s project
+/// pushed as `machine`.
+fn project_name(f: &Fixture, machine: &str) -> String {
+    namespace(f, machine)
+        .trim_start_matches("refs/opfs/")
+        .to_string()
+}
+
+/// The first state home (machine "alpha"), its project pushing to `url`
+/// by hand (`auto = false`) with big files to the bucket `s3://ckpt/opfs`
+/// at `endpoint`; mounted.
+fn first_home(url: &str, endpoint: &str) -> Fixture {
+    let a = Fixture::new();
+    configure_bucket(&a, url, "alpha", endpoint);
+    a.mount();
+    a
+}
+
+/// A second state home (machine "beta") that reads `url`'s bucket
+/// `s3://ckpt/opfs` at `endpoint`: "another machine".
+fn second_home(url: &str, endpoint: &str) -> Fixture {
+    let b = Fixture::new();
+    configure_bucket(&b, url, "beta", endpoint);
+    b
+}
+
+/// `opfs remote checkout URL PROJECT TURN DIR` run by `f`.
+fn checkout_turn(f: &Fixture, url: &str, project: &str, turn: &str, dir: &Path) -> Run {
+    f.opfs(&[
+        "remote",
+        "checkout",
+        url,
+        project,
+        turn,
+        &dir.display().to_string(),
+    ])
+}
+
 #[test]
 fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_byte() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let mut at_end = Vec::new();
     let mut rng = Rng::new(31);
     let big = rng.bytes(9 << 20);
@@ -743,11 +767,8 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     assert_eq!(r["objects_backfilled"], 0, "{r:#}");
 
     // Another state home, which never saw the project.
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     for (i, expected) in at_end.iter().enumerate() {
         let n = (i + 1).to_string();
         let dir = b.root().join(format!("turn{n}"));
@@ -775,14 +796,7 @@ fn big_files_go_to_the_bucket_and_a_second_home_materialises_each_turn_byte_for_
     // Without the bucket the pointers are written and said.
     let dir = b.root().join("nobucket");
     std::fs::write(&b.pinned.config, "").expect("config");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &dir);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("written as pointer files"), "{run}");
 }
@@ -996,6 +1010,101 @@ fn a_hostile_remote_writes_nothing_outside_the_directory_and_no_git_dir() {
     assert!(!marker.exists(), "the option ran: {run}");
 }
 
+/// A remote whose turn 1 of `odd/0000000000000001` holds `a.txt`, a
+/// gitlink `sub` (160000) and an entry `sock` of mode 140000 (a socket's
+/// mode, which git reads as a gitlink). Run with the bare repository.
+const ODD_MODES: &str = r#"
+import subprocess, sys
+G = sys.argv[1]
+def obj(t, data):
+    return subprocess.run(['git', '--git-dir', G, 'hash-object', '-w', '--literally', '-t', t, '--stdin'],
+                          input=data, capture_output=True, check=True).stdout.decode().strip()
+def tree(entries):
+    return obj('tree', b''.join(m.encode() + b' ' + n + b'\0' + bytes.fromhex(s) for m, n, s in entries))
+def commit(t, msg):
+    return obj('commit', ('tree %s\nauthor a <a@b> 1700000000 +0000\ncommitter a <a@b> 1700000000 +0000\n\n%s\n' % (t, msg)).encode())
+def ref(name, sha):
+    subprocess.run(['git', '--git-dir', G, 'update-ref', name, sha], check=True)
+blob = obj('blob', b'ok\n')
+t = tree([('100644', b'a.txt', blob), ('140000', b'sock', blob), ('160000', b'sub', blob)])
+ref('refs/opfs/odd/0000000000000001/turns/1', commit(t, 'turn 1'))
+ref('refs/opfs/odd/0000000000000001/project', commit(tree([]), 'p\n\nopfs-project: /odd'))
+"#;
+
+#[test]
+fn tree_entries_of_unknown_modes_are_reported_not_dropped() {
+    let f = Fixture::new();
+    let remote = f.root().join("odd.git");
+    git_at(f.root(), &["init", "-q", "--bare", "odd.git"]);
+    let script = f.root().join("odd.py");
+    std::fs::write(&script, ODD_MODES).expect("script");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&remote)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = remote.display().to_string();
+    let checkout = |dir: &Path, json: bool| {
+        let dir = dir.display().to_string();
+        let mut args = vec![
+            "remote",
+            "checkout",
+            &url,
+            "odd/0000000000000001",
+            "1",
+            &dir,
+        ];
+        if json {
+            args.insert(0, "--json");
+        }
+        f.opfs(&args)
+    };
+    // The rest of the tree is written; both entries are named; exit 1.
+    let dir = f.root().join("co");
+    let run = checkout(&dir, false);
+    assert_eq!(run.code, Some(1), "{run}");
+    for part in [
+        "2 entries of the tree were not written",
+        "mode 160000",
+        "sock",
+    ] {
+        assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+    }
+    assert_eq!(std::fs::read(dir.join("a.txt")).expect("a.txt"), b"ok\n");
+    assert!(!dir.join("sock").exists() && !dir.join("sub").exists());
+    let dir = f.root().join("co-json");
+    let run = checkout(&dir, true);
+    assert_eq!(run.code, Some(1), "{run}");
+    // The report, then the error as JSON.
+    let first = run.stdout.lines().next().unwrap_or_default();
+    let r: serde_json::Value = serde_json::from_str(first).expect("json");
+    let skipped: Vec<(String, String)> = r["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap_or_default().to_string(),
+                e["mode"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("sock".to_string(), "160000".to_string()),
+            ("sub".to_string(), "160000".to_string())
+        ],
+        "{r:#}"
+    );
+    assert_eq!(r["files"], 1, "{r:#}");
+}
+
 #[test]
 fn a_remote_url_with_a_password_is_refused_and_never_shown() {
     let f = Fixture::new();
@@ -1061,9 +1170,7 @@ fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhe
     a.turn("t");
     // Before the worktree has a state dir of its own.
     let export = a.state_dir().join("export.git");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let run = a.opfs_p(&["worktree", "create", "exp"]).ok();
     let w = PathBuf::from(run.stdout.trim_end());
     assert!(wait_mount_state(&w, true, MOUNT_TIMEOUT), "{run}");
@@ -1087,8 +1194,7 @@ fn a_worktrees_big_files_reach_the_bucket_and_its_branch_is_materialised_elsewhe
     );
     let turn1 = git_dir_at(&export, &["rev-parse", "refs/opfs/worktrees/exp~1"]);
 
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     for (what, turn, expected) in [
         ("its newest turn", "worktrees/exp", &second),
         ("its turn 1, by commit id", turn1.as_str(), &first),
@@ -1228,9 +1334,7 @@ fn pushed_to_a_path() -> (Fixture, PathBuf, String) {
     f.mount();
     write_file(&f.m("b.txt"), b"b\n", 0o644);
     f.turn("t");
-    let ns = namespace(&f, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let ns = project_name(&f, "alpha");
     f.opfs_c(&["push"]).ok();
     (f, repo, ns)
 }
@@ -1306,30 +1410,18 @@ fn a_big_files_object_gone_from_the_bucket_is_named_with_its_key_and_the_fix() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(41).bytes(8 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("t");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
     // Expired by a lifecycle rule, or deleted by hand: opfs never does.
     s3.empty_bucket();
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     let dir = b.root().join("turn1");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &dir);
     assert_eq!(run.code, Some(1), "{run}");
     let hash = blake3::hash(&big).to_hex().to_string();
     let key = format!("opfs/blake3/{}/{hash}", &hash[..2]);
@@ -1374,9 +1466,7 @@ fn a_small_file_that_reads_as_a_pointer_is_pushed_and_checked_out_as_its_own_byt
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(5).bytes(9 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     // The pointer text of big.bin, and of bytes no one has: a small file
@@ -1401,11 +1491,8 @@ fn a_small_file_that_reads_as_a_pointer_is_pushed_and_checked_out_as_its_own_byt
     assert!(push_status(&a, &url)["failure"].is_null());
 
     // On another home: each file as it was, not the bytes its text names.
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let run = b
         .opfs(&[
@@ -2133,9 +2220,7 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     // Above the multipart threshold (16 MiB): parts of 8 MiB, the last
     // one smaller.
     let big = Rng::new(77).bytes((20 << 20) + 3);
@@ -2163,11 +2248,8 @@ fn a_big_file_goes_up_in_parts_and_comes_back_byte_for_byte() {
     // Create-only: the next push finds it there.
     let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
     assert_eq!(r["objects_backfilled"], 0, "{r:#}");
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let b = second_home(&url, &s3.endpoint());
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let run = b
         .opfs(&[
@@ -2324,8 +2406,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
         "refs/opfs/evil/0123456789abcdef/turns/1",
         160 << 20,
     );
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let b = second_home(&url, &s3.endpoint());
     let dir = b.root().join("zeros");
     let Some((run, rss)) = opfs_with_maxrss(
         &b,
@@ -2349,9 +2430,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
     );
 
     // A bucket answering 160 MiB for a pointer of 9 MiB.
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(5).bytes(9 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     write_file(&a.m("small.txt"), b"small\n", 0o644);
@@ -2362,9 +2441,7 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
         &format!("s3.put_object(Bucket='ckpt', Key='{key}', Body=b'\\0' * (160 << 20))"),
         "replace the object",
     );
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     let dir = b.root().join("turn1");
     let (run, rss) = opfs_with_maxrss(
         &b,
@@ -2418,34 +2495,22 @@ fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(6).bytes(9 << 20);
     write_file(&a.m("README"), b"readme\n", 0o644);
     write_file(&a.m("big.bin"), &big, 0o644);
     write_file(&a.m("z.txt"), b"z\n", 0o644);
     a.turn("t");
     a.opfs_c(&["push"]).ok();
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &s3.endpoint());
+    let na = project_name(&a, "alpha");
+    let b = second_home(&url, &s3.endpoint());
     // The bucket goes away: README is written before big.bin needs it.
     drop(s3);
     let absent = b.root().join("out/turn1");
     let empty = b.root().join("empty");
     std::fs::create_dir(&empty).expect("mkdir");
     for dir in [&absent, &empty] {
-        let run = b.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            "1",
-            &dir.display().to_string(),
-        ]);
+        let run = checkout_turn(&b, &url, &na, "1", dir);
         assert_eq!(run.code, Some(1), "{run}");
         assert!(run.stderr.contains("s3://ckpt/opfs"), "{run}");
         if dir == &absent {
@@ -2470,14 +2535,7 @@ fn a_checkout_that_fails_midway_leaves_nothing_and_can_be_run_again() {
     }
     // Run again (without the bucket now): the same directory is taken.
     std::fs::write(&b.pinned.config, "").expect("config");
-    let run = b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &absent.display().to_string(),
-    ]);
+    let run = checkout_turn(&b, &url, &na, "1", &absent);
     assert_eq!(run.code, Some(1), "{run}");
     assert!(run.stderr.contains("written as pointer files"), "{run}");
     assert_eq!(
@@ -2614,25 +2672,46 @@ fn an_object_of_another_size_under_the_key_fails_the_push_naming_it_and_the_fix(
 /// A TCP proxy on 127.0.0.1 to the port `to` that holds back the first
 /// bytes of the answer on each connection for `first`, then passes the
 /// answers on at 1 MiB per `per_mib` (a slow link, as the client sees
-/// it); its port is closed on drop.
+/// it); its port is closed on drop, and its connections pass nothing
+/// more.
 struct SlowProxy {
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Bytes passed from clients to the server so far.
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SlowProxy {
     fn start(to: u16, first: Duration, per_mib: Duration) -> SlowProxy {
+        SlowProxy::start_with(to, first, per_mib, Duration::ZERO)
+    }
+
+    /// A proxy that passes what clients send (request bodies: uploads)
+    /// at 1 MiB per `up_per_mib`, answers as they come.
+    fn slow_uploads(to: u16, up_per_mib: Duration) -> SlowProxy {
+        SlowProxy::start_with(to, Duration::ZERO, Duration::ZERO, up_per_mib)
+    }
+
+    fn start_with(to: u16, first: Duration, per_mib: Duration, up_per_mib: Duration) -> SlowProxy {
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = sent.clone();
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((client, _)) => relay(client, to, first, per_mib),
+                    Ok((client, _)) => relay(
+                        client,
+                        to,
+                        (first, per_mib),
+                        (up_per_mib, counter.clone()),
+                        stopped.clone(),
+                    ),
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
@@ -2641,6 +2720,7 @@ impl SlowProxy {
             port,
             stop,
             thread: Some(thread),
+            sent,
         }
     }
 
@@ -2660,8 +2740,15 @@ impl Drop for SlowProxy {
 
 /// Relays `client` to the port `to` as [`SlowProxy`] says, on threads of
 /// its own that end with the connection.
-fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
+fn relay(
+    client: TcpStream,
+    to: u16,
+    (first, per_mib): (Duration, Duration),
+    (up_per_mib, sent): (Duration, std::sync::Arc<std::sync::atomic::AtomicU64>),
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
     use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
     let _ = client.set_nonblocking(false);
     let Ok(upstream) = TcpStream::connect(("127.0.0.1", to)) else {
         return;
@@ -2670,8 +2757,20 @@ fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
     else {
         return;
     };
+    let stopped = stop.clone();
     std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from_client, &mut to_upstream);
+        let mut buf = vec![0u8; 64 << 10];
+        while let Ok(n @ 1..) = from_client.read(&mut buf) {
+            std::thread::sleep(up_per_mib * n as u32 / (1 << 20));
+            // Dropped: what is left of a slow request is not passed on.
+            if stopped.load(Ordering::SeqCst) {
+                break;
+            }
+            if to_upstream.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            sent.fetch_add(n as u64, Ordering::SeqCst);
+        }
         let _ = to_upstream.shutdown(std::net::Shutdown::Write);
     });
     let (mut from_upstream, mut to_client) = (upstream, client);
@@ -2684,7 +2783,7 @@ fn relay(client: TcpStream, to: u16, first: Duration, per_mib: Duration) {
                 started = true;
             }
             std::thread::sleep(per_mib * n as u32 / (1 << 20));
-            if to_client.write_all(&buf[..n]).is_err() {
+            if stop.load(Ordering::SeqCst) || to_client.write_all(&buf[..n]).is_err() {
                 break;
             }
         }
@@ -2697,35 +2796,21 @@ fn a_bucket_request_may_take_the_configured_timeout_and_no_more() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(59).bytes((8 << 20) + 5);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("big");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     // Another home reads the bucket through a link whose every answer
     // starts 8 s late: longer than `[push] timeout_seconds = 3`, shorter
     // than object_store's own 30 s.
     let slow = SlowProxy::start(s3.port, Duration::from_secs(8), Duration::ZERO);
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let b = second_home(&url, &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
-    let checkout = || {
-        b.opfs(&[
-            "remote",
-            "checkout",
-            &url,
-            &na,
-            "1",
-            &dir.display().to_string(),
-        ])
-    };
+    let checkout = || checkout_turn(&b, &url, &na, "1", &dir);
     let run = checkout();
     assert_eq!(run.code, Some(1), "a request outlived the setting: {run}");
     let hash = blake3::hash(&big).to_hex().to_string();
@@ -2745,35 +2830,266 @@ fn a_checkout_reads_a_big_object_in_ranges_each_within_the_timeout() {
     let Some(d) = GitDaemon::start() else { return };
     let Some(s3) = Moto::start() else { return };
     let url = d.url();
-    let a = Fixture::new();
-    configure_bucket(&a, &url, "alpha", &s3.endpoint());
-    a.mount();
+    let a = first_home(&url, &s3.endpoint());
     let big = Rng::new(61).bytes(32 << 20);
     write_file(&a.m("big.bin"), &big, 0o644);
     a.turn("big");
     let r = a.opfs_c(&["push", "--json"]).ok().json();
     assert_eq!(r["objects_uploaded"], 1, "{r:#}");
-    let na = namespace(&a, "alpha")
-        .trim_start_matches("refs/opfs/")
-        .to_string();
+    let na = project_name(&a, "alpha");
     // A link of 2 MiB/s and `[push] timeout_seconds = 3`: an 8 MiB range
     // takes 4 s (object_store resumes a read cut by the timeout, at most 3
     // times: 12 s, 24 MiB, per request). One request for the whole 32 MiB
     // would need 16 s.
     let slow = SlowProxy::start(s3.port, Duration::ZERO, Duration::from_millis(500));
-    let b = Fixture::new();
-    configure_bucket(&b, &url, "beta", &slow.endpoint());
+    let b = second_home(&url, &slow.endpoint());
     edit_config(&b, "[push]\n", "[push]\ntimeout_seconds = 3\n");
     let dir = b.root().join("turn1");
-    b.opfs(&[
-        "remote",
-        "checkout",
-        &url,
-        &na,
-        "1",
-        &dir.display().to_string(),
-    ])
-    .ok();
+    checkout_turn(&b, &url, &na, "1", &dir).ok();
+    assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
+}
+
+/// The names in `dir` that hold `part`.
+fn names_with(dir: &Path, part: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(part))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_checkout_killed_midway_leaves_a_staging_directory_the_next_checkout_removes() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let a = first_home(&url, &s3.endpoint());
+    let big = Rng::new(71).bytes((8 << 20) + 5);
+    write_file(&a.m("README"), b"readme\n", 0o644);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("t");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 1, "{r:#}");
+    let na = project_name(&a, "alpha");
+    // Another home reads the bucket through a link that holds every
+    // answer back for minutes: each checkout stops at big.bin, its
+    // temporary file made, README written.
+    let slow = SlowProxy::start(s3.port, Duration::from_secs(300), Duration::ZERO);
+    let b = second_home(&url, &slow.endpoint());
+    let out = b.root().join("out");
+    let absent = out.join("turn1");
+    let empty = b.root().join("empty");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    std::fs::create_dir(&empty).expect("mkdir");
+    // (where the staging directory appears, DIR)
+    for (holder, dir) in [(&out, &absent), (&empty, &empty)] {
+        let mut child = b
+            .opfs_command(&[
+                "remote",
+                "checkout",
+                &url,
+                &na,
+                "1",
+                &dir.display().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let midway = wait_for(Duration::from_secs(120), || {
+            names_with(holder, "opfs-checkout").iter().any(|s| {
+                !names_with(&holder.join(s), "big.bin.opfs-part").is_empty()
+                    && holder.join(s).join("README").exists()
+            })
+        });
+        sigkill(child.id() as i32);
+        let _ = child.wait();
+        assert!(midway, "the checkout never reached big.bin");
+        assert_eq!(names_with(holder, "opfs-checkout").len(), 1);
+    }
+    // The next checkout into the same parent, and into that DIR, removes
+    // what the killed ones left (their lock died with them), and writes
+    // the turn (without the bucket now: big.bin as its pointer, exit 1).
+    std::fs::write(&b.pinned.config, "").expect("config");
+    for dir in [&absent, &empty] {
+        let run = checkout_turn(&b, &url, &na, "1", dir);
+        assert_eq!(run.code, Some(1), "{run}");
+        assert!(run.stderr.contains("written as pointer files"), "{run}");
+        assert_eq!(
+            std::fs::read(dir.join("README")).expect("README"),
+            b"readme\n"
+        );
+    }
+    assert!(
+        names_with(&out, "opfs-checkout").is_empty(),
+        "{:?}",
+        names_with(&out, "")
+    );
+    assert!(
+        names_with(&empty, "opfs-checkout").is_empty(),
+        "{:?}",
+        names_with(&empty, "")
+    );
+    drop(slow);
+}
+
+#[test]
+fn a_remote_that_cannot_be_read_leaves_no_local_copy_and_no_lock_file() {
+    let f = Fixture::new();
+    let url = url_on(free_port());
+    let run = f.opfs(&["remote", "list", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("cannot read"), "{run}");
+    let left = names_with(&f.pinned.opfs_home.join("remotes"), "");
+    assert!(left.is_empty(), "left in remotes/: {left:?}");
+    // The next command on that remote takes the lock again.
+    let run = f.opfs(&["remote", "list", &url]);
+    assert_eq!(run.code, Some(1), "{run}");
+}
+
+/// Adds `url.<base>.<var> = <value>` to the fixture's user git
+/// configuration (its pinned HOME's `.gitconfig`, never the machine's).
+fn user_git_rule(f: &Fixture, base: &str, var: &str, value: &str) {
+    let out = Command::new("git")
+        .arg("config")
+        .arg("--file")
+        .arg(f.pinned.home.join(".gitconfig"))
+        .args(["--add", &format!("url.{base}.{var}"), value])
+        .output()
+        .expect("git config");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn insteadof_rules_are_applied_before_a_remote_is_taken_as_local_or_passed_to_a_helper() {
+    let Some(d) = GitDaemon::start() else { return };
+    let f = Fixture::new();
+    std::fs::create_dir_all(&f.pinned.home).expect("home");
+    std::fs::write(&f.pinned.config, "[push]\nmachine = \"m\"\n").expect("config");
+    write_file(&f.p("a.txt"), b"a\n", 0o644);
+    f.mount();
+    f.turn("t");
+    // A path that the user's configuration sends to a git daemon: pushed
+    // there as any git:// remote, without opfs's local receive-pack
+    // (which the daemon would refuse as an unknown service).
+    let alias = f.root().join("alias");
+    user_git_rule(
+        &f,
+        &format!("git://127.0.0.1:{}/", d.port),
+        "insteadOf",
+        &format!("{}/", alias.display()),
+    );
+    let path = alias.join("r.git").display().to_string();
+    f.opfs_c(&["push", &path]).ok();
+    let ns = namespace(&f, "m");
+    let refs = ls_remote(&d.url());
+    assert!(refs.keys().any(|r| r.starts_with(&ns)), "{refs:?}");
+    // A rule that turns a remote into a `<transport>::` form (which runs
+    // git-remote-<transport> from PATH; ext:: runs any command) is
+    // refused naming the rule, to fetch and to push; nothing runs.
+    let mark = f.root().join("RAN");
+    let helper = format!("ext::sh -c touch% {}% #", mark.display());
+    user_git_rule(&f, &helper, "insteadOf", "git://alias.invalid/");
+    user_git_rule(&f, &helper, "pushInsteadOf", "git://push-alias.invalid/");
+    for (args, rule) in [
+        (
+            vec!["push", "git://alias.invalid/r.git"],
+            "insteadOf = \"git://alias.invalid/\"",
+        ),
+        (
+            vec!["push", "git://push-alias.invalid/r.git"],
+            "pushInsteadOf = \"git://push-alias.invalid/\"",
+        ),
+        (
+            vec!["remote", "list", "git://alias.invalid/r.git"],
+            "insteadOf = \"git://alias.invalid/\"",
+        ),
+    ] {
+        let run = f.opfs_c(&args);
+        assert_ne!(run.code, Some(0), "{run}");
+        for part in [rule, "'ext::<address>' form"] {
+            assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+        }
+        assert!(!mark.exists(), "the helper ran: {run}");
+    }
+    // The same rule met by the daemon's automatic push (the rule added
+    // after the mount) is shown by status.
+    f.umount();
+    configure(&f, "git://alias.invalid/r.git", "m", true);
+    f.mount();
+    write_file(&f.m("b.txt"), b"b\n", 0o644);
+    f.turn("t");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, "git://alias.invalid/r.git")
+            ["failure"]["message"]
+            .as_str()
+            .is_some_and(
+                |m| m.contains("insteadOf = \"git://alias.invalid/\"")
+            )),
+        "{:#}",
+        f.status()
+    );
+    assert!(!mark.exists(), "the helper ran");
+}
+
+#[test]
+fn an_unmount_cuts_short_a_multipart_upload_under_way_and_the_next_mount_pushes_it() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    // Uploads pass at 1 MiB per 8 s per connection: a 17 MiB object (a
+    // multipart upload of 8 MiB parts, 2 at once) would take over a
+    // minute, longer than an unmount waits for a push to end (20 s).
+    let slow = SlowProxy::slow_uploads(s3.port, Duration::from_secs(8));
+    let a = Fixture::new();
+    configure_bucket(&a, &url, "alpha", &slow.endpoint());
+    edit_config(&a, "auto = false", "auto = true");
+    a.mount();
+    let big = Rng::new(83).bytes((17 << 20) + 3);
+    write_file(&a.m("big.bin"), &big, 0o644);
+    a.turn("big");
+    // The parts are on their way (more than any request without a body).
+    assert!(
+        wait_for(PUSH_WAIT, || slow
+            .sent
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 1 << 20),
+        "the upload never started: {:#}",
+        a.status()
+    );
+    a.umount();
+    // The push ended as interrupted (recorded before the daemon ended),
+    // and no multipart upload is left open.
+    let status = a.opfs_p(&["status", "--json"]).ok().json();
+    let st = status["push"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["remote"] == url.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(st["failure"]["kind"], "interrupted", "{status:#}");
+    let open = s3.boto3(
+        "print(len(s3.list_multipart_uploads(Bucket='ckpt').get('Uploads', [])))",
+        "list the uploads",
+    );
+    assert_eq!(open.trim(), "0", "a multipart upload was left open");
+    // The next mount (the bucket reached directly now) pushes the object;
+    // the proxy drops what is left of the parts that were cut short.
+    edit_config(&a, &slow.endpoint(), &s3.endpoint());
+    drop(slow);
+    a.mount();
+    let ns = namespace(&a, "alpha");
+    assert!(
+        wait_for(PUSH_WAIT, || ls_remote(&url)
+            .contains_key(&format!("{ns}/turns/1"))),
+        "turn 1 was not pushed at the next mount: {:#}",
+        a.status()
+    );
+    let b = second_home(&url, &s3.endpoint());
+    let dir = b.root().join("turn1");
+    checkout_turn(&b, &url, &project_name(&a, "alpha"), "1", &dir).ok();
     assert_eq!(std::fs::read(dir.join("big.bin")).expect("read"), big);
 }
 

@@ -198,13 +198,14 @@ fn stop_workers(exporter: Option<crate::export::Worker>, retainer: Option<crate:
 }
 
 /// How long an unmount waits for the push under way to end once stopped
-/// (its git is killed at once; an object already being sent to the
-/// bucket is not cut short).
+/// (its git is killed at once; a bucket upload under way stops within
+/// 50 ms, a multipart upload then aborted within
+/// `remote::bucket::ABORT_WAIT`).
 const PUSH_STOP_WAIT: Duration = Duration::from_secs(20);
 
 /// At unmount: stops the automatic push under way (its git and the
-/// transport it started are killed, the bucket upload stops before its
-/// next object) and waits for it to record itself as interrupted in
+/// transport it started are killed, the bucket upload under way is cut
+/// short, a multipart upload aborted) and waits for it to record itself as interrupted in
 /// `push.json`, so no push of an unmounted project stays behind; the
 /// next mount pushes again.
 fn stop_pushes(cancel: &crate::remote::Cancel) {

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    ClientOptions, GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload,
-    WriteMultipart,
+    ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, PutMode, PutOptions,
+    PutPayload,
 };
+
+use super::Cancel;
 
 /// Where the bucket is and the credentials to reach it, as the caller
 /// found them (the CLI: `[push] bucket` and the standard AWS variables
@@ -156,6 +158,8 @@ pub struct Bucket {
     prefix: String,
     store: Arc<dyn ObjectStore>,
     rt: tokio::runtime::Runtime,
+    /// Stops an upload under way ([`Bucket::with_cancel`]).
+    cancel: Cancel,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -235,7 +239,19 @@ impl Bucket {
             prefix: prefix.trim_matches('/').to_string(),
             store: Arc::new(store),
             rt,
+            cancel: Cancel::default(),
         })
+    }
+
+    /// This bucket, its uploads stopped by `cancel` (the daemon's, at
+    /// unmount): an upload under way ends as [`PutError::Interrupted`]
+    /// within 50 ms of the cancel, a single `PUT` dropped mid-request, a
+    /// multipart upload between or during its parts, then aborted (so no
+    /// incomplete upload is left; the abort request waits at most
+    /// [`ABORT_WAIT`]).
+    pub fn with_cancel(mut self, cancel: Cancel) -> Bucket {
+        self.cancel = cancel;
+        self
     }
 
     /// The bucket's URL.
@@ -276,9 +292,15 @@ impl Bucket {
         let key_text = self.key(hash);
         let key = ObjectPath::from(key_text.clone());
         let store = self.store.clone();
-        let res = self
-            .rt
-            .block_on(upload(store.as_ref(), &key, hash, size, src, MULTIPART_MIN));
+        let res = self.rt.block_on(upload(
+            store.as_ref(),
+            &key,
+            hash,
+            size,
+            src,
+            MULTIPART_MIN,
+            &self.cancel,
+        ));
         res.map_err(|f| match f {
             Failure::Store(what, source) => PutError::Bucket(BucketError::Store {
                 url: self.url.clone(),
@@ -293,6 +315,7 @@ impl Bucket {
             }),
             Failure::Mismatch => PutError::Mismatch,
             Failure::Read(e) => PutError::Read(e),
+            Failure::Cancelled => PutError::Interrupted,
         })
     }
 
@@ -347,6 +370,7 @@ impl Bucket {
                 key: key_text.clone(),
             }),
             Failure::Read(e) => GetError::Write(e),
+            Failure::Cancelled => GetError::Write(io::Error::from(io::ErrorKind::Interrupted)),
         })
     }
 }
@@ -378,6 +402,9 @@ pub enum PutError {
     Mismatch,
     /// The source could not be read.
     Read(io::Error),
+    /// Stopped by the bucket's cancel ([`Bucket::with_cancel`]): nothing
+    /// was written (a multipart upload was aborted).
+    Interrupted,
 }
 
 /// Why [`Bucket::get_into`] failed.
@@ -397,6 +424,37 @@ enum Failure {
     /// The object under the key exists with this other size.
     WrongSize(u64),
     Read(io::Error),
+    /// The cancel was called.
+    Cancelled,
+}
+
+/// The most an upload stopped by its cancel waits for the abort of its
+/// multipart upload (one request).
+pub const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Returns once `cancel` is called (checked every 50 ms).
+async fn cancelled(cancel: &Cancel) {
+    while !cancel.is_cancelled() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `fut`'s output, or [`Failure::Cancelled`] (`fut` dropped: its request
+/// cut short) as soon as `cancel` is called.
+async fn or_cancel<T>(
+    fut: impl std::future::Future<Output = T>,
+    cancel: &Cancel,
+) -> Result<T, Failure> {
+    // Once cancelled, no request starts.
+    if cancel.is_cancelled() {
+        return Err(Failure::Cancelled);
+    }
+    let fut = std::pin::pin!(fut);
+    let stop = std::pin::pin!(cancelled(cancel));
+    match futures::future::select(fut, stop).await {
+        futures::future::Either::Left((v, _)) => Ok(v),
+        futures::future::Either::Right(((), _)) => Err(Failure::Cancelled),
+    }
 }
 
 /// Reads `buf.len()` bytes or up to the end of `src`; the count.
@@ -413,7 +471,8 @@ fn read_full(src: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// [`Bucket::put_from`] on `store`, multipart from `multipart_min` bytes.
+/// [`Bucket::put_from`] on `store`, multipart from `multipart_min` bytes;
+/// every request stops at `cancel` ([`Bucket::with_cancel`]).
 async fn upload(
     store: &dyn ObjectStore,
     key: &ObjectPath,
@@ -421,8 +480,9 @@ async fn upload(
     size: u64,
     src: &mut dyn Read,
     multipart_min: u64,
+    cancel: &Cancel,
 ) -> Result<Upload, Failure> {
-    match store.head(key).await {
+    match or_cancel(store.head(key), cancel).await? {
         Ok(meta) if meta.size == size => return Ok(Upload::Existed),
         // Create-only: it cannot be replaced, and a pointer to it would
         // name bytes that are not there.
@@ -442,60 +502,86 @@ async fn upload(
             mode: PutMode::Create,
             ..Default::default()
         };
-        return match store.put_opts(key, PutPayload::from(bytes), opts).await {
+        // Cancelled: the request is dropped, nothing is created.
+        return match or_cancel(store.put_opts(key, PutPayload::from(bytes), opts), cancel).await? {
             Ok(_) => Ok(Upload::Created),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(Upload::Existed),
             Err(e) => Err(Failure::Store("uploading an object", e)),
         };
     }
-    let parts = store
-        .put_multipart(key)
-        .await
+    let mut parts = or_cancel(store.put_multipart(key), cancel)
+        .await?
         .map_err(|e| Failure::Store("starting a multipart upload", e))?;
-    let mut w = WriteMultipart::new_with_chunk_size(parts, part_size(size));
-    match feed(&mut w, hash, size, src).await {
-        Ok(()) => match w.finish().await {
-            Ok(_) => Ok(Upload::Created),
-            Err(e) => Err(Failure::Store("completing a multipart upload", e)),
-        },
-        Err(f) => {
+    let sent = match send_parts(parts.as_mut(), hash, size, src, cancel).await {
+        Ok(()) => or_cancel(parts.complete(), cancel)
+            .await
+            .map(|r| r.map_err(|e| Failure::Store("completing a multipart upload", e))),
+        Err(f) => Err(f),
+    };
+    match sent {
+        Ok(Ok(_)) => Ok(Upload::Created),
+        Ok(Err(f)) | Err(f) => {
             // Its parts are dropped by the store; a failed abort leaves
             // only parts no object refers to (a lifecycle rule on
             // incomplete uploads removes them).
-            let _ = w.abort().await;
+            let _ = tokio::time::timeout(ABORT_WAIT, parts.abort()).await;
             Err(f)
         }
     }
 }
 
-/// Reads `src` into `w`, checking its size and BLAKE3 as it goes; `Ok`
-/// when all of it was handed to `w` and both match (nothing completed).
-async fn feed(
-    w: &mut WriteMultipart,
+/// Reads `src` and sends it as the parts of `parts` ([`part_size`] each,
+/// at most [`PARTS_IN_FLIGHT`] at once), checking its size and BLAKE3 as
+/// it goes; `Ok` when all of it was sent and both match (nothing
+/// completed). Stops at `cancel`: between parts, and during one (the
+/// parts in flight dropped).
+async fn send_parts(
+    parts: &mut dyn MultipartUpload,
     hash: &str,
     size: u64,
     src: &mut dyn Read,
+    cancel: &Cancel,
 ) -> Result<(), Failure> {
+    use futures::StreamExt;
+    let part = part_size(size);
+    let mut in_flight: futures::stream::FuturesUnordered<object_store::UploadPart> =
+        futures::stream::FuturesUnordered::new();
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; READ_SIZE];
     let mut total = 0u64;
+    let mut buf = vec![0u8; READ_SIZE];
+    let mut next = Vec::with_capacity(part);
     loop {
-        let n = read_full(src, &mut buf).map_err(Failure::Read)?;
-        if n == 0 {
-            break;
+        if cancel.is_cancelled() {
+            return Err(Failure::Cancelled);
         }
+        // Never past the part's end: a part's buffer is allocated once.
+        let want = (part - next.len()).min(READ_SIZE);
+        let n = read_full(src, &mut buf[..want]).map_err(Failure::Read)?;
         total += n as u64;
         if total > size {
             return Err(Failure::Mismatch);
         }
         hasher.update(&buf[..n]);
-        w.wait_for_capacity(PARTS_IN_FLIGHT)
-            .await
-            .map_err(|e| Failure::Store("uploading a part", e))?;
-        w.write(&buf[..n]);
+        next.extend_from_slice(&buf[..n]);
+        let end = n == 0;
+        if next.len() >= part || (end && !next.is_empty()) {
+            while in_flight.len() >= PARTS_IN_FLIGHT {
+                if let Some(r) = or_cancel(in_flight.next(), cancel).await? {
+                    r.map_err(|e| Failure::Store("uploading a part", e))?;
+                }
+            }
+            let full = std::mem::replace(&mut next, Vec::with_capacity(part));
+            in_flight.push(parts.put_part(PutPayload::from(full)));
+        }
+        if end {
+            break;
+        }
     }
     if total != size || hasher.finalize().to_hex().as_str() != hash {
         return Err(Failure::Mismatch);
+    }
+    while let Some(r) = or_cancel(in_flight.next(), cancel).await? {
+        r.map_err(|e| Failure::Store("uploading a part", e))?;
     }
     Ok(())
 }
@@ -570,7 +656,15 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let r = rt.block_on(upload(&store, &key, hash, size, &mut &bytes[..], 1));
+        let r = rt.block_on(upload(
+            &store,
+            &key,
+            hash,
+            size,
+            &mut &bytes[..],
+            1,
+            &Cancel::default(),
+        ));
         let there = rt.block_on(store.head(&key)).is_ok();
         (r, there)
     }
@@ -587,6 +681,33 @@ mod tests {
         for (hash, size) in [(&other, n), (&hash, n - 1), (&hash, n + 1)] {
             let (r, there) = upload_to_memory(&bytes, hash, size);
             assert!(matches!(r, Err(Failure::Mismatch)) && !there, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_cancelled_upload_writes_nothing() {
+        let store = object_store::memory::InMemory::new();
+        let key = ObjectPath::from("k");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let bytes = vec![5u8; 3000];
+        let hash = blake3::hash(&bytes).to_hex().to_string();
+        let cancel = Cancel::default();
+        cancel.cancel();
+        for multipart_min in [1, MULTIPART_MIN] {
+            let r = rt.block_on(upload(
+                &store,
+                &key,
+                &hash,
+                3000,
+                &mut &bytes[..],
+                multipart_min,
+                &cancel,
+            ));
+            assert!(matches!(r, Err(Failure::Cancelled)), "{r:?}");
+            assert!(rt.block_on(store.head(&key)).is_err());
         }
     }
 
@@ -681,6 +802,7 @@ mod tests {
                 1000,
                 &mut &bytes[..],
                 multipart_min,
+                &Cancel::default(),
             ));
             assert!(matches!(r, Err(Failure::WrongSize(10))), "{r:?}");
         }
@@ -690,7 +812,15 @@ mod tests {
         // The right size: found, nothing read.
         rt.block_on(store.put(&key, PutPayload::from(bytes.clone())))
             .expect("put");
-        let r = rt.block_on(upload(&store, &key, &hash, 1000, &mut &[][..], 1));
+        let r = rt.block_on(upload(
+            &store,
+            &key,
+            &hash,
+            1000,
+            &mut &[][..],
+            1,
+            &Cancel::default(),
+        ));
         assert!(matches!(r, Ok(Upload::Existed)), "{r:?}");
         let e = BucketError::WrongSize {
             url: "s3://b".into(),

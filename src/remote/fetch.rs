@@ -8,14 +8,15 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags};
 use serde::Serialize;
 
-use crate::state::lock::FileLock;
+use crate::state::lock::{FileLock, RemovableLock};
 use crate::store::layout::{remote_cache_dir, remote_cache_lock};
 
 use super::bucket::GetError;
@@ -191,6 +192,19 @@ pub struct CheckoutReport {
     /// is not their bytes (another size or BLAKE3): the path, the key and
     /// why.
     pub bad_objects: Vec<BadObject>,
+    /// Tree entries not written: a gitlink (mode 160000, a submodule's
+    /// commit) or an entry of a mode git does not know (140000 and the
+    /// like, which git lists as 160000). A push by opfs holds none.
+    pub skipped: Vec<SkippedEntry>,
+}
+
+/// A tree entry [`checkout`] did not write.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedEntry {
+    /// The entry, project-relative.
+    pub path: String,
+    /// Its mode as git lists it (`160000`).
+    pub mode: String,
 }
 
 /// A pointer file whose object in the bucket is not the bytes it names.
@@ -221,8 +235,17 @@ pub struct MissingObject {
 /// The third value is true when this call created the copy: a command
 /// whose fetch then fails removes it ([`failed`]), so a mistyped URL
 /// leaves nothing behind.
-fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, bool), RemoteError> {
+fn cache(
+    home: &Path,
+    url: &str,
+    git: &GitEnv,
+) -> Result<(PathBuf, RemovableLock, bool), RemoteError> {
     if let Some(problem) = super::url_problem(url) {
+        return Err(RemoteError::BadUrl(problem));
+    }
+    // The URL as git will use it: a rule of the user's configuration may
+    // turn it into a `<transport>::` form.
+    if let Some(problem) = git::Rewrites::read(git, None).problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
     let dir = remote_cache_dir(home, url);
@@ -242,7 +265,7 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, boo
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     }
-    let lock = FileLock::exclusive(&lock_path).map_err(io_err(&lock_path))?;
+    let lock = FileLock::exclusive_removable(&lock_path).map_err(io_err(&lock_path))?;
     let created = !dir.join("HEAD").exists();
     if !created {
         leftovers(&dir);
@@ -256,7 +279,7 @@ fn cache(home: &Path, url: &str, git: &GitEnv) -> Result<(PathBuf, FileLock, boo
                 run(cmd, git, &dir, url, "creating the local copy")
             });
         if let Err(e) = r {
-            failed(&dir, true);
+            failed(&dir, true, lock);
             return Err(e);
         }
     }
@@ -282,13 +305,17 @@ fn is_no_space(message: &str) -> bool {
     message.contains("No space left on device") || message.contains("Disk quota exceeded")
 }
 
-/// After a failed command on the local copy `dir` (its lock held): the
-/// copy removed when the command created it, else what a failed fetch
-/// leaves in it (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`:
-/// no other fetch can be running, the lock is held).
-fn failed(dir: &Path, created: bool) {
+/// After a failed command on the local copy `dir` (its `lock` held): the
+/// copy and its lock file removed when the command created it (a
+/// mistyped URL leaves nothing), else what a failed fetch leaves in it
+/// (`objects/pack/tmp_pack_*`, `tmp_idx_*`, `tmp_rev_*`: no other fetch
+/// can be running, the lock is held).
+fn failed(dir: &Path, created: bool, lock: RemovableLock) {
     if created {
         let _ = std::fs::remove_dir_all(dir);
+        // A command waiting on the lock takes a new one and creates the
+        // copy again (`FileLock::exclusive_removable`).
+        let _ = lock.remove();
         return;
     }
     leftovers(dir);
@@ -368,10 +395,10 @@ fn run_remote(
 /// Errors: the remote cannot be read ([`RemoteError::Unreachable`]), the
 /// local copy cannot be written.
 pub fn list(home: &Path, url: &str, git: &GitEnv) -> Result<Vec<RemoteProject>, RemoteError> {
-    let (dir, _lock, created) = cache(home, url, git)?;
+    let (dir, lock, created) = cache(home, url, git)?;
     let r = list_in(&dir, url, git);
     if r.is_err() {
-        failed(&dir, created);
+        failed(&dir, created, lock);
     }
     r
 }
@@ -573,7 +600,7 @@ fn fetch_project(
     url: &str,
     project: &str,
     git: &GitEnv,
-) -> Result<(PathBuf, String, FileLock), RemoteError> {
+) -> Result<(PathBuf, String, RemovableLock), RemoteError> {
     let valid = project.split('/').count() == 2
         && project
             .chars()
@@ -589,7 +616,7 @@ fn fetch_project(
     match fetch_namespace(&dir, url, project, &ns, git) {
         Ok(()) => Ok((dir, ns, lock)),
         Err(e) => {
-            failed(&dir, created);
+            failed(&dir, created, lock);
             Err(e)
         }
     }
@@ -689,7 +716,8 @@ fn turn_of(ns: &str, refname: &str) -> Option<u64> {
 /// so the same command can be run again; the remote and every project
 /// are untouched. A checkout killed midway leaves that directory,
 /// `.NAME.opfs-checkout-PID` beside `dir` (or `.opfs-checkout-PID` inside
-/// an existing empty `dir`).
+/// an existing empty `dir`); the next checkout into the same parent (or
+/// that `dir`) removes it ([`sweep_stale`]).
 ///
 /// Errors: the remote cannot be read, holds no such project or turn, `dir`
 /// is not empty, not a directory, a symbolic link to nothing
@@ -724,6 +752,12 @@ pub fn checkout(
             _ => {}
         }
     }
+    // What killed checkouts left: inside DIR (which would not be empty
+    // for it), and beside it.
+    if std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        sweep_stale(dir);
+    }
+    sweep_stale(&dir_parent(dir));
     match std::fs::read_dir(dir) {
         Ok(mut d) => {
             if d.next().is_some() {
@@ -767,6 +801,7 @@ pub fn checkout(
     let listing = run(cmd, git, &cache_dir, url, "listing the turn's tree")?;
     // mode, object id, path
     let mut entries: Vec<(String, String, Vec<u8>)> = Vec::new();
+    let mut skipped = Vec::new();
     for rec in listing.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
             continue;
@@ -788,7 +823,14 @@ pub fn checkout(
                 path: String::from_utf8_lossy(&path).into_owned(),
             });
         }
-        if mode == "160000" {
+        // A gitlink (a submodule's commit), or an entry of a mode git does
+        // not know (140000 and the like, which git reads as 160000): no
+        // bytes to write. Reported, never silently dropped.
+        if !matches!(mode, "100644" | "100755" | "120000") {
+            skipped.push(SkippedEntry {
+                path: crate::paths::display(&path),
+                mode: mode.to_string(),
+            });
             continue;
         }
         entries.push((mode.to_string(), id.to_string(), path));
@@ -823,6 +865,7 @@ pub fn checkout(
         bucket: bucket.map(|b| b.url.clone()),
         missing_objects: Vec::new(),
         bad_objects: Vec::new(),
+        skipped,
     };
     let bucket = bucket
         .map(super::bucket::Bucket::open)
@@ -836,12 +879,12 @@ pub fn checkout(
         entries.iter().map(|e| e.1.clone()).collect(),
     )
     .map_err(io_at(&cache_dir))?;
+    let tree = Beneath::open(&root).map_err(io_at(&root))?;
     for (mode, _, rel) in &entries {
         let size = blobs.next_header().map_err(io_at(&cache_dir))?;
         let path = root.join(OsStr::from_bytes(rel));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io_at(parent))?;
-        }
+        let written = |e: io::Error| written_error(rel, &path, e);
+        let (parent, name) = tree.parent_of(rel).map_err(written)?;
         if mode == "120000" {
             if size > SYMLINK_MAX {
                 return Err(io_at(&path)(io::Error::from_raw_os_error(
@@ -849,14 +892,15 @@ pub fn checkout(
                 )));
             }
             let target = blobs.body(size).map_err(io_at(&cache_dir))?;
-            std::os::unix::fs::symlink(OsStr::from_bytes(&target), &path).map_err(io_at(&path))?;
+            rustix::fs::symlinkat(OsStr::from_bytes(&target), &parent, name)
+                .map_err(|e| written(e.into()))?;
             report.symlinks += 1;
             continue;
         }
         let perm = if mode == "100755" { 0o755 } else { 0o644 };
         if size > POINTER_MAX {
             // Streamed from git to the file: memory stays bounded.
-            let mut file = create_new(&path, perm).map_err(io_at(&path))?;
+            let mut file = create_new(&parent, name, perm).map_err(written)?;
             blobs
                 .copy_body(size, &mut file)
                 .map_err(|e| RemoteError::Io {
@@ -875,7 +919,7 @@ pub fn checkout(
         if let Some((hash, psize)) = parse_pointer(&bytes) {
             if let Some(b) = &bucket {
                 let shown = crate::paths::display(rel);
-                match object_into(b, &hash, psize, &path, perm) {
+                match object_into(b, &hash, psize, &parent, name, perm) {
                     Ok(true) => {
                         report.resolved += 1;
                         report.files += 1;
@@ -905,7 +949,7 @@ pub fn checkout(
             }
             report.pointers.push(crate::paths::display(rel));
         }
-        let mut file = create_new(&path, perm).map_err(io_at(&path))?;
+        let mut file = create_new(&parent, name, perm).map_err(written)?;
         file.write_all(&bytes).map_err(io_at(&path))?;
         report.files += 1;
         report.bytes += bytes.len() as u64;
@@ -927,44 +971,129 @@ const SYMLINK_MAX: u64 = 4096;
 /// Git's largest pointer file: a blob above this is never one.
 const POINTER_MAX: u64 = 200;
 
-/// Creates `path` (`O_EXCL`) with mode `perm` whatever the umask.
-fn create_new(path: &Path, perm: u32) -> io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(perm)
-        .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(perm))?;
-    Ok(file)
+/// How every entry of a checkout is reached from the staging directory:
+/// never through a symbolic link, never outside it, whatever the file
+/// system's name folding (a case-insensitive directory could otherwise
+/// take `d/x` through a symlink `D` the checkout wrote).
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
+
+/// The staging directory of a checkout, open: every entry is created
+/// relative to it, each directory component made with `mkdirat` then
+/// opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so no
+/// entry is written through a symbolic link or outside it, whatever the
+/// names the tree holds and however the file system compares them.
+struct Beneath {
+    root: OwnedFd,
 }
 
-/// Writes the object of `hash` (`size` bytes) from bucket `b` to `path`
-/// (`perm`): streamed into a temporary file beside it, renamed to `path`
-/// only when its size and BLAKE3 match; false, nothing left, when the
-/// bucket has no such object. On an error nothing is left either.
+impl Beneath {
+    fn open(dir: &Path) -> io::Result<Beneath> {
+        let root = rustix::fs::open(
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        Ok(Beneath { root })
+    }
+
+    /// The directory that holds `rel` (its components created as needed,
+    /// mode 0755 less the umask), open, and `rel`'s last component.
+    ///
+    /// Errors: `ELOOP` when a component is a symbolic link (or resolves
+    /// to one), `EXDEV` when it would leave the directory, `ENOTDIR` when
+    /// it is a file; those of `mkdirat`.
+    fn parent_of<'r>(&self, rel: &'r [u8]) -> io::Result<(OwnedFd, &'r OsStr)> {
+        let (dirs, name) = match rel.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        let mut fd = rustix::fs::openat2(
+            &self.root,
+            ".",
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )?;
+        for comp in dirs.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+            let comp = OsStr::from_bytes(comp);
+            match rustix::fs::mkdirat(&fd, comp, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            fd = rustix::fs::openat2(
+                &fd,
+                comp,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+                BENEATH,
+            )?;
+        }
+        Ok((fd, OsStr::from_bytes(name)))
+    }
+}
+
+/// The error of writing the entry `rel` (at `path`): a symbolic link, a
+/// file or an escape on its way (`ELOOP`, `ENOTDIR`, `EXDEV`: only a name
+/// that aliases another entry's, in a case-insensitive or otherwise
+/// folding directory, gets there, as the tree was checked) is
+/// [`RemoteError::BadName`].
+fn written_error(rel: &[u8], path: &Path, e: io::Error) -> RemoteError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR) => RemoteError::BadName {
+            path: String::from_utf8_lossy(rel).into_owned(),
+        },
+        _ => RemoteError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+/// Creates `name` in the directory `dir` (`O_EXCL`, never through a
+/// symbolic link: [`BENEATH`]) with mode `perm` whatever the umask.
+fn create_new(dir: &OwnedFd, name: &OsStr, perm: u32) -> io::Result<std::fs::File> {
+    let fd = rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(perm),
+        BENEATH,
+    )?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm))?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Writes the object of `hash` (`size` bytes) from bucket `b` to `name`
+/// in the directory `dir` (`perm`): streamed into a temporary file beside
+/// it, renamed to `name` (never replacing) only when its size and BLAKE3
+/// match; false, nothing left, when the bucket has no such object. On an
+/// error nothing is left either.
 fn object_into(
     b: &super::bucket::Bucket,
     hash: &str,
     size: u64,
-    path: &Path,
+    dir: &OwnedFd,
+    name: &OsStr,
     perm: u32,
 ) -> Result<bool, GetError> {
-    let name = path.file_name().unwrap_or_default().as_bytes();
     let mut part_name = b".".to_vec();
-    part_name.extend_from_slice(name);
+    part_name.extend_from_slice(name.as_bytes());
     part_name.extend_from_slice(format!(".opfs-part-{}", std::process::id()).as_bytes());
-    let part = path.with_file_name(OsStr::from_bytes(&part_name));
-    let mut file = create_new(&part, perm).map_err(GetError::Write)?;
+    let part = OsStr::from_bytes(&part_name);
+    let mut file = create_new(dir, part, perm).map_err(GetError::Write)?;
     let r = b.get_into(hash, size, &mut file).and_then(|found| {
         if found {
             file.sync_data()
-                .and_then(|()| std::fs::rename(&part, path))
+                .and_then(|()| {
+                    rustix::fs::renameat_with(dir, part, dir, name, RenameFlags::NOREPLACE)
+                        .map_err(io::Error::from)
+                })
                 .map_err(GetError::Write)?;
         }
         Ok(found)
     });
     if !matches!(r, Ok(true)) {
-        let _ = std::fs::remove_file(&part);
+        let _ = rustix::fs::unlinkat(dir, part, AtFlags::empty());
     }
     r
 }
@@ -974,6 +1103,12 @@ fn object_into(
 /// existing empty DIR (its entries moved up at the end). Dropped before
 /// [`Stage::finish`], it is removed with everything in it, so a failed
 /// checkout leaves DIR as it was (absent, or empty).
+///
+/// The checkout holds an exclusive `flock` on the directory while it
+/// lives (released by the kernel when the process dies, however), so a
+/// staging directory left by a killed checkout is told from one being
+/// written: the next checkout into the same parent (or into that DIR)
+/// removes every one it can lock ([`sweep_stale`]).
 struct Stage {
     /// Where the tree is written.
     dir: PathBuf,
@@ -982,6 +1117,105 @@ struct Stage {
     /// True when DIR existed (an empty directory).
     existed: bool,
     done: bool,
+    /// The directory, open and locked.
+    _lock: OwnedFd,
+}
+
+/// The part of a staging directory's name after its DIR's name
+/// (`.NAME.opfs-checkout-PID` beside DIR, `.opfs-checkout-PID` inside).
+const STAGE_TAG: &str = ".opfs-checkout-";
+
+/// True for the name of a staging directory ([`Stage`]): `.` then
+/// anything, then [`STAGE_TAG`] and a pid (digits only).
+fn is_stage_name(name: &[u8]) -> bool {
+    let tag = STAGE_TAG.as_bytes();
+    name.first() == Some(&b'.')
+        && name.len() > tag.len()
+        && name
+            .windows(tag.len())
+            .rposition(|w| w == tag)
+            .is_some_and(|i| {
+                let pid = &name[i + tag.len()..];
+                !pid.is_empty() && pid.iter().all(u8::is_ascii_digit)
+            })
+}
+
+/// Removes from `dir` every staging directory ([`is_stage_name`]) whose
+/// checkout is gone: those whose lock can be taken (a live checkout holds
+/// its own). A directory, never followed through a symlink.
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !is_stage_name(e.file_name().as_bytes()) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = e.path();
+        if let Ok(Some(_held)) = lock_dir(&path) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Opens the directory `path` (not through a symlink) and takes its
+/// exclusive `flock` without waiting; `None` when another holds it.
+fn lock_dir(path: &Path) -> io::Result<Option<OwnedFd>> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The directory that holds `dir` (`.` for a bare name).
+fn dir_parent(dir: &Path) -> PathBuf {
+    match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Makes the directory `path` and takes its lock: a sweep by another
+/// checkout may lock and remove a directory of that name between the two
+/// steps (a stale one of the same pid, or this one before it was
+/// locked), so the directory locked must still be there and be the one
+/// at `path`, else it is made again.
+fn make_locked(path: &Path) -> io::Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match std::fs::create_dir(path) {
+            Ok(()) => {}
+            // A stale one left by a dead checkout of the same pid.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 50 => {
+                if let Ok(Some(_held)) = lock_dir(path) {
+                    std::fs::remove_dir_all(path)?;
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        // Not locked, gone or another: swept meanwhile.
+        if let Ok(Some(fd)) = lock_dir(path) {
+            let held = rustix::fs::fstat(&fd)?;
+            let there = rustix::fs::lstat(path).ok();
+            if held.st_nlink > 0
+                && there.is_some_and(|t| t.st_dev == held.st_dev && t.st_ino == held.st_ino)
+            {
+                return Ok(fd);
+            }
+        }
+        if tries >= 50 {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 impl Stage {
@@ -990,31 +1224,30 @@ impl Stage {
             let p = p.to_path_buf();
             move |e| (p, e)
         };
-        let tag = format!(".opfs-checkout-{}", std::process::id());
+        let tag = format!("{STAGE_TAG}{}", std::process::id());
         if std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
             let target = std::fs::canonicalize(dir).map_err(at(dir))?;
             let stage = target.join(&tag);
-            std::fs::create_dir(&stage).map_err(at(&stage))?;
+            let lock = make_locked(&stage).map_err(at(&stage))?;
             return Ok(Stage {
                 dir: stage,
                 target,
                 existed: true,
                 done: false,
+                _lock: lock,
             });
         }
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let parent = dir_parent(dir);
         std::fs::create_dir_all(&parent).map_err(at(&parent))?;
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let stage = parent.join(format!(".{name}{tag}"));
-        std::fs::create_dir(&stage).map_err(at(&stage))?;
+        let lock = make_locked(&stage).map_err(at(&stage))?;
         Ok(Stage {
             dir: stage,
             target: dir.to_path_buf(),
             existed: false,
             done: false,
+            _lock: lock,
         })
     }
 
@@ -1170,6 +1403,7 @@ impl Drop for BlobReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn a_subject_is_the_first_line_bounded() {
@@ -1226,6 +1460,48 @@ mod tests {
     }
 
     #[test]
+    fn no_entry_is_written_through_a_symlink_the_checkout_wrote() {
+        // The exact-bytes checks of `checkout` refuse a symlink `d` and an
+        // entry `d/x`; a folding file system would let `D` and `d/x`
+        // through them. The writer itself refuses any path through a
+        // symlink: here the same name, as folding would make it.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let outside = tmp.path().join("outside");
+        let stage = tmp.path().join("stage");
+        std::fs::create_dir(&outside).expect("outside");
+        std::fs::create_dir(&stage).expect("stage");
+        let tree = Beneath::open(&stage).expect("open");
+        let (dir, name) = tree.parent_of(b"D").expect("parent");
+        rustix::fs::symlinkat(outside.as_os_str(), &dir, name).expect("symlink");
+        for rel in [&b"D/x"[..], b"D/sub/x"] {
+            let path = stage.join(OsStr::from_bytes(rel));
+            let r = tree
+                .parent_of(rel)
+                .and_then(|(dir, name)| create_new(&dir, name, 0o644).map(drop));
+            let e = r.map_err(|e| written_error(rel, &path, e));
+            assert!(
+                matches!(&e, Err(RemoteError::BadName { path }) if path.as_bytes() == rel),
+                "{e:?}"
+            );
+        }
+        // Nor the link itself as a file, nor anything outside.
+        let (dir, name) = tree.parent_of(b"D").expect("parent");
+        assert!(create_new(&dir, name, 0o644).is_err());
+        assert!(std::fs::read_dir(&outside)
+            .expect("outside")
+            .next()
+            .is_none());
+        // An ordinary nested entry is written with its mode.
+        let (dir, name) = tree.parent_of(b"a/b/c.sh").expect("parent");
+        create_new(&dir, name, 0o755)
+            .expect("create")
+            .write_all(b"x")
+            .expect("write");
+        let m = std::fs::metadata(stage.join("a/b/c.sh")).expect("meta");
+        assert_eq!(m.permissions().mode() & 0o777, 0o755);
+    }
+
+    #[test]
     fn a_failed_fetch_leaves_no_temporary_pack_and_no_copy_it_created() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let copy = tmp.path().join("c.git");
@@ -1234,14 +1510,18 @@ mod tests {
         for name in ["tmp_pack_a1", "tmp_idx_b2", "pack-1.pack", "pack-1.idx"] {
             std::fs::write(pack.join(name), b"x").expect("write");
         }
-        failed(&copy, false);
+        let lock_path = tmp.path().join("c.lock");
+        let lock = || FileLock::exclusive_removable(&lock_path).expect("lock");
+        failed(&copy, false, lock());
         let mut left: Vec<String> = std::fs::read_dir(&pack)
             .expect("read")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
         assert_eq!(left, ["pack-1.idx", "pack-1.pack"]);
-        failed(&copy, true);
+        assert!(lock_path.exists());
+        failed(&copy, true, lock());
         assert!(!copy.exists());
+        assert!(!lock_path.exists(), "the lock file of a copy it created");
     }
 }

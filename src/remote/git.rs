@@ -215,6 +215,114 @@ pub(super) fn is_local(url: &str) -> bool {
     }
 }
 
+/// The user's `url.<base>.insteadOf` and `url.<base>.pushInsteadOf`
+/// rules, as git applies them to a remote URL given on its command line.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Rewrites {
+    /// (base, prefix it replaces, push only)
+    rules: Vec<(String, String, bool)>,
+}
+
+impl Rewrites {
+    /// The rules of the configuration `git` reads with this environment
+    /// (the user's and the system's, and `git_dir`'s when given, never the
+    /// current directory's repository's). None
+    /// when git cannot be run or reports none (a later step says why git
+    /// cannot run).
+    pub(super) fn read(git: &GitEnv, git_dir: Option<&Path>) -> Rewrites {
+        let mut cmd = git.command(git_dir);
+        if git_dir.is_none() {
+            // Not the repository of the current directory, if any.
+            cmd.current_dir("/");
+        }
+        cmd.args([
+            "config",
+            "-z",
+            "--get-regexp",
+            r"^url\..*\.(push)?insteadof$",
+        ]);
+        let Ok(out) = output(cmd, git) else {
+            return Rewrites::default();
+        };
+        Rewrites::parse(&out.stdout)
+    }
+
+    /// The rules of `git config -z --get-regexp` output (`key\nvalue\0`).
+    fn parse(out: &[u8]) -> Rewrites {
+        let mut rules = Vec::new();
+        for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let rec = String::from_utf8_lossy(rec);
+            let Some((key, value)) = rec.split_once('\n') else {
+                continue;
+            };
+            let Some(rest) = key.strip_prefix("url.") else {
+                continue;
+            };
+            let (base, push) = match (
+                rest.strip_suffix(".pushinsteadof"),
+                rest.strip_suffix(".insteadof"),
+            ) {
+                (Some(b), _) => (b, true),
+                (None, Some(b)) => (b, false),
+                _ => continue,
+            };
+            rules.push((base.to_string(), value.to_string(), push));
+        }
+        Rewrites { rules }
+    }
+
+    /// `url` as git rewrites it (git's `alias_url`: the rule with the
+    /// longest matching prefix wins) to fetch from it (`push` false: the
+    /// `insteadOf` rules) or to push to it (a matching `pushInsteadOf`
+    /// rule, else as to fetch), and the rule applied
+    /// (`url.<base>.insteadOf = <prefix>`), if any.
+    pub(super) fn apply(&self, url: &str, push: bool) -> (String, Option<String>) {
+        let best = |want_push: bool| {
+            self.rules
+                .iter()
+                .filter(|(_, prefix, p)| *p == want_push && url.starts_with(prefix.as_str()))
+                .fold(None::<&(String, String, bool)>, |best, r| match best {
+                    Some(b) if b.1.len() >= r.1.len() => Some(b),
+                    _ => Some(r),
+                })
+        };
+        let rule = push.then(|| best(true)).flatten().or_else(|| best(false));
+        match rule {
+            Some((base, prefix, p)) => (
+                format!("{base}{}", &url[prefix.len()..]),
+                Some(format!(
+                    "url.{base:?}.{} = {prefix:?}",
+                    if *p { "pushInsteadOf" } else { "insteadOf" }
+                )),
+            ),
+            None => (url.to_string(), None),
+        }
+    }
+
+    /// Why git must not be given `url`, if so: a rule of the user's
+    /// configuration rewrites it (to fetch or to push) to git's
+    /// `<transport>::<address>` form, which runs the remote helper
+    /// `git-remote-<transport>` found on `PATH` (`ext::` runs any
+    /// command), the form opfs refuses in a URL it is given
+    /// ([`super::url_problem`]). The message names the rule.
+    pub(super) fn problem(&self, url: &str) -> Option<String> {
+        [false, true].into_iter().find_map(|push| {
+            let (to, rule) = self.apply(url, push);
+            let rule = rule?;
+            let (transport, _) = super::names::transport_prefix(&to)?;
+            Some(format!(
+                "the remote {} is rewritten by your git configuration's {rule} to {}, git's \
+                 '{transport}::<address>' form, which runs the remote helper \
+                 git-remote-{transport} found on PATH (ext:: runs any command): opfs refuses \
+                 that form; change or remove that rule (`git config --global --get-regexp \
+                 '^url\\.'` lists them), or give the address itself",
+                super::redact_url(url),
+                super::redact_url(&to)
+            ))
+        })
+    }
+}
+
 /// Runs `cmd` (made by [`GitEnv::command`]), its output captured, for at
 /// most `git`'s deadline: past it the run, with every process it started
 /// (its own process group), is killed.
@@ -385,6 +493,24 @@ mod tests {
         assert!(git.cancel.wait_idle(Duration::from_millis(1)));
         let later = output(Command::new("true"), &git).expect_err("stopped");
         assert_eq!(later.kind(), io::ErrorKind::Interrupted);
+    }
+
+    #[test]
+    fn url_rewrites_are_applied_as_git_does() {
+        let r = Rewrites::parse(
+            b"url.ssh://h/.insteadof\n/srv/\0url.ssh://h/deep/.insteadof\n/srv/a/\0\
+              url.Ext::sh -c x% #.pushinsteadof\n/srv/p\0",
+        );
+        // The longest prefix wins; the base keeps its case.
+        assert_eq!(r.apply("/srv/a/r.git", false).0, "ssh://h/deep/r.git");
+        assert_eq!(r.apply("/srv/b.git", false).0, "ssh://h/b.git");
+        assert_eq!(r.apply("/other", true), ("/other".to_string(), None));
+        // pushInsteadOf only to push, before insteadOf.
+        assert_eq!(r.apply("/srv/p.git", false).0, "ssh://h/p.git");
+        assert_eq!(r.apply("/srv/p.git", true).0, "Ext::sh -c x% #.git");
+        let p = r.problem("/srv/p.git").expect("refused");
+        assert!(p.contains("pushInsteadOf = \"/srv/p\""), "{p}");
+        assert!(r.problem("/srv/a/r.git").is_none());
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub mod state;
 
 pub use fetch::{
     checkout, list, parse_pointer, turns, BadObject, CheckoutReport, MissingObject, RemoteError,
-    RemoteProject, RemoteTurn,
+    RemoteProject, RemoteTurn, SkippedEntry,
 };
 pub use git::{Cancel, GitEnv};
 pub use names::{
@@ -299,6 +299,18 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             project: state.project.clone(),
         });
     }
+    // The URL as git will push to it and fetch from it (the user's
+    // `url.<base>.insteadOf` and `pushInsteadOf` rules): no rule may turn
+    // it into a `<transport>::` form, and the local receive-pack is given
+    // only when the URL git pushes to is still local (a rule rewriting a
+    // path to ssh:// must not send opfs's command to the server; one
+    // rewriting an ssh:// URL to a path must not run the repository's
+    // hooks).
+    let rewrites = git::Rewrites::read(git, Some(&git_dir));
+    // Recorded as the push's failure (below): a rule added after the
+    // mount shows in `opfs status`.
+    let rewrite_problem = rewrites.problem(&target.url);
+    let push_url = rewrites.apply(&target.url, true).0;
     let ns = namespace(&target.machine, &state.project);
     let local = local_refs(&git_dir, target, git)?;
     let (mut all, set_aside) = state::load_or_set_aside(state).map_err(|source| PushError::Io {
@@ -340,6 +352,10 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     // A second round only after the leases were corrected from what the
     // remote holds (a push killed after the remote took it).
     for round in 0..2 {
+        if let Some(problem) = &rewrite_problem {
+            result = Err(PushError::BadUrl(problem.clone()));
+            break;
+        }
         let updates: Vec<(&String, &String)> = wanted
             .iter()
             .filter(|(r, id)| rs.pushed.get(*r) != Some(*id))
@@ -361,7 +377,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             "--progress",
             "--no-verify",
         ]);
-        if git::is_local(&target.url) {
+        if git::is_local(&push_url) {
             cmd.arg(format!("--receive-pack={}", git::LOCAL_RECEIVE_PACK));
         }
         cmd.arg(&target.url);

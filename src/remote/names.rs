@@ -69,7 +69,7 @@ struct UrlParts<'a> {
 /// letters (first), digits, `+`, `-` and `.` followed by `::` as the name
 /// of a remote helper (`git-remote-<transport>`) it runs with the
 /// address (`ext::` runs any command; `https::https://...`).
-fn transport_prefix(url: &str) -> Option<(&str, &str)> {
+pub(super) fn transport_prefix(url: &str) -> Option<(&str, &str)> {
     let (transport, address) = url.split_once("::")?;
     let mut chars = transport.chars();
     let first = chars.next()?;

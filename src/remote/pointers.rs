@@ -137,10 +137,12 @@ pub(super) fn upload(
     if wanted.is_empty() && withheld.is_empty() {
         return Ok(Uploaded::default());
     }
-    let bucket = Bucket::open(cfg).map_err(|source| PushError::Bucket {
-        remote: target.url.clone(),
-        source: Box::new(source),
-    })?;
+    let bucket = Bucket::open(cfg)
+        .map_err(|source| PushError::Bucket {
+            remote: target.url.clone(),
+            source: Box::new(source),
+        })?
+        .with_cancel(git.cancel.clone());
     // Withheld means "not in the bucket": one the bucket already holds
     // (sent under a larger budget, or by another machine) is not.
     let mut held = Vec::new();
@@ -343,7 +345,8 @@ fn within_budget(
 struct Put<'b> {
     bucket: &'b Bucket,
     target: &'b Target,
-    /// Checked before each object: an unmount stops the upload there.
+    /// Checked before each object (and by the bucket during one,
+    /// `Bucket::with_cancel`): an unmount stops the upload there.
     cancel: &'b super::Cancel,
     done: Uploaded,
 }
@@ -465,6 +468,11 @@ impl Put<'_> {
                 Ok(true)
             }
             Err(PutError::Mismatch | PutError::Read(_)) => Ok(false),
+            // Unmounted during the upload: stopped, a multipart upload
+            // aborted.
+            Err(PutError::Interrupted) => Err(PushError::Interrupted {
+                remote: self.target.url.clone(),
+            }),
             Err(PutError::Bucket(source)) => Err(PushError::Bucket {
                 remote: self.target.url.clone(),
                 source: Box::new(source),

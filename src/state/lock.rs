@@ -18,6 +18,28 @@ pub struct FileLock {
     _file: File,
 }
 
+/// A [`FileLock`] whose file its holder may remove ([`RemovableLock::remove`]):
+/// taken with [`FileLock::exclusive_removable`].
+#[must_use = "the lock is released as soon as the RemovableLock is dropped"]
+#[derive(Debug)]
+pub struct RemovableLock {
+    lock: FileLock,
+    path: std::path::PathBuf,
+}
+
+impl RemovableLock {
+    /// Removes the lock file, then releases the lock: a process waiting on
+    /// it then finds its file gone and takes a new one
+    /// ([`FileLock::exclusive_removable`]).
+    ///
+    /// Errors: the file cannot be removed (the lock is released anyway).
+    pub fn remove(self) -> io::Result<()> {
+        let r = std::fs::remove_file(&self.path);
+        drop(self.lock);
+        r
+    }
+}
+
 impl FileLock {
     /// Opens `path` (creating it, never truncating) and takes an exclusive
     /// lock without waiting. `Ok(None)` when another open file holds it.
@@ -41,6 +63,33 @@ impl FileLock {
         let file = open(path)?;
         flock(&file, FlockOperation::LockExclusive)?;
         Ok(FileLock { _file: file })
+    }
+
+    /// [`FileLock::exclusive`] on a lock file that a holder may remove
+    /// ([`RemovableLock::remove`]): once locked, the file open must still
+    /// be the one at `path` (same device and inode), else it was removed
+    /// (or replaced) while this waited, and the lock is taken again on the
+    /// file now there. So a lock file can be removed by its holder without
+    /// two processes ever holding "the" lock at once.
+    ///
+    /// Errors: as [`FileLock::exclusive`].
+    pub fn exclusive_removable(path: &Path) -> io::Result<RemovableLock> {
+        loop {
+            let file = open(path)?;
+            flock(&file, FlockOperation::LockExclusive)?;
+            let held = rustix::fs::fstat(&file)?;
+            match rustix::fs::stat(path) {
+                Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {
+                    return Ok(RemovableLock {
+                        lock: FileLock { _file: file },
+                        path: path.to_path_buf(),
+                    });
+                }
+                Ok(_) => {}
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// [`FileLock::exclusive`], but never waiting on a holder that cannot

@@ -123,31 +123,47 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     r.bytes
                 )?;
             }
+            // Each kind said, in one message: the tree's other entries are
+            // written, and the command exits 1.
+            let mut problems = Vec::new();
+            if let Some(e) = r.skipped.first() {
+                problems.push(format!(
+                    "{} entr{} of the tree {} not written: a gitlink (mode 160000, a submodule's commit) or an entry of a mode git does not know (git lists 140000 and the like as 160000), e.g. {} (mode {}); a push by opfs holds none, so the tree was written by another program; the rest of the tree was written",
+                    r.skipped.len(),
+                    if r.skipped.len() == 1 { "y" } else { "ies" },
+                    if r.skipped.len() == 1 { "was" } else { "were" },
+                    e.path,
+                    e.mode
+                ));
+            }
             if let (Some(m), Some(b)) = (r.missing_objects.first(), &r.bucket) {
                 let machine = project.split('/').next().unwrap_or(project);
-                return Err(CommandError::failure(format!(
+                problems.push(format!(
                     "{} file(s) of 8 MiB or more were written as pointer files: bucket {b} holds no object for their bytes, e.g. {} (object {}); objects are never deleted by opfs, so the pushing machine withheld it (larger than what its [push] bucket_turn_budget let one turn send: its `opfs status` lists it), or it was deleted or expired in the bucket (a lifecycle rule), or the push that sent the pointer had no bucket; on a machine that still holds the project's history (machine {machine:?}), raise [push] bucket_turn_budget if `opfs status` says it was withheld, upload them with `opfs push --objects`, then check out again",
                     r.missing_objects.len(),
                     m.path,
                     m.key
-                )));
+                ));
             }
             if let (Some(m), Some(b)) = (r.bad_objects.first(), &r.bucket) {
                 let machine = project.split('/').next().unwrap_or(project);
-                return Err(CommandError::failure(format!(
+                problems.push(format!(
                     "{} file(s) of 8 MiB or more were written as pointer files: their object in bucket {b} is not their bytes, e.g. {} (object {}: {}); delete that object in the bucket, upload it again with `opfs push --objects` on a machine that still holds the project's history (machine {machine:?}), then check out again",
                     r.bad_objects.len(),
                     m.path,
                     m.key,
                     m.cause
-                )));
+                ));
             }
-            if !r.pointers.is_empty() {
-                return Err(CommandError::failure(format!(
+            if !r.pointers.is_empty() && r.missing_objects.is_empty() && r.bad_objects.is_empty() {
+                problems.push(format!(
                     "{} file(s) of 8 MiB or more were written as pointer files: their bytes are not in the bucket (none configured: --bucket or [push] bucket; or the push that sent them had none; docs/remote.md, \"Big files\"), e.g. {}",
                     r.pointers.len(),
                     r.pointers[0]
-                )));
+                ));
+            }
+            if !problems.is_empty() {
+                return Err(CommandError::failure(problems.join("; also ")));
             }
         }
     }
