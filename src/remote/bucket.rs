@@ -107,7 +107,7 @@ pub enum BucketError {
     },
     /// The object store refused or could not be reached.
     #[error(
-        "bucket {url}: {what}: {source}; check the endpoint, the network and the AWS credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials) and that they may write the bucket"
+        "bucket {url}: {what}: {source}; check the endpoint, the network (a request that timed out may need a larger [push] timeout_seconds) and the AWS credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile in ~/.aws/credentials) and that they may write the bucket"
     )]
     Store {
         /// The bucket.
