@@ -169,8 +169,9 @@ pub fn run(
 }
 
 /// How long an unmount waits for the export under way (and one more run
-/// for a turn closed before it) and for the retention under way.
-const WORKER_STOP_WAIT: Duration = Duration::from_secs(20);
+/// for a turn closed before it) and for the retention under way: with
+/// [`PUSH_STOP_WAIT`], within the 60 s `opfs umount` waits for the daemon.
+const WORKER_STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// At unmount, before the state lock is released: lets the export under
 /// way finish and exports a turn closed just before (so the history is
