@@ -3428,3 +3428,170 @@ fn a_big_file_written_in_place_is_exported_and_pushed_in_bounded_memory() {
         assert!(&got == want, "{key} holds other bytes");
     }
 }
+
+/// A big file written in place through the mount while the version of an
+/// earlier turn's end (its saved ranges laid over that file) is pushed:
+/// that version is not lost, only moving. The daemon's automatic push
+/// fails for now (kind `bucket`) and is tried again; once the writes
+/// stop, it goes through with the object in the bucket, equal to what
+/// `opfs show` gives for that turn, and nothing is reported missing.
+#[test]
+fn a_big_file_written_in_place_during_its_push_is_pushed_once_the_writes_pause() {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    edit_config(&f, "auto = false", "auto = true");
+    f.mount();
+    const SIZE: usize = 32 << 20;
+    write_file(&f.m("db.bin"), &Rng::new(61).bytes(SIZE), 0o644);
+    f.turn("new");
+    assert!(
+        wait_for(PUSH_WAIT, || push_status(&f, &url)["last_turn"] == 1),
+        "turn 1 was not pushed: {:#}",
+        f.status()
+    );
+    // Random small writes in place, until told to stop.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writes = std::sync::Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, writes) = (stop.clone(), writes.clone());
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.m("db.bin"))
+            .expect("open db.bin");
+        std::thread::spawn(move || {
+            let mut rng = Rng::new(62);
+            while !stop.load(Ordering::SeqCst) {
+                let len = 1 + rng.below(8192);
+                let at = rng.below(SIZE - len) as u64;
+                file.write_all_at(&rng.bytes(len), at)
+                    .expect("write in place");
+                writes.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), || writes.load(Ordering::SeqCst)
+            >= 100),
+        "the writer did not write"
+    );
+    // Turn 2 ends while the file keeps being written (in turn 3): its end
+    // is the file with turn 3's saved ranges laid over it.
+    f.turn("scribbled");
+    let attempted = wait_for(PUSH_WAIT, || {
+        let st = push_status(&f, &url);
+        st["last_turn"] == 2 || st["failure"]["attempts"].as_u64().is_some_and(|n| n >= 1)
+    });
+    let during = push_status(&f, &url);
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer");
+    assert!(attempted, "turn 2 was never pushed: {during:#}");
+    eprintln!(
+        "{} writes; the push during them: {:#}",
+        writes.load(Ordering::SeqCst),
+        during["failure"]
+    );
+    if !during["failure"].is_null() {
+        assert_eq!(during["failure"]["kind"], "bucket", "{during:#}");
+        let msg = during["failure"]["message"].to_string();
+        assert!(msg.contains("being written through the mount"), "{msg}");
+    }
+    assert!(
+        wait_for(PUSH_WAIT, || {
+            let st = push_status(&f, &url);
+            st["last_turn"] == 2 && st["failure"].is_null()
+        }),
+        "turn 2 was not pushed once the writes stopped: {:#}",
+        push_status(&f, &url)
+    );
+    let st = push_status(&f, &url);
+    assert!(
+        st["missing"].as_array().is_none_or(Vec::is_empty),
+        "a version still on this machine was reported lost: {st:#}"
+    );
+    let shown = f
+        .opfs_command(&[
+            "-C".as_ref(),
+            f.mnt.as_os_str(),
+            "show".as_ref(),
+            "3:db.bin".as_ref(),
+        ])
+        .output()
+        .expect("opfs show");
+    assert!(shown.status.success() && shown.stdout.len() == SIZE);
+    let git_dir = f.state_dir().join("export.git");
+    assert_eq!(
+        pointer_hash(&git_dir, "refs/opfs/turns/2", "db.bin"),
+        blake3::hash(&shown.stdout).to_hex().as_str()
+    );
+    let copy = f.root().join("object");
+    let key = object_key(&shown.stdout);
+    s3.boto3(
+        &format!("s3.download_file('ckpt', '{key}', '{}')", copy.display()),
+        "read the object",
+    );
+    assert!(
+        std::fs::read(&copy).expect("the object") == shown.stdout,
+        "{key} holds other bytes than opfs show 3:db.bin"
+    );
+}
+
+/// A version recorded as gone for good stops being reported once the
+/// bucket holds its object: after another machine uploaded the same
+/// content (`opfs push --objects` finds it there), and after the same
+/// content is written again and pushed.
+#[test]
+fn a_missing_object_that_reaches_the_bucket_is_no_longer_reported() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let f = Fixture::new();
+    configure(&f, &url, "alpha", false);
+    f.mount();
+    let c = Rng::new(71).bytes(9 << 20);
+    let e = Rng::new(72).bytes(9 << 20);
+    write_file(&f.m("c.bin"), &c, 0o644);
+    write_file(&f.m("e.bin"), &e, 0o644);
+    f.turn("big");
+    // Pushed with no bucket; the only copies, the project's files, are
+    // deleted while unmounted.
+    f.opfs_c(&["push"]).ok();
+    f.umount();
+    std::fs::remove_file(f.p("c.bin")).expect("rm");
+    std::fs::remove_file(f.p("e.bin")).expect("rm");
+    configure_bucket(&f, &url, "alpha", &s3.endpoint());
+    f.mount();
+    f.opfs_c(&["push", "--objects"]).ok();
+    let missing = |f: &Fixture| {
+        let mut paths: Vec<String> = push_status(f, &url)["missing"]
+            .as_array()
+            .map(|a| a.iter().map(|m| m["path"].to_string()).collect())
+            .unwrap_or_default();
+        paths.sort();
+        paths
+    };
+    assert_eq!(missing(&f), ["\"c.bin\"", "\"e.bin\""]);
+    // Another machine sends c.bin's content to the bucket.
+    let b = second_home(&url, &s3.endpoint());
+    b.mount();
+    write_file(&b.m("c.bin"), &c, 0o644);
+    b.turn("c");
+    b.opfs_c(&["push"]).ok();
+    s3.boto3(
+        &format!("s3.head_object(Bucket='ckpt', Key='{}')", object_key(&c)),
+        "the other machine's object",
+    );
+    f.opfs_c(&["push", "--objects"]).ok();
+    assert_eq!(missing(&f), ["\"e.bin\""], "{:#}", push_status(&f, &url));
+    // e.bin's content written again, and pushed: its object goes up.
+    write_file(&f.m("again.bin"), &e, 0o644);
+    f.turn("again");
+    f.opfs_c(&["push"]).ok();
+    assert!(missing(&f).is_empty(), "{:#}", push_status(&f, &url));
+    let warnings = f.status()["warnings"].to_string();
+    assert!(!warnings.contains("without its bytes"), "{warnings}");
+}

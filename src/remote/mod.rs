@@ -151,6 +151,23 @@ pub enum PushError {
         /// What was found instead.
         cause: String,
     },
+    /// A version of a file written in place was being written through
+    /// the mount while its bytes were read for the bucket, every time it
+    /// was read: its bytes are still there (its saved ranges and the
+    /// file), only moving. The push is not made, and is tried again.
+    #[error(
+        "cannot push to {remote} yet: {path} at the end of turn {turn} (BLAKE3 {hash}) is stored as ranges over the file, which is being written through the mount while its bytes are read for the bucket; nothing was pushed or lost, the push is tried again (it succeeds once the writes pause)"
+    )]
+    Busy {
+        /// The remote.
+        remote: String,
+        /// The project-relative path.
+        path: String,
+        /// The turn whose end it is.
+        turn: u64,
+        /// The content's BLAKE3.
+        hash: String,
+    },
     /// The push was stopped before it ended: the daemon that ran it
     /// unmounted the project ([`Cancel`]). Retried at the next mount.
     #[error(
@@ -193,7 +210,7 @@ impl PushError {
             PushError::Clash { .. } => "clash",
             PushError::Refused { .. } => "refused",
             PushError::NotExported { .. } => "not_exported",
-            PushError::Bucket { .. } => "bucket",
+            PushError::Bucket { .. } | PushError::Busy { .. } => "bucket",
             PushError::Interrupted { .. } => "interrupted",
             _ => "error",
         }
@@ -483,11 +500,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
             rs.last_success_ms = Some(now);
             rs.last_turn = last_turn;
             rs.failure = None;
-            for m in &uploaded.missing {
-                if !rs.missing.iter().any(|x| x.hash == m.hash) {
-                    rs.missing.push(m.clone());
-                }
-            }
+            note_missing(rs, &uploaded.missing, &uploaded.sent, false);
             note_withheld(rs, &uploaded.withheld, &uploaded.sent, false);
             Ok(PushReport {
                 remote: target.url.clone(),
@@ -544,6 +557,28 @@ pub struct Backfill {
     /// Pointer files whose objects do not fit their turn's budget: not
     /// sent, and recorded in `push.json` as the complete list of them.
     pub withheld: Vec<state::Withheld>,
+}
+
+/// Updates the versions whose bytes `rs` records as gone for good: drops
+/// those whose object is now in the bucket (`sent`: uploaded, from the
+/// same content written again, or found there) and adds `missing`; with
+/// `all` (the whole export was considered, `opfs push --objects`),
+/// `missing` replaces the list, so an entry of a turn gc dropped goes too.
+fn note_missing(
+    rs: &mut state::RemoteState,
+    missing: &[state::Missing],
+    sent: &[String],
+    all: bool,
+) {
+    if all {
+        rs.missing.clear();
+    }
+    rs.missing.retain(|m| !sent.contains(&m.hash));
+    for m in missing {
+        if !rs.missing.iter().any(|x| x.hash == m.hash) && !sent.contains(&m.hash) {
+            rs.missing.push(m.clone());
+        }
+    }
 }
 
 /// Updates the withheld objects `rs` records: drops those now in the
@@ -622,9 +657,9 @@ pub fn upload_all_objects(
     })
 }
 
-/// Adds `u`'s missing objects (those not listed yet) to the `push.json`
-/// entry of `target` under `ns`, and makes its withheld ones the entry's
-/// list, under the push lock.
+/// Makes `u`'s missing and withheld objects the lists of the `push.json`
+/// entry of `target` under `ns` (`u` considered the whole export), under
+/// the push lock.
 fn record_objects(
     state: &StateDir,
     target: &Target,
@@ -648,14 +683,10 @@ fn record_objects(
             ..Default::default()
         };
     }
-    let before = (rs.missing.len(), rs.withheld.clone());
-    for m in &u.missing {
-        if !rs.missing.iter().any(|x| x.hash == m.hash) {
-            rs.missing.push(m.clone());
-        }
-    }
+    let before = (rs.missing.clone(), rs.withheld.clone());
+    note_missing(rs, &u.missing, &u.sent, true);
     note_withheld(rs, &u.withheld, &u.sent, true);
-    if (rs.missing.len(), &rs.withheld) != (before.0, &before.1) {
+    if (&rs.missing, &rs.withheld) != (&before.0, &before.1) {
         state::save(state, &all).map_err(io)?;
     }
     Ok(())

@@ -22,6 +22,27 @@ use super::{parse_pointer, GitEnv, PushError, Target};
 /// may be writing) before it counts as gone ([`Put::version`]).
 const VERSION_TRIES: usize = 3;
 
+/// How long a write captured by the daemon may wait in its capture log
+/// before its record is in the index: its longest group-commit wait
+/// (1 s, while captures keep coming), with a margin.
+const CAPTURE_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// `path`'s records from turn `from` on and the saved ranges of each
+/// (none for a record that is not ranged), as the index holds them now:
+/// what a write through the mount changes.
+fn records_and_ranges(
+    src: &history::Sources<'_>,
+    path: &[u8],
+    from: u64,
+) -> Result<impl PartialEq, crate::store::IndexError> {
+    let recs = src.index.records_of_path(path, from)?;
+    let mut pieces = Vec::new();
+    for (t, _) in &recs {
+        pieces.push(src.index.ranges_of(*t, path)?);
+    }
+    Ok((recs, pieces))
+}
+
 /// Git's largest pointer file: content above this is never a pointer.
 const POINTER_MAX: u64 = 200;
 
@@ -50,6 +71,8 @@ enum Origin {
 /// later push; its pointer file then stays unresolved on the remote.
 ///
 /// Errors: [`PushError::Bucket`] (transient: the push is retried),
+/// [`PushError::Busy`] (a version being written through the mount while
+/// it was read: transient too),
 /// [`PushError::Unavailable`] (the history cannot be opened at all),
 /// [`PushError::Git`].
 pub(super) fn upload(
@@ -223,7 +246,7 @@ pub(super) fn upload(
                         .map_err(|e| unavailable(e.to_string()))?;
                     put.put(&hash, content, unavailable)
                 })();
-                put.skip_unavailable(r)?;
+                put.skip_unavailable(r, size)?;
             }
             Origin::Worktree { name, turn } => {
                 by_worktree
@@ -275,7 +298,7 @@ pub(super) fn upload(
                     };
                     put.put(hash, content, unavailable)
                 })();
-                put.skip_unavailable(r)?;
+                put.skip_unavailable(r, *size)?;
             }
             Ok::<(), PushError>(())
         };
@@ -353,8 +376,11 @@ struct Put<'b> {
 
 impl Put<'_> {
     /// `r`, with a version whose bytes are gone for good
-    /// ([`PushError::Unavailable`]) recorded as missing instead.
-    fn skip_unavailable(&mut self, r: Result<(), PushError>) -> Result<(), PushError> {
+    /// ([`PushError::Unavailable`]) recorded as missing instead, unless
+    /// the bucket holds its object (`size` bytes) already (sent by
+    /// another machine, or from another path or turn): then it counts as
+    /// sent.
+    fn skip_unavailable(&mut self, r: Result<(), PushError>, size: u64) -> Result<(), PushError> {
         match r {
             Err(PushError::Unavailable {
                 path,
@@ -363,6 +389,17 @@ impl Put<'_> {
                 cause,
                 ..
             }) => {
+                let held = self
+                    .bucket
+                    .holds(&hash, size)
+                    .map_err(|source| PushError::Bucket {
+                        remote: self.target.url.clone(),
+                        source: Box::new(source),
+                    })?;
+                if held {
+                    self.done.sent.push(hash);
+                    return Ok(());
+                }
                 self.done.missing.push(super::state::Missing {
                     path,
                     turn,
@@ -400,12 +437,19 @@ impl Put<'_> {
     /// saved ranges as it is read, or its blob, or the project's file):
     /// true when it is in the bucket now; false (nothing written) when the
     /// history holds no file there then. The project's file under saved
-    /// ranges may be written while it is read: a content of other bytes put
-    /// together from ranges is read again (its records then hold the
-    /// ranges overwritten meanwhile), up to [`VERSION_TRIES`] times; then
-    /// (or at once for a blob, or the project's file, which the caller
-    /// tried first) it is a version whose bytes are gone (`unavailable`),
-    /// as is one that cannot be read.
+    /// ranges may be written through the mount while it is read: a content
+    /// of other bytes put together from ranges is read again (its records
+    /// then hold the ranges overwritten meanwhile), up to
+    /// [`VERSION_TRIES`] times. A write through the mount is captured
+    /// (its turn-start bytes saved as a range) before it runs, so a read
+    /// it spoiled leaves the path's records and ranges changed, once the
+    /// daemon has committed its capture log (within [`CAPTURE_WAIT`]):
+    /// then the version is still there, only busy, and the push fails for
+    /// now ([`PushError::Busy`], retried like a bucket failure). With
+    /// the records unchanged (the file changed behind the mount), or at
+    /// once for a blob, or the project's file (which the caller tried
+    /// first), it is a version whose bytes are gone (`unavailable`), as is
+    /// one that cannot be read.
     fn version(
         &mut self,
         src: &history::Sources<'_>,
@@ -415,6 +459,10 @@ impl Put<'_> {
         size: u64,
         unavailable: impl Fn(String) -> PushError,
     ) -> Result<bool, PushError> {
+        let records =
+            || records_and_ranges(src, path, start).map_err(|e| unavailable(e.to_string()));
+        let before = records()?;
+        let mut ranged = false;
         for _ in 0..VERSION_TRIES {
             let opened = src
                 .version_content(path, start)
@@ -430,6 +478,24 @@ impl Put<'_> {
             }
             if from != history::ContentFrom::Ranges {
                 break;
+            }
+            ranged = true;
+        }
+        if ranged {
+            let mut written = records()? != before;
+            if !written {
+                // Writes captured but not committed yet show within the
+                // daemon's longest group-commit wait.
+                std::thread::sleep(CAPTURE_WAIT);
+                written = records()? != before;
+            }
+            if written {
+                return Err(PushError::Busy {
+                    remote: self.target.url.clone(),
+                    path: crate::paths::display(path),
+                    turn: start.saturating_sub(1),
+                    hash: hash.to_string(),
+                });
             }
         }
         Err(unavailable(

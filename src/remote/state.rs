@@ -36,7 +36,10 @@ pub struct RemoteState {
     pub failure: Option<Failure>,
     /// Pointer files pushed without their bytes in the bucket: the bytes
     /// were gone for good when the push ran (in no blob store, nor in the
-    /// project). Each checks out as its pointer file.
+    /// project). Each checks out as its pointer file. An entry goes once
+    /// a push finds its object in the bucket (sends the same content, or
+    /// finds it there); `opfs push --objects` makes the list exactly the
+    /// versions of the export it still cannot send.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<Missing>,
     /// Pointer files pushed without their bytes because they did not fit
