@@ -1080,9 +1080,16 @@ fn tree_entries_of_unknown_modes_are_reported_not_dropped() {
     let dir = f.root().join("co-json");
     let run = checkout(&dir, true);
     assert_eq!(run.code, Some(1), "{run}");
-    // The report, then the error as JSON.
-    let first = run.stdout.lines().next().unwrap_or_default();
-    let r: serde_json::Value = serde_json::from_str(first).expect("json");
+    // One JSON value: the report, carrying the error.
+    let r: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run}"));
+    assert_eq!(r["error"]["code"], 1, "{r:#}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 entries of the tree were not written")),
+        "{r:#}"
+    );
     let skipped: Vec<(String, String)> = r["skipped"]
         .as_array()
         .expect("skipped")
@@ -2471,8 +2478,15 @@ fn a_checkout_streams_a_huge_blob_and_stops_a_bucket_answering_too_much_in_bound
     ] {
         assert!(run.stderr.contains(part), "{part:?} not said: {run}");
     }
-    let v: serde_json::Value = serde_json::from_str(run.stdout.lines().next().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("{e}: {run}"));
+    // One JSON value: the report, carrying the error.
+    let v: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run}"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is not their bytes")),
+        "{v:#}"
+    );
     assert_eq!(v["bad_objects"][0]["path"], "big.bin", "{v:#}");
     assert_eq!(v["bad_objects"][0]["key"], key, "{v:#}");
     assert_eq!(
@@ -3177,9 +3191,15 @@ fn a_turns_objects_beyond_its_bucket_budget_are_withheld_named_and_sent_after_a_
         run.stderr.contains("withheld") && run.stderr.contains("bucket_turn_budget"),
         "{run}"
     );
-    // The report, then the error (both JSON lines).
+    // One JSON value: the report, carrying the error.
     let r: serde_json::Value =
-        serde_json::from_str(run.stdout.lines().next().unwrap_or("")).expect("report");
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run}"));
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("withheld")),
+        "{r:#}"
+    );
     assert_eq!(r["missing_objects"][0]["path"], "s13.bin", "{r:#}");
     assert_eq!(r["resolved"], 1, "{r:#}");
     assert_eq!(
@@ -3594,4 +3614,145 @@ fn a_missing_object_that_reaches_the_bucket_is_no_longer_reported() {
     assert!(missing(&f).is_empty(), "{:#}", push_status(&f, &url));
     let warnings = f.status()["warnings"].to_string();
     assert!(!warnings.contains("without its bytes"), "{warnings}");
+}
+
+/// A directory named like a checkout's staging directory that no checkout
+/// made (it carries no mark) is never swept: beside DIR it survives the
+/// checkout; inside DIR, DIR is not empty.
+#[test]
+fn a_directory_named_like_a_staging_directory_is_never_swept() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let url = repo.display().to_string();
+    let par = f.root().join("par");
+    let beside = par.join(".co.opfs-checkout-42");
+    std::fs::create_dir_all(&beside).expect("mkdir");
+    std::fs::write(beside.join("x"), b"mine\n").expect("x");
+    let dir = par.join("sub");
+    checkout_turn(&f, &url, &ns, "head", &dir).ok();
+    assert_eq!(std::fs::read(dir.join("b.txt")).expect("b.txt"), b"b\n");
+    assert_eq!(std::fs::read(beside.join("x")).expect("x kept"), b"mine\n");
+    let holder = f.root().join("holder");
+    let inside = holder.join(".opfs-checkout-7");
+    std::fs::create_dir_all(&inside).expect("mkdir");
+    std::fs::write(inside.join("y"), b"mine too\n").expect("y");
+    let run = checkout_turn(&f, &url, &ns, "head", &holder);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("is not empty"), "{run}");
+    assert_eq!(
+        std::fs::read(inside.join("y")).expect("y kept"),
+        b"mine too\n"
+    );
+}
+
+/// Reads apply the user's `insteadOf` rules only: git ignores
+/// `pushInsteadOf` to fetch, so an `ext::` one refuses the push but not
+/// `opfs remote list` or `checkout`; nothing runs.
+#[test]
+fn a_push_insteadof_rule_does_not_refuse_a_read() {
+    let (f, repo, ns) = pushed_to_a_path();
+    let url = repo.display().to_string();
+    std::fs::create_dir_all(&f.pinned.home).expect("home");
+    let mark = f.root().join("RAN");
+    let helper = format!("ext::sh -c touch% {}% #", mark.display());
+    user_git_rule(
+        &f,
+        &helper,
+        "pushInsteadOf",
+        &format!("{}/", f.root().display()),
+    );
+    let list = f.opfs(&["--json", "remote", "list", &url]).ok().json();
+    assert!(
+        list.as_array()
+            .is_some_and(|l| l.iter().any(|p| p["name"] == ns.as_str())),
+        "{list:#}"
+    );
+    let dir = f.root().join("co");
+    checkout_turn(&f, &url, &ns, "head", &dir).ok();
+    assert_eq!(std::fs::read(dir.join("b.txt")).expect("b.txt"), b"b\n");
+    let run = f.opfs_c(&["push"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stderr.contains("pushInsteadOf"), "{run}");
+    assert!(!mark.exists(), "the helper ran");
+}
+
+/// A remote whose turn 1 holds a name of 300 bytes and turn 2 a symbolic
+/// link whose target is 4096 bytes (`git hash-object --literally`).
+const LONG_NAMES: &str = r#"
+import subprocess, sys
+G = sys.argv[1]
+def obj(t, data):
+    return subprocess.run(['git', '--git-dir', G, 'hash-object', '-w', '--literally', '-t', t, '--stdin'],
+                          input=data, capture_output=True, check=True).stdout.decode().strip()
+def tree(entries):
+    return obj('tree', b''.join(m.encode() + b' ' + n + b'\0' + bytes.fromhex(s) for m, n, s in entries))
+def commit(t, msg):
+    return obj('commit', ('tree %s\nauthor a <a@b> 1700000000 +0000\ncommitter a <a@b> 1700000000 +0000\n\n%s\n' % (t, msg)).encode())
+def ref(name, sha):
+    subprocess.run(['git', '--git-dir', G, 'update-ref', name, sha], check=True)
+ok = obj('blob', b'ok\n')
+t1 = tree([('100644', b'a.txt', ok), ('40000', b'd', tree([('100644', b'n' * 300, ok)]))])
+t2 = tree([('100644', b'a.txt', ok), ('120000', b'link-too-long', obj('blob', b'a' * 4096))])
+ref('refs/opfs/long/0000000000000001/turns/1', commit(t1, 'turn 1'))
+ref('refs/opfs/long/0000000000000001/turns/2', commit(t2, 'turn 2'))
+ref('refs/opfs/long/0000000000000001/project', commit(tree([]), 'p\n\nopfs-project: /long'))
+"#;
+
+/// A name or a symlink target too long for the file system fails the
+/// checkout naming the tree entry and the turn, never the staging
+/// directory; nothing is left.
+#[test]
+fn a_name_too_long_fails_the_checkout_naming_the_tree_entry() {
+    let f = Fixture::new();
+    let remote = f.root().join("long.git");
+    git_at(f.root(), &["init", "-q", "--bare", "long.git"]);
+    let script = f.root().join("long.py");
+    std::fs::write(&script, LONG_NAMES).expect("script");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&remote)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = remote.display().to_string();
+    let long = format!("d/{}", "n".repeat(300));
+    for (turn, entry, what) in [
+        ("1", long.as_str(), "300 bytes"),
+        ("2", "link-too-long", "4096 bytes"),
+    ] {
+        let dir = f.root().join(format!("co{turn}"));
+        let run = checkout_turn(&f, &url, "long/0000000000000001", turn, &dir);
+        assert_eq!(run.code, Some(1), "{run}");
+        for part in [entry, what, &format!("turn {turn}")] {
+            assert!(run.stderr.contains(part), "{part:?} not said: {run}");
+        }
+        assert!(!run.stderr.contains("opfs-checkout"), "{run}");
+        assert!(!dir.exists());
+        assert!(names_with(f.root(), "opfs-checkout").is_empty());
+    }
+}
+
+/// `opfs push --objects` counts the upload in its `elapsed_ms`: uploads
+/// pass at 1 MiB per 500 ms, so sending a 9 MiB object takes at least
+/// 2250 ms (over two connections at most, the larger carries half).
+#[test]
+fn push_objects_counts_its_upload_in_elapsed_ms() {
+    let Some(d) = GitDaemon::start() else { return };
+    let Some(s3) = Moto::start() else { return };
+    let url = d.url();
+    let slow = SlowProxy::slow_uploads(s3.port, Duration::from_millis(500));
+    let a = first_home(&url, &slow.endpoint());
+    sparse(&a.m("big.bin"), 9 << 20);
+    a.turn("t");
+    edit_config(&a, "[push]\n", "[push]\nbucket_turn_budget = \"1MiB\"\n");
+    let r = a.opfs_c(&["push", "--json"]).ok().json();
+    assert_eq!(r["objects_uploaded"], 0, "withheld: {r:#}");
+    edit_config(&a, "bucket_turn_budget = \"1MiB\"\n", "");
+    let r = a.opfs_c(&["push", "--objects", "--json"]).ok().json();
+    assert_eq!(r["objects_backfilled"], 1, "{r:#}");
+    let ms = r["elapsed_ms"].as_u64().unwrap_or_default();
+    assert!(ms >= 2250, "elapsed_ms {ms} leaves out the upload: {r:#}");
 }

@@ -89,6 +89,19 @@ pub enum RemoteError {
         /// The path as the tree has it.
         path: String,
     },
+    /// A tree entry's name, or a symbolic link's target, is longer than
+    /// the file system takes.
+    #[error("{path:?} in turn {turn} of {project} cannot be written: {why}; nothing was written")]
+    TooLong {
+        /// The entry as the tree has it.
+        path: String,
+        /// The project.
+        project: String,
+        /// The turn as given.
+        turn: String,
+        /// Which length, and the limit.
+        why: String,
+    },
     /// The bucket could not be read.
     #[error("{source}")]
     Bucket {
@@ -243,9 +256,10 @@ fn cache(
     if let Some(problem) = super::url_problem(url) {
         return Err(RemoteError::BadUrl(problem));
     }
-    // The URL as git will use it: a rule of the user's configuration may
-    // turn it into a `<transport>::` form.
-    if let Some(problem) = git::Rewrites::read(git, None).problem(url) {
+    // The URL as git will fetch from it: an `insteadOf` rule of the
+    // user's configuration may turn it into a `<transport>::` form
+    // (`pushInsteadOf` rules do not apply to a fetch).
+    if let Some(problem) = git::Rewrites::read(git, None).problem(url, false) {
         return Err(RemoteError::BadUrl(problem));
     }
     let dir = remote_cache_dir(home, url);
@@ -722,7 +736,9 @@ fn turn_of(ns: &str, refname: &str) -> Option<u64> {
 /// Errors: the remote cannot be read, holds no such project or turn, `dir`
 /// is not empty, not a directory, a symbolic link to nothing
 /// ([`RemoteError::DanglingLink`]) or cannot be written, a name in the
-/// tree is unsafe.
+/// tree is unsafe, a name or a symbolic link's target is longer than the
+/// file system takes ([`RemoteError::TooLong`], naming the entry and the
+/// turn).
 pub fn checkout(
     home: &Path,
     url: &str,
@@ -883,12 +899,29 @@ pub fn checkout(
     for (mode, _, rel) in &entries {
         let size = blobs.next_header().map_err(io_at(&cache_dir))?;
         let path = root.join(OsStr::from_bytes(rel));
-        let written = |e: io::Error| written_error(rel, &path, e);
+        // Named by the entry and the turn, not by the staging directory.
+        let too_long = |why: String| RemoteError::TooLong {
+            path: crate::paths::display(rel),
+            project: project.to_string(),
+            turn: turn.to_string(),
+            why,
+        };
+        let written = |e: io::Error| {
+            if e.raw_os_error() == Some(libc::ENAMETOOLONG) {
+                let n = rel.split(|b| *b == b'/').map(<[u8]>::len).max();
+                too_long(format!(
+                    "its path has a name of {} bytes, more than this file system takes (255 bytes on most)",
+                    n.unwrap_or_default()
+                ))
+            } else {
+                written_error(rel, &path, e)
+            }
+        };
         let (parent, name) = tree.parent_of(rel).map_err(written)?;
         if mode == "120000" {
             if size > SYMLINK_MAX {
-                return Err(io_at(&path)(io::Error::from_raw_os_error(
-                    libc::ENAMETOOLONG,
+                return Err(too_long(format!(
+                    "it is a symbolic link whose target is {size} bytes long, more than the {SYMLINK_MAX} bytes a symbolic link may hold"
                 )));
             }
             let target = blobs.body(size).map_err(io_at(&cache_dir))?;
@@ -965,8 +998,8 @@ pub fn checkout(
     Ok(report)
 }
 
-/// The largest symlink target written (`PATH_MAX`).
-const SYMLINK_MAX: u64 = 4096;
+/// The largest symlink target written (`PATH_MAX` less its NUL).
+const SYMLINK_MAX: u64 = 4095;
 
 /// Git's largest pointer file: a blob above this is never one.
 const POINTER_MAX: u64 = 200;
@@ -1104,11 +1137,17 @@ fn object_into(
 /// [`Stage::finish`], it is removed with everything in it, so a failed
 /// checkout leaves DIR as it was (absent, or empty).
 ///
-/// The checkout holds an exclusive `flock` on the directory while it
-/// lives (released by the kernel when the process dies, however), so a
-/// staging directory left by a killed checkout is told from one being
-/// written: the next checkout into the same parent (or into that DIR)
-/// removes every one it can lock ([`sweep_stale`]).
+/// The checkout marks the directory as its own (the extended attribute
+/// [`STAGE_MARK`], set once it holds the lock: a name alone proves
+/// nothing, as a tree or a user may hold a directory of that name, and no
+/// checkout writes extended attributes) and holds an exclusive `flock` on
+/// it while it lives (released by the kernel when the process dies,
+/// however), so a staging directory left by a killed checkout is told
+/// from one being written and from anything else: the next checkout into
+/// the same parent (or into that DIR) removes every marked one it can
+/// lock ([`sweep_stale`]). On a file system without user extended
+/// attributes the directory is not marked, and one left by a killed
+/// checkout stays for the user to remove.
 struct Stage {
     /// Where the tree is written.
     dir: PathBuf,
@@ -1118,12 +1157,26 @@ struct Stage {
     existed: bool,
     done: bool,
     /// The directory, open and locked.
-    _lock: OwnedFd,
+    lock: OwnedFd,
 }
 
 /// The part of a staging directory's name after its DIR's name
 /// (`.NAME.opfs-checkout-PID` beside DIR, `.opfs-checkout-PID` inside).
 const STAGE_TAG: &str = ".opfs-checkout-";
+
+/// The extended attribute that marks a staging directory ([`Stage`]),
+/// with the value [`STAGE_MARK_VALUE`].
+const STAGE_MARK: &str = "user.opfs-checkout";
+
+/// The value of [`STAGE_MARK`].
+const STAGE_MARK_VALUE: &[u8] = b"staging";
+
+/// True when the directory open as `fd` carries the mark of a staging
+/// directory ([`STAGE_MARK`]).
+fn is_marked(fd: &OwnedFd) -> bool {
+    let mut buf = [0u8; 16];
+    rustix::fs::fgetxattr(fd, STAGE_MARK, &mut buf[..]).is_ok_and(|n| &buf[..n] == STAGE_MARK_VALUE)
+}
 
 /// True for the name of a staging directory ([`Stage`]): `.` then
 /// anything, then [`STAGE_TAG`] and a pid (digits only).
@@ -1140,9 +1193,11 @@ fn is_stage_name(name: &[u8]) -> bool {
             })
 }
 
-/// Removes from `dir` every staging directory ([`is_stage_name`]) whose
-/// checkout is gone: those whose lock can be taken (a live checkout holds
-/// its own). A directory, never followed through a symlink.
+/// Removes from `dir` every staging directory ([`is_stage_name`], marked
+/// with [`STAGE_MARK`]) whose checkout is gone: those whose lock can be
+/// taken (a live checkout holds its own). A directory, never followed
+/// through a symlink; one without the mark is never removed, whatever
+/// its name.
 fn sweep_stale(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -1152,8 +1207,10 @@ fn sweep_stale(dir: &Path) {
             continue;
         }
         let path = e.path();
-        if let Ok(Some(_held)) = lock_dir(&path) {
-            let _ = std::fs::remove_dir_all(&path);
+        if let Ok(Some(held)) = lock_dir(&path) {
+            if is_marked(&held) {
+                let _ = std::fs::remove_dir_all(&path);
+            }
         }
     }
 }
@@ -1181,11 +1238,14 @@ fn dir_parent(dir: &Path) -> PathBuf {
     }
 }
 
-/// Makes the directory `path` and takes its lock: a sweep by another
-/// checkout may lock and remove a directory of that name between the two
-/// steps (a stale one of the same pid, or this one before it was
-/// locked), so the directory locked must still be there and be the one
-/// at `path`, else it is made again.
+/// Makes the directory `path`, takes its lock, then marks it
+/// ([`STAGE_MARK`]; not on a file system without user extended
+/// attributes): a stale one of the same pid (marked, its lock free) is
+/// removed first, and one without the mark is not this checkout's to
+/// remove (`EEXIST`). A sweep by another checkout never removes it
+/// before it is marked, and after only when its lock is free; the
+/// directory locked must still be there and be the one at `path`, else
+/// it is made again.
 fn make_locked(path: &Path) -> io::Result<OwnedFd> {
     let mut tries = 0;
     loop {
@@ -1194,8 +1254,10 @@ fn make_locked(path: &Path) -> io::Result<OwnedFd> {
             Ok(()) => {}
             // A stale one left by a dead checkout of the same pid.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 50 => {
-                if let Ok(Some(_held)) = lock_dir(path) {
-                    std::fs::remove_dir_all(path)?;
+                match lock_dir(path) {
+                    Ok(Some(held)) if is_marked(&held) => std::fs::remove_dir_all(path)?,
+                    Ok(Some(_)) => return Err(e),
+                    _ => {}
                 }
                 continue;
             }
@@ -1208,6 +1270,14 @@ fn make_locked(path: &Path) -> io::Result<OwnedFd> {
             if held.st_nlink > 0
                 && there.is_some_and(|t| t.st_dev == held.st_dev && t.st_ino == held.st_ino)
             {
+                // Unmarked where user extended attributes are not
+                // supported: never swept, left for the user after a kill.
+                let _ = rustix::fs::fsetxattr(
+                    &fd,
+                    STAGE_MARK,
+                    STAGE_MARK_VALUE,
+                    rustix::fs::XattrFlags::CREATE,
+                );
                 return Ok(fd);
             }
         }
@@ -1234,7 +1304,7 @@ impl Stage {
                 target,
                 existed: true,
                 done: false,
-                _lock: lock,
+                lock,
             });
         }
         let parent = dir_parent(dir);
@@ -1247,7 +1317,7 @@ impl Stage {
             target: dir.to_path_buf(),
             existed: false,
             done: false,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -1255,6 +1325,9 @@ impl Stage {
     /// each entry of the one inside DIR up into DIR.
     fn finish(mut self) -> Result<(), (PathBuf, io::Error)> {
         if !self.existed {
+            // DIR keeps no mark (a killed checkout between the two steps
+            // leaves its staging directory unmarked, for the user).
+            let _ = rustix::fs::fremovexattr(&self.lock, STAGE_MARK);
             std::fs::rename(&self.dir, &self.target).map_err(|e| (self.target.clone(), e))?;
             self.done = true;
             return Ok(());

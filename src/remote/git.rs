@@ -300,13 +300,16 @@ impl Rewrites {
     }
 
     /// Why git must not be given `url`, if so: a rule of the user's
-    /// configuration rewrites it (to fetch or to push) to git's
-    /// `<transport>::<address>` form, which runs the remote helper
-    /// `git-remote-<transport>` found on `PATH` (`ext::` runs any
-    /// command), the form opfs refuses in a URL it is given
-    /// ([`super::url_problem`]). The message names the rule.
-    pub(super) fn problem(&self, url: &str) -> Option<String> {
-        [false, true].into_iter().find_map(|push| {
+    /// configuration rewrites it to git's `<transport>::<address>` form,
+    /// which runs the remote helper `git-remote-<transport>` found on
+    /// `PATH` (`ext::` runs any command), the form opfs refuses in a URL
+    /// it is given ([`super::url_problem`]). The message names the rule.
+    /// `push` true: the rules git applies to fetch and to push (a push
+    /// also reads the remote); false, for a read: the `insteadOf` rules
+    /// only, as git ignores `pushInsteadOf` to fetch.
+    pub(super) fn problem(&self, url: &str, push: bool) -> Option<String> {
+        let uses: &[bool] = if push { &[false, true] } else { &[false] };
+        uses.iter().find_map(|&push| {
             let (to, rule) = self.apply(url, push);
             let rule = rule?;
             let (transport, _) = super::names::transport_prefix(&to)?;
@@ -508,9 +511,11 @@ mod tests {
         // pushInsteadOf only to push, before insteadOf.
         assert_eq!(r.apply("/srv/p.git", false).0, "ssh://h/p.git");
         assert_eq!(r.apply("/srv/p.git", true).0, "Ext::sh -c x% #.git");
-        let p = r.problem("/srv/p.git").expect("refused");
+        let p = r.problem("/srv/p.git", true).expect("refused");
         assert!(p.contains("pushInsteadOf = \"/srv/p\""), "{p}");
-        assert!(r.problem("/srv/a/r.git").is_none());
+        // A read (git's fetch) ignores pushInsteadOf.
+        assert!(r.problem("/srv/p.git", false).is_none());
+        assert!(r.problem("/srv/a/r.git", true).is_none());
     }
 
     #[test]

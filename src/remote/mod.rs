@@ -326,7 +326,7 @@ pub fn push(state: &StateDir, target: &Target, git: &GitEnv) -> Result<PushRepor
     let rewrites = git::Rewrites::read(git, Some(&git_dir));
     // Recorded as the push's failure (below): a rule added after the
     // mount shows in `opfs status`.
-    let rewrite_problem = rewrites.problem(&target.url);
+    let rewrite_problem = rewrites.problem(&target.url, true);
     let push_url = rewrites.apply(&target.url, true).0;
     let ns = namespace(&target.machine, &state.project);
     let local = local_refs(&git_dir, target, git)?;

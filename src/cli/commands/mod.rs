@@ -57,7 +57,7 @@ pub fn run(
         Cmd::Gc(a) => gc::run(ctx, a, out).map(|()| 0),
         Cmd::Export(a) => export::run(ctx, a, out, err).map(|()| 0),
         Cmd::Push(a) => push::run(ctx, a, out).map(|()| 0),
-        Cmd::Remote(a) => remote::run(ctx, a, out).map(|()| 0),
+        Cmd::Remote(a) => remote::run(ctx, a, out, err).map(|()| 0),
         Cmd::Worktree(WorktreeCmd::Hook) => agent_worktree::run(ctx, out, err),
         Cmd::Worktree(a) => worktree::run(ctx, a, out, err),
         Cmd::Mcp => mcp::run(ctx).map(|()| 0),

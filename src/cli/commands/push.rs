@@ -51,6 +51,8 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         )?;
     }
     let git = ctx.git_env()?;
+    // `elapsed_ms` covers the upload of --objects and the push.
+    let started = std::time::Instant::now();
     let backfilled = if a.objects {
         if target.bucket.is_none() {
             return Err(CommandError::usage(
@@ -62,6 +64,7 @@ pub fn run(ctx: &Ctx, a: &PushArgs, out: &mut dyn Write) -> Result<(), CommandEr
         None
     };
     let mut r = opfs::remote::push(st, &target, &git).map_err(failure)?;
+    r.elapsed_ms = started.elapsed().as_millis() as u64;
     let up_to_date = r.up_to_date();
     // What --objects found gone for good, reported as the push reports
     // its own (once each).

@@ -5,11 +5,16 @@
 use std::io::Write;
 
 use crate::cli::args::RemoteCmd;
-use crate::cli::error::{failure, CommandError};
+use crate::cli::error::{failure, CommandError, ErrorKind};
 use crate::cli::output::printable;
 use crate::cli::Ctx;
 
-pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), CommandError> {
+pub fn run(
+    ctx: &Ctx,
+    cmd: &RemoteCmd,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CommandError> {
     let git = &ctx.git_env()?;
     let json = ctx.format.is_json();
     let given = match cmd {
@@ -109,20 +114,6 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                 bucket.as_ref(),
             )
             .map_err(failure)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&r).map_err(failure)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "wrote turn {turn} of {project} ({}) into {}: {} file(s) ({} from the bucket), {} symlink(s), {} bytes",
-                    &r.commit[..12.min(r.commit.len())],
-                    dir.display(),
-                    r.files,
-                    r.resolved,
-                    r.symlinks,
-                    r.bytes
-                )?;
-            }
             // Each kind said, in one message: the tree's other entries are
             // written, and the command exits 1.
             let mut problems = Vec::new();
@@ -162,8 +153,36 @@ pub fn run(ctx: &Ctx, cmd: &RemoteCmd, out: &mut dyn Write) -> Result<(), Comman
                     r.pointers[0]
                 ));
             }
-            if !problems.is_empty() {
-                return Err(CommandError::failure(problems.join("; also ")));
+            let problem = (!problems.is_empty()).then(|| problems.join("; also "));
+            if json {
+                // One JSON value on stdout: the report, carrying the error
+                // (in the form every command's `--json` error has) when the
+                // checkout exits 1.
+                let mut v = serde_json::to_value(&r).map_err(failure)?;
+                if let Some(message) = &problem {
+                    v["error"] = serde_json::json!({
+                        "code": 1, "kind": "failure", "message": message
+                    });
+                }
+                writeln!(out, "{v}")?;
+                if let Some(message) = problem {
+                    writeln!(err, "opfs: {message}")?;
+                    return Err(CommandError::reported(ErrorKind::Failure));
+                }
+            } else {
+                writeln!(
+                    out,
+                    "wrote turn {turn} of {project} ({}) into {}: {} file(s) ({} from the bucket), {} symlink(s), {} bytes",
+                    &r.commit[..12.min(r.commit.len())],
+                    dir.display(),
+                    r.files,
+                    r.resolved,
+                    r.symlinks,
+                    r.bytes
+                )?;
+                if let Some(message) = problem {
+                    return Err(CommandError::failure(message));
+                }
             }
         }
     }
