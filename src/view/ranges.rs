@@ -383,52 +383,46 @@ pub fn hash_stream(
     ))
 }
 
+/// Reads `bytes` at `at` into `buf`: the count copied, 0 past the end.
+fn read_bytes_at(bytes: &[u8], at: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let at = usize::try_from(at).unwrap_or(usize::MAX);
+    let Some(rest) = bytes.get(at..) else {
+        return Ok(0);
+    };
+    let n = rest.len().min(buf.len());
+    buf[..n].copy_from_slice(&rest[..n]);
+    Ok(n)
+}
+
+/// `pread(2)` of `file` at `at` into `buf`, again when interrupted.
+fn pread_at(file: &std::fs::File, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    loop {
+        match file.read_at(buf, at) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 /// A base read from memory.
 pub fn bytes_base(bytes: &[u8]) -> Box<ReadAt<'_>> {
-    Box::new(move |at, buf| {
-        let at = usize::try_from(at).unwrap_or(usize::MAX);
-        let Some(rest) = bytes.get(at..) else {
-            return Ok(0);
-        };
-        let n = rest.len().min(buf.len());
-        buf[..n].copy_from_slice(&rest[..n]);
-        Ok(n)
-    })
+    Box::new(move |at, buf| read_bytes_at(bytes, at, buf))
 }
 
 /// A base read from an open file with `pread(2)`.
 pub fn file_base(file: &std::fs::File) -> Box<ReadAt<'_>> {
-    use std::os::unix::fs::FileExt;
-    Box::new(move |at, buf| loop {
-        match file.read_at(buf, at) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
-        }
-    })
+    Box::new(move |at, buf| pread_at(file, at, buf))
 }
 
 /// A base read from a file it owns with `pread(2)`.
 pub fn owned_file_base<'a>(file: std::fs::File) -> Box<ReadAt<'a>> {
-    use std::os::unix::fs::FileExt;
-    Box::new(move |at, buf| loop {
-        match file.read_at(buf, at) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
-        }
-    })
+    Box::new(move |at, buf| pread_at(&file, at, buf))
 }
 
 /// A base read from bytes it owns.
 pub fn owned_bytes_base<'a>(bytes: Vec<u8>) -> Box<ReadAt<'a>> {
-    Box::new(move |at, buf| {
-        let at = usize::try_from(at).unwrap_or(usize::MAX);
-        let Some(rest) = bytes.get(at..) else {
-            return Ok(0);
-        };
-        let n = rest.len().min(buf.len());
-        buf[..n].copy_from_slice(&rest[..n]);
-        Ok(n)
-    })
+    Box::new(move |at, buf| read_bytes_at(&bytes, at, buf))
 }
 
 /// Puts the turn-start content of `path`'s ranged record of `size` bytes in
